@@ -1,0 +1,14 @@
+//! Shoal's sans-IO core.
+//!
+//! Everything here is a pure function or a state machine of its inputs: workload specs and their
+//! validation, and deterministic placement. The crate does no I/O, reads no clock and spawns
+//! nothing: time and randomness arrive as arguments. That is what lets the simulator replay any run
+//! and what makes placement identical bit for bit on every agent.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod constraint;
+pub mod resources;
+
+pub use constraint::{Constraint, ConstraintOp};
+pub use resources::Resources;

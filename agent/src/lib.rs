@@ -1,0 +1,5 @@
+//! The Shoal agent shell and CLI: feeds the sans-IO core (`shoal_core`) and executes what it returns.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub use shoal_core as core;
