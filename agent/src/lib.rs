@@ -3,3 +3,7 @@
 #![warn(missing_docs)]
 
 pub use shoal_core as core;
+
+pub mod pki;
+pub mod tls;
+pub mod wire;
