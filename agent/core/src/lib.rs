@@ -8,7 +8,9 @@
 #![warn(missing_docs)]
 
 pub mod constraint;
+pub mod hlc;
 pub mod resources;
+pub mod store;
 
 pub use constraint::{Constraint, ConstraintOp};
 pub use resources::Resources;

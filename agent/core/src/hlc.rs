@@ -1,0 +1,211 @@
+//! Hybrid logical clock (Kulkarni et al., "Logical Physical Clocks", 2014) and the store's
+//! `Version`: an HLC timestamp with the writer's node id as the tiebreak.
+//!
+//! An HLC timestamp stays close to physical time (its `wall_ms` is the largest physical time any
+//! node that causally precedes it had seen) while ordering causally related events correctly even
+//! when physical clocks disagree: whatever a node observes, its next timestamp is larger.
+//!
+//! The clock reads no clock: every operation takes `now_ms`, the caller's physical time in
+//! milliseconds since the Unix epoch. Physical time may go backwards between calls; the clock's
+//! output never does.
+//!
+//! **Skew bound.** A remote timestamp whose `wall_ms` is more than `drift_ms_max` ahead of the local
+//! physical time is *rejected* ([`ClockError::TooFarAhead`]) and the clock is left unchanged. It is
+//! not clamped: clamping would rewrite the writer's version, and two nodes would then disagree on
+//! which write won. Rejecting means a node whose clock runs years ahead cannot drag every other
+//! clock (and thus every later version in the cluster) years ahead with it, nor make its writes
+//! win over every write for years; its writes are refused until real time catches up with them,
+//! which the operator sees as writes that do not replicate.
+
+use serde::{Deserialize, Serialize};
+
+/// Default bound on how far a remote timestamp may run ahead of local physical time: one minute.
+/// NTP keeps healthy clocks within milliseconds; a minute tolerates a badly synced host without
+/// letting a broken one poison the cluster.
+pub const DRIFT_MS_MAX_DEFAULT: u64 = 60_000;
+
+/// Longest node id a [`Version`] may carry, in bytes.
+pub const NODE_ID_BYTES_MAX: usize = 253;
+
+/// One hybrid logical clock timestamp. Ordered by `wall_ms`, then `logical`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Hlc {
+    /// The largest physical time (ms since the Unix epoch) known when this timestamp was issued.
+    pub wall_ms: u64,
+    /// Counter that orders events sharing one `wall_ms`.
+    pub logical: u32,
+}
+
+impl Hlc {
+    /// A timestamp from its parts.
+    pub const fn new(wall_ms: u64, logical: u32) -> Self {
+        Self { wall_ms, logical }
+    }
+
+    /// The smallest timestamp strictly greater than `self`. When the logical counter is full it
+    /// carries into `wall_ms` (the clock then runs one millisecond ahead of physical time, which is
+    /// harmless: 2^32 events in one millisecond do not happen outside a test).
+    pub fn successor(self) -> Self {
+        match self.logical.checked_add(1) {
+            Some(logical) => Self {
+                wall_ms: self.wall_ms,
+                logical,
+            },
+            None => Self {
+                wall_ms: self.wall_ms.saturating_add(1),
+                logical: 0,
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Hlc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.wall_ms, self.logical)
+    }
+}
+
+/// The version of a store entry: the HLC timestamp of the write, then the id of the node that made
+/// it. The derived order (timestamp first, node id as tiebreak) is total, so every node picks the
+/// same winner between two writes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Version {
+    /// When the write happened.
+    pub hlc: Hlc,
+    /// Which node made it.
+    pub node: String,
+}
+
+impl Version {
+    /// A version from its parts.
+    pub fn new(hlc: Hlc, node: impl Into<String>) -> Self {
+        Self {
+            hlc,
+            node: node.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.hlc, self.node)
+    }
+}
+
+/// Why a remote timestamp was not observed. The clock is unchanged.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClockError {
+    /// The remote timestamp is further ahead of local physical time than the skew bound allows.
+    /// Either the sender's clock or ours is wrong: check NTP on both hosts.
+    #[error(
+        "remote timestamp {remote} is {ahead_ms} ms ahead of local time {now_ms} ms \
+         (bound {drift_ms_max} ms): check the clocks (NTP) of both hosts"
+    )]
+    TooFarAhead {
+        /// The rejected timestamp.
+        remote: Hlc,
+        /// Local physical time when it was rejected.
+        now_ms: u64,
+        /// How far ahead it was.
+        ahead_ms: u64,
+        /// The bound in force.
+        drift_ms_max: u64,
+    },
+}
+
+/// A hybrid logical clock. Its output is strictly increasing across [`Clock::tick`] and
+/// [`Clock::observe`], whatever physical time does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Clock {
+    last: Hlc,
+    drift_ms_max: u64,
+}
+
+impl Clock {
+    /// A fresh clock that accepts remote timestamps at most `drift_ms_max` ahead of local time.
+    pub fn new(drift_ms_max: u64) -> Self {
+        Self {
+            last: Hlc::default(),
+            drift_ms_max,
+        }
+    }
+
+    /// A clock restarted after it (or a previous run of this node) issued or saw `high_water`:
+    /// every later timestamp is strictly greater, even if physical time went backwards meanwhile.
+    pub fn with_high_water(high_water: Hlc, drift_ms_max: u64) -> Self {
+        Self {
+            last: high_water,
+            drift_ms_max,
+        }
+    }
+
+    /// The last timestamp issued or observed: the high-water mark to persist.
+    pub fn last(&self) -> Hlc {
+        self.last
+    }
+
+    /// The skew bound in force, in milliseconds.
+    pub fn drift_ms_max(&self) -> u64 {
+        self.drift_ms_max
+    }
+
+    /// A timestamp for a local event (a write) at physical time `now_ms`.
+    pub fn tick(&mut self, now_ms: u64) -> Hlc {
+        let next = if now_ms > self.last.wall_ms {
+            Hlc::new(now_ms, 0)
+        } else {
+            self.last.successor()
+        };
+        self.advance(next)
+    }
+
+    /// Receipt of `remote` at physical time `now_ms`: returns a timestamp greater than both
+    /// `remote` and every timestamp this clock issued before. Rejects, leaving the clock
+    /// unchanged, a `remote` too far ahead of `now_ms` (see the module doc).
+    pub fn observe(&mut self, remote: Hlc, now_ms: u64) -> Result<Hlc, ClockError> {
+        self.check(remote, now_ms)?;
+        let wall_ms = now_ms.max(self.last.wall_ms).max(remote.wall_ms);
+        let next = if wall_ms == self.last.wall_ms && wall_ms == remote.wall_ms {
+            self.last.max(remote).successor()
+        } else if wall_ms == self.last.wall_ms {
+            self.last.successor()
+        } else if wall_ms == remote.wall_ms {
+            remote.successor()
+        } else {
+            Hlc::new(wall_ms, 0)
+        };
+        Ok(self.advance(next))
+    }
+
+    /// Whether [`Clock::observe`] would accept `remote` at `now_ms`, without changing the clock.
+    pub fn check(&self, remote: Hlc, now_ms: u64) -> Result<(), ClockError> {
+        let ahead_ms = remote.wall_ms.saturating_sub(now_ms);
+        if ahead_ms > self.drift_ms_max {
+            return Err(ClockError::TooFarAhead {
+                remote,
+                now_ms,
+                ahead_ms,
+                drift_ms_max: self.drift_ms_max,
+            });
+        }
+        Ok(())
+    }
+
+    /// Raises the high-water mark to at least `seen` without the skew check: for timestamps this
+    /// node accepted earlier (entries restored from its own disk).
+    pub fn raise_to(&mut self, seen: Hlc) {
+        self.last = self.last.max(seen);
+    }
+
+    fn advance(&mut self, next: Hlc) -> Hlc {
+        assert!(
+            next > self.last,
+            "hlc went backwards: {next} after {}",
+            self.last
+        );
+        self.last = next;
+        next
+    }
+}

@@ -1,0 +1,146 @@
+//! Hybrid logical clock: monotonic output, causality across nodes, the skew bound, restarts.
+
+use proptest::prelude::*;
+use shoal_core::hlc::{Clock, ClockError, Hlc, Version};
+
+const DRIFT_MS: u64 = 1_000;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Tick { now_ms: u64 },
+    Observe { remote: Hlc, now_ms: u64 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0u64..5_000).prop_map(|now_ms| Op::Tick { now_ms }),
+        (0u64..7_000, any::<u32>(), 0u64..5_000).prop_map(|(w, l, now_ms)| Op::Observe {
+            remote: Hlc::new(w, l),
+            now_ms
+        }),
+    ]
+}
+
+proptest! {
+    /// Whatever physical time does, every timestamp the clock hands out is larger than the last;
+    /// a rejected observation leaves the clock as it was.
+    #[test]
+    fn output_is_strictly_monotonic(ops in prop::collection::vec(op(), 1..200)) {
+        let mut clock = Clock::new(DRIFT_MS);
+        let mut last = clock.last();
+        for op in ops {
+            let out = match op {
+                Op::Tick { now_ms } => Ok(clock.tick(now_ms)),
+                Op::Observe { remote, now_ms } => clock.observe(remote, now_ms),
+            };
+            match out {
+                Ok(ts) => {
+                    prop_assert!(ts > last, "{ts} not after {last}");
+                    prop_assert_eq!(clock.last(), ts);
+                    last = ts;
+                }
+                Err(ClockError::TooFarAhead { .. }) => prop_assert_eq!(clock.last(), last),
+            }
+        }
+    }
+
+    /// Nodes exchanging messages: a receive is ordered after its send and after everything the
+    /// receiver did before; timestamps never run ahead of the largest physical time seen anywhere.
+    #[test]
+    fn causality_is_preserved(
+        steps in prop::collection::vec((0usize..4, 0usize..4, 0u64..50, any::<bool>()), 1..300),
+    ) {
+        let mut clocks = vec![Clock::new(DRIFT_MS); 4];
+        // Each node's physical clock runs at its own offset, within the skew bound.
+        let offsets = [0u64, 300, 600, 900];
+        let mut time_ms = 10_000u64;
+        let mut physical_max_ms = 0;
+        for (from, to, advance_ms, send) in steps {
+            time_ms += advance_ms;
+            let now = |i: usize| time_ms + offsets[i];
+            physical_max_ms = physical_max_ms.max(now(from)).max(now(to));
+            let sent = clocks[from].tick(now(from));
+            if send {
+                let before = clocks[to].last();
+                let received = clocks[to].observe(sent, now(to)).expect("within the skew bound");
+                prop_assert!(received > sent, "receive {received} not after send {sent}");
+                prop_assert!(received > before);
+            }
+            for c in &clocks {
+                prop_assert!(c.last().wall_ms <= physical_max_ms);
+            }
+        }
+    }
+
+    /// Versions order by timestamp first and node id only to break ties.
+    #[test]
+    fn version_order_is_hlc_then_node(a in (0u64..3, 0u32..3, "[ab]"), b in (0u64..3, 0u32..3, "[ab]")) {
+        let va = Version::new(Hlc::new(a.0, a.1), a.2.clone());
+        let vb = Version::new(Hlc::new(b.0, b.1), b.2.clone());
+        let expected = (Hlc::new(a.0, a.1), a.2).cmp(&(Hlc::new(b.0, b.1), b.2));
+        prop_assert_eq!(va.cmp(&vb), expected);
+    }
+}
+
+#[test]
+fn tick_follows_physical_time_when_it_advances() {
+    let mut clock = Clock::new(DRIFT_MS);
+    assert_eq!(clock.tick(100), Hlc::new(100, 0));
+    assert_eq!(clock.tick(100), Hlc::new(100, 1));
+    assert_eq!(
+        clock.tick(90),
+        Hlc::new(100, 2),
+        "time went backwards: logical counts on"
+    );
+    assert_eq!(clock.tick(101), Hlc::new(101, 0));
+}
+
+#[test]
+fn observe_takes_the_larger_of_local_and_remote() {
+    let mut clock = Clock::new(DRIFT_MS);
+    clock.tick(100);
+    assert_eq!(clock.observe(Hlc::new(500, 7), 200), Ok(Hlc::new(500, 8)));
+    assert_eq!(clock.observe(Hlc::new(500, 3), 200), Ok(Hlc::new(500, 9)));
+    assert_eq!(clock.observe(Hlc::new(10, 3), 600), Ok(Hlc::new(600, 0)));
+}
+
+#[test]
+fn a_remote_clock_far_in_the_future_is_rejected_not_adopted() {
+    let mut clock = Clock::new(DRIFT_MS);
+    clock.tick(1_000);
+    let year_ms = 365 * 24 * 3600 * 1000;
+    let err = clock
+        .observe(Hlc::new(1_000 + year_ms, 0), 1_000)
+        .unwrap_err();
+    let ClockError::TooFarAhead {
+        ahead_ms,
+        drift_ms_max,
+        ..
+    } = err.clone();
+    assert_eq!((ahead_ms, drift_ms_max), (year_ms, DRIFT_MS));
+    assert!(
+        err.to_string().contains("NTP"),
+        "the message says what to check: {err}"
+    );
+    assert_eq!(clock.last(), Hlc::new(1_000, 0), "the clock did not move");
+    // Exactly at the bound is still accepted.
+    assert_eq!(
+        clock.observe(Hlc::new(2_000, 0), 1_000),
+        Ok(Hlc::new(2_000, 1))
+    );
+}
+
+#[test]
+fn a_restarted_clock_never_goes_below_its_high_water_mark() {
+    let high_water = Hlc::new(5_000, 42);
+    let mut clock = Clock::with_high_water(high_water, DRIFT_MS);
+    // The host's clock was set back during the restart.
+    assert_eq!(clock.tick(1_000), Hlc::new(5_000, 43));
+}
+
+#[test]
+fn a_full_logical_counter_carries_into_the_wall_time() {
+    assert_eq!(Hlc::new(5, u32::MAX).successor(), Hlc::new(6, 0));
+    let mut clock = Clock::with_high_water(Hlc::new(5, u32::MAX), DRIFT_MS);
+    assert_eq!(clock.tick(5), Hlc::new(6, 0));
+}
