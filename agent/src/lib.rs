@@ -5,5 +5,6 @@
 pub use shoal_core as core;
 
 pub mod pki;
+pub mod rpc;
 pub mod tls;
 pub mod wire;

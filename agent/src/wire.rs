@@ -124,7 +124,7 @@ pub fn bincode_config() -> bincode::config::Configuration {
 }
 
 /// Encodes `body` as a frame of `kind`, refusing to produce more than `max` bytes after the prefix.
-pub fn encode_frame<T: Serialize>(
+pub fn encode_frame<T: Serialize + ?Sized>(
     kind: FrameKind,
     body: &T,
     max: usize,

@@ -1,0 +1,480 @@
+//! Request/response RPC over QUIC: one request per bidirectional stream, inside mutual TLS.
+//!
+//! A request stream carries one [`FrameKind::Request`] frame, finished; the answer is one
+//! [`FrameKind::Response`] frame, or a [`FrameKind::Reject`] frame when the server refused the
+//! request before its handler saw it (malformed, oversized, too slow). Reads are bounded by
+//! [`API_FRAME_MAX_BYTES`]; concurrent streams per connection are bounded by QUIC flow control
+//! ([`QuicOptions::bidi_streams_max`]); connections by [`RpcServerConfig::connections_max`].
+//!
+//! The request and response types are the caller's: anything `Serialize + DeserializeOwned`.
+//! [`RpcClient`] abstracts the calling side so that the simulator can use the in-memory network
+//! ([`crate::gossip::mem::MemNetwork`]) instead of QUIC.
+//!
+//! [`QuicOptions::bidi_streams_max`]: crate::tls::QuicOptions::bidi_streams_max
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::Semaphore;
+
+use crate::tls::{peer_name, PeerName};
+use crate::wire::{
+    decode_body, decode_frame, encode_frame, FrameKind, WireError, API_FRAME_MAX_BYTES,
+    LENGTH_PREFIX_BYTES,
+};
+
+/// A boxed future, as returned by handlers.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// A request handler: gets the decoded request and the authenticated name of the caller.
+pub type Handler<Req, Resp> = Arc<dyn Fn(Req, PeerName) -> BoxFuture<Resp> + Send + Sync>;
+
+/// Longest reason string sent in a reject frame.
+const REJECT_REASON_MAX_BYTES: usize = 512;
+/// QUIC application error code for a stream the server gave up on.
+const STREAM_REFUSED: u32 = 1;
+/// Most cached client connections; past it, closed ones are pruned and then the cache is cleared.
+const CLIENT_CONNECTIONS_MAX: usize = 1024;
+
+/// Transport counters, shared by the tasks of an endpoint. Monotonic; read with [`Self::snapshot`].
+#[derive(Debug, Default)]
+pub struct TransportStats {
+    /// Incoming connections whose TLS handshake failed (no or bad client certificate, wrong
+    /// ALPN, no name in the certificate, ...).
+    pub handshakes_refused: AtomicU64,
+    /// Incoming connections refused because the endpoint was at its connection limit.
+    pub connections_refused: AtomicU64,
+    /// Frames dropped as malformed, oversized, of a bad version or kind, or read too slowly.
+    pub frames_rejected: AtomicU64,
+    /// Requests answered by the handler (RPC server).
+    pub requests_served: AtomicU64,
+    /// Outgoing connection attempts that failed (timeout, refused, bad server certificate).
+    pub dials_failed: AtomicU64,
+    /// Messages written to the network (gossip).
+    pub messages_sent: AtomicU64,
+    /// Messages received and handed on (gossip).
+    pub messages_received: AtomicU64,
+    /// Messages dropped because a bounded queue was full or a peer was unreachable (gossip).
+    pub messages_dropped: AtomicU64,
+    /// Frame bytes written, prefix included (gossip).
+    pub bytes_sent: AtomicU64,
+    /// Frame bytes received, prefix included (gossip).
+    pub bytes_received: AtomicU64,
+}
+
+/// A point-in-time copy of [`TransportStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[allow(missing_docs)] // Same fields as TransportStats.
+pub struct TransportStatsSnapshot {
+    pub handshakes_refused: u64,
+    pub connections_refused: u64,
+    pub frames_rejected: u64,
+    pub requests_served: u64,
+    pub dials_failed: u64,
+    pub messages_sent: u64,
+    pub messages_received: u64,
+    pub messages_dropped: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+}
+
+impl TransportStats {
+    /// Reads every counter.
+    pub fn snapshot(&self) -> TransportStatsSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        TransportStatsSnapshot {
+            handshakes_refused: get(&self.handshakes_refused),
+            connections_refused: get(&self.connections_refused),
+            frames_rejected: get(&self.frames_rejected),
+            requests_served: get(&self.requests_served),
+            dials_failed: get(&self.dials_failed),
+            messages_sent: get(&self.messages_sent),
+            messages_received: get(&self.messages_received),
+            messages_dropped: get(&self.messages_dropped),
+            bytes_sent: get(&self.bytes_sent),
+            bytes_received: get(&self.bytes_received),
+        }
+    }
+
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Why a call failed. A failed call may or may not have reached the handler, except for
+/// [`RpcError::Rejected`] (it did not) and [`RpcError::Connect`] (it did not).
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    /// No connection could be established (unreachable, refused, bad server certificate).
+    #[error("connecting to {addr}: {reason}")]
+    Connect {
+        /// The address dialed.
+        addr: SocketAddr,
+        /// Why it failed.
+        reason: String,
+    },
+    /// The call did not complete within its timeout.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The server refused the request before handling it.
+    #[error("request rejected by the server: {0}")]
+    Rejected(String),
+    /// The request or the answer is not a valid frame.
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// The stream or connection failed mid-call.
+    #[error("stream failed: {0}")]
+    Stream(String),
+}
+
+/// Server-side bounds.
+#[derive(Debug, Clone)]
+pub struct RpcServerConfig {
+    /// Most connections served at once; further handshakes are refused.
+    pub connections_max: usize,
+    /// Longest time to receive a whole request once its stream is open.
+    pub request_read_timeout: Duration,
+    /// Longest time a handler may take; past it the caller gets a reject.
+    pub handler_timeout: Duration,
+}
+
+impl Default for RpcServerConfig {
+    fn default() -> Self {
+        RpcServerConfig {
+            connections_max: 256,
+            request_read_timeout: Duration::from_secs(10),
+            handler_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Serves requests on `endpoint` until it is closed. Each connection's peer must present a
+/// certificate with a name (see [`crate::tls::peer_name`]); the handler gets that name.
+pub async fn serve<Req, Resp>(
+    endpoint: quinn::Endpoint,
+    handler: Handler<Req, Resp>,
+    config: RpcServerConfig,
+    stats: Arc<TransportStats>,
+) where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize + Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(config.connections_max));
+    while let Some(incoming) = endpoint.accept().await {
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            TransportStats::bump(&stats.connections_refused);
+            incoming.refuse();
+            continue;
+        };
+        let (handler, config, stats) = (handler.clone(), config.clone(), stats.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            let remote = incoming.remote_address();
+            let conn = match incoming.await {
+                Ok(conn) => conn,
+                Err(err) => {
+                    TransportStats::bump(&stats.handshakes_refused);
+                    tracing::debug!(%remote, error = %err, "API handshake refused");
+                    return;
+                }
+            };
+            let Some(peer) = peer_name(&conn) else {
+                TransportStats::bump(&stats.handshakes_refused);
+                conn.close(STREAM_REFUSED.into(), b"certificate has no name");
+                return;
+            };
+            serve_connection(conn, peer, handler, config, stats).await;
+        });
+    }
+}
+
+async fn serve_connection<Req, Resp>(
+    conn: quinn::Connection,
+    peer: PeerName,
+    handler: Handler<Req, Resp>,
+    config: RpcServerConfig,
+    stats: Arc<TransportStats>,
+) where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize + Send + 'static,
+{
+    // QUIC flow control bounds how many of these streams are open at once.
+    while let Ok((send, recv)) = conn.accept_bi().await {
+        let (handler, config, stats, peer) =
+            (handler.clone(), config.clone(), stats.clone(), peer.clone());
+        tokio::spawn(serve_stream(send, recv, peer, handler, config, stats));
+    }
+}
+
+async fn serve_stream<Req, Resp>(
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    peer: PeerName,
+    handler: Handler<Req, Resp>,
+    config: RpcServerConfig,
+    stats: Arc<TransportStats>,
+) where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize + Send + 'static,
+{
+    let limit = LENGTH_PREFIX_BYTES + API_FRAME_MAX_BYTES;
+    let bytes =
+        match tokio::time::timeout(config.request_read_timeout, recv.read_to_end(limit)).await {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(quinn::ReadToEndError::TooLong)) => {
+                TransportStats::bump(&stats.frames_rejected);
+                let _ = recv.stop(STREAM_REFUSED.into());
+                let reason = format!("request exceeds {API_FRAME_MAX_BYTES} bytes");
+                return reply_reject(&mut send, &reason).await;
+            }
+            Ok(Err(err)) => {
+                tracing::debug!(%peer, error = %err, "API request stream failed");
+                return;
+            }
+            Err(_) => {
+                TransportStats::bump(&stats.frames_rejected);
+                let _ = recv.stop(STREAM_REFUSED.into());
+                let _ = send.reset(STREAM_REFUSED.into());
+                return;
+            }
+        };
+    let request = match decode_request::<Req>(&bytes) {
+        Ok(request) => request,
+        Err(err) => {
+            TransportStats::bump(&stats.frames_rejected);
+            tracing::debug!(%peer, error = %err, "API frame rejected");
+            return reply_reject(&mut send, &err.to_string()).await;
+        }
+    };
+    let response = match tokio::time::timeout(config.handler_timeout, handler(request, peer)).await
+    {
+        Ok(response) => response,
+        Err(_) => {
+            let reason = format!("handler took over {:?}", config.handler_timeout);
+            return reply_reject(&mut send, &reason).await;
+        }
+    };
+    TransportStats::bump(&stats.requests_served);
+    let frame = encode_response(response);
+    write_answer(&mut send, &frame).await;
+}
+
+/// Decodes a whole request frame.
+pub fn decode_request<Req: DeserializeOwned>(frame: &[u8]) -> Result<Req, WireError> {
+    match decode_frame(frame, API_FRAME_MAX_BYTES)? {
+        (FrameKind::Request, body) => decode_body::<Req, API_FRAME_MAX_BYTES>(body),
+        (got, _) => Err(WireError::UnexpectedKind { got }),
+    }
+}
+
+/// Decodes a whole answer frame: a response, or the reason of a reject.
+pub fn decode_answer<Resp: DeserializeOwned>(frame: &[u8]) -> Result<Resp, RpcError> {
+    match decode_frame(frame, API_FRAME_MAX_BYTES)? {
+        (FrameKind::Response, body) => Ok(decode_body::<Resp, API_FRAME_MAX_BYTES>(body)?),
+        (FrameKind::Reject, body) => Err(RpcError::Rejected(decode_body::<
+            String,
+            REJECT_REASON_MAX_BYTES,
+        >(body)?)),
+        (got, _) => Err(WireError::UnexpectedKind { got }.into()),
+    }
+}
+
+/// Encodes a reject frame with `reason`, cut to a bounded length.
+pub fn encode_reject(reason: &str) -> Vec<u8> {
+    let mut end = reason.len().min(REJECT_REASON_MAX_BYTES - 8);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    encode_frame(FrameKind::Reject, &reason[..end], API_FRAME_MAX_BYTES)
+        .expect("a short string always fits a frame")
+}
+
+fn encode_response<Resp: Serialize>(response: Resp) -> Vec<u8> {
+    encode_frame(FrameKind::Response, &response, API_FRAME_MAX_BYTES)
+        .unwrap_or_else(|err| encode_reject(&format!("response not sent: {err}")))
+}
+
+async fn reply_reject(send: &mut quinn::SendStream, reason: &str) {
+    write_answer(send, &encode_reject(reason)).await;
+}
+
+async fn write_answer(send: &mut quinn::SendStream, frame: &[u8]) {
+    if send.write_all(frame).await.is_ok() {
+        let _ = send.finish();
+    }
+}
+
+/// The calling side of RPC, implemented over QUIC ([`QuicRpcClient`]) and in memory
+/// ([`crate::gossip::mem::MemRpcClient`]).
+#[async_trait::async_trait]
+pub trait RpcClient: Send + Sync {
+    /// Sends one encoded request frame to `addr` (whose certificate must be named `server_name`,
+    /// or [`crate::tls::ANY_MEMBER`]) and returns the answer frame, within `timeout`.
+    async fn call_frame(
+        &self,
+        addr: SocketAddr,
+        server_name: &str,
+        request_frame: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, RpcError>;
+}
+
+/// Calls `addr` with `req` through any [`RpcClient`] and decodes the typed response.
+pub async fn call_with<C, Req, Resp>(
+    client: &C,
+    addr: SocketAddr,
+    server_name: &str,
+    req: &Req,
+    timeout: Duration,
+) -> Result<Resp, RpcError>
+where
+    C: RpcClient + ?Sized,
+    Req: Serialize,
+    Resp: DeserializeOwned,
+{
+    let frame = encode_frame(FrameKind::Request, req, API_FRAME_MAX_BYTES)?;
+    let answer = client.call_frame(addr, server_name, frame, timeout).await?;
+    decode_answer(&answer)
+}
+
+/// One call on a fresh connection from `endpoint` (the CLI's case). Agents use [`QuicRpcClient`].
+pub async fn call<Req: Serialize, Resp: DeserializeOwned>(
+    endpoint: &quinn::Endpoint,
+    addr: SocketAddr,
+    server_name: &str,
+    req: &Req,
+    timeout: Duration,
+) -> Result<Resp, RpcError> {
+    let client = QuicRpcClient::new(endpoint.clone(), Arc::new(TransportStats::default()));
+    call_with(&client, addr, server_name, req, timeout).await
+}
+
+/// An RPC client over a quinn endpoint that keeps one connection per (address, server name).
+pub struct QuicRpcClient {
+    endpoint: quinn::Endpoint,
+    connections: Mutex<HashMap<(SocketAddr, String), quinn::Connection>>,
+    stats: Arc<TransportStats>,
+}
+
+impl QuicRpcClient {
+    /// A client dialing from `endpoint` (which must have a default client configuration, as
+    /// [`crate::tls::bind_endpoint`] and [`crate::tls::client_endpoint`] set).
+    pub fn new(endpoint: quinn::Endpoint, stats: Arc<TransportStats>) -> Self {
+        QuicRpcClient {
+            endpoint,
+            connections: Mutex::new(HashMap::new()),
+            stats,
+        }
+    }
+
+    /// Calls `addr` with `req` and decodes the typed response.
+    pub async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        addr: SocketAddr,
+        server_name: &str,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, RpcError> {
+        call_with(self, addr, server_name, req, timeout).await
+    }
+
+    fn cached(&self, key: &(SocketAddr, String)) -> Option<quinn::Connection> {
+        let cache = self.connections.lock().expect("connection cache lock");
+        cache
+            .get(key)
+            .filter(|c| c.close_reason().is_none())
+            .cloned()
+    }
+
+    async fn connect(
+        &self,
+        addr: SocketAddr,
+        server_name: &str,
+    ) -> Result<quinn::Connection, RpcError> {
+        let key = (addr, server_name.to_string());
+        if let Some(conn) = self.cached(&key) {
+            return Ok(conn);
+        }
+        let connect_err = |reason: String| RpcError::Connect { addr, reason };
+        let conn = match self.endpoint.connect(addr, server_name) {
+            Ok(connecting) => connecting.await,
+            Err(err) => return Err(connect_err(err.to_string())),
+        };
+        let conn = conn.map_err(|err| {
+            TransportStats::bump(&self.stats.dials_failed);
+            connect_err(err.to_string())
+        })?;
+        let mut cache = self.connections.lock().expect("connection cache lock");
+        if cache.len() >= CLIENT_CONNECTIONS_MAX {
+            cache.retain(|_, c| c.close_reason().is_none());
+            if cache.len() >= CLIENT_CONNECTIONS_MAX {
+                cache.clear();
+            }
+        }
+        cache.insert(key, conn.clone());
+        Ok(conn)
+    }
+
+    async fn exchange(
+        &self,
+        (mut send, mut recv): (quinn::SendStream, quinn::RecvStream),
+        frame: &[u8],
+    ) -> Result<Vec<u8>, RpcError> {
+        let stream_err = |e: &dyn std::fmt::Display| RpcError::Stream(e.to_string());
+        send.write_all(frame).await.map_err(|e| stream_err(&e))?;
+        send.finish().map_err(|e| stream_err(&e))?;
+        match recv
+            .read_to_end(LENGTH_PREFIX_BYTES + API_FRAME_MAX_BYTES)
+            .await
+        {
+            Ok(answer) => Ok(answer),
+            Err(quinn::ReadToEndError::TooLong) => Err(WireError::TooLarge {
+                len: API_FRAME_MAX_BYTES + 1,
+                max: API_FRAME_MAX_BYTES,
+            }
+            .into()),
+            Err(err) => Err(stream_err(&err)),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl RpcClient for QuicRpcClient {
+    async fn call_frame(
+        &self,
+        addr: SocketAddr,
+        server_name: &str,
+        request_frame: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, RpcError> {
+        let attempt = async {
+            let conn = self.connect(addr, server_name).await?;
+            let streams = match conn.open_bi().await {
+                Ok(streams) => streams,
+                // A cached connection may have died since. The server has not seen the request
+                // when no stream could be opened, so one retry on a new connection is safe.
+                Err(_) => {
+                    self.connections
+                        .lock()
+                        .expect("connection cache lock")
+                        .remove(&(addr, server_name.to_string()));
+                    let conn = self.connect(addr, server_name).await?;
+                    conn.open_bi()
+                        .await
+                        .map_err(|e| RpcError::Stream(e.to_string()))?
+                }
+            };
+            self.exchange(streams, &request_frame).await
+        };
+        tokio::time::timeout(timeout, attempt)
+            .await
+            .map_err(|_| RpcError::Timeout(timeout))?
+    }
+}
