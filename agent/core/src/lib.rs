@@ -10,6 +10,7 @@
 pub mod constraint;
 pub mod hlc;
 pub mod resources;
+pub mod spec;
 pub mod store;
 
 pub use constraint::{Constraint, ConstraintOp};

@@ -1,0 +1,139 @@
+//! The rules for health checks, restarts, updates and live settings.
+
+use super::duration::format_duration_ms;
+use super::reader::join;
+use super::validate::{check_command, check_text, range_message, Report};
+use super::*;
+
+/// A duration within `min_ms..=DURATION_MS_MAX`.
+fn duration(r: &mut Report, path: &str, ms: u64, min_ms: u64) {
+    if ms < min_ms {
+        r.err(
+            path,
+            format!("must be at least {}", format_duration_ms(min_ms)),
+        );
+    } else if ms > DURATION_MS_MAX {
+        let (got, max) = (format_duration_ms(ms), format_duration_ms(DURATION_MS_MAX));
+        r.err(path, format!("{got} is longer than the limit of {max}"));
+    }
+}
+
+pub(crate) fn health(r: &mut Report, h: &HealthCheck) {
+    match &h.probe {
+        Probe::Exec { command } => check_command(r, "health.exec.command", command, true),
+        Probe::Tcp { port } => {
+            if *port == 0 {
+                r.err("health.tcp.port", range_message(1, 65535, 0));
+            }
+        }
+        Probe::Http { port, path } => {
+            if *port == 0 {
+                r.err("health.http.port", range_message(1, 65535, 0));
+            }
+            if !path.starts_with('/') || path.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                r.err(
+                    "health.http.path",
+                    format!("{path:?} is not a request path: start with '/', no spaces"),
+                );
+            }
+            check_text(r, "health.http.path", path, STRING_BYTES_MAX);
+        }
+    }
+    duration(r, "health.interval", h.interval_ms, 1);
+    duration(r, "health.timeout", h.timeout_ms, 1);
+    if h.timeout_ms > h.interval_ms {
+        let message = format!(
+            "{} is longer than the interval ({}): a probe must end before the next starts",
+            format_duration_ms(h.timeout_ms),
+            format_duration_ms(h.interval_ms)
+        );
+        r.err_related("health.timeout", &["health.interval"], message);
+    }
+    if !(1..=HEALTH_FAILURE_THRESHOLD_MAX).contains(&h.failure_threshold) {
+        let message = range_message(
+            1,
+            HEALTH_FAILURE_THRESHOLD_MAX.into(),
+            h.failure_threshold.into(),
+        );
+        r.err("health.failure_threshold", message);
+    }
+    duration(r, "health.start_grace", h.start_grace_ms, 0);
+}
+
+pub(crate) fn restart(r: &mut Report, p: &RestartPolicy) {
+    duration(r, "restart.backoff_initial", p.backoff_initial_ms, 1);
+    duration(r, "restart.backoff_max", p.backoff_max_ms, 1);
+    duration(r, "restart.backoff_reset", p.backoff_reset_ms, 1);
+    if p.backoff_initial_ms > p.backoff_max_ms {
+        let message = format!(
+            "{} is longer than backoff_max ({})",
+            format_duration_ms(p.backoff_initial_ms),
+            format_duration_ms(p.backoff_max_ms)
+        );
+        r.err_related("restart.backoff_initial", &["restart.backoff_max"], message);
+    }
+}
+
+pub(crate) fn update(r: &mut Report, u: &UpdateStrategy, exclusive: bool) {
+    for (name, value) in [
+        ("max_unavailable", u.max_unavailable),
+        ("max_surge", u.max_surge),
+    ] {
+        if value > REPLICAS_MAX {
+            r.err(
+                join("update", name),
+                range_message(0, REPLICAS_MAX.into(), value.into()),
+            );
+        }
+    }
+    if u.max_unavailable == 0 && u.max_surge == 0 {
+        let message =
+            "max_unavailable and max_surge are both 0: an update could never replace a replica";
+        r.err_related(
+            "update",
+            &["update.max_unavailable", "update.max_surge"],
+            message,
+        );
+    }
+    if exclusive && u.max_surge > 0 {
+        let message = "must be 0 for an exclusive workload: its replicas never run twice at once";
+        r.err_related("update.max_surge", &["placement.exclusive"], message);
+    }
+}
+
+/// Setting names become environment variables of the reload command (`SHOAL_SETTING_<NAME>`).
+pub(crate) fn settings(
+    r: &mut Report,
+    settings: &BTreeMap<String, String>,
+    reload: Option<&ReloadHook>,
+) {
+    if let Some(ReloadHook::Exec { command }) = reload {
+        check_command(r, "reload.command", command, true);
+    }
+    if settings.is_empty() {
+        return;
+    }
+    if settings.len() > SETTINGS_MAX {
+        r.err(
+            "settings",
+            format!("has {} settings; at most {SETTINGS_MAX}", settings.len()),
+        );
+        return;
+    }
+    if reload.is_none() {
+        let message = "live settings need a `reload` hook (a signal or a command) to apply them";
+        r.err_related("settings", &["reload"], message);
+    }
+    for (name, value) in settings {
+        let p = join("settings", name);
+        let mut bytes = name.bytes();
+        let ok = bytes.next().is_some_and(|b| b.is_ascii_lowercase())
+            && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            && name.len() <= 63;
+        if !ok {
+            let message = format!("{name:?} is not a valid setting name: use lowercase letters, digits and '_', starting with a letter");
+            r.err(&p, message);
+        }
+        check_text(r, &p, value, STRING_BYTES_MAX);
+    }
+}

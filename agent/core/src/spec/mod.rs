@@ -1,0 +1,305 @@
+//! Workload specs: what a user declares, parsed from TOML or JSON, validated, and typed.
+//!
+//! [`WorkloadSpec`] is always a validated value with every default filled in, quantities parsed
+//! into [`Resources`], constraints parsed into [`Constraint`]s and durations in milliseconds. Its
+//! serde form is the stored and wire form, not the user's file format: use
+//! [`WorkloadSpec::to_toml_string`] to show a spec to a person.
+//!
+//! Validation never stops at the first problem: [`SpecErrors`] lists every one, each with file,
+//! line, column and field path. No function here reads files; the CLI does that and hands the
+//! bytes to [`WorkloadSpec::from_bytes`].
+//!
+//! **Architecture Invariant:** no input, however malformed, makes these functions panic (the
+//! property tests in `tests/spec_fuzz.rs` feed them arbitrary bytes).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::constraint::Constraint;
+use crate::resources::Resources;
+
+mod check_policy;
+mod decode;
+mod doc;
+mod duration;
+mod error;
+mod json;
+mod limits;
+mod policy;
+mod reader;
+mod render;
+mod sections;
+mod validate;
+
+pub use duration::{format_duration_ms, parse_duration_ms};
+pub use error::{Location, SpecError, SpecErrors};
+pub use limits::*;
+
+/// A validated workload: what to run, how many, with what resources, where, and how to keep it
+/// healthy and update it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadSpec {
+    /// The workload's name, a DNS label (RFC 1123): unique in the cluster.
+    pub name: String,
+    /// How many replicas to run; 0 scales the workload to zero without deleting it.
+    pub replicas: u32,
+    /// The process or container each replica runs.
+    pub run: Run,
+    /// What each replica reserves on its node.
+    pub resources: Resources,
+    /// Where replicas may go.
+    pub placement: Placement,
+    /// How to tell a live replica from a stuck one; `None` means "running is healthy".
+    pub health: Option<HealthCheck>,
+    /// What to do when a replica exits.
+    pub restart: RestartPolicy,
+    /// How to replace replicas when the spec changes.
+    pub update: UpdateStrategy,
+    /// Settings the workload can apply without a restart, through the `reload` hook.
+    pub settings: BTreeMap<String, String>,
+    /// How to tell a running replica that its live settings changed.
+    pub reload: Option<ReloadHook>,
+}
+
+/// What a replica runs: exactly one of a host process or a container.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Run {
+    /// A process started directly on the host.
+    Process(ProcessSpec),
+    /// A container started through the container engine.
+    Container(ContainerSpec),
+}
+
+/// A host process.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessSpec {
+    /// Program and arguments; never empty. The program is looked up in `PATH`.
+    pub command: Vec<String>,
+    /// Environment variables added to the agent's minimal environment.
+    pub env: BTreeMap<String, String>,
+    /// Absolute working directory; `None` means the replica's own data directory.
+    pub working_dir: Option<String>,
+}
+
+/// A container.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerSpec {
+    /// Image reference, e.g. `nginx:1.27` or `registry.local:5000/team/api@sha256:...`.
+    pub image: String,
+    /// Overrides the image's command when not empty.
+    pub command: Vec<String>,
+    /// Environment variables.
+    pub env: BTreeMap<String, String>,
+    /// Ports published on the host.
+    pub ports: Vec<PortMapping>,
+}
+
+/// One published port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortMapping {
+    /// The port inside the container.
+    pub container: u16,
+    /// The host port; `None` lets the engine pick one.
+    pub host: Option<u16>,
+    /// Transport protocol.
+    pub protocol: Protocol,
+}
+
+/// Transport protocol of a port.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub enum Protocol {
+    /// TCP (the default).
+    #[default]
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+/// Placement rules.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// How replicas are spread apart.
+    pub spread: Spread,
+    /// Constraints on node labels; a node must satisfy all of them.
+    pub constraints: Vec<Constraint>,
+    /// Stateful replicas: each runs in at most one place at any time (stop before start).
+    pub exclusive: bool,
+    /// Higher places first and is never displaced by lower; `PRIORITY_MIN..=PRIORITY_MAX`.
+    pub priority: i32,
+}
+
+/// How replicas of one workload are spread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Spread {
+    /// At most one replica per node (the default).
+    #[default]
+    Node,
+    /// Distinct nodes, and as evenly as possible across zones.
+    Zone,
+}
+
+/// A health check: one probe plus its timing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthCheck {
+    /// What to probe.
+    pub probe: Probe,
+    /// Time between probes.
+    pub interval_ms: u64,
+    /// How long one probe may take before it counts as failed; at most `interval_ms`.
+    pub timeout_ms: u64,
+    /// Consecutive failures that make a replica unhealthy.
+    pub failure_threshold: u32,
+    /// Time after start during which failures do not count.
+    pub start_grace_ms: u64,
+}
+
+/// A health probe.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Probe {
+    /// Runs a command in the replica's context; exit status 0 is healthy.
+    Exec {
+        /// Program and arguments; never empty.
+        command: Vec<String>,
+    },
+    /// Opens a TCP connection; accepted is healthy.
+    Tcp {
+        /// The port to connect to (the container port for containers).
+        port: u16,
+    },
+    /// Sends an HTTP GET; a status in 200..=399 is healthy.
+    Http {
+        /// The port to connect to (the container port for containers).
+        port: u16,
+        /// The request path, starting with `/`.
+        path: String,
+    },
+}
+
+/// Restart behaviour with exponential backoff.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestartPolicy {
+    /// When to restart.
+    pub policy: RestartMode,
+    /// First delay before a restart; doubles on each consecutive failure.
+    pub backoff_initial_ms: u64,
+    /// The delay never exceeds this.
+    pub backoff_max_ms: u64,
+    /// A replica that stays up this long resets the delay to `backoff_initial_ms`.
+    pub backoff_reset_ms: u64,
+}
+
+impl Default for RestartPolicy {
+    fn default() -> Self {
+        RestartPolicy {
+            policy: RestartMode::Always,
+            backoff_initial_ms: 10_000,
+            backoff_max_ms: 300_000,
+            backoff_reset_ms: 600_000,
+        }
+    }
+}
+
+/// When a replica that exited is restarted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RestartMode {
+    /// Whatever the exit status (the default).
+    #[default]
+    Always,
+    /// Only after a non-zero exit or a failed health check.
+    OnFailure,
+    /// Never: the replica stays down (for jobs).
+    Never,
+}
+
+/// Rolling update bounds, in replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpdateStrategy {
+    /// Replicas that may be down at once during an update.
+    pub max_unavailable: u32,
+    /// Extra replicas that may run at once during an update; always 0 for exclusive workloads.
+    pub max_surge: u32,
+    /// Roll back to the previous spec when updated replicas fail their health checks.
+    pub auto_rollback: bool,
+}
+
+impl Default for UpdateStrategy {
+    fn default() -> Self {
+        UpdateStrategy {
+            max_unavailable: 1,
+            max_surge: 0,
+            auto_rollback: true,
+        }
+    }
+}
+
+/// How a running replica is told that its live settings changed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReloadHook {
+    /// Send this signal to the process (or the container's main process).
+    Signal(ReloadSignal),
+    /// Run this command in the replica's context, with the settings in its environment.
+    Exec {
+        /// Program and arguments; never empty.
+        command: Vec<String>,
+    },
+}
+
+/// Signals a reload hook may send. Termination signals are deliberately absent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReloadSignal {
+    /// SIGHUP, the conventional "reload your configuration".
+    Hup,
+    /// SIGUSR1.
+    Usr1,
+    /// SIGUSR2.
+    Usr2,
+}
+
+impl WorkloadSpec {
+    /// Parses and validates a TOML spec. `file_name` only labels the messages.
+    pub fn from_toml_str(text: &str, file_name: &str) -> Result<WorkloadSpec, SpecErrors> {
+        decode::from_text(text, file_name, doc::Format::Toml)
+    }
+
+    /// Parses and validates a JSON spec. `file_name` only labels the messages.
+    pub fn from_json_str(text: &str, file_name: &str) -> Result<WorkloadSpec, SpecErrors> {
+        decode::from_text(text, file_name, doc::Format::Json)
+    }
+
+    /// Parses and validates a spec from raw bytes: enforces [`SPEC_BYTES_MAX`] and UTF-8, then
+    /// picks the format from the file extension (`.json`, `.toml`), or from the content when the
+    /// name has neither (a document starting with `{` is JSON).
+    pub fn from_bytes(bytes: &[u8], file_name: &str) -> Result<WorkloadSpec, SpecErrors> {
+        decode::from_bytes(bytes, file_name)
+    }
+
+    /// Re-checks every rule on an already typed spec, e.g. one that arrived over the network.
+    /// Problems carry field paths but no file or location.
+    pub fn validate(&self) -> Result<(), SpecErrors> {
+        let mut report = validate::Report::default();
+        validate::check(self, &mut report);
+        report.into_result(())
+    }
+
+    /// The spec in the user's TOML format, canonical and complete (defaults written out).
+    /// Parsing it back gives an equal spec.
+    pub fn to_toml_string(&self) -> String {
+        render::to_toml_string(self)
+    }
+
+    /// The spec in the user's JSON format, as [`WorkloadSpec::to_toml_string`] does for TOML.
+    pub fn to_json_string(&self) -> String {
+        render::to_json_string(self)
+    }
+
+    /// True when `newer` differs from `self` only in `settings`: the change can be applied to
+    /// running replicas through the reload hook, without replacing them.
+    pub fn is_live_change(&self, newer: &WorkloadSpec) -> bool {
+        let mut same = newer.clone();
+        same.settings = self.settings.clone();
+        self.reload.is_some() && &same == self && self.settings != newer.settings
+    }
+}

@@ -1,0 +1,227 @@
+//! Writing a typed spec back in the user's format: complete (every default spelled out) and
+//! canonical, so that two equal specs render identically and parsing the text gives the spec back.
+
+use toml::{Table, Value};
+
+use super::duration::format_duration_ms;
+use super::*;
+use crate::resources::{format_cpu_millis, format_memory_bytes};
+
+/// Sections in the order a person reads them (the TOML writer alone would sort them).
+const ORDER: [&str; 11] = [
+    "name",
+    "replicas",
+    "process",
+    "container",
+    "resources",
+    "placement",
+    "health",
+    "restart",
+    "update",
+    "settings",
+    "reload",
+];
+
+pub(crate) fn to_toml_string(spec: &WorkloadSpec) -> String {
+    let table = to_table(spec);
+    let mut out = String::new();
+    for key in ORDER {
+        let Some(value) = table.get(key) else {
+            continue;
+        };
+        if value.is_table() {
+            out.push('\n');
+        }
+        let mut one = Table::new();
+        one.insert(key.to_string(), value.clone());
+        match toml::to_string(&one) {
+            Ok(text) => out.push_str(&text),
+            Err(e) => out.push_str(&format!("# cannot render `{key}`: {e}\n")),
+        }
+    }
+    debug_assert!(
+        table.keys().all(|k| ORDER.contains(&k.as_str())),
+        "a section is missing from ORDER"
+    );
+    out
+}
+
+pub(crate) fn to_json_string(spec: &WorkloadSpec) -> String {
+    serde_json::to_string_pretty(&to_table(spec))
+        .unwrap_or_else(|e| format!("\"cannot render this spec: {e}\""))
+}
+
+fn strings(items: &[String]) -> Value {
+    Value::Array(items.iter().cloned().map(Value::String).collect())
+}
+
+fn string_map(map: &BTreeMap<String, String>) -> Value {
+    Value::Table(
+        map.iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect(),
+    )
+}
+
+fn duration(ms: u64) -> Value {
+    Value::String(format_duration_ms(ms))
+}
+
+fn table<const N: usize>(entries: [(&str, Value); N]) -> Value {
+    Value::Table(
+        entries
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    )
+}
+
+fn to_table(spec: &WorkloadSpec) -> Table {
+    let mut t = Table::new();
+    t.insert("name".into(), Value::String(spec.name.clone()));
+    t.insert("replicas".into(), Value::Integer(spec.replicas.into()));
+    match &spec.run {
+        Run::Process(p) => {
+            let mut process = Table::new();
+            process.insert("command".into(), strings(&p.command));
+            if !p.env.is_empty() {
+                process.insert("env".into(), string_map(&p.env));
+            }
+            if let Some(dir) = &p.working_dir {
+                process.insert("working_dir".into(), Value::String(dir.clone()));
+            }
+            t.insert("process".into(), Value::Table(process));
+        }
+        Run::Container(c) => {
+            let mut container = Table::new();
+            container.insert("image".into(), Value::String(c.image.clone()));
+            if !c.command.is_empty() {
+                container.insert("command".into(), strings(&c.command));
+            }
+            if !c.env.is_empty() {
+                container.insert("env".into(), string_map(&c.env));
+            }
+            if !c.ports.is_empty() {
+                container.insert(
+                    "ports".into(),
+                    Value::Array(c.ports.iter().map(port).collect()),
+                );
+            }
+            t.insert("container".into(), Value::Table(container));
+        }
+    }
+    let resources = table([
+        (
+            "cpu",
+            Value::String(format_cpu_millis(spec.resources.cpu_millis)),
+        ),
+        (
+            "memory",
+            Value::String(format_memory_bytes(spec.resources.memory_bytes)),
+        ),
+    ]);
+    t.insert("resources".into(), resources);
+    let p = &spec.placement;
+    let spread = match p.spread {
+        Spread::Node => "node",
+        Spread::Zone => "zone",
+    };
+    let placement = table([
+        ("spread", Value::String(spread.into())),
+        (
+            "constraints",
+            Value::Array(
+                p.constraints
+                    .iter()
+                    .map(|c| Value::String(c.to_string()))
+                    .collect(),
+            ),
+        ),
+        ("exclusive", Value::Boolean(p.exclusive)),
+        ("priority", Value::Integer(p.priority.into())),
+    ]);
+    t.insert("placement".into(), placement);
+    if let Some(h) = &spec.health {
+        t.insert("health".into(), health(h));
+    }
+    t.insert("restart".into(), restart(&spec.restart));
+    let u = &spec.update;
+    let update = table([
+        ("max_unavailable", Value::Integer(u.max_unavailable.into())),
+        ("max_surge", Value::Integer(u.max_surge.into())),
+        ("auto_rollback", Value::Boolean(u.auto_rollback)),
+    ]);
+    t.insert("update".into(), update);
+    if !spec.settings.is_empty() {
+        t.insert("settings".into(), string_map(&spec.settings));
+    }
+    if let Some(hook) = &spec.reload {
+        let reload = match hook {
+            ReloadHook::Signal(s) => table([("signal", Value::String(signal_name(*s).into()))]),
+            ReloadHook::Exec { command } => table([("command", strings(command))]),
+        };
+        t.insert("reload".into(), reload);
+    }
+    t
+}
+
+fn port(p: &PortMapping) -> Value {
+    let mut t = Table::new();
+    t.insert("container".into(), Value::Integer(p.container.into()));
+    if let Some(host) = p.host {
+        t.insert("host".into(), Value::Integer(host.into()));
+    }
+    let protocol = match p.protocol {
+        Protocol::Tcp => "tcp",
+        Protocol::Udp => "udp",
+    };
+    t.insert("protocol".into(), Value::String(protocol.into()));
+    Value::Table(t)
+}
+
+fn health(h: &HealthCheck) -> Value {
+    let (kind, probe) = match &h.probe {
+        Probe::Exec { command } => ("exec", table([("command", strings(command))])),
+        Probe::Tcp { port } => ("tcp", table([("port", Value::Integer((*port).into()))])),
+        Probe::Http { port, path } => (
+            "http",
+            table([
+                ("port", Value::Integer((*port).into())),
+                ("path", Value::String(path.clone())),
+            ]),
+        ),
+    };
+    table([
+        (kind, probe),
+        ("interval", duration(h.interval_ms)),
+        ("timeout", duration(h.timeout_ms)),
+        (
+            "failure_threshold",
+            Value::Integer(h.failure_threshold.into()),
+        ),
+        ("start_grace", duration(h.start_grace_ms)),
+    ])
+}
+
+fn restart(r: &RestartPolicy) -> Value {
+    let policy = match r.policy {
+        RestartMode::Always => "always",
+        RestartMode::OnFailure => "on-failure",
+        RestartMode::Never => "never",
+    };
+    table([
+        ("policy", Value::String(policy.into())),
+        ("backoff_initial", duration(r.backoff_initial_ms)),
+        ("backoff_max", duration(r.backoff_max_ms)),
+        ("backoff_reset", duration(r.backoff_reset_ms)),
+    ])
+}
+
+/// The name the `signal` field takes.
+pub(crate) fn signal_name(s: ReloadSignal) -> &'static str {
+    match s {
+        ReloadSignal::Hup => "HUP",
+        ReloadSignal::Usr1 => "USR1",
+        ReloadSignal::Usr2 => "USR2",
+    }
+}

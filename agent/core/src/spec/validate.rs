@@ -1,0 +1,346 @@
+//! The rules a typed spec must satisfy: names, limits, uniqueness and cross-field consistency.
+//! The same rules run after decoding a file and when a typed spec arrives from elsewhere, so a
+//! spec that passed on one agent passes on every agent.
+
+use super::check_policy;
+use super::error::{SpecError, SpecErrors};
+use super::reader::{index, join, Ctx};
+use super::*;
+use crate::resources::{format_cpu_millis, format_memory_bytes};
+
+/// Problems found on a typed spec, by field path.
+#[derive(Default)]
+pub(crate) struct Report {
+    problems: Vec<Problem>,
+}
+
+struct Problem {
+    path: String,
+    /// Other fields the problem depends on: if one of them was already reported, stay quiet.
+    related: Vec<String>,
+    message: String,
+}
+
+impl Report {
+    pub(crate) fn err(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.err_related(path, &[], message);
+    }
+
+    pub(crate) fn err_related(
+        &mut self,
+        path: impl Into<String>,
+        related: &[&str],
+        message: impl Into<String>,
+    ) {
+        self.problems.push(Problem {
+            path: path.into(),
+            related: related.iter().map(|r| r.to_string()).collect(),
+            message: message.into(),
+        });
+    }
+
+    /// Without a source: paths only.
+    pub(crate) fn into_result<T>(self, ok: T) -> Result<T, SpecErrors> {
+        if self.problems.is_empty() {
+            return Ok(ok);
+        }
+        let errors = self.problems.into_iter().map(|p| SpecError {
+            file: String::new(),
+            location: None,
+            path: p.path,
+            message: p.message,
+        });
+        Err(SpecErrors::new(errors.collect()))
+    }
+
+    /// With a source: adds locations, and drops problems on fields already reported by decoding.
+    pub(crate) fn locate_into(self, ctx: &mut Ctx) {
+        for p in self.problems {
+            if ctx.is_broken(&p.path) || p.related.iter().any(|r| ctx.is_broken(r)) {
+                continue;
+            }
+            let at = ctx.locate(&p.path);
+            ctx.problem(at, &p.path, p.message);
+        }
+    }
+}
+
+/// The message for an integer outside its bounds.
+pub(crate) fn range_message(min: i128, max: i128, got: i128) -> String {
+    format!("must be between {min} and {max}, got {got}")
+}
+
+/// Checks every rule, reporting each violation.
+pub(crate) fn check(spec: &WorkloadSpec, r: &mut Report) {
+    if let Err(message) = check_name(&spec.name) {
+        r.err("name", message);
+    }
+    if spec.replicas > REPLICAS_MAX {
+        r.err(
+            "replicas",
+            range_message(0, REPLICAS_MAX.into(), spec.replicas.into()),
+        );
+    }
+    match &spec.run {
+        Run::Process(p) => {
+            check_command(r, "process.command", &p.command, true);
+            check_env(r, "process.env", &p.env);
+            if let Some(dir) = &p.working_dir {
+                if !dir.starts_with('/') {
+                    r.err(
+                        "process.working_dir",
+                        format!("{dir:?} is not an absolute path"),
+                    );
+                }
+                check_text(r, "process.working_dir", dir, STRING_BYTES_MAX);
+            }
+        }
+        Run::Container(c) => {
+            if let Err(message) = check_image(&c.image) {
+                r.err("container.image", message);
+            }
+            check_command(r, "container.command", &c.command, false);
+            check_env(r, "container.env", &c.env);
+            check_ports(r, &c.ports);
+        }
+    }
+    check_resources(r, &spec.resources);
+    let placement = &spec.placement;
+    if placement.constraints.len() > CONSTRAINTS_MAX {
+        let n = placement.constraints.len();
+        r.err(
+            "placement.constraints",
+            format!("has {n} constraints; at most {CONSTRAINTS_MAX}"),
+        );
+    }
+    if !(PRIORITY_MIN..=PRIORITY_MAX).contains(&placement.priority) {
+        let message = range_message(
+            PRIORITY_MIN.into(),
+            PRIORITY_MAX.into(),
+            placement.priority.into(),
+        );
+        r.err("placement.priority", message);
+    }
+    if let Some(health) = &spec.health {
+        check_policy::health(r, health);
+    }
+    check_policy::restart(r, &spec.restart);
+    check_policy::update(r, &spec.update, placement.exclusive);
+    check_policy::settings(r, &spec.settings, spec.reload.as_ref());
+}
+
+/// A DNS label (RFC 1123): what names a workload in commands, logs and, later, DNS.
+pub(crate) fn check_name(name: &str) -> Result<(), String> {
+    const HELP: &str =
+        "use lowercase letters, digits and '-', starting and ending with a letter or digit";
+    if name.is_empty() {
+        return Err("must not be empty".to_string());
+    }
+    if name.len() > NAME_LEN_MAX {
+        return Err(format!(
+            "is {} characters; a name is at most {NAME_LEN_MAX}",
+            name.len()
+        ));
+    }
+    let body_ok = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !body_ok || name.starts_with('-') || name.ends_with('-') {
+        return Err(format!(
+            "{name:?} is not a valid name: {HELP} (a DNS label)"
+        ));
+    }
+    Ok(())
+}
+
+/// A container image reference: `[host[:port]/]path[:tag][@digest]`, repository lowercase.
+fn check_image(image: &str) -> Result<(), String> {
+    if image.is_empty() {
+        return Err("must not be empty (e.g. \"nginx:1.27\")".to_string());
+    }
+    if image.len() > IMAGE_LEN_MAX {
+        return Err(format!(
+            "is {} characters; an image reference is at most {IMAGE_LEN_MAX}",
+            image.len()
+        ));
+    }
+    if image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{image:?} contains whitespace; an image reference has none"
+        ));
+    }
+    let name = image.split('@').next().unwrap_or(image);
+    let last_slash = name.rfind('/').map_or(0, |i| i + 1);
+    let repo = match name[last_slash..].rfind(':') {
+        Some(colon) => &name[..last_slash + colon],
+        None => name,
+    };
+    // The registry host (before the first '/', when it has a '.' or ':') may hold a port.
+    let path = match repo.split_once('/') {
+        Some((host, rest)) if host.contains(['.', ':']) || host == "localhost" => rest,
+        _ => repo,
+    };
+    let path_ok = !path.is_empty()
+        && path
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-/".contains(&b));
+    if !path_ok {
+        return Err(format!(
+            "{image:?} is not a valid image reference: repository names use lowercase letters, digits, '.', '_', '-' and '/'"
+        ));
+    }
+    Ok(())
+}
+
+/// No NUL (it would cut the string short at exec), and bounded.
+pub(crate) fn check_text(r: &mut Report, path: &str, text: &str, bytes_max: usize) {
+    if text.contains('\0') {
+        r.err(path, "contains a NUL character");
+    }
+    if text.len() > bytes_max {
+        r.err(
+            path,
+            format!("is {} bytes; at most {bytes_max}", text.len()),
+        );
+    }
+}
+
+pub(crate) fn check_command(r: &mut Report, path: &str, command: &[String], required: bool) {
+    if command.is_empty() {
+        if required {
+            r.err(
+                path,
+                "must not be empty: give the program and its arguments, e.g. [\"sleep\", \"3600\"]",
+            );
+        }
+        return;
+    }
+    if command.len() > COMMAND_ARGS_MAX {
+        r.err(
+            path,
+            format!(
+                "has {} arguments; at most {COMMAND_ARGS_MAX}",
+                command.len()
+            ),
+        );
+        return;
+    }
+    if command[0].trim().is_empty() {
+        r.err(index(path, 0), "the program name must not be empty");
+    }
+    for (i, arg) in command.iter().enumerate() {
+        check_text(r, &index(path, i), arg, STRING_BYTES_MAX);
+    }
+}
+
+/// Environment names as POSIX shells accept them.
+fn is_env_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && name.len() <= 256
+}
+
+fn check_env(r: &mut Report, path: &str, env: &BTreeMap<String, String>) {
+    if env.len() > ENV_VARS_MAX {
+        r.err(
+            path,
+            format!("has {} variables; at most {ENV_VARS_MAX}", env.len()),
+        );
+        return;
+    }
+    for (name, value) in env {
+        let p = join(path, name);
+        if !is_env_name(name) {
+            r.err(&p, format!("{name:?} is not a valid variable name: use letters, digits and '_', not starting with a digit"));
+        }
+        check_text(r, &p, value, ENV_VALUE_BYTES_MAX);
+    }
+}
+
+fn check_ports(r: &mut Report, ports: &[PortMapping]) {
+    if ports.len() > PORTS_MAX {
+        r.err(
+            "container.ports",
+            format!("has {} ports; at most {PORTS_MAX}", ports.len()),
+        );
+        return;
+    }
+    for (i, port) in ports.iter().enumerate() {
+        let p = index("container.ports", i);
+        let proto = match port.protocol {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        };
+        if port.container == 0 {
+            r.err(format!("{p}.container"), range_message(1, 65535, 0));
+        }
+        if port.host == Some(0) {
+            r.err(format!("{p}.host"), range_message(1, 65535, 0));
+        }
+        let earlier = &ports[..i];
+        if let Some(j) = earlier
+            .iter()
+            .position(|q| q.container == port.container && q.protocol == port.protocol)
+        {
+            let message = format!(
+                "container port {}/{proto} is already published by ports[{j}]",
+                port.container
+            );
+            r.err_related(
+                format!("{p}.container"),
+                &[&index("container.ports", j)],
+                message,
+            );
+        }
+        if let Some(host) = port.host {
+            if let Some(j) = earlier
+                .iter()
+                .position(|q| q.host == Some(host) && q.protocol == port.protocol)
+            {
+                let message = format!("host port {host}/{proto} is already used by ports[{j}]");
+                r.err_related(
+                    format!("{p}.host"),
+                    &[&index("container.ports", j)],
+                    message,
+                );
+            }
+        }
+    }
+}
+
+fn check_resources(r: &mut Report, res: &Resources) {
+    if res.cpu_millis == 0 {
+        r.err("resources.cpu", "must be more than 0 (e.g. \"100m\")");
+    } else if res.cpu_millis > CPU_MILLIS_MAX {
+        let (got, max) = (
+            format_cpu_millis(res.cpu_millis),
+            format_cpu_millis(CPU_MILLIS_MAX),
+        );
+        r.err(
+            "resources.cpu",
+            format!("{got} is more than the limit of {max} cores"),
+        );
+    }
+    let mut got = format_memory_bytes(res.memory_bytes);
+    if got.bytes().all(|b| b.is_ascii_digit()) {
+        got.push_str(" bytes");
+    }
+    let (min, max) = (
+        format_memory_bytes(MEMORY_BYTES_MIN),
+        format_memory_bytes(MEMORY_BYTES_MAX),
+    );
+    if res.memory_bytes < MEMORY_BYTES_MIN {
+        r.err(
+            "resources.memory",
+            format!("{got} is less than the minimum of {min}"),
+        );
+    } else if res.memory_bytes > MEMORY_BYTES_MAX {
+        r.err(
+            "resources.memory",
+            format!("{got} is more than the limit of {max}"),
+        );
+    }
+}
