@@ -4,6 +4,7 @@
 
 pub use shoal_core as core;
 
+pub mod gossip;
 pub mod pki;
 pub mod rpc;
 pub mod tls;

@@ -245,25 +245,39 @@ async fn serve_stream<Req, Resp>(
                 return;
             }
         };
-    let request = match decode_request::<Req>(&bytes) {
+    let frame = answer_frame(&handler, &bytes, peer, config.handler_timeout, &stats).await;
+    write_answer(&mut send, &frame).await;
+}
+
+/// Answers one request frame: the handler's response, or a reject when the frame is bad (counted
+/// in `frames_rejected`) or the handler overruns `handler_timeout`. Used by the QUIC server and
+/// by the in-memory network.
+pub async fn answer_frame<Req, Resp>(
+    handler: &Handler<Req, Resp>,
+    request_frame: &[u8],
+    peer: PeerName,
+    handler_timeout: Duration,
+    stats: &TransportStats,
+) -> Vec<u8>
+where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize + Send + 'static,
+{
+    let request = match decode_request::<Req>(request_frame) {
         Ok(request) => request,
         Err(err) => {
             TransportStats::bump(&stats.frames_rejected);
             tracing::debug!(%peer, error = %err, "API frame rejected");
-            return reply_reject(&mut send, &err.to_string()).await;
+            return encode_reject(&err.to_string());
         }
     };
-    let response = match tokio::time::timeout(config.handler_timeout, handler(request, peer)).await
-    {
-        Ok(response) => response,
-        Err(_) => {
-            let reason = format!("handler took over {:?}", config.handler_timeout);
-            return reply_reject(&mut send, &reason).await;
+    match tokio::time::timeout(handler_timeout, handler(request, peer)).await {
+        Ok(response) => {
+            TransportStats::bump(&stats.requests_served);
+            encode_response(response)
         }
-    };
-    TransportStats::bump(&stats.requests_served);
-    let frame = encode_response(response);
-    write_answer(&mut send, &frame).await;
+        Err(_) => encode_reject(&format!("handler took over {handler_timeout:?}")),
+    }
 }
 
 /// Decodes a whole request frame.

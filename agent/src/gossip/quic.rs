@@ -1,0 +1,466 @@
+//! chitchat's `Transport` over QUIC with mutual TLS.
+//!
+//! One quinn endpoint, bound on the gossip address, both accepts and dials, so the remote address
+//! of any connection is the peer's gossip address, which is where chitchat addresses its replies.
+//! - `send()` never waits on the network: it puts the message in a small bounded queue per peer
+//!   (dropped and counted when full, as UDP would) served by a writer task;
+//! - the writer task reuses the cached connection to its peer (dialed or accepted) or dials one
+//!   (with a timeout and exponential backoff), writes each message on a unidirectional stream and
+//!   finishes it; it exits after a quiet spell, so peers contacted once do not keep a task;
+//! - a reader task per connection reads each stream with a size bound and a timeout, and feeds
+//!   `recv()` through a bounded channel (chitchat cancels `recv()` on every tick, so it must only
+//!   ever wait on a channel).
+//!
+//! Frames larger than [`QuicGossipConfig::compress_min_bytes`] are zstd-compressed (the Syn digest
+//! grows with the node count and is not compressed by chitchat).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use chitchat::transport::{Socket, Transport};
+use chitchat::{ChitchatMessage, Deserializable, Serializable};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::canonical;
+use crate::pki::Identity;
+use crate::rpc::TransportStats;
+use crate::tls::{self, PeerName, QuicOptions, ALPN_GOSSIP, ANY_MEMBER};
+use crate::wire::{self, FrameKind, WireError, GOSSIP_FRAME_MAX_BYTES, LENGTH_PREFIX_BYTES};
+
+/// Bounds and timers of the QUIC gossip transport.
+#[derive(Debug, Clone)]
+pub struct QuicGossipConfig {
+    /// Messages queued per peer before new ones are dropped.
+    pub peer_queue_len: usize,
+    /// Most peers with a writer task at once; messages to further peers are dropped.
+    pub peers_max: usize,
+    /// Most connections (accepted and dialed) at once; further handshakes are refused.
+    pub connections_max: usize,
+    /// Messages received but not yet taken by chitchat before new ones are dropped.
+    pub inbound_queue_len: usize,
+    /// Longest wait for a connection to a peer.
+    pub dial_timeout: Duration,
+    /// First wait after a failed dial before dialing that peer again.
+    pub backoff_min: Duration,
+    /// Longest wait between dials to a failing peer.
+    pub backoff_max: Duration,
+    /// A writer task with nothing to send for this long exits.
+    pub writer_idle_exit: Duration,
+    /// Longest time to write, or to read, one message stream.
+    pub stream_timeout: Duration,
+    /// Frames at least this large are zstd-compressed (`None`: never).
+    pub compress_min_bytes: Option<usize>,
+    /// QUIC limits and timers.
+    pub quic: QuicOptions,
+}
+
+impl Default for QuicGossipConfig {
+    fn default() -> Self {
+        QuicGossipConfig {
+            peer_queue_len: 16,
+            peers_max: 4096,
+            connections_max: 4096,
+            inbound_queue_len: 1024,
+            dial_timeout: Duration::from_secs(2),
+            backoff_min: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(5),
+            writer_idle_exit: Duration::from_secs(30),
+            stream_timeout: Duration::from_secs(5),
+            compress_min_bytes: Some(1024),
+            quic: QuicOptions::gossip(),
+        }
+    }
+}
+
+/// A chitchat `Transport` over QUIC with mutual TLS. Keep a clone to read its counters and the
+/// authenticated names of connected peers.
+#[derive(Clone)]
+pub struct QuicTransport {
+    identity: Arc<Identity>,
+    config: QuicGossipConfig,
+    stats: Arc<TransportStats>,
+    peer_names: Arc<Mutex<HashMap<SocketAddr, PeerName>>>,
+}
+
+impl QuicTransport {
+    /// A transport presenting `identity`; nothing is bound until chitchat opens it.
+    pub fn new(identity: Identity, config: QuicGossipConfig) -> Self {
+        QuicTransport {
+            identity: Arc::new(identity),
+            config,
+            stats: Arc::new(TransportStats::default()),
+            peer_names: Arc::default(),
+        }
+    }
+
+    /// The transport's counters.
+    pub fn stats(&self) -> Arc<TransportStats> {
+        self.stats.clone()
+    }
+
+    /// Certificate names of the peers connected now, by gossip address: lets the agent check that
+    /// the node advertising an address holds the certificate of that node's name.
+    pub fn peer_names(&self) -> HashMap<SocketAddr, PeerName> {
+        self.peer_names.lock().expect("peer names lock").clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for QuicTransport {
+    async fn open(&self, listen_addr: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
+        let endpoint =
+            tls::bind_endpoint(listen_addr, &self.identity, ALPN_GOSSIP, &self.config.quic)
+                .with_context(|| format!("opening the gossip endpoint on {listen_addr}"))?;
+        let (inbound_tx, inbound_rx) = mpsc::channel(self.config.inbound_queue_len);
+        let shared = Arc::new(Shared {
+            endpoint,
+            config: self.config.clone(),
+            stats: self.stats.clone(),
+            connections: Mutex::default(),
+            peer_names: self.peer_names.clone(),
+            connection_slots: Arc::new(Semaphore::new(self.config.connections_max)),
+            inbound_tx,
+        });
+        let accept_task = tokio::spawn(accept_loop(shared.clone()));
+        Ok(Box::new(QuicSocket {
+            shared,
+            writers: HashMap::new(),
+            inbound_rx,
+            accept_task,
+        }))
+    }
+}
+
+/// State shared by the socket and its tasks.
+struct Shared {
+    endpoint: quinn::Endpoint,
+    config: QuicGossipConfig,
+    stats: Arc<TransportStats>,
+    /// The connection writers use per peer gossip address: the latest established either way.
+    connections: Mutex<HashMap<SocketAddr, quinn::Connection>>,
+    peer_names: Arc<Mutex<HashMap<SocketAddr, PeerName>>>,
+    connection_slots: Arc<Semaphore>,
+    inbound_tx: mpsc::Sender<(SocketAddr, ChitchatMessage)>,
+}
+
+struct QuicSocket {
+    shared: Arc<Shared>,
+    writers: HashMap<SocketAddr, mpsc::Sender<ChitchatMessage>>,
+    inbound_rx: mpsc::Receiver<(SocketAddr, ChitchatMessage)>,
+    accept_task: JoinHandle<()>,
+}
+
+impl Drop for QuicSocket {
+    fn drop(&mut self) {
+        self.accept_task.abort();
+        self.shared.endpoint.close(0u32.into(), b"gossip closed");
+    }
+}
+
+#[async_trait::async_trait]
+impl Socket for QuicSocket {
+    async fn send(&mut self, to: SocketAddr, msg: ChitchatMessage) -> anyhow::Result<()> {
+        let to = canonical(to);
+        let msg = match self.writers.get(&to) {
+            None => msg,
+            Some(tx) => match tx.try_send(msg) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    TransportStats::bump(&self.shared.stats.messages_dropped);
+                    return Ok(());
+                }
+                Err(mpsc::error::TrySendError::Closed(msg)) => {
+                    self.writers.remove(&to);
+                    msg
+                }
+            },
+        };
+        if self.writers.len() >= self.shared.config.peers_max {
+            self.writers.retain(|_, tx| !tx.is_closed());
+            if self.writers.len() >= self.shared.config.peers_max {
+                TransportStats::bump(&self.shared.stats.messages_dropped);
+                return Ok(());
+            }
+        }
+        let (tx, rx) = mpsc::channel(self.shared.config.peer_queue_len);
+        tx.try_send(msg).expect("a new channel has room");
+        tokio::spawn(run_writer(self.shared.clone(), to, rx));
+        self.writers.insert(to, tx);
+        Ok(())
+    }
+
+    async fn recv(&mut self) -> anyhow::Result<(SocketAddr, ChitchatMessage)> {
+        // Cancel-safe: only a channel receive is awaited.
+        self.inbound_rx
+            .recv()
+            .await
+            .context("gossip endpoint closed")
+    }
+}
+
+async fn accept_loop(shared: Arc<Shared>) {
+    while let Some(incoming) = shared.endpoint.accept().await {
+        let Ok(slot) = shared.connection_slots.clone().try_acquire_owned() else {
+            TransportStats::bump(&shared.stats.connections_refused);
+            incoming.refuse();
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let remote = incoming.remote_address();
+            match incoming.await {
+                Ok(conn) => run_reader(shared, conn, slot).await,
+                Err(err) => {
+                    TransportStats::bump(&shared.stats.handshakes_refused);
+                    tracing::debug!(%remote, error = %err, "gossip handshake refused");
+                }
+            }
+        });
+    }
+}
+
+/// Registers `conn` and reads its streams until it closes.
+async fn run_reader(
+    shared: Arc<Shared>,
+    conn: quinn::Connection,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+) {
+    let peer = canonical(conn.remote_address());
+    let Some(name) = tls::peer_name(&conn) else {
+        TransportStats::bump(&shared.stats.handshakes_refused);
+        conn.close(1u32.into(), b"certificate has no name");
+        return;
+    };
+    shared
+        .connections
+        .lock()
+        .expect("lock")
+        .insert(peer, conn.clone());
+    shared.peer_names.lock().expect("lock").insert(peer, name);
+    let limit = LENGTH_PREFIX_BYTES + GOSSIP_FRAME_MAX_BYTES;
+    while let Ok(mut stream) = conn.accept_uni().await {
+        let read = tokio::time::timeout(shared.config.stream_timeout, stream.read_to_end(limit));
+        let frame = match read.await {
+            Ok(Ok(frame)) => frame,
+            Ok(Err(_)) | Err(_) => {
+                TransportStats::bump(&shared.stats.frames_rejected);
+                let _ = stream.stop(1u32.into());
+                continue;
+            }
+        };
+        let stats = &shared.stats;
+        stats
+            .bytes_received
+            .fetch_add(frame.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        match decode_gossip(&frame) {
+            Ok(msg) => {
+                TransportStats::bump(&stats.messages_received);
+                if shared.inbound_tx.try_send((peer, msg)).is_err() {
+                    TransportStats::bump(&stats.messages_dropped);
+                }
+            }
+            Err(err) => {
+                TransportStats::bump(&stats.frames_rejected);
+                tracing::debug!(%peer, error = %err, "gossip frame rejected");
+            }
+        }
+    }
+    forget_connection(&shared, peer, &conn);
+}
+
+fn forget_connection(shared: &Shared, peer: SocketAddr, conn: &quinn::Connection) {
+    let mut connections = shared.connections.lock().expect("lock");
+    if connections.get(&peer).map(|c| c.stable_id()) == Some(conn.stable_id()) {
+        connections.remove(&peer);
+        shared.peer_names.lock().expect("lock").remove(&peer);
+    }
+}
+
+/// Sends queued messages to `peer` until the queue closes or stays empty for a while.
+async fn run_writer(
+    shared: Arc<Shared>,
+    peer: SocketAddr,
+    mut rx: mpsc::Receiver<ChitchatMessage>,
+) {
+    let config = &shared.config;
+    let mut backoff = Duration::ZERO;
+    let mut retry_at: Option<Instant> = None;
+    while let Ok(Some(msg)) = tokio::time::timeout(config.writer_idle_exit, rx.recv()).await {
+        if retry_at.is_some_and(|at| Instant::now() < at) {
+            TransportStats::bump(&shared.stats.messages_dropped);
+            continue;
+        }
+        let sent = match connection_to(&shared, peer).await {
+            Some(conn) => send_message(&shared, &conn, &msg).await,
+            None => false,
+        };
+        if sent {
+            backoff = Duration::ZERO;
+            retry_at = None;
+        } else {
+            TransportStats::bump(&shared.stats.messages_dropped);
+            backoff = (backoff * 2).clamp(config.backoff_min, config.backoff_max);
+            retry_at = Some(Instant::now() + backoff);
+        }
+    }
+}
+
+/// The cached connection to `peer`, or a new one. A new one also gets a reader: peers reply on
+/// the connection they were reached on.
+async fn connection_to(shared: &Arc<Shared>, peer: SocketAddr) -> Option<quinn::Connection> {
+    let cached = shared.connections.lock().expect("lock").get(&peer).cloned();
+    if let Some(conn) = cached.filter(|c| c.close_reason().is_none()) {
+        return Some(conn);
+    }
+    let Ok(slot) = shared.connection_slots.clone().try_acquire_owned() else {
+        return None;
+    };
+    let dial = async { shared.endpoint.connect(peer, ANY_MEMBER).ok()?.await.ok() };
+    match tokio::time::timeout(shared.config.dial_timeout, dial).await {
+        Ok(Some(conn)) => {
+            tokio::spawn(run_reader(shared.clone(), conn.clone(), slot));
+            Some(conn)
+        }
+        _ => {
+            TransportStats::bump(&shared.stats.dials_failed);
+            None
+        }
+    }
+}
+
+/// Writes `msg` on a new unidirectional stream of `conn`. False if it could not be handed to QUIC
+/// (the connection is then forgotten so the next message dials afresh).
+async fn send_message(shared: &Shared, conn: &quinn::Connection, msg: &ChitchatMessage) -> bool {
+    let frame = match encode_gossip(msg, shared.config.compress_min_bytes) {
+        Ok(frame) => frame,
+        Err(err) => {
+            tracing::warn!(error = %err, "gossip message not sent");
+            return false;
+        }
+    };
+    let write = async {
+        let mut stream = conn.open_uni().await.ok()?;
+        stream.write_all(&frame).await.ok()?;
+        stream.finish().ok()
+    };
+    match tokio::time::timeout(shared.config.stream_timeout, write).await {
+        Ok(Some(())) => {
+            TransportStats::bump(&shared.stats.messages_sent);
+            let stats = &shared.stats;
+            stats
+                .bytes_sent
+                .fetch_add(frame.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            true
+        }
+        _ => {
+            forget_connection(shared, canonical(conn.remote_address()), conn);
+            false
+        }
+    }
+}
+
+/// Encodes a chitchat message as a gossip frame, zstd-compressed from `compress_min_bytes` on.
+pub fn encode_gossip(
+    msg: &ChitchatMessage,
+    compress_min_bytes: Option<usize>,
+) -> Result<Vec<u8>, WireError> {
+    let raw = msg.serialize_to_vec();
+    if compress_min_bytes.is_some_and(|min| raw.len() >= min) {
+        if let Ok(packed) = zstd::bulk::compress(&raw, 1) {
+            if packed.len() < raw.len() {
+                return wire::encode_raw_frame(
+                    FrameKind::GossipZstd,
+                    &packed,
+                    GOSSIP_FRAME_MAX_BYTES,
+                );
+            }
+        }
+    }
+    wire::encode_raw_frame(FrameKind::Gossip, &raw, GOSSIP_FRAME_MAX_BYTES)
+}
+
+/// Decodes a gossip frame (prefix included) into a chitchat message.
+pub fn decode_gossip(frame: &[u8]) -> Result<ChitchatMessage, WireError> {
+    let (kind, body) = wire::decode_frame(frame, GOSSIP_FRAME_MAX_BYTES)?;
+    let unpacked;
+    let mut raw = match kind {
+        FrameKind::Gossip => body,
+        FrameKind::GossipZstd => {
+            unpacked = decompress_bounded(body)?;
+            &unpacked[..]
+        }
+        got => return Err(WireError::UnexpectedKind { got }),
+    };
+    let msg =
+        ChitchatMessage::deserialize(&mut raw).map_err(|e| WireError::Malformed(e.to_string()))?;
+    if !raw.is_empty() {
+        return Err(WireError::Trailing { extra: raw.len() });
+    }
+    Ok(msg)
+}
+
+/// Decompresses a zstd frame whose declared size is within the gossip frame limit.
+fn decompress_bounded(packed: &[u8]) -> Result<Vec<u8>, WireError> {
+    let declared = zstd::zstd_safe::get_frame_content_size(packed)
+        .ok()
+        .flatten()
+        .ok_or_else(|| WireError::Malformed("zstd frame without a content size".into()))?;
+    let max = GOSSIP_FRAME_MAX_BYTES;
+    let len = usize::try_from(declared)
+        .ok()
+        .filter(|len| *len <= max)
+        .ok_or(WireError::TooLarge {
+            len: usize::try_from(declared).unwrap_or(usize::MAX),
+            max,
+        })?;
+    let unpacked =
+        zstd::bulk::decompress(packed, len).map_err(|e| WireError::Malformed(e.to_string()))?;
+    if unpacked.len() != len {
+        return Err(WireError::Malformed("zstd content size mismatch".into()));
+    }
+    Ok(unpacked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn syn(cluster_id: &str) -> ChitchatMessage {
+        // A Syn with an empty digest, built through chitchat's own serialization.
+        let mut bytes = vec![];
+        45_139u16.serialize(&mut bytes); // chitchat's magic number
+        0u8.serialize(&mut bytes); // protocol version
+        0u8.serialize(&mut bytes); // Syn
+        0u16.serialize(&mut bytes); // no digest entries
+        cluster_id.to_string().serialize(&mut bytes);
+        ChitchatMessage::deserialize(&mut &bytes[..]).unwrap()
+    }
+
+    #[test]
+    fn gossip_frames_round_trip_compressed_or_not() {
+        for cluster in ["c", &"x".repeat(5000)] {
+            let msg = syn(cluster);
+            for compress in [None, Some(16)] {
+                let frame = encode_gossip(&msg, compress).unwrap();
+                assert_eq!(decode_gossip(&frame).unwrap(), msg);
+            }
+        }
+        let packed = encode_gossip(&syn(&"x".repeat(5000)), Some(16)).unwrap();
+        assert!(packed.len() < 200, "{}", packed.len());
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_gossip_bodies_never_panic(body in proptest::collection::vec(any::<u8>(), 0..1024), zstd in any::<bool>()) {
+            let kind = if zstd { FrameKind::GossipZstd } else { FrameKind::Gossip };
+            let frame = wire::encode_raw_frame(kind, &body, GOSSIP_FRAME_MAX_BYTES).unwrap();
+            let _ = decode_gossip(&frame);
+        }
+    }
+}
