@@ -7,5 +7,6 @@ pub use shoal_core as core;
 pub mod gossip;
 pub mod pki;
 pub mod rpc;
+pub mod store_db;
 pub mod tls;
 pub mod wire;

@@ -1,0 +1,77 @@
+//! The on-disk layout: two redb tables, the keys of the node facts, and bincode 2 values decoded
+//! with a size limit and checked for trailing bytes.
+//!
+//! ```text
+//! entries: workload name -> bincode(shoal_core::store::Entry)
+//! facts:   "schema" -> u32, "hlc_high_water" -> Hlc, "generation" -> u64, "peers" -> Vec<SocketAddr>
+//! ```
+
+use redb::TableDefinition;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::StoreDbError;
+
+/// Workload entries by name.
+pub(super) const ENTRIES: TableDefinition<&str, &[u8]> = TableDefinition::new("entries");
+/// Small facts about this node, by key.
+pub(super) const FACTS: TableDefinition<&str, &[u8]> = TableDefinition::new("facts");
+
+/// Fact: the layout version of this database.
+pub(super) const FACT_SCHEMA: &str = "schema";
+/// Fact: the HLC high-water mark.
+pub(super) const FACT_HLC: &str = "hlc_high_water";
+/// Fact: the last gossip generation handed out.
+pub(super) const FACT_GENERATION: &str = "generation";
+/// Fact: the last known peers.
+pub(super) const FACT_PEERS: &str = "peers";
+
+/// The layout this build writes and reads.
+pub(super) const SCHEMA: u32 = 1;
+
+/// Decode limit for one entry: the largest payload the store accepts plus room for the name,
+/// version and framing. [`super::DesiredStore`] refuses configs whose payload bound exceeds it.
+pub(super) const ENTRY_BYTES_MAX: usize = 1 << 20;
+/// Room an entry needs besides its payload (name, node id, numbers, tags), generously.
+pub(super) const ENTRY_OVERHEAD_BYTES: usize = 1024;
+/// Decode limit for a fact.
+pub(super) const FACT_BYTES_MAX: usize = 64 << 10;
+/// Most peers remembered (each at most ~20 bytes encoded: fits [`FACT_BYTES_MAX`]).
+pub const PEERS_MAX: usize = 1024;
+
+/// bincode 2 standard configuration, as everywhere on the wire and on disk.
+fn config() -> bincode::config::Configuration {
+    bincode::config::standard()
+}
+
+/// Encodes a value for storage. Encoding into memory cannot fail for the types stored here.
+pub(super) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    bincode::serde::encode_to_vec(value, config()).expect("in-memory bincode encoding")
+}
+
+/// Decodes a stored value of at most `LIMIT` bytes, which must be consumed whole. Any problem is
+/// a [`StoreDbError::Corrupt`] naming the table and key.
+pub(super) fn decode<T: DeserializeOwned, const LIMIT: usize>(
+    table: &'static str,
+    key: &str,
+    bytes: &[u8],
+) -> Result<T, StoreDbError> {
+    let corrupt = |detail: String| StoreDbError::Corrupt {
+        table,
+        key: key.to_owned(),
+        detail,
+    };
+    if bytes.len() > LIMIT {
+        return Err(corrupt(format!(
+            "{} bytes, over the limit of {LIMIT}",
+            bytes.len()
+        )));
+    }
+    let (value, used) =
+        bincode::serde::decode_from_slice::<T, _>(bytes, config().with_limit::<LIMIT>())
+            .map_err(|e| corrupt(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(corrupt(format!("{} trailing bytes", bytes.len() - used)));
+    }
+    Ok(value)
+}

@@ -1,0 +1,276 @@
+//! The desired-state store on disk: the core's [`Store`] kept in memory, mirrored in a redb
+//! database under the data dir, plus a few facts this node must remember across restarts (the
+//! clock's high-water mark, the gossip generation, the last known peers).
+//!
+//! Every change is durable before it is visible: the core prepares a [`Plan`], the plan is written
+//! in one redb transaction fsynced on commit, and only then does the in-memory store change. A
+//! failed write (full disk, I/O error) returns [`StoreDbError::Write`]; memory is unchanged, and
+//! the database (copy-on-write) keeps its last committed state. The next write reopens the
+//! database and reloads memory from it, so memory and disk agree again even if the failure hit
+//! after the data reached the disk.
+//!
+//! The calls block on fsync: the agent runs them on a blocking thread (`spawn_blocking`) or a task
+//! of their own, never on the async runtime's worker threads.
+//!
+//! **Architecture Invariant:** the in-memory store never holds a change the disk does not.
+
+mod codec;
+mod db;
+mod error;
+mod mem_disk;
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use shoal_core::hlc::Hlc;
+use shoal_core::store::{Digest, Entry, MergeOutcome, Plan, Store, StoreConfig};
+
+pub use codec::PEERS_MAX;
+use db::{Db, Location};
+pub use error::StoreDbError;
+pub use mem_disk::MemDisk;
+
+/// File name of the database inside the data dir.
+pub const DB_FILE: &str = "desired.redb";
+
+/// One page of entries from [`DesiredStore::entries_in_buckets`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Page {
+    /// Entries in name order.
+    pub entries: Vec<Entry>,
+    /// Where the next page starts (pass it as `after`), or `None` when this was the last.
+    pub next_after: Option<String>,
+}
+
+/// The durable desired-state store of one node. See the module doc.
+pub struct DesiredStore {
+    db: Db,
+    core: Store,
+}
+
+impl std::fmt::Debug for DesiredStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DesiredStore")
+            .field("entries", &self.core.len())
+            .finish()
+    }
+}
+
+impl DesiredStore {
+    /// Opens (creating if needed) the store in `dir` for node `node` and loads every entry.
+    pub fn open(dir: &Path, node: &str, config: StoreConfig) -> Result<Self, StoreDbError> {
+        Self::load(Location::File(dir.join(DB_FILE)), node, config)
+    }
+
+    /// Opens (creating if needed) a store on a simulated disk: for tests and the simulator.
+    pub fn open_in_memory(
+        disk: &MemDisk,
+        node: &str,
+        config: StoreConfig,
+    ) -> Result<Self, StoreDbError> {
+        Self::load(Location::Memory(disk.clone()), node, config)
+    }
+
+    fn load(location: Location, node: &str, config: StoreConfig) -> Result<Self, StoreDbError> {
+        assert!(
+            config.body_bytes_max + codec::ENTRY_OVERHEAD_BYTES <= codec::ENTRY_BYTES_MAX,
+            "payload bound {} too large for the on-disk entry limit",
+            config.body_bytes_max
+        );
+        let db = Db::open(location)?;
+        let core = Self::read_core(&db, node, config, Hlc::default())?;
+        Ok(DesiredStore { db, core })
+    }
+
+    /// The in-memory store rebuilt from the disk, its clock at least at `clock_floor`.
+    fn read_core(
+        db: &Db,
+        node: &str,
+        config: StoreConfig,
+        clock_floor: Hlc,
+    ) -> Result<Store, StoreDbError> {
+        let high_water: Hlc = db.fact(codec::FACT_HLC)?.unwrap_or_default();
+        let entries = db.read_entries(config.entries_max)?;
+        Ok(Store::restore(
+            node,
+            config,
+            high_water.max(clock_floor),
+            entries,
+        )?)
+    }
+
+    /// After a failed write: reopens the database and reloads memory from it.
+    fn recover(&mut self) -> Result<(), StoreDbError> {
+        if !self.db.needs_reopen() {
+            return Ok(());
+        }
+        let as_write_err = |e: StoreDbError| match e {
+            StoreDbError::Open { source, .. } | StoreDbError::Read(source) => {
+                StoreDbError::Write(source)
+            }
+            other => other,
+        };
+        self.db.reopen().map_err(as_write_err)?;
+        let (node, config, floor) = (
+            self.core.node().to_owned(),
+            self.core.config().clone(),
+            self.core.clock().last(),
+        );
+        self.core = Self::read_core(&self.db, &node, config, floor).map_err(as_write_err)?;
+        Ok(())
+    }
+
+    /// Writes a plan durably, then applies it in memory.
+    fn persist_and_commit(&mut self, plan: Plan) -> Result<Vec<String>, StoreDbError> {
+        if !plan.is_noop() {
+            self.db.write_plan(&plan)?;
+        }
+        Ok(self.core.commit(plan))
+    }
+
+    /// Writes `body` under `name`; durable when it returns. Returns the new entry.
+    pub fn apply(&mut self, name: &str, body: Vec<u8>, now_ms: u64) -> Result<Entry, StoreDbError> {
+        self.recover()?;
+        let plan = self.core.prepare_local(name, body, now_ms)?;
+        let entry = plan.puts()[0].clone();
+        self.persist_and_commit(plan)?;
+        Ok(entry)
+    }
+
+    /// Deletes the live entry `name` (writes a tombstone); durable when it returns.
+    pub fn delete(&mut self, name: &str, now_ms: u64) -> Result<Entry, StoreDbError> {
+        self.recover()?;
+        let plan = self.core.prepare_delete(name, now_ms)?;
+        let entry = plan.puts()[0].clone();
+        self.persist_and_commit(plan)?;
+        Ok(entry)
+    }
+
+    /// Merges entries received from a peer; what changed is durable when it returns. Entries the
+    /// store refuses are listed in the outcome, not errors: one bad entry does not fail a batch.
+    pub fn merge_remote(
+        &mut self,
+        entries: Vec<Entry>,
+        now_ms: u64,
+    ) -> Result<MergeOutcome, StoreDbError> {
+        self.recover()?;
+        let plan = self.core.prepare_merge(entries, now_ms);
+        let rejected = plan.rejected().to_vec();
+        let changed = self.persist_and_commit(plan)?;
+        Ok(MergeOutcome { changed, rejected })
+    }
+
+    /// Purges tombstones past the grace period; durable when it returns. Returns the purged names.
+    pub fn gc(&mut self, now_ms: u64) -> Result<Vec<String>, StoreDbError> {
+        self.recover()?;
+        let plan = self.core.prepare_gc(now_ms);
+        self.persist_and_commit(plan)
+    }
+
+    /// The entry by this name, live or tombstone.
+    pub fn get(&self, name: &str) -> Option<&Entry> {
+        self.core.get(name)
+    }
+
+    /// Every live entry, by name.
+    pub fn list_live(&self) -> impl Iterator<Item = &Entry> {
+        self.core.live()
+    }
+
+    /// The anti-entropy digest.
+    pub fn digest(&self) -> Digest {
+        self.core.digest()
+    }
+
+    /// One page of the entries in `buckets` whose name sorts after `after`, about `bytes_max`
+    /// bytes encoded at most (but at least one entry, so that paging always makes progress).
+    pub fn entries_in_buckets(
+        &self,
+        buckets: &[u16],
+        after: Option<&str>,
+        bytes_max: usize,
+    ) -> Page {
+        let mut page = Page::default();
+        let mut bytes = 0;
+        let wanted = self.core.entries_in_buckets(buckets);
+        for entry in wanted.filter(|e| after.is_none_or(|a| e.name.as_str() > a)) {
+            let size = entry.name.len() + entry.version.node.len() + entry.body.len_bytes() + 32;
+            if !page.entries.is_empty() && bytes + size > bytes_max {
+                page.next_after = page.entries.last().map(|e| e.name.clone());
+                break;
+            }
+            bytes += size;
+            page.entries.push(entry.clone());
+        }
+        page
+    }
+
+    /// The in-memory store, for reads the methods above do not cover.
+    pub fn core(&self) -> &Store {
+        &self.core
+    }
+
+    /// The next gossip generation: larger than every one handed out before from this data dir,
+    /// and at least `now_ms`, so that it still grows if the data dir is lost (given a sane
+    /// clock). Durable when it returns.
+    pub fn generation_next(&mut self, now_ms: u64) -> Result<u64, StoreDbError> {
+        self.recover()?;
+        let last: u64 = self.db.fact(codec::FACT_GENERATION)?.unwrap_or(0);
+        let next = last.saturating_add(1).max(now_ms);
+        self.db.put_fact(codec::FACT_GENERATION, &next)?;
+        Ok(next)
+    }
+
+    /// The peers saved last by [`DesiredStore::peers_save`] (empty if none).
+    pub fn peers_load(&self) -> Result<Vec<SocketAddr>, StoreDbError> {
+        let peers: Vec<SocketAddr> = self.db.fact(codec::FACT_PEERS)?.unwrap_or_default();
+        if peers.len() > PEERS_MAX {
+            return Err(StoreDbError::TooManyPeers { len: peers.len() });
+        }
+        Ok(peers)
+    }
+
+    /// Remembers the live peers, to rejoin through them after a restart. Durable when it returns.
+    pub fn peers_save(&mut self, peers: &[SocketAddr]) -> Result<(), StoreDbError> {
+        if peers.len() > PEERS_MAX {
+            return Err(StoreDbError::TooManyPeers { len: peers.len() });
+        }
+        self.recover()?;
+        self.db.put_fact(codec::FACT_PEERS, &peers)
+    }
+
+    /// Checks the in-memory store's invariants, that the disk holds exactly the same entries, and
+    /// that the persisted clock high-water mark covers every stored version. Panics on a broken
+    /// invariant. Reads the whole table: for tests and the simulator.
+    pub fn check_invariants(&self) {
+        self.core.check_invariants();
+        if self.db.needs_reopen() {
+            return; // after a failed write, the next write reloads memory from the disk
+        }
+        let on_disk = self
+            .db
+            .read_entries(usize::MAX - 1)
+            .expect("read the entries back");
+        let in_memory: Vec<&Entry> = self.core.iter().collect();
+        assert_eq!(
+            on_disk.iter().collect::<Vec<_>>(),
+            in_memory,
+            "disk and memory disagree"
+        );
+        let high_water: Hlc = self
+            .db
+            .fact(codec::FACT_HLC)
+            .expect("read the hlc")
+            .unwrap_or_default();
+        let max = self
+            .core
+            .iter()
+            .map(|e| e.version.hlc)
+            .max()
+            .unwrap_or_default();
+        assert!(
+            high_water >= max,
+            "persisted hlc {high_water} below stored version {max}"
+        );
+    }
+}
