@@ -1,0 +1,64 @@
+//! The command line. One file per command group; each defines its clap `Args` and a `run`
+//! returning the exit code.
+//!
+//! To add a command: create `cli/<group>.rs` with `#[derive(clap::Args)] pub struct Args` and
+//! `pub fn run(args: Args) -> anyhow::Result<ExitCode>`, declare the module below, add a variant
+//! to [`Command`] (its doc comment is the help line) and a match arm in [`run`].
+//!
+//! Exit codes: 0 success, 1 the command ran and found a problem (an invalid spec, an unreachable
+//! agent), 2 usage errors (clap's own code for unknown flags and missing arguments).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod validate;
+
+/// The command ran and found a problem, or failed.
+pub const EXIT_FAILURE: u8 = 1;
+
+/// Shoal: a container orchestrator with no center. Every host runs `shoal agent`; the same binary
+/// is the command line.
+#[derive(Debug, Parser)]
+#[command(name = "shoal", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check workload spec files and print every problem found.
+    Validate(validate::Args),
+}
+
+/// Parses the command line (printing help or a usage error and exiting 2 as clap does), runs the
+/// command, and turns its outcome into the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Validate(args) => validate::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}
