@@ -257,3 +257,34 @@ fn a_garbage_database_file_is_an_error_not_a_panic() {
         "the message names the file: {err}"
     );
 }
+
+#[test]
+fn a_node_out_of_sync_longer_than_the_grace_period_discards_its_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig {
+        tombstone_grace_ms: 1_000,
+        ..StoreConfig::default()
+    };
+    let mut store = DesiredStore::open(dir.path(), "n1", config.clone()).unwrap();
+    assert!(
+        !store.is_stale(0).unwrap(),
+        "an empty new store is not stale"
+    );
+    let web = store.apply("web", b"v1".to_vec(), 5_000).unwrap();
+    assert!(store.is_stale(5_000).unwrap(), "entries but never in sync");
+    store.mark_synced(5_000).unwrap();
+    assert!(!store.is_stale(6_000).unwrap());
+    drop(store);
+
+    let mut store = DesiredStore::open(dir.path(), "n1", config.clone()).unwrap();
+    assert_eq!(store.synced_at_ms().unwrap(), Some(5_000));
+    assert!(store.is_stale(6_001).unwrap());
+    assert_eq!(store.discard_all().unwrap(), 1);
+    assert!(store.core().is_empty());
+    store.check_invariants();
+    drop(store);
+    let mut store = DesiredStore::open(dir.path(), "n1", config).unwrap();
+    assert!(store.core().is_empty(), "the discard is durable");
+    let next = store.apply("web", b"v2".to_vec(), 10).unwrap();
+    assert!(next.version > web.version, "the clock survived the discard");
+}

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! entries: workload name -> bincode(shoal_core::store::Entry)
-//! facts:   "schema" -> u32, "hlc_high_water" -> Hlc, "generation" -> u64, "peers" -> Vec<SocketAddr>
+//! facts:   "schema" -> u32, "hlc_high_water" -> Hlc, "generation" -> u64,
+//!          "peers" -> Vec<SocketAddr>, "synced_at_ms" -> u64
 //! ```
 
 use redb::TableDefinition;
@@ -25,6 +26,8 @@ pub(super) const FACT_HLC: &str = "hlc_high_water";
 pub(super) const FACT_GENERATION: &str = "generation";
 /// Fact: the last known peers.
 pub(super) const FACT_PEERS: &str = "peers";
+/// Fact: when this node last knew itself in sync with the mesh.
+pub(super) const FACT_SYNCED_AT: &str = "synced_at_ms";
 
 /// The layout this build writes and reads.
 pub(super) const SCHEMA: u32 = 1;

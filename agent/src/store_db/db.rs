@@ -180,6 +180,15 @@ impl Db {
         })
     }
 
+    /// Removes every entry in one transaction, fsynced before returning.
+    pub(super) fn clear_entries(&mut self) -> Result<(), StoreDbError> {
+        self.write(|txn| {
+            txn.delete_table(ENTRIES)?;
+            txn.open_table(ENTRIES)?;
+            Ok(())
+        })
+    }
+
     /// Runs `fill` in a durable write transaction and commits it. On any failure the transaction
     /// is rolled back and the handle dropped, so that the next write reopens the database.
     fn write(

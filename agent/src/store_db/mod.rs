@@ -239,6 +239,42 @@ impl DesiredStore {
         self.db.put_fact(codec::FACT_PEERS, &peers)
     }
 
+    /// When this node last recorded itself in sync with the mesh ([`DesiredStore::mark_synced`]).
+    pub fn synced_at_ms(&self) -> Result<Option<u64>, StoreDbError> {
+        self.db.fact(codec::FACT_SYNCED_AT)
+    }
+
+    /// Records that this node is in sync with the mesh at `now_ms` (say, after an anti-entropy
+    /// round that found nothing to pull; once a minute is plenty). Durable when it returns.
+    pub fn mark_synced(&mut self, now_ms: u64) -> Result<(), StoreDbError> {
+        self.recover()?;
+        self.db.put_fact(codec::FACT_SYNCED_AT, &now_ms)
+    }
+
+    /// True when this node has been out of sync longer than the tombstone grace period at
+    /// `now_ms`: its peers may have purged tombstones for entries it still holds, and merging its
+    /// entries back would resurrect deleted workloads. The agent then calls
+    /// [`DesiredStore::discard_all`] before its first anti-entropy round. A store that never
+    /// recorded a sync is stale only if it holds entries.
+    pub fn is_stale(&self, now_ms: u64) -> Result<bool, StoreDbError> {
+        let grace_ms = self.core.config().tombstone_grace_ms;
+        Ok(match self.synced_at_ms()? {
+            Some(at) => now_ms.saturating_sub(at) > grace_ms,
+            None => !self.core.is_empty(),
+        })
+    }
+
+    /// Drops every entry, durably, to resynchronize from peers; keeps the facts (the clock's
+    /// high-water mark included). Returns how many entries were dropped.
+    pub fn discard_all(&mut self) -> Result<usize, StoreDbError> {
+        self.recover()?;
+        self.db.clear_entries()?;
+        let dropped = self.core.len();
+        let (node, config) = (self.core.node().to_owned(), self.core.config().clone());
+        self.core = Store::restore(node, config, self.core.clock().last(), [])?;
+        Ok(dropped)
+    }
+
     /// Checks the in-memory store's invariants, that the disk holds exactly the same entries, and
     /// that the persisted clock high-water mark covers every stored version. Panics on a broken
     /// invariant. Reads the whole table: for tests and the simulator.

@@ -17,7 +17,8 @@ pub enum Body {
     /// The workload was deleted. Kept for the tombstone grace period so that the deletion reaches
     /// every node before the tombstone is purged.
     Tombstone {
-        /// Physical time (ms since the Unix epoch) at the deleting node when it deleted.
+        /// When the deletion happened (ms since the Unix epoch): the HLC wall time of the delete,
+        /// so never earlier than a write it overrides. The grace period counts from here.
         deleted_at_ms: u64,
     },
 }
