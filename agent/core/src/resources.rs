@@ -130,7 +130,7 @@ pub fn parse_memory_bytes(text: &str) -> Result<u64, QuantityError> {
 
 /// Formats millicores the way operators write them: "250m", "2".
 pub fn format_cpu_millis(millis: u64) -> String {
-    if millis % 1000 == 0 {
+    if millis.is_multiple_of(1000) {
         format!("{}", millis / 1000)
     } else {
         format!("{millis}m")
@@ -140,7 +140,7 @@ pub fn format_cpu_millis(millis: u64) -> String {
 /// Formats bytes with the largest binary unit that divides them exactly: "64Mi", "1Gi", "1000".
 pub fn format_memory_bytes(bytes: u64) -> String {
     for (suffix, shift) in [("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
-        if bytes != 0 && bytes % (1u64 << shift) == 0 {
+        if bytes != 0 && bytes.is_multiple_of(1u64 << shift) {
             return format!("{}{suffix}", bytes >> shift);
         }
     }
