@@ -16,7 +16,8 @@ use shoal::gossip::chitchat_config;
 use shoal::gossip::mem::MemNetwork;
 use shoal::gossip::quic::{QuicGossipConfig, QuicTransport};
 use shoal::rpc::{self, Handler, RpcError};
-use shoal::tls::{PeerName, ANY_MEMBER};
+use shoal::tls::{self, PeerName, QuicOptions, ALPN_GOSSIP, ANY_MEMBER};
+use shoal::wire::{self, FrameKind, GOSSIP_FRAME_MAX_BYTES};
 use tokio::time::Instant;
 use transport_support::TestPki;
 
@@ -141,6 +142,41 @@ async fn five_nodes_converge_over_quic_and_strangers_stay_out() {
         assert!(guard.node_states().keys().all(|id| &*id.node_id != "n9"));
     }
     assert_eq!(live_names(&rogue).await, names("n", 9..10));
+    eprintln!(
+        "quic: n0 refused {} handshakes; the rogue counted {} failed dials",
+        stats.snapshot().handshakes_refused,
+        rogue_transport.stats().snapshot().dials_failed
+    );
+
+    // A member sending garbage, an oversized stream and a frame of the wrong kind.
+    let member = pki.identity("n7");
+    let options = QuicOptions::gossip();
+    let client = tls::client_endpoint(addrs[0], &member, ALPN_GOSSIP, &options).unwrap();
+    let conn = client.connect(addrs[0], "n0").unwrap().await.unwrap();
+    let request = wire::encode_frame(FrameKind::Request, &1u32, 1024).unwrap();
+    let junk: Vec<u8> = (0..3000u32).map(|i| (i * 7919 % 251) as u8).collect();
+    let oversized = vec![0u8; GOSSIP_FRAME_MAX_BYTES + 4096];
+    for bytes in [&junk[..], &request[..], &oversized[..]] {
+        let mut stream = conn.open_uni().await.unwrap();
+        let _ = stream.write_all(bytes).await;
+        let _ = stream.finish();
+    }
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.send_to(&junk[..1200], addrs[0]).unwrap();
+    let stats = transports[0].stats();
+    wait_until(Duration::from_secs(5), "garbage counted", || {
+        let rejected = stats.snapshot().frames_rejected;
+        async move { rejected >= 3 }
+    })
+    .await;
+    nodes[0]
+        .with_chitchat(|c| c.self_node_state().set("still", "here"))
+        .await;
+    wait_until(Duration::from_secs(5), "n0 still gossips", || {
+        key_everywhere(&nodes, "n0", "still", "here")
+    })
+    .await;
+
     let sent: u64 = transports
         .iter()
         .map(|t| t.stats().snapshot().bytes_sent)
@@ -244,13 +280,17 @@ async fn measure_failure_detection_over_quic() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
+    let mut config = QuicGossipConfig::default();
+    if std::env::var("SHOAL_MEASURE_COMPRESS").as_deref() == Ok("0") {
+        config.compress_min_bytes = None;
+    }
     let pki = TestPki::new("gossip-measure");
     let addrs = free_addrs(n);
     let mut nodes = Vec::new();
     let mut transports = Vec::new();
     for (i, addr) in addrs.iter().enumerate() {
         let name = format!("n{i}");
-        let transport = QuicTransport::new(pki.identity(&name), QuicGossipConfig::default());
+        let transport = QuicTransport::new(pki.identity(&name), config.clone());
         nodes.push(start(&name, *addr, &addrs[..1], &transport).await);
         transports.push(transport);
     }

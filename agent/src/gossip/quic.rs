@@ -290,17 +290,32 @@ async fn run_writer(
     let config = &shared.config;
     let mut backoff = Duration::ZERO;
     let mut retry_at: Option<Instant> = None;
+    let mut last: Option<quinn::Connection> = None;
     while let Ok(Some(msg)) = tokio::time::timeout(config.writer_idle_exit, rx.recv()).await {
+        // A dial succeeds before the server has checked our certificate: a peer that refuses us
+        // closes the connection right after. Back off instead of re-dialing on every message.
+        if last.as_ref().is_some_and(refused_us) {
+            last = None;
+            TransportStats::bump(&shared.stats.dials_failed);
+            backoff = (backoff * 2).clamp(config.backoff_min, config.backoff_max);
+            retry_at = Some(Instant::now() + backoff);
+        }
         if retry_at.is_some_and(|at| Instant::now() < at) {
             TransportStats::bump(&shared.stats.messages_dropped);
             continue;
         }
-        let sent = match connection_to(&shared, peer).await {
-            Some(conn) => send_message(&shared, &conn, &msg).await,
+        let conn = connection_to(&shared, peer).await;
+        let sent = match &conn {
+            Some(conn) => send_message(&shared, conn, &msg).await,
             None => false,
         };
         if sent {
-            backoff = Duration::ZERO;
+            // Healthy once a second message goes out on a connection that was not refused.
+            let stable_id = |c: &quinn::Connection| c.stable_id();
+            if last.as_ref().map(stable_id) == conn.as_ref().map(stable_id) {
+                backoff = Duration::ZERO;
+            }
+            last = conn;
             retry_at = None;
         } else {
             TransportStats::bump(&shared.stats.messages_dropped);
@@ -308,6 +323,17 @@ async fn run_writer(
             retry_at = Some(Instant::now() + backoff);
         }
     }
+}
+
+/// Whether the peer closed `conn` at the transport level (a refused certificate, a protocol
+/// error), as opposed to an idle timeout, a reset after a restart or an orderly close.
+fn refused_us(conn: &quinn::Connection) -> bool {
+    matches!(
+        conn.close_reason(),
+        Some(
+            quinn::ConnectionError::ConnectionClosed(_) | quinn::ConnectionError::TransportError(_)
+        )
+    )
 }
 
 /// The cached connection to `peer`, or a new one. A new one also gets a reader: peers reply on
