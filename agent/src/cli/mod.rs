@@ -12,7 +12,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod agent;
+mod connect;
+mod nodes;
+mod pki;
 mod validate;
+mod workloads;
 
 /// The command ran and found a problem, or failed.
 pub const EXIT_FAILURE: u8 = 1;
@@ -30,6 +35,20 @@ pub struct Cli {
 enum Command {
     /// Check workload spec files and print every problem found.
     Validate(validate::Args),
+    /// Run the agent on this host (joins the mesh, serves the API).
+    Agent(agent::Args),
+    /// Manage the cluster CA and certificates.
+    Pki(pki::Args),
+    /// Store workload specs in the mesh (acknowledged once durable on two agents).
+    Apply(workloads::ApplyArgs),
+    /// List workloads.
+    Get(workloads::GetArgs),
+    /// Delete a workload everywhere.
+    Delete(workloads::NameArgs),
+    /// Show where a workload's replicas are.
+    Status(workloads::NameArgs),
+    /// List the nodes of the mesh.
+    Nodes(nodes::Args),
 }
 
 /// Parses the command line (printing help or a usage error and exiting 2 as clap does), runs the
@@ -48,6 +67,13 @@ pub fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Validate(args) => validate::run(args),
+        Command::Agent(args) => agent::run(args),
+        Command::Pki(args) => pki::run(args),
+        Command::Apply(args) => workloads::apply(args),
+        Command::Get(args) => workloads::get(args),
+        Command::Delete(args) => workloads::delete(args),
+        Command::Status(args) => workloads::status(args),
+        Command::Nodes(args) => nodes::run(args),
     }
 }
 

@@ -1,0 +1,161 @@
+//! `shoal agent`: the long-running agent on every host.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use shoal::gossip::GossipTuning;
+use shoal::mesh::run::{run_agent, AgentOptions};
+use shoal_core::resources::{parse_cpu_millis, parse_memory_bytes};
+
+/// Arguments of `shoal agent`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    shoal agent --name n1 --gossip 10.0.0.1:7000 --api 10.0.0.1:7001 --data-dir /var/lib/shoal --pki /etc/shoal/pki\n  \
+    shoal agent --name n2 --gossip 10.0.0.2:7000 --api 10.0.0.2:7001 --data-dir /var/lib/shoal --pki /etc/shoal/pki --seed 10.0.0.1:7000 --zone eu-1b --label disk=ssd")]
+pub struct Args {
+    /// This node's id; the certificate in --pki must carry this name.
+    #[arg(long)]
+    name: String,
+    /// Gossip address, bound and advertised to peers (QUIC, UDP).
+    #[arg(long, value_name = "IP:PORT")]
+    gossip: SocketAddr,
+    /// API address for the CLI and for peers (QUIC, UDP).
+    #[arg(long, value_name = "IP:PORT")]
+    api: SocketAddr,
+    /// Where the desired-state store and node facts live.
+    #[arg(long, value_name = "DIR")]
+    data_dir: PathBuf,
+    /// PKI directory: ca.crt and NAME.crt/NAME.key, or ca.key to issue them at start.
+    #[arg(long, value_name = "DIR")]
+    pki: PathBuf,
+    /// A live member's gossip address to join through (repeatable). A restarted agent also
+    /// rejoins through the peers it last knew.
+    #[arg(long = "seed", value_name = "IP:PORT")]
+    seeds: Vec<SocketAddr>,
+    /// Declared CPU capacity (default: this machine's CPUs).
+    #[arg(long)]
+    cpu: Option<String>,
+    /// Declared memory capacity (default: this machine's memory).
+    #[arg(long)]
+    memory: Option<String>,
+    /// Failure domain.
+    #[arg(long, default_value = "default")]
+    zone: String,
+    /// A node label for placement constraints, `key=value` (repeatable).
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    labels: Vec<String>,
+    /// Which runtime runs instances (used once the host agent lands).
+    #[arg(long, value_enum, default_value = "process")]
+    runtime: Runtime,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+/// Instance runtimes.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Runtime {
+    /// Supervised host processes.
+    Process,
+    /// Docker containers.
+    Docker,
+}
+
+/// Log formats.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+fn machine_memory_bytes() -> anyhow::Result<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
+    for line in meminfo.lines() {
+        if let Some(rest) = line.strip_prefix("MemTotal:") {
+            let kib: u64 = rest.trim().trim_end_matches("kB").trim().parse()?;
+            return Ok(kib * 1024);
+        }
+    }
+    bail!("/proc/meminfo has no MemTotal: pass --memory")
+}
+
+fn options(args: &Args) -> anyhow::Result<AgentOptions> {
+    let cpu_millis = match &args.cpu {
+        Some(text) => parse_cpu_millis(text).map_err(|e| anyhow::anyhow!("--cpu: {e}"))?,
+        None => std::thread::available_parallelism()
+            .map(|n| n.get() as u64 * 1000)
+            .unwrap_or(1000),
+    };
+    let memory_bytes = match &args.memory {
+        Some(text) => parse_memory_bytes(text).map_err(|e| anyhow::anyhow!("--memory: {e}"))?,
+        None => machine_memory_bytes()?,
+    };
+    if cpu_millis == 0 || memory_bytes == 0 {
+        bail!("--cpu and --memory must be above zero");
+    }
+    let mut labels = BTreeMap::new();
+    for label in &args.labels {
+        let Some((k, v)) = label.split_once('=') else {
+            bail!("--label {label:?}: expected KEY=VALUE, e.g. --label disk=ssd");
+        };
+        labels.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    shoal::pki::validate_name(&args.name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+    Ok(AgentOptions {
+        name: args.name.clone(),
+        gossip_addr: args.gossip,
+        api_addr: args.api,
+        data_dir: args.data_dir.clone(),
+        pki_dir: args.pki.clone(),
+        seeds: args.seeds.clone(),
+        cpu_millis,
+        memory_bytes,
+        zone: args.zone.clone(),
+        labels,
+        tuning: GossipTuning::default(),
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupt received"),
+    }
+}
+
+/// Runs the agent until SIGTERM or Ctrl-C.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    init_logging(args.log_format);
+    let opts = options(&args)?;
+    if matches!(args.runtime, Runtime::Docker) {
+        tracing::warn!(
+            "--runtime docker is accepted; instances are not run until the host agent lands"
+        );
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(run_agent(opts, shutdown_signal()))?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,111 @@
+//! How the CLI reaches an agent: `--agent ADDR` (or `SHOAL_AGENT`) over QUIC with mutual TLS,
+//! presenting a client certificate from `--pki DIR` (or `SHOAL_PKI`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use shoal::mesh::api::{Request, Response};
+use shoal::pki::{self, Identity, CA_KEY_FILE};
+use shoal::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
+
+/// Default agent API address.
+pub const AGENT_DEFAULT: &str = "127.0.0.1:7001";
+/// Name of the client certificate the CLI issues itself when the PKI dir holds the CA key.
+pub const CLIENT_NAME_DEFAULT: &str = "shoal-cli";
+
+/// Connection flags shared by every command that talks to an agent.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClientOpts {
+    /// The agent's API address.
+    #[arg(long, env = "SHOAL_AGENT", default_value = AGENT_DEFAULT, global = true)]
+    pub agent: SocketAddr,
+    /// Directory with the cluster CA certificate and a client certificate (or the CA key).
+    #[arg(long, env = "SHOAL_PKI", default_value = "./pki", global = true)]
+    pub pki: PathBuf,
+    /// Which client certificate in --pki to present (NAME.crt / NAME.key).
+    #[arg(long, env = "SHOAL_CLIENT_NAME", global = true)]
+    pub client_name: Option<String>,
+    /// How long to wait for the agent.
+    #[arg(long, default_value = "10s", value_parser = parse_timeout, global = true)]
+    pub timeout: Duration,
+}
+
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    shoal_core::spec::parse_duration_ms(text)
+        .map(Duration::from_millis)
+        .map_err(|e| e.to_string())
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// Human-readable tables.
+    #[default]
+    Table,
+    /// Stable JSON (fields documented in docs/cli.md).
+    Json,
+}
+
+/// Picks the client identity: the named one; else `shoal-cli` (issued on the spot when the dir
+/// holds the CA key); else the only client certificate in the dir.
+fn client_identity(dir: &Path, name: Option<&str>) -> anyhow::Result<Identity> {
+    if let Some(name) = name {
+        return Ok(pki::load_identity(dir, name)?);
+    }
+    if dir.join(CA_KEY_FILE).exists() || dir.join(format!("{CLIENT_NAME_DEFAULT}.crt")).exists() {
+        return Ok(pki::load_identity(dir, CLIENT_NAME_DEFAULT)?);
+    }
+    let mut found = Vec::new();
+    let entries = std::fs::read_dir(dir)
+        .with_context(|| format!("reading --pki {} (set --pki or SHOAL_PKI)", dir.display()))?;
+    for entry in entries.flatten() {
+        let file = entry.file_name().to_string_lossy().to_string();
+        if let Some(stem) = file.strip_suffix(".crt") {
+            if stem != "ca" && dir.join(format!("{stem}.key")).exists() {
+                found.push(stem.to_string());
+            }
+        }
+    }
+    match found.as_slice() {
+        [one] => Ok(pki::load_identity(dir, one)?),
+        [] => bail!(
+            "no client certificate in {}: run `shoal pki issue --dir DIR --name NAME` and copy \
+             NAME.crt, NAME.key and ca.crt there",
+            dir.display()
+        ),
+        many => bail!(
+            "several certificates in {} ({}): choose one with --client-name",
+            dir.display(),
+            many.join(", ")
+        ),
+    }
+}
+
+/// Sends one request and returns the answer; an API error becomes an `Err` with its message.
+pub fn call(opts: &ClientOpts, req: Request) -> anyhow::Result<Response> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(call_async(opts, req))
+}
+
+async fn call_async(opts: &ClientOpts, req: Request) -> anyhow::Result<Response> {
+    let identity = client_identity(&opts.pki, opts.client_name.as_deref())?;
+    let endpoint = tls::client_endpoint(opts.agent, &identity, ALPN_API, &QuicOptions::api())?;
+    let answer: Response = shoal::rpc::call(&endpoint, opts.agent, ANY_MEMBER, &req, opts.timeout)
+        .await
+        .with_context(|| {
+            format!(
+                "no answer from the agent at {} (is it running? set --agent or SHOAL_AGENT)",
+                opts.agent
+            )
+        })?;
+    endpoint.close(0u32.into(), b"done");
+    match answer {
+        Response::Error(e) => Err(anyhow::anyhow!("{}", e.message)),
+        other => Ok(other),
+    }
+}

@@ -1,0 +1,202 @@
+//! The API spoken over QUIC between the CLI and agents, and between agents for store sync.
+//!
+//! Frames are the versioned bincode envelope of [`crate::wire`]; these enums are its payload.
+//! Output types double as the stable `-o json` shapes documented in docs/cli.md.
+
+use serde::{Deserialize, Serialize};
+use shoal_core::spec::WorkloadSpec;
+use shoal_core::store::Entry;
+
+/// Most specs in one `apply`.
+pub const APPLY_SPECS_MAX: usize = 256;
+/// Most entries in one replicate or sync answer page.
+pub const ENTRIES_PER_MESSAGE_MAX: usize = 4096;
+
+/// A call to an agent.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Request {
+    /// Store these specs; answered once each is durable on at least two agents (while two live).
+    Apply {
+        /// The specs, validated again on arrival.
+        specs: Vec<WorkloadSpec>,
+    },
+    /// List workloads (all, or the one named).
+    Get {
+        /// Only this workload.
+        name: Option<String>,
+    },
+    /// Delete a workload (a tombstone, replicated like an apply).
+    Delete {
+        /// The workload.
+        name: String,
+    },
+    /// The membership as this agent sees it.
+    Nodes,
+    /// Where a workload's replicas are.
+    Status {
+        /// The workload.
+        name: String,
+    },
+    /// Agent to agent: persist these entries, answer when durable.
+    Replicate {
+        /// Entries to merge.
+        entries: Vec<Entry>,
+    },
+    /// Agent to agent: send me the full store digest.
+    Digest,
+    /// Agent to agent: send me your entries in these buckets, after this name (paging).
+    Pull {
+        /// Digest buckets that differ.
+        buckets: Vec<u16>,
+        /// Resume after this name.
+        after: Option<String>,
+    },
+}
+
+/// An agent's answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Response {
+    /// Specs stored.
+    Applied(Vec<Applied>),
+    /// Workloads.
+    Workloads(Vec<WorkloadView>),
+    /// Deleted.
+    Deleted(Applied),
+    /// Membership.
+    Nodes(Vec<NodeView>),
+    /// One workload's replicas.
+    Status(StatusView),
+    /// Entries persisted by the callee.
+    Replicated {
+        /// How many entries changed the callee's store.
+        changed: usize,
+    },
+    /// The callee's full digest, encoded by `shoal_core::store::Digest::encode`.
+    Digest(Vec<u8>),
+    /// A page of entries.
+    Entries {
+        /// Entries in the asked buckets.
+        entries: Vec<Entry>,
+        /// Where the next page starts, if any.
+        next_after: Option<String>,
+    },
+    /// The request failed.
+    Error(ApiError),
+}
+
+/// A failure, with a kind the CLI maps to a message and exit code.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiError {
+    /// What kind of failure.
+    pub kind: ErrorKind,
+    /// For humans: what was wrong and what to do.
+    pub message: String,
+}
+
+/// Kinds of API failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorKind {
+    /// The request itself was wrong (invalid spec, unknown name).
+    Invalid,
+    /// No such workload.
+    NotFound,
+    /// Stored here but not yet durable on a second agent.
+    NotDurable,
+    /// The local store failed (e.g. disk full); nothing was acknowledged.
+    Storage,
+    /// Anything else.
+    Internal,
+}
+
+impl ApiError {
+    /// An error of `kind` with `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ApiError {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// One stored change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Applied {
+    /// The workload.
+    pub name: String,
+    /// Its version (HLC `wall.logical@node`).
+    pub version: String,
+    /// Agents known to hold it durably, this one first.
+    pub durable_on: Vec<String>,
+    /// False when the spec equals the stored one (nothing written).
+    pub changed: bool,
+}
+
+/// A workload as `get` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadView {
+    /// The workload.
+    pub name: String,
+    /// Desired replicas.
+    pub replicas: u32,
+    /// The spec version.
+    pub version: String,
+    /// The whole spec.
+    pub spec: WorkloadSpec,
+}
+
+/// A node as `nodes` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeView {
+    /// Node id.
+    pub name: String,
+    /// Whether the failure detector holds it live.
+    pub alive: bool,
+    /// Its zone.
+    pub zone: String,
+    /// Declared CPU.
+    pub cpu_millis: u64,
+    /// Declared memory.
+    pub memory_bytes: u64,
+    /// Draining.
+    pub draining: bool,
+    /// Gossip address.
+    pub gossip_addr: String,
+    /// API address, when its record is known.
+    pub api_addr: Option<String>,
+    /// Agent version, when known.
+    pub agent_version: Option<String>,
+}
+
+/// Where a workload's replicas are.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusView {
+    /// The workload.
+    pub name: String,
+    /// Desired replicas.
+    pub desired: u32,
+    /// Spec version.
+    pub version: String,
+    /// One per replica.
+    pub instances: Vec<InstanceView>,
+}
+
+/// One replica's assignment (phase and health arrive with the host agent).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceView {
+    /// Replica index.
+    pub replica: u32,
+    /// Assigned node, or `None` when unschedulable.
+    pub node: Option<String>,
+    /// `assigned` or `unschedulable` until the host agent reports phases.
+    pub phase: String,
+    /// Unknown until the host agent reports health.
+    pub healthy: Option<bool>,
+    /// Why it has no node.
+    pub reason: Option<String>,
+}

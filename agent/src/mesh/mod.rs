@@ -1,0 +1,9 @@
+//! The mesh: node records in gossip, the API, anti-entropy of the desired-state store, and the
+//! agent process that wires them over QUIC.
+
+pub mod api;
+pub mod node;
+pub mod record;
+pub mod run;
+pub mod sync;
+pub mod view;

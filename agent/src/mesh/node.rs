@@ -1,0 +1,348 @@
+//! `MeshNode`: one agent's mesh state (gossip handle, desired-state store, RPC client) and the
+//! API handlers. Transport-agnostic: the QUIC wiring is in [`super::run`], and the simulator
+//! can build the same node over the in-memory network.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chitchat::ChitchatHandle;
+use shoal_core::placement::{self, model::ReplicaId};
+use shoal_core::store::Entry;
+
+use super::api::{
+    ApiError, Applied, ErrorKind, InstanceView, Request, Response, StatusView, WorkloadView,
+    APPLY_SPECS_MAX, ENTRIES_PER_MESSAGE_MAX,
+};
+use super::view::{self, Member};
+use crate::rpc::{self, RpcClient};
+use crate::store_db::DesiredStore;
+use crate::tls::PeerName;
+
+/// Longest wait for a peer to confirm it holds an applied entry.
+pub const REPLICATE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Peers asked at once to hold a new entry (the first confirmation acknowledges the apply).
+pub const REPLICATE_FANOUT: usize = 3;
+/// Bytes per page of a sync answer.
+pub const PULL_PAGE_BYTES: usize = 1 << 20;
+
+/// A wall clock in milliseconds since the Unix epoch; injected so the simulator controls it.
+pub type WallClock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// The real wall clock.
+pub fn system_clock() -> WallClock {
+    Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    })
+}
+
+/// One agent's mesh state. Cheap to share: wrap in an `Arc`.
+pub struct MeshNode {
+    /// This node's id.
+    pub name: String,
+    pub(crate) store: Arc<Mutex<DesiredStore>>,
+    pub(crate) gossip: ChitchatHandle,
+    pub(crate) rpc: Arc<dyn RpcClient>,
+    pub(crate) clock: WallClock,
+}
+
+impl MeshNode {
+    /// A node over an open store, a running chitchat and an RPC client.
+    pub fn new(
+        name: String,
+        store: DesiredStore,
+        gossip: ChitchatHandle,
+        rpc: Arc<dyn RpcClient>,
+        clock: WallClock,
+    ) -> Self {
+        MeshNode {
+            name,
+            store: Arc::new(Mutex::new(store)),
+            gossip,
+            rpc,
+            clock,
+        }
+    }
+
+    /// The gossip handle.
+    pub fn gossip(&self) -> &ChitchatHandle {
+        &self.gossip
+    }
+
+    /// Runs `f` on the store on a blocking thread (every write fsyncs).
+    pub(crate) async fn with_store<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut DesiredStore) -> T + Send + 'static,
+    ) -> T {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(&mut store.lock().expect("store lock")))
+            .await
+            .expect("store task panicked")
+    }
+
+    /// The current membership.
+    pub async fn members(&self) -> Vec<Member> {
+        let chitchat = self.gossip.chitchat();
+        let guard = chitchat.lock().await;
+        view::members(&guard)
+    }
+
+    /// Answers one API request from `peer`.
+    pub async fn handle_request(self: Arc<Self>, req: Request, peer: PeerName) -> Response {
+        tracing::debug!(%peer, kind = request_kind(&req), "API request");
+        let result = match req {
+            Request::Apply { specs } => self.handle_apply(specs).await,
+            Request::Delete { name } => self.handle_delete(name).await,
+            Request::Get { name } => self.handle_get(name).await,
+            Request::Nodes => Ok(Response::Nodes(view::node_views(&self.members().await))),
+            Request::Status { name } => self.handle_status(name).await,
+            Request::Replicate { entries } => self.handle_replicate(entries).await,
+            Request::Digest => {
+                let digest = self.with_store(|s| s.digest().encode()).await;
+                Ok(Response::Digest(digest))
+            }
+            Request::Pull { buckets, after } => {
+                let page = self
+                    .with_store(move |s| {
+                        s.entries_in_buckets(&buckets, after.as_deref(), PULL_PAGE_BYTES)
+                    })
+                    .await;
+                Ok(Response::Entries {
+                    entries: page.entries,
+                    next_after: page.next_after,
+                })
+            }
+        };
+        result.unwrap_or_else(Response::Error)
+    }
+
+    async fn handle_apply(
+        self: Arc<Self>,
+        specs: Vec<shoal_core::spec::WorkloadSpec>,
+    ) -> Result<Response, ApiError> {
+        if specs.is_empty() || specs.len() > APPLY_SPECS_MAX {
+            let msg = format!(
+                "apply takes 1 to {APPLY_SPECS_MAX} specs, got {}",
+                specs.len()
+            );
+            return Err(ApiError::new(ErrorKind::Invalid, msg));
+        }
+        let mut problems = Vec::new();
+        for spec in &specs {
+            if let Err(e) = spec.validate() {
+                problems.push(e.to_string());
+            }
+        }
+        if !problems.is_empty() {
+            return Err(ApiError::new(ErrorKind::Invalid, problems.join("\n")));
+        }
+        let mut results = Vec::new();
+        for spec in specs {
+            let body = view::encode_spec(&spec);
+            let now = (self.clock)();
+            let name = spec.name.clone();
+            let outcome = self
+                .with_store(move |s| {
+                    if let Some(e) = s.get(&name) {
+                        if e.body.live() == Some(body.as_slice()) {
+                            return Ok((e.clone(), false));
+                        }
+                    }
+                    s.apply(&name, body, now).map(|e| (e, true))
+                })
+                .await;
+            let (entry, changed) = outcome.map_err(storage_error)?;
+            results.push(self.clone().replicate(entry, changed).await?);
+        }
+        Ok(Response::Applied(results))
+    }
+
+    async fn handle_delete(self: Arc<Self>, name: String) -> Result<Response, ApiError> {
+        let now = (self.clock)();
+        let key = name.clone();
+        let entry = self
+            .with_store(move |s| match s.get(&key) {
+                Some(e) if !e.is_tombstone() => s.delete(&key, now).map(Some),
+                _ => Ok(None),
+            })
+            .await
+            .map_err(storage_error)?;
+        let Some(entry) = entry else {
+            return Err(ApiError::new(
+                ErrorKind::NotFound,
+                format!("no workload named {name:?}"),
+            ));
+        };
+        Ok(Response::Deleted(self.replicate(entry, true).await?))
+    }
+
+    /// Sends `entry` to up to [`REPLICATE_FANOUT`] live peers and returns once one confirms it is
+    /// durable there (or at once when this node is alone). Slower confirmations finish in the
+    /// background; anti-entropy covers peers that missed it.
+    async fn replicate(self: Arc<Self>, entry: Entry, changed: bool) -> Result<Applied, ApiError> {
+        let members = self.members().await;
+        let mut peers = view::live_peer_apis(&members, &self.name);
+        // Spread the load: rotate the sorted peer list by the entry's name.
+        if !peers.is_empty() {
+            let shift = xxhash_rust::xxh3::xxh3_64(entry.name.as_bytes()) as usize % peers.len();
+            peers.rotate_left(shift);
+        }
+        peers.truncate(REPLICATE_FANOUT);
+        let mut applied = Applied {
+            name: entry.name.clone(),
+            version: entry.version.to_string(),
+            durable_on: vec![self.name.clone()],
+            changed,
+        };
+        if peers.is_empty() {
+            return Ok(applied);
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::channel(peers.len());
+        for (peer, addr) in peers {
+            let (rpc, tx, entry) = (self.rpc.clone(), tx.clone(), entry.clone());
+            tokio::spawn(async move {
+                let req = Request::Replicate {
+                    entries: vec![entry],
+                };
+                let answer: Result<Response, _> =
+                    rpc::call_with(rpc.as_ref(), addr, &peer, &req, REPLICATE_TIMEOUT).await;
+                let ok = matches!(answer, Ok(Response::Replicated { .. }));
+                if !ok {
+                    tracing::debug!(%peer, ?answer, "replicate failed");
+                }
+                let _ = tx.send((peer, ok)).await;
+            });
+        }
+        drop(tx);
+        while let Some((peer, ok)) = rx.recv().await {
+            if ok {
+                applied.durable_on.push(peer);
+                return Ok(applied);
+            }
+        }
+        Err(ApiError::new(
+            ErrorKind::NotDurable,
+            format!(
+                "{} (version {}) is stored on {} but no second agent confirmed it within {:?}; \
+                 it will spread by anti-entropy, run the command again to confirm",
+                applied.name, applied.version, self.name, REPLICATE_TIMEOUT
+            ),
+        ))
+    }
+
+    async fn handle_replicate(self: Arc<Self>, entries: Vec<Entry>) -> Result<Response, ApiError> {
+        if entries.len() > ENTRIES_PER_MESSAGE_MAX {
+            return Err(ApiError::new(
+                ErrorKind::Invalid,
+                "too many entries in one message",
+            ));
+        }
+        let now = (self.clock)();
+        let outcome = self
+            .with_store(move |s| s.merge_remote(entries, now))
+            .await
+            .map_err(storage_error)?;
+        for rejected in &outcome.rejected {
+            tracing::warn!(?rejected, "replicated entry refused");
+        }
+        Ok(Response::Replicated {
+            changed: outcome.changed.len(),
+        })
+    }
+
+    async fn handle_get(self: Arc<Self>, name: Option<String>) -> Result<Response, ApiError> {
+        let (specs, errors) = self
+            .with_store(|s| {
+                let (specs, errors) = view::live_specs(s.list_live());
+                (specs, errors)
+            })
+            .await;
+        for e in errors {
+            tracing::warn!(error = %e, "stored spec does not decode");
+        }
+        let views: Vec<WorkloadView> = specs
+            .into_iter()
+            .filter(|(spec, _)| name.as_deref().is_none_or(|n| n == spec.name))
+            .map(|(spec, version)| WorkloadView {
+                name: spec.name.clone(),
+                replicas: spec.replicas,
+                version,
+                spec,
+            })
+            .collect();
+        if let (Some(name), true) = (&name, views.is_empty()) {
+            return Err(ApiError::new(
+                ErrorKind::NotFound,
+                format!("no workload named {name:?}"),
+            ));
+        }
+        Ok(Response::Workloads(views))
+    }
+
+    async fn handle_status(self: Arc<Self>, name: String) -> Result<Response, ApiError> {
+        let (specs, _) = self.with_store(|s| view::live_specs(s.list_live())).await;
+        let Some((spec, version)) = specs.iter().find(|(s, _)| s.name == name).cloned() else {
+            return Err(ApiError::new(
+                ErrorKind::NotFound,
+                format!("no workload named {name:?}"),
+            ));
+        };
+        let nodes = view::placement_nodes(&self.members().await);
+        let workloads: Vec<_> = specs
+            .iter()
+            .map(|(s, _)| view::placement_workload(s))
+            .collect();
+        let placed = placement::place(&nodes, &workloads);
+        let instances = (0..spec.replicas)
+            .map(|replica| {
+                let id = ReplicaId::new(&name, replica);
+                let node = placed.assigned.get(&id).cloned();
+                let reason = placed.unschedulable.get(&id).map(|u| u.to_string());
+                InstanceView {
+                    replica,
+                    phase: if node.is_some() {
+                        "assigned"
+                    } else {
+                        "unschedulable"
+                    }
+                    .to_string(),
+                    node,
+                    healthy: None,
+                    reason,
+                }
+            })
+            .collect();
+        Ok(Response::Status(StatusView {
+            name,
+            desired: spec.replicas,
+            version,
+            instances,
+        }))
+    }
+}
+
+fn storage_error(e: crate::store_db::StoreDbError) -> ApiError {
+    use crate::store_db::StoreDbError;
+    match e {
+        StoreDbError::Store(inner) => ApiError::new(ErrorKind::Invalid, inner.to_string()),
+        other => ApiError::new(
+            ErrorKind::Storage,
+            format!("the agent's store refused the write, nothing was acknowledged: {other}"),
+        ),
+    }
+}
+
+fn request_kind(req: &Request) -> &'static str {
+    match req {
+        Request::Apply { .. } => "apply",
+        Request::Get { .. } => "get",
+        Request::Delete { .. } => "delete",
+        Request::Nodes => "nodes",
+        Request::Status { .. } => "status",
+        Request::Replicate { .. } => "replicate",
+        Request::Digest => "digest",
+        Request::Pull { .. } => "pull",
+    }
+}

@@ -1,0 +1,110 @@
+//! The node record: what every agent gossips about itself under the chitchat key [`NODE_KEY`].
+//!
+//! It carries only per-node facts (capacity, labels, zone, draining, versions, API address).
+//! Desired state never lives here: a dead node's keys stop spreading (see docs/ARCHITECTURE.md).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+use shoal_core::placement::model::Node;
+use shoal_core::Resources;
+
+/// Chitchat key holding the JSON-encoded [`NodeRecord`].
+pub const NODE_KEY: &str = "node";
+/// Chitchat key holding the store digest summary (hex).
+pub const DIGEST_KEY: &str = "store";
+/// Longest node record accepted from a peer, in bytes of JSON.
+pub const NODE_RECORD_BYTES_MAX: usize = 16 * 1024;
+/// Most labels a node may carry.
+pub const LABELS_MAX: usize = 64;
+
+/// What a node says about itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeRecord {
+    /// Declared capacity: placement accounts against this, never against live load.
+    pub cpu_millis: u64,
+    /// Declared memory capacity in bytes.
+    pub memory_bytes: u64,
+    /// Free-form labels matched by placement constraints.
+    pub labels: BTreeMap<String, String>,
+    /// Failure domain.
+    pub zone: String,
+    /// A draining node receives no new replicas and hands its own away.
+    pub draining: bool,
+    /// The agent's build version (`CARGO_PKG_VERSION`).
+    pub agent_version: String,
+    /// Placement algorithm version; agents on different versions compute different placements.
+    pub placement_version: u32,
+    /// Where this node serves the API (CLI and store sync).
+    pub api_addr: SocketAddr,
+}
+
+impl NodeRecord {
+    /// JSON text for the chitchat value.
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).expect("a node record always serializes")
+    }
+
+    /// Parses a peer's record; anything oversized or malformed is an error, never a panic.
+    pub fn decode(text: &str) -> Result<NodeRecord, String> {
+        if text.len() > NODE_RECORD_BYTES_MAX {
+            return Err(format!(
+                "node record is {} bytes, more than {NODE_RECORD_BYTES_MAX}",
+                text.len()
+            ));
+        }
+        let record: NodeRecord =
+            serde_json::from_str(text).map_err(|e| format!("malformed node record: {e}"))?;
+        if record.labels.len() > LABELS_MAX {
+            return Err(format!("node record has more than {LABELS_MAX} labels"));
+        }
+        Ok(record)
+    }
+
+    /// The placement engine's view of this node.
+    pub fn placement_node(&self, id: &str) -> Node {
+        Node {
+            id: id.to_string(),
+            capacity: Resources::new(self.cpu_millis, self.memory_bytes),
+            labels: self.labels.clone(),
+            zone: self.zone.clone(),
+            draining: self.draining,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> NodeRecord {
+        NodeRecord {
+            cpu_millis: 4000,
+            memory_bytes: 8 << 30,
+            labels: [("disk".to_string(), "ssd".to_string())].into(),
+            zone: "eu-1a".into(),
+            draining: false,
+            agent_version: "0.1.0".into(),
+            placement_version: 1,
+            api_addr: "127.0.0.1:7001".parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let r = sample();
+        assert_eq!(NodeRecord::decode(&r.encode()), Ok(r));
+    }
+
+    #[test]
+    fn rejects_garbage_and_oversize() {
+        assert!(NodeRecord::decode("{").is_err());
+        assert!(NodeRecord::decode("\u{0}\u{1}").is_err());
+        assert!(NodeRecord::decode(&"x".repeat(NODE_RECORD_BYTES_MAX + 1)).is_err());
+        let mut v: serde_json::Value = serde_json::from_str(&sample().encode()).unwrap();
+        v["surprise"] = 1.into();
+        assert!(NodeRecord::decode(&v.to_string()).is_err());
+    }
+}

@@ -1,0 +1,190 @@
+//! The agent process: loads the identity, opens the store, binds the QUIC gossip and API
+//! endpoints, joins the mesh, serves, syncs, and leaves gracefully on shutdown.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use chitchat::spawn_chitchat;
+use shoal_core::store::StoreConfig;
+
+use super::node::{system_clock, MeshNode};
+use super::record::{NodeRecord, DIGEST_KEY, NODE_KEY};
+use super::sync::to_hex;
+use super::view::LEAVING_KEY;
+use crate::gossip::quic::{QuicGossipConfig, QuicTransport};
+use crate::gossip::{chitchat_config_tuned, GossipTuning};
+use crate::rpc::{self, QuicRpcClient, RpcServerConfig, TransportStats};
+use crate::store_db::DesiredStore;
+use crate::tls::{self, QuicOptions, ALPN_API};
+
+/// Everything `shoal agent` needs.
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    /// Node id (must match the certificate name).
+    pub name: String,
+    /// Gossip address (bound and advertised).
+    pub gossip_addr: SocketAddr,
+    /// API address.
+    pub api_addr: SocketAddr,
+    /// Data directory (store, peers, generation).
+    pub data_dir: PathBuf,
+    /// PKI directory (CA certificate, this node's certificate and key, or the CA key).
+    pub pki_dir: PathBuf,
+    /// Members to join through.
+    pub seeds: Vec<SocketAddr>,
+    /// Declared CPU capacity.
+    pub cpu_millis: u64,
+    /// Declared memory capacity.
+    pub memory_bytes: u64,
+    /// Failure domain.
+    pub zone: String,
+    /// Labels for placement constraints.
+    pub labels: BTreeMap<String, String>,
+    /// Gossip timing.
+    pub tuning: GossipTuning,
+}
+
+/// How long a leaving agent keeps gossiping its "leaving" mark before it stops.
+pub const LEAVE_ANNOUNCE: Duration = Duration::from_millis(800);
+
+/// The cluster id: derived from the CA certificate, so two clusters never mix gossip.
+pub fn cluster_id(ca_der: &[u8]) -> String {
+    format!("shoal-{:016x}", xxhash_rust::xxh3::xxh3_64(ca_der))
+}
+
+/// Runs an agent until `shutdown` resolves, then leaves the mesh gracefully.
+pub async fn run_agent(
+    opts: AgentOptions,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let identity = crate::pki::load_identity(&opts.pki_dir, &opts.name)
+        .with_context(|| format!("loading the identity of {:?}", opts.name))?;
+    std::fs::create_dir_all(&opts.data_dir)
+        .with_context(|| format!("creating --data-dir {}", opts.data_dir.display()))?;
+    let clock = system_clock();
+    let mut store = DesiredStore::open(&opts.data_dir, &opts.name, StoreConfig::default())
+        .with_context(|| format!("opening the store under {}", opts.data_dir.display()))?;
+    if store.is_stale(clock())? {
+        let dropped = store.discard_all()?;
+        tracing::warn!(
+            dropped,
+            "store older than the tombstone grace: resynchronizing from peers"
+        );
+    }
+    let generation = store.generation_next(clock())?;
+    let mut seeds = opts.seeds.clone();
+    for peer in store.peers_load()? {
+        if !seeds.contains(&peer) {
+            seeds.push(peer);
+        }
+    }
+    let summary = to_hex(&store.digest().summary().encode());
+
+    let ca = identity
+        .ca_certs
+        .first()
+        .context("the PKI holds no CA certificate")?;
+    let cluster = cluster_id(ca.as_ref());
+    let api_endpoint = tls::bind_endpoint(opts.api_addr, &identity, ALPN_API, &QuicOptions::api())
+        .with_context(|| format!("binding the API on {}", opts.api_addr))?;
+    let api_stats = Arc::new(TransportStats::default());
+    let rpc_client = Arc::new(QuicRpcClient::new(api_endpoint.clone(), api_stats.clone()));
+
+    let record = NodeRecord {
+        cpu_millis: opts.cpu_millis,
+        memory_bytes: opts.memory_bytes,
+        labels: opts.labels.clone(),
+        zone: opts.zone.clone(),
+        draining: false,
+        agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        placement_version: shoal_core::placement::PLACEMENT_ALGORITHM_VERSION,
+        api_addr: opts.api_addr,
+    };
+    let transport = QuicTransport::new(identity, QuicGossipConfig::default());
+    let config = chitchat_config_tuned(
+        &opts.name,
+        generation,
+        opts.gossip_addr,
+        &seeds,
+        &cluster,
+        &opts.tuning,
+    );
+    let kvs = vec![
+        (NODE_KEY.to_string(), record.encode()),
+        (DIGEST_KEY.to_string(), summary),
+    ];
+    let gossip = spawn_chitchat(config, kvs, &transport)
+        .await
+        .with_context(|| format!("starting gossip on {}", opts.gossip_addr))?;
+    tracing::info!(
+        name = %opts.name, gossip = %opts.gossip_addr, api = %opts.api_addr, generation,
+        seeds = ?seeds, cluster = %cluster, "agent started"
+    );
+
+    let node = Arc::new(MeshNode::new(
+        opts.name.clone(),
+        store,
+        gossip,
+        rpc_client,
+        clock,
+    ));
+    let handler_node = node.clone();
+    let handler: rpc::Handler<_, _> = Arc::new(move |req, peer| {
+        let node = handler_node.clone();
+        Box::pin(async move { node.handle_request(req, peer).await })
+    });
+    let server = tokio::spawn(rpc::serve(
+        api_endpoint.clone(),
+        handler,
+        RpcServerConfig::default(),
+        api_stats,
+    ));
+    let sync = tokio::spawn(node.clone().run_sync());
+    let seeds_watch = tokio::spawn(watch_seeds(node.clone(), seeds.clone()));
+
+    shutdown.await;
+    tracing::info!("leaving the mesh");
+    {
+        let chitchat = node.gossip().chitchat();
+        chitchat
+            .lock()
+            .await
+            .self_node_state()
+            .set(LEAVING_KEY, "1");
+    }
+    tokio::time::sleep(LEAVE_ANNOUNCE).await;
+    sync.abort();
+    seeds_watch.abort();
+    server.abort();
+    api_endpoint.close(0u32.into(), b"agent leaving");
+    let _ = node.gossip().initiate_shutdown();
+    Ok(())
+}
+
+/// Logs, with backoff, while this agent has no live peer although it was given seeds: the
+/// operator sees why it is alone. chitchat keeps contacting the seeds by itself.
+async fn watch_seeds(node: Arc<MeshNode>, seeds: Vec<SocketAddr>) {
+    if seeds.is_empty() {
+        return;
+    }
+    let mut wait = Duration::from_secs(2);
+    loop {
+        tokio::time::sleep(wait).await;
+        let alone = node
+            .members()
+            .await
+            .iter()
+            .all(|m| !m.alive || m.name == node.name);
+        if alone {
+            tracing::warn!(?seeds, retry_in = ?wait, "no live peer yet: seeds unreachable or refusing this node's certificate");
+            wait = (wait * 2).min(Duration::from_secs(60));
+        } else {
+            wait = Duration::from_secs(2);
+        }
+    }
+}

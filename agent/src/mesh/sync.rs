@@ -1,0 +1,168 @@
+//! Anti-entropy: every round, publish this node's digest summary in gossip; pull the differing
+//! buckets from a live peer whose summary differs. Both sides do it, so both converge. Also keeps
+//! the peer list on disk fresh (for rejoining without --seed) and purges old tombstones.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shoal_core::store::Digest;
+
+use super::api::{Request, Response};
+use super::node::MeshNode;
+use super::record::DIGEST_KEY;
+use crate::rpc;
+
+/// Time between anti-entropy rounds.
+pub const SYNC_INTERVAL: Duration = Duration::from_millis(300);
+/// Peers pulled from per round at most.
+pub const SYNC_PEERS_PER_ROUND: usize = 2;
+/// Pages pulled from one peer per round at most.
+pub const SYNC_PAGES_PER_PEER_MAX: usize = 64;
+/// Longest wait for one sync call.
+pub const SYNC_CALL_TIMEOUT: Duration = Duration::from_secs(3);
+/// Rounds between saves of the peer list and tombstone purges.
+const HOUSEKEEPING_EVERY_ROUNDS: u64 = 50;
+
+/// Hex encoding for chitchat values (which are strings).
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl MeshNode {
+    /// Runs anti-entropy forever (cancel the task to stop it).
+    pub async fn run_sync(self: Arc<Self>) {
+        let mut round: u64 = 0;
+        let mut saved_peers: Vec<SocketAddr> = Vec::new();
+        loop {
+            tokio::time::sleep(SYNC_INTERVAL).await;
+            round += 1;
+            self.clone().sync_round(round).await;
+            if round % HOUSEKEEPING_EVERY_ROUNDS == 1 {
+                self.housekeeping(&mut saved_peers).await;
+            }
+        }
+    }
+
+    /// One round: publish the summary, pull from peers that differ.
+    pub async fn sync_round(self: Arc<Self>, round: u64) {
+        let mine = self.with_store(|s| s.digest()).await;
+        let summary = to_hex(&mine.summary().encode());
+        {
+            let chitchat = self.gossip.chitchat();
+            let mut guard = chitchat.lock().await;
+            if guard.self_node_state().get(DIGEST_KEY) != Some(summary.as_str()) {
+                guard.self_node_state().set(DIGEST_KEY, &summary);
+            }
+        }
+        let members = self.members().await;
+        let differing: Vec<(String, SocketAddr)> = members
+            .iter()
+            .filter(|m| m.alive && m.name != self.name)
+            .filter(|m| m.digest.as_deref().is_some_and(|d| d != summary))
+            .filter_map(|m| m.record.as_ref().map(|r| (m.name.clone(), r.api_addr)))
+            .collect();
+        if differing.is_empty() {
+            let has_peer = members
+                .iter()
+                .any(|m| m.alive && m.name != self.name && m.digest.is_some());
+            // Recorded now and then, not every round: each write is an fsync.
+            if has_peer && round.is_multiple_of(HOUSEKEEPING_EVERY_ROUNDS) {
+                let now = (self.clock)();
+                let _ = self.with_store(move |s| s.mark_synced(now)).await;
+            }
+            return;
+        }
+        // Rotate through the differing peers so one slow peer does not starve the others.
+        let start = (round as usize) % differing.len();
+        for i in 0..differing.len().min(SYNC_PEERS_PER_ROUND) {
+            let (peer, addr) = &differing[(start + i) % differing.len()];
+            if let Err(e) = self.clone().pull_from(peer, *addr, &mine).await {
+                tracing::debug!(%peer, error = %e, "anti-entropy pull failed");
+            }
+        }
+    }
+
+    async fn pull_from(
+        self: Arc<Self>,
+        peer: &str,
+        addr: SocketAddr,
+        mine: &Digest,
+    ) -> Result<(), String> {
+        let answer: Response = rpc::call_with(
+            self.rpc.as_ref(),
+            addr,
+            peer,
+            &Request::Digest,
+            SYNC_CALL_TIMEOUT,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let Response::Digest(bytes) = answer else {
+            return Err(format!("unexpected answer to Digest: {answer:?}"));
+        };
+        let theirs = Digest::decode(&bytes).map_err(|e| e.to_string())?;
+        let buckets = mine.diff_buckets(&theirs);
+        if buckets.is_empty() {
+            return Ok(());
+        }
+        let mut after = None;
+        for _ in 0..SYNC_PAGES_PER_PEER_MAX {
+            let req = Request::Pull {
+                buckets: buckets.clone(),
+                after: after.take(),
+            };
+            let answer: Response =
+                rpc::call_with(self.rpc.as_ref(), addr, peer, &req, SYNC_CALL_TIMEOUT)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            let Response::Entries {
+                entries,
+                next_after,
+            } = answer
+            else {
+                return Err(format!("unexpected answer to Pull: {answer:?}"));
+            };
+            let now = (self.clock)();
+            let outcome = self
+                .with_store(move |s| s.merge_remote(entries, now))
+                .await
+                .map_err(|e| e.to_string())?;
+            if !outcome.changed.is_empty() {
+                tracing::info!(%peer, changed = ?outcome.changed, "anti-entropy caught up");
+            }
+            for rejected in outcome.rejected {
+                tracing::warn!(%peer, ?rejected, "pulled entry refused");
+            }
+            match next_after {
+                Some(next) => after = Some(next),
+                None => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    async fn housekeeping(&self, saved: &mut Vec<SocketAddr>) {
+        let members = self.members().await;
+        let mut peers: Vec<SocketAddr> = members
+            .iter()
+            .filter(|m| m.alive && m.name != self.name)
+            .map(|m| m.id.gossip_advertise_addr)
+            .collect();
+        peers.sort();
+        peers.truncate(crate::store_db::PEERS_MAX);
+        if !peers.is_empty() && peers != *saved {
+            let to_save = peers.clone();
+            match self.with_store(move |s| s.peers_save(&to_save)).await {
+                Ok(()) => *saved = peers,
+                Err(e) => tracing::warn!(error = %e, "saving the peer list failed"),
+            }
+        }
+        let now = (self.clock)();
+        match self.with_store(move |s| s.gc(now)).await {
+            Ok(purged) if !purged.is_empty() => tracing::info!(?purged, "purged old tombstones"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "tombstone purge failed"),
+        }
+    }
+}
