@@ -1,0 +1,140 @@
+//! Stable hashing and rendezvous keys: the only arithmetic whose bits every agent must agree on.
+//!
+//! - Ids are hashed once each with xxh3-64 over their UTF-8 bytes and a fixed seed
+//!   ([`node_hash`], [`workload_hash`]). Never `std::hash::Hash`: it promises no stable output.
+//! - A (workload, node) pair is mixed from the two id hashes by [`pair_hash`]: xxh3's own 9-16 byte
+//!   step with fixed secret words (a 64x64->128 multiply folded to 64 bits, plus both inputs,
+//!   then xxh3's avalanche). About a nanosecond, and only integer operations.
+//! - [`unit`] maps a hash to u strictly inside (0, 1) from its top 52 bits: `(h>>12) + 0.5` is exact
+//!   in an f64, so u ranges over [2^-53, 1 - 2^-53]. (Using 53 bits, `(2^53-1) + 0.5` would round
+//!   up to 2^53 and give u = 1, a zero key.)
+//! - [`key`] is `-ln(u) / c` with `ln` from the `libm` crate pinned to an exact version, and IEEE
+//!   division: correctly rounded, no fused multiply-add, the same on every CPU and build.
+//! - The weight c of a node for a workload ([`RequestScale::weight`]) is how many copies of the
+//!   request its capacity holds: `min(cpu_cap / cpu_req, mem_cap / mem_req)`, a zero request
+//!   counting as one unit. A node therefore wins in proportion to what it can hold of *this*
+//!   workload: memory-heavy workloads lean to memory-rich nodes, CPU-heavy ones to CPU-rich nodes.
+
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use crate::resources::Resources;
+
+/// Seed for node id hashes.
+pub const NODE_SEED: u64 = 0x5348_4f41_4c4e_4f44;
+/// Seed for workload id hashes.
+pub const WORKLOAD_SEED: u64 = 0x5348_4f41_4c57_4b4c;
+/// Secret words of the pair mix (xxh3's default secret, bytes 24..40, little-endian).
+const MIX_LO: u64 = 0x1cad_21f7_2c81_017c;
+const MIX_HI: u64 = 0xdb97_9083_e96d_d4de;
+/// Salt that separates the replica-class hash from the key hash of the same pair.
+const CLASS_SALT: u64 = 0x9e37_79b9_7f4a_7c15;
+/// 2^-52, exactly.
+const TWO_POW_MINUS_52: f64 = 1.0 / 4_503_599_627_370_496.0;
+/// Slack on the log-free bounds so that rounding can never make a bound lie.
+const ABOVE_MARGIN: f64 = 1.0 + 1.0 / 1_048_576.0;
+const BELOW_MARGIN: f64 = 1.0 - 1.0 / 1_048_576.0;
+
+/// Hash of a node id.
+pub fn node_hash(id: &str) -> u64 {
+    xxh3_64_with_seed(id.as_bytes(), NODE_SEED)
+}
+
+/// Hash of a workload id.
+pub fn workload_hash(id: &str) -> u64 {
+    xxh3_64_with_seed(id.as_bytes(), WORKLOAD_SEED)
+}
+
+/// xxh3's final avalanche.
+#[inline]
+fn avalanche(mut x: u64) -> u64 {
+    x ^= x >> 37;
+    x = x.wrapping_mul(0x1656_6791_9e37_79f9);
+    x ^ (x >> 32)
+}
+
+/// Mixes a workload hash and a node hash into the pair's hash.
+#[inline]
+pub fn pair_hash(workload: u64, node: u64) -> u64 {
+    let lo = workload ^ MIX_LO;
+    let hi = node ^ MIX_HI;
+    let product = (lo as u128).wrapping_mul(hi as u128);
+    let folded = (product as u64) ^ ((product >> 64) as u64);
+    avalanche(lo.swap_bytes().wrapping_add(hi).wrapping_add(folded))
+}
+
+/// u strictly inside (0, 1) from the top 52 bits of a hash.
+#[inline]
+pub fn unit(hash: u64) -> f64 {
+    ((hash >> 12) as f64 + 0.5) * TWO_POW_MINUS_52
+}
+
+/// The rendezvous key of a pair: `-ln(u) / weight`. Lowest wins; finite and positive.
+#[inline]
+pub fn key(u: f64, weight: f64) -> f64 {
+    -libm::log(u) / weight
+}
+
+/// True when the key of (u, weight) is certainly above `threshold`, judged without the log:
+/// `-ln u >= 1 - u`. Conservative by a relative margin far wider than any rounding error.
+#[inline]
+pub fn certainly_above(u: f64, weight: f64, threshold: f64) -> bool {
+    1.0 - u > threshold * weight * ABOVE_MARGIN
+}
+
+/// True when the key of (u, weight) is certainly below `lower`, judged without the log:
+/// `-ln u <= (1 - u) / u`.
+#[inline]
+pub fn certainly_below(u: f64, weight: f64, lower: f64) -> bool {
+    1.0 - u < lower * weight * u * BELOW_MARGIN
+}
+
+/// Reciprocals of a request, so that a node's weight costs two multiplications.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RequestScale {
+    cpu_inverse: f64,
+    memory_inverse: f64,
+}
+
+impl RequestScale {
+    /// The scale of one replica's request (a zero request counts as one millicore / one byte).
+    pub fn new(request: &Resources) -> Self {
+        RequestScale {
+            cpu_inverse: 1.0 / request.cpu_millis.max(1) as f64,
+            memory_inverse: 1.0 / request.memory_bytes.max(1) as f64,
+        }
+    }
+
+    /// How many copies of the request a node of this capacity holds, as a real number (>= 1 when
+    /// the request fits; callers skip nodes where it does not).
+    #[inline]
+    pub fn weight(&self, capacity: &Resources) -> f64 {
+        let cpu = capacity.cpu_millis as f64 * self.cpu_inverse;
+        let memory = capacity.memory_bytes as f64 * self.memory_inverse;
+        if cpu < memory {
+            cpu
+        } else {
+            memory
+        }
+    }
+}
+
+/// Jump consistent hash (Lamping & Veach 2014): a bucket in 0..buckets for `key`, moving only
+/// 1/(n+1) of keys when the bucket count grows from n to n+1. Integer steps and correctly rounded
+/// IEEE division and multiplication only.
+pub fn jump(mut key: u64, buckets: u32) -> u32 {
+    let buckets = i64::from(buckets.max(1));
+    let mut b: i64 = -1;
+    let mut j: i64 = 0;
+    while j < buckets {
+        b = j;
+        key = key.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(1);
+        j = ((b + 1) as f64 * ((1u64 << 31) as f64 / ((key >> 33) + 1) as f64)) as i64;
+    }
+    b as u32
+}
+
+/// The replica whose own preference list a node belongs to, for a workload of `replicas` replicas.
+#[inline]
+pub fn replica_class(pair: u64, replicas: u32) -> u32 {
+    jump(avalanche(pair ^ CLASS_SALT), replicas)
+}

@@ -1,0 +1,47 @@
+//! Deterministic, capacity-aware placement: which node runs which replica.
+//!
+//! Every agent computes the whole placement from the same gossiped inputs (live nodes with their
+//! declared capacity, labels and zone; workload specs with their declared requests) and must get
+//! the same answer bit for bit on any CPU, OS and build. Then each runs its own slice.
+//!
+//! How (docs/placement.md has the full story and the measurements):
+//! 1. **Ranking** (`rank`, `hash`): each workload orders its eligible nodes by a weighted
+//!    rendezvous key `-ln(u)/c` (lowest first, ties by node id), where u comes from a stable hash
+//!    of the (workload, node) pair and c is how many copies of the request the node holds. Each
+//!    node of the order belongs to one replica's own preference list (jump consistent hash of the
+//!    pair over the replica count), so replicas rarely contend for a node and a node change moves
+//!    almost only the replicas that were on it.
+//! 2. **Capacity pass** (`greedy`): replicas in a canonical order (priority descending, replica
+//!    index ascending, workload hash, workload id) each take the first node of their preference
+//!    that is free of their siblings, spreads zones when asked, and has room in every resource.
+//! 3. **Incremental** (`engine`): exact cached prefixes of every ranking, extended a chunk at a
+//!    time when a walk runs out, patched on node changes; the pass is replayed. The result equals
+//!    [`place`] on the same inputs.
+//!
+//! **Architecture invariant:** no I/O, no clock, no threads, no `std::hash::Hash` anywhere an
+//! output can see it; hash maps are looked up, never iterated into an output.
+
+mod engine;
+mod greedy;
+pub mod hash;
+pub mod model;
+mod rank;
+mod replay;
+mod table;
+
+pub use engine::PlacementEngine;
+pub use model::{
+    check_node, check_workload, InputError, Node, Placement, ReplicaId, Resource, Spread,
+    Unschedulable, Workload,
+};
+
+/// The version of the placement algorithm. Agents gossip it: two agents on different versions
+/// may compute different placements, and must see that they do. Bump it on any change that can
+/// change an output bit (hash, key, weight, order, tie-break, spread rule, reasons).
+pub const PLACEMENT_ALGORITHM_VERSION: u32 = 1;
+
+/// The placement of these workloads on these nodes: pure, and independent of the order of both
+/// slices. Invalid or duplicated inputs are left out and listed in [`Placement::rejected`].
+pub fn place(nodes: &[Node], workloads: &[Workload]) -> Placement {
+    PlacementEngine::new(nodes, workloads).into_placement()
+}

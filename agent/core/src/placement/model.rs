@@ -1,0 +1,331 @@
+//! The placement engine's inputs (nodes, workloads) and outputs (a placement with the reason for
+//! every replica that could not be placed, and the inputs that were rejected).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::constraint::Constraint;
+use crate::resources::{format_cpu_millis, format_memory_bytes, Resources};
+
+/// Largest CPU capacity a node may declare: one million cores. Anything above is a typo or a lie.
+pub const NODE_CPU_MILLIS_MAX: u64 = 1_000_000 * 1000;
+/// Largest memory capacity a node may declare: 1 PiB.
+pub const NODE_MEMORY_BYTES_MAX: u64 = 1 << 50;
+/// Longest node or workload id accepted (a DNS name's length).
+pub const ID_LEN_MAX: usize = 253;
+/// Most replicas one workload may ask for.
+pub const WORKLOAD_REPLICAS_MAX: u32 = 10_000;
+
+/// A live member of the mesh as placement sees it. Only live nodes are passed in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    /// Unique, stable id (ties in the ranking break on it).
+    pub id: String,
+    /// Declared capacity, never live load (live load differs between agents).
+    pub capacity: Resources,
+    /// Labels that constraints match.
+    pub labels: BTreeMap<String, String>,
+    /// Failure domain; the empty string is a zone of its own like any other name.
+    pub zone: String,
+    /// A draining node keeps its record but is never chosen.
+    pub draining: bool,
+}
+
+/// How far apart a workload's replicas must be.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub enum Spread {
+    /// Replicas on distinct nodes (always required).
+    #[default]
+    Node,
+    /// Distinct nodes, and no two replicas in one zone while a zone the workload does not use yet
+    /// has a node that can take the replica.
+    Zone,
+}
+
+/// What placement needs of a workload spec.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Workload {
+    /// Unique id (the spec's name).
+    pub id: String,
+    /// How many replicas to place, numbered 0..replicas.
+    pub replicas: u32,
+    /// Declared request of one replica.
+    pub request: Resources,
+    /// Node or zone spread.
+    pub spread: Spread,
+    /// Every constraint must match a node for it to be eligible.
+    pub constraints: Vec<Constraint>,
+    /// At most one copy of each replica may run (stateful services). Placement gives every replica
+    /// exactly one node, so this holds by construction; the engine asserts it.
+    pub exclusive: bool,
+    /// Higher goes first in the capacity pass; a lower priority never displaces a higher one.
+    pub priority: i32,
+}
+
+/// One replica of one workload.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ReplicaId {
+    /// The workload's id.
+    pub workload: String,
+    /// Index in 0..replicas.
+    pub replica: u32,
+}
+
+impl ReplicaId {
+    /// A replica id from its parts.
+    pub fn new(workload: &str, replica: u32) -> Self {
+        ReplicaId {
+            workload: workload.to_string(),
+            replica,
+        }
+    }
+}
+
+impl fmt::Display for ReplicaId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.workload, self.replica)
+    }
+}
+
+/// A resource placement accounts for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Resource {
+    /// CPU, in millicores.
+    Cpu,
+    /// Memory, in bytes.
+    Memory,
+}
+
+/// Why a replica has no node. Every variant names what to change to make it schedulable.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Unschedulable {
+    /// No live, non-draining, valid node at all.
+    NoNodes,
+    /// This constraint alone matches no live, non-draining node.
+    ConstraintUnsatisfiable {
+        /// The constraint, in its text form.
+        constraint: String,
+    },
+    /// Each constraint matches some node, but no node matches all of them.
+    ConstraintsConflict {
+        /// The constraints, in their text form.
+        constraints: Vec<String>,
+    },
+    /// No node that matches the constraints has this much of one resource in total.
+    RequestTooLarge {
+        /// The resource that is short everywhere (CPU is named first when both are).
+        resource: Resource,
+        /// What one replica asks for.
+        requested: u64,
+        /// The largest capacity among the nodes that match the constraints.
+        largest: u64,
+    },
+    /// Some nodes have enough CPU and some enough memory, but none has both.
+    RequestFitsNoSingleNode {
+        /// What one replica asks for.
+        requested: Resources,
+    },
+    /// Every eligible node already holds a replica of this workload (replicas need distinct nodes).
+    NotEnoughNodes {
+        /// How many nodes are eligible (constraints match, request fits capacity).
+        eligible: u32,
+    },
+    /// Eligible nodes without a replica of this workload exist, but none has room left after
+    /// higher-ordered replicas took theirs. Counts are as seen by the workload's first replica that
+    /// failed in the pass.
+    NoRoom {
+        /// Eligible nodes not holding a replica of this workload.
+        candidates: u32,
+        /// How many of them lack CPU room.
+        cpu_short: u32,
+        /// How many of them lack memory room.
+        memory_short: u32,
+    },
+}
+
+impl fmt::Display for Unschedulable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unschedulable::NoNodes => f.write_str("no live, non-draining node"),
+            Unschedulable::ConstraintUnsatisfiable { constraint } => {
+                write!(f, "constraint `{constraint}` matches no live node")
+            }
+            Unschedulable::ConstraintsConflict { constraints } => write!(
+                f,
+                "no live node matches all of the constraints {}",
+                constraints.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
+            ),
+            Unschedulable::RequestTooLarge { resource: Resource::Cpu, requested, largest } => write!(
+                f,
+                "requests {} CPU but the largest eligible node has {}",
+                format_cpu_millis(*requested),
+                format_cpu_millis(*largest)
+            ),
+            Unschedulable::RequestTooLarge { resource: Resource::Memory, requested, largest } => {
+                write!(
+                    f,
+                    "requests {} memory but the largest eligible node has {}",
+                    format_memory_bytes(*requested),
+                    format_memory_bytes(*largest)
+                )
+            }
+            Unschedulable::RequestFitsNoSingleNode { requested } => write!(
+                f,
+                "no eligible node has both {} CPU and {} memory",
+                format_cpu_millis(requested.cpu_millis),
+                format_memory_bytes(requested.memory_bytes)
+            ),
+            Unschedulable::NotEnoughNodes { eligible } => write!(
+                f,
+                "all {eligible} eligible nodes already hold a replica (replicas need distinct nodes)"
+            ),
+            Unschedulable::NoRoom { candidates, cpu_short, memory_short } => write!(
+                f,
+                "no room: of {candidates} candidate nodes, {cpu_short} lack CPU and {memory_short} lack memory"
+            ),
+        }
+    }
+}
+
+/// An input placement refused. The placement is computed without it; nothing panics.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum InputError {
+    /// Two or more nodes share this id; all of them are left out (which one is right is unknown).
+    DuplicateNode {
+        /// The shared id.
+        id: String,
+    },
+    /// A node or workload id is empty or longer than [`ID_LEN_MAX`].
+    InvalidId {
+        /// The id (truncated to 64 bytes for display).
+        id: String,
+    },
+    /// A node declares no CPU or no memory; it is never chosen.
+    NodeCapacityZero {
+        /// The node.
+        id: String,
+    },
+    /// A node declares more than [`NODE_CPU_MILLIS_MAX`] or [`NODE_MEMORY_BYTES_MAX`].
+    NodeCapacityAbsurd {
+        /// The node.
+        id: String,
+        /// What it declared.
+        capacity: Resources,
+    },
+    /// Two or more workloads share this id; all of them are left out.
+    DuplicateWorkload {
+        /// The shared id.
+        id: String,
+    },
+    /// A workload asks for more than [`WORKLOAD_REPLICAS_MAX`] replicas.
+    TooManyReplicas {
+        /// The workload.
+        id: String,
+        /// What it asked for.
+        replicas: u32,
+    },
+    /// An incremental change named a node the engine does not have (state unchanged).
+    UnknownNode {
+        /// The id.
+        id: String,
+    },
+    /// An incremental change added a node the engine already has (state unchanged).
+    NodeExists {
+        /// The id.
+        id: String,
+    },
+    /// An incremental change removed a workload the engine does not have (state unchanged).
+    UnknownWorkload {
+        /// The id.
+        id: String,
+    },
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InputError::DuplicateNode { id } => {
+                write!(f, "node id {id:?} appears more than once; all copies are ignored")
+            }
+            InputError::InvalidId { id } => {
+                write!(f, "id {id:?} is empty or longer than {ID_LEN_MAX} bytes")
+            }
+            InputError::NodeCapacityZero { id } => {
+                write!(f, "node {id:?} declares zero CPU or memory; it is never chosen")
+            }
+            InputError::NodeCapacityAbsurd { id, capacity } => write!(
+                f,
+                "node {id:?} declares {} CPU and {} memory, above the limits of 1000000 cores and 1Pi",
+                format_cpu_millis(capacity.cpu_millis),
+                format_memory_bytes(capacity.memory_bytes)
+            ),
+            InputError::DuplicateWorkload { id } => {
+                write!(f, "workload id {id:?} appears more than once; all copies are ignored")
+            }
+            InputError::TooManyReplicas { id, replicas } => write!(
+                f,
+                "workload {id:?} asks for {replicas} replicas, more than {WORKLOAD_REPLICAS_MAX}"
+            ),
+            InputError::UnknownNode { id } => write!(f, "no node {id:?}"),
+            InputError::NodeExists { id } => write!(f, "node {id:?} already exists"),
+            InputError::UnknownWorkload { id } => write!(f, "no workload {id:?}"),
+        }
+    }
+}
+
+impl std::error::Error for InputError {}
+
+fn check_id(id: &str) -> Result<(), InputError> {
+    if id.is_empty() || id.len() > ID_LEN_MAX {
+        let shown: String = id.chars().take(64).collect();
+        return Err(InputError::InvalidId { id: shown });
+    }
+    Ok(())
+}
+
+/// Checks one node on its own (duplicates are found by the caller).
+pub fn check_node(node: &Node) -> Result<(), InputError> {
+    check_id(&node.id)?;
+    let c = node.capacity;
+    if c.cpu_millis == 0 || c.memory_bytes == 0 {
+        return Err(InputError::NodeCapacityZero {
+            id: node.id.clone(),
+        });
+    }
+    if c.cpu_millis > NODE_CPU_MILLIS_MAX || c.memory_bytes > NODE_MEMORY_BYTES_MAX {
+        return Err(InputError::NodeCapacityAbsurd {
+            id: node.id.clone(),
+            capacity: c,
+        });
+    }
+    Ok(())
+}
+
+/// Checks one workload on its own (duplicates are found by the caller). A request larger than
+/// every node is not an input error: its replicas are reported unschedulable with the reason.
+pub fn check_workload(workload: &Workload) -> Result<(), InputError> {
+    check_id(&workload.id)?;
+    if workload.replicas > WORKLOAD_REPLICAS_MAX {
+        return Err(InputError::TooManyReplicas {
+            id: workload.id.clone(),
+            replicas: workload.replicas,
+        });
+    }
+    Ok(())
+}
+
+/// The result of placement: every replica of every accepted workload is either assigned to
+/// exactly one node or unschedulable with a reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// Replica to node id.
+    pub assigned: BTreeMap<ReplicaId, String>,
+    /// Replicas with no node, and why.
+    pub unschedulable: BTreeMap<ReplicaId, Unschedulable>,
+    /// Inputs that were left out, sorted.
+    pub rejected: Vec<InputError>,
+}

@@ -1,0 +1,225 @@
+//! The engine's view of the membership: nodes in reusable slots, and constraint classes (the
+//! distinct constraint sets of the workloads) with the nodes eligible for each.
+//!
+//! Slot numbers and the order of the lists here depend on the order changes arrived in. Nothing
+//! that reaches an output depends on them: rankings are ordered by (key, node id) and the greedy
+//! pass by its canonical order. The hash maps are only looked up, never iterated.
+
+use std::collections::HashMap;
+
+use super::hash::node_hash;
+use super::model::Node;
+use crate::constraint::Constraint;
+use crate::resources::Resources;
+
+/// Live nodes by slot, structure-of-arrays for the scan loop.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct NodeTable {
+    pub ids: Vec<String>,
+    pub hashes: Vec<u64>,
+    pub capacity: Vec<Resources>,
+    pub zone: Vec<u32>,
+    /// Bumped each time a slot is filled, so that a reused slot is never mistaken for its old node.
+    pub generation: Vec<u64>,
+    pub specs: Vec<Option<Node>>,
+    by_id: HashMap<String, u32>,
+    free: Vec<u32>,
+    next_generation: u64,
+    zones: HashMap<String, u32>,
+    /// Number of live nodes.
+    pub count: usize,
+}
+
+impl NodeTable {
+    pub fn slot(&self, id: &str) -> Option<u32> {
+        self.by_id.get(id).copied()
+    }
+
+    /// Adds a validated node whose id is not present; returns its slot.
+    pub fn insert(&mut self, node: Node) -> u32 {
+        assert!(
+            !self.by_id.contains_key(&node.id),
+            "node {} inserted twice",
+            node.id
+        );
+        let next_zone = self.zones.len() as u32;
+        let zone = *self.zones.entry(node.zone.clone()).or_insert(next_zone);
+        self.next_generation += 1;
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                let s = slot as usize;
+                self.ids[s] = node.id.clone();
+                self.hashes[s] = node_hash(&node.id);
+                self.capacity[s] = node.capacity;
+                self.zone[s] = zone;
+                self.generation[s] = self.next_generation;
+                self.specs[s] = Some(node.clone());
+                slot
+            }
+            None => {
+                self.ids.push(node.id.clone());
+                self.hashes.push(node_hash(&node.id));
+                self.capacity.push(node.capacity);
+                self.zone.push(zone);
+                self.generation.push(self.next_generation);
+                self.specs.push(Some(node.clone()));
+                (self.ids.len() - 1) as u32
+            }
+        };
+        self.by_id.insert(node.id, slot);
+        self.count += 1;
+        slot
+    }
+
+    /// Removes the node in `slot` and returns it.
+    pub fn remove(&mut self, slot: u32) -> Node {
+        let node = self.specs[slot as usize]
+            .take()
+            .expect("removing a free slot");
+        self.by_id.remove(&node.id);
+        self.capacity[slot as usize] = Resources::default();
+        self.free.push(slot);
+        self.count -= 1;
+        node
+    }
+
+    /// Live nodes' slots, in slot order.
+    pub fn live_slots(&self) -> impl Iterator<Item = u32> + '_ {
+        self.specs
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.is_some())
+            .map(|(i, _)| i as u32)
+    }
+
+    pub fn spec(&self, slot: u32) -> &Node {
+        self.specs[slot as usize].as_ref().expect("free slot")
+    }
+}
+
+/// True when `node` may host replicas of a workload with these constraints.
+pub(crate) fn eligible(node: &Node, constraints: &[Constraint]) -> bool {
+    !node.draining
+        && constraints
+            .iter()
+            .all(|c| c.matches(&node.labels, &node.zone, &node.id))
+}
+
+/// One distinct constraint set and the non-draining nodes that satisfy it.
+#[derive(Clone, Debug)]
+pub(crate) struct ConstraintClass {
+    pub constraints: Vec<Constraint>,
+    /// Eligible node slots, in no particular order.
+    pub nodes: Vec<u32>,
+    /// Eligible nodes per zone number.
+    zone_nodes: Vec<u32>,
+    /// Zones with at least one eligible node.
+    pub zones: u32,
+    users: u32,
+}
+
+impl ConstraintClass {
+    fn add(&mut self, slot: u32, zone: u32) {
+        self.nodes.push(slot);
+        let z = zone as usize;
+        if self.zone_nodes.len() <= z {
+            self.zone_nodes.resize(z + 1, 0);
+        }
+        if self.zone_nodes[z] == 0 {
+            self.zones += 1;
+        }
+        self.zone_nodes[z] += 1;
+    }
+
+    fn remove(&mut self, slot: u32, zone: u32) -> bool {
+        // Linear, but only for the classes the node is eligible for, once per removal.
+        let Some(at) = self.nodes.iter().position(|&n| n == slot) else {
+            return false;
+        };
+        self.nodes.swap_remove(at);
+        let z = zone as usize;
+        self.zone_nodes[z] -= 1;
+        if self.zone_nodes[z] == 0 {
+            self.zones -= 1;
+        }
+        true
+    }
+}
+
+/// The constraint classes in use.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ClassTable {
+    pub classes: Vec<Option<ConstraintClass>>,
+    by_constraints: HashMap<Vec<Constraint>, u32>,
+    free: Vec<u32>,
+}
+
+impl ClassTable {
+    pub fn get(&self, class: u32) -> &ConstraintClass {
+        self.classes[class as usize].as_ref().expect("free class")
+    }
+
+    /// The class of a (sorted, deduplicated) constraint set, created if new.
+    pub fn acquire(&mut self, constraints: &[Constraint], nodes: &NodeTable) -> u32 {
+        if let Some(&c) = self.by_constraints.get(constraints) {
+            self.classes[c as usize].as_mut().expect("free class").users += 1;
+            return c;
+        }
+        let mut class = ConstraintClass {
+            constraints: constraints.to_vec(),
+            nodes: Vec::new(),
+            zone_nodes: Vec::new(),
+            zones: 0,
+            users: 1,
+        };
+        for slot in nodes.live_slots() {
+            if eligible(nodes.spec(slot), constraints) {
+                class.add(slot, nodes.zone[slot as usize]);
+            }
+        }
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.classes[id as usize] = Some(class);
+                id
+            }
+            None => {
+                self.classes.push(Some(class));
+                (self.classes.len() - 1) as u32
+            }
+        };
+        self.by_constraints.insert(constraints.to_vec(), id);
+        id
+    }
+
+    /// Drops one user of a class; the class goes when its last user does.
+    pub fn release(&mut self, class: u32) {
+        let c = self.classes[class as usize].as_mut().expect("free class");
+        c.users -= 1;
+        if c.users == 0 {
+            let c = self.classes[class as usize].take().expect("free class");
+            self.by_constraints.remove(&c.constraints);
+            self.free.push(class);
+        }
+    }
+
+    /// Records a new node in every class it is eligible for.
+    pub fn node_added(&mut self, slot: u32, nodes: &NodeTable) {
+        let node = nodes.spec(slot);
+        for class in self.classes.iter_mut().flatten() {
+            if eligible(node, &class.constraints) {
+                class.add(slot, nodes.zone[slot as usize]);
+            }
+        }
+    }
+
+    /// Forgets a node (call before the node table frees the slot).
+    pub fn node_removed(&mut self, slot: u32, nodes: &NodeTable) {
+        let node = nodes.spec(slot);
+        for class in self.classes.iter_mut().flatten() {
+            if eligible(node, &class.constraints) {
+                let removed = class.remove(slot, nodes.zone[slot as usize]);
+                assert!(removed, "eligible node {} missing from its class", node.id);
+            }
+        }
+    }
+}
