@@ -2,6 +2,7 @@
 //! API handlers. Transport-agnostic: the QUIC wiring is in [`super::run`], and the simulator
 //! can build the same node over the in-memory network.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -46,6 +47,8 @@ pub struct MeshNode {
     pub(crate) gossip: ChitchatHandle,
     pub(crate) rpc: Arc<dyn RpcClient>,
     pub(crate) clock: WallClock,
+    /// The store was out of sync longer than the tombstone grace when the node started.
+    pub(crate) stale: AtomicBool,
 }
 
 impl MeshNode {
@@ -63,6 +66,7 @@ impl MeshNode {
             gossip,
             rpc,
             clock,
+            stale: AtomicBool::new(false),
         }
     }
 

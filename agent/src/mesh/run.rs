@@ -15,7 +15,7 @@ use shoal_core::store::StoreConfig;
 use super::node::{system_clock, MeshNode};
 use super::record::{NodeRecord, DIGEST_KEY, NODE_KEY};
 use super::sync::to_hex;
-use super::view::LEAVING_KEY;
+use super::view::{LEAVING_KEY, STALE_KEY};
 use crate::gossip::quic::{QuicGossipConfig, QuicTransport};
 use crate::gossip::{chitchat_config_tuned, GossipTuning};
 use crate::rpc::{self, QuicRpcClient, RpcServerConfig, TransportStats};
@@ -69,11 +69,11 @@ pub async fn run_agent(
     let clock = system_clock();
     let mut store = DesiredStore::open(&opts.data_dir, &opts.name, StoreConfig::default())
         .with_context(|| format!("opening the store under {}", opts.data_dir.display()))?;
-    if store.is_stale(clock())? {
-        let dropped = store.discard_all()?;
+    let stale = store.is_stale(clock())?;
+    if stale {
         tracing::warn!(
-            dropped,
-            "store older than the tombstone grace: resynchronizing from peers"
+            "this node was out of sync longer than the tombstone grace: it will resynchronize \
+             from the first live peer that is not stale"
         );
     }
     let generation = store.generation_next(clock())?;
@@ -114,10 +114,13 @@ pub async fn run_agent(
         &cluster,
         &opts.tuning,
     );
-    let kvs = vec![
+    let mut kvs = vec![
         (NODE_KEY.to_string(), record.encode()),
         (DIGEST_KEY.to_string(), summary),
     ];
+    if stale {
+        kvs.push((STALE_KEY.to_string(), "1".to_string()));
+    }
     let gossip = spawn_chitchat(config, kvs, &transport)
         .await
         .with_context(|| format!("starting gossip on {}", opts.gossip_addr))?;
@@ -126,6 +129,16 @@ pub async fn run_agent(
         seeds = ?seeds, cluster = %cluster, "agent started"
     );
 
+    if !seeds.is_empty() {
+        if let Some(other) = wait_for_name_conflict(&gossip, opts.tuning.gossip_interval).await {
+            let _ = gossip.initiate_shutdown();
+            anyhow::bail!(
+                "the name {:?} is already used by a live agent at {other}: choose another --name \
+                 (or stop that agent first)",
+                opts.name
+            );
+        }
+    }
     let node = Arc::new(MeshNode::new(
         opts.name.clone(),
         store,
@@ -133,6 +146,8 @@ pub async fn run_agent(
         rpc_client,
         clock,
     ));
+    node.stale
+        .store(stale, std::sync::atomic::Ordering::Relaxed);
     let handler_node = node.clone();
     let handler: rpc::Handler<_, _> = Arc::new(move |req, peer| {
         let node = handler_node.clone();
@@ -164,6 +179,23 @@ pub async fn run_agent(
     api_endpoint.close(0u32.into(), b"agent leaving");
     let _ = node.gossip().initiate_shutdown();
     Ok(())
+}
+
+/// Gossips for a few rounds after joining and reports a live agent already using this name.
+async fn wait_for_name_conflict(
+    gossip: &chitchat::ChitchatHandle,
+    gossip_interval: Duration,
+) -> Option<SocketAddr> {
+    let me = gossip.chitchat_id().clone();
+    for _ in 0..8 {
+        tokio::time::sleep(gossip_interval).await;
+        let chitchat = gossip.chitchat();
+        let guard = chitchat.lock().await;
+        if let Some(addr) = super::view::name_taken_by(&guard, &me) {
+            return Some(addr);
+        }
+    }
+    None
 }
 
 /// Logs, with backoff, while this agent has no live peer although it was given seeds: the

@@ -3,6 +3,7 @@
 //! the peer list on disk fresh (for rejoining without --seed) and purges old tombstones.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use shoal_core::store::Digest;
 use super::api::{Request, Response};
 use super::node::MeshNode;
 use super::record::DIGEST_KEY;
+use super::view::STALE_KEY;
 use crate::rpc;
 
 /// Time between anti-entropy rounds.
@@ -46,6 +48,9 @@ impl MeshNode {
 
     /// One round: publish the summary, pull from peers that differ.
     pub async fn sync_round(self: Arc<Self>, round: u64) {
+        if self.stale.load(Ordering::Relaxed) && !self.clone().resync_if_possible().await {
+            return;
+        }
         let mine = self.with_store(|s| s.digest()).await;
         let summary = to_hex(&mine.summary().encode());
         {
@@ -79,6 +84,32 @@ impl MeshNode {
             let (peer, addr) = &differing[(start + i) % differing.len()];
             if let Err(e) = self.clone().pull_from(peer, *addr, &mine).await {
                 tracing::debug!(%peer, error = %e, "anti-entropy pull failed");
+            }
+        }
+    }
+
+    /// A stale node drops its entries once a live peer that is not stale can give it the
+    /// current state; while every node is stale (the whole mesh was down), everyone keeps theirs.
+    /// Returns true when the node is no longer stale.
+    async fn resync_if_possible(self: Arc<Self>) -> bool {
+        let members = self.members().await;
+        let fresh_peer = members
+            .iter()
+            .any(|m| m.alive && m.name != self.name && !m.stale && m.digest.is_some());
+        if !fresh_peer {
+            return false;
+        }
+        match self.with_store(|s| s.discard_all()).await {
+            Ok(dropped) => {
+                tracing::warn!(dropped, "stale store discarded: resynchronizing from peers");
+                self.stale.store(false, Ordering::Relaxed);
+                let chitchat = self.gossip.chitchat();
+                chitchat.lock().await.self_node_state().delete(STALE_KEY);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "discarding the stale store failed");
+                false
             }
         }
     }

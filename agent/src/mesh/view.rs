@@ -15,6 +15,10 @@ use super::record::{NodeRecord, DIGEST_KEY, NODE_KEY};
 /// Chitchat key an agent sets when it leaves gracefully: peers stop counting it at once.
 pub const LEAVING_KEY: &str = "leaving";
 
+/// Chitchat key an agent sets while its store is stale (out of sync longer than the tombstone
+/// grace): it waits for a peer that is not stale to resynchronize from.
+pub const STALE_KEY: &str = "stale";
+
 /// Longest spec body accepted from the store, in bytes.
 pub const SPEC_BYTES_MAX: usize = 256 * 1024;
 
@@ -31,9 +35,13 @@ pub struct Member {
     pub record: Option<NodeRecord>,
     /// Its store digest summary (hex), when published.
     pub digest: Option<String>,
+    /// Its store is stale and waits to resynchronize.
+    pub stale: bool,
 }
 
-/// Every known member, one per node id (the newest generation wins), sorted by node id.
+/// Every known member, one per node id, sorted by node id. Where several identities claim one
+/// name, the live one with the lowest generation wins (the incumbent: a second agent claiming a
+/// name in use is ignored), and where none is live, the newest.
 pub fn members(chitchat: &Chitchat) -> Vec<Member> {
     let live: Vec<&ChitchatId> = chitchat.live_nodes().collect();
     let mut by_name: BTreeMap<String, Member> = BTreeMap::new();
@@ -47,15 +55,35 @@ pub fn members(chitchat: &Chitchat) -> Vec<Member> {
             alive,
             record,
             digest: state.get(DIGEST_KEY).map(str::to_string),
+            stale: state.get(STALE_KEY).is_some(),
         };
-        match by_name.get(&member.name) {
-            Some(seen) if seen.id.generation_id >= id.generation_id => {}
-            _ => {
-                by_name.insert(member.name.clone(), member);
-            }
+        let replaces = match by_name.get(&member.name) {
+            None => true,
+            Some(seen) => match (seen.alive, member.alive) {
+                (true, true) => member.id.generation_id < seen.id.generation_id,
+                (false, true) => true,
+                (true, false) => false,
+                (false, false) => member.id.generation_id > seen.id.generation_id,
+            },
+        };
+        if replaces {
+            by_name.insert(member.name.clone(), member);
         }
     }
     by_name.into_values().collect()
+}
+
+/// Another live identity using `me`'s name from a different address: a second agent with this
+/// name is already in the mesh.
+pub fn name_taken_by(chitchat: &Chitchat, me: &ChitchatId) -> Option<SocketAddr> {
+    chitchat
+        .live_nodes()
+        .find(|id| {
+            id.node_id == me.node_id
+                && id.gossip_advertise_addr != me.gossip_advertise_addr
+                && id.generation_id != me.generation_id
+        })
+        .map(|id| id.gossip_advertise_addr)
 }
 
 /// The placement inputs: live members with a record, sorted by id.

@@ -254,13 +254,14 @@ impl DesiredStore {
     /// True when this node has been out of sync longer than the tombstone grace period at
     /// `now_ms`: its peers may have purged tombstones for entries it still holds, and merging its
     /// entries back would resurrect deleted workloads. The agent then calls
-    /// [`DesiredStore::discard_all`] before its first anti-entropy round. A store that never
-    /// recorded a sync is stale only if it holds entries.
+    /// [`DesiredStore::discard_all`] once a peer that is not stale is live. A store that never
+    /// recorded a sync is not stale: its entries were written by this node or by peers it was in
+    /// contact with, and discarding them could lose acknowledged specs (a full-mesh restart).
     pub fn is_stale(&self, now_ms: u64) -> Result<bool, StoreDbError> {
         let grace_ms = self.core.config().tombstone_grace_ms;
         Ok(match self.synced_at_ms()? {
             Some(at) => now_ms.saturating_sub(at) > grace_ms,
-            None => !self.core.is_empty(),
+            None => false,
         })
     }
 

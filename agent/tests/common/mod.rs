@@ -1,0 +1,251 @@
+//! A cluster of real `shoal agent` processes on loopback, for integration tests.
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub fn shoal_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_shoal")
+}
+
+/// A free UDP port on loopback (bound, then released).
+pub fn free_addr() -> SocketAddr {
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    socket.local_addr().expect("local addr")
+}
+
+/// One agent process and its addresses.
+pub struct Agent {
+    pub name: String,
+    pub gossip: SocketAddr,
+    pub api: SocketAddr,
+    pub data_dir: PathBuf,
+    pub child: Option<Child>,
+    pub log: PathBuf,
+}
+
+/// A test cluster: a temp dir with the PKI, data dirs and logs, and its agents.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub pki: PathBuf,
+    pub agents: Vec<Agent>,
+}
+
+impl Cluster {
+    /// A new cluster with a fresh CA and no agents.
+    pub fn new() -> Cluster {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let pki = dir.path().join("pki");
+        let out = run_cli(&["pki", "init", "--dir", pki.to_str().unwrap()], None);
+        assert!(out.status.success(), "pki init failed: {}", stderr(&out));
+        Cluster {
+            dir,
+            pki,
+            agents: Vec::new(),
+        }
+    }
+
+    /// Adds and starts agent `name`, seeded by the first agent if any.
+    pub fn add(&mut self, name: &str) -> usize {
+        let seed = self.agents.first().map(|a| a.gossip);
+        let index = self.agents.len();
+        let agent = Agent {
+            name: name.to_string(),
+            gossip: free_addr(),
+            api: free_addr(),
+            data_dir: self.dir.path().join(format!("data-{index}-{name}")),
+            child: None,
+            log: self.dir.path().join(format!("{index}-{name}.log")),
+        };
+        self.agents.push(agent);
+        let i = self.agents.len() - 1;
+        self.start(i, seed);
+        i
+    }
+
+    /// (Re)starts agent `i`, optionally with a seed.
+    pub fn start(&mut self, i: usize, seed: Option<SocketAddr>) {
+        let pki = self.pki.clone();
+        let a = &mut self.agents[i];
+        assert!(a.child.is_none(), "{} already running", a.name);
+        let mut cmd = Command::new(shoal_bin());
+        cmd.args(["agent", "--name", &a.name])
+            .args([
+                "--gossip",
+                &a.gossip.to_string(),
+                "--api",
+                &a.api.to_string(),
+            ])
+            .args(["--data-dir", a.data_dir.to_str().unwrap()])
+            .args(["--pki", pki.to_str().unwrap()])
+            .args(["--cpu", "4", "--memory", "8Gi"]);
+        if let Some(seed) = seed {
+            cmd.args(["--seed", &seed.to_string()]);
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&a.log)
+            .unwrap();
+        cmd.stdout(Stdio::null())
+            .stderr(log)
+            .env("RUST_LOG", "info");
+        a.child = Some(cmd.spawn().expect("spawn shoal agent"));
+    }
+
+    /// SIGKILLs agent `i` (no graceful leave).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.agents[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERMs agent `i` and waits for it to exit.
+    pub fn stop(&mut self, i: usize) {
+        if let Some(mut child) = self.agents[i].child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("agent did not exit within 10 s of SIGTERM");
+        }
+    }
+
+    /// Whether agent `i`'s process is still running.
+    pub fn running(&mut self, i: usize) -> bool {
+        match self.agents[i].child.as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Runs the CLI against agent `i`.
+    pub fn cli(&self, i: usize, args: &[&str]) -> Output {
+        run_cli(args, Some((self.agents[i].api, &self.pki)))
+    }
+
+    /// `get -o json` on agent `i`: workload names, or None when the agent does not answer.
+    pub fn workloads(&self, i: usize) -> Option<Vec<String>> {
+        let out = self.cli(i, &["get", "-o", "json", "--timeout", "2s"]);
+        if !out.status.success() {
+            return None;
+        }
+        let rows: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        Some(
+            rows.as_array()?
+                .iter()
+                .filter_map(|r| r["name"].as_str().map(str::to_string))
+                .collect(),
+        )
+    }
+
+    /// `nodes -o json` on agent `i`: names of nodes it holds alive.
+    pub fn alive_nodes(&self, i: usize) -> Option<Vec<String>> {
+        let out = self.cli(i, &["nodes", "-o", "json", "--timeout", "2s"]);
+        if !out.status.success() {
+            return None;
+        }
+        let rows: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        Some(
+            rows.as_array()?
+                .iter()
+                .filter(|r| r["alive"].as_bool() == Some(true))
+                .filter_map(|r| r["name"].as_str().map(str::to_string))
+                .collect(),
+        )
+    }
+
+    /// Every agent's log, for failure messages.
+    pub fn logs(&self) -> String {
+        (0..self.agents.len())
+            .map(|i| format!("--- {} ---\n{}", self.agents[i].name, self.log(i)))
+            .collect()
+    }
+
+    /// The log of agent `i`.
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(&self.agents[i].log).unwrap_or_default()
+    }
+
+    /// Waits until every running agent sees `n` live nodes.
+    pub fn wait_members(&mut self, n: usize, within: Duration) {
+        let running: Vec<usize> = (0..self.agents.len())
+            .filter(|&i| self.running(i))
+            .collect();
+        let ok = wait_until(within, || {
+            running
+                .iter()
+                .all(|&i| self.alive_nodes(i).is_some_and(|v| v.len() == n))
+        });
+        if !ok {
+            let views: Vec<_> = running.iter().map(|&i| self.alive_nodes(i)).collect();
+            panic!(
+                "agents did not all see {n} live nodes within {within:?}: {views:?}\n{}",
+                self.log(0)
+            );
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.agents.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// Runs the CLI with an optional (agent, pki).
+pub fn run_cli(args: &[&str], target: Option<(SocketAddr, &Path)>) -> Output {
+    let mut cmd = Command::new(shoal_bin());
+    cmd.args(args)
+        .env_remove("SHOAL_AGENT")
+        .env_remove("SHOAL_PKI");
+    if let Some((api, pki)) = target {
+        cmd.env("SHOAL_AGENT", api.to_string())
+            .env("SHOAL_PKI", pki);
+    }
+    cmd.output().expect("run shoal")
+}
+
+/// Stderr as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+/// Polls `f` every 50 ms until it holds or `within` passes.
+pub fn wait_until(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Writes a spec file into `dir` and returns its path.
+pub fn write_spec(dir: &Path, name: &str, replicas: u32) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    let text = format!(
+        "name = \"{name}\"\nreplicas = {replicas}\n[process]\ncommand = [\"sleep\", \"3600\"]\n\
+         [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}

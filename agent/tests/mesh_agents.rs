@@ -1,0 +1,171 @@
+//! The mesh with real agent processes on loopback: join, replication, durability through crashes
+//! and restarts, deletion, and refusal of strangers.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn has(cluster: &Cluster, i: usize, name: &str) -> bool {
+    cluster
+        .workloads(i)
+        .is_some_and(|w| w.iter().any(|n| n == name))
+}
+
+#[test]
+fn five_agents_replicate_and_keep_specs_through_crashes_restarts_and_deletes() {
+    let mut c = Cluster::new();
+    for i in 1..=5 {
+        c.add(&format!("n{i}"));
+    }
+    c.wait_members(5, Duration::from_secs(20));
+
+    // Applied at agent 1, on all five within 2 s.
+    let spec = write_spec(c.dir.path(), "sleeper", 3);
+    let applied_at = Instant::now();
+    let out = c.cli(0, &["apply", "-f", spec.to_str().unwrap()]);
+    assert!(out.status.success(), "apply failed: {}", stderr(&out));
+    let everywhere = wait_until(Duration::from_secs(2), || {
+        (0..5).all(|i| has(&c, i, "sleeper"))
+    });
+    assert!(everywhere, "sleeper not on all 5 agents within 2 s");
+    eprintln!(
+        "spec on all 5 agents {:?} after apply",
+        applied_at.elapsed()
+    );
+
+    // kill -9 agent 1 right after an apply returns: the spec is on the other four.
+    let spec2 = write_spec(c.dir.path(), "second", 2);
+    let out = c.cli(0, &["apply", "-f", spec2.to_str().unwrap()]);
+    assert!(out.status.success(), "apply failed: {}", stderr(&out));
+    c.kill(0);
+    let on_others = wait_until(Duration::from_secs(3), || {
+        (1..5).all(|i| has(&c, i, "second"))
+    });
+    assert!(on_others, "second lost after its agent was killed");
+
+    // ... and on agent 1 after it restarts (without --seed: it rejoins through known peers).
+    c.start(0, None);
+    assert!(wait_until(Duration::from_secs(10), || has(&c, 0, "second")
+        && has(&c, 0, "sleeper")));
+    c.wait_members(5, Duration::from_secs(20));
+
+    // Restarting all five keeps both.
+    for i in 0..5 {
+        c.stop(i);
+    }
+    let seed = c.agents[0].gossip;
+    for i in 0..5 {
+        c.start(i, if i == 0 { None } else { Some(seed) });
+    }
+    let kept = wait_until(Duration::from_secs(15), || {
+        (0..5).all(|i| has(&c, i, "sleeper") && has(&c, i, "second"))
+    });
+    assert!(
+        kept,
+        "specs lost across a restart of every agent: {:?}\n{}",
+        (0..5).map(|i| c.workloads(i)).collect::<Vec<_>>(),
+        c.logs()
+    );
+
+    // Delete while agent 5 is down: it does not come back from agent 5.
+    c.wait_members(5, Duration::from_secs(20));
+    c.kill(4);
+    let out = c.cli(1, &["delete", "sleeper"]);
+    assert!(out.status.success(), "delete failed: {}", stderr(&out));
+    assert!(wait_until(Duration::from_secs(3), || (0..4)
+        .all(|i| !has(&c, i, "sleeper"))));
+    c.start(4, Some(seed));
+    assert!(wait_until(Duration::from_secs(10), || c
+        .workloads(4)
+        .is_some_and(|w| w == ["second"])));
+    std::thread::sleep(Duration::from_secs(2));
+    for i in 0..5 {
+        assert!(
+            !has(&c, i, "sleeper"),
+            "deleted spec came back on agent {}",
+            i + 1
+        );
+        assert!(has(&c, i, "second"));
+    }
+}
+
+#[test]
+fn strangers_cannot_join_or_call_and_garbage_leaves_agents_running() {
+    let mut c = Cluster::new();
+    c.add("n1");
+    c.add("n2");
+    c.wait_members(2, Duration::from_secs(20));
+
+    // A cluster with another CA: its agent seeds into ours, its CLI calls ours.
+    let mut other = Cluster::new();
+    other.agents.push(Agent {
+        name: "intruder".into(),
+        gossip: free_addr(),
+        api: free_addr(),
+        data_dir: other.dir.path().join("data-intruder"),
+        child: None,
+        log: other.dir.path().join("intruder.log"),
+    });
+    other.start(0, Some(c.agents[0].gossip));
+    let out = run_cli(
+        &["nodes", "--timeout", "2s"],
+        Some((c.agents[0].api, &other.pki)),
+    );
+    assert_eq!(out.status.code(), Some(1), "a foreign client was answered");
+
+    // Garbage at both ports: random datagrams and oversized ones.
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for round in 0..200 {
+        let len = if round % 10 == 0 {
+            65_000
+        } else {
+            (round * 37) % 1400 + 1
+        };
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        for a in &c.agents {
+            let _ = socket.send_to(&bytes, a.gossip);
+            let _ = socket.send_to(&bytes, a.api);
+        }
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(c.running(0) && c.running(1), "an agent died of garbage");
+    for i in 0..2 {
+        let alive = c.alive_nodes(i).expect("agent answers after garbage");
+        assert_eq!(
+            alive,
+            ["n1", "n2"],
+            "a stranger joined agent {}'s view",
+            i + 1
+        );
+    }
+}
+
+#[test]
+fn a_second_agent_with_a_name_in_use_is_refused() {
+    let mut c = Cluster::new();
+    c.add("n1");
+    c.add("n2");
+    c.wait_members(2, Duration::from_secs(20));
+    let i = c.add("n2");
+    let exited = wait_until(Duration::from_secs(10), || !c.running(i));
+    assert!(exited, "the second n2 kept running");
+    let status = c.agents[i].child.take().map(|mut ch| ch.wait().unwrap());
+    let _ = status;
+    assert!(
+        c.log(i).contains("already used by a live agent"),
+        "log: {}",
+        c.log(i)
+    );
+    let alive = c.alive_nodes(0).unwrap();
+    assert_eq!(alive, ["n1", "n2"]);
+}
