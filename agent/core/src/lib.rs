@@ -9,6 +9,7 @@
 
 pub mod constraint;
 pub mod hlc;
+pub mod instance;
 pub mod placement;
 pub mod resources;
 pub mod spec;

@@ -1,0 +1,71 @@
+//! The vocabulary shared by the reconciler (core), the runtimes (shell) and gossip: what an
+//! instance of a replica is and what state it is in.
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::placement::model::ReplicaId;
+
+/// Lifecycle phase of an instance, as `shoal status -o json` prints it (lowercase).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Wanted here, not started yet (waiting for backoff, fencing or an approval).
+    Pending,
+    /// Started, within its start grace or not yet proven healthy.
+    Starting,
+    /// Running (and healthy when it has a probe that passed).
+    Running,
+    /// Being stopped (SIGTERM or engine stop sent, grace running).
+    Stopping,
+    /// Exited (by itself or stopped); the exit code is in the observation.
+    Exited,
+    /// Could not be started (image missing, command not found, engine unreachable).
+    Failed,
+}
+
+impl Phase {
+    /// The lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "pending",
+            Phase::Starting => "starting",
+            Phase::Running => "running",
+            Phase::Stopping => "stopping",
+            Phase::Exited => "exited",
+            Phase::Failed => "failed",
+        }
+    }
+
+    /// Whether a process or container may be alive in this phase (it holds resources and, for an
+    /// exclusive replica, counts as a copy).
+    pub fn may_be_alive(self) -> bool {
+        matches!(self, Phase::Starting | Phase::Running | Phase::Stopping)
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a runtime reports about one instance it manages on this node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeInstance {
+    /// The runtime's handle: a container id, or a process-runtime instance id. Unique per node.
+    pub handle: String,
+    /// Which replica it runs.
+    pub replica: ReplicaId,
+    /// The spec version it was started from (the store version string).
+    pub spec_version: String,
+    /// Alive or exited, as far as the runtime knows (never `Pending`).
+    pub phase: Phase,
+    /// When it was started, ms since the Unix epoch.
+    pub started_at_ms: u64,
+    /// When it exited, if it did.
+    pub exited_at_ms: Option<u64>,
+    /// Exit code (or 128 + signal) if it exited.
+    pub exit_code: Option<i32>,
+    /// Why it failed to start or what the runtime last reported wrong.
+    pub error: Option<String>,
+}
