@@ -241,3 +241,22 @@ fn only_settings_changes_are_live() {
         "without a hook nothing is live"
     );
 }
+
+#[test]
+fn floods_of_problems_are_summed_up() {
+    let keys: Vec<String> = (0..5000).map(|i| format!("k{i} = 1")).collect();
+    let text = process_with(&format!("[placement]\n{}\n", keys.join("\n")));
+    let errors = WorkloadSpec::from_toml_str(&text, "t.toml").unwrap_err();
+    assert_eq!(errors.len(), 21);
+    assert_eq!(errors.errors()[20].message, "4980 more unknown fields");
+
+    let bad = vec!["\"a ~ b\""; 5000].join(", ");
+    let text = process_with(&format!("[placement]\nconstraints = [{bad}]\n"));
+    let errors = WorkloadSpec::from_toml_str(&text, "t.toml").unwrap_err();
+    assert_eq!(errors.total(), 5000);
+    assert_eq!(errors.len(), ERRORS_MAX + 1);
+    assert_eq!(
+        errors.errors()[ERRORS_MAX].to_string(),
+        "t.toml: 4900 more problems not shown"
+    );
+}

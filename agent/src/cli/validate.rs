@@ -36,7 +36,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Err(errors) => {
                 invalid_files += 1;
-                problems += errors.len();
+                problems += errors.total();
                 eprintln!("{errors}");
             }
         }

@@ -254,7 +254,7 @@ pub(crate) fn choice<T: Copy>(
     }
     let names: Vec<&str> = options.iter().map(|(name, _)| *name).collect();
     let mut message = format!("{text:?} is not a valid {what}");
-    match super::reader::closest(&text, &names) {
+    match super::suggest::closest(&text, &names) {
         Some(close) => message.push_str(&format!(", did you mean {close:?}?")),
         None => message.push_str(&format!(" (expected one of: {})", names.join(", "))),
     }

@@ -1,5 +1,6 @@
 //! Validation problems: each one says where (file, line, column, field path) and what is wrong.
 
+use std::cell::Cell;
 use std::fmt;
 
 /// A place in a source text: 1-based line and column (columns count characters, not bytes).
@@ -46,14 +47,17 @@ impl fmt::Display for SpecError {
     }
 }
 
-/// Every problem found in one spec, in source order. Never empty.
+/// Every problem found in one spec, in source order: at most [`super::ERRORS_MAX`], then a line
+/// counting the rest. Never empty.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpecErrors {
     errors: Vec<SpecError>,
+    total: usize,
 }
 
 impl SpecErrors {
-    /// Wraps a list of problems, sorted by location (problems without one first) then by path.
+    /// Wraps a list of problems, sorted by location (problems without one first) then by path,
+    /// keeping the first [`super::ERRORS_MAX`].
     ///
     /// # Panics
     /// If `errors` is empty: an error value must carry at least one problem.
@@ -61,7 +65,19 @@ impl SpecErrors {
         assert!(!errors.is_empty(), "SpecErrors needs at least one problem");
         errors.sort_by(|a, b| (a.location, &a.path).cmp(&(b.location, &b.path)));
         errors.dedup();
-        SpecErrors { errors }
+        let total = errors.len();
+        if errors.len() > super::ERRORS_MAX {
+            let more = errors.len() - super::ERRORS_MAX;
+            errors.truncate(super::ERRORS_MAX);
+            let file = errors[0].file.clone();
+            errors.push(SpecError {
+                file,
+                location: None,
+                path: String::new(),
+                message: format!("{more} more problems not shown"),
+            });
+        }
+        SpecErrors { errors, total }
     }
 
     /// One problem with no location, for whole-input failures such as an oversized file.
@@ -74,14 +90,20 @@ impl SpecErrors {
         }])
     }
 
-    /// The problems, in source order.
+    /// The problems, in source order, with the "more problems not shown" line when there are
+    /// too many.
     pub fn errors(&self) -> &[SpecError] {
         &self.errors
     }
 
-    /// How many problems.
+    /// How many lines [`SpecErrors::errors`] holds (see [`SpecErrors::total`]).
     pub fn len(&self) -> usize {
         self.errors.len()
+    }
+
+    /// How many problems were found, including those past [`super::ERRORS_MAX`] not listed.
+    pub fn total(&self) -> usize {
+        self.total
     }
 
     /// Always false: kept for the `len` convention.
@@ -125,13 +147,20 @@ impl IntoIterator for SpecErrors {
 pub(crate) struct LineIndex<'t> {
     text: &'t str,
     line_starts: Vec<usize>,
+    /// The last offset located and its column: walks locate in increasing order, so counting
+    /// resumes from here instead of from the line start (long one-line JSON stays linear).
+    last: Cell<(usize, usize)>,
 }
 
 impl<'t> LineIndex<'t> {
     pub(crate) fn new(text: &'t str) -> Self {
         let mut line_starts = vec![0];
         line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
-        LineIndex { text, line_starts }
+        LineIndex {
+            text,
+            line_starts,
+            last: Cell::new((0, 1)),
+        }
     }
 
     /// The location of a byte offset; offsets past the end or inside a character are clamped.
@@ -142,7 +171,13 @@ impl<'t> LineIndex<'t> {
         }
         let line = self.line_starts.partition_point(|&s| s <= offset).max(1);
         let start = self.line_starts[line - 1];
-        let column = self.text[start..offset].chars().count() + 1;
+        let (last_offset, last_column) = self.last.get();
+        let column = if (start..=offset).contains(&last_offset) {
+            last_column + self.text[last_offset..offset].chars().count()
+        } else {
+            self.text[start..offset].chars().count() + 1
+        };
+        self.last.set((offset, column));
         Location {
             line: saturate(line),
             column: saturate(column),

@@ -3,6 +3,8 @@
 
 /// Largest spec file accepted, in bytes.
 pub const SPEC_BYTES_MAX: usize = 1 << 20;
+/// Most problems listed for one spec; the rest are counted in one line.
+pub const ERRORS_MAX: usize = 100;
 /// Longest workload name (a DNS label).
 pub const NAME_LEN_MAX: usize = 63;
 /// Most replicas of one workload.

@@ -30,6 +30,7 @@ mod policy;
 mod reader;
 mod render;
 mod sections;
+mod suggest;
 mod validate;
 
 pub use duration::{format_duration_ms, parse_duration_ms};

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::doc::{table_word, Entry, Format, Node, Value};
 use super::error::{Location, SpecError};
+use super::suggest::closest;
 
 /// Everything learned while decoding one document.
 pub(crate) struct Ctx {
@@ -122,6 +123,9 @@ pub(crate) fn index(parent: &str, i: usize) -> String {
     format!("{parent}[{i}]")
 }
 
+/// Unknown fields reported one by one in a table; the rest are summed up.
+const UNKNOWN_FIELDS_REPORTED_MAX: usize = 20;
+
 /// Reads the fields of one table, remembering which names the decoder asked for so that every
 /// other key can be reported as unknown.
 pub(crate) struct Fields<'n> {
@@ -138,13 +142,14 @@ impl<'n> Fields<'n> {
             ctx.wrong_type(path, node, table_word(ctx.format));
             return None;
         };
-        for (i, e) in entries.iter().enumerate() {
-            if let Some(first) = entries[..i].iter().find(|f| f.key == e.key) {
-                let line = first
-                    .key_at
-                    .map(|l| format!(" (first at {}:{})", l.line, l.column));
+        let mut seen: BTreeMap<&str, Option<Location>> = BTreeMap::new();
+        for e in entries {
+            if let Some(first) = seen.get(e.key.as_str()) {
+                let line = first.map(|l| format!(" (first at {}:{})", l.line, l.column));
                 let message = format!("duplicate field `{}`{}", e.key, line.unwrap_or_default());
                 ctx.error(e.key_at, &join(path, &e.key), message);
+            } else {
+                seen.insert(&e.key, e.key_at);
             }
         }
         Some(Fields {
@@ -185,10 +190,16 @@ impl<'n> Fields<'n> {
 
     /// Reports every key the decoder did not ask for, suggesting the closest known field, or the
     /// section where the key belongs (from `elsewhere`: section path and its fields).
+    /// Past [`UNKNOWN_FIELDS_REPORTED_MAX`] unknown keys in one table, the rest are counted in one
+    /// line: a file of garbage keys should not cost a suggestion search each.
     pub(crate) fn finish(self, ctx: &mut Ctx, elsewhere: &[(&str, &[&str])]) {
-        for e in self.entries {
-            if self.asked.contains(&e.key.as_str()) {
-                continue;
+        let is_unknown = |e: &&Entry| !self.asked.contains(&e.key.as_str());
+        let unknown_count = self.entries.iter().filter(is_unknown).count();
+        for (reported, e) in self.entries.iter().filter(is_unknown).enumerate() {
+            if reported == UNKNOWN_FIELDS_REPORTED_MAX {
+                let rest = unknown_count - reported;
+                ctx.problem(e.key_at, &self.path, format!("{rest} more unknown fields"));
+                break;
             }
             let mut message = format!("unknown field `{}`", e.key);
             if let Some(close) = closest(&e.key, &self.asked) {
@@ -204,52 +215,6 @@ impl<'n> Fields<'n> {
             ctx.problem(e.key_at, &self.path, message);
         }
     }
-}
-
-/// The candidate nearest to `word` by edit distance (adjacent swaps count once), if near enough
-/// to be a plausible typo.
-pub(crate) fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    let word = word.to_ascii_lowercase();
-    let typo = candidates
-        .iter()
-        .map(|c| (edit_distance(&word, c), *c))
-        .filter(|(d, c)| *d <= (c.len() / 3).max(1))
-        .min()
-        .map(|(_, c)| c);
-    // A part of a compound name (`grace` for `start_grace`) is a near miss too.
-    typo.or_else(|| {
-        candidates
-            .iter()
-            .copied()
-            .find(|c| !word.is_empty() && c.split('_').any(|part| part == word))
-    })
-}
-
-/// Optimal string alignment distance over characters; inputs are short field names, so the
-/// quadratic table is cheap. Long inputs are cut off first: no field name is that long.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().take(64).collect();
-    let b: Vec<char> = b.chars().take(64).collect();
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(d[i - 2][j - 2] + 1);
-            }
-            d[i][j] = best;
-        }
-    }
-    d[a.len()][b.len()]
 }
 
 /// A string value.
@@ -343,20 +308,6 @@ pub(crate) fn string_map(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn suggestions_catch_typos_not_strangers() {
-        let known = ["name", "replicas", "process", "container", "resources"];
-        assert_eq!(closest("replica", &known), Some("replicas"));
-        assert_eq!(closest("resoruces", &known), Some("resources"));
-        assert_eq!(closest("Name", &known), Some("name"));
-        assert_eq!(closest("image", &known), None);
-        assert_eq!(closest("", &known), None);
-        assert_eq!(
-            closest("grace", &["interval", "start_grace"]),
-            Some("start_grace")
-        );
-    }
 
     #[test]
     fn paths_and_nesting() {
