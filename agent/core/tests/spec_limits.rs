@@ -260,3 +260,33 @@ fn floods_of_problems_are_summed_up() {
         "t.toml: 4900 more problems not shown"
     );
 }
+
+#[test]
+fn image_references() {
+    let with_image = |image: &str| format!("{BASE}[container]\nimage = {image:?}\n");
+    for good in [
+        "nginx",
+        "nginx:1.27",
+        "library/nginx:1.27-alpine",
+        "registry.local:5000/team/web:1.4.2",
+        "localhost/x",
+        "ghcr.io/o/r@sha256:0123abcd",
+        "postgres:16@sha256:ff",
+    ] {
+        assert_eq!(messages(&with_image(good)), Vec::<String>::new(), "{good}");
+    }
+    for bad in [
+        "/x",
+        "a//b",
+        "nginx:",
+        "Nginx",
+        "nginx:a/b",
+        "x@sha256",
+        "x@sha256:zz",
+        "a:b:c",
+    ] {
+        let m = messages(&with_image(bad));
+        assert_eq!(m.len(), 1, "{bad}: {m:?}");
+        assert!(m[0].starts_with("container.image: "), "{bad}: {m:?}");
+    }
+}

@@ -270,7 +270,11 @@ pub(crate) fn strings(ctx: &mut Ctx, path: &str, node: &Node) -> Option<Vec<Stri
     };
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        out.push(string(ctx, &index(path, i), item));
+        let p = index(path, i);
+        if let Some(at) = item.at {
+            ctx.located.insert(p.clone(), at);
+        }
+        out.push(string(ctx, &p, item));
     }
     out.into_iter().collect()
 }
