@@ -185,7 +185,15 @@ fn check_image(image: &str) -> Result<(), String> {
     };
     // The registry host (before the first '/', when it has a '.' or ':') may hold a port.
     let path = match repo.split_once('/') {
-        Some((host, rest)) if host.contains(['.', ':']) || host == "localhost" => rest,
+        Some((host, rest)) if host.contains(['.', ':']) || host == "localhost" => {
+            let port_ok = host.split_once(':').is_none_or(|(_, port)| {
+                !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
+            });
+            if !port_ok {
+                return bad("a registry port is a number, as in registry.local:5000/app");
+            }
+            rest
+        }
         _ => repo,
     };
     let path_ok = path.split('/').all(|part| {
