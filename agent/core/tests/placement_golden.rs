@@ -1,0 +1,320 @@
+//! Golden vectors: the bits every agent must agree on, as literals. If one of these changes, the
+//! placement algorithm changed: bump `PLACEMENT_ALGORITHM_VERSION` and update the literals.
+//! Also the handling of bad input (rejected, reported, never a panic).
+
+use std::collections::BTreeMap;
+
+use shoal_core::constraint::Constraint;
+use shoal_core::placement::hash::{
+    jump, key, node_hash, pair_hash, replica_class, unit, workload_hash, RequestScale,
+};
+use shoal_core::placement::{
+    place, InputError, Node, PlacementEngine, ReplicaId, Resource, Spread, Unschedulable, Workload,
+    PLACEMENT_ALGORITHM_VERSION,
+};
+use shoal_core::resources::Resources;
+
+const GIB: u64 = 1 << 30;
+
+fn node(id: &str, cores: u64, gib: u64, zone: &str) -> Node {
+    Node {
+        id: id.into(),
+        capacity: Resources::new(cores * 1000, gib * GIB),
+        labels: BTreeMap::new(),
+        zone: zone.into(),
+        draining: false,
+    }
+}
+
+fn workload(id: &str, replicas: u32, cpu: u64, mib: u64) -> Workload {
+    Workload {
+        id: id.into(),
+        replicas,
+        request: Resources::new(cpu, mib << 20),
+        spread: Spread::Node,
+        constraints: vec![],
+        exclusive: false,
+        priority: 0,
+    }
+}
+
+#[test]
+fn version() {
+    assert_eq!(PLACEMENT_ALGORITHM_VERSION, 1);
+}
+
+#[test]
+fn golden_hashes() {
+    let got = [
+        node_hash("node-1"),
+        node_hash(""),
+        workload_hash("web"),
+        pair_hash(workload_hash("web"), node_hash("node-1")),
+        pair_hash(0, 0),
+        pair_hash(u64::MAX, 1),
+    ];
+    println!("hashes {got:#018x?}");
+    assert_eq!(got, GOLDEN_HASHES);
+}
+
+#[test]
+fn golden_keys() {
+    let scale = RequestScale::new(&Resources::new(250, 64 << 20));
+    let weight = scale.weight(&Resources::new(8000, 32 * GIB));
+    let pair = pair_hash(workload_hash("web"), node_hash("node-1"));
+    let got = [
+        weight.to_bits(),
+        unit(pair).to_bits(),
+        key(unit(pair), weight).to_bits(),
+        unit(0).to_bits(),
+        unit(u64::MAX).to_bits(),
+        key(unit(0), 1.0).to_bits(),
+        key(unit(u64::MAX), 1.0).to_bits(),
+    ];
+    println!("keys {got:#018x?}");
+    assert_eq!(got, GOLDEN_KEYS);
+    // u stays strictly inside (0, 1) at both ends, so keys are finite and positive.
+    assert!(unit(0) > 0.0 && unit(u64::MAX) < 1.0);
+}
+
+#[test]
+fn golden_classes() {
+    let got: Vec<u32> = (0..8u64)
+        .map(|i| jump(i.wrapping_mul(0x9e37_79b9_7f4a_7c15), 10))
+        .collect();
+    let classes: Vec<u32> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| replica_class(pair_hash(workload_hash("web"), node_hash(n)), 3))
+        .collect();
+    println!("jump {got:?} classes {classes:?}");
+    assert_eq!(got, GOLDEN_JUMP);
+    assert_eq!(classes, GOLDEN_CLASSES);
+}
+
+#[test]
+fn golden_assignment() {
+    let nodes = vec![
+        node("node-a", 4, 16, "z1"),
+        node("node-b", 8, 32, "z1"),
+        node("node-c", 16, 64, "z2"),
+        node("node-d", 2, 4, "z2"),
+        node("node-e", 8, 16, "z3"),
+    ];
+    let mut db = workload("db", 2, 2000, 8192);
+    db.spread = Spread::Zone;
+    db.exclusive = true;
+    db.priority = 10;
+    let mut cache = workload("cache", 2, 1000, 4096);
+    cache.constraints = vec![Constraint::parse("zone != z3").unwrap()];
+    let workloads = vec![
+        workload("web", 3, 500, 512),
+        db,
+        cache,
+        workload("batch", 2, 6000, 1024),
+    ];
+    let p = place(&nodes, &workloads);
+    let got: Vec<String> = p
+        .assigned
+        .iter()
+        .map(|(r, n)| format!("{r}={n}"))
+        .chain(p.unschedulable.iter().map(|(r, why)| format!("{r}!{why}")))
+        .collect();
+    println!("assignment {got:#?}");
+    assert_eq!(got, GOLDEN_ASSIGNMENT);
+}
+
+const GOLDEN_HASHES: [u64; 6] = [
+    0x29c5_5835_9780_8fe2,
+    0xbae0_4595_242a_f190,
+    0x9917_9d8f_3ef4_1fdd,
+    0xf698_70e0_97f2_a40b,
+    0xd60d_3e2e_a33c_1759,
+    0x0311_b9be_776e_3b4e,
+];
+/// weight 32.0; u and key of (web, node-1); u at both ends (2^-53, 1 - 2^-53) and their keys.
+const GOLDEN_KEYS: [u64; 7] = [
+    0x4040_0000_0000_0000,
+    0x3fee_d30e_1c12_fe55,
+    0x3f53_29ca_774a_1078,
+    0x3ca0_0000_0000_0000,
+    0x3fef_ffff_ffff_ffff,
+    0x4042_5e4f_7b27_37fa,
+    0x3ca0_0000_0000_0000,
+];
+const GOLDEN_JUMP: [u32; 8] = [0, 3, 5, 3, 2, 6, 2, 6];
+const GOLDEN_CLASSES: [u32; 4] = [1, 2, 2, 2];
+const GOLDEN_ASSIGNMENT: [&str; 9] = [
+    "batch/0=node-b",
+    "batch/1=node-c",
+    "cache/0=node-b",
+    "cache/1=node-c",
+    "db/0=node-e",
+    "db/1=node-c",
+    "web/0=node-c",
+    "web/1=node-e",
+    "web/2=node-b",
+];
+
+#[test]
+fn bad_nodes_are_rejected_not_chosen() {
+    let mut zero = node("zero", 0, 1, "z");
+    zero.capacity.cpu_millis = 0;
+    let huge = node("huge", 2_000_000, 1, "z");
+    let nodes = vec![
+        node("dup", 4, 4, "z"),
+        node("dup", 8, 8, "z"),
+        zero,
+        huge,
+        node("", 1, 1, "z"),
+        node("ok", 4, 4, "z"),
+    ];
+    let p = place(&nodes, &[workload("w", 3, 100, 10)]);
+    assert_eq!(
+        p.rejected,
+        vec![
+            InputError::DuplicateNode { id: "dup".into() },
+            InputError::InvalidId { id: "".into() },
+            InputError::NodeCapacityZero { id: "zero".into() },
+            InputError::NodeCapacityAbsurd {
+                id: "huge".into(),
+                capacity: Resources::new(2_000_000_000, GIB)
+            },
+        ]
+    );
+    assert_eq!(p.assigned.values().collect::<Vec<_>>(), vec!["ok"]);
+    assert_eq!(
+        p.unschedulable[&ReplicaId::new("w", 1)],
+        Unschedulable::NotEnoughNodes { eligible: 1 }
+    );
+    for e in &p.rejected {
+        assert!(!e.to_string().is_empty());
+    }
+}
+
+#[test]
+fn bad_workloads_are_rejected() {
+    let too_many = workload("many", 1_000_000, 1, 1);
+    let p = place(
+        &[node("n", 1, 1, "z")],
+        &[workload("dup", 1, 1, 1), workload("dup", 2, 1, 1), too_many],
+    );
+    assert_eq!(
+        p.rejected,
+        vec![
+            InputError::DuplicateWorkload { id: "dup".into() },
+            InputError::TooManyReplicas {
+                id: "many".into(),
+                replicas: 1_000_000
+            },
+        ]
+    );
+    assert!(p.assigned.is_empty() && p.unschedulable.is_empty());
+}
+
+#[test]
+fn reasons_name_the_cause() {
+    let mut ssd = node("ssd", 4, 8, "z1");
+    ssd.labels.insert("disk".into(), "ssd".into());
+    let mut draining = node("draining", 64, 256, "z2");
+    draining.draining = true;
+    let nodes = vec![ssd, node("plain", 8, 4, "z2"), draining];
+    let with = |id: &str, cs: &[&str], cpu: u64, mib: u64| {
+        let mut w = workload(id, 1, cpu, mib);
+        w.constraints = cs.iter().map(|c| Constraint::parse(c).unwrap()).collect();
+        w
+    };
+    let p = place(
+        &nodes,
+        &[
+            with("gpu", &["gpu"], 1, 1),
+            with("conflict", &["disk == ssd", "zone == z2"], 1, 1),
+            with("cpu", &[], 9000, 1),
+            with("mem", &["disk == ssd"], 1, 9 * 1024),
+            with("both", &[], 6000, 6 * 1024),
+        ],
+    );
+    let why = |w: &str| p.unschedulable[&ReplicaId::new(w, 0)].clone();
+    assert_eq!(
+        why("gpu"),
+        Unschedulable::ConstraintUnsatisfiable {
+            constraint: "gpu".into()
+        }
+    );
+    assert_eq!(
+        why("conflict"),
+        Unschedulable::ConstraintsConflict {
+            constraints: vec!["disk == ssd".into(), "zone == z2".into()]
+        }
+    );
+    assert_eq!(
+        why("cpu"),
+        Unschedulable::RequestTooLarge {
+            resource: Resource::Cpu,
+            requested: 9000,
+            largest: 8000
+        }
+    );
+    assert_eq!(
+        why("mem"),
+        Unschedulable::RequestTooLarge {
+            resource: Resource::Memory,
+            requested: 9 * GIB,
+            largest: 8 * GIB
+        }
+    );
+    assert_eq!(
+        why("both"),
+        Unschedulable::RequestFitsNoSingleNode {
+            requested: Resources::new(6000, 6 * GIB)
+        }
+    );
+    assert_eq!(
+        why("cpu").to_string(),
+        "requests 9 CPU but the largest eligible node has 8"
+    );
+    let empty = place(&[], &[workload("w", 1, 1, 1)]);
+    assert_eq!(
+        empty.unschedulable[&ReplicaId::new("w", 0)],
+        Unschedulable::NoNodes
+    );
+}
+
+#[test]
+fn no_room_counts_the_short_resource() {
+    let nodes = vec![node("a", 2, 64, "z"), node("b", 2, 64, "z")];
+    let mut first = workload("first", 2, 1500, 1024);
+    first.priority = 1;
+    let p = place(&nodes, &[first, workload("second", 1, 1000, 1024)]);
+    assert_eq!(
+        p.unschedulable[&ReplicaId::new("second", 0)],
+        Unschedulable::NoRoom {
+            candidates: 2,
+            cpu_short: 2,
+            memory_short: 0
+        }
+    );
+}
+
+#[test]
+fn engine_rejects_bad_changes_without_changing_state() {
+    let mut engine = PlacementEngine::new(&[node("a", 4, 4, "z")], &[workload("w", 1, 100, 1)]);
+    let before = engine.placement().clone();
+    assert_eq!(
+        engine.handle_node_added(node("a", 8, 8, "z")),
+        Err(InputError::NodeExists { id: "a".into() })
+    );
+    assert_eq!(
+        engine.handle_node_removed("b"),
+        Err(InputError::UnknownNode { id: "b".into() })
+    );
+    assert!(engine.handle_node_changed(node("a", 0, 8, "z")).is_err());
+    assert_eq!(
+        engine.handle_workload_removed("x"),
+        Err(InputError::UnknownWorkload { id: "x".into() })
+    );
+    assert!(engine
+        .handle_workload_upserted(workload("w", 20_000, 1, 1))
+        .is_err());
+    assert_eq!(engine.placement(), &before);
+    engine.check_invariants();
+}
