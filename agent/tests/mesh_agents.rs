@@ -169,3 +169,127 @@ fn a_second_agent_with_a_name_in_use_is_refused() {
     let alive = c.alive_nodes(0).unwrap();
     assert_eq!(alive, ["n1", "n2"]);
 }
+
+/// A spec of about `kib` KiB (large environment values), so that storing it must grow the store.
+fn big_spec(dir: &std::path::Path, name: &str, kib: usize) -> std::path::PathBuf {
+    let mut text = format!(
+        "name = \"{name}\"\nreplicas = 1\n[process]\ncommand = [\"sleep\", \"3600\"]\n[process.env]\n"
+    );
+    for i in 0..kib {
+        text.push_str(&format!("V{i} = \"{}\"\n", "x".repeat(1000)));
+    }
+    text.push_str("[resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n");
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Mounts a small tmpfs, or explains why not. Needs CAP_SYS_ADMIN (root in CI and here); where
+/// mounting is not permitted the test says so on stderr and passes without running, because a
+/// full disk cannot be made any other way without privileges.
+fn small_tmpfs(dir: &std::path::Path, size: &str) -> bool {
+    std::fs::create_dir_all(dir).unwrap();
+    let status = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(dir)
+        .status();
+    match status {
+        Ok(s) if s.success() => true,
+        other => {
+            eprintln!("SKIPPED: cannot mount a tmpfs here ({other:?}); full-disk test not run");
+            false
+        }
+    }
+}
+
+#[test]
+fn a_full_disk_fails_apply_clearly_and_loses_nothing_acknowledged() {
+    let mut c = Cluster::new();
+    let mount = c.dir.path().join("small");
+    if !small_tmpfs(&mount, "4m") {
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let _unmount = Unmount(mount.clone());
+    c.agents.push(Agent {
+        name: "n1".into(),
+        gossip: free_addr(),
+        api: free_addr(),
+        data_dir: mount.join("n1"),
+        child: None,
+        log: c.dir.path().join("n1.log"),
+    });
+    c.start(0, None);
+    c.wait_members(1, Duration::from_secs(20));
+    let out = c.cli(
+        0,
+        &[
+            "apply",
+            "-f",
+            write_spec(c.dir.path(), "kept", 1).to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Fill the file system, then apply large specs until the store cannot grow.
+    let _ = std::process::Command::new("dd")
+        .args([
+            "if=/dev/zero",
+            "bs=64k",
+            &format!("of={}", mount.join("filler").display()),
+        ])
+        .stderr(std::process::Stdio::null())
+        .status();
+    let mut acknowledged = vec!["kept".to_string()];
+    let mut refusal = None;
+    for i in 0..40 {
+        let name = format!("big{i}");
+        let out = c.cli(
+            0,
+            &[
+                "apply",
+                "-f",
+                big_spec(c.dir.path(), &name, 200).to_str().unwrap(),
+            ],
+        );
+        if out.status.success() {
+            acknowledged.push(name);
+        } else {
+            refusal = Some(stderr(&out));
+            break;
+        }
+    }
+    let refusal = refusal.expect("every apply succeeded on a full disk");
+    assert!(
+        refusal.contains("nothing was acknowledged"),
+        "unclear error: {refusal}"
+    );
+    assert!(
+        refusal.contains("free space"),
+        "the error does not say what to do: {refusal}"
+    );
+    assert!(c.running(0), "the agent died on a full disk");
+
+    // Free space, restart: every acknowledged spec is there.
+    std::fs::remove_file(mount.join("filler")).unwrap();
+    c.stop(0);
+    c.start(0, None);
+    let all_there = wait_until(Duration::from_secs(10), || {
+        c.workloads(0)
+            .is_some_and(|w| acknowledged.iter().all(|a| w.contains(a)))
+    });
+    assert!(
+        all_there,
+        "acknowledged specs lost: {:?} vs {:?}",
+        acknowledged,
+        c.workloads(0)
+    );
+}

@@ -2,6 +2,7 @@
 //! agent process that wires them over QUIC.
 
 pub mod api;
+pub mod mem;
 pub mod node;
 pub mod record;
 pub mod run;

@@ -49,6 +49,9 @@ pub struct MeshNode {
     pub(crate) clock: WallClock,
     /// The store was out of sync longer than the tombstone grace when the node started.
     pub(crate) stale: AtomicBool,
+    /// Run store calls inline instead of on the blocking pool (in-memory stores: keeps paused
+    /// tokio time from jumping while a call runs, and keeps the simulator deterministic).
+    pub(crate) inline_store: AtomicBool,
 }
 
 impl MeshNode {
@@ -67,6 +70,7 @@ impl MeshNode {
             rpc,
             clock,
             stale: AtomicBool::new(false),
+            inline_store: AtomicBool::new(false),
         }
     }
 
@@ -81,6 +85,9 @@ impl MeshNode {
         f: impl FnOnce(&mut DesiredStore) -> T + Send + 'static,
     ) -> T {
         let store = self.store.clone();
+        if self.inline_store.load(std::sync::atomic::Ordering::Relaxed) {
+            return f(&mut store.lock().expect("store lock"));
+        }
         tokio::task::spawn_blocking(move || f(&mut store.lock().expect("store lock")))
             .await
             .expect("store task panicked")

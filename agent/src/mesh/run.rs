@@ -10,15 +10,17 @@ use std::time::Duration;
 
 use anyhow::Context;
 use chitchat::spawn_chitchat;
+use chitchat::transport::Transport;
 use shoal_core::store::StoreConfig;
 
-use super::node::{system_clock, MeshNode};
+use super::api::{Request, Response};
+use super::node::{system_clock, MeshNode, WallClock};
 use super::record::{NodeRecord, DIGEST_KEY, NODE_KEY};
 use super::sync::to_hex;
 use super::view::{LEAVING_KEY, STALE_KEY};
 use crate::gossip::quic::{QuicGossipConfig, QuicTransport};
 use crate::gossip::{chitchat_config_tuned, GossipTuning};
-use crate::rpc::{self, QuicRpcClient, RpcServerConfig, TransportStats};
+use crate::rpc::{self, QuicRpcClient, RpcClient, RpcServerConfig, TransportStats};
 use crate::store_db::DesiredStore;
 use crate::tls::{self, QuicOptions, ALPN_API};
 
@@ -57,18 +59,72 @@ pub fn cluster_id(ca_der: &[u8]) -> String {
     format!("shoal-{:016x}", xxhash_rust::xxh3::xxh3_64(ca_der))
 }
 
-/// Runs an agent until `shutdown` resolves, then leaves the mesh gracefully.
-pub async fn run_agent(
-    opts: AgentOptions,
-    shutdown: impl Future<Output = ()>,
-) -> anyhow::Result<()> {
-    let identity = crate::pki::load_identity(&opts.pki_dir, &opts.name)
-        .with_context(|| format!("loading the identity of {:?}", opts.name))?;
-    std::fs::create_dir_all(&opts.data_dir)
-        .with_context(|| format!("creating --data-dir {}", opts.data_dir.display()))?;
-    let clock = system_clock();
-    let mut store = DesiredStore::open(&opts.data_dir, &opts.name, StoreConfig::default())
-        .with_context(|| format!("opening the store under {}", opts.data_dir.display()))?;
+/// What a mesh node needs besides its store and network.
+#[derive(Clone, Debug)]
+pub struct MeshSetup {
+    /// Node id.
+    pub name: String,
+    /// Gossip address, bound and advertised.
+    pub gossip_addr: SocketAddr,
+    /// Seeds to join through (peers saved in the store are added).
+    pub seeds: Vec<SocketAddr>,
+    /// The record to gossip.
+    pub record: NodeRecord,
+    /// Gossip timing.
+    pub tuning: GossipTuning,
+    /// Cluster id (derived from the CA).
+    pub cluster_id: String,
+}
+
+/// A started mesh node and its background tasks.
+pub struct RunningNode {
+    /// The node.
+    pub node: Arc<MeshNode>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl RunningNode {
+    /// Announces the leave, gossips it for [`LEAVE_ANNOUNCE`], then stops every task.
+    pub async fn leave(self) {
+        {
+            let chitchat = self.node.gossip().chitchat();
+            chitchat
+                .lock()
+                .await
+                .self_node_state()
+                .set(LEAVING_KEY, "1");
+        }
+        tokio::time::sleep(LEAVE_ANNOUNCE).await;
+        self.crash();
+    }
+
+    /// Stops every task at once, as a crash would (the store keeps what was durable).
+    pub fn crash(self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        let _ = self.node.gossip().initiate_shutdown();
+    }
+}
+
+/// The API handler of `node`.
+pub fn api_handler(node: Arc<MeshNode>) -> rpc::Handler<Request, Response> {
+    Arc::new(move |req, peer| {
+        let node = node.clone();
+        Box::pin(async move { node.handle_request(req, peer).await })
+    })
+}
+
+/// Starts a mesh node over any chitchat transport and RPC client: joins, checks that its name is
+/// not in use, and runs anti-entropy. The caller serves [`api_handler`] on its API address.
+pub async fn start_node(
+    setup: MeshSetup,
+    mut store: DesiredStore,
+    transport: &dyn Transport,
+    rpc_client: Arc<dyn RpcClient>,
+    clock: WallClock,
+    inline_store: bool,
+) -> anyhow::Result<RunningNode> {
     let stale = store.is_stale(clock())?;
     if stale {
         tracing::warn!(
@@ -77,14 +133,88 @@ pub async fn run_agent(
         );
     }
     let generation = store.generation_next(clock())?;
-    let mut seeds = opts.seeds.clone();
+    let mut seeds = setup.seeds.clone();
     for peer in store.peers_load()? {
-        if !seeds.contains(&peer) {
+        if !seeds.contains(&peer) && peer != setup.gossip_addr {
             seeds.push(peer);
         }
     }
     let summary = to_hex(&store.digest().summary().encode());
+    let config = chitchat_config_tuned(
+        &setup.name,
+        generation,
+        setup.gossip_addr,
+        &seeds,
+        &setup.cluster_id,
+        &setup.tuning,
+    );
+    let mut kvs = vec![
+        (NODE_KEY.to_string(), setup.record.encode()),
+        (DIGEST_KEY.to_string(), summary),
+    ];
+    if stale {
+        kvs.push((STALE_KEY.to_string(), "1".to_string()));
+    }
+    let gossip = spawn_chitchat(config, kvs, transport)
+        .await
+        .with_context(|| format!("starting gossip on {}", setup.gossip_addr))?;
+    tracing::info!(
+        name = %setup.name, gossip = %setup.gossip_addr, api = %setup.record.api_addr, generation,
+        seeds = ?seeds, cluster = %setup.cluster_id, "agent started"
+    );
+    if !seeds.is_empty() {
+        if let Some(other) = wait_for_name_conflict(&gossip, setup.tuning.gossip_interval).await {
+            let _ = gossip.initiate_shutdown();
+            anyhow::bail!(
+                "the name {:?} is already used by a live agent at {other}: choose another --name \
+                 (or stop that agent first)",
+                setup.name
+            );
+        }
+    }
+    let node = Arc::new(MeshNode::new(
+        setup.name.clone(),
+        store,
+        gossip,
+        rpc_client,
+        clock,
+    ));
+    node.stale
+        .store(stale, std::sync::atomic::Ordering::Relaxed);
+    node.inline_store
+        .store(inline_store, std::sync::atomic::Ordering::Relaxed);
+    let tasks = vec![
+        tokio::spawn(node.clone().run_sync()),
+        tokio::spawn(watch_seeds(node.clone(), seeds)),
+    ];
+    Ok(RunningNode { node, tasks })
+}
 
+/// The record an agent with these options gossips.
+pub fn node_record(opts: &AgentOptions) -> NodeRecord {
+    NodeRecord {
+        cpu_millis: opts.cpu_millis,
+        memory_bytes: opts.memory_bytes,
+        labels: opts.labels.clone(),
+        zone: opts.zone.clone(),
+        draining: false,
+        agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        placement_version: shoal_core::placement::PLACEMENT_ALGORITHM_VERSION,
+        api_addr: opts.api_addr,
+    }
+}
+
+/// Runs an agent over QUIC until `shutdown` resolves, then leaves the mesh gracefully.
+pub async fn run_agent(
+    opts: AgentOptions,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let identity = crate::pki::load_identity(&opts.pki_dir, &opts.name)
+        .with_context(|| format!("loading the identity of {:?}", opts.name))?;
+    std::fs::create_dir_all(&opts.data_dir)
+        .with_context(|| format!("creating --data-dir {}", opts.data_dir.display()))?;
+    let store = DesiredStore::open(&opts.data_dir, &opts.name, StoreConfig::default())
+        .with_context(|| format!("opening the store under {}", opts.data_dir.display()))?;
     let ca = identity
         .ca_certs
         .first()
@@ -94,90 +224,27 @@ pub async fn run_agent(
         .with_context(|| format!("binding the API on {}", opts.api_addr))?;
     let api_stats = Arc::new(TransportStats::default());
     let rpc_client = Arc::new(QuicRpcClient::new(api_endpoint.clone(), api_stats.clone()));
-
-    let record = NodeRecord {
-        cpu_millis: opts.cpu_millis,
-        memory_bytes: opts.memory_bytes,
-        labels: opts.labels.clone(),
-        zone: opts.zone.clone(),
-        draining: false,
-        agent_version: env!("CARGO_PKG_VERSION").to_string(),
-        placement_version: shoal_core::placement::PLACEMENT_ALGORITHM_VERSION,
-        api_addr: opts.api_addr,
-    };
     let transport = QuicTransport::new(identity, QuicGossipConfig::default());
-    let config = chitchat_config_tuned(
-        &opts.name,
-        generation,
-        opts.gossip_addr,
-        &seeds,
-        &cluster,
-        &opts.tuning,
-    );
-    let mut kvs = vec![
-        (NODE_KEY.to_string(), record.encode()),
-        (DIGEST_KEY.to_string(), summary),
-    ];
-    if stale {
-        kvs.push((STALE_KEY.to_string(), "1".to_string()));
-    }
-    let gossip = spawn_chitchat(config, kvs, &transport)
-        .await
-        .with_context(|| format!("starting gossip on {}", opts.gossip_addr))?;
-    tracing::info!(
-        name = %opts.name, gossip = %opts.gossip_addr, api = %opts.api_addr, generation,
-        seeds = ?seeds, cluster = %cluster, "agent started"
-    );
-
-    if !seeds.is_empty() {
-        if let Some(other) = wait_for_name_conflict(&gossip, opts.tuning.gossip_interval).await {
-            let _ = gossip.initiate_shutdown();
-            anyhow::bail!(
-                "the name {:?} is already used by a live agent at {other}: choose another --name \
-                 (or stop that agent first)",
-                opts.name
-            );
-        }
-    }
-    let node = Arc::new(MeshNode::new(
-        opts.name.clone(),
-        store,
-        gossip,
-        rpc_client,
-        clock,
-    ));
-    node.stale
-        .store(stale, std::sync::atomic::Ordering::Relaxed);
-    let handler_node = node.clone();
-    let handler: rpc::Handler<_, _> = Arc::new(move |req, peer| {
-        let node = handler_node.clone();
-        Box::pin(async move { node.handle_request(req, peer).await })
-    });
+    let setup = MeshSetup {
+        name: opts.name.clone(),
+        gossip_addr: opts.gossip_addr,
+        seeds: opts.seeds.clone(),
+        record: node_record(&opts),
+        tuning: opts.tuning.clone(),
+        cluster_id: cluster,
+    };
+    let running = start_node(setup, store, &transport, rpc_client, system_clock(), false).await?;
     let server = tokio::spawn(rpc::serve(
         api_endpoint.clone(),
-        handler,
+        api_handler(running.node.clone()),
         RpcServerConfig::default(),
         api_stats,
     ));
-    let sync = tokio::spawn(node.clone().run_sync());
-    let seeds_watch = tokio::spawn(watch_seeds(node.clone(), seeds.clone()));
-
     shutdown.await;
     tracing::info!("leaving the mesh");
-    {
-        let chitchat = node.gossip().chitchat();
-        chitchat
-            .lock()
-            .await
-            .self_node_state()
-            .set(LEAVING_KEY, "1");
-    }
-    tokio::time::sleep(LEAVE_ANNOUNCE).await;
-    sync.abort();
-    seeds_watch.abort();
+    running.leave().await;
     server.abort();
     api_endpoint.close(0u32.into(), b"agent leaving");
-    let _ = node.gossip().initiate_shutdown();
     Ok(())
 }
 
