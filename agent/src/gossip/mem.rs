@@ -181,19 +181,22 @@ impl MemNetwork {
         }
     }
 
-    /// Serves typed RPC at `addr` as the node named `name`.
+    /// Serves typed RPC at `addr` as the node named `name`; returns the server's counters
+    /// (`frames_rejected`, `requests_served`).
     pub fn serve_rpc<Req, Resp>(
         &self,
         addr: SocketAddr,
         name: PeerName,
         handler: Handler<Req, Resp>,
-    ) where
+    ) -> Arc<TransportStats>
+    where
         Req: DeserializeOwned + Send + 'static,
         Resp: Serialize + Send + 'static,
     {
         let stats = Arc::new(TransportStats::default());
+        let server_stats = stats.clone();
         let frame_handler: FrameHandler = Arc::new(move |frame, peer| {
-            let (handler, stats) = (handler.clone(), stats.clone());
+            let (handler, stats) = (handler.clone(), server_stats.clone());
             Box::pin(async move {
                 rpc::answer_frame(&handler, &frame, peer, HANDLER_TIMEOUT, &stats).await
             })
@@ -201,6 +204,7 @@ impl MemNetwork {
         self.state()
             .rpc_servers
             .insert(canonical(addr), (name, frame_handler));
+        stats
     }
 
     /// Stops serving RPC at `addr` (the node crashed or left).

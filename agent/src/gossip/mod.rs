@@ -21,9 +21,11 @@ use chitchat::{ChitchatConfig, ChitchatId, FailureDetectorConfig};
 pub mod mem;
 pub mod quic;
 
-/// Failure detection and gossip timing. [`Default`] is tuned as measured in the mesh brief:
-/// with `initial_interval` equal to the gossip interval, phi 5-6 and a 100-sample window, a killed
-/// node is declared dead in about a second at 20 nodes, with no live node falsely declared dead.
+/// Failure detection and gossip timing. [`Default`]: 250 ms gossip, phi 7, a 100-sample window,
+/// `initial_interval` equal to the gossip interval. Measured (tests/transport_gossip.rs,
+/// `--ignored`): over QUIC on loopback, every survivor declares a killed node dead after
+/// 1.4-1.9 s at 20 nodes and 1.7 s at 50; on the in-memory network with 10% UDP-like loss over
+/// 10 minutes, no live node is declared dead at 20 or 50 nodes (phi 6 gave 5 such verdicts at 50).
 #[derive(Debug, Clone)]
 pub struct GossipTuning {
     /// Time between two gossip rounds (each round contacts up to 3 live peers).
@@ -48,7 +50,7 @@ impl Default for GossipTuning {
         let gossip_interval = Duration::from_millis(250);
         GossipTuning {
             gossip_interval,
-            phi_threshold: 6.0,
+            phi_threshold: 7.0,
             sampling_window_size: 100,
             max_interval: Duration::from_secs(10),
             initial_interval: gossip_interval,

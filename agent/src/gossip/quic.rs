@@ -71,7 +71,7 @@ impl Default for QuicGossipConfig {
             backoff_max: Duration::from_secs(5),
             writer_idle_exit: Duration::from_secs(30),
             stream_timeout: Duration::from_secs(5),
-            compress_min_bytes: Some(1024),
+            compress_min_bytes: Some(256),
             quic: QuicOptions::gossip(),
         }
     }
