@@ -152,3 +152,24 @@ fn help_lists_validate() {
     assert!(out.status.success());
     assert!(stdout(&out).contains("--file <FILE>"));
 }
+
+#[test]
+fn completions_are_printed_for_bash_zsh_and_fish() {
+    for (shell, marker) in [
+        ("bash", "_shoal()"),
+        ("zsh", "#compdef shoal"),
+        ("fish", "complete -c shoal"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shoal"))
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{shell}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains(marker), "{shell} completions lack {marker:?}");
+        assert!(
+            text.contains("apply"),
+            "{shell} completions lack the apply command"
+        );
+    }
+}

@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod agent;
+mod completions;
 mod connect;
 mod nodes;
 mod pki;
@@ -49,6 +50,8 @@ enum Command {
     Status(workloads::NameArgs),
     /// List the nodes of the mesh.
     Nodes(nodes::Args),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell).
+    Completions(completions::Args),
 }
 
 /// Parses the command line (printing help or a usage error and exiting 2 as clap does), runs the
@@ -74,6 +77,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Delete(args) => workloads::delete(args),
         Command::Status(args) => workloads::status(args),
         Command::Nodes(args) => nodes::run(args),
+        Command::Completions(args) => completions::run::<Cli>(args),
     }
 }
 
