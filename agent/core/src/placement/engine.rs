@@ -9,10 +9,11 @@
 use std::collections::HashMap;
 
 use super::greedy::Outcome;
-use super::hash::{workload_hash, RequestScale};
+use super::hash::{pair_hash, workload_hash, RequestScale};
 use super::model::{check_node, check_workload, InputError, Node, Placement, ReplicaId, Workload};
+use super::model::{Spread, Unschedulable};
 use super::rank::{Ranking, Scan};
-use super::table::{eligible, ClassTable, NodeTable};
+use super::table::{eligible, ClassTable, ConstraintClass, NodeTable};
 
 /// A workload and its cached ranking.
 #[derive(Clone, Debug)]
@@ -22,9 +23,68 @@ pub(crate) struct Tracked {
     pub hash: u64,
     pub class: u32,
     pub scale: RequestScale,
+    /// For zone spread: rank of each zone number among the eligible zones, as of `zone_epoch`.
+    pub zone_ranks: Vec<u32>,
+    pub zone_epoch: u64,
     pub ranking: Ranking,
     /// Why no node is eligible, as of a node epoch (computing it scans every node).
-    pub empty_reason: Option<(u64, super::model::Unschedulable)>,
+    pub empty_reason: Option<(u64, Unschedulable)>,
+}
+
+impl Tracked {
+    /// The workload's scan inputs, its ranking and its cached reason, borrowed apart.
+    pub(crate) fn parts<'a>(
+        &'a mut self,
+        nodes: &'a NodeTable,
+        classes: &'a ClassTable,
+    ) -> (
+        Scan<'a>,
+        &'a mut Ranking,
+        &'a mut Option<(u64, Unschedulable)>,
+    ) {
+        let class = classes.get(self.class);
+        let scan = Scan {
+            nodes,
+            eligible: &class.nodes,
+            workload_hash: self.hash,
+            request: self.spec.request,
+            scale: self.scale,
+            replicas: self.spec.replicas,
+            spread: self.spec.spread,
+            constraints: &self.spec.constraints,
+            zone_ranks: &self.zone_ranks,
+            zones: class.zones,
+        };
+        (scan, &mut self.ranking, &mut self.empty_reason)
+    }
+
+    /// Recomputes the zone ranks when the class's zone set changed; re-splits the ranking.
+    fn refresh_zones(&mut self, nodes: &NodeTable, classes: &ClassTable) {
+        let class = classes.get(self.class);
+        if self.spec.spread != Spread::Zone || self.zone_epoch == class.zone_epoch {
+            return;
+        }
+        self.zone_ranks = zone_ranks(nodes, class, self.hash);
+        self.zone_epoch = class.zone_epoch;
+        let (scan, ranking, _) = self.parts(nodes, classes);
+        ranking.rescale(&scan);
+    }
+}
+
+/// Ranks the class's eligible zones for a workload by the hash of (workload, zone name).
+fn zone_ranks(nodes: &NodeTable, class: &ConstraintClass, workload_hash: u64) -> Vec<u32> {
+    let mut zones: Vec<u32> = class.zone_ids().collect();
+    let key = |z: u32| pair_hash(workload_hash, nodes.zone_hashes[z as usize]);
+    zones.sort_by(|&a, &b| {
+        key(a)
+            .cmp(&key(b))
+            .then_with(|| nodes.zone_names[a as usize].cmp(&nodes.zone_names[b as usize]))
+    });
+    let mut ranks = vec![u32::MAX; nodes.zone_names.len()];
+    for (rank, z) in zones.into_iter().enumerate() {
+        ranks[z as usize] = rank as u32;
+    }
+    ranks
 }
 
 /// Incremental placement: feed it changes with `handle_*`, read the result with `placement`.
@@ -101,43 +161,25 @@ impl PlacementEngine {
         engine
     }
 
-    fn scan<'a>(
-        nodes: &'a NodeTable,
-        classes: &'a ClassTable,
-        spec: &Workload,
-        t: &Tracked,
-    ) -> Scan<'a> {
-        Scan {
-            nodes,
-            eligible: &classes.get(t.class).nodes,
-            workload_hash: t.hash,
-            request: spec.request,
-            scale: t.scale,
-            replicas: spec.replicas,
-        }
-    }
-
     fn insert_workload(&mut self, spec: Workload) {
         let class = self.classes.acquire(&spec.constraints, &self.nodes);
         let hash = workload_hash(&spec.id);
-        let scale = RequestScale::new(&spec.request);
-        let scan = Scan {
-            nodes: &self.nodes,
-            eligible: &self.classes.get(class).nodes,
-            workload_hash: hash,
-            request: spec.request,
-            scale,
-            replicas: spec.replicas,
+        let zone_ranks = match spec.spread {
+            Spread::Zone => zone_ranks(&self.nodes, self.classes.get(class), hash),
+            Spread::Node => Vec::new(),
         };
-        let ranking = Ranking::build(&scan);
-        let tracked = Tracked {
+        let mut tracked = Tracked {
+            scale: RequestScale::new(&spec.request),
             spec,
             hash,
             class,
-            scale,
-            ranking,
+            zone_ranks,
+            zone_epoch: self.classes.get(class).zone_epoch,
+            ranking: Ranking::empty(),
             empty_reason: None,
         };
+        let (scan, ranking, _) = tracked.parts(&self.nodes, &self.classes);
+        *ranking = Ranking::build(&scan);
         let slot = match self.free_workloads.pop() {
             Some(slot) => slot,
             None => {
@@ -152,6 +194,13 @@ impl PlacementEngine {
         self.stale = true;
     }
 
+    /// Brings every zone-spread workload's zone ranks up to date with its class.
+    fn refresh_zones(&mut self) {
+        for t in self.workloads.iter_mut().flatten() {
+            t.refresh_zones(&self.nodes, &self.classes);
+        }
+    }
+
     /// A node joined. Err (state unchanged) when it is invalid or already present.
     pub fn handle_node_added(&mut self, node: Node) -> Result<(), InputError> {
         check_node(&node)?;
@@ -160,6 +209,7 @@ impl PlacementEngine {
         }
         let slot = self.nodes.insert(node);
         self.classes.node_added(slot, &self.nodes);
+        self.refresh_zones();
         let spec = self.nodes.spec(slot);
         let fits: Vec<bool> = self
             .classes
@@ -169,8 +219,8 @@ impl PlacementEngine {
             .collect();
         for t in self.workloads.iter_mut().flatten() {
             if fits[t.class as usize] {
-                let scan = Self::scan(&self.nodes, &self.classes, &t.spec, t);
-                t.ranking.node_added(&scan, slot);
+                let (scan, ranking, _) = t.parts(&self.nodes, &self.classes);
+                ranking.node_added(&scan, slot);
             }
         }
         self.node_epoch += 1;
@@ -193,12 +243,13 @@ impl PlacementEngine {
             .collect();
         for t in self.workloads.iter_mut().flatten() {
             if fits[t.class as usize] {
-                let scan = Self::scan(&self.nodes, &self.classes, &t.spec, t);
-                t.ranking.node_removed(&scan, slot);
+                let (scan, ranking, _) = t.parts(&self.nodes, &self.classes);
+                ranking.node_removed(&scan, slot);
             }
         }
         self.classes.node_removed(slot, &self.nodes);
         self.nodes.remove(slot);
+        self.refresh_zones();
         self.node_epoch += 1;
         self.stale = true;
         Ok(())
@@ -231,12 +282,20 @@ impl PlacementEngine {
             self.insert_workload(spec);
             return Ok(());
         }
-        let rescale = t.spec.replicas != spec.replicas;
+        let rescale = t.spec.replicas != spec.replicas || t.spec.spread != spec.spread;
         self.order_stale |= t.spec.priority != spec.priority;
+        let spread_changed = t.spec.spread != spec.spread;
         t.spec = spec;
+        if spread_changed {
+            t.zone_ranks = match t.spec.spread {
+                Spread::Zone => zone_ranks(&self.nodes, self.classes.get(t.class), t.hash),
+                Spread::Node => Vec::new(),
+            };
+            t.zone_epoch = self.classes.get(t.class).zone_epoch;
+        }
         if rescale {
-            let scan = Self::scan(&self.nodes, &self.classes, &t.spec, t);
-            t.ranking.rescale(&scan);
+            let (scan, ranking, _) = t.parts(&self.nodes, &self.classes);
+            ranking.rescale(&scan);
         }
         self.stale = true;
         Ok(())

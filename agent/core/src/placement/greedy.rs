@@ -11,7 +11,7 @@
 
 use super::engine::Tracked;
 use super::model::{Spread, Unschedulable};
-use super::rank::Scan;
+use super::rank::{Ranking, Scan};
 use super::table::{eligible, ClassTable, NodeTable};
 use crate::resources::Resources;
 
@@ -102,28 +102,20 @@ fn place(
     if let Some(reason) = &progress.failed {
         return Outcome::Unschedulable(reason.clone());
     }
-    let class = classes.get(tracked.class);
-    let scan = Scan {
-        nodes,
-        eligible: &class.nodes,
-        workload_hash: tracked.hash,
-        request: tracked.spec.request,
-        scale: tracked.scale,
-        replicas: tracked.spec.replicas,
-    };
+    let (scan, ranking, empty_reason) = tracked.parts(nodes, classes);
     let mut chosen = None;
-    let wants_zone = tracked.spec.spread == Spread::Zone
+    let wants_zone = scan.spread == Spread::Zone
         && !progress.zones_exhausted
-        && (progress.used_zones.len() as u32) < class.zones;
+        && (progress.used_zones.len() as u32) < scan.zones;
     if wants_zone {
-        chosen = walk(&scan, tracked, progress, room, replica, true);
+        chosen = walk(&scan, ranking, progress, room, replica, true);
         progress.zones_exhausted = chosen.is_none();
     }
     if chosen.is_none() {
-        chosen = walk(&scan, tracked, progress, room, replica, false);
+        chosen = walk(&scan, ranking, progress, room, replica, false);
     }
     let Some(slot) = chosen else {
-        let reason = diagnose(&scan, tracked, progress, room, node_epoch);
+        let reason = diagnose(&scan, ranking, empty_reason, progress, room, node_epoch);
         progress.failed = Some(reason.clone());
         return Outcome::Unschedulable(reason);
     };
@@ -151,13 +143,13 @@ fn place(
 /// the rest of the workload's order.
 fn walk(
     scan: &Scan<'_>,
-    tracked: &mut Tracked,
+    ranking: &mut Ranking,
     progress: &Progress,
     room: &[Resources],
     replica: u32,
     new_zone_only: bool,
 ) -> Option<u32> {
-    let request = tracked.spec.request;
+    let request = scan.request;
     let acceptable = |slot: u32| {
         request.fits_in(&room[slot as usize])
             && progress.taken.binary_search(&slot).is_err()
@@ -166,7 +158,6 @@ fn walk(
                     .used_zones
                     .contains(&scan.nodes.zone[slot as usize]))
     };
-    let ranking = &mut tracked.ranking;
     let mut i = 0;
     loop {
         let list = ranking.list(replica);
@@ -180,37 +171,36 @@ fn walk(
             break;
         }
     }
-    let own = replica % scan.replicas.max(1);
     ranking
         .merged(scan)
         .iter()
-        .find(|e| e.replica != own && acceptable(e.node))
+        .find(|e| e.replica != replica && acceptable(e.node))
         .map(|e| e.node)
 }
 
 /// Why nothing in the (complete) ranking will do.
 fn diagnose(
     scan: &Scan<'_>,
-    tracked: &mut Tracked,
+    ranking: &mut Ranking,
+    empty_reason: &mut Option<(u64, Unschedulable)>,
     progress: &Progress,
     room: &[Resources],
     node_epoch: u64,
 ) -> Unschedulable {
-    let eligible_count = tracked.ranking.len();
+    let eligible_count = ranking.len();
     if eligible_count == 0 {
-        return match &tracked.empty_reason {
+        return match empty_reason {
             Some((epoch, reason)) if *epoch == node_epoch => reason.clone(),
             _ => {
-                let reason =
-                    why_no_eligible_node(scan.nodes, &tracked.spec.constraints, scan.request);
-                tracked.empty_reason = Some((node_epoch, reason.clone()));
+                let reason = why_no_eligible_node(scan.nodes, scan.constraints, scan.request);
+                *empty_reason = Some((node_epoch, reason.clone()));
                 reason
             }
         };
     }
     let request = scan.request;
     let (mut candidates, mut cpu_short, mut memory_short) = (0u32, 0u32, 0u32);
-    for e in tracked.ranking.merged(scan) {
+    for e in ranking.merged(scan) {
         if progress.taken.binary_search(&e.node).is_ok() {
             continue;
         }

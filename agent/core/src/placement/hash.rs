@@ -21,6 +21,8 @@ use crate::resources::Resources;
 
 /// Seed for node id hashes.
 pub const NODE_SEED: u64 = 0x5348_4f41_4c4e_4f44;
+/// Seed for zone name hashes.
+pub const ZONE_SEED: u64 = 0x5348_4f41_4c5a_4f4e;
 /// Seed for workload id hashes.
 pub const WORKLOAD_SEED: u64 = 0x5348_4f41_4c57_4b4c;
 /// Secret words of the pair mix (xxh3's default secret, bytes 24..40, little-endian).
@@ -37,6 +39,11 @@ const BELOW_MARGIN: f64 = 1.0 - 1.0 / 1_048_576.0;
 /// Hash of a node id.
 pub fn node_hash(id: &str) -> u64 {
     xxh3_64_with_seed(id.as_bytes(), NODE_SEED)
+}
+
+/// Hash of a zone name.
+pub fn zone_hash(zone: &str) -> u64 {
+    xxh3_64_with_seed(zone.as_bytes(), ZONE_SEED)
 }
 
 /// Hash of a workload id.
@@ -137,4 +144,17 @@ pub fn jump(mut key: u64, buckets: u32) -> u32 {
 #[inline]
 pub fn replica_class(pair: u64, replicas: u32) -> u32 {
     jump(avalanche(pair ^ CLASS_SALT), replicas)
+}
+
+/// For a zone-spread workload: the replica whose own list holds a node in the zone ranked
+/// `zone_rank` (0-based) among the workload's `zones` eligible zones, or `replicas` (nobody's) when
+/// that zone is no replica's home. Replica r's home is the zone ranked `r % zones`; the replicas
+/// sharing a home split its nodes by jump hash.
+#[inline]
+pub fn zone_replica_class(pair: u64, replicas: u32, zone_rank: u32, zones: u32) -> u32 {
+    if zone_rank >= replicas || zone_rank >= zones {
+        return replicas;
+    }
+    let sharing = (replicas - zone_rank).div_ceil(zones);
+    zone_rank + zones * jump(avalanche(pair ^ CLASS_SALT), sharing)
 }

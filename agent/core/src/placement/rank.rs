@@ -13,9 +13,12 @@
 use std::cmp::Ordering;
 
 use super::hash::{
-    certainly_above, certainly_below, key, pair_hash, replica_class, unit, RequestScale,
+    certainly_above, certainly_below, key, pair_hash, replica_class, unit, zone_replica_class,
+    RequestScale,
 };
+use super::model::Spread;
 use super::table::NodeTable;
+use crate::constraint::Constraint;
 use crate::resources::Resources;
 
 /// One node of a ranking.
@@ -36,6 +39,12 @@ pub(crate) struct Scan<'a> {
     pub request: Resources,
     pub scale: RequestScale,
     pub replicas: u32,
+    pub spread: Spread,
+    pub constraints: &'a [Constraint],
+    /// For zone spread: each zone number's rank among the workload's eligible zones (u32::MAX
+    /// when not eligible), and how many zones are eligible.
+    pub zone_ranks: &'a [u32],
+    pub zones: u32,
 }
 
 impl Scan<'_> {
@@ -52,11 +61,22 @@ impl Scan<'_> {
         Some(key(u, self.scale.weight(cap)))
     }
 
-    fn replica_of(&self, slot: u32) -> u32 {
-        replica_class(
-            pair_hash(self.workload_hash, self.nodes.hashes[slot as usize]),
-            self.replicas,
-        )
+    /// The replica whose own list holds `slot` (`replicas` when nobody's).
+    pub fn replica_of(&self, slot: u32) -> u32 {
+        let pair = pair_hash(self.workload_hash, self.nodes.hashes[slot as usize]);
+        match self.spread {
+            Spread::Node => replica_class(pair, self.replicas),
+            Spread::Zone => {
+                let zone = self.nodes.zone[slot as usize] as usize;
+                let rank = self.zone_ranks.get(zone).copied().unwrap_or(u32::MAX);
+                zone_replica_class(pair, self.replicas, rank, self.zones)
+            }
+        }
+    }
+
+    /// The number of lists: one per replica and one for nodes that are nobody's.
+    fn lists(&self) -> usize {
+        self.replicas.max(1) as usize + 1
     }
 
     fn cmp(&self, a: (f64, u32), b: (f64, u32)) -> Ordering {
@@ -124,10 +144,21 @@ pub(crate) struct Ranking {
 }
 
 impl Ranking {
+    /// A ranking with nothing cached yet (not complete: the first walk extends it).
+    pub fn empty() -> Ranking {
+        Ranking {
+            lists: vec![Vec::new()],
+            len: 0,
+            bound: None,
+            complete: false,
+            merged: None,
+        }
+    }
+
     /// A fresh ranking with its first chunk.
     pub fn build(scan: &Scan<'_>) -> Ranking {
         let mut ranking = Ranking {
-            lists: vec![Vec::new(); scan.replicas.max(1) as usize],
+            lists: vec![Vec::new(); scan.lists()],
             len: 0,
             bound: None,
             complete: false,
@@ -143,7 +174,7 @@ impl Ranking {
 
     /// Replica `replica`'s own list (its class of the prefix), in order.
     pub fn list(&self, replica: u32) -> &[Entry] {
-        &self.lists[replica as usize % self.lists.len()]
+        &self.lists[replica as usize]
     }
 
     /// Every entry of the prefix in order, for the rare walk past a replica's own list. Cached
@@ -248,7 +279,7 @@ impl Ranking {
     pub fn rescale(&mut self, scan: &Scan<'_>) {
         self.merged = None;
         let all: Vec<Entry> = self.lists.iter().flatten().copied().collect();
-        self.lists = vec![Vec::new(); scan.replicas.max(1) as usize];
+        self.lists = vec![Vec::new(); scan.lists()];
         let mut all = all;
         all.sort_unstable_by(|a, b| scan.cmp((a.key, a.node), (b.key, b.node)));
         for mut e in all {

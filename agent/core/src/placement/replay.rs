@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use super::engine::PlacementEngine;
 use super::greedy::{self, Outcome};
 use super::model::{Placement, ReplicaId, Spread};
-use super::rank::Scan;
 use crate::resources::Resources;
 
 impl PlacementEngine {
@@ -150,15 +149,9 @@ impl PlacementEngine {
                     t.spec.id
                 );
             }
-            let scan = Scan {
-                nodes: &self.nodes,
-                eligible: &self.classes.get(t.class).nodes,
-                workload_hash: t.hash,
-                request: t.spec.request,
-                scale: t.scale,
-                replicas: t.spec.replicas,
-            };
-            t.ranking.check_exact(&scan);
+            let mut t = t.clone();
+            let (scan, ranking, _) = t.parts(&self.nodes, &self.classes);
+            ranking.check_exact(&scan);
         }
         for (n, u) in used {
             let cap = self.nodes.capacity[n as usize];

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use super::hash::node_hash;
+use super::hash::{node_hash, zone_hash};
 use super::model::Node;
 use crate::constraint::Constraint;
 use crate::resources::Resources;
@@ -26,6 +26,10 @@ pub(crate) struct NodeTable {
     free: Vec<u32>,
     next_generation: u64,
     zones: HashMap<String, u32>,
+    /// Hash of each zone's name, by zone number.
+    pub zone_hashes: Vec<u64>,
+    /// Each zone's name, by zone number.
+    pub zone_names: Vec<String>,
     /// Number of live nodes.
     pub count: usize,
 }
@@ -42,8 +46,16 @@ impl NodeTable {
             "node {} inserted twice",
             node.id
         );
-        let next_zone = self.zones.len() as u32;
-        let zone = *self.zones.entry(node.zone.clone()).or_insert(next_zone);
+        let zone = match self.zones.get(&node.zone) {
+            Some(&z) => z,
+            None => {
+                let z = self.zone_names.len() as u32;
+                self.zones.insert(node.zone.clone(), z);
+                self.zone_hashes.push(zone_hash(&node.zone));
+                self.zone_names.push(node.zone.clone());
+                z
+            }
+        };
         self.next_generation += 1;
         let slot = match self.free.pop() {
             Some(slot) => {
@@ -115,6 +127,8 @@ pub(crate) struct ConstraintClass {
     zone_nodes: Vec<u32>,
     /// Zones with at least one eligible node.
     pub zones: u32,
+    /// Bumped whenever the set of zones with an eligible node changes.
+    pub zone_epoch: u64,
     users: u32,
 }
 
@@ -127,8 +141,18 @@ impl ConstraintClass {
         }
         if self.zone_nodes[z] == 0 {
             self.zones += 1;
+            self.zone_epoch += 1;
         }
         self.zone_nodes[z] += 1;
+    }
+
+    /// Zone numbers with at least one eligible node, ascending.
+    pub fn zone_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.zone_nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .map(|(z, _)| z as u32)
     }
 
     fn remove(&mut self, slot: u32, zone: u32) -> bool {
@@ -141,6 +165,7 @@ impl ConstraintClass {
         self.zone_nodes[z] -= 1;
         if self.zone_nodes[z] == 0 {
             self.zones -= 1;
+            self.zone_epoch += 1;
         }
         true
     }
@@ -170,6 +195,7 @@ impl ClassTable {
             nodes: Vec::new(),
             zone_nodes: Vec::new(),
             zones: 0,
+            zone_epoch: 0,
             users: 1,
         };
         for slot in nodes.live_slots() {
