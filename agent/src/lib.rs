@@ -6,6 +6,7 @@ pub use shoal_core as core;
 
 pub mod gossip;
 pub mod mesh;
+pub mod metrics;
 pub mod pki;
 pub mod rpc;
 pub mod store_db;

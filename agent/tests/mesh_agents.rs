@@ -107,6 +107,7 @@ fn strangers_cannot_join_or_call_and_garbage_leaves_agents_running() {
         data_dir: other.dir.path().join("data-intruder"),
         child: None,
         log: other.dir.path().join("intruder.log"),
+        metrics: None,
     });
     other.start(0, Some(c.agents[0].gossip));
     let out = run_cli(
@@ -226,6 +227,7 @@ fn a_full_disk_fails_apply_clearly_and_loses_nothing_acknowledged() {
         data_dir: mount.join("n1"),
         child: None,
         log: c.dir.path().join("n1.log"),
+        metrics: None,
     });
     c.start(0, None);
     c.wait_members(1, Duration::from_secs(20));

@@ -50,6 +50,9 @@ pub struct Args {
     /// Which runtime runs instances (used once the host agent lands).
     #[arg(long, value_enum, default_value = "process")]
     runtime: Runtime,
+    /// Serve OpenMetrics at http://IP:PORT/metrics.
+    #[arg(long, value_name = "IP:PORT")]
+    metrics: Option<SocketAddr>,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -130,6 +133,7 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
         zone: args.zone.clone(),
         labels,
         tuning: GossipTuning::default(),
+        metrics_addr: args.metrics,
     })
 }
 

@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod mem;
+pub mod metrics;
 pub mod node;
 pub mod record;
 pub mod run;

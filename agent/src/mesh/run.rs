@@ -49,6 +49,8 @@ pub struct AgentOptions {
     pub labels: BTreeMap<String, String>,
     /// Gossip timing.
     pub tuning: GossipTuning,
+    /// Where to serve OpenMetrics `/metrics` (plain HTTP), if anywhere.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// How long a leaving agent keeps gossiping its "leaving" mark before it stops.
@@ -225,6 +227,7 @@ pub async fn run_agent(
     let api_stats = Arc::new(TransportStats::default());
     let rpc_client = Arc::new(QuicRpcClient::new(api_endpoint.clone(), api_stats.clone()));
     let transport = QuicTransport::new(identity, QuicGossipConfig::default());
+    let gossip_stats = transport.stats();
     let setup = MeshSetup {
         name: opts.name.clone(),
         gossip_addr: opts.gossip_addr,
@@ -238,12 +241,27 @@ pub async fn run_agent(
         api_endpoint.clone(),
         api_handler(running.node.clone()),
         RpcServerConfig::default(),
-        api_stats,
+        api_stats.clone(),
     ));
+    let metrics = opts.metrics_addr.map(|addr| {
+        let node = running.node.clone();
+        let collect: crate::metrics::Collector = Arc::new(move || {
+            let (node, gossip, api) = (node.clone(), gossip_stats.clone(), api_stats.clone());
+            Box::pin(async move { super::metrics::mesh_families(&node, &gossip, &api).await })
+        });
+        tokio::spawn(async move {
+            if let Err(e) = crate::metrics::serve(addr, collect).await {
+                tracing::error!(%addr, error = %e, "the /metrics endpoint stopped");
+            }
+        })
+    });
     shutdown.await;
     tracing::info!("leaving the mesh");
     running.leave().await;
     server.abort();
+    if let Some(metrics) = metrics {
+        metrics.abort();
+    }
     api_endpoint.close(0u32.into(), b"agent leaving");
     Ok(())
 }

@@ -11,6 +11,12 @@ pub fn shoal_bin() -> &'static str {
     env!("CARGO_BIN_EXE_shoal")
 }
 
+/// A free TCP port on loopback (bound, then released).
+pub fn free_tcp_addr() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local addr")
+}
+
 /// A free UDP port on loopback (bound, then released).
 pub fn free_addr() -> SocketAddr {
     let socket = UdpSocket::bind("127.0.0.1:0").expect("bind an ephemeral port");
@@ -25,6 +31,8 @@ pub struct Agent {
     pub data_dir: PathBuf,
     pub child: Option<Child>,
     pub log: PathBuf,
+    /// Where it serves /metrics, if asked to.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// A test cluster: a temp dir with the PKI, data dirs and logs, and its agents.
@@ -59,6 +67,7 @@ impl Cluster {
             data_dir: self.dir.path().join(format!("data-{index}-{name}")),
             child: None,
             log: self.dir.path().join(format!("{index}-{name}.log")),
+            metrics: None,
         };
         self.agents.push(agent);
         let i = self.agents.len() - 1;
@@ -84,6 +93,9 @@ impl Cluster {
             .args(["--cpu", "4", "--memory", "8Gi"]);
         if let Some(seed) = seed {
             cmd.args(["--seed", &seed.to_string()]);
+        }
+        if let Some(metrics) = a.metrics {
+            cmd.args(["--metrics", &metrics.to_string()]);
         }
         let log = std::fs::OpenOptions::new()
             .create(true)
