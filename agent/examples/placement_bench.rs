@@ -266,6 +266,16 @@ fn main() {
         moved_add += moved(&baseline, after);
         onto_new += after.assigned.values().filter(|n| **n == fresh.id).count();
     }
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    for why in baseline.unschedulable.values() {
+        let name = format!("{why:?}");
+        let name = name
+            .split([' ', '{'])
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        *reasons.entry(name).or_default() += 1;
+    }
     let trials = args.trials.max(1) as f64;
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
@@ -286,6 +296,7 @@ fn main() {
         "moved_on_add": moved_add as f64 / trials,
         "moved_onto_added_node": onto_new as f64 / trials,
         "unschedulable": baseline.unschedulable.len(),
+        "unschedulable_reasons": reasons,
         "over_capacity_nodes": over_capacity(&nodes, &workloads, &baseline),
         "rejected_inputs": baseline.rejected.len(),
     });

@@ -270,7 +270,7 @@ impl Model {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     /// 1. Permuting the inputs gives the same placement. Each engine also seeds its hash maps
     ///    afresh, so this covers hash-map seeds too (the engine is single-threaded).
@@ -321,6 +321,34 @@ proptest! {
         }
         engine.check_invariants();
         check_placement(&model.nodes(), &model.workloads(), engine.placement());
+    }
+
+    /// 3 again, on clusters larger than a ranking's first chunk and busy enough that walks extend
+    /// rankings: cached prefixes are then partial, and must still give the full result.
+    #[test]
+    fn incremental_equals_full_with_partial_rankings(
+        nodes in prop::collection::vec(arb_node(400), 40..120).prop_map(unique_nodes),
+        workloads in prop::collection::vec(arb_workload(60), 10..40).prop_map(unique_workloads),
+        ops in prop::collection::vec(arb_op(), 1..8),
+    ) {
+        let workloads: Vec<Workload> = workloads
+            .into_iter()
+            .map(|mut w| {
+                w.request.cpu_millis *= 3;
+                w
+            })
+            .collect();
+        let mut engine = PlacementEngine::new(&nodes, &workloads);
+        let mut model = Model {
+            nodes: nodes.iter().map(|n| (n.id.clone(), n.clone())).collect(),
+            workloads: workloads.iter().map(|w| (w.id.clone(), w.clone())).collect(),
+        };
+        for op in &ops {
+            model.apply(&mut engine, op);
+            let full = place(&model.nodes(), &model.workloads());
+            prop_assert_eq!(engine.placement(), &full, "after {:?}", op);
+        }
+        engine.check_invariants();
     }
 
     /// 4. The same set of changes (on distinct ids) applied in any order ends in the same placement.
