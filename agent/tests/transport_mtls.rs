@@ -46,7 +46,7 @@ fn start_server(pki: &TestPki) -> Server {
         })
     });
     let config = RpcServerConfig {
-        request_read_timeout: Duration::from_secs(2),
+        request_read_timeout: Duration::from_secs(1),
         ..RpcServerConfig::default()
     };
     tokio::spawn(rpc::serve(endpoint.clone(), handler, config, stats.clone()));
