@@ -9,6 +9,7 @@ pub mod mesh;
 pub mod metrics;
 pub mod pki;
 pub mod rpc;
+pub mod runtime;
 pub mod store_db;
 pub mod tls;
 pub mod wire;

@@ -1,0 +1,162 @@
+//! Starting one process: its directory, environment, output files, process group and cgroup.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use super::state::{self, InstanceState};
+use super::{watch_child, Entry, Inner, DEFAULT_PATH};
+use crate::core::instance::RuntimeInstance;
+use crate::core::spec::{ProcessSpec, Run};
+use crate::runtime::{instance_env, wall_clock_ms, RuntimeError, RuntimeEvent, StartRequest};
+
+impl Inner {
+    /// Spawns the replica's process and starts supervising it. On error nothing is left behind
+    /// but the replica's (empty) working directory.
+    pub(super) fn start(
+        self: &Arc<Self>,
+        request: StartRequest,
+    ) -> Result<RuntimeInstance, RuntimeError> {
+        if request.node != self.config.node {
+            return Err(RuntimeError::WrongNode {
+                requested: request.node.clone(),
+                serving: self.config.node.clone(),
+            });
+        }
+        let Run::Process(spec) = &request.spec.run else {
+            return Err(RuntimeError::Unsupported {
+                reason: super::CONTAINER_ON_PROCESS.into(),
+            });
+        };
+        let working_dir = self.working_dir(&request, spec)?;
+        let handle = self.new_handle(&request);
+        let dir = self.instance_dir(&handle);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| RuntimeError::io(format!("creating {}", dir.display()), e))?;
+        let env = child_env(&request, spec);
+        let child = match spawn_child(&dir, spec, &env, &working_dir) {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        // Not polled yet, so not reaped: the pid is still ours and /proc still has it.
+        let pid = child.id().map(|id| id as i32).unwrap_or_default();
+        let proc_start_ticks = state::proc_stat(pid)
+            .map(|s| s.start_ticks)
+            .unwrap_or_default();
+        let resources = request.spec.resources;
+        let cgroup = self
+            .cgroups
+            .apply(&self.config.node, &handle, pid, resources);
+        let state = InstanceState {
+            handle: handle.clone(),
+            replica: request.replica.clone(),
+            spec_version: request.spec_version.clone(),
+            node: request.node.clone(),
+            pid,
+            proc_start_ticks,
+            started_at_ms: wall_clock_ms(),
+            exited_at_ms: None,
+            exit_code: None,
+            error: None,
+            stopping: false,
+            env,
+            working_dir,
+            cgroup,
+        };
+        if let Err(e) = state.save(&dir) {
+            // Without a state file a restarted agent could not adopt it: do not leave it running.
+            super::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+            return Err(e);
+        }
+        let (tx, rx) = watch::channel(false);
+        let instance = state.to_instance();
+        {
+            let mut instances = self.instances.lock().expect("instances lock");
+            instances.insert(handle.clone(), Entry { state, exited: rx });
+        }
+        tokio::spawn(watch_child(self.clone(), handle.clone(), child, tx));
+        let replica = request.replica;
+        let _ = self.events.send(RuntimeEvent::Started { handle, replica });
+        Ok(instance)
+    }
+
+    /// The spec's working directory, which must exist, or the replica's own data directory.
+    fn working_dir(
+        &self,
+        request: &StartRequest,
+        spec: &ProcessSpec,
+    ) -> Result<PathBuf, RuntimeError> {
+        if let Some(dir) = &spec.working_dir {
+            if !Path::new(dir).is_dir() {
+                return Err(RuntimeError::WorkingDirMissing { path: dir.clone() });
+            }
+            return Ok(PathBuf::from(dir));
+        }
+        let replica = &request.replica;
+        let dir = self
+            .config
+            .data_dir
+            .join("replicas")
+            .join(&replica.workload)
+            .join(replica.replica.to_string());
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| RuntimeError::io(format!("creating {}", dir.display()), e))?;
+        Ok(dir)
+    }
+}
+
+/// The child's whole environment: the agent's `PATH` (nothing else of the agent's), then the
+/// instance's variables.
+fn child_env(request: &StartRequest, spec: &ProcessSpec) -> BTreeMap<String, String> {
+    let path = std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.to_string());
+    let mut env = BTreeMap::from([("PATH".to_string(), path)]);
+    env.extend(instance_env(request, &spec.env));
+    env
+}
+
+/// Spawns the command as the leader of a new process group, output to the instance's files.
+fn spawn_child(
+    dir: &Path,
+    spec: &ProcessSpec,
+    env: &BTreeMap<String, String>,
+    working_dir: &Path,
+) -> Result<tokio::process::Child, RuntimeError> {
+    let (program, args) = spec
+        .command
+        .split_first()
+        .ok_or_else(|| RuntimeError::StartFailed {
+            reason: "the spec's command is empty".into(),
+        })?;
+    let log = |name: &str| {
+        let path = dir.join(name);
+        std::fs::File::create(&path)
+            .map_err(|e| RuntimeError::io(format!("creating {}", path.display()), e))
+    };
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(args)
+        .env_clear()
+        .envs(env)
+        .current_dir(working_dir)
+        .stdin(Stdio::null())
+        .stdout(log("stdout.log")?)
+        .stderr(log("stderr.log")?)
+        .process_group(0);
+    command.spawn().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => RuntimeError::CommandNotFound {
+            command: program.clone(),
+        },
+        std::io::ErrorKind::PermissionDenied => RuntimeError::StartFailed {
+            reason: format!("{program:?} cannot be executed: permission denied"),
+        },
+        _ => RuntimeError::StartFailed {
+            reason: format!("spawning {program:?}: {e}"),
+        },
+    })
+}
