@@ -1,1 +1,444 @@
-//! wip
+//! A deterministic in-memory runtime for the simulator and for tests of the agent loop.
+//!
+//! Instances are records, not processes. Behaviour comes from a [`MemProfile`] per workload: start
+//! latency, starts that fail (always, or with a probability drawn from the injected rng), a crash
+//! loop (running instances exit after a delay), instances that ignore SIGTERM, failing probes.
+//! Tests crash instances on demand, take the engine away, or kill the whole host.
+//!
+//! Time is tokio's clock only (pausable, so a simulated hour takes milliseconds), measured from
+//! the runtime's `origin`: `started_at_ms` and `exited_at_ms` are ms since that origin, not since
+//! 1970. Randomness is the rng passed in. Under a paused current-thread runtime the same seed and
+//! the same calls give the same instances, handles, times and events.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rand::{Rng, RngExt, SeedableRng};
+use tokio::sync::broadcast;
+use tokio::task::AbortHandle;
+use tokio::time::{Duration, Instant};
+
+use crate::core::instance::{Phase, RuntimeInstance};
+use crate::core::spec::{Probe, ReloadHook, Run, WorkloadSpec};
+use crate::runtime::{
+    ProbeOutcome, Runtime, RuntimeError, RuntimeEvent, RuntimeKind, StartRequest, EVENTS_CAPACITY,
+};
+
+/// How the instances of one workload behave.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemProfile {
+    /// How long `start` takes before the instance runs (or the start fails).
+    pub start_latency: Duration,
+    /// Every start fails with this reason (an image that does not exist, say).
+    pub fail_starts: Option<String>,
+    /// Each start fails with this probability, drawn from the runtime's rng.
+    pub start_fail_probability: f64,
+    /// A running instance exits by itself this long after it started (a crash loop).
+    pub exit_after: Option<Duration>,
+    /// The exit code of those exits.
+    pub exit_code: i32,
+    /// The instance ignores SIGTERM: a stop takes the whole grace and ends with SIGKILL (137).
+    pub ignores_sigterm: bool,
+    /// Every probe fails with this reason.
+    pub probe_failure: Option<String>,
+}
+
+impl Default for MemProfile {
+    /// Starts at once, never fails, runs until stopped, stops at once, probes pass.
+    fn default() -> Self {
+        MemProfile {
+            start_latency: Duration::ZERO,
+            fail_starts: None,
+            start_fail_probability: 0.0,
+            exit_after: None,
+            exit_code: 1,
+            ignores_sigterm: false,
+            probe_failure: None,
+        }
+    }
+}
+
+/// The deterministic in-memory runtime. Cloning shares the same instances.
+#[derive(Clone)]
+pub struct MemRuntime {
+    node: String,
+    origin: Instant,
+    state: Arc<Mutex<State>>,
+    events: broadcast::Sender<RuntimeEvent>,
+}
+
+struct State {
+    rng: Box<dyn Rng + Send>,
+    profiles: BTreeMap<String, MemProfile>,
+    instances: BTreeMap<String, MemInstance>,
+    handles_issued: u64,
+    starts: u64,
+    engine_down: Option<String>,
+    runs_processes: bool,
+    runs_containers: bool,
+    probe_overrides: BTreeMap<String, ProbeOutcome>,
+}
+
+struct MemInstance {
+    instance: RuntimeInstance,
+    ignores_sigterm: bool,
+    reloads: u32,
+    /// The pending crash-loop exit, cancelled when the instance exits otherwise.
+    exit_timer: Option<AbortHandle>,
+}
+
+impl MemRuntime {
+    /// A runtime for `node` whose random decisions come from a `StdRng` seeded with `seed`; its
+    /// clock starts now.
+    pub fn new(node: &str, seed: u64) -> Self {
+        Self::with_rng(
+            node,
+            rand::rngs::StdRng::seed_from_u64(seed),
+            Instant::now(),
+        )
+    }
+
+    /// A runtime for `node` with its own rng, reporting times in ms since `origin`.
+    pub fn with_rng(node: &str, rng: impl Rng + Send + 'static, origin: Instant) -> Self {
+        let (events, _) = broadcast::channel(EVENTS_CAPACITY);
+        let state = State {
+            rng: Box::new(rng),
+            profiles: BTreeMap::new(),
+            instances: BTreeMap::new(),
+            handles_issued: 0,
+            starts: 0,
+            engine_down: None,
+            runs_processes: true,
+            runs_containers: true,
+            probe_overrides: BTreeMap::new(),
+        };
+        MemRuntime {
+            node: node.to_string(),
+            origin,
+            state: Arc::new(Mutex::new(state)),
+            events,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("mem runtime lock")
+    }
+
+    fn now_ms(&self) -> u64 {
+        Instant::now()
+            .saturating_duration_since(self.origin)
+            .as_millis() as u64
+    }
+
+    /// Sets how `workload`'s instances behave from their next start (or stop, or probe) on.
+    pub fn set_profile(&self, workload: &str, profile: MemProfile) {
+        self.lock().profiles.insert(workload.to_string(), profile);
+    }
+
+    /// Which kinds of workloads this runtime accepts (both by default), to mimic a process-only
+    /// or docker-only agent.
+    pub fn set_supported(&self, processes: bool, containers: bool) {
+        let mut state = self.lock();
+        state.runs_processes = processes;
+        state.runs_containers = containers;
+    }
+
+    /// Fixes the outcome of every probe of one instance (`None` restores the profile's).
+    pub fn set_probe_outcome(&self, handle: &str, outcome: Option<ProbeOutcome>) {
+        let mut state = self.lock();
+        match outcome {
+            Some(outcome) => state.probe_overrides.insert(handle.to_string(), outcome),
+            None => state.probe_overrides.remove(handle),
+        };
+    }
+
+    /// Makes a live instance exit now with `exit_code`; false if it was not alive.
+    pub fn crash(&self, handle: &str, exit_code: i32) -> bool {
+        self.exit(handle, exit_code)
+    }
+
+    /// The host died: every instance disappears without an exit event.
+    pub fn kill_all(&self) {
+        let mut state = self.lock();
+        for (_, inst) in std::mem::take(&mut state.instances) {
+            if let Some(timer) = inst.exit_timer {
+                timer.abort();
+            }
+        }
+        state.probe_overrides.clear();
+    }
+
+    /// Takes the engine away (`Some(reason)`: every call fails with
+    /// [`RuntimeError::EngineUnavailable`]) or brings it back (`None`), with the matching event.
+    pub fn set_engine_down(&self, reason: Option<&str>) {
+        let mut state = self.lock();
+        let was_down = std::mem::replace(&mut state.engine_down, reason.map(str::to_string));
+        let event = match reason {
+            Some(reason) => RuntimeEvent::EngineUnavailable {
+                reason: reason.to_string(),
+            },
+            None if was_down.is_some() => RuntimeEvent::EngineAvailable,
+            None => return,
+        };
+        let _ = self.events.send(event);
+    }
+
+    /// How many starts were attempted (including failed ones).
+    pub fn starts(&self) -> u64 {
+        self.lock().starts
+    }
+
+    /// How many reload hooks ran against an instance.
+    pub fn reloads(&self, handle: &str) -> u32 {
+        self.lock().instances.get(handle).map_or(0, |i| i.reloads)
+    }
+
+    /// Asserts what must always hold: unique handles matching their keys, exited instances (and
+    /// only those) with an exit time not before their start.
+    pub fn check_invariants(&self) {
+        let state = self.lock();
+        for (handle, inst) in &state.instances {
+            let i = &inst.instance;
+            assert_eq!(&i.handle, handle, "instance filed under another handle");
+            assert_eq!(i.phase == Phase::Exited, i.exited_at_ms.is_some(), "{i:?}");
+            assert!(i.exited_at_ms.is_none_or(|t| t >= i.started_at_ms), "{i:?}");
+            assert!(
+                i.phase != Phase::Pending && i.phase != Phase::Failed,
+                "{i:?}"
+            );
+        }
+    }
+
+    fn engine_check(&self) -> Result<(), RuntimeError> {
+        match &self.lock().engine_down {
+            Some(detail) => Err(RuntimeError::EngineUnavailable {
+                detail: detail.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn profile(&self, workload: &str) -> MemProfile {
+        self.lock()
+            .profiles
+            .get(workload)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Records the exit of a live instance; false if it was not alive.
+    fn exit(&self, handle: &str, exit_code: i32) -> bool {
+        let now_ms = self.now_ms();
+        {
+            let mut state = self.lock();
+            let Some(inst) = state.instances.get_mut(handle) else {
+                return false;
+            };
+            if inst.instance.phase == Phase::Exited {
+                return false;
+            }
+            if let Some(timer) = inst.exit_timer.take() {
+                timer.abort();
+            }
+            let i = &mut inst.instance;
+            i.phase = Phase::Exited;
+            i.exited_at_ms = Some(now_ms);
+            i.exit_code = Some(exit_code);
+            // Sent under the lock, so events come out in the order of the changes.
+            let _ = self.events.send(RuntimeEvent::Exited {
+                handle: handle.to_string(),
+                replica: i.replica.clone(),
+                exit_code: Some(exit_code),
+                at_ms: now_ms,
+            });
+        };
+        true
+    }
+
+    /// Decides, after the start latency, whether this start fails.
+    fn start_failure(&self, profile: &MemProfile) -> Option<String> {
+        let mut state = self.lock();
+        state.starts += 1;
+        if let Some(reason) = &profile.fail_starts {
+            return Some(reason.clone());
+        }
+        let p = profile.start_fail_probability;
+        (p > 0.0 && state.rng.random::<f64>() < p).then(|| "injected start failure".to_string())
+    }
+}
+
+#[async_trait]
+impl Runtime for MemRuntime {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Mem
+    }
+
+    fn supports(&self, spec: &WorkloadSpec) -> Result<(), String> {
+        let state = self.lock();
+        match spec.run {
+            Run::Process(_) if !state.runs_processes => Err("this agent runs containers only".into()),
+            Run::Container(_) if !state.runs_containers => {
+                Err("a container workload needs the docker runtime; this agent runs host processes only".into())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn start(&self, request: StartRequest) -> Result<RuntimeInstance, RuntimeError> {
+        self.engine_check()?;
+        self.supports(&request.spec)
+            .map_err(|reason| RuntimeError::Unsupported { reason })?;
+        if request.node != self.node {
+            let serving = self.node.clone();
+            return Err(RuntimeError::WrongNode {
+                requested: request.node,
+                serving,
+            });
+        }
+        let profile = self.profile(&request.replica.workload);
+        tokio::time::sleep(profile.start_latency).await;
+        if let Some(reason) = self.start_failure(&profile) {
+            return Err(RuntimeError::StartFailed { reason });
+        }
+        let instance = {
+            let mut state = self.lock();
+            state.handles_issued += 1;
+            let replica = &request.replica;
+            let handle = format!(
+                "{}-{}-{}",
+                replica.workload, replica.replica, state.handles_issued
+            );
+            let instance = RuntimeInstance {
+                handle: handle.clone(),
+                replica: replica.clone(),
+                spec_version: request.spec_version.clone(),
+                phase: Phase::Running,
+                started_at_ms: self.now_ms(),
+                exited_at_ms: None,
+                exit_code: None,
+                error: None,
+            };
+            let exit_timer = profile.exit_after.map(|after| {
+                let (runtime, handle, code) = (self.clone(), handle.clone(), profile.exit_code);
+                let timer = async move {
+                    tokio::time::sleep(after).await;
+                    runtime.exit(&handle, code);
+                };
+                tokio::spawn(timer).abort_handle()
+            });
+            let inst = MemInstance {
+                instance: instance.clone(),
+                ignores_sigterm: profile.ignores_sigterm,
+                reloads: 0,
+                exit_timer,
+            };
+            state.instances.insert(handle.clone(), inst);
+            let replica = instance.replica.clone();
+            let _ = self.events.send(RuntimeEvent::Started { handle, replica });
+            instance
+        };
+        Ok(instance)
+    }
+
+    async fn stop(&self, handle: &str, grace: Duration) -> Result<(), RuntimeError> {
+        self.engine_check()?;
+        let ignores_sigterm = {
+            let mut state = self.lock();
+            let unknown = || RuntimeError::UnknownHandle {
+                handle: handle.to_string(),
+            };
+            let inst = state.instances.get_mut(handle).ok_or_else(unknown)?;
+            if inst.instance.phase == Phase::Exited {
+                return Ok(());
+            }
+            inst.instance.phase = Phase::Stopping;
+            inst.ignores_sigterm
+        };
+        if ignores_sigterm {
+            tokio::time::sleep(grace).await;
+            self.exit(handle, 128 + 9);
+        } else {
+            self.exit(handle, 128 + 15);
+        }
+        Ok(())
+    }
+
+    async fn list(&self) -> Result<Vec<RuntimeInstance>, RuntimeError> {
+        self.engine_check()?;
+        Ok(self
+            .lock()
+            .instances
+            .values()
+            .map(|i| i.instance.clone())
+            .collect())
+    }
+
+    async fn remove(&self, handle: &str) -> Result<(), RuntimeError> {
+        self.engine_check()?;
+        let mut state = self.lock();
+        match state.instances.get(handle) {
+            Some(inst) if inst.instance.phase != Phase::Exited => Err(RuntimeError::StillRunning {
+                handle: handle.to_string(),
+            }),
+            Some(_) => {
+                state.instances.remove(handle);
+                state.probe_overrides.remove(handle);
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    async fn reload(
+        &self,
+        handle: &str,
+        _hook: &ReloadHook,
+        _settings: &BTreeMap<String, String>,
+        _timeout: Duration,
+    ) -> Result<(), RuntimeError> {
+        self.engine_check()?;
+        let mut state = self.lock();
+        match state.instances.get_mut(handle) {
+            Some(inst) if inst.instance.phase.may_be_alive() => {
+                inst.reloads += 1;
+                Ok(())
+            }
+            _ => Err(RuntimeError::ReloadFailed {
+                reason: format!("instance {handle} is not running"),
+            }),
+        }
+    }
+
+    async fn probe(&self, handle: &str, _probe: &Probe, _timeout: Duration) -> ProbeOutcome {
+        let state = self.lock();
+        if let Some(reason) = &state.engine_down {
+            return ProbeOutcome::fail(format!("engine unavailable: {reason}"));
+        }
+        let Some(inst) = state.instances.get(handle) else {
+            return ProbeOutcome::fail(format!("no instance {handle:?} on this node"));
+        };
+        if inst.instance.phase == Phase::Exited {
+            return ProbeOutcome::fail(format!("instance {handle} has exited"));
+        }
+        if let Some(outcome) = state.probe_overrides.get(handle) {
+            return outcome.clone();
+        }
+        match state
+            .profiles
+            .get(&inst.instance.replica.workload)
+            .and_then(|p| p.probe_failure.clone())
+        {
+            Some(reason) => ProbeOutcome::fail(reason),
+            None => ProbeOutcome::Healthy,
+        }
+    }
+
+    fn events(&self) -> broadcast::Receiver<RuntimeEvent> {
+        self.events.subscribe()
+    }
+
+    fn limits_note(&self) -> Option<String> {
+        None
+    }
+}
