@@ -11,6 +11,7 @@ pub mod constraint;
 pub mod hlc;
 pub mod instance;
 pub mod placement;
+pub mod reconcile;
 pub mod resources;
 pub mod spec;
 pub mod store;

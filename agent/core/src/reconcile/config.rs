@@ -1,0 +1,166 @@
+//! The reconciler's bounds and timers, with defaults chosen against the mesh's failure detector
+//! (250 ms gossip, phi 7: a dead peer is confirmed within a few seconds).
+
+use thiserror::Error;
+
+/// Bounds and timers of the [`Reconciler`](super::Reconciler). Every agent of a cluster should run
+/// the same values: the fencing rule compares one agent's `fencing_delay_ms` with another's
+/// `self_fence_ms`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReconcileConfig {
+    /// Most actions one [`handle_tick`](super::Reconciler::handle_tick) returns (default 64). The
+    /// rest waits for the next tick, most urgent first (fencing, then failed instances, then
+    /// starts, updates, handoffs and clean-up).
+    pub actions_per_round_max: usize,
+    /// Most runtime instances the reconciler tracks (default 4096). Above it, it takes no action
+    /// and raises a runtime issue: a runtime listing that many instances is itself a fault.
+    pub instances_max: usize,
+    /// Grace given to an instance stopped for any reason but fencing, between the polite signal
+    /// and the kill (default 10 s).
+    pub stop_grace_ms: u64,
+    /// How long after a stop's grace the stop is sent again if the instance still runs
+    /// (default 10 s).
+    pub stop_retry_ms: u64,
+    /// How long a started instance may take to appear in the runtime's list before the start
+    /// counts as failed (default 30 s).
+    pub start_report_timeout_ms: u64,
+    /// How long a normal orphan (here, but now placed elsewhere) runs at most while waiting for the
+    /// new owner's copy to be healthy (default 60 s).
+    pub orphan_handoff_max_ms: u64,
+    /// How long an agent that sees no strict majority of the last known membership keeps its
+    /// exclusive replicas before stopping them (default 10 s).
+    pub self_fence_ms: u64,
+    /// Grace of a fencing stop (default 2 s): short, because the fencing rule counts on it.
+    pub fence_stop_grace_ms: u64,
+    /// How long after a peer is confirmed dead a new owner waits before starting an exclusive
+    /// replica that peer may still run (default 20 s). Must exceed `self_fence_ms +
+    /// fence_stop_grace_ms`; the surplus covers the two failure detectors not agreeing to the
+    /// millisecond.
+    pub fencing_delay_ms: u64,
+    /// How long an exclusive replica may wait on something the mesh cannot decide (an owner
+    /// unreachable but not confirmed dead, no majority, a live peer that published no state)
+    /// before the wait becomes an issue held for `shoal approve` (default 30 s).
+    pub exclusive_undecided_max_ms: u64,
+    /// Most orphans (instances here no longer placed here) that may be stopped on the reconciler's
+    /// own authority when they are more than half of this node's live instances (default 3; a
+    /// draining node is exempt). At or above it the view is suspicious and such stops are held.
+    pub mass_stop_min: usize,
+    /// How long a reload hook may run before it counts as failed (default 30 s).
+    pub reload_timeout_ms: u64,
+    /// Delay before a failed reload hook is tried again (default 10 s).
+    pub reload_retry_ms: u64,
+    /// Failed reloads of one instance after which the change is rolled out by replacement
+    /// instead (default 3).
+    pub reload_attempts_max: u32,
+}
+
+impl Default for ReconcileConfig {
+    fn default() -> Self {
+        ReconcileConfig {
+            actions_per_round_max: 64,
+            instances_max: 4096,
+            stop_grace_ms: 10_000,
+            stop_retry_ms: 10_000,
+            start_report_timeout_ms: 30_000,
+            orphan_handoff_max_ms: 60_000,
+            self_fence_ms: 10_000,
+            fence_stop_grace_ms: 2_000,
+            fencing_delay_ms: 20_000,
+            exclusive_undecided_max_ms: 30_000,
+            mass_stop_min: 3,
+            reload_timeout_ms: 30_000,
+            reload_retry_ms: 10_000,
+            reload_attempts_max: 3,
+        }
+    }
+}
+
+/// A [`ReconcileConfig`] that would make the reconciler unsafe or stuck.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    /// A bound that must be at least 1 is 0.
+    #[error("{field} is 0; it must be at least 1")]
+    Zero {
+        /// The field's name.
+        field: &'static str,
+    },
+    /// The fencing delay does not exceed self-fencing plus its stop grace: a new owner could start
+    /// an exclusive replica while the old owner still runs it.
+    #[error(
+        "fencing_delay_ms ({fencing_delay_ms}) must exceed self_fence_ms + fence_stop_grace_ms \
+         ({fence_total_ms}); raise fencing_delay_ms or lower self_fence_ms"
+    )]
+    FencingDelayTooShort {
+        /// The configured fencing delay.
+        fencing_delay_ms: u64,
+        /// `self_fence_ms + fence_stop_grace_ms`.
+        fence_total_ms: u64,
+    },
+}
+
+impl ReconcileConfig {
+    /// Checks the rules the reconciler relies on. [`Reconciler::new`](super::Reconciler::new)
+    /// panics on a config that fails this, so call it first on operator-supplied values.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let counts = [
+            ("actions_per_round_max", self.actions_per_round_max as u64),
+            ("instances_max", self.instances_max as u64),
+            ("mass_stop_min", self.mass_stop_min as u64),
+            ("reload_attempts_max", u64::from(self.reload_attempts_max)),
+            ("orphan_handoff_max_ms", self.orphan_handoff_max_ms),
+            ("self_fence_ms", self.self_fence_ms),
+        ];
+        if let Some((field, _)) = counts.iter().find(|(_, v)| *v == 0) {
+            return Err(ConfigError::Zero { field });
+        }
+        let fence_total_ms = self.self_fence_ms.saturating_add(self.fence_stop_grace_ms);
+        if self.fencing_delay_ms <= fence_total_ms {
+            return Err(ConfigError::FencingDelayTooShort {
+                fencing_delay_ms: self.fencing_delay_ms,
+                fence_total_ms,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        assert_eq!(ReconcileConfig::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn fencing_delay_must_exceed_self_fence_and_grace() {
+        let config = ReconcileConfig {
+            fencing_delay_ms: 12_000,
+            ..ReconcileConfig::default()
+        };
+        let err = config.validate().unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::FencingDelayTooShort {
+                fence_total_ms: 12_000,
+                ..
+            }
+        ));
+        assert!(err.to_string().contains("raise fencing_delay_ms"));
+    }
+
+    #[test]
+    fn zero_bounds_are_refused() {
+        let config = ReconcileConfig {
+            actions_per_round_max: 0,
+            ..ReconcileConfig::default()
+        };
+        assert_eq!(
+            config.validate(),
+            Err(ConfigError::Zero {
+                field: "actions_per_round_max"
+            })
+        );
+    }
+}

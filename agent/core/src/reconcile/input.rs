@@ -1,0 +1,133 @@
+//! What the shell hands the reconciler on every tick: the desired state (specs and the placement
+//! owner map), this node's runtime instances, the peers' observed instances from gossip, and the
+//! membership facts of the failure detector.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::instance::{ReplicaId, RuntimeInstance};
+use crate::spec::{Run, WorkloadSpec};
+
+use super::status::InstanceStatus;
+
+/// One tick's view of the world. The shell builds it from its own state; the reconciler never
+/// keeps a reference to it.
+#[derive(Clone, Debug, Default)]
+pub struct ReconcileInput {
+    /// Every live (not deleted) workload spec in the desired-state store, by workload name. A
+    /// workload missing here is deleted: its instances stop (unless the view is suspicious).
+    pub specs: BTreeMap<String, SpecEntry>,
+    /// The placement's owner map for every replica of every workload (`Placement::assigned`). This
+    /// node's slice is the replicas owned by this node; the others say where a replica went.
+    pub owners: BTreeMap<ReplicaId, String>,
+    /// Every instance the local runtimes list, alive or exited, started by this agent or by an
+    /// earlier run of it (adoption). Order does not matter.
+    pub instances: Vec<RuntimeInstance>,
+    /// When set, the local runtime cannot be listed or trusted right now (engine unreachable); the
+    /// reconciler keeps what it knew, takes no local action and raises a runtime issue with this
+    /// text. Prefer passing the last good list for a runtime that is briefly unreachable.
+    pub runtime_unavailable: Option<String>,
+    /// Whether this node can run container specs.
+    pub supports_containers: bool,
+    /// Whether this node can run process specs.
+    pub supports_processes: bool,
+    /// The peers' observed instances, as they gossip [`Reconciler::observed`](super::Reconciler::observed),
+    /// by node name. A node present with an empty list has published that it runs nothing; a node
+    /// absent has published nothing yet. Keep a peer's last state after it goes unreachable or
+    /// dead: the exclusive rule needs to know what it ran. This node's own entry is ignored.
+    pub peers: BTreeMap<String, Vec<InstanceStatus>>,
+    /// The failure detector's facts.
+    pub membership: Membership,
+    /// This node is draining (`shoal drain`): every replica leaving it is expected, so that alone
+    /// does not make the view suspicious.
+    pub draining: bool,
+    /// The shell's own reason to distrust its view (store resyncing, not yet synced after start).
+    /// While set, the reconciler holds every stop it would make on its own authority.
+    pub view_suspect: Option<String>,
+}
+
+/// A live workload spec and the store version it has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecEntry {
+    /// The store's version of the spec; compared for equality only.
+    pub version: String,
+    /// The spec.
+    pub spec: Arc<WorkloadSpec>,
+}
+
+/// Membership as the failure detector sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Membership {
+    /// Nodes currently live, this node included (it is counted live even if left out).
+    pub live: BTreeSet<String>,
+    /// Nodes the failure detector has confirmed dead. Nodes neither live nor dead are unreachable
+    /// but not confirmed dead.
+    pub dead: BTreeSet<String>,
+    /// How many members the last known membership had (live, dead and unreachable; the shell may
+    /// keep a high-water mark that decays only when members leave for good). A strict majority
+    /// of it must be live for exclusive replicas to start or keep running.
+    pub members_known: usize,
+}
+
+impl ReconcileInput {
+    /// The spec entry of a workload, if it is live.
+    pub fn spec(&self, workload: &str) -> Option<&SpecEntry> {
+        self.specs.get(workload)
+    }
+
+    /// Whether the replica still exists: its workload is live and its index is below the spec's
+    /// replica count.
+    pub fn replica_exists(&self, replica: &ReplicaId) -> bool {
+        self.spec(&replica.workload)
+            .is_some_and(|entry| replica.replica < entry.spec.replicas)
+    }
+
+    /// Whether the local runtimes can run this spec, and if not, why.
+    pub fn unsupported_reason(&self, spec: &WorkloadSpec) -> Option<String> {
+        match &spec.run {
+            Run::Container(c) if !self.supports_containers => Some(format!(
+                "container spec (image {}) but this node has no container runtime",
+                c.image
+            )),
+            Run::Process(_) if !self.supports_processes => {
+                Some("process spec but this node does not run processes".to_string())
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Membership {
+    /// Live nodes counting `node` itself.
+    pub fn live_count(&self, node: &str) -> usize {
+        self.live.len() + usize::from(!self.live.contains(node))
+    }
+
+    /// Whether `node` sees a strict majority of the last known membership.
+    pub fn has_majority(&self, node: &str) -> bool {
+        let live = self.live_count(node);
+        2 * live > self.members_known.max(live)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn membership(live: &[&str], known: usize) -> Membership {
+        Membership {
+            live: live.iter().map(|s| s.to_string()).collect(),
+            dead: BTreeSet::new(),
+            members_known: known,
+        }
+    }
+
+    #[test]
+    fn majority_is_strict() {
+        assert!(membership(&["a", "b"], 3).has_majority("a"));
+        assert!(!membership(&["a", "b"], 4).has_majority("a"));
+        assert!(membership(&[], 1).has_majority("a"));
+        assert!(membership(&["b"], 0).has_majority("a"));
+        assert!(!membership(&[], 2).has_majority("a"));
+    }
+}

@@ -1,0 +1,188 @@
+//! Issues: deviations of the actual state from the desired one, as data (`shoal issues`). Each has
+//! a layer, a stable id, and, when the reconciler will not fix it on its own, the reason it waits
+//! for `shoal approve`.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::instance::ReplicaId;
+
+/// The layer an issue lives on (source document 000).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layer {
+    /// Where replicas should run versus where they run.
+    Placement,
+    /// The process or container itself: exited, unhealthy, outdated.
+    Process,
+    /// The application inside it: live settings.
+    Application,
+    /// What the mesh cannot decide safely on its own.
+    Safety,
+    /// The local runtime: unsupported spec, start failures, engine unreachable.
+    Runtime,
+}
+
+/// What kind of deviation an issue is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IssueKind {
+    /// Placed here, no live instance: starting it (or waiting for backoff, fencing or approval).
+    Missing,
+    /// An instance exited; restarting with backoff (or not, by restart policy).
+    Exited,
+    /// An instance failed its probe past the failure threshold; restarting it.
+    Unhealthy,
+    /// An instance runs an older spec version; waiting for its turn in the rolling update.
+    Outdated,
+    /// Here but placed elsewhere; waiting for the new owner's copy to be healthy.
+    Orphan,
+    /// Live settings differ; the reload hook runs or failed.
+    SettingsDiffer,
+    /// An exclusive replica waits for another copy to stop or for the fencing delay.
+    ExclusiveWaiting,
+    /// An exclusive replica the mesh cannot decide about (held): owner unreachable but not
+    /// confirmed dead, or no majority visible.
+    ExclusiveUndecided,
+    /// This node lost sight of a majority and stopped its exclusive replicas.
+    SelfFenced,
+    /// This node's view looks wrong; stops on its own authority are held.
+    SuspiciousView,
+    /// The local runtime cannot run this spec.
+    Unsupported,
+    /// Starting failed (image missing, command not found, engine unreachable).
+    StartFailing,
+    /// The local runtime cannot be listed, or lists more instances than the bound.
+    RuntimeUnavailable,
+}
+
+impl IssueKind {
+    /// The issue's layer.
+    pub fn layer(self) -> Layer {
+        match self {
+            IssueKind::Missing | IssueKind::Orphan => Layer::Placement,
+            IssueKind::Exited | IssueKind::Unhealthy | IssueKind::Outdated => Layer::Process,
+            IssueKind::SettingsDiffer => Layer::Application,
+            IssueKind::ExclusiveWaiting
+            | IssueKind::ExclusiveUndecided
+            | IssueKind::SelfFenced
+            | IssueKind::SuspiciousView => Layer::Safety,
+            IssueKind::Unsupported | IssueKind::StartFailing | IssueKind::RuntimeUnavailable => {
+                Layer::Runtime
+            }
+        }
+    }
+
+    /// The kebab-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IssueKind::Missing => "missing",
+            IssueKind::Exited => "exited",
+            IssueKind::Unhealthy => "unhealthy",
+            IssueKind::Outdated => "outdated",
+            IssueKind::Orphan => "orphan",
+            IssueKind::SettingsDiffer => "settings-differ",
+            IssueKind::ExclusiveWaiting => "exclusive-waiting",
+            IssueKind::ExclusiveUndecided => "exclusive-undecided",
+            IssueKind::SelfFenced => "self-fenced",
+            IssueKind::SuspiciousView => "suspicious-view",
+            IssueKind::Unsupported => "unsupported",
+            IssueKind::StartFailing => "start-failing",
+            IssueKind::RuntimeUnavailable => "runtime-unavailable",
+        }
+    }
+}
+
+impl fmt::Display for IssueKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One issue, as `shoal issues` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Issue {
+    /// Stable id: 12 hex digits of a hash of kind, replica and node. The same deviation keeps its
+    /// id across ticks and agents' restarts, so `shoal approve ID` names it.
+    pub id: String,
+    /// The layer.
+    pub layer: Layer,
+    /// The kind.
+    pub kind: IssueKind,
+    /// The replica concerned, if any (node-wide issues have none).
+    pub replica: Option<ReplicaId>,
+    /// The node that raised it (this node).
+    pub node: String,
+    /// What is wrong and what the reconciler does about it.
+    pub message: String,
+    /// Why the reconciler waits for an operator instead of acting; `None` when it acts on its own
+    /// (or was approved).
+    pub held: Option<String>,
+    /// Whether an operator approved it; the reconciler then proceeds while the issue lasts.
+    pub approved: bool,
+    /// When the reconciler first raised it, ms since the Unix epoch.
+    pub since_ms: u64,
+}
+
+/// Why [`Reconciler::approve`](super::Reconciler::approve) refused. Neither changes any state.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ApproveError {
+    /// No current issue has this id (it may have resolved itself; list issues again).
+    #[error("no current issue has id {0}; run `shoal issues` to list the current ones")]
+    Unknown(String),
+    /// The issue is not held: the reconciler already acts on it without approval.
+    #[error("issue {0} is not held for approval; the reconciler handles it on its own")]
+    NotHeld(String),
+}
+
+/// The stable id of an issue: xxh3 over explicit bytes, never `std::hash::Hash`.
+pub fn issue_id(kind: IssueKind, replica: Option<&ReplicaId>, node: &str) -> String {
+    let mut bytes = Vec::with_capacity(64);
+    for part in [kind.as_str().as_bytes(), node.as_bytes()] {
+        bytes.extend_from_slice(&(part.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(part);
+    }
+    if let Some(r) = replica {
+        bytes.extend_from_slice(&(r.workload.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(r.workload.as_bytes());
+        bytes.extend_from_slice(&r.replica.to_le_bytes());
+    }
+    let hash = xxhash_rust::xxh3::xxh3_64(&bytes);
+    format!("{:012x}", hash >> 16)
+}
+
+impl fmt::Display for Issue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} [{:?}/{}] ", self.id, self.layer, self.kind)?;
+        if let Some(r) = &self.replica {
+            write!(f, "{r} ")?;
+        }
+        write!(f, "on {}: {}", self.node, self.message)?;
+        if let Some(held) = &self.held {
+            write!(f, " (held: {held})")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_stable_and_distinct() {
+        let r = ReplicaId::new("web", 1);
+        let a = issue_id(IssueKind::Missing, Some(&r), "n1");
+        assert_eq!(a, issue_id(IssueKind::Missing, Some(&r), "n1"));
+        assert_eq!(a.len(), 12);
+        assert_ne!(a, issue_id(IssueKind::Exited, Some(&r), "n1"));
+        assert_ne!(
+            a,
+            issue_id(IssueKind::Missing, Some(&ReplicaId::new("web", 2)), "n1")
+        );
+        assert_ne!(a, issue_id(IssueKind::Missing, Some(&r), "n2"));
+        assert_ne!(a, issue_id(IssueKind::Missing, None, "n1"));
+    }
+}

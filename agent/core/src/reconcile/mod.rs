@@ -1,0 +1,348 @@
+//! The convergence loop as a sans-IO state machine (source document 000): compare this node's
+//! slice of the placement with the instances it observes, derive issues, and return one step of
+//! reconciliation per issue as [`Action`]s. The shell executes them and feeds back what happened
+//! (the runtime's list on the next tick, probe results, start and reload outcomes).
+//!
+//! Inputs in, actions out: [`Reconciler::handle_tick`] with a [`ReconcileInput`] and `now_ms`;
+//! [`Reconciler::handle_probe_result`], [`Reconciler::handle_start_failed`] and
+//! [`Reconciler::handle_reload_result`]. Outputs: the actions (at most
+//! [`ReconcileConfig::actions_per_round_max`] per tick, most urgent first),
+//! [`Reconciler::issues`], [`Reconciler::observed`] (what the shell gossips) and
+//! [`Reconciler::poll_timeout`] (when to tick again if nothing else happens).
+//!
+//! The rules (docs/reconcile.md tells the whole story):
+//! - **Missing**: a replica placed here with no alive instance starts, unless a start is in flight,
+//!   its restart policy ended it, the local runtime cannot run it, its backoff runs, or (exclusive)
+//!   the safety rule of [`exclusive`] forbids it. A restarted agent adopts the runtime's instances
+//!   first: any alive instance of a replica, at any version, blocks its start.
+//! - **Exited or unhealthy**: an unhealthy instance (probe failures past the threshold, outside
+//!   the start grace) is stopped; an exit that was not a planned stop is a failure, restarted after
+//!   `backoff_initial` doubled per consecutive failure up to `backoff_max`, the count reset when
+//!   the instance had been healthy for `backoff_reset`. `never` does not restart; `on-failure`
+//!   does not restart a clean exit.
+//! - **Outdated**: the reload hook for a live-settings change, else a rolling replacement within
+//!   the workload's mesh-wide `max_unavailable` / `max_surge` budget ([`update`]).
+//! - **Orphan**: stop after handoff (normal) or at once (exclusive, deleted, scaled down) ([`orphan`]).
+//! - **Fencing**: a node that has not seen a strict majority of the last known membership for
+//!   `self_fence_ms` stops its exclusive instances.
+//! - **Never mass-stop**: while the view is suspicious (no specs while instances run, no majority,
+//!   most instances suddenly placed elsewhere while not draining, or the shell says so), stops on
+//!   this node's own authority are held behind one approvable safety issue.
+//!
+//! **Invariants** (checked by [`Reconciler::check_invariants`] and the property tests): no I/O, no
+//! clock, no `HashMap` iteration reaching an output; the same inputs give the same actions; no
+//! start for a replica with an alive instance here (except the surge copy of a rolling update);
+//! never more actions per round than the bound; no exclusive start while a live peer reports a copy.
+
+mod action;
+mod cache;
+mod config;
+mod exclusive;
+mod health;
+mod input;
+mod issue;
+mod orphan;
+mod plan;
+mod report;
+mod start;
+mod status;
+mod track;
+mod update;
+mod view;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+pub use action::{Action, StopCause};
+pub use config::{ConfigError, ReconcileConfig};
+pub use health::{backoff_delay_ms, HealthChange};
+pub use input::{Membership, ReconcileInput, SpecEntry};
+pub use issue::{issue_id, ApproveError, Issue, IssueKind, Layer};
+pub use status::InstanceStatus;
+
+use crate::instance::ReplicaId;
+use cache::SpecCache;
+use plan::{Ctx, Plan};
+use track::{Local, ReloadState, StopRequest};
+use view::{MeshTimers, PeerIndex};
+
+/// The reconciler of one node. Pure: time arrives as `now_ms`, and every collection that reaches
+/// an output is ordered.
+#[derive(Clone, Debug)]
+pub struct Reconciler {
+    node: String,
+    config: ReconcileConfig,
+    local: Local,
+    cache: SpecCache,
+    timers: MeshTimers,
+    issues: BTreeMap<String, Issue>,
+    approvals: BTreeSet<String>,
+    /// Replicas placed here at the last tick, with the desired version.
+    placed: BTreeMap<ReplicaId, String>,
+    wake_at_ms: Option<u64>,
+    now_ms: u64,
+}
+
+impl Reconciler {
+    /// A reconciler for `node`. Panics if `config` fails [`ReconcileConfig::validate`] (check
+    /// operator-supplied values with it first).
+    pub fn new(node: &str, config: ReconcileConfig) -> Reconciler {
+        if let Err(e) = config.validate() {
+            panic!("invalid reconcile config: {e}");
+        }
+        Reconciler {
+            node: node.to_string(),
+            config,
+            local: Local::default(),
+            cache: SpecCache::default(),
+            timers: MeshTimers::default(),
+            issues: BTreeMap::new(),
+            approvals: BTreeSet::new(),
+            placed: BTreeMap::new(),
+            wake_at_ms: None,
+            now_ms: 0,
+        }
+    }
+
+    /// This node's name.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ReconcileConfig {
+        &self.config
+    }
+
+    /// One round: reads the whole input, updates the reconciler's memory and returns at most
+    /// `actions_per_round_max` actions, most urgent first. Call it whenever an input changes and
+    /// at [`Reconciler::poll_timeout`]. A `now_ms` earlier than a previous one is treated as the
+    /// previous one (time never runs backwards here).
+    pub fn handle_tick(&mut self, input: &ReconcileInput, now_ms: u64) -> Vec<Action> {
+        let now = now_ms.max(self.now_ms);
+        self.now_ms = now;
+        self.timers.observe(&self.node, input, now);
+        if let Some(why) = self.runtime_problem(input) {
+            let plan = Plan {
+                issues: vec![plan::RawIssue {
+                    kind: IssueKind::RuntimeUnavailable,
+                    replica: None,
+                    message: format!("{why}; no local action until it is resolved"),
+                    held: None,
+                }],
+                ..Plan::default()
+            };
+            self.wake_at_ms = None;
+            self.set_issues(plan.issues, now);
+            return Vec::new();
+        }
+        self.placed = input
+            .owners
+            .iter()
+            .filter(|(r, n)| *n == &self.node && input.replica_exists(r))
+            .map(|(r, _)| (r.clone(), input.specs[&r.workload].version.clone()))
+            .collect();
+        let workloads: BTreeSet<String> = self
+            .placed
+            .keys()
+            .map(|r| r.workload.clone())
+            .chain(
+                self.local
+                    .instances
+                    .values()
+                    .map(|t| t.replica.workload.clone()),
+            )
+            .chain(input.instances.iter().map(|i| i.replica.workload.clone()))
+            .collect();
+        self.cache.refresh(input, &self.local.instances, &workloads);
+        let timeout = self.config.start_report_timeout_ms;
+        self.local
+            .ingest(input, &self.cache, &self.node, now, timeout);
+        self.cache.refresh(input, &self.local.instances, &workloads);
+        self.expire_reloads(now);
+        let mut plan = self.plan(input, &workloads, now);
+        let actions = self.select(&mut plan, now);
+        self.wake_at_ms = plan.wake_at_ms;
+        self.set_issues(std::mem::take(&mut plan.issues), now);
+        self.prune();
+        assert!(actions.len() <= self.config.actions_per_round_max);
+        actions
+    }
+
+    fn runtime_problem(&self, input: &ReconcileInput) -> Option<String> {
+        if let Some(why) = &input.runtime_unavailable {
+            return Some(format!("the local runtime is unavailable: {why}"));
+        }
+        let n = input.instances.len();
+        (n > self.config.instances_max).then(|| {
+            format!(
+                "the runtime lists {n} instances, more than the bound of {}",
+                self.config.instances_max
+            )
+        })
+    }
+
+    fn plan(&mut self, input: &ReconcileInput, workloads: &BTreeSet<String>, now: u64) -> Plan {
+        let ctx = Ctx {
+            node: &self.node,
+            config: &self.config,
+            input,
+            peers: PeerIndex::build(&self.node, input, workloads),
+            cache: &self.cache,
+            timers: &self.timers,
+            approvals: &self.approvals,
+            now_ms: now,
+            suspicious: view::suspicious_reasons(&self.node, input, &self.local, &self.config),
+            fencing_due: self.timers.fencing_due(&self.config, now),
+        };
+        let mut plan = Plan::default();
+        for replica in self.placed.keys() {
+            let entry = &input.specs[&replica.workload];
+            plan::plan_placed(&ctx, &mut self.local, &mut plan, replica, entry);
+        }
+        for (handle, t) in &self.local.instances {
+            if !self.placed.contains_key(&t.replica) {
+                orphan::plan_orphan(&ctx, &mut plan, handle, t);
+            }
+        }
+        report::global_issues(&ctx, &self.placed, &mut plan);
+        if let Some(minority) = self.timers.minority_since_ms {
+            if !ctx.fencing_due {
+                plan.wake_at(minority.saturating_add(self.config.self_fence_ms));
+            }
+        }
+        plan
+    }
+
+    /// Keeps the most urgent candidates within the bound and records what is sent.
+    fn select(&mut self, plan: &mut Plan, now: u64) -> Vec<Action> {
+        let mut candidates = std::mem::take(&mut plan.candidates);
+        candidates.sort_by(|(ra, a), (rb, b)| {
+            ra.cmp(rb)
+                .then_with(|| a.replica().cmp(b.replica()))
+                .then_with(|| sort_key(a).cmp(&sort_key(b)))
+        });
+        candidates.dedup_by(|x, y| x.1 == y.1);
+        if candidates.len() > self.config.actions_per_round_max {
+            candidates.truncate(self.config.actions_per_round_max);
+            plan.wake_at(now);
+        }
+        let actions: Vec<Action> = candidates.into_iter().map(|(_, a)| a).collect();
+        for action in &actions {
+            self.commit(action, now);
+        }
+        actions
+    }
+
+    fn commit(&mut self, action: &Action, now: u64) {
+        match action {
+            Action::Start {
+                replica,
+                spec,
+                version,
+                ..
+            } => {
+                self.cache.insert(&replica.workload, version, spec);
+                let state = self.local.replicas.entry(replica.clone()).or_default();
+                state.pending_start = Some(track::PendingStart {
+                    version: version.clone(),
+                    at_ms: now,
+                });
+                if std::mem::take(&mut state.restart_due) {
+                    state.restarts = state.restarts.saturating_add(1);
+                }
+            }
+            Action::Stop {
+                handle,
+                grace_ms,
+                cause,
+                ..
+            } => {
+                if let Some(t) = self.local.instances.get_mut(handle) {
+                    t.stop = Some(StopRequest {
+                        at_ms: now,
+                        cause: *cause,
+                        grace_ms: *grace_ms,
+                    });
+                }
+            }
+            Action::Reload {
+                handle, version, ..
+            } => {
+                if let Some(t) = self.local.instances.get_mut(handle) {
+                    let previous = t.reload.take().filter(|r| &r.target == version);
+                    t.reload = Some(ReloadState {
+                        target: version.clone(),
+                        sent_at_ms: now,
+                        in_flight: true,
+                        attempts: previous.as_ref().map_or(0, |r| r.attempts),
+                        retry_at_ms: now,
+                        last_error: previous.and_then(|r| r.last_error),
+                    });
+                }
+            }
+            Action::Remove { handle, .. } => {
+                if let Some(t) = self.local.instances.get_mut(handle) {
+                    t.remove_sent = true;
+                }
+            }
+        }
+    }
+
+    fn expire_reloads(&mut self, now: u64) {
+        let timeout = self.config.reload_timeout_ms;
+        let late: Vec<String> = self
+            .local
+            .instances
+            .iter()
+            .filter(|(_, t)| {
+                t.reload
+                    .as_ref()
+                    .is_some_and(|r| r.in_flight && now >= r.sent_at_ms.saturating_add(timeout))
+            })
+            .map(|(h, _)| h.clone())
+            .collect();
+        for handle in late {
+            let detail = format!("no result within {timeout} ms");
+            self.handle_reload_result(&handle, false, &detail, now);
+        }
+    }
+
+    /// Forgets replicas that are neither placed here nor have a record here.
+    fn prune(&mut self) {
+        let recorded: BTreeSet<&ReplicaId> =
+            self.local.instances.values().map(|t| &t.replica).collect();
+        let placed = &self.placed;
+        self.local
+            .replicas
+            .retain(|r, _| placed.contains_key(r) || recorded.contains(r));
+        let now = self.now_ms;
+        for (r, state) in self.local.replicas.iter_mut() {
+            state.pending_since_ms = match recorded.contains(r) {
+                true => None,
+                false => Some(state.pending_since_ms.unwrap_or(now)),
+            };
+        }
+    }
+
+    /// When to call [`Reconciler::handle_tick`] next if no input changes: the earliest backoff
+    /// expiry, fencing deadline, handoff bound or retry; `Some(now)` when the last round was cut
+    /// short by the action bound.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.wake_at_ms
+    }
+
+    /// The last `now_ms` seen.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+}
+
+/// A stable tie-break between actions on one replica.
+fn sort_key(action: &Action) -> (u8, &str) {
+    match action {
+        Action::Stop { handle, .. } => (0, handle),
+        Action::Reload { handle, .. } => (1, handle),
+        Action::Start { version, .. } => (2, version),
+        Action::Remove { handle, .. } => (3, handle),
+    }
+}

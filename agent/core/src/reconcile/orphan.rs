@@ -1,0 +1,123 @@
+//! Instances here whose replica is no longer placed here.
+//!
+//! A deleted workload or a replica scaled away stops at once. An exclusive replica stops at once
+//! (stop before start: the new owner waits for this copy to be gone). A normal replica keeps
+//! running until gossip shows the new owner's copy serving (no gap in planned moves), or until
+//! `orphan_handoff_max_ms` has passed. Stops decided on this node's view alone (deleted, scaled
+//! down, exclusive moved, handoff timeout) are held while the view is suspicious. Whatever the
+//! view, an exclusive instance is fenced when this node has lacked a majority too long.
+
+use crate::reconcile::action::{Action, StopCause};
+use crate::reconcile::issue::IssueKind;
+use crate::reconcile::plan::{Ctx, Plan, Rank};
+use crate::reconcile::track::Tracked;
+
+/// Plans one instance that is not placed here.
+pub(crate) fn plan_orphan(ctx: &Ctx<'_>, plan: &mut Plan, handle: &str, t: &Tracked) {
+    let replica = &t.replica;
+    if !t.alive() {
+        if t.remove_sent {
+            return;
+        }
+        if ctx.holds_unilateral() {
+            plan.unilateral += 1;
+            return;
+        }
+        let reason = "exited and no longer placed here".to_string();
+        let action = Action::Remove {
+            handle: handle.to_string(),
+            replica: replica.clone(),
+            reason,
+        };
+        plan.act(Rank::Remove, action);
+        return;
+    }
+    let spec = ctx.cache.for_instance(replica, &t.version);
+    let exclusive = spec.is_some_and(|s| s.placement.exclusive);
+    if exclusive && ctx.fencing_due && t.stop.is_none_or(|s| s.cause != StopCause::Fence) {
+        plan.fenced += 1;
+        let reason = "self-fencing: no strict majority visible".to_string();
+        plan.act(Rank::Fence, ctx.stop(handle, t, StopCause::Fence, reason));
+        return;
+    }
+    if t.stop.is_some() {
+        ctx.retry_stop(plan, handle, t);
+        return;
+    }
+    let owner = ctx.input.owners.get(replica);
+    let since = t.orphan_since_ms.unwrap_or(ctx.now_ms);
+    let deadline = since.saturating_add(ctx.config.orphan_handoff_max_ms);
+    let (cause, reason) = match ctx.input.spec(&replica.workload) {
+        None => (
+            StopCause::Deleted,
+            format!("workload {} was deleted", replica.workload),
+        ),
+        Some(e) if replica.replica >= e.spec.replicas => (
+            StopCause::ScaledDown,
+            format!(
+                "workload {} was scaled to {} replicas",
+                replica.workload, e.spec.replicas
+            ),
+        ),
+        Some(_) if exclusive => (
+            StopCause::ExclusiveMoved,
+            format!(
+                "exclusive replica placed on {}: stop before it starts there",
+                owner.map_or("no node", |n| n)
+            ),
+        ),
+        Some(_) => match owner.filter(|o| successor_serves(ctx, replica, o)) {
+            Some(o) => (
+                StopCause::Handoff,
+                format!("moved to {o}, whose copy is healthy"),
+            ),
+            None if ctx.now_ms >= deadline => (
+                StopCause::HandoffTimeout,
+                format!(
+                    "placed on {} but no healthy copy there after {} ms",
+                    owner.map_or("no node", |n| n),
+                    ctx.config.orphan_handoff_max_ms
+                ),
+            ),
+            None => {
+                let msg = format!(
+                    "placed on {}; keeps running until a copy there is healthy (at most until {deadline})",
+                    owner.map_or("no node", |n| n)
+                );
+                plan.issue(IssueKind::Orphan, Some(replica), msg);
+                plan.wake_at(deadline);
+                return;
+            }
+        },
+    };
+    if cause.is_unilateral() && !ctx.suspicious.is_empty() {
+        plan.unilateral += 1;
+        if ctx.holds_unilateral() {
+            let msg = format!("{reason}; stop held: this node's view is suspicious");
+            plan.issue(IssueKind::Orphan, Some(replica), msg);
+            return;
+        }
+    }
+    let rank = if cause.is_unilateral() {
+        Rank::Unilateral
+    } else {
+        Rank::Handoff
+    };
+    plan.issue(
+        IssueKind::Orphan,
+        Some(replica),
+        format!("{reason}; stopping it"),
+    );
+    plan.act(rank, ctx.stop(handle, t, cause, reason));
+}
+
+/// Whether the new owner is live and gossips a serving copy of the replica.
+fn successor_serves(ctx: &Ctx<'_>, replica: &crate::instance::ReplicaId, owner: &str) -> bool {
+    owner != ctx.node
+        && ctx.input.membership.live.contains(owner)
+        && ctx
+            .peers
+            .of(replica)
+            .iter()
+            .any(|c| c.node == owner && c.status.serves())
+}

@@ -1,0 +1,44 @@
+//! The observed state of this node's instances, as the shell gossips it and `shoal status` prints
+//! it; peers' copies of the same records come back in [`ReconcileInput::peers`](super::ReconcileInput::peers).
+
+use serde::{Deserialize, Serialize};
+
+use crate::instance::{Phase, ReplicaId};
+
+/// One instance (or one replica waiting for its instance) on one node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceStatus {
+    /// The replica.
+    pub replica: ReplicaId,
+    /// The runtime handle; `None` for a replica placed here that has no instance yet (`pending`).
+    pub handle: Option<String>,
+    /// The phase: `starting` until a probe passes (or, without a probe, until it runs),
+    /// `stopping` from the moment a stop is sent.
+    pub phase: Phase,
+    /// Running, not being stopped, and its probe passing (or no probe).
+    pub healthy: bool,
+    /// Restarts of this replica on this node since the agent started (after exits and failed
+    /// health checks; rolling updates and handoffs are not restarts).
+    pub restarts: u32,
+    /// The spec version it runs (after a successful reload, the version it was reloaded to); for a
+    /// pending replica, the version it will start.
+    pub spec_version: String,
+    /// Since when it has been in this phase, ms since the Unix epoch.
+    pub since_ms: u64,
+    /// Exit code of the last exit, if it exited.
+    pub exit_code: Option<i32>,
+    /// The last thing that went wrong (start error, probe detail, exit), at most 256 bytes.
+    pub last_error: Option<String>,
+}
+
+impl InstanceStatus {
+    /// Whether a process or container may be alive (counts as a copy for exclusive replicas).
+    pub fn may_be_alive(&self) -> bool {
+        self.phase.may_be_alive()
+    }
+
+    /// Whether this copy serves: running and healthy.
+    pub fn serves(&self) -> bool {
+        self.healthy && self.phase == Phase::Running
+    }
+}

@@ -1,0 +1,174 @@
+//! Rolling updates: an instance here runs an older spec version than the desired one.
+//!
+//! A change only in live settings (`WorkloadSpec::is_live_change`, with the old spec known) runs
+//! the reload hook instead of a restart, retried up to `reload_attempts_max` times and then rolled
+//! out by replacement. Any other change replaces the instance, within the workload's update
+//! budget across the mesh: at most `max_unavailable` replicas without a serving copy and at most
+//! `max_surge` replicas running an extra copy. The replicas that still need the new version form
+//! a queue ordered by index, computed from gossip by every agent alike; the first `max_surge -
+//! surging` of the queue get a new copy beside the old one (never for exclusive workloads), the
+//! next `max_unavailable - down` are stopped and restarted at the new version, the rest wait.
+//! A failing new version keeps its replicas unavailable, which stalls the rollout by itself.
+
+use crate::instance::ReplicaId;
+use crate::reconcile::action::{Action, StopCause};
+use crate::reconcile::input::SpecEntry;
+use crate::reconcile::issue::IssueKind;
+use crate::reconcile::plan::{Ctx, Plan, Rank};
+use crate::reconcile::track::{Local, Tracked};
+use crate::reconcile::view::Availability;
+
+/// Plans the update of the instance `handle` of `replica`, which runs an older version and is the
+/// only instance kept for the replica.
+pub(crate) fn plan_outdated(
+    ctx: &Ctx<'_>,
+    local: &Local,
+    plan: &mut Plan,
+    replica: &ReplicaId,
+    entry: &SpecEntry,
+    handle: &str,
+    t: &Tracked,
+) {
+    if plan_reload(ctx, plan, replica, entry, handle, t) {
+        return;
+    }
+    if !t.serves() {
+        let msg = format!(
+            "runs {}, desired {}; waiting for its health before replacing it",
+            t.version, entry.version
+        );
+        plan.issue(IssueKind::Outdated, Some(replica), msg);
+        return;
+    }
+    let spec = &entry.spec;
+    let avail = Availability::of(
+        &replica.workload,
+        spec.replicas,
+        &entry.version,
+        local,
+        &ctx.peers,
+        ctx.input,
+    );
+    let surge_budget = match spec.placement.exclusive {
+        true => 0,
+        false => spec.update.max_surge.saturating_sub(avail.surging) as usize,
+    };
+    let unavailable_budget = spec.update.max_unavailable.saturating_sub(avail.down) as usize;
+    if avail.current.contains(&replica.replica) {
+        let reason = format!(
+            "runs {}; a copy at {} serves elsewhere",
+            t.version, entry.version
+        );
+        plan.act(Rank::Update, ctx.stop(handle, t, StopCause::Update, reason));
+        return;
+    }
+    let Some(position) = avail.queue.iter().position(|&i| i == replica.replica) else {
+        let msg = format!(
+            "runs {}, desired {}; a new copy is starting",
+            t.version, entry.version
+        );
+        plan.issue(IssueKind::Outdated, Some(replica), msg);
+        return;
+    };
+    let state = local.replicas.get(replica);
+    if position < surge_budget {
+        if state.is_some_and(|s| s.pending_start.is_some()) {
+            return;
+        }
+        if let Some(why) = ctx.input.unsupported_reason(spec) {
+            plan.issue(
+                IssueKind::Unsupported,
+                Some(replica),
+                format!("{why}; update not started"),
+            );
+            return;
+        }
+        let reason = format!(
+            "rolling update (surge): new copy at {} beside {handle} at {}",
+            entry.version, t.version
+        );
+        plan.issue(IssueKind::Outdated, Some(replica), reason.clone());
+        let action = Action::Start {
+            replica: replica.clone(),
+            spec: spec.clone(),
+            version: entry.version.clone(),
+            reason,
+        };
+        plan.act(Rank::Update, action);
+    } else if position < surge_budget + unavailable_budget {
+        let reason = format!(
+            "rolling update: replacing {} with {}",
+            t.version, entry.version
+        );
+        plan.issue(IssueKind::Outdated, Some(replica), reason.clone());
+        plan.act(Rank::Update, ctx.stop(handle, t, StopCause::Update, reason));
+    } else {
+        let msg = format!(
+            "runs {}, desired {}; waiting for its turn ({} down, {} surging, {} ahead in the update queue)",
+            t.version, entry.version, avail.down, avail.surging, position
+        );
+        plan.issue(IssueKind::Outdated, Some(replica), msg);
+    }
+}
+
+/// Runs the reload hook when only live settings changed. Returns whether the reload path owns
+/// the instance this round (in flight, waiting to retry, or sent now).
+fn plan_reload(
+    ctx: &Ctx<'_>,
+    plan: &mut Plan,
+    replica: &ReplicaId,
+    entry: &SpecEntry,
+    handle: &str,
+    t: &Tracked,
+) -> bool {
+    let reload = t.reload.as_ref().filter(|r| r.target == entry.version);
+    if reload.is_some_and(|r| r.in_flight) {
+        plan.issue(
+            IssueKind::SettingsDiffer,
+            Some(replica),
+            format!("reload hook running to {}", entry.version),
+        );
+        plan.wake_at(reload.map_or(0, |r| {
+            r.sent_at_ms.saturating_add(ctx.config.reload_timeout_ms)
+        }));
+        return true;
+    }
+    let attempts = reload.map_or(0, |r| r.attempts);
+    let live_change = ctx
+        .cache
+        .exact(&replica.workload, &t.version)
+        .is_some_and(|old| old.is_live_change(&entry.spec));
+    let Some(hook) = entry.spec.reload.clone() else {
+        return false;
+    };
+    if !live_change || attempts >= ctx.config.reload_attempts_max {
+        return false;
+    }
+    if let Some(r) = reload.filter(|r| ctx.now_ms < r.retry_at_ms) {
+        let msg = format!(
+            "reload hook failed ({}); attempt {} of {} at {}",
+            r.last_error.as_deref().unwrap_or("no detail"),
+            attempts + 1,
+            ctx.config.reload_attempts_max,
+            r.retry_at_ms
+        );
+        plan.issue(IssueKind::SettingsDiffer, Some(replica), msg);
+        plan.wake_at(r.retry_at_ms);
+        return true;
+    }
+    let reason = format!(
+        "live settings changed ({} to {}): running the reload hook",
+        t.version, entry.version
+    );
+    plan.issue(IssueKind::SettingsDiffer, Some(replica), reason.clone());
+    let action = Action::Reload {
+        handle: handle.to_string(),
+        replica: replica.clone(),
+        hook,
+        settings: entry.spec.settings.clone(),
+        version: entry.version.clone(),
+        reason,
+    };
+    plan.act(Rank::Update, action);
+    true
+}

@@ -1,0 +1,190 @@
+//! This node's reading of the mesh: membership timers (since when a peer is dead or unreachable,
+//! since when this node lacks a majority), the peers' copies of the replicas that concern it, a
+//! workload's availability for rolling updates, and whether the whole view is suspicious.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::instance::ReplicaId;
+
+use super::config::ReconcileConfig;
+use super::input::ReconcileInput;
+use super::status::InstanceStatus;
+use super::track::Local;
+
+/// Membership facts that need memory: the reconciler dates them itself, on its own clock.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct MeshTimers {
+    /// Since when this node has seen no strict majority of the last known membership.
+    pub minority_since_ms: Option<u64>,
+    /// Since when each peer has been confirmed dead (as first seen by this node).
+    pub dead_since: BTreeMap<String, u64>,
+    /// Since when each peer with published state has been neither live nor confirmed dead.
+    pub unreachable_since: BTreeMap<String, u64>,
+}
+
+impl MeshTimers {
+    /// Updates the timers from this tick's membership.
+    pub fn observe(&mut self, node: &str, input: &ReconcileInput, now_ms: u64) {
+        let m = &input.membership;
+        self.minority_since_ms = match m.has_majority(node) {
+            true => None,
+            false => Some(self.minority_since_ms.unwrap_or(now_ms)),
+        };
+        self.dead_since.retain(|n, _| m.dead.contains(n));
+        for n in &m.dead {
+            self.dead_since.entry(n.clone()).or_insert(now_ms);
+        }
+        let unreachable = |n: &String| n != node && !m.live.contains(n) && !m.dead.contains(n);
+        self.unreachable_since
+            .retain(|n, _| input.peers.contains_key(n) && unreachable(n));
+        for n in input.peers.keys().filter(|n| unreachable(n)) {
+            self.unreachable_since.entry(n.clone()).or_insert(now_ms);
+        }
+    }
+
+    /// Whether this node has lacked a majority for the self-fencing timeout.
+    pub fn fencing_due(&self, config: &ReconcileConfig, now_ms: u64) -> bool {
+        self.minority_since_ms
+            .is_some_and(|t| now_ms >= t.saturating_add(config.self_fence_ms))
+    }
+}
+
+/// A peer's copy of a replica, from gossip.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PeerCopy<'a> {
+    pub node: &'a str,
+    pub status: &'a InstanceStatus,
+}
+
+/// The peers' copies of the replicas of the workloads that concern this node (placed here or
+/// running here), indexed once per tick. This node's own entry is left out.
+pub(crate) struct PeerIndex<'a> {
+    copies: BTreeMap<&'a ReplicaId, Vec<PeerCopy<'a>>>,
+}
+
+impl<'a> PeerIndex<'a> {
+    /// Indexes the peers' state for these workloads.
+    pub fn build(node: &str, input: &'a ReconcileInput, workloads: &BTreeSet<String>) -> Self {
+        let mut copies: BTreeMap<&'a ReplicaId, Vec<PeerCopy<'a>>> = BTreeMap::new();
+        for (peer, statuses) in input.peers.iter().filter(|(n, _)| n.as_str() != node) {
+            for status in statuses
+                .iter()
+                .filter(|s| workloads.contains(&s.replica.workload))
+            {
+                copies
+                    .entry(&status.replica)
+                    .or_default()
+                    .push(PeerCopy { node: peer, status });
+            }
+        }
+        PeerIndex { copies }
+    }
+
+    /// Every peer copy of a replica, by node name.
+    pub fn of(&self, replica: &ReplicaId) -> &[PeerCopy<'a>] {
+        self.copies.get(replica).map(Vec::as_slice).unwrap_or(&[])
+    }
+}
+
+/// A workload's availability across the mesh, as this node sees it: the input to the rolling
+/// update's budget. Every agent computes it from (nearly) the same gossip, so every agent picks
+/// the same replicas to update next.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Availability {
+    /// Replicas with no serving copy at all.
+    pub down: u32,
+    /// Replicas with a serving old copy and an unready desired copy (a surge in progress).
+    pub surging: u32,
+    /// Replicas with a serving copy, none at the desired version, and no surge: the queue of the
+    /// update, by index.
+    pub queue: Vec<u32>,
+    /// Replicas with a serving copy at the desired version.
+    pub current: Vec<u32>,
+}
+
+impl Availability {
+    /// Computes the availability of `workload` (replicas `0..replicas`) at `desired` version.
+    pub fn of(
+        workload: &str,
+        replicas: u32,
+        desired: &str,
+        local: &Local,
+        peers: &PeerIndex<'_>,
+        input: &ReconcileInput,
+    ) -> Availability {
+        let mut out = Availability::default();
+        for index in 0..replicas {
+            let replica = ReplicaId::new(workload, index);
+            let mut copies: Vec<(bool, bool, bool)> = Vec::new(); // (current, serves, alive)
+            for (_, t) in local.alive_of(&replica) {
+                copies.push((t.version == desired, t.serves(), t.stop.is_none()));
+            }
+            for c in peers.of(&replica) {
+                if input.membership.live.contains(c.node) && c.status.may_be_alive() {
+                    copies.push((c.status.spec_version == desired, c.status.serves(), true));
+                }
+            }
+            let healthy_current = copies.iter().any(|&(cur, serves, _)| cur && serves);
+            let healthy_old = copies.iter().any(|&(cur, serves, _)| !cur && serves);
+            let unready_current = copies
+                .iter()
+                .any(|&(cur, serves, alive)| cur && !serves && alive);
+            if healthy_current {
+                out.current.push(index);
+            } else if !healthy_old {
+                out.down += 1;
+            } else if !healthy_current && unready_current {
+                out.surging += 1;
+            } else if !healthy_current {
+                out.queue.push(index);
+            }
+        }
+        out
+    }
+}
+
+/// Why this node's view cannot be trusted to stop instances on its own authority, if it cannot:
+/// the shell says so; no spec at all while instances run; no strict majority of the last known
+/// membership; or most of what runs here is suddenly placed elsewhere while not draining.
+pub(crate) fn suspicious_reasons(
+    node: &str,
+    input: &ReconcileInput,
+    local: &Local,
+    config: &ReconcileConfig,
+) -> Vec<String> {
+    let mut reasons = Vec::new();
+    if let Some(why) = &input.view_suspect {
+        reasons.push(why.clone());
+    }
+    let alive: Vec<&ReplicaId> = local
+        .instances
+        .values()
+        .filter(|t| t.alive())
+        .map(|t| &t.replica)
+        .collect();
+    if input.specs.is_empty() && !alive.is_empty() {
+        reasons.push(format!(
+            "no workload specs at all while {} instances run here",
+            alive.len()
+        ));
+    }
+    let m = &input.membership;
+    if !m.has_majority(node) {
+        reasons.push(format!(
+            "sees {} of {} known members, no strict majority",
+            m.live_count(node),
+            m.members_known
+        ));
+    }
+    let orphans = alive
+        .iter()
+        .filter(|r| input.owners.get(**r).is_none_or(|n| n != node))
+        .count();
+    if !input.draining && orphans >= config.mass_stop_min && 2 * orphans > alive.len() {
+        reasons.push(format!(
+            "{orphans} of the {} instances running here are no longer placed here",
+            alive.len()
+        ));
+    }
+    reasons
+}
