@@ -1,5 +1,220 @@
-//! `shoal-sim`: the chaos simulator. A skeleton until the simulator issue lands.
+//! `shoal-sim`: runs scenarios against real agents on a simulated network (see docs/sim.md).
+//!
+//! One simulation per process: `--seeds A..B` runs each seed in a child process of this binary.
+
+mod entropy;
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use shoal_sim::host::ModelHost;
+use shoal_sim::report::{self, Report};
+use shoal_sim::scenario::{parse_scenario, Scenario};
+use shoal_sim::world::World;
+
+#[derive(Parser)]
+#[command(name = "shoal-sim", version, about = "Shoal's chaos simulator")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs a scenario on one seed (in this process) or on a range of seeds (one child each).
+    Run {
+        /// The scenario file.
+        scenario: PathBuf,
+        /// The seed (default: the scenario's).
+        #[arg(long, conflicts_with = "seeds")]
+        seed: Option<u64>,
+        /// A range of seeds, `A..B` (B excluded), each run in its own process.
+        #[arg(long)]
+        seeds: Option<String>,
+        /// Writes the JSON report, the timeline SVG and the trace here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Prints the JSON report as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Checks scenario files and reports every problem with its location.
+    Check {
+        /// Scenario files.
+        #[arg(required = true)]
+        scenarios: Vec<PathBuf>,
+    },
+    /// Runs the model tier (discrete events, no tokio) on a scenario, at any size.
+    Model(shoal_sim::model::ModelArgs),
+}
+
 fn main() {
-    eprintln!("shoal-sim: not built yet (see the simulator issue)");
-    std::process::exit(2)
+    let code = match real_main() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("shoal-sim: {e:#}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+fn load(path: &Path) -> anyhow::Result<Scenario> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(parse_scenario(&text, &path.display().to_string())?)
+}
+
+fn real_main() -> anyhow::Result<i32> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check { scenarios } => {
+            let mut bad = 0;
+            for path in &scenarios {
+                match load(path) {
+                    Ok(sc) => println!(
+                        "{}: ok ({} hosts, {} events)",
+                        path.display(),
+                        sc.mesh.nodes,
+                        sc.events.len()
+                    ),
+                    Err(e) => {
+                        bad += 1;
+                        eprintln!("{e:#}");
+                    }
+                }
+            }
+            Ok(i32::from(bad > 0))
+        }
+        Command::Model(args) => shoal_sim::model::main(args),
+        Command::Run {
+            scenario,
+            seed,
+            seeds: Some(range),
+            out,
+            json,
+        } => {
+            let _ = seed;
+            let sc = load(&scenario)?;
+            shoal_sim::seeds::run_many(&scenario, &sc, &range, out.as_deref(), json)
+        }
+        Command::Run {
+            scenario,
+            seed,
+            seeds: None,
+            out,
+            json,
+        } => {
+            let sc = load(&scenario)?;
+            let seed = seed.unwrap_or(sc.seed);
+            run_one(&scenario, sc, seed, out.as_deref(), json)
+        }
+    }
+}
+
+/// One simulation in this process, on its own thread with its own entropy stream.
+fn run_one(
+    path: &Path,
+    sc: Scenario,
+    seed: u64,
+    out: Option<&Path>,
+    json: bool,
+) -> anyhow::Result<i32> {
+    entropy::reseed(seed);
+    entropy::check().map_err(|e| anyhow::anyhow!("the entropy override is not in effect: {e}"))?;
+    let replay = format!("shoal-sim run {} --seed {seed}", path.display());
+    let progress_ms = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let bar = spawn_progress(&sc, progress_ms.clone(), done.clone());
+    let wall = std::time::Instant::now();
+    let p = progress_ms.clone();
+    let sim = std::thread::Builder::new()
+        .name("shoal-sim-run".into())
+        .stack_size(256 << 20)
+        .spawn(move || -> anyhow::Result<Report> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build()?;
+            rt.block_on(async move {
+                let mut world = World::new(sc, seed, Box::new(ModelHost));
+                world.run(&|ms| p.store(ms, Ordering::Relaxed)).await;
+                Ok(report::build(&world, 0.0, replay))
+            })
+        })?;
+    let mut report = sim
+        .join()
+        .map_err(|_| anyhow::anyhow!("the simulation panicked"))??;
+    done.store(true, Ordering::Relaxed);
+    if let Some(bar) = bar {
+        let _ = bar.join();
+    }
+    report.wall_seconds = (wall.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
+    report.sim_per_wall =
+        (report.sim_seconds / report.wall_seconds.max(1e-9) * 10.0).round() / 10.0;
+    if let Some(dir) = out {
+        write_outputs(dir, &report)?;
+    }
+    let summary = report.summary();
+    if json {
+        eprint!("{summary}");
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{summary}");
+    }
+    std::io::stdout().flush()?;
+    Ok(i32::from(!report.passed))
+}
+
+fn write_outputs(dir: &Path, report: &Report) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let stem = format!("{}-seed{}", report.scenario, report.seed);
+    std::fs::write(
+        dir.join(format!("{stem}.json")),
+        serde_json::to_string_pretty(report)?,
+    )?;
+    std::fs::write(
+        dir.join(format!("{stem}.svg")),
+        report::timeline_svg(report),
+    )?;
+    std::fs::write(
+        dir.join(format!("{stem}.trace.txt")),
+        report.trace.join("\n") + "\n",
+    )?;
+    Ok(())
+}
+
+/// The progress bar, on its own thread (its entropy stream is its own), only on a terminal.
+fn spawn_progress(
+    sc: &Scenario,
+    ms: Arc<AtomicU64>,
+    done: Arc<AtomicBool>,
+) -> Option<std::thread::JoinHandle<()>> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let total = sc.duration_ms;
+    let name = sc.name.clone();
+    std::thread::Builder::new()
+        .name("progress".into())
+        .spawn(move || {
+            let bar = indicatif::ProgressBar::new(total / 1000);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{msg} [{bar:40}] {pos}/{len} sim s ({elapsed})",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar.set_message(name);
+            while !done.load(Ordering::Relaxed) {
+                bar.set_position(ms.load(Ordering::Relaxed) / 1000);
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            bar.finish_and_clear();
+        })
+        .ok()
 }

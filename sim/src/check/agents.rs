@@ -1,0 +1,239 @@
+//! Checks that read the agents themselves: failure detection time, false dead verdicts, and
+//! the spread of acknowledged specs to every live agent.
+
+use std::collections::BTreeSet;
+
+use chitchat::Chitchat;
+use shoal::mesh::api::{Request, Response};
+use shoal::tls::PeerName;
+use shoal_core::instance::ReplicaId;
+
+use super::{Checker, PendingDetection, PendingReplacement};
+use crate::net::SimNet;
+use crate::trace::Trace;
+use crate::world::Host;
+
+/// Time between two false-verdict samples.
+const VERDICT_EVERY_MS: u64 = 500;
+/// A host counts for false verdicts once both ends have been up this long.
+const SETTLED_MS: u64 = 10_000;
+
+fn host_index(name: &str) -> Option<u32> {
+    name.strip_prefix('n')?.parse::<u32>().ok()?.checked_sub(1)
+}
+
+/// Host indices live in `chitchat`'s view (itself included).
+fn live_set(chitchat: &Chitchat) -> BTreeSet<u32> {
+    chitchat
+        .live_nodes()
+        .filter_map(|id| host_index(&id.node_id))
+        .collect()
+}
+
+async fn holds(host: &Host, workload: &str) -> Option<Option<String>> {
+    let node = host.node()?.clone();
+    let req = Request::Get {
+        name: Some(workload.to_string()),
+    };
+    match node.handle_request(req, PeerName("shoal-sim".into())).await {
+        Response::Workloads(list) => Some(list.into_iter().next().map(|w| w.version)),
+        _ => Some(None),
+    }
+}
+
+impl Checker {
+    /// A host crashed holding `held`: time its replacements and its detection by every observer.
+    pub fn host_crashed(
+        &mut self,
+        now: u64,
+        h: u32,
+        name: &str,
+        generation: Option<u64>,
+        held: Vec<(ReplicaId, bool)>,
+        hosts: &[Host],
+    ) {
+        for (replica, exclusive) in held {
+            self.pending_replacements.push(PendingReplacement {
+                replica,
+                host: h,
+                crash_ms: now,
+                exclusive,
+            });
+        }
+        if let Some(generation) = generation {
+            let observers = hosts
+                .iter()
+                .filter(|o| o.serving() && o.index != h)
+                .map(|o| o.index)
+                .collect();
+            self.pending_detections.push(PendingDetection {
+                name: name.into(),
+                generation,
+                crash_ms: now,
+                observers,
+            });
+        }
+    }
+
+    pub(super) async fn check_agents(
+        &mut self,
+        now: u64,
+        hosts: &[Host],
+        net: &SimNet,
+        trace: &mut Trace,
+    ) {
+        self.check_detections(now, hosts, trace);
+        if now.is_multiple_of(VERDICT_EVERY_MS) {
+            self.check_verdicts(now, hosts, net, trace);
+        }
+        self.check_propagation(now, hosts).await;
+    }
+
+    fn check_detections(&mut self, now: u64, hosts: &[Host], trace: &mut Trace) {
+        for p in &mut self.pending_detections {
+            let mut seen = Vec::new();
+            for &o in &p.observers {
+                let host = &hosts[o as usize];
+                let Some(node) = host.node().filter(|_| host.serving()) else {
+                    seen.push((o, None));
+                    continue;
+                };
+                let chitchat = node.gossip().chitchat();
+                let Ok(guard) = chitchat.try_lock() else {
+                    continue;
+                };
+                let alive = guard
+                    .live_nodes()
+                    .any(|id| *id.node_id == *p.name && id.generation_id == p.generation);
+                if !alive {
+                    seen.push((o, Some(now - p.crash_ms)));
+                }
+            }
+            for (o, ms) in seen {
+                p.observers.remove(&o);
+                self.detection_ms.extend(ms);
+            }
+            if p.observers.is_empty() {
+                let ms = now - p.crash_ms;
+                self.detection_all_ms.push(ms);
+                trace.line(
+                    now,
+                    format!("{} seen dead by every live observer after {ms} ms", p.name),
+                );
+            }
+        }
+        self.pending_detections.retain(|p| !p.observers.is_empty());
+    }
+
+    /// A false verdict: an observer's view drops a host that is up, not paused, and reachable
+    /// (no partition anywhere), both settled for [`SETTLED_MS`].
+    fn check_verdicts(&mut self, now: u64, hosts: &[Host], net: &SimNet, trace: &mut Trace) {
+        let calm = !net.any_blocked()
+            && hosts
+                .iter()
+                .all(|h| !h.paused.load(std::sync::atomic::Ordering::Relaxed));
+        let settled: BTreeSet<u32> = hosts
+            .iter()
+            .filter(|h| h.serving() && now - h.up_since_ms >= SETTLED_MS)
+            .map(|h| h.index)
+            .collect();
+        for o in hosts {
+            let Some(node) = o.node() else {
+                self.last_live.remove(&o.index);
+                continue;
+            };
+            let chitchat = node.gossip().chitchat();
+            let Ok(guard) = chitchat.try_lock() else {
+                continue;
+            };
+            let live = live_set(&guard);
+            drop(guard);
+            if let Some(before) = self.last_live.get(&o.index) {
+                if calm && settled.contains(&o.index) {
+                    for x in before.difference(&live).filter(|x| settled.contains(x)) {
+                        self.false_dead += 1;
+                        trace.line(
+                            now,
+                            format!("false dead verdict: {} declared n{} dead", o.name, x + 1),
+                        );
+                    }
+                }
+            }
+            self.last_live.insert(o.index, live);
+        }
+    }
+
+    async fn check_propagation(&mut self, now: u64, hosts: &[Host]) {
+        let serving: BTreeSet<u32> = hosts
+            .iter()
+            .filter(|h| h.serving())
+            .map(|h| h.index)
+            .collect();
+        let mut acks = std::mem::take(&mut self.acks);
+        for ack in &mut acks {
+            let missing = ack.missing.get_or_insert_with(|| serving.clone());
+            let mut reached = Vec::new();
+            for &h in missing.iter() {
+                if !serving.contains(&h) {
+                    continue;
+                }
+                let held = holds(&hosts[h as usize], &ack.workload).await;
+                if held.as_ref().is_some_and(|v| *v == ack.version) {
+                    reached.push(h);
+                }
+            }
+            for h in reached {
+                missing.remove(&h);
+            }
+            missing.retain(|h| serving.contains(h));
+            if missing.is_empty() {
+                self.propagation_ms.push(now - ack.at_ms);
+            }
+        }
+        acks.retain(|a| a.missing.as_ref().is_none_or(|m| !m.is_empty()));
+        // An older ack superseded by a newer one of the same workload is no longer awaited.
+        let latest: Vec<(String, u64)> =
+            acks.iter().map(|a| (a.workload.clone(), a.at_ms)).collect();
+        acks.retain(|a| !latest.iter().any(|(w, t)| *w == a.workload && *t > a.at_ms));
+        self.acks = acks;
+    }
+
+    /// End of the run: every live agent must hold the last acknowledged version of every
+    /// workload; convergence must have happened within the bound.
+    pub async fn finish(&mut self, now: u64, hosts: &[Host], trace: &mut Trace) {
+        for (w, (version, _)) in self.latest.clone() {
+            for h in hosts.iter().filter(|h| h.serving()) {
+                let held = holds(h, &w).await;
+                if held.as_ref() != Some(&version) {
+                    let detail = format!(
+                        "{w}: acknowledged {} but {} holds {:?}",
+                        version.as_deref().unwrap_or("deleted"),
+                        h.name,
+                        held.flatten().unwrap_or_else(|| "nothing".into())
+                    );
+                    self.violation(trace, now, "acknowledged-spec-missing", detail);
+                }
+            }
+        }
+        for p in &self.pending_replacements {
+            trace.line(
+                now,
+                format!(
+                    "{} (on n{} when it crashed) never came back healthy",
+                    p.replica,
+                    p.host + 1
+                ),
+            );
+        }
+        match self.converged_at_ms {
+            Some(t) => trace.line(
+                now,
+                format!(
+                    "converged at {t} ms ({} ms after the last fault)",
+                    t.saturating_sub(self.last_fault_ms)
+                ),
+            ),
+            None => trace.line(now, "not converged at the end of the run"),
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! Invariant checkers and metrics, sampled every tick from the ground truth (the hosts'
+//! runtimes) and the agents' own views. A violation carries its time and evidence.
+//!
+//! - never two alive copies of an exclusive replica;
+//! - no host holds more than its declared capacity;
+//! - every acknowledged spec reaches every live agent (checked at the end, timed throughout);
+//! - after the last fault, running = desired within the scenario's bound (and stays so).
+
+mod agents;
+pub mod stats;
+mod truth;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use shoal_core::instance::ReplicaId;
+use shoal_core::spec::WorkloadSpec;
+
+use crate::net::SimNet;
+use crate::scenario::Scenario;
+use crate::trace::Trace;
+use crate::world::Host;
+
+pub use truth::Copies;
+
+/// A broken invariant.
+#[derive(Clone, Debug, Serialize)]
+pub struct Violation {
+    /// When it was seen (sim ms).
+    pub t_ms: u64,
+    /// Which invariant.
+    pub kind: String,
+    /// The evidence.
+    pub detail: String,
+}
+
+/// One point of the timeline plot.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Sample {
+    /// Sim ms.
+    pub t_ms: u64,
+    /// Replicas wanted.
+    pub desired: u32,
+    /// Replicas with an alive copy.
+    pub running: u32,
+    /// Replicas with a running, healthy copy.
+    pub healthy: u32,
+}
+
+/// A shaded window of the plot.
+#[derive(Clone, Debug, Serialize)]
+pub struct FaultWindow {
+    /// Start (sim ms).
+    pub start_ms: u64,
+    /// End (sim ms).
+    pub end_ms: u64,
+    /// What it was.
+    pub label: String,
+}
+
+/// An acknowledged spec change.
+#[derive(Clone, Debug)]
+pub(crate) struct Ack {
+    pub workload: String,
+    /// `None` for a delete.
+    pub version: Option<String>,
+    pub at_ms: u64,
+    /// Hosts not yet holding it (or something newer).
+    pub missing: Option<BTreeSet<u32>>,
+}
+
+/// A replica whose host crashed, waiting for a healthy copy elsewhere.
+#[derive(Clone, Debug)]
+pub(crate) struct PendingReplacement {
+    pub replica: ReplicaId,
+    pub host: u32,
+    pub crash_ms: u64,
+    pub exclusive: bool,
+}
+
+/// A crash waiting for every live observer's failure detector.
+#[derive(Clone, Debug)]
+pub(crate) struct PendingDetection {
+    pub name: String,
+    pub generation: u64,
+    pub crash_ms: u64,
+    pub observers: BTreeSet<u32>,
+}
+
+/// Everything measured during a run.
+#[derive(Default)]
+pub struct Checker {
+    /// Invariant violations, in order.
+    pub violations: Vec<Violation>,
+    /// API calls refused and hosts that failed to start (not violations by themselves).
+    pub refused: Vec<String>,
+    /// The plot's points.
+    pub series: Vec<Sample>,
+    /// The plot's shaded windows.
+    pub windows: Vec<FaultWindow>,
+    /// Exclusive duplicate episodes, and the longest (ms).
+    pub exclusive_duplicates: u64,
+    /// Longest exclusive duplicate (ms).
+    pub exclusive_duplicate_longest_ms: u64,
+    /// Normal duplicate episodes (two copies of one replica, e.g. during a partition).
+    pub duplicates: u64,
+    /// Longest normal duplicate (ms).
+    pub duplicate_longest_ms: u64,
+    /// Replica-seconds below desired (no healthy copy).
+    pub missing_replica_seconds: f64,
+    /// Replica-seconds of copies beyond one per desired replica.
+    pub extra_replica_seconds: f64,
+    /// Time to a healthy copy elsewhere for each replica of a crashed host (normal, exclusive).
+    pub replacement_ms: Vec<u64>,
+    /// The same for exclusive replicas (they wait out the fencing delay by design).
+    pub replacement_exclusive_ms: Vec<u64>,
+    /// Per observer: crash to "dead" in its view.
+    pub detection_ms: Vec<u64>,
+    /// Per crash: crash to "dead" in every live observer's view.
+    pub detection_all_ms: Vec<u64>,
+    /// Live, reachable hosts declared dead by a peer while no partition or pause explained it.
+    pub false_dead: u64,
+    /// Ack to every live agent holding it.
+    pub propagation_ms: Vec<u64>,
+    /// Membership changes, replica moves they caused, and the moves that were forced.
+    pub membership_changes: u64,
+    /// Replica assignment changes caused by membership changes.
+    pub moves: u64,
+    /// Moves of replicas whose host left.
+    pub forced_moves: u64,
+    /// First time after the last fault from which running = desired held to the end.
+    pub converged_at_ms: Option<u64>,
+    /// When the last fault ended.
+    pub last_fault_ms: u64,
+    pub(crate) acks: Vec<Ack>,
+    pub(crate) latest: BTreeMap<String, (Option<String>, Option<WorkloadSpec>)>,
+    pub(crate) pending_replacements: Vec<PendingReplacement>,
+    pub(crate) pending_detections: Vec<PendingDetection>,
+    pub(crate) truth: truth::Truth,
+    pub(crate) last_live: BTreeMap<u32, BTreeSet<u32>>,
+    excl_open: BTreeMap<ReplicaId, u64>,
+    dup_open: BTreeMap<ReplicaId, u64>,
+    over_capacity: BTreeSet<u32>,
+    last_sample_ms: u64,
+}
+
+impl Checker {
+    /// A checker for `sc`.
+    pub fn new(sc: &Scenario) -> Self {
+        Checker {
+            last_fault_ms: sc.last_fault_end_ms(),
+            ..Default::default()
+        }
+    }
+
+    pub(crate) fn violation(&mut self, trace: &mut Trace, t_ms: u64, kind: &str, detail: String) {
+        trace.line(t_ms, format!("VIOLATION {kind}: {detail}"));
+        self.violations.push(Violation {
+            t_ms,
+            kind: kind.into(),
+            detail,
+        });
+    }
+
+    /// A shaded window for the plot.
+    pub fn fault_window(&mut self, start_ms: u64, end_ms: u64, label: &str) {
+        self.windows.push(FaultWindow {
+            start_ms,
+            end_ms,
+            label: label.into(),
+        });
+    }
+
+    /// A spec change was acknowledged (`version` None: a delete).
+    pub fn acknowledged(
+        &mut self,
+        now: u64,
+        workload: &str,
+        version: Option<String>,
+        spec: Option<WorkloadSpec>,
+    ) {
+        self.acks.push(Ack {
+            workload: workload.into(),
+            version: version.clone(),
+            at_ms: now,
+            missing: None,
+        });
+        self.latest.insert(workload.into(), (version, spec));
+    }
+
+    /// Alive copies per replica right now (for `owner=` selectors).
+    pub fn owners_snapshot(&self, hosts: &[Host]) -> Vec<(ReplicaId, u32)> {
+        let mut out = Vec::new();
+        for h in hosts {
+            for i in h
+                .runtime
+                .lock()
+                .expect("runtime")
+                .instances()
+                .values()
+                .filter(|i| i.alive())
+            {
+                out.push((i.replica.clone(), h.index));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Samples every invariant and metric at `now`.
+    pub async fn sample(&mut self, now: u64, hosts: &[Host], net: &SimNet, trace: &mut Trace) {
+        let dt = now.saturating_sub(self.last_sample_ms) as f64 / 1000.0;
+        self.last_sample_ms = now;
+        let copies = truth::copies(now, hosts);
+        let (desired, running, healthy, extra) = truth::counts(&copies, &self.latest);
+        self.missing_replica_seconds += f64::from(desired.saturating_sub(healthy)) * dt;
+        self.extra_replica_seconds += f64::from(extra) * dt;
+        self.series.push(Sample {
+            t_ms: now,
+            desired,
+            running,
+            healthy,
+        });
+        self.check_duplicates(now, &copies, trace);
+        self.check_capacity(now, hosts, trace);
+        self.update_truth(now, hosts, trace);
+        self.check_replacements(&copies);
+        self.check_convergence(now, &copies, hosts);
+        self.check_agents(now, hosts, net, trace).await;
+        let totals = net.totals();
+        trace.digest(&[
+            now,
+            u64::from(desired),
+            u64::from(running),
+            u64::from(healthy),
+            totals.delivered,
+            totals.dropped_loss,
+        ]);
+    }
+
+    fn check_duplicates(&mut self, now: u64, copies: &Copies, trace: &mut Trace) {
+        let mut excl_now = BTreeSet::new();
+        let mut dup_now = BTreeSet::new();
+        for (r, list) in copies {
+            if list.len() < 2 {
+                continue;
+            }
+            if list[0].exclusive {
+                excl_now.insert(r.clone());
+                if !self.excl_open.contains_key(r) {
+                    self.excl_open.insert(r.clone(), now);
+                    self.exclusive_duplicates += 1;
+                    let where_: Vec<String> = list
+                        .iter()
+                        .map(|c| format!("n{} ({})", c.host + 1, c.phase))
+                        .collect();
+                    self.violation(
+                        trace,
+                        now,
+                        "exclusive-duplicate",
+                        format!("{r} alive on {}", where_.join(" and ")),
+                    );
+                }
+            } else {
+                dup_now.insert(r.clone());
+                if !self.dup_open.contains_key(r) {
+                    self.dup_open.insert(r.clone(), now);
+                    self.duplicates += 1;
+                }
+            }
+        }
+        for (r, since) in std::mem::take(&mut self.excl_open) {
+            if excl_now.contains(&r) {
+                self.excl_open.insert(r, since);
+            } else {
+                self.exclusive_duplicate_longest_ms =
+                    self.exclusive_duplicate_longest_ms.max(now - since);
+            }
+        }
+        for (r, since) in std::mem::take(&mut self.dup_open) {
+            if dup_now.contains(&r) {
+                self.dup_open.insert(r, since);
+            } else {
+                self.duplicate_longest_ms = self.duplicate_longest_ms.max(now - since);
+            }
+        }
+    }
+
+    fn check_capacity(&mut self, now: u64, hosts: &[Host], trace: &mut Trace) {
+        for h in hosts {
+            let used = h.runtime.lock().expect("runtime").reserved();
+            let over =
+                used.cpu_millis > h.record.cpu_millis || used.memory_bytes > h.record.memory_bytes;
+            if over && self.over_capacity.insert(h.index) {
+                let detail = format!(
+                    "{} holds {} mCPU / {} B of {} mCPU / {} B",
+                    h.name,
+                    used.cpu_millis,
+                    used.memory_bytes,
+                    h.record.cpu_millis,
+                    h.record.memory_bytes
+                );
+                self.violation(trace, now, "over-capacity", detail);
+            } else if !over {
+                self.over_capacity.remove(&h.index);
+            }
+        }
+    }
+
+    fn check_replacements(&mut self, copies: &Copies) {
+        let mut still = Vec::new();
+        for p in std::mem::take(&mut self.pending_replacements) {
+            let wanted = self
+                .latest
+                .get(&p.replica.workload)
+                .and_then(|(v, s)| v.as_ref().and(s.as_ref()))
+                .is_some_and(|s| p.replica.replica < s.replicas);
+            if !wanted {
+                continue;
+            }
+            let ready = copies.get(&p.replica).and_then(|list| {
+                list.iter()
+                    .filter(|c| c.phase == shoal_core::instance::Phase::Running)
+                    .map(|c| c.ready_ms)
+                    .min()
+            });
+            match ready {
+                Some(t) => {
+                    let ms = t.saturating_sub(p.crash_ms);
+                    if p.exclusive {
+                        self.replacement_exclusive_ms.push(ms)
+                    } else {
+                        self.replacement_ms.push(ms)
+                    }
+                }
+                None => still.push(p),
+            }
+        }
+        self.pending_replacements = still;
+    }
+}

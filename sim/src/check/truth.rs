@@ -1,0 +1,189 @@
+//! The ground truth: alive copies per replica from the hosts' runtimes, the placement the mesh
+//! should converge to (the real core on the hosts that are in fact up and the acknowledged
+//! specs), moves per membership change, and convergence.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use shoal::mesh::view::placement_workload;
+use shoal_core::instance::{Phase, ReplicaId};
+use shoal_core::placement::{place, Placement};
+use shoal_core::spec::WorkloadSpec;
+
+use super::Checker;
+use crate::trace::Trace;
+use crate::world::{Host, HostState};
+
+/// One alive copy.
+#[derive(Clone, Debug)]
+pub struct Copy {
+    /// Host index.
+    pub host: u32,
+    /// Phase.
+    pub phase: Phase,
+    /// When it is (or was) ready.
+    pub ready_ms: u64,
+    /// Spec version.
+    pub version: String,
+    /// Exclusive workload.
+    pub exclusive: bool,
+}
+
+/// Alive copies per replica.
+pub type Copies = BTreeMap<ReplicaId, Vec<Copy>>;
+
+/// The placement the mesh should reach, and its inputs' key.
+#[derive(Default)]
+pub(crate) struct Truth {
+    hosts: BTreeSet<u32>,
+    key: u64,
+    pub placement: Placement,
+}
+
+/// Every alive copy on every host at `now`.
+pub fn copies(now: u64, hosts: &[Host]) -> Copies {
+    let mut out: Copies = BTreeMap::new();
+    for h in hosts {
+        let mut rt = h.runtime.lock().expect("runtime");
+        rt.advance(now);
+        for i in rt.instances().values().filter(|i| i.alive()) {
+            out.entry(i.replica.clone()).or_default().push(Copy {
+                host: h.index,
+                phase: i.phase,
+                ready_ms: i.ready_ms,
+                version: i.spec_version.clone(),
+                exclusive: i.exclusive,
+            });
+        }
+    }
+    out
+}
+
+type Latest = BTreeMap<String, (Option<String>, Option<WorkloadSpec>)>;
+
+fn desired_replicas(latest: &Latest) -> BTreeMap<&str, u32> {
+    latest
+        .iter()
+        .filter_map(|(w, (v, s))| v.as_ref().and(s.as_ref()).map(|s| (w.as_str(), s.replicas)))
+        .collect()
+}
+
+/// (desired, running, healthy, extra copies).
+pub fn counts(copies: &Copies, latest: &Latest) -> (u32, u32, u32, u32) {
+    let desired = desired_replicas(latest);
+    let wanted = |r: &ReplicaId| {
+        desired
+            .get(r.workload.as_str())
+            .is_some_and(|n| r.replica < *n)
+    };
+    let (mut running, mut healthy, mut extra) = (0, 0, 0);
+    for (r, list) in copies {
+        if wanted(r) {
+            running += 1;
+            healthy += u32::from(list.iter().any(|c| c.phase == Phase::Running));
+            extra += list.len() as u32 - 1;
+        } else {
+            extra += list.len() as u32;
+        }
+    }
+    (desired.values().sum(), running, healthy, extra)
+}
+
+impl Checker {
+    /// Recomputes the target placement when the up hosts or the acknowledged specs change, and
+    /// counts the moves a membership change caused.
+    pub(super) fn update_truth(&mut self, now: u64, hosts: &[Host], trace: &mut Trace) {
+        let up: BTreeSet<u32> = hosts
+            .iter()
+            .filter(|h| h.state == HostState::Up)
+            .map(|h| h.index)
+            .collect();
+        let mut key_text = String::new();
+        for h in hosts.iter().filter(|h| up.contains(&h.index)) {
+            key_text.push_str(&format!("{}:{};", h.index, h.record.draining));
+        }
+        for (w, (v, _)) in &self.latest {
+            key_text.push_str(&format!("{w}@{v:?};"));
+        }
+        let key = xxhash_rust::xxh3::xxh3_64(key_text.as_bytes());
+        if key == self.truth.key {
+            return;
+        }
+        let nodes: Vec<_> = hosts
+            .iter()
+            .filter(|h| up.contains(&h.index))
+            .map(|h| h.record.placement_node(&h.name))
+            .collect();
+        let workloads: Vec<_> = self
+            .latest
+            .values()
+            .filter_map(|(v, s)| v.as_ref().and(s.as_ref()))
+            .map(placement_workload)
+            .collect();
+        let placement = place(&nodes, &workloads);
+        if up != self.truth.hosts && !self.truth.hosts.is_empty() {
+            let (mut moves, mut forced) = (0u64, 0u64);
+            for (r, old) in &self.truth.placement.assigned {
+                match placement.assigned.get(r) {
+                    Some(new) if new != old => {
+                        moves += 1;
+                        let old_index = old
+                            .trim_start_matches('n')
+                            .parse::<u32>()
+                            .map_or(u32::MAX, |n| n - 1);
+                        forced += u64::from(!up.contains(&old_index));
+                    }
+                    _ => {}
+                }
+            }
+            self.membership_changes += 1;
+            self.moves += moves;
+            self.forced_moves += forced;
+            trace.line(
+                now,
+                format!(
+                    "membership {} up: {moves} replicas move, {forced} forced",
+                    up.len()
+                ),
+            );
+        }
+        self.truth = Truth {
+            hosts: up,
+            key,
+            placement,
+        };
+    }
+
+    /// Running = desired: every assigned replica has exactly one alive copy, running, on its
+    /// assigned host, at the acknowledged version, and nothing else runs.
+    pub(super) fn check_convergence(&mut self, now: u64, copies: &Copies, hosts: &[Host]) {
+        if now < self.last_fault_ms {
+            return;
+        }
+        let assigned = &self.truth.placement.assigned;
+        let versions: BTreeMap<&str, &str> = self
+            .latest
+            .iter()
+            .filter_map(|(w, (v, _))| v.as_deref().map(|v| (w.as_str(), v)))
+            .collect();
+        let mut ok = copies.keys().all(|r| assigned.contains_key(r));
+        for (r, node) in assigned {
+            let host = node
+                .trim_start_matches('n')
+                .parse::<u32>()
+                .ok()
+                .map(|n| n - 1);
+            ok &= copies.get(r).is_some_and(|list| {
+                list.len() == 1
+                    && Some(list[0].host) == host
+                    && list[0].phase == Phase::Running
+                    && versions.get(r.workload.as_str()) == Some(&list[0].version.as_str())
+            });
+        }
+        ok &= hosts.iter().all(|h| h.state != HostState::Starting);
+        if !ok {
+            self.converged_at_ms = None;
+        } else if self.converged_at_ms.is_none() {
+            self.converged_at_ms = Some(now);
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The report of one run: JSON (its last stdout line with `--json`), a terminal summary, the
+//! timeline SVG and the trace, all from the world after the run.
+
+mod svg;
+
+use serde::Serialize;
+
+use crate::check::stats::Dist;
+use crate::check::{FaultWindow, Sample, Violation};
+use crate::world::World;
+
+pub use svg::timeline_svg;
+
+/// One run's results.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// Seed.
+    pub seed: u64,
+    /// Hash of the event trace: equal for two runs of one seed on one commit.
+    pub trace_hash: String,
+    /// Running = desired after the last fault, within the bound when one is asserted.
+    pub converged: bool,
+    /// Time from the end of the last fault to convergence.
+    pub converged_after_last_fault_ms: Option<u64>,
+    /// p99 of the time to a healthy copy elsewhere, over the replicas of crashed hosts.
+    pub replacement_p99_ms: Option<u64>,
+    /// p50 of the same.
+    pub replacement_p50_ms: Option<u64>,
+    /// Replacement times of normal replicas.
+    pub replacement: Dist,
+    /// Replacement times of exclusive replicas (they wait out the fencing delay).
+    pub replacement_exclusive: Dist,
+    /// Crash to dead, per observer.
+    pub detection: Dist,
+    /// Crash to dead in every live observer's view.
+    pub detection_all: Dist,
+    /// Exclusive duplicate episodes.
+    pub exclusive_duplicates: u64,
+    /// Longest exclusive duplicate.
+    pub exclusive_duplicate_longest_ms: u64,
+    /// Normal duplicate episodes (allowed: availability first).
+    pub duplicates: u64,
+    /// Longest normal duplicate.
+    pub duplicate_longest_ms: u64,
+    /// Replica-seconds without a healthy copy.
+    pub missing_replica_seconds: f64,
+    /// Replica-seconds of extra copies.
+    pub extra_replica_seconds: f64,
+    /// Membership changes.
+    pub membership_changes: u64,
+    /// Replica moves they caused.
+    pub moves: u64,
+    /// Moves of replicas whose host left.
+    pub forced_moves: u64,
+    /// Live hosts declared dead while nothing explained it.
+    pub false_dead: u64,
+    /// Ack to every live agent.
+    pub spec_propagation: Dist,
+    /// Gossip messages per host per simulated second.
+    pub gossip_messages_per_node_per_s: f64,
+    /// Gossip bytes per host per simulated second.
+    pub gossip_bytes_per_node_per_s: f64,
+    /// Store-sync and API RPC bytes per host per simulated second.
+    pub rpc_bytes_per_node_per_s: f64,
+    /// Number of invariant violations.
+    pub invariant_violations: usize,
+    /// The violations.
+    pub violations: Vec<Violation>,
+    /// Scenario assertions that failed.
+    pub assertion_failures: Vec<String>,
+    /// Refused API calls and failed starts.
+    pub refused: Vec<String>,
+    /// Simulated seconds.
+    pub sim_seconds: f64,
+    /// Wall-clock seconds.
+    pub wall_seconds: f64,
+    /// Simulated seconds per wall second.
+    pub sim_per_wall: f64,
+    /// Hosts.
+    pub nodes: u32,
+    /// The host loop that ran (the simulator's model until the real one lands).
+    pub host_loop: String,
+    /// The concrete fault schedule (resolved selectors).
+    pub schedule: Vec<String>,
+    /// The command that replays this run.
+    pub replay: String,
+    /// Passed: no violation, no failed assertion.
+    pub passed: bool,
+    /// Plot points (left out of the JSON line).
+    #[serde(skip)]
+    pub series: Vec<Sample>,
+    /// Plot windows (left out of the JSON line).
+    #[serde(skip)]
+    pub windows: Vec<FaultWindow>,
+    /// The kept trace lines (left out of the JSON line).
+    #[serde(skip)]
+    pub trace: Vec<String>,
+}
+
+/// Builds the report of a finished run.
+pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
+    let c = &world.checker;
+    let sc = &world.scenario;
+    let sim_seconds = world.now_ms() as f64 / 1000.0;
+    let n = f64::from(sc.mesh.nodes.max(1));
+    let traffic = world.net.traffic();
+    let per = |f: &dyn Fn(&crate::net::HostTraffic) -> u64| {
+        traffic.iter().map(f).sum::<u64>() as f64 / n / sim_seconds.max(1e-9)
+    };
+    let all_replacements: Vec<u64> = c
+        .replacement_ms
+        .iter()
+        .chain(&c.replacement_exclusive_ms)
+        .copied()
+        .collect();
+    let everything = Dist::of(&all_replacements);
+    let converged_after = c.converged_at_ms.map(|t| t.saturating_sub(c.last_fault_ms));
+    let mut failures = Vec::new();
+    let converged = match (converged_after, sc.assert.converged_within_ms) {
+        (None, _) => false,
+        (Some(after), Some(bound)) => after <= bound,
+        (Some(_), None) => true,
+    };
+    if let Some(bound) = sc.assert.converged_within_ms {
+        if !converged {
+            failures.push(format!(
+                "not converged within {bound} ms of the last fault (after: {converged_after:?} ms)"
+            ));
+        }
+    }
+    if c.exclusive_duplicates > sc.assert.exclusive_duplicates_max {
+        failures.push(format!(
+            "{} exclusive duplicates (max {})",
+            c.exclusive_duplicates, sc.assert.exclusive_duplicates_max
+        ));
+    }
+    if let (Some(max), Some(p99)) = (sc.assert.replacement_p99_max_ms, everything.p99_ms) {
+        if p99 > max {
+            failures.push(format!("replacement p99 {p99} ms over {max} ms"));
+        }
+    }
+    if let Some(max) = sc.assert.false_dead_max {
+        if c.false_dead > max {
+            failures.push(format!("{} false dead verdicts (max {max})", c.false_dead));
+        }
+    }
+    let passed = failures.is_empty() && c.violations.is_empty();
+    Report {
+        scenario: sc.name.clone(),
+        seed: world.seed,
+        trace_hash: world.trace.hash_hex(),
+        converged,
+        converged_after_last_fault_ms: converged_after,
+        replacement_p99_ms: everything.p99_ms,
+        replacement_p50_ms: everything.p50_ms,
+        replacement: Dist::of(&c.replacement_ms),
+        replacement_exclusive: Dist::of(&c.replacement_exclusive_ms),
+        detection: Dist::of(&c.detection_ms),
+        detection_all: Dist::of(&c.detection_all_ms),
+        exclusive_duplicates: c.exclusive_duplicates,
+        exclusive_duplicate_longest_ms: c.exclusive_duplicate_longest_ms,
+        duplicates: c.duplicates,
+        duplicate_longest_ms: c.duplicate_longest_ms,
+        missing_replica_seconds: round3(c.missing_replica_seconds),
+        extra_replica_seconds: round3(c.extra_replica_seconds),
+        membership_changes: c.membership_changes,
+        moves: c.moves,
+        forced_moves: c.forced_moves,
+        false_dead: c.false_dead,
+        spec_propagation: Dist::of(&c.propagation_ms),
+        gossip_messages_per_node_per_s: round3(per(&|t| t.gossip_messages)),
+        gossip_bytes_per_node_per_s: round3(per(&|t| t.gossip_bytes)),
+        rpc_bytes_per_node_per_s: round3(per(&|t| t.rpc_bytes)),
+        invariant_violations: c.violations.len(),
+        violations: c.violations.clone(),
+        assertion_failures: failures,
+        refused: c.refused.clone(),
+        sim_seconds,
+        wall_seconds: round3(wall_seconds),
+        sim_per_wall: round3(sim_seconds / wall_seconds.max(1e-9)),
+        nodes: sc.mesh.nodes,
+        host_loop: world.host_loop.name().to_string(),
+        schedule: world.schedule.clone(),
+        replay,
+        passed,
+        series: c.series.clone(),
+        windows: c.windows.clone(),
+        trace: world.trace.lines().to_vec(),
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+impl Report {
+    /// The terminal summary.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let verdict = if self.passed { "PASSED" } else { "FAILED" };
+        s += &format!(
+            "{verdict}  {} seed {}  trace_hash {}\n",
+            self.scenario, self.seed, self.trace_hash
+        );
+        s += &format!(
+            "  {} hosts, {:.1} simulated s in {:.2} wall s ({:.1}x), host loop: {}\n",
+            self.nodes, self.sim_seconds, self.wall_seconds, self.sim_per_wall, self.host_loop
+        );
+        s += &format!(
+            "  converged: {} ({:?} ms after the last fault)\n",
+            self.converged, self.converged_after_last_fault_ms
+        );
+        s += &format!(
+            "  failure detection (per observer): {}\n",
+            self.detection.show()
+        );
+        s += &format!(
+            "  failure detection (all observers): {}\n",
+            self.detection_all.show()
+        );
+        s += &format!("  replacement (normal): {}\n", self.replacement.show());
+        s += &format!(
+            "  replacement (exclusive): {}\n",
+            self.replacement_exclusive.show()
+        );
+        s += &format!("  spec propagation: {}\n", self.spec_propagation.show());
+        s += &format!(
+            "  exclusive duplicates: {} (longest {} ms); normal duplicates: {} (longest {} ms)\n",
+            self.exclusive_duplicates,
+            self.exclusive_duplicate_longest_ms,
+            self.duplicates,
+            self.duplicate_longest_ms
+        );
+        s += &format!("  replica-seconds missing {:.1}, extra {:.1}; moves {} ({} forced) over {} membership changes\n", self.missing_replica_seconds, self.extra_replica_seconds, self.moves, self.forced_moves, self.membership_changes);
+        s += &format!("  false dead verdicts: {}; gossip {:.1} msg/s, {:.0} B/s per host; rpc {:.0} B/s per host\n", self.false_dead, self.gossip_messages_per_node_per_s, self.gossip_bytes_per_node_per_s, self.rpc_bytes_per_node_per_s);
+        for v in &self.violations {
+            s += &format!(
+                "  VIOLATION at {:.3}s {}: {}\n",
+                v.t_ms as f64 / 1000.0,
+                v.kind,
+                v.detail
+            );
+        }
+        for f in &self.assertion_failures {
+            s += &format!("  ASSERTION FAILED: {f}\n");
+        }
+        if !self.passed {
+            s += &format!("  replay: {}\n", self.replay);
+        }
+        s
+    }
+}

@@ -1,0 +1,266 @@
+//! Hosts: one agent incarnation at a time over a disk that outlives it, a clock, a runtime and
+//! the host loop; started, crashed, restarted and paused by the driver.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use shoal::mesh::node::{MeshNode, WallClock};
+use shoal::mesh::record::NodeRecord;
+use shoal::mesh::run::{api_handler, start_node, MeshSetup, RunningNode};
+use shoal::store_db::{DesiredStore, MemDisk};
+use shoal::tls::PeerName;
+use shoal_core::store::StoreConfig;
+
+use super::World;
+use crate::clock::SimClock;
+use crate::host::HostEnv;
+use crate::net::{host_addr, SimNet, API_PORT, GOSSIP_PORT};
+use crate::runtime::HostRuntime;
+use crate::scenario::Scenario;
+
+/// Hosts every agent names as seeds.
+const SEED_HOSTS: u32 = 3;
+
+/// Where a host is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostState {
+    /// Not running (crashed or not started yet).
+    Down,
+    /// Its agent is joining.
+    Starting,
+    /// Its agent runs.
+    Up,
+}
+
+/// One simulated host.
+pub struct Host {
+    /// Index (node name `n{index+1}`).
+    pub index: u32,
+    /// Node name.
+    pub name: String,
+    /// Where it is in its life.
+    pub state: HostState,
+    /// Its agent is paused.
+    pub paused: Arc<AtomicBool>,
+    /// Its record (capacity, zone, draining).
+    pub record: NodeRecord,
+    /// Its disk, kept across restarts unless a crash loses it.
+    pub disk: MemDisk,
+    /// Its wall clock.
+    pub clock: SimClock,
+    /// Its instances.
+    pub runtime: Arc<Mutex<HostRuntime>>,
+    /// The running agent.
+    pub running: Option<RunningNode>,
+    /// When the current incarnation came up (sim ms).
+    pub up_since_ms: u64,
+    /// Incarnations so far.
+    pub incarnation: u32,
+    /// The disk must lose its unsynced writes before the next start.
+    disk_crashed: bool,
+    starting: Option<tokio::task::JoinHandle<anyhow::Result<RunningNode>>>,
+    host_task: Option<tokio::task::JoinHandle<()>>,
+    ghost: Option<Weak<MeshNode>>,
+}
+
+impl Host {
+    pub(super) fn new(index: u32, sc: &Scenario, seed: u64, t0: tokio::time::Instant) -> Self {
+        let zone = sc.mesh.zones[index as usize % sc.mesh.zones.len()].clone();
+        let record = NodeRecord {
+            cpu_millis: sc.mesh.cpu_millis,
+            memory_bytes: sc.mesh.memory_bytes,
+            labels: Default::default(),
+            zone,
+            draining: false,
+            agent_version: "sim".into(),
+            placement_version: shoal_core::placement::PLACEMENT_ALGORITHM_VERSION,
+            api_addr: host_addr(index, API_PORT),
+        };
+        let runtime = HostRuntime::new(seed ^ (u64::from(index) << 32), sc.host.stop_ms);
+        Host {
+            index,
+            name: format!("n{}", index + 1),
+            state: HostState::Down,
+            paused: Arc::new(AtomicBool::new(false)),
+            record,
+            disk: MemDisk::new(),
+            clock: SimClock::new(t0),
+            runtime: Arc::new(Mutex::new(runtime)),
+            running: None,
+            up_since_ms: 0,
+            incarnation: 0,
+            disk_crashed: false,
+            starting: None,
+            host_task: None,
+            ghost: None,
+        }
+    }
+
+    /// The agent, when up.
+    pub fn node(&self) -> Option<&Arc<MeshNode>> {
+        self.running.as_ref().map(|r| &r.node)
+    }
+
+    /// Up and not paused.
+    pub fn serving(&self) -> bool {
+        self.state == HostState::Up && !self.paused.load(Ordering::Relaxed)
+    }
+
+    /// The previous incarnation's agent is still referenced by a call in flight.
+    pub(super) fn ghost_alive(&self) -> bool {
+        self.ghost.as_ref().is_some_and(|w| w.strong_count() > 0)
+    }
+}
+
+/// Starts an agent on the simulated network: the same `start_node` as `shoal agent`, over an
+/// in-memory store on `disk`, serving the real API handler at its API address.
+pub async fn start_sim_node(
+    net: &SimNet,
+    setup: MeshSetup,
+    disk: &MemDisk,
+    clock: WallClock,
+) -> anyhow::Result<RunningNode> {
+    let store = DesiredStore::open_in_memory(disk, &setup.name, StoreConfig::default())?;
+    let api = setup.record.api_addr;
+    let name = PeerName(setup.name.clone());
+    let rpc = Arc::new(net.rpc_client(api, name.clone()));
+    let running = start_node(setup, store, &net.transport(), rpc, clock, true).await?;
+    net.serve_rpc(api, name, api_handler(running.node.clone()));
+    Ok(running)
+}
+
+impl World {
+    pub(super) fn start_host(&mut self, h: u32) {
+        let host = &mut self.hosts[h as usize];
+        if host.disk_crashed {
+            host.disk.crash();
+            host.disk_crashed = false;
+        }
+        host.incarnation += 1;
+        let seeds = (0..SEED_HOSTS.min(self.scenario.mesh.nodes))
+            .filter(|s| *s != h)
+            .map(|s| host_addr(s, GOSSIP_PORT))
+            .collect();
+        let setup = MeshSetup {
+            name: host.name.clone(),
+            gossip_addr: host_addr(h, GOSSIP_PORT),
+            seeds,
+            record: host.record.clone(),
+            tuning: self.tuning.clone(),
+            cluster_id: "shoal-sim".into(),
+        };
+        let (net, disk, clock) = (self.net.clone(), host.disk.clone(), host.clock.wall_clock());
+        host.starting = Some(tokio::spawn(async move {
+            start_sim_node(&net, setup, &disk, clock).await
+        }));
+        host.state = HostState::Starting;
+        let line = format!("{} starting (incarnation {})", host.name, host.incarnation);
+        self.trace.line(self.now_ms(), line);
+    }
+
+    /// Takes the agents that finished joining and starts their host loops.
+    pub(super) async fn poll_hosts(&mut self) {
+        let now = self.now_ms();
+        for h in 0..self.hosts.len() {
+            if !self.hosts[h]
+                .starting
+                .as_ref()
+                .is_some_and(|t| t.is_finished())
+            {
+                continue;
+            }
+            let task = self.hosts[h].starting.take().expect("checked");
+            let host = &mut self.hosts[h];
+            match task.await {
+                Ok(Ok(running)) => {
+                    let env = HostEnv {
+                        index: host.index,
+                        node: running.node.clone(),
+                        runtime: host.runtime.clone(),
+                        profiles: self.profiles.clone(),
+                        config: self.scenario.host.clone(),
+                        paused: host.paused.clone(),
+                        t0: self.t0,
+                    };
+                    host.host_task = Some(self.host_loop.spawn(env));
+                    host.running = Some(running);
+                    host.state = HostState::Up;
+                    host.up_since_ms = now;
+                    let line = format!("{} up", host.name);
+                    self.trace.line(now, line);
+                }
+                Ok(Err(e)) => {
+                    host.state = HostState::Down;
+                    let line = format!("{} failed to start: {e:#}", host.name);
+                    self.trace.line(now, &line);
+                    self.checker.refused.push(line);
+                }
+                Err(e) => {
+                    host.state = HostState::Down;
+                    self.trace
+                        .line(now, format!("{} start task ended: {e}", self.hosts[h].name));
+                }
+            }
+        }
+    }
+
+    /// The host dies: agent, host loop and instances at once; the disk loses what was not
+    /// synced (or everything, when `keep_data` is false).
+    pub(super) fn crash_host(&mut self, h: u32, keep_data: bool) {
+        let now = self.now_ms();
+        let host = &mut self.hosts[h as usize];
+        if host.state == HostState::Down {
+            return;
+        }
+        let held: Vec<_> = host
+            .runtime
+            .lock()
+            .expect("runtime")
+            .instances()
+            .values()
+            .filter(|i| i.alive())
+            .map(|i| (i.replica.clone(), i.exclusive))
+            .collect();
+        let generation = host.node().map(|n| n.gossip().chitchat_id().generation_id);
+        if let Some(task) = host.starting.take() {
+            task.abort();
+        }
+        if let Some(task) = host.host_task.take() {
+            task.abort();
+        }
+        if let Some(running) = host.running.take() {
+            host.ghost = Some(Arc::downgrade(&running.node));
+            running.crash();
+        }
+        self.net.stop_rpc(host_addr(h, API_PORT));
+        self.net.set_paused(h, false);
+        host.paused.store(false, Ordering::Relaxed);
+        host.runtime.lock().expect("runtime").kill_all();
+        if keep_data {
+            host.disk_crashed = true;
+        } else {
+            host.disk = MemDisk::new();
+            host.disk_crashed = false;
+        }
+        host.state = HostState::Down;
+        let name = host.name.clone();
+        self.checker
+            .host_crashed(now, h, &name, generation, held, &self.hosts);
+    }
+
+    pub(super) fn set_paused(&mut self, hosts: &[u32], paused: bool) {
+        for &h in hosts {
+            let host = &self.hosts[h as usize];
+            if host.state == HostState::Down {
+                continue;
+            }
+            host.paused.store(paused, Ordering::Relaxed);
+            self.net.set_paused(h, paused);
+        }
+        let what = if paused { "pause" } else { "resume" };
+        self.log(format!(
+            "{what} {}",
+            crate::scenario::Selector::concrete(hosts)
+        ));
+    }
+}
