@@ -166,6 +166,23 @@ pub(crate) fn plan_placed(
         .collect();
     for (handle, t) in alive.iter().filter(|(_, t)| t.stop.is_some()) {
         ctx.retry_stop(plan, handle, t);
+        match t.stop.map(|s| s.cause) {
+            Some(StopCause::Unhealthy) => {
+                let msg = format!(
+                    "stopping {handle} after {} failed probes; it restarts with backoff",
+                    t.health.failures
+                );
+                plan.issue(IssueKind::Unhealthy, Some(replica), msg);
+            }
+            Some(StopCause::Update) => {
+                let msg = format!(
+                    "stopping {handle} at {} to replace it with {}",
+                    t.version, entry.version
+                );
+                plan.issue(IssueKind::Outdated, Some(replica), msg);
+            }
+            _ => {}
+        }
     }
     if entry.spec.placement.exclusive && ctx.fencing_due {
         if !ctx.approved(IssueKind::ExclusiveUndecided, Some(replica)) {

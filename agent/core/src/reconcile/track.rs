@@ -23,6 +23,7 @@ pub(crate) struct Tracked {
     /// The runtime's phase.
     pub phase: Phase,
     pub started_at_ms: u64,
+    pub exited_at_ms: Option<u64>,
     pub exit_code: Option<i32>,
     pub error: Option<String>,
     pub phase_since_ms: u64,
@@ -274,12 +275,18 @@ impl Local {
         if adopted {
             return;
         }
-        let healthy_for = t.health.healthy_since().map(|s| now_ms.saturating_sub(s));
+        // The delay counts from the exit as the runtime dates it, never from the future.
+        let exited_ms = t.exited_at_ms.unwrap_or(now_ms).min(now_ms);
+        let healthy_for = t
+            .health
+            .healthy_since()
+            .map(|s| exited_ms.saturating_sub(s));
         if healthy_for.is_some_and(|d| d >= policy.backoff_reset_ms) {
             state.failures = 0;
         }
         state.failures = state.failures.saturating_add(1);
-        state.next_start_at_ms = now_ms.saturating_add(backoff_delay_ms(&policy, state.failures));
+        state.next_start_at_ms =
+            exited_ms.saturating_add(backoff_delay_ms(&policy, state.failures));
     }
 
     /// The alive instances of a replica, oldest first (by start time, then handle).
@@ -311,6 +318,7 @@ fn adopt(ri: &RuntimeInstance, input: &ReconcileInput, cache: &SpecCache, now_ms
         version: ri.spec_version.clone(),
         phase: ri.phase,
         started_at_ms: ri.started_at_ms,
+        exited_at_ms: ri.exited_at_ms,
         exit_code: ri.exit_code,
         error: ri.error.as_deref().map(|e| truncate(e, DETAIL_BYTES_MAX)),
         phase_since_ms: now_ms,
@@ -337,6 +345,7 @@ fn update(t: &mut Tracked, ri: &RuntimeInstance, now_ms: u64) {
         t.health.verdict = Verdict::Healthy { since_ms: now_ms };
     }
     t.exit_code = ri.exit_code;
+    t.exited_at_ms = ri.exited_at_ms;
     if let Some(e) = &ri.error {
         t.error = Some(truncate(e, DETAIL_BYTES_MAX));
     }
