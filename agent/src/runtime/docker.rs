@@ -1,1 +1,445 @@
-//! wip
+//! The docker runtime: replicas as containers, through the engine API (bollard 0.21).
+//!
+//! Every container carries the labels `shoal.managed=true`, `shoal.workload`, `shoal.replica`,
+//! `shoal.version` and `shoal.node`; [`Runtime::list`] selects by `shoal.managed` and this node's
+//! `shoal.node` with `all=true`, so a restarted agent adopts its containers, running or exited, and
+//! agents sharing one engine never see each other's. The engine's restart policy is `no`: the
+//! agent restarts, with its own backoff. CPU and memory are enforced as `nano_cpus` and `memory`.
+//!
+//! The engine may vanish at any time: calls then fail with [`RuntimeError::EngineUnavailable`]
+//! (the caller retries with backoff), the event task reports it once and reconnects, and after
+//! [`RuntimeEvent::EngineAvailable`] a `list` shows what happened meanwhile. The API version is
+//! negotiated on every (re)connection (a `ping` answers even without it: not a readiness check).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, InspectContainerOptions, KillContainerOptionsBuilder,
+    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, WaitContainerOptionsBuilder,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+use tokio::sync::broadcast;
+use tokio::task::AbortHandle;
+
+use crate::core::instance::RuntimeInstance;
+use crate::core::spec::{Probe, Protocol, ReloadHook, ReloadSignal, Run, WorkloadSpec};
+use crate::runtime::{
+    probe, setting_env_name, ProbeOutcome, Runtime, RuntimeError, RuntimeEvent, RuntimeKind,
+    StartRequest, EVENTS_CAPACITY,
+};
+
+mod body;
+mod events;
+mod exec;
+mod image;
+
+use body::{engine_error, instance_from_inspect, status_of};
+pub use body::{LABEL_MANAGED, LABEL_NODE, LABEL_REPLICA, LABEL_VERSION, LABEL_WORKLOAD};
+pub use image::{ensure_busybox_image, BUSYBOX_APPLETS, BUSYBOX_PATHS};
+
+/// Why the docker runtime refuses process specs.
+const PROCESS_ON_DOCKER: &str =
+    "a process workload needs the process runtime; this runtime runs containers only";
+
+/// How to reach the engine and how hard to try.
+#[derive(Clone, Debug)]
+pub struct DockerConfig {
+    /// This node's id, written as `shoal.node` on every container.
+    pub node: String,
+    /// The engine's unix socket; `None` uses `DOCKER_HOST` or `/var/run/docker.sock`.
+    pub socket: Option<String>,
+    /// Longest wait for one engine answer (bollard counts it in whole seconds).
+    pub request_timeout: Duration,
+    /// How long to wait for an exit after the kill at the end of a stop.
+    pub kill_wait: Duration,
+    /// First delay before reconnecting the event stream; doubles up to `reconnect_max`.
+    pub reconnect_initial: Duration,
+    /// Longest delay between reconnection attempts.
+    pub reconnect_max: Duration,
+}
+
+impl DockerConfig {
+    /// The defaults for a node: local engine, 60 s requests, 10 s kill wait, reconnect from
+    /// 250 ms up to 5 s.
+    pub fn new(node: &str) -> Self {
+        DockerConfig {
+            node: node.to_string(),
+            socket: None,
+            request_timeout: Duration::from_secs(60),
+            kill_wait: Duration::from_secs(10),
+            reconnect_initial: Duration::from_millis(250),
+            reconnect_max: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A connection to the engine, negotiated lazily and again after each outage.
+pub(crate) struct Client {
+    base: Docker,
+    negotiated: tokio::sync::Mutex<Option<Docker>>,
+    /// What the engine said it cannot enforce, from its `info` at the last negotiation.
+    limits_note: Mutex<Option<String>>,
+}
+
+impl Client {
+    /// The negotiated client, negotiating first if needed.
+    pub(crate) async fn get(&self) -> Result<Docker, RuntimeError> {
+        let mut negotiated = self.negotiated.lock().await;
+        if let Some(docker) = negotiated.as_ref() {
+            return Ok(docker.clone());
+        }
+        let docker = self
+            .base
+            .clone()
+            .negotiate_version()
+            .await
+            .map_err(|e| engine_error("negotiate the API version", e))?;
+        if let Ok(info) = docker.info().await {
+            let mut missing = Vec::new();
+            if info.cpu_cfs_quota == Some(false) {
+                missing.push("cpu");
+            }
+            if info.memory_limit == Some(false) {
+                missing.push("memory");
+            }
+            let note = (!missing.is_empty()).then(|| {
+                format!(
+                    "{} limits not enforced: the Docker engine reports no support",
+                    missing.join("/")
+                )
+            });
+            *self.limits_note.lock().expect("note lock") = note;
+        }
+        *negotiated = Some(docker.clone());
+        Ok(docker)
+    }
+
+    /// Forgets the negotiated client so that the next call negotiates again.
+    pub(crate) async fn invalidate(&self) {
+        *self.negotiated.lock().await = None;
+    }
+}
+
+/// Containers through the Docker engine. Dropping it stops its event task; containers keep
+/// running for the next agent to adopt.
+pub struct DockerRuntime {
+    config: DockerConfig,
+    client: Arc<Client>,
+    events: broadcast::Sender<RuntimeEvent>,
+    pump: AbortHandle,
+}
+
+impl DockerRuntime {
+    /// A runtime that reaches the engine when first needed (an engine that is down now is not an
+    /// error: calls fail until it is up). Must be called inside a tokio runtime.
+    pub fn new(config: DockerConfig) -> Result<Self, RuntimeError> {
+        let timeout = config.request_timeout.as_secs().max(1);
+        let base = match &config.socket {
+            Some(path) => Docker::connect_with_unix(path, timeout, bollard::API_DEFAULT_VERSION),
+            None => Docker::connect_with_local_defaults()
+                .map(|d| d.with_timeout(Duration::from_secs(timeout))),
+        }
+        .map_err(|e| engine_error("configure the engine client", e))?;
+        let client = Arc::new(Client {
+            base,
+            negotiated: tokio::sync::Mutex::new(None),
+            limits_note: Mutex::new(None),
+        });
+        let (events, _) = broadcast::channel(EVENTS_CAPACITY);
+        let backoff = events::Backoff {
+            initial: config.reconnect_initial,
+            max: config.reconnect_max,
+        };
+        let pump = events::pump(client.clone(), config.node.clone(), events.clone(), backoff);
+        let pump = tokio::spawn(pump).abort_handle();
+        Ok(DockerRuntime {
+            config,
+            client,
+            events,
+            pump,
+        })
+    }
+
+    /// [`DockerRuntime::new`], then checks that the engine answers now.
+    pub async fn connect(config: DockerConfig) -> Result<Self, RuntimeError> {
+        let runtime = Self::new(config)?;
+        runtime.client.get().await?;
+        Ok(runtime)
+    }
+
+    /// The negotiated engine client (for image preparation and diagnostics).
+    pub async fn docker(&self) -> Result<Docker, RuntimeError> {
+        self.client.get().await
+    }
+
+    /// Runs an engine call; a transport failure makes the next call renegotiate.
+    async fn call<T>(
+        &self,
+        result: Result<T, bollard::errors::Error>,
+        op: &'static str,
+    ) -> Result<T, RuntimeError> {
+        match result {
+            Ok(value) => Ok(value),
+            Err(e) => {
+                let error = engine_error(op, e);
+                if matches!(error, RuntimeError::EngineUnavailable { .. }) {
+                    self.client.invalidate().await;
+                }
+                Err(error)
+            }
+        }
+    }
+
+    async fn inspect(
+        &self,
+        docker: &Docker,
+        handle: &str,
+    ) -> Result<bollard::models::ContainerInspectResponse, RuntimeError> {
+        match docker
+            .inspect_container(handle, None::<InspectContainerOptions>)
+            .await
+        {
+            Err(e) if status_of(&e) == Some(404) => Err(RuntimeError::UnknownHandle {
+                handle: handle.into(),
+            }),
+            other => self.call(other, "inspect container").await,
+        }
+    }
+
+    /// Sends `signal`; a container that is not running (409) or gone (404) needs none.
+    async fn kill(&self, docker: &Docker, handle: &str, signal: &str) -> Result<(), RuntimeError> {
+        let options = KillContainerOptionsBuilder::new().signal(signal).build();
+        match docker.kill_container(handle, Some(options)).await {
+            Err(e) if matches!(status_of(&e), Some(404 | 409)) => Ok(()),
+            other => self.call(other, "signal container").await,
+        }
+    }
+
+    /// Waits up to `limit` for the container to stop running.
+    async fn wait_stopped(&self, docker: &Docker, handle: &str, limit: Duration) -> bool {
+        let options = WaitContainerOptionsBuilder::new()
+            .condition("not-running")
+            .build();
+        let mut wait = docker.wait_container(handle, Some(options));
+        match tokio::time::timeout(limit, wait.next()).await {
+            // A non-zero exit arrives as DockerContainerWaitError: stopped all the same.
+            Ok(Some(Ok(_)))
+            | Ok(Some(Err(bollard::errors::Error::DockerContainerWaitError { .. }))) => true,
+            Ok(Some(Err(e))) if status_of(&e) == Some(404) => true,
+            Ok(None) => true,
+            _ => false,
+        }
+    }
+}
+
+impl Drop for DockerRuntime {
+    fn drop(&mut self) {
+        self.pump.abort();
+    }
+}
+
+#[async_trait]
+impl Runtime for DockerRuntime {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Docker
+    }
+
+    fn supports(&self, spec: &WorkloadSpec) -> Result<(), String> {
+        match spec.run {
+            Run::Container(_) => Ok(()),
+            Run::Process(_) => Err(PROCESS_ON_DOCKER.to_string()),
+        }
+    }
+
+    async fn start(&self, request: StartRequest) -> Result<RuntimeInstance, RuntimeError> {
+        if request.node != self.config.node {
+            let serving = self.config.node.clone();
+            return Err(RuntimeError::WrongNode {
+                requested: request.node,
+                serving,
+            });
+        }
+        let Run::Container(spec) = &request.spec.run else {
+            return Err(RuntimeError::Unsupported {
+                reason: PROCESS_ON_DOCKER.into(),
+            });
+        };
+        let docker = self.client.get().await?;
+        let replica = &request.replica;
+        let suffix =
+            xxhash_rust::xxh3::xxh3_64(format!("{:?}", std::time::SystemTime::now()).as_bytes())
+                as u32;
+        let name = format!(
+            "shoal-{}-{}-{suffix:08x}",
+            replica.workload, replica.replica
+        );
+        let options = CreateContainerOptionsBuilder::new().name(&name).build();
+        let created = match docker
+            .create_container(Some(options), body::create_body(&request, spec))
+            .await
+        {
+            Err(e) if status_of(&e) == Some(404) => {
+                return Err(RuntimeError::ImageMissing {
+                    image: spec.image.clone(),
+                })
+            }
+            other => self.call(other, "create container").await?,
+        };
+        let id = created.id;
+        if let Err(e) = docker.start_container(&id, None).await {
+            let message = e.to_string();
+            let remove = RemoveContainerOptionsBuilder::new()
+                .force(true)
+                .v(true)
+                .build();
+            let _ = docker.remove_container(&id, Some(remove)).await;
+            if message.contains("executable file not found")
+                || message.contains("no such file or directory")
+            {
+                let command = spec
+                    .command
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| "(the image's command)".into());
+                return Err(RuntimeError::CommandNotFound { command });
+            }
+            return self.call(Err(e), "start container").await;
+        }
+        let inspected = self.inspect(&docker, &id).await?;
+        instance_from_inspect(&inspected).ok_or_else(|| RuntimeError::Engine {
+            operation: "inspect container",
+            detail: format!("container {id} lost its shoal labels"),
+        })
+    }
+
+    async fn stop(&self, handle: &str, grace: Duration) -> Result<(), RuntimeError> {
+        let docker = self.client.get().await?;
+        self.inspect(&docker, handle).await?;
+        self.kill(&docker, handle, "SIGTERM").await?;
+        if self.wait_stopped(&docker, handle, grace).await {
+            return Ok(());
+        }
+        tracing::info!(handle, ?grace, "grace over: SIGKILL to the container");
+        self.kill(&docker, handle, "SIGKILL").await?;
+        let waited = self.config.kill_wait;
+        if self.wait_stopped(&docker, handle, waited).await {
+            return Ok(());
+        }
+        Err(RuntimeError::StopTimedOut {
+            handle: handle.to_string(),
+            waited,
+        })
+    }
+
+    async fn list(&self) -> Result<Vec<RuntimeInstance>, RuntimeError> {
+        let docker = self.client.get().await?;
+        let filters = body::node_filters(&self.config.node);
+        let options = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let summaries = self
+            .call(
+                docker.list_containers(Some(options)).await,
+                "list containers",
+            )
+            .await?;
+        let mut instances = Vec::with_capacity(summaries.len());
+        for id in summaries.into_iter().filter_map(|s| s.id) {
+            match self.inspect(&docker, &id).await {
+                Ok(inspected) => instances.extend(instance_from_inspect(&inspected)),
+                Err(RuntimeError::UnknownHandle { .. }) => {} // removed meanwhile
+                Err(e) => return Err(e),
+            }
+        }
+        instances.sort_by(|a, b| a.handle.cmp(&b.handle));
+        Ok(instances)
+    }
+
+    async fn remove(&self, handle: &str) -> Result<(), RuntimeError> {
+        let docker = self.client.get().await?;
+        let options = RemoveContainerOptionsBuilder::new().v(true).build();
+        match docker.remove_container(handle, Some(options)).await {
+            Err(e) if status_of(&e) == Some(404) => Ok(()),
+            Err(e) if status_of(&e) == Some(409) => Err(RuntimeError::StillRunning {
+                handle: handle.into(),
+            }),
+            other => self.call(other, "remove container").await,
+        }
+    }
+
+    async fn reload(
+        &self,
+        handle: &str,
+        hook: &ReloadHook,
+        settings: &BTreeMap<String, String>,
+        timeout: Duration,
+    ) -> Result<(), RuntimeError> {
+        let docker = self.client.get().await?;
+        match hook {
+            ReloadHook::Signal(signal) => {
+                let name = match signal {
+                    ReloadSignal::Hup => "SIGHUP",
+                    ReloadSignal::Usr1 => "SIGUSR1",
+                    ReloadSignal::Usr2 => "SIGUSR2",
+                };
+                let options = KillContainerOptionsBuilder::new().signal(name).build();
+                match docker.kill_container(handle, Some(options)).await {
+                    Err(e) if matches!(status_of(&e), Some(404 | 409)) => {
+                        Err(RuntimeError::ReloadFailed {
+                            reason: format!("container {handle} is not running"),
+                        })
+                    }
+                    other => self.call(other, "signal container").await,
+                }
+            }
+            ReloadHook::Exec { command } => {
+                let env = settings
+                    .iter()
+                    .map(|(k, v)| format!("{}={v}", setting_env_name(k)))
+                    .collect();
+                match exec::exec_in_container(&docker, handle, command, env, timeout).await {
+                    ProbeOutcome::Healthy => Ok(()),
+                    ProbeOutcome::Unhealthy { reason } => {
+                        Err(RuntimeError::ReloadFailed { reason })
+                    }
+                }
+            }
+        }
+    }
+
+    async fn probe(&self, handle: &str, probe: &Probe, timeout: Duration) -> ProbeOutcome {
+        let docker = match self.client.get().await {
+            Ok(docker) => docker,
+            Err(e) => return ProbeOutcome::fail(e.to_string()),
+        };
+        let (port, path) = match probe {
+            Probe::Exec { command } => {
+                return exec::exec_in_container(&docker, handle, command, Vec::new(), timeout).await
+            }
+            Probe::Tcp { port } => (*port, None),
+            Probe::Http { port, path } => (*port, Some(path)),
+        };
+        let addr = match self.inspect(&docker, handle).await {
+            Ok(inspected) => exec::published_addr(&inspected, port, Protocol::Tcp),
+            Err(e) => Err(e.to_string()),
+        };
+        match (addr, path) {
+            (Err(reason), _) => ProbeOutcome::fail(reason),
+            (Ok(addr), None) => probe::tcp(addr, timeout).await,
+            (Ok(addr), Some(path)) => probe::http(addr, path, timeout).await,
+        }
+    }
+
+    fn events(&self) -> broadcast::Receiver<RuntimeEvent> {
+        self.events.subscribe()
+    }
+
+    fn limits_note(&self) -> Option<String> {
+        self.client.limits_note.lock().expect("note lock").clone()
+    }
+}

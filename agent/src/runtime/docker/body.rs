@@ -1,0 +1,248 @@
+//! Translations between Shoal's vocabulary and the engine's: labels, the container create body,
+//! inspect results as [`RuntimeInstance`]s, and bollard errors as [`RuntimeError`]s.
+
+use std::collections::HashMap;
+
+use bollard::models::{
+    ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, HealthConfig,
+    HostConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
+};
+
+use crate::core::instance::{Phase, ReplicaId, RuntimeInstance};
+use crate::core::spec::{ContainerSpec, Probe, Protocol};
+use crate::runtime::{instance_env, RuntimeError, StartRequest};
+
+/// Marks every container Shoal manages.
+pub const LABEL_MANAGED: &str = "shoal.managed";
+/// The workload name.
+pub const LABEL_WORKLOAD: &str = "shoal.workload";
+/// The replica index.
+pub const LABEL_REPLICA: &str = "shoal.replica";
+/// The spec version the container was created from.
+pub const LABEL_VERSION: &str = "shoal.version";
+/// The node whose agent manages it (several agents may share one engine).
+pub const LABEL_NODE: &str = "shoal.node";
+
+/// The label filters that select this node's containers.
+pub(crate) fn node_filters(node: &str) -> HashMap<String, Vec<String>> {
+    let labels = vec![
+        format!("{LABEL_MANAGED}=true"),
+        format!("{LABEL_NODE}={node}"),
+    ];
+    HashMap::from([("label".to_string(), labels)])
+}
+
+/// `80/tcp`, the engine's name for a container port.
+pub(crate) fn port_key(port: u16, protocol: Protocol) -> String {
+    match protocol {
+        Protocol::Tcp => format!("{port}/tcp"),
+        Protocol::Udp => format!("{port}/udp"),
+    }
+}
+
+/// The create body: labels, environment, command, published ports, limits, no engine restarts,
+/// and the spec's exec probe as the engine's health check (so `docker ps` shows health too).
+pub(crate) fn create_body(request: &StartRequest, spec: &ContainerSpec) -> ContainerCreateBody {
+    let replica = &request.replica;
+    let labels = HashMap::from([
+        (LABEL_MANAGED.to_string(), "true".to_string()),
+        (LABEL_WORKLOAD.to_string(), replica.workload.clone()),
+        (LABEL_REPLICA.to_string(), replica.replica.to_string()),
+        (LABEL_VERSION.to_string(), request.spec_version.clone()),
+        (LABEL_NODE.to_string(), request.node.clone()),
+    ]);
+    let env = instance_env(request, &spec.env)
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let mut exposed = Vec::new();
+    let mut bindings = HashMap::new();
+    for port in &spec.ports {
+        let key = port_key(port.container, port.protocol);
+        exposed.push(key.clone());
+        let binding = PortBinding {
+            host_ip: None,
+            host_port: Some(port.host.map(|p| p.to_string()).unwrap_or_default()),
+        };
+        bindings.insert(key, Some(vec![binding]));
+    }
+    let resources = request.spec.resources;
+    let host_config = HostConfig {
+        nano_cpus: Some(resources.cpu_millis.saturating_mul(1_000_000) as i64),
+        memory: Some(resources.memory_bytes as i64),
+        port_bindings: Some(bindings),
+        restart_policy: Some(RestartPolicy {
+            name: Some(RestartPolicyNameEnum::NO),
+            maximum_retry_count: None,
+        }),
+        ..HostConfig::default()
+    };
+    ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        cmd: (!spec.command.is_empty()).then(|| spec.command.clone()),
+        env: Some(env),
+        labels: Some(labels),
+        exposed_ports: Some(exposed),
+        healthcheck: health_config(request),
+        host_config: Some(host_config),
+        ..ContainerCreateBody::default()
+    }
+}
+
+/// The engine's health check for an exec probe (durations in ns); none for tcp and http, which
+/// the agent runs from the host.
+fn health_config(request: &StartRequest) -> Option<HealthConfig> {
+    let health = request.spec.health.as_ref()?;
+    let Probe::Exec { command } = &health.probe else {
+        return None;
+    };
+    let ns = |ms: u64| ms.saturating_mul(1_000_000) as i64;
+    let mut test = vec!["CMD".to_string()];
+    test.extend(command.iter().cloned());
+    Some(HealthConfig {
+        test: Some(test),
+        interval: Some(ns(health.interval_ms)),
+        timeout: Some(ns(health.timeout_ms)),
+        retries: Some(i64::from(health.failure_threshold)),
+        start_period: Some(ns(health.start_grace_ms)),
+        start_interval: None,
+    })
+}
+
+/// The replica and spec version recorded in a container's labels.
+pub(crate) fn replica_of(labels: &HashMap<String, String>) -> Option<(ReplicaId, String)> {
+    let workload = labels.get(LABEL_WORKLOAD)?;
+    let replica = labels.get(LABEL_REPLICA)?.parse().ok()?;
+    let version = labels.get(LABEL_VERSION).cloned().unwrap_or_default();
+    Some((ReplicaId::new(workload, replica), version))
+}
+
+/// The observation of one inspected container; `None` if it lacks Shoal's labels.
+pub(crate) fn instance_from_inspect(c: &ContainerInspectResponse) -> Option<RuntimeInstance> {
+    let labels = c.config.as_ref()?.labels.as_ref()?;
+    let (replica, spec_version) = replica_of(labels)?;
+    let state = c.state.clone().unwrap_or_default();
+    let status = state.status.unwrap_or(ContainerStateStatusEnum::EMPTY);
+    let phase = match status {
+        ContainerStateStatusEnum::RUNNING
+        | ContainerStateStatusEnum::PAUSED
+        | ContainerStateStatusEnum::RESTARTING => Phase::Running,
+        _ => Phase::Exited,
+    };
+    let started_at_ms = state.started_at.as_deref().and_then(parse_rfc3339_ms);
+    let finished_at_ms = state.finished_at.as_deref().and_then(parse_rfc3339_ms);
+    let exited = phase == Phase::Exited;
+    let mut error = state.error.filter(|e| !e.is_empty());
+    if exited && state.oom_killed == Some(true) {
+        error = Some("killed by the kernel: out of memory (memory limit reached)".into());
+    }
+    if status == ContainerStateStatusEnum::CREATED {
+        error = Some("created but never started".into());
+    }
+    Some(RuntimeInstance {
+        handle: c.id.clone()?,
+        replica,
+        spec_version,
+        phase,
+        started_at_ms: started_at_ms.unwrap_or_default(),
+        exited_at_ms: exited.then(|| finished_at_ms.or(started_at_ms).unwrap_or_default()),
+        exit_code: if exited {
+            state.exit_code.map(|c| c as i32)
+        } else {
+            None
+        },
+        error,
+    })
+}
+
+/// Parses the engine's UTC timestamps (`2024-05-01T12:00:00.123456789Z`) to ms since the epoch;
+/// `None` for the zero time (`0001-01-01T00:00:00Z`, "never") or anything unexpected.
+pub(crate) fn parse_rfc3339_ms(text: &str) -> Option<u64> {
+    let (date, time) = text.strip_suffix('Z')?.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (year, month, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, fraction) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (hour, minute, second) = (t.next()??, t.next()??, t.next()??);
+    if year < 1970 || !(1..=12).contains(&month) || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // Days from civil (Howard Hinnant's algorithm), valid for the proleptic Gregorian calendar.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let millis: i64 = format!("{fraction:0<3}")[..3].parse().ok()?;
+    let secs = days * 86_400 + hour * 3600 + minute * 60 + second;
+    u64::try_from(secs * 1000 + millis).ok()
+}
+
+/// A bollard error as a runtime error: transport failures mean the engine is unreachable; an
+/// answer from the engine is a refusal of `operation`.
+pub(crate) fn engine_error(operation: &'static str, e: bollard::errors::Error) -> RuntimeError {
+    use bollard::errors::Error as E;
+    match e {
+        E::DockerResponseServerError {
+            status_code,
+            message,
+        } => RuntimeError::Engine {
+            operation,
+            detail: format!("{message} (HTTP {status_code})"),
+        },
+        E::DockerStreamError { .. }
+        | E::JsonDataError { .. }
+        | E::JsonSerdeError { .. }
+        | E::APIVersionParseError {}
+        | E::DockerContainerWaitError { .. } => RuntimeError::Engine {
+            operation,
+            detail: error_chain(&e),
+        },
+        other => RuntimeError::EngineUnavailable {
+            detail: error_chain(&other),
+        },
+    }
+}
+
+/// The HTTP status of an engine refusal, if that is what `e` is.
+pub(crate) fn status_of(e: &bollard::errors::Error) -> Option<u16> {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+/// An error and its sources, joined by ": " (hyper's errors say little at the top level).
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_rfc3339_ms;
+
+    #[test]
+    fn engine_timestamps() {
+        assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_rfc3339_ms("1970-01-02T00:00:01.5Z"), Some(86_401_500));
+        assert_eq!(
+            parse_rfc3339_ms("2024-02-29T12:34:56.789123456Z"),
+            Some(1_709_210_096_789)
+        );
+        assert_eq!(parse_rfc3339_ms("0001-01-01T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339_ms("2024-02-29T12:34:56+01:00"), None);
+        assert_eq!(parse_rfc3339_ms("garbage"), None);
+    }
+}

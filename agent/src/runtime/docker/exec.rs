@@ -1,0 +1,99 @@
+//! Commands run inside a container (exec probes, reload commands) and the host address of a
+//! container port (tcp and http probes).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::models::ContainerInspectResponse;
+use bollard::Docker;
+use futures_util::StreamExt;
+
+use super::body::{error_chain, port_key};
+use crate::core::spec::Protocol;
+use crate::runtime::probe::EXEC_STDERR_QUOTED_BYTES_MAX;
+use crate::runtime::ProbeOutcome;
+
+/// Runs `command` in container `id` with the extra `env` (`NAME=value`); healthy on exit 0.
+/// On timeout the outcome is a failure; the engine offers no way to kill an exec, so a hung
+/// command is left to the container.
+pub(crate) async fn exec_in_container(
+    docker: &Docker,
+    id: &str,
+    command: &[String],
+    env: Vec<String>,
+    timeout: Duration,
+) -> ProbeOutcome {
+    let program = command.first().cloned().unwrap_or_default();
+    let run = async {
+        let options = CreateExecOptions {
+            cmd: Some(command.to_vec()),
+            env: Some(env),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            ..CreateExecOptions::default()
+        };
+        let created = docker.create_exec(id, options).await?;
+        let mut quoted = Vec::new();
+        if let StartExecResults::Attached { mut output, .. } =
+            docker.start_exec(&created.id, None).await?
+        {
+            while let Some(chunk) = output.next().await {
+                let bytes = chunk?.into_bytes();
+                let room = EXEC_STDERR_QUOTED_BYTES_MAX.saturating_sub(quoted.len());
+                quoted.extend_from_slice(&bytes[..bytes.len().min(room)]);
+            }
+        }
+        let inspected = docker.inspect_exec(&created.id).await?;
+        Ok::<_, bollard::errors::Error>((inspected.exit_code, quoted))
+    };
+    match tokio::time::timeout(timeout, run).await {
+        Ok(Ok((Some(0), _))) => ProbeOutcome::Healthy,
+        Ok(Ok((code, quoted))) => {
+            let how = code.map_or("an unknown status".to_string(), |c| {
+                format!("exit status {c}")
+            });
+            let output = String::from_utf8_lossy(&quoted).trim().to_string();
+            let tail = if output.is_empty() {
+                String::new()
+            } else {
+                format!(": {output}")
+            };
+            ProbeOutcome::fail(format!("{program:?} failed with {how}{tail}"))
+        }
+        Ok(Err(e)) => ProbeOutcome::fail(format!("exec {program:?}: {}", error_chain(&e))),
+        Err(_) => ProbeOutcome::fail(format!("{program:?} did not finish within {timeout:?}")),
+    }
+}
+
+/// Where the host reaches container port `port`: its published binding, on loopback when the
+/// engine bound every interface. Unpublished ports are not probed through the container's bridge
+/// address on purpose: publish the port (`container.ports`) to probe it.
+pub(crate) fn published_addr(
+    inspected: &ContainerInspectResponse,
+    port: u16,
+    protocol: Protocol,
+) -> Result<SocketAddr, String> {
+    let key = port_key(port, protocol);
+    let bindings = inspected
+        .network_settings
+        .as_ref()
+        .and_then(|n| n.ports.as_ref())
+        .and_then(|ports| ports.get(&key).cloned().flatten())
+        .unwrap_or_default();
+    let mut candidates: Vec<SocketAddr> = bindings
+        .iter()
+        .filter_map(|b| {
+            let host_port: u16 = b.host_port.as_deref()?.parse().ok()?;
+            let ip = match b.host_ip.as_deref().unwrap_or("") {
+                "" | "0.0.0.0" | "::" => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                other => other.parse().ok()?,
+            };
+            Some(SocketAddr::new(ip, host_port))
+        })
+        .collect();
+    candidates.sort_by_key(|a| !a.is_ipv4()); // IPv4 first
+    candidates.into_iter().next().ok_or_else(|| {
+        format!("container port {key} is not published on the host: add it to container.ports")
+    })
+}
