@@ -295,7 +295,11 @@ fn same_inputs_give_the_same_actions() {
         c.run_for(3_000);
         c.crash("n2", "web", 1, 1);
         c.put(
-            spec("web", 3, "[restart]\nbackoff_initial = \"2s\"\n"),
+            spec(
+                "web",
+                3,
+                "[restart]\nbackoff_initial = \"2s\"\n[process.env]\nV = \"2\"\n",
+            ),
             "v2",
         );
         c.run_for(30_000);

@@ -38,7 +38,9 @@ impl SpecCache {
             }
         }
         self.specs.retain(|(workload, version), _| {
-            input.spec(workload).is_some_and(|e| &e.version == version)
+            let desired = workloads.contains(workload)
+                && input.spec(workload).is_some_and(|e| &e.version == version);
+            desired
                 || instances
                     .values()
                     .any(|t| &t.replica.workload == workload && &t.version == version)

@@ -141,22 +141,14 @@ impl Reconciler {
             .filter(|(r, n)| *n == &self.node && input.replica_exists(r))
             .map(|(r, _)| (r.clone(), input.specs[&r.workload].version.clone()))
             .collect();
-        let workloads: BTreeSet<String> = self
-            .placed
-            .keys()
-            .map(|r| r.workload.clone())
-            .chain(
-                self.local
-                    .instances
-                    .values()
-                    .map(|t| t.replica.workload.clone()),
-            )
-            .chain(input.instances.iter().map(|i| i.replica.workload.clone()))
-            .collect();
+        // Before ingesting, the spec cache also serves the instances about to be adopted.
+        let incoming = input.instances.iter().map(|i| i.replica.workload.clone());
+        let workloads: BTreeSet<String> = self.relevant_workloads().chain(incoming).collect();
         self.cache.refresh(input, &self.local.instances, &workloads);
         let timeout = self.config.start_report_timeout_ms;
         self.local
             .ingest(input, &self.cache, &self.node, now, timeout);
+        let workloads: BTreeSet<String> = self.relevant_workloads().collect();
         self.cache.refresh(input, &self.local.instances, &workloads);
         self.expire_reloads(now);
         let mut plan = self.plan(input, &workloads, now);
@@ -166,6 +158,17 @@ impl Reconciler {
         self.prune();
         assert!(actions.len() <= self.config.actions_per_round_max);
         actions
+    }
+
+    /// Workloads with a replica placed here or a tracked instance here.
+    fn relevant_workloads(&self) -> impl Iterator<Item = String> + '_ {
+        let placed = self.placed.keys().map(|r| r.workload.clone());
+        placed.chain(
+            self.local
+                .instances
+                .values()
+                .map(|t| t.replica.workload.clone()),
+        )
     }
 
     fn runtime_problem(&self, input: &ReconcileInput) -> Option<String> {

@@ -16,7 +16,7 @@ use crate::reconcile::input::{ReconcileInput, SpecEntry};
 use crate::reconcile::issue::{issue_id, IssueKind};
 use crate::reconcile::start::plan_start;
 use crate::reconcile::track::{Local, Tracked};
-use crate::reconcile::update::plan_outdated;
+use crate::reconcile::update::{change, plan_outdated, Change};
 use crate::reconcile::view::{MeshTimers, PeerIndex};
 
 /// How urgent a candidate action is; lower goes first when the round is full.
@@ -159,6 +159,7 @@ pub(crate) fn plan_placed(
     replica: &ReplicaId,
     entry: &SpecEntry,
 ) {
+    carry_to_desired_version(ctx, local, replica, entry);
     let alive: Vec<(String, Tracked)> = local
         .alive_of(replica)
         .into_iter()
@@ -187,6 +188,10 @@ pub(crate) fn plan_placed(
     if entry.spec.placement.exclusive && ctx.fencing_due {
         if !ctx.approved(IssueKind::ExclusiveUndecided, Some(replica)) {
             fence(ctx, plan, &alive);
+            if alive.is_empty() {
+                // Not started without a majority, but the hold (and its approval) still applies.
+                plan_start(ctx, local, plan, replica, entry);
+            }
             return;
         }
         let why = "no strict majority visible; an operator approved running it anyway".to_string();
@@ -260,6 +265,29 @@ pub(crate) fn plan_placed(
         plan_start(ctx, local, plan, replica, entry);
     }
     plan_removes(ctx, local, plan, replica);
+}
+
+/// Moves instances whose spec changed only in fields they were not made from (replicas,
+/// placement, health, restart, update) to the desired version, without touching them.
+fn carry_to_desired_version(
+    ctx: &Ctx<'_>,
+    local: &mut Local,
+    replica: &ReplicaId,
+    entry: &SpecEntry,
+) {
+    for t in local
+        .instances
+        .values_mut()
+        .filter(|t| &t.replica == replica && t.alive())
+    {
+        if t.version == entry.version || t.reload.as_ref().is_some_and(|r| r.in_flight) {
+            continue;
+        }
+        let old = ctx.cache.exact(&replica.workload, &t.version);
+        if old.is_some_and(|old| change(old, &entry.spec) == Change::None) {
+            t.version = entry.version.clone();
+        }
+    }
 }
 
 /// Stops every alive copy of an exclusive replica: this node has lacked a majority too long.

@@ -280,9 +280,9 @@ impl Reconciler {
                 s.phase
             );
         }
-        let bound = self.placed.len() + self.local.instances.len() + self.issues.len();
+        let bound = self.placed.len() + 2 * self.local.instances.len();
         assert!(
-            self.cache.len() <= 2 * bound + 1,
+            self.cache.len() <= bound,
             "spec cache unbounded: {}",
             self.cache.len()
         );

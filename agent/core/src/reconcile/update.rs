@@ -1,8 +1,11 @@
 //! Rolling updates: an instance here runs an older spec version than the desired one.
 //!
-//! A change only in live settings (`WorkloadSpec::is_live_change`, with the old spec known) runs
-//! the reload hook instead of a restart, retried up to `reload_attempts_max` times and then rolled
-//! out by replacement. Any other change replaces the instance, within the workload's update
+//! Only what a running instance was made from counts: a change of `replicas`, placement, health,
+//! restart or update fields (with the old spec known) just moves the instance to the new version.
+//! A change only in live settings (run and resources equal, a reload hook declared) runs the reload
+//! hook instead of a restart, retried up to `reload_attempts_max` times and then rolled out by
+//! replacement. Any other change (or an old spec this agent never saw, e.g. an instance adopted
+//! after a restart) replaces the instance, within the workload's update
 //! budget across the mesh: at most `max_unavailable` replicas without a serving copy and at most
 //! `max_surge` replicas running an extra copy. The replicas that still need the new version form
 //! a queue ordered by index, computed from gossip by every agent alike; the first `max_surge -
@@ -17,6 +20,7 @@ use crate::reconcile::issue::IssueKind;
 use crate::reconcile::plan::{Ctx, Plan, Rank};
 use crate::reconcile::track::{Local, Tracked};
 use crate::reconcile::view::Availability;
+use crate::spec::WorkloadSpec;
 
 /// Plans the update of the instance `handle` of `replica`, which runs an older version and is the
 /// only instance kept for the replica.
@@ -137,7 +141,7 @@ fn plan_reload(
     let live_change = ctx
         .cache
         .exact(&replica.workload, &t.version)
-        .is_some_and(|old| old.is_live_change(&entry.spec));
+        .is_some_and(|old| change(old, &entry.spec) == Change::Reload);
     let Some(hook) = entry.spec.reload.clone() else {
         return false;
     };
@@ -171,4 +175,29 @@ fn plan_reload(
     };
     plan.act(Rank::Update, action);
     true
+}
+
+/// What a spec change means for an instance made from `old`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// Nothing the instance was made from changed: it simply runs the new version.
+    None,
+    /// Only live settings changed, and the new spec has a reload hook.
+    Reload,
+    /// The process, container or resources changed: replace it.
+    Replace,
+}
+
+/// Compares what an instance was made from: run and resources (applied at start) and settings
+/// (applied by the reload hook).
+pub(crate) fn change(old: &WorkloadSpec, new: &WorkloadSpec) -> Change {
+    if old.run != new.run || old.resources != new.resources {
+        Change::Replace
+    } else if old.settings == new.settings {
+        Change::None
+    } else if new.reload.is_some() {
+        Change::Reload
+    } else {
+        Change::Replace
+    }
 }

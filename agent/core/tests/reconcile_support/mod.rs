@@ -174,6 +174,8 @@ pub struct Cluster {
     pub agents: BTreeMap<String, Agent>,
     pub specs: BTreeMap<String, SpecEntry>,
     pub owners: BTreeMap<ReplicaId, String>,
+    /// A node's own placement when it differs from `owners` (a partitioned view).
+    pub owners_of: BTreeMap<String, BTreeMap<ReplicaId, String>>,
     /// Pairs of nodes that cannot reach each other.
     pub cut: BTreeSet<(String, String)>,
     /// How long a node stays unreachable before the detector confirms it dead.
@@ -200,6 +202,7 @@ impl Cluster {
             agents: BTreeMap::new(),
             specs: BTreeMap::new(),
             owners: BTreeMap::new(),
+            owners_of: BTreeMap::new(),
             cut: BTreeSet::new(),
             dead_after_ms: 3_000,
             fake_peers: BTreeMap::new(),
@@ -309,7 +312,7 @@ impl Cluster {
         }
         ReconcileInput {
             specs: self.specs.clone(),
-            owners: self.owners.clone(),
+            owners: self.owners_of.get(node).unwrap_or(&self.owners).clone(),
             instances,
             runtime_unavailable: None,
             supports_containers: agent.supports_containers,

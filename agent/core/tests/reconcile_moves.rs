@@ -1,0 +1,257 @@
+//! Replicas changing: rolling updates within the mesh-wide budget, live settings through the
+//! reload hook, normal handoff without a gap, deletion and scale-down, the handoff bound.
+
+mod reconcile_support;
+
+use reconcile_support::*;
+use shoal_core::instance::Phase;
+use shoal_core::reconcile::{Action, IssueKind, StopCause};
+
+const NODES: [&str; 4] = ["n1", "n2", "n3", "n4"];
+
+fn four_nodes(extra: &str) -> Cluster {
+    let mut c = Cluster::new(&NODES);
+    c.put(spec("web", 4, extra), "v1");
+    for (r, n) in NODES.iter().enumerate() {
+        c.place("web", r as u32, n);
+    }
+    c.run_for(3_000);
+    assert_eq!(c.serving("web"), 4);
+    c
+}
+
+/// Copies starting or running (not being stopped) across the cluster.
+fn up_copies(c: &Cluster) -> usize {
+    let phases = [Phase::Starting, Phase::Running];
+    let observed = c.agents.values().flat_map(|a| a.rec.observed());
+    observed
+        .filter(|s| s.handle.is_some() && phases.contains(&s.phase))
+        .count()
+}
+
+fn versions(c: &Cluster) -> Vec<String> {
+    (0..4)
+        .flat_map(|r| c.alive_copies("web", r))
+        .map(|(_, _, v)| v)
+        .collect()
+}
+
+#[test]
+fn update_replaces_one_at_a_time_within_max_unavailable() {
+    let health = "[health]\ninterval = \"1s\"\nstart_grace = \"0s\"\n\n[health.tcp]\nport = 80\n";
+    let mut c = four_nodes(health);
+    c.put(
+        spec("web", 4, &format!("{health}[process.env]\nV = \"2\"\n")),
+        "v2",
+    );
+    let mut min_serving = 4;
+    c.run_for_checked(30_000, |c| min_serving = min_serving.min(c.serving("web")));
+    assert_eq!(min_serving, 3, "never more than max_unavailable = 1 down");
+    assert_eq!(versions(&c), ["v2"; 4]);
+    let update_stops = c.log.iter().filter(|(_, _, a)| {
+        matches!(
+            a,
+            Action::Stop {
+                cause: StopCause::Update,
+                ..
+            }
+        )
+    });
+    assert_eq!(update_stops.count(), 4);
+    assert!(c.agents.keys().all(|n| c.agent(n).rec.issues().is_empty()));
+}
+
+#[test]
+fn update_with_surge_never_loses_a_replica() {
+    let extra = "[update]\nmax_unavailable = 0\nmax_surge = 1\n";
+    let mut c = four_nodes(extra);
+    c.put(
+        spec("web", 4, &format!("{extra}[process.env]\nV = \"2\"\n")),
+        "v2",
+    );
+    let mut min_serving = 4;
+    let mut max_alive = 0;
+    c.run_for_checked(30_000, |c| {
+        min_serving = min_serving.min(c.serving("web"));
+        max_alive = max_alive.max(up_copies(c));
+    });
+    assert_eq!(min_serving, 4, "max_unavailable = 0");
+    assert_eq!(max_alive, 5, "max_surge = 1");
+    assert_eq!(versions(&c), ["v2"; 4]);
+}
+
+#[test]
+fn failing_new_version_stalls_the_rollout() {
+    let mut c = four_nodes("");
+    c.put(spec("web", 4, "[process.env]\nV = \"2\"\n"), "v2");
+    for n in NODES {
+        c.agent_mut(n).rt.failing.insert("web".to_string());
+    }
+    c.run_for(60_000);
+    let old = versions(&c).iter().filter(|v| *v == "v1").count();
+    assert_eq!(
+        old, 3,
+        "only one replica was taken down for the broken version"
+    );
+    assert_eq!(c.serving("web"), 3);
+}
+
+#[test]
+fn live_settings_change_runs_the_reload_hook_without_restart() {
+    let reload = "[reload]\nsignal = \"HUP\"\n";
+    let mut c = four_nodes(&format!("[settings]\nlevel = \"info\"\n{reload}"));
+    c.put(
+        spec(
+            "web",
+            4,
+            &format!("[settings]\nlevel = \"debug\"\n{reload}"),
+        ),
+        "v2",
+    );
+    c.run_for(3_000);
+    assert_eq!(
+        c.log
+            .iter()
+            .filter(|(_, _, a)| matches!(a, Action::Reload { .. }))
+            .count(),
+        4
+    );
+    assert_eq!(
+        c.log
+            .iter()
+            .filter(|(_, _, a)| matches!(a, Action::Stop { .. }))
+            .count(),
+        0
+    );
+    let observed = c.agent("n1").rec.observed();
+    assert_eq!(observed[0].spec_version, "v2", "reloaded instance runs v2");
+}
+
+#[test]
+fn failing_reload_falls_back_to_replacement() {
+    let reload = "[reload]\nsignal = \"HUP\"\n";
+    let mut c = four_nodes(&format!("[settings]\nlevel = \"info\"\n{reload}"));
+    for n in NODES {
+        c.agent_mut(n).rt.reload_fails = true;
+    }
+    c.put(
+        spec(
+            "web",
+            4,
+            &format!("[settings]\nlevel = \"debug\"\n{reload}"),
+        ),
+        "v2",
+    );
+    c.step();
+    assert!(c.issue("n1", IssueKind::SettingsDiffer).is_some());
+    c.run_for(90_000);
+    assert_eq!(
+        c.count("n1", |a| matches!(a, Action::Reload { .. })),
+        3,
+        "reload_attempts_max"
+    );
+    assert_eq!(versions(&c), ["v2"; 4], "replaced after the reloads failed");
+}
+
+#[test]
+fn normal_handoff_has_no_gap() {
+    let mut c = four_nodes("");
+    // Drain n1: its replica moves to a fifth node.
+    c.agents.insert(
+        "n5".into(),
+        Cluster::new(&["n5"]).agents.remove("n5").unwrap(),
+    );
+    c.agent_mut("n5").rt.start_ms = 4_000; // a slow starter: the old copy must wait for it
+    c.agent_mut("n1").draining = true;
+    c.place("web", 0, "n5");
+    let mut min_serving = 4;
+    c.run_for_checked(10_000, |c| min_serving = min_serving.min(c.serving("web")));
+    assert_eq!(min_serving, 4, "no gap");
+    assert!(c.alive_copies("web", 0).iter().all(|(n, _, _)| n == "n5"));
+    let stop = c
+        .log
+        .iter()
+        .find(|(_, n, a)| n == "n1" && matches!(a, Action::Stop { .. }))
+        .unwrap();
+    assert!(matches!(
+        stop.2,
+        Action::Stop {
+            cause: StopCause::Handoff,
+            ..
+        }
+    ));
+    assert!(
+        stop.0 >= c.starts("web", 0)[1] + 4_000,
+        "old copy stopped after the new one was healthy"
+    );
+}
+
+#[test]
+fn orphan_stops_after_the_handoff_bound_when_the_new_owner_never_gets_healthy() {
+    let mut c = four_nodes("");
+    c.agent_mut("n2").rt.failing.insert("web".to_string());
+    c.place("web", 0, "n2");
+    c.run_for(30_000);
+    assert_eq!(c.issue("n1", IssueKind::Orphan).unwrap().held, None);
+    assert_eq!(
+        c.alive_copies("web", 0).len(),
+        1,
+        "still running while waiting"
+    );
+    c.run_for(31_000);
+    let stops = c.count("n1", |a| {
+        matches!(
+            a,
+            Action::Stop {
+                cause: StopCause::HandoffTimeout,
+                ..
+            }
+        )
+    });
+    assert_eq!(stops, 1);
+}
+
+#[test]
+fn deleted_workload_and_scaled_down_replicas_stop_and_are_removed() {
+    let mut c = four_nodes("");
+    c.put(spec("web", 2, ""), "v2");
+    c.owners.retain(|r, _| r.replica < 2);
+    c.run_for(1_500);
+    assert_eq!(
+        c.starts("web", 0).len(),
+        1,
+        "scaling is not a rolling update"
+    );
+    let scaled = c.log.iter().filter(|(_, _, a)| {
+        matches!(
+            a,
+            Action::Stop {
+                cause: StopCause::ScaledDown,
+                ..
+            }
+        )
+    });
+    assert_eq!(scaled.count(), 2);
+    c.specs.clear();
+    c.owners.clear();
+    c.put(spec("other", 1, ""), "v1"); // not an empty store: deletion is believable
+    c.run_for(3_000);
+    let deleted = c.log.iter().filter(|(_, _, a)| {
+        matches!(
+            a,
+            Action::Stop {
+                cause: StopCause::Deleted,
+                ..
+            }
+        )
+    });
+    assert_eq!(deleted.count(), 2);
+    let removes: Vec<String> = c
+        .log
+        .iter()
+        .filter(|(_, _, a)| matches!(a, Action::Remove { .. }))
+        .map(|(t, n, a)| format!("{t} {n} {a}"))
+        .collect();
+    assert_eq!(removes.len(), 4, "{removes:#?}");
+    assert!(c.agents.values().all(|a| a.rt.instances.is_empty()));
+}

@@ -1,0 +1,330 @@
+//! Exclusive replicas are never run in two places (stop before start, fencing delay after a
+//! death, self-fencing without a majority, held issues where the mesh cannot decide), and an agent
+//! with a suspicious view never mass-stops.
+
+mod reconcile_support;
+
+use reconcile_support::*;
+use shoal_core::instance::ReplicaId;
+use shoal_core::reconcile::{Action, ApproveError, IssueKind, Layer, ReconcileInput, StopCause};
+
+const EXCLUSIVE: &str = "[placement]\nexclusive = true\n";
+
+fn three_nodes_with_db() -> Cluster {
+    let mut c = Cluster::new(&["n1", "n2", "n3"]);
+    c.put(spec("db", 1, EXCLUSIVE), "v1");
+    c.put(spec("web", 3, ""), "v1");
+    c.place("db", 0, "n1");
+    for (r, n) in [(0, "n1"), (1, "n2"), (2, "n3")] {
+        c.place("web", r, n);
+    }
+    c.run_for(3_000);
+    assert_eq!(c.alive_copies("db", 0).len(), 1);
+    c
+}
+
+fn never_two_db_copies(c: &Cluster) {
+    let copies = c.alive_copies("db", 0);
+    assert!(
+        copies.len() <= 1,
+        "two copies of an exclusive replica at {}: {copies:?}",
+        c.now
+    );
+}
+
+fn db_start_after(c: &Cluster, t: u64) -> Option<u64> {
+    c.starts("db", 0).into_iter().find(|&s| s > t)
+}
+
+#[test]
+fn exclusive_handoff_stops_before_it_starts() {
+    let mut c = three_nodes_with_db();
+    c.agent_mut("n1").rt.stop_ms = 3_000;
+    c.place("db", 0, "n2");
+    c.step();
+    let waiting = c
+        .issue("n2", IssueKind::ExclusiveWaiting)
+        .expect("n2 waits");
+    assert!(
+        waiting.message.contains("copy on n1"),
+        "{}",
+        waiting.message
+    );
+    c.run_for_checked(10_000, never_two_db_copies);
+    assert_eq!(c.alive_copies("db", 0)[0].0, "n2");
+    assert_eq!(
+        c.count("n1", |a| matches!(
+            a,
+            Action::Stop {
+                cause: StopCause::ExclusiveMoved,
+                ..
+            }
+        )),
+        1
+    );
+}
+
+#[test]
+fn dead_owner_is_replaced_only_after_the_fencing_delay() {
+    let mut c = three_nodes_with_db();
+    let killed = c.now;
+    c.kill_host("n1");
+    c.place("db", 0, "n2");
+    c.place("web", 0, "n2");
+    c.run_for_checked(40_000, never_two_db_copies);
+    let started = db_start_after(&c, killed).expect("replaced");
+    // Noticed at the next step, confirmed dead 3 s later, then the 20 s fencing delay.
+    assert_eq!(started - killed, STEP_MS + 3_000 + 20_000);
+    let web = c.starts("web", 0);
+    assert_eq!(
+        web.last().unwrap() - killed,
+        500,
+        "a normal replica moves at once"
+    );
+}
+
+#[test]
+fn isolated_owner_fences_itself_before_the_majority_starts_a_copy() {
+    let mut c = three_nodes_with_db();
+    let cut = c.now;
+    c.partition(&["n1"], &["n2", "n3"]);
+    let mut moved = c.owners.clone();
+    moved.insert(ReplicaId::new("db", 0), "n2".into());
+    moved.insert(ReplicaId::new("web", 0), "n2".into());
+    c.owners_of.insert("n2".into(), moved.clone());
+    c.owners_of.insert("n3".into(), moved);
+    c.run_for_checked(40_000, never_two_db_copies);
+    let fence = c.log.iter().find(|(_, n, a)| {
+        n == "n1"
+            && matches!(
+                a,
+                Action::Stop {
+                    cause: StopCause::Fence,
+                    ..
+                }
+            )
+    });
+    let fenced_at = fence.expect("n1 fenced").0;
+    assert_eq!(
+        fenced_at - cut,
+        STEP_MS + 10_000,
+        "self_fence_ms after noticing"
+    );
+    let started = db_start_after(&c, cut).expect("n2 took over");
+    assert_eq!(started - cut, STEP_MS + 3_000 + 20_000);
+    let fenced = c
+        .issue("n1", IssueKind::SelfFenced)
+        .expect("self-fenced issue");
+    assert_eq!(fenced.layer, Layer::Safety);
+    assert_eq!(
+        c.alive_copies("web", 0).len(),
+        2,
+        "normal replicas keep running on both sides"
+    );
+    assert_eq!(
+        c.count("n1", |a| matches!(a, Action::Start { .. })),
+        2,
+        "no restart while fenced"
+    );
+}
+
+#[test]
+fn unreachable_owner_not_confirmed_dead_is_held_for_approval() {
+    let mut c = three_nodes_with_db();
+    c.dead_after_ms = u64::MAX; // the detector never confirms
+    c.partition(&["n1"], &["n2", "n3"]);
+    let mut moved = c.owners.clone();
+    moved.insert(ReplicaId::new("db", 0), "n2".into());
+    c.owners_of.insert("n2".into(), moved.clone());
+    c.owners_of.insert("n3".into(), moved);
+    c.run_for_checked(29_000, never_two_db_copies);
+    assert!(
+        c.issue("n2", IssueKind::ExclusiveUndecided).is_none(),
+        "not held before the bound"
+    );
+    c.run_for_checked(2_000, never_two_db_copies);
+    let held = c
+        .issue("n2", IssueKind::ExclusiveUndecided)
+        .expect("held issue");
+    assert!(
+        held.held
+            .as_deref()
+            .unwrap()
+            .contains("unreachable but not confirmed dead"),
+        "{held:?}"
+    );
+    assert_eq!(
+        db_start_after(&c, T0 + 3_000),
+        None,
+        "nothing started while held"
+    );
+    let not_held = c
+        .issue("n2", IssueKind::Missing)
+        .map(|i| i.id)
+        .unwrap_or_else(|| "000000000000".into());
+    assert!(c.agent_mut("n2").rec.approve(&not_held).is_err());
+    assert!(matches!(
+        c.agent_mut("n2").rec.approve("nope"),
+        Err(ApproveError::Unknown(_))
+    ));
+    c.agent_mut("n2").rec.approve(&held.id).expect("approve");
+    c.run_for(1_000);
+    assert!(
+        db_start_after(&c, T0 + 3_000).is_some(),
+        "started on approval"
+    );
+    let issue = c.issue("n2", IssueKind::ExclusiveUndecided);
+    assert!(issue.is_none_or(|i| i.approved && i.held.is_none()));
+}
+
+#[test]
+fn minority_agent_holds_exclusive_start_and_approval_keeps_it_running() {
+    let mut c = Cluster::new(&["n1", "n2", "n3"]);
+    c.kill_host("n2");
+    c.kill_host("n3");
+    c.put(spec("db", 1, EXCLUSIVE), "v1");
+    c.place("db", 0, "n1");
+    c.run_for(29_500);
+    assert!(c.starts("db", 0).is_empty());
+    assert!(c.issue("n1", IssueKind::ExclusiveWaiting).is_some());
+    c.run_for(1_000);
+    let held = c.issue("n1", IssueKind::ExclusiveUndecided).expect("held");
+    assert!(
+        held.held.as_deref().unwrap().contains("no strict majority"),
+        "{held:?}"
+    );
+    c.agent_mut("n1").rec.approve(&held.id).unwrap();
+    c.run_for(60_000);
+    assert_eq!(c.starts("db", 0).len(), 1);
+    assert_eq!(
+        c.count("n1", |a| matches!(a, Action::Stop { .. })),
+        0,
+        "approval overrides fencing"
+    );
+    assert!(
+        c.issue("n1", IssueKind::ExclusiveUndecided)
+            .unwrap()
+            .approved
+    );
+}
+
+fn five_workloads_on_n1(extra: &str) -> Cluster {
+    let mut c = Cluster::new(&["n1", "n2"]);
+    for w in ["a", "b", "c", "d", "e"] {
+        c.put(spec(w, 1, extra), "v1");
+        c.place(w, 0, "n1");
+    }
+    c.run_for(3_000);
+    c
+}
+
+#[test]
+fn empty_view_never_mass_stops_until_approved() {
+    let mut c = five_workloads_on_n1("");
+    c.specs.clear();
+    c.owners.clear();
+    c.run_for(30_000);
+    assert_eq!(c.count("n1", |a| matches!(a, Action::Stop { .. })), 0);
+    let held = c.issue("n1", IssueKind::SuspiciousView).expect("held");
+    assert!(
+        held.held
+            .as_deref()
+            .unwrap()
+            .contains("no workload specs at all"),
+        "{held:?}"
+    );
+    c.agent_mut("n1").rec.approve(&held.id).unwrap();
+    c.run_for(3_000);
+    assert_eq!(
+        c.count("n1", |a| matches!(
+            a,
+            Action::Stop {
+                cause: StopCause::Deleted,
+                ..
+            }
+        )),
+        5
+    );
+    assert!(c.issue("n1", IssueKind::SuspiciousView).is_none());
+}
+
+#[test]
+fn placement_moving_everything_away_is_held_unless_draining() {
+    let mut c = five_workloads_on_n1(EXCLUSIVE);
+    for w in ["a", "b", "c", "d", "e"] {
+        c.place(w, 0, "n2");
+    }
+    c.run_for(10_000);
+    assert_eq!(c.count("n1", |a| matches!(a, Action::Stop { .. })), 0);
+    assert_eq!(
+        c.count("n2", |a| matches!(a, Action::Start { .. })),
+        0,
+        "n2 waits for n1's copies"
+    );
+    assert!(c.issue("n1", IssueKind::SuspiciousView).is_some());
+    c.agent_mut("n1").draining = true;
+    c.run_for(5_000);
+    assert_eq!(
+        c.count("n1", |a| matches!(
+            a,
+            Action::Stop {
+                cause: StopCause::ExclusiveMoved,
+                ..
+            }
+        )),
+        5
+    );
+    assert_eq!(c.count("n2", |a| matches!(a, Action::Start { .. })), 5);
+}
+
+#[test]
+fn minority_view_holds_deletions_and_shell_suspicion_holds_them_too() {
+    let mut c = five_workloads_on_n1("");
+    c.kill_host("n2");
+    c.run_for(5_000);
+    c.specs.remove("a");
+    c.owners.remove(&ReplicaId::new("a", 0));
+    c.run_for(5_000);
+    assert_eq!(c.count("n1", |a| matches!(a, Action::Stop { .. })), 0);
+    let held = c.issue("n1", IssueKind::SuspiciousView).expect("held");
+    assert!(
+        held.message.contains("no strict majority"),
+        "{}",
+        held.message
+    );
+
+    let mut c = five_workloads_on_n1("");
+    c.agent_mut("n1").view_suspect = Some("store resyncing".into());
+    c.specs.remove("a");
+    c.owners.remove(&ReplicaId::new("a", 0));
+    c.run_for(5_000);
+    assert_eq!(c.count("n1", |a| matches!(a, Action::Stop { .. })), 0);
+    c.agent_mut("n1").view_suspect = None;
+    c.run_for(1_000);
+    assert_eq!(
+        c.count("n1", |a| matches!(
+            a,
+            Action::Stop {
+                cause: StopCause::Deleted,
+                ..
+            }
+        )),
+        1
+    );
+}
+
+#[test]
+fn unavailable_runtime_freezes_local_action_with_an_issue() {
+    let mut c = five_workloads_on_n1("");
+    let mut input: ReconcileInput = c.input_of("n1");
+    input.instances.clear();
+    input.runtime_unavailable = Some("docker engine unreachable".into());
+    let now = c.now + 500;
+    let agent = c.agent_mut("n1");
+    assert!(agent.rec.handle_tick(&input, now).is_empty());
+    let issues = agent.rec.issues();
+    assert_eq!(issues.len(), 1);
+    assert_eq!(issues[0].kind, IssueKind::RuntimeUnavailable);
+    assert!(issues[0].message.contains("docker engine unreachable"));
+    assert_eq!(agent.rec.observed().len(), 5, "what it knew is kept");
+}
