@@ -13,6 +13,9 @@ use crate::core::instance::RuntimeInstance;
 use crate::core::spec::{ProcessSpec, Run};
 use crate::runtime::{instance_env, wall_clock_ms, RuntimeError, RuntimeEvent, StartRequest};
 
+/// Handles tried before giving up (each differs: the hash input includes a counter).
+const HANDLE_ATTEMPTS_MAX: usize = 16;
+
 impl Inner {
     /// Spawns the replica's process and starts supervising it. On error nothing is left behind
     /// but the replica's (empty) working directory.
@@ -32,10 +35,7 @@ impl Inner {
             });
         };
         let working_dir = self.working_dir(&request, spec)?;
-        let handle = self.new_handle(&request);
-        let dir = self.instance_dir(&handle);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| RuntimeError::io(format!("creating {}", dir.display()), e))?;
+        let (handle, dir) = self.claim_handle(&request)?;
         let env = child_env(&request, spec);
         let child = match spawn_child(&dir, spec, &env, &working_dir) {
             Ok(child) => child,
@@ -84,6 +84,26 @@ impl Inner {
         let replica = request.replica;
         let _ = self.events.send(RuntimeEvent::Started { handle, replica });
         Ok(instance)
+    }
+
+    /// A fresh handle and its new, empty directory. Creating the directory is what reserves the
+    /// handle, so two starts can never share one, even after a hash collision.
+    fn claim_handle(&self, request: &StartRequest) -> Result<(String, PathBuf), RuntimeError> {
+        let parent = self.config.data_dir.join("instances");
+        std::fs::create_dir_all(&parent)
+            .map_err(|e| RuntimeError::io(format!("creating {}", parent.display()), e))?;
+        for _ in 0..HANDLE_ATTEMPTS_MAX {
+            let handle = self.new_handle(request);
+            let dir = self.instance_dir(&handle);
+            match std::fs::create_dir(&dir) {
+                Ok(()) => return Ok((handle, dir)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(RuntimeError::io(format!("creating {}", dir.display()), e)),
+            }
+        }
+        Err(RuntimeError::StartFailed {
+            reason: format!("no free instance handle after {HANDLE_ATTEMPTS_MAX} attempts"),
+        })
     }
 
     /// The spec's working directory, which must exist, or the replica's own data directory.

@@ -1,0 +1,103 @@
+//! The engine connection: configuration, lazy API-version negotiation, renegotiation after an
+//! outage, and what the engine says it cannot enforce.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bollard::Docker;
+
+use super::body::engine_error;
+use crate::runtime::RuntimeError;
+
+/// How to reach the engine and how hard to try.
+#[derive(Clone, Debug)]
+pub struct DockerConfig {
+    /// This node's id, written as `shoal.node` on every container.
+    pub node: String,
+    /// The engine's unix socket; `None` uses `DOCKER_HOST` or `/var/run/docker.sock`.
+    pub socket: Option<String>,
+    /// Longest wait for one engine answer (bollard counts it in whole seconds).
+    pub request_timeout: Duration,
+    /// How long to wait for an exit after the kill at the end of a stop.
+    pub kill_wait: Duration,
+    /// First delay before reconnecting the event stream; doubles up to `reconnect_max`.
+    pub reconnect_initial: Duration,
+    /// Longest delay between reconnection attempts.
+    pub reconnect_max: Duration,
+}
+
+impl DockerConfig {
+    /// The defaults for a node: local engine, 60 s requests, 10 s kill wait, reconnect from
+    /// 250 ms up to 5 s.
+    pub fn new(node: &str) -> Self {
+        DockerConfig {
+            node: node.to_string(),
+            socket: None,
+            request_timeout: Duration::from_secs(60),
+            kill_wait: Duration::from_secs(10),
+            reconnect_initial: Duration::from_millis(250),
+            reconnect_max: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A connection to the engine, negotiated lazily and again after each outage.
+pub(crate) struct Client {
+    base: Docker,
+    negotiated: tokio::sync::Mutex<Option<Docker>>,
+    /// What the engine said it cannot enforce, from its `info` at the last negotiation.
+    limits_note: Mutex<Option<String>>,
+}
+
+impl Client {
+    /// A client over `base` that negotiates on first use.
+    pub(crate) fn new(base: Docker) -> Self {
+        Client {
+            base,
+            negotiated: tokio::sync::Mutex::new(None),
+            limits_note: Mutex::new(None),
+        }
+    }
+
+    /// What the engine reported it cannot enforce, as a sentence for `status`.
+    pub(crate) fn limits_note(&self) -> Option<String> {
+        self.limits_note.lock().expect("note lock").clone()
+    }
+
+    /// The negotiated client, negotiating first if needed.
+    pub(crate) async fn get(&self) -> Result<Docker, RuntimeError> {
+        let mut negotiated = self.negotiated.lock().await;
+        if let Some(docker) = negotiated.as_ref() {
+            return Ok(docker.clone());
+        }
+        let docker = self
+            .base
+            .clone()
+            .negotiate_version()
+            .await
+            .map_err(|e| engine_error("negotiate the API version", e))?;
+        if let Ok(info) = docker.info().await {
+            let mut missing = Vec::new();
+            if info.cpu_cfs_quota == Some(false) {
+                missing.push("cpu");
+            }
+            if info.memory_limit == Some(false) {
+                missing.push("memory");
+            }
+            let note = (!missing.is_empty()).then(|| {
+                format!(
+                    "{} limits not enforced: the Docker engine reports no support",
+                    missing.join("/")
+                )
+            });
+            *self.limits_note.lock().expect("note lock") = note;
+        }
+        *negotiated = Some(docker.clone());
+        Ok(docker)
+    }
+
+    /// Forgets the negotiated client so that the next call negotiates again.
+    pub(crate) async fn invalidate(&self) {
+        *self.negotiated.lock().await = None;
+    }
+}
