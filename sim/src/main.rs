@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use shoal_sim::host::ModelHost;
+use shoal_sim::host::{CoreHost, HostLoop, ModelHost};
 use shoal_sim::report::{self, Report};
 use shoal_sim::scenario::{parse_scenario, Scenario};
 use shoal_sim::world::World;
@@ -41,6 +41,10 @@ enum Command {
         /// Prints the JSON report as the last line of stdout.
         #[arg(long)]
         json: bool,
+        /// The host loop beside each agent: `core` (the real reconciler and in-memory runtime)
+        /// or `model` (the simulator's own model of it).
+        #[arg(long, default_value = "core")]
+        host: String,
     },
     /// Checks scenario files and reports every problem with its location.
     Check {
@@ -93,14 +97,14 @@ fn real_main() -> anyhow::Result<i32> {
         Command::Model(args) => shoal_sim::model::main(args),
         Command::Run {
             scenario,
-            seed,
             seeds: Some(range),
             out,
             json,
+            host,
+            ..
         } => {
-            let _ = seed;
             let sc = load(&scenario)?;
-            shoal_sim::seeds::run_many(&scenario, &sc, &range, out.as_deref(), json)
+            shoal_sim::seeds::run_many(&scenario, &sc, &range, out.as_deref(), json, &host)
         }
         Command::Run {
             scenario,
@@ -108,10 +112,11 @@ fn real_main() -> anyhow::Result<i32> {
             seeds: None,
             out,
             json,
+            host,
         } => {
             let sc = load(&scenario)?;
             let seed = seed.unwrap_or(sc.seed);
-            run_one(&scenario, sc, seed, out.as_deref(), json)
+            run_one(&scenario, sc, seed, out.as_deref(), json, &host)
         }
     }
 }
@@ -123,10 +128,19 @@ fn run_one(
     seed: u64,
     out: Option<&Path>,
     json: bool,
+    host: &str,
 ) -> anyhow::Result<i32> {
+    let host_loop: Box<dyn HostLoop + Send> = match host {
+        "core" => Box::new(CoreHost),
+        "model" => Box::new(ModelHost),
+        other => anyhow::bail!("--host {other}: the host loops are `core` and `model`"),
+    };
     entropy::reseed(seed);
     entropy::check().map_err(|e| anyhow::anyhow!("the entropy override is not in effect: {e}"))?;
-    let replay = format!("shoal-sim run {} --seed {seed}", path.display());
+    let replay = format!(
+        "shoal-sim run {} --seed {seed} --host {host}",
+        path.display()
+    );
     let progress_ms = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
     let bar = spawn_progress(&sc, progress_ms.clone(), done.clone());
@@ -141,7 +155,7 @@ fn run_one(
                 .start_paused(true)
                 .build()?;
             rt.block_on(async move {
-                let mut world = World::new(sc, seed, Box::new(ModelHost));
+                let mut world = World::new(sc, seed, host_loop);
                 world.run(&|ms| p.store(ms, Ordering::Relaxed)).await;
                 Ok(report::build(&world, 0.0, replay))
             })

@@ -163,6 +163,82 @@ impl HostRuntime {
     }
 }
 
+/// One alive (or exited) instance as the checkers see it, from either runtime.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    /// The replica.
+    pub replica: ReplicaId,
+    /// Its phase.
+    pub phase: Phase,
+    /// When it is (or was) running (sim ms).
+    pub ready_ms: u64,
+    /// Its spec version.
+    pub version: String,
+}
+
+/// The ground truth of a host: the model runtime, or the agent's real in-memory runtime.
+#[derive(Clone)]
+pub enum Ground {
+    /// The simulator's model runtime (with [`crate::host::ModelHost`]).
+    Model(std::sync::Arc<std::sync::Mutex<HostRuntime>>),
+    /// `shoal::runtime::mem::MemRuntime` (with [`crate::host::CoreHost`]); its times are ms since
+    /// the run's start.
+    Mem(shoal::runtime::mem::MemRuntime),
+}
+
+impl Ground {
+    /// Every instance at `now_ms`.
+    pub fn seen(&self, now_ms: u64) -> Vec<Seen> {
+        match self {
+            Ground::Model(rt) => {
+                let mut rt = rt.lock().expect("runtime");
+                rt.advance(now_ms);
+                rt.instances()
+                    .values()
+                    .map(|i| Seen {
+                        replica: i.replica.clone(),
+                        phase: i.phase,
+                        ready_ms: i.ready_ms,
+                        version: i.spec_version.clone(),
+                    })
+                    .collect()
+            }
+            Ground::Mem(rt) => list_now(rt)
+                .into_iter()
+                .map(|i| Seen {
+                    replica: i.replica,
+                    phase: i.phase,
+                    ready_ms: i.started_at_ms,
+                    version: i.spec_version,
+                })
+                .collect(),
+        }
+    }
+
+    /// The host died: every instance is gone.
+    pub fn kill_all(&self) {
+        match self {
+            Ground::Model(rt) => rt.lock().expect("runtime").kill_all(),
+            Ground::Mem(rt) => rt.kill_all(),
+        }
+    }
+}
+
+/// `MemRuntime::list` without awaiting: it never waits (one lock, one copy), so one poll
+/// finishes it; anything else would be a change in that runtime, and panics here.
+fn list_now(rt: &shoal::runtime::mem::MemRuntime) -> Vec<shoal_core::instance::RuntimeInstance> {
+    use shoal::runtime::Runtime;
+    use std::future::Future;
+    let mut fut = std::pin::pin!(rt.list());
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(list) => list.unwrap_or_default(),
+        std::task::Poll::Pending => {
+            panic!("MemRuntime::list waited; the simulator reads it synchronously")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

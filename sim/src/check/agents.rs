@@ -49,10 +49,15 @@ impl Checker {
         h: u32,
         name: &str,
         generation: Option<u64>,
-        held: Vec<(ReplicaId, bool)>,
+        held: Vec<ReplicaId>,
         hosts: &[Host],
     ) {
-        for (replica, exclusive) in held {
+        for replica in held {
+            let spec = self
+                .latest
+                .get(&replica.workload)
+                .and_then(|(_, s)| s.as_ref());
+            let exclusive = spec.is_some_and(|s| s.placement.exclusive);
             self.pending_replacements.push(PendingReplacement {
                 replica,
                 host: h,

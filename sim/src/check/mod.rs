@@ -189,18 +189,16 @@ impl Checker {
     }
 
     /// Alive copies per replica right now (for `owner=` selectors).
-    pub fn owners_snapshot(&self, hosts: &[Host]) -> Vec<(ReplicaId, u32)> {
+    pub fn owners_snapshot(&self, hosts: &[Host], now: u64) -> Vec<(ReplicaId, u32)> {
         let mut out = Vec::new();
         for h in hosts {
             for i in h
-                .runtime
-                .lock()
-                .expect("runtime")
-                .instances()
-                .values()
-                .filter(|i| i.alive())
+                .ground
+                .seen(now)
+                .into_iter()
+                .filter(|i| i.phase.may_be_alive())
             {
-                out.push((i.replica.clone(), h.index));
+                out.push((i.replica, h.index));
             }
         }
         out.sort();
@@ -211,7 +209,7 @@ impl Checker {
     pub async fn sample(&mut self, now: u64, hosts: &[Host], net: &SimNet, trace: &mut Trace) {
         let dt = now.saturating_sub(self.last_sample_ms) as f64 / 1000.0;
         self.last_sample_ms = now;
-        let copies = truth::copies(now, hosts);
+        let copies = truth::copies(now, hosts, &self.latest);
         let (desired, running, healthy, extra) = truth::counts(&copies, &self.latest);
         self.missing_replica_seconds += f64::from(desired.saturating_sub(healthy)) * dt;
         self.extra_replica_seconds += f64::from(extra) * dt;
@@ -222,7 +220,7 @@ impl Checker {
             healthy,
         });
         self.check_duplicates(now, &copies, trace);
-        self.check_capacity(now, hosts, trace);
+        self.check_capacity(now, hosts, &copies, trace);
         self.update_truth(now, hosts, trace);
         self.check_replacements(&copies);
         self.check_convergence(now, &copies, hosts);
@@ -286,19 +284,24 @@ impl Checker {
         }
     }
 
-    fn check_capacity(&mut self, now: u64, hosts: &[Host], trace: &mut Trace) {
+    fn check_capacity(&mut self, now: u64, hosts: &[Host], copies: &Copies, trace: &mut Trace) {
+        let mut used = vec![(0u64, 0u64); hosts.len()];
+        for (r, list) in copies {
+            let Some(spec) = self.latest.get(&r.workload).and_then(|(_, s)| s.as_ref()) else {
+                continue;
+            };
+            for c in list {
+                used[c.host as usize].0 += spec.resources.cpu_millis;
+                used[c.host as usize].1 += spec.resources.memory_bytes;
+            }
+        }
         for h in hosts {
-            let used = h.runtime.lock().expect("runtime").reserved();
-            let over =
-                used.cpu_millis > h.record.cpu_millis || used.memory_bytes > h.record.memory_bytes;
+            let (cpu, mem) = used[h.index as usize];
+            let over = cpu > h.record.cpu_millis || mem > h.record.memory_bytes;
             if over && self.over_capacity.insert(h.index) {
                 let detail = format!(
-                    "{} holds {} mCPU / {} B of {} mCPU / {} B",
-                    h.name,
-                    used.cpu_millis,
-                    used.memory_bytes,
-                    h.record.cpu_millis,
-                    h.record.memory_bytes
+                    "{} holds {cpu} mCPU / {mem} B of {} mCPU / {} B",
+                    h.name, h.record.cpu_millis, h.record.memory_bytes
                 );
                 self.violation(trace, now, "over-capacity", detail);
             } else if !over {

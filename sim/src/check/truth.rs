@@ -39,26 +39,33 @@ pub(crate) struct Truth {
     pub placement: Placement,
 }
 
-/// Every alive copy on every host at `now`.
-pub fn copies(now: u64, hosts: &[Host]) -> Copies {
+/// Every alive copy on every host at `now` (exclusive from the acknowledged specs).
+pub fn copies(now: u64, hosts: &[Host], latest: &Latest) -> Copies {
     let mut out: Copies = BTreeMap::new();
     for h in hosts {
-        let mut rt = h.runtime.lock().expect("runtime");
-        rt.advance(now);
-        for i in rt.instances().values().filter(|i| i.alive()) {
-            out.entry(i.replica.clone()).or_default().push(Copy {
+        for i in h
+            .ground
+            .seen(now)
+            .into_iter()
+            .filter(|i| i.phase.may_be_alive())
+        {
+            let exclusive = latest
+                .get(&i.replica.workload)
+                .and_then(|(_, s)| s.as_ref())
+                .is_some_and(|s| s.placement.exclusive);
+            out.entry(i.replica).or_default().push(Copy {
                 host: h.index,
                 phase: i.phase,
                 ready_ms: i.ready_ms,
-                version: i.spec_version.clone(),
-                exclusive: i.exclusive,
+                version: i.version,
+                exclusive,
             });
         }
     }
     out
 }
 
-type Latest = BTreeMap<String, (Option<String>, Option<WorkloadSpec>)>;
+pub(crate) type Latest = BTreeMap<String, (Option<String>, Option<WorkloadSpec>)>;
 
 fn desired_replicas(latest: &Latest) -> BTreeMap<&str, u32> {
     latest

@@ -7,6 +7,7 @@
 //! replicas with self-fencing and a fencing delay. The real host loop plugs in through
 //! [`HostLoop`] when it lands; the invariant checkers only read the runtimes, never this code.
 
+mod core;
 mod model;
 pub mod view;
 
@@ -19,6 +20,7 @@ use shoal::mesh::node::MeshNode;
 use crate::runtime::HostRuntime;
 use crate::scenario::{HostConfig, InstanceProfile};
 
+pub use self::core::CoreHost;
 pub use model::ModelHost;
 
 /// Instance behaviour per workload, changed by `instance` events while the run goes on.
@@ -31,8 +33,12 @@ pub struct HostEnv {
     pub index: u32,
     /// The agent.
     pub node: Arc<MeshNode>,
-    /// The host's runtime (the simulator's ground truth).
+    /// The host's model runtime (used by [`ModelHost`]).
     pub runtime: Arc<Mutex<HostRuntime>>,
+    /// The agent's in-memory runtime (used by [`CoreHost`]).
+    pub mem: shoal::runtime::mem::MemRuntime,
+    /// The host's wall clock (skewed by clock faults).
+    pub clock: shoal::mesh::node::WallClock,
     /// Instance behaviour per workload.
     pub profiles: Profiles,
     /// Timing.

@@ -79,19 +79,22 @@ async fn refresh_specs(env: &HostEnv, state: &mut State) {
 }
 
 fn placement_key(peers: &[Peer], specs: &[(WorkloadSpec, String)]) -> u64 {
-    let mut text = String::new();
+    use std::hash::Hasher;
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
     for p in peers.iter().filter(|p| p.alive) {
         if let Some(r) = &p.record {
-            text.push_str(&format!(
-                "{}:{}:{}:{}:{};",
-                p.name, r.cpu_millis, r.memory_bytes, r.zone, r.draining
-            ));
+            h.write(p.name.as_bytes());
+            h.write_u64(r.cpu_millis);
+            h.write_u64(r.memory_bytes);
+            h.write(r.zone.as_bytes());
+            h.write_u8(u8::from(r.draining));
         }
     }
     for (s, v) in specs {
-        text.push_str(&format!("{}@{v};", s.name));
+        h.write(s.name.as_bytes());
+        h.write(v.as_bytes());
     }
-    xxhash_rust::xxh3::xxh3_64(text.as_bytes())
+    h.finish()
 }
 
 async fn round(env: &HostEnv, st: &mut State) {

@@ -58,11 +58,11 @@ impl ViewCache {
     /// Every member, one per name (the live identity with the lowest generation, else the
     /// newest), sorted by name: the same rule as `shoal::mesh::view::members`.
     pub fn read(&mut self, chitchat: &Chitchat) -> Vec<Peer> {
-        let live: Vec<&ChitchatId> = chitchat.live_nodes().collect();
+        let live: std::collections::BTreeSet<&ChitchatId> = chitchat.live_nodes().collect();
         let mut by_name: BTreeMap<String, (u64, Peer)> = BTreeMap::new();
         for (id, state) in chitchat.node_states() {
             let leaving = state.get(LEAVING_KEY).is_some();
-            let alive = !leaving && live.contains(&id);
+            let alive = !leaving && live.contains(id);
             let record = match state.get_versioned(NODE_KEY) {
                 None => None,
                 Some(v) => {

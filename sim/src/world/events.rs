@@ -14,23 +14,19 @@ use crate::scenario::select::Pool;
 use crate::scenario::{Action, PartitionKind, Selector};
 
 impl World {
-    fn pool_of(&self, hosts: Vec<u32>) -> Vec<u32> {
-        hosts
-    }
-
     /// Hosts in `states`, sorted.
     fn hosts_in(&self, up_only: bool) -> Vec<u32> {
         let hosts = self
             .hosts
             .iter()
             .filter(|h| !up_only || h.state != HostState::Down);
-        self.pool_of(hosts.map(|h| h.index).collect())
+        hosts.map(|h| h.index).collect()
     }
 
     /// Resolves `sel` among `hosts` with the run's generator.
     pub(super) fn resolve(&mut self, sel: &Selector, hosts: &[u32]) -> Vec<u32> {
         let zones: Vec<String> = self.hosts.iter().map(|h| h.record.zone.clone()).collect();
-        let owners = self.checker.owners_snapshot(&self.hosts);
+        let owners = self.checker.owners_snapshot(&self.hosts, self.now_ms());
         let zone_of = |h: u32| zones[h as usize].clone();
         let owners_of = |w: &str| {
             owners

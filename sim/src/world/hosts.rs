@@ -15,8 +15,10 @@ use super::World;
 use crate::clock::SimClock;
 use crate::host::HostEnv;
 use crate::net::{host_addr, SimNet, API_PORT, GOSSIP_PORT};
-use crate::runtime::HostRuntime;
+use crate::runtime::{Ground, HostRuntime};
 use crate::scenario::Scenario;
+use rand::SeedableRng;
+use shoal::runtime::mem::MemRuntime;
 
 /// Hosts every agent names as seeds.
 const SEED_HOSTS: u32 = 3;
@@ -48,8 +50,12 @@ pub struct Host {
     pub disk: MemDisk,
     /// Its wall clock.
     pub clock: SimClock,
-    /// Its instances.
+    /// Its instances (the model runtime).
     pub runtime: Arc<Mutex<HostRuntime>>,
+    /// The agent's in-memory runtime (with the core host loop).
+    pub mem: MemRuntime,
+    /// The ground truth the checkers read: one of the two runtimes.
+    pub ground: Ground,
     /// The running agent.
     pub running: Option<RunningNode>,
     /// When the current incarnation came up (sim ms).
@@ -64,7 +70,13 @@ pub struct Host {
 }
 
 impl Host {
-    pub(super) fn new(index: u32, sc: &Scenario, seed: u64, t0: tokio::time::Instant) -> Self {
+    pub(super) fn new(
+        index: u32,
+        sc: &Scenario,
+        seed: u64,
+        t0: tokio::time::Instant,
+        core: bool,
+    ) -> Self {
         let zone = sc.mesh.zones[index as usize % sc.mesh.zones.len()].clone();
         let record = NodeRecord {
             cpu_millis: sc.mesh.cpu_millis,
@@ -76,16 +88,29 @@ impl Host {
             placement_version: shoal_core::placement::PLACEMENT_ALGORITHM_VERSION,
             api_addr: host_addr(index, API_PORT),
         };
-        let runtime = HostRuntime::new(seed ^ (u64::from(index) << 32), sc.host.stop_ms);
+        let runtime = Arc::new(Mutex::new(HostRuntime::new(
+            seed ^ (u64::from(index) << 32),
+            sc.host.stop_ms,
+        )));
+        let name = format!("n{}", index + 1);
+        let rng = rand::rngs::ChaCha8Rng::seed_from_u64(seed ^ (u64::from(index) << 32) ^ 0x6d656d);
+        let mem = MemRuntime::with_rng(&name, rng, t0);
+        let ground = if core {
+            Ground::Mem(mem.clone())
+        } else {
+            Ground::Model(runtime.clone())
+        };
         Host {
             index,
-            name: format!("n{}", index + 1),
+            name,
             state: HostState::Down,
             paused: Arc::new(AtomicBool::new(false)),
             record,
             disk: MemDisk::new(),
             clock: SimClock::new(t0),
-            runtime: Arc::new(Mutex::new(runtime)),
+            runtime,
+            mem,
+            ground,
             running: None,
             up_since_ms: 0,
             incarnation: 0,
@@ -177,6 +202,8 @@ impl World {
                         index: host.index,
                         node: running.node.clone(),
                         runtime: host.runtime.clone(),
+                        mem: host.mem.clone(),
+                        clock: host.clock.wall_clock(),
                         profiles: self.profiles.clone(),
                         config: self.scenario.host.clone(),
                         paused: host.paused.clone(),
@@ -213,13 +240,11 @@ impl World {
             return;
         }
         let held: Vec<_> = host
-            .runtime
-            .lock()
-            .expect("runtime")
-            .instances()
-            .values()
-            .filter(|i| i.alive())
-            .map(|i| (i.replica.clone(), i.exclusive))
+            .ground
+            .seen(now)
+            .into_iter()
+            .filter(|i| i.phase.may_be_alive())
+            .map(|i| i.replica)
             .collect();
         let generation = host.node().map(|n| n.gossip().chitchat_id().generation_id);
         if let Some(task) = host.starting.take() {
@@ -235,7 +260,7 @@ impl World {
         self.net.stop_rpc(host_addr(h, API_PORT));
         self.net.set_paused(h, false);
         host.paused.store(false, Ordering::Relaxed);
-        host.runtime.lock().expect("runtime").kill_all();
+        host.ground.kill_all();
         if keep_data {
             host.disk_crashed = true;
         } else {
