@@ -161,7 +161,8 @@ pub trait Runtime: Send + Sync {
     /// Whether this runtime can run `spec`; `Err` carries the reason for `shoal issues`.
     fn supports(&self, spec: &WorkloadSpec) -> Result<(), String>;
 
-    /// Starts one instance and returns it as running. On error nothing is left running.
+    /// Starts one instance and returns it as the runtime sees it right after (running, or
+    /// already exited if it died at once). On error nothing is left running.
     async fn start(&self, request: StartRequest) -> Result<RuntimeInstance, RuntimeError>;
 
     /// Stops an instance: SIGTERM (or the engine's stop), then SIGKILL after `grace`; returns

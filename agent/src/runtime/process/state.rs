@@ -5,6 +5,8 @@
 //! ticks since boot), and a pid is trusted only while its start time still matches.
 
 use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -71,9 +73,18 @@ impl InstanceState {
         let path = dir.join(STATE_FILE);
         let tmp = dir.join(format!("{STATE_FILE}.tmp"));
         let bytes = serde_json::to_vec_pretty(self).expect("state serializes");
-        std::fs::write(&tmp, bytes)
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .map_err(|e| RuntimeError::io(format!("writing {}", path.display()), e))
+        // Owner-only: the environment may hold credentials.
+        let write = || -> std::io::Result<()> {
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            file.write_all(&bytes)?;
+            std::fs::rename(&tmp, &path)
+        };
+        write().map_err(|e| RuntimeError::io(format!("writing {}", path.display()), e))
     }
 }
 
