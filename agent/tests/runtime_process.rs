@@ -390,3 +390,30 @@ async fn reload_hooks_and_exec_probes_run_in_the_instance_context() {
     assert!(!unknown.is_healthy());
     rt.stop(&inst.handle, Duration::from_secs(2)).await.unwrap();
 }
+
+#[tokio::test]
+async fn group_members_outliving_the_leader_are_killed_after_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = open(dir.path()).await;
+    // The leader dies of SIGTERM at once; a member of its group ignores it.
+    let script = "sh -c 'trap \"\" TERM; echo $$ > member.pid; while :; do sleep 0.05; done' & \
+                  exec sleep 30";
+    let spec = process_spec("family", &["sh", "-c", script]);
+    let inst = rt.start(request(&spec, 0, NODE)).await.unwrap();
+    let pid_file = dir.path().join("replicas/family/0/member.pid");
+    eventually(EVENT_WAIT, "the member to start", || pid_file.exists()).await;
+    let member: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let grace = Duration::from_millis(300);
+    let t0 = Instant::now();
+    rt.stop(&inst.handle, grace).await.expect("stop");
+    assert!(
+        t0.elapsed() >= grace,
+        "the member had the whole grace: {:?}",
+        t0.elapsed()
+    );
+    eventually(EVENT_WAIT, "the member to be killed", || !alive(member)).await;
+}

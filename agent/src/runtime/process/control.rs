@@ -22,10 +22,19 @@ impl Inner {
             return Ok(());
         };
         let (pid, ticks) = (state.pid, state.proc_start_ticks);
+        let deadline = tokio::time::Instant::now() + grace;
         if state::is_same_live_process(pid, ticks) {
             signal_group(pid, Signal::SIGTERM);
         }
         if wait_exit(&mut exited, grace).await {
+            // Members of the group that outlive the leader get the rest of the grace, then SIGKILL.
+            // The group id cannot be reused while any member lives, so this reaches only them.
+            while group_exists(pid) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(GROUP_POLL_INTERVAL).await;
+            }
+            if group_exists(pid) {
+                signal_group(pid, Signal::SIGKILL);
+            }
             return Ok(());
         }
         tracing::info!(
@@ -155,6 +164,14 @@ impl Inner {
             Probe::Http { port, path } => probe::http(local(*port), path, timeout).await,
         }
     }
+}
+
+/// How often a stop checks whether the rest of a process group is gone.
+const GROUP_POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Whether any live process is left in the group `pgid`.
+fn group_exists(pgid: i32) -> bool {
+    pgid > 1 && state::group_has_live_members(pgid)
 }
 
 /// Waits up to `limit` for the exit flag; false on timeout.

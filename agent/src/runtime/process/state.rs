@@ -127,6 +127,8 @@ pub(crate) fn load_all(instances_dir: &Path) -> Result<Vec<InstanceState>, Runti
 pub(crate) struct ProcStat {
     /// The state letter (`R`, `S`, `Z`, ...).
     pub state: char,
+    /// The process group id.
+    pub pgrp: i32,
     /// Start time in clock ticks since boot.
     pub start_ticks: u64,
 }
@@ -143,9 +145,14 @@ pub(crate) fn parse_proc_stat(text: &str) -> Option<ProcStat> {
     let rest = &text[text.rfind(')')? + 1..];
     let mut fields = rest.split_ascii_whitespace();
     let state = fields.next()?.chars().next()?;
-    // After the state (field 3), start time is field 22: 18 fields further.
-    let start_ticks = fields.nth(18)?.parse().ok()?;
-    Some(ProcStat { state, start_ticks })
+    // Field 3 was the state; the group is field 5 and the start time field 22.
+    let pgrp = fields.nth(1)?.parse().ok()?;
+    let start_ticks = fields.nth(16)?.parse().ok()?;
+    Some(ProcStat {
+        state,
+        pgrp,
+        start_ticks,
+    })
 }
 
 /// Whether `pid` is still the process that was started at `start_ticks`, and not a zombie.
@@ -154,6 +161,19 @@ pub(crate) fn is_same_live_process(pid: i32, start_ticks: u64) -> bool {
         Some(stat) => stat.start_ticks == start_ticks && stat.state != 'Z' && stat.state != 'X',
         None => false,
     }
+}
+
+/// Whether any live (non-zombie) process is still in process group `pgid`. Zombies do not count:
+/// they hold nothing and wait only for their reaper.
+pub(crate) fn group_has_live_members(pgid: i32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(proc_stat)
+        .any(|stat| stat.pgrp == pgid && stat.state != 'Z' && stat.state != 'X')
 }
 
 #[cfg(test)]
@@ -166,6 +186,7 @@ mod tests {
                     987654 2392064 140 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0";
         let stat = parse_proc_stat(text).unwrap();
         assert_eq!(stat.state, 'S');
+        assert_eq!(stat.pgrp, 4242);
         assert_eq!(stat.start_ticks, 987654);
         assert_eq!(parse_proc_stat("garbage"), None);
         assert_eq!(parse_proc_stat("1 (x) S 1 2"), None);
