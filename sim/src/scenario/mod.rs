@@ -268,9 +268,10 @@ pub enum Action {
 }
 
 impl Action {
-    /// Whether this event disturbs the mesh (the "last fault" that convergence is timed from).
+    /// Whether this event disturbs the mesh (the "last fault" that convergence is timed from):
+    /// every action does, instance profile changes included (the end of a crash loop is one).
     pub fn is_fault(&self) -> bool {
-        !matches!(self, Action::Instance { .. })
+        true
     }
 
     /// When the disturbance it starts ends, relative to its start.

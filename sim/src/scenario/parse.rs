@@ -517,3 +517,47 @@ fn signed_ms(c: &mut Check<'_>, off: usize, v: &Option<String>) -> i64 {
     c.ms(off, "jump", &Some(body.to_string()))
         .map_or(0, |ms| sign * ms as i64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "name = \"t\"\nduration = \"10s\"\n[mesh]\nnodes = 3\n";
+
+    #[test]
+    fn a_minimal_scenario_parses_with_defaults() {
+        let sc = parse_scenario(GOOD, "t.toml").unwrap();
+        assert_eq!((sc.duration_ms, sc.mesh.nodes, sc.seed), (10_000, 3, 1));
+        assert_eq!(sc.mesh.zones, ["z1"]);
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_location() {
+        let text = format!(
+            "{GOOD}[[events]]\nat = \"2s\"\naction = \"crash\"\ntarget = \"9\"\n\n\
+             [[events]]\nat = \"soon\"\naction = \"explode\"\n"
+        );
+        let err = parse_scenario(&text, "bad.toml").unwrap_err().to_string();
+        assert!(
+            err.contains("bad.toml:5:1: target: \"9\": the mesh has 3 hosts"),
+            "{err}"
+        );
+        assert!(
+            err.contains("bad.toml:10:1: at: \"soon\" is not a duration"),
+            "{err}"
+        );
+        let err = parse_scenario(&format!("{GOOD}surprise = 1\n"), "x.toml").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("x.toml:5:1: unknown field `surprise`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_inline_spec_error_names_its_line() {
+        let text = format!("{GOOD}[[workloads]]\nspec = \"\"\"\nname = \"Bad Name\"\n\"\"\"\n");
+        let err = parse_scenario(&text, "w.toml").unwrap_err().to_string();
+        assert!(err.contains("w.toml (spec at line 5)"), "{err}");
+    }
+}

@@ -1,0 +1,78 @@
+//! The small shipped scenarios on a few seeds (the big ones run by hand: docs/sim.md), and
+//! every shipped scenario file checked.
+
+use std::process::Command;
+
+fn scenario(name: &str) -> String {
+    format!("{}/../scenarios/{name}.toml", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(name: &str, seed: u64) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal-sim"))
+        .args([
+            "run",
+            &scenario(name),
+            "--seed",
+            &seed.to_string(),
+            "--json",
+        ])
+        .output()
+        .expect("shoal-sim runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|e| {
+        panic!(
+            "{name} seed {seed}: no JSON report ({e}); stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn every_shipped_scenario_checks() {
+    let dir = format!("{}/../scenarios", env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .filter(|p| p.ends_with(".toml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 9, "{files:?}");
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal-sim"))
+        .arg("check")
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_exclusive_owner_cut_off_in_a_minority_never_runs_twice() {
+    for seed in 1..=3 {
+        let r = run("minority-isolation-exclusive", seed);
+        assert_eq!(r["exclusive_duplicates"], 0, "seed {seed}: {r}");
+        assert_eq!(r["invariant_violations"], 0, "seed {seed}: {r}");
+        assert_eq!(r["passed"], true, "seed {seed}: {r}");
+    }
+}
+
+#[test]
+fn a_crash_loop_backs_off_and_recovers_when_it_ends() {
+    for seed in 1..=2 {
+        let r = run("crashloop", seed);
+        assert_eq!(r["passed"], true, "seed {seed}: {r}");
+    }
+}
+
+#[test]
+fn a_crashed_host_is_replaced_within_the_target() {
+    let r = run("quickstart", 3);
+    assert_eq!(r["passed"], true, "{r}");
+    let p99 = r["replacement_p99_ms"]
+        .as_u64()
+        .expect("replacements measured");
+    assert!(p99 <= 5_000, "{r}");
+}
