@@ -91,8 +91,19 @@ fn exited_issue_names_the_cause_and_the_next_attempt() {
     );
     assert!(issue.message.contains("next attempt"), "{}", issue.message);
     assert_eq!(c.agent("n1").rec.poll_timeout(), Some(c.now - 500 + 10_000));
-    let status = &c.agent("n1").rec.observed()[0];
-    assert_eq!((status.phase, status.exit_code), (Phase::Exited, Some(3)));
+    let status = c.agent("n1").rec.observed();
+    let phases: Vec<(Phase, Option<i32>, bool)> = status
+        .iter()
+        .map(|s| (s.phase, s.exit_code, s.handle.is_some()))
+        .collect();
+    // The exited record, and the replica's pending entry (what it waits for).
+    assert_eq!(
+        phases,
+        [
+            (Phase::Pending, Some(3), false),
+            (Phase::Exited, Some(3), true)
+        ]
+    );
 }
 
 #[test]
@@ -183,10 +194,14 @@ fn failing_starts_raise_a_runtime_issue_and_back_off() {
         issue.message
     );
     let status = c.agent("n1").rec.observed();
+    let records = status.iter().filter(|s| s.handle.is_some()).count();
     assert_eq!(
-        status.len(),
-        1,
+        records, 1,
         "failed records are replaced, not accumulated: {status:?}"
+    );
+    assert!(
+        status.iter().all(|s| s.restarts == 0),
+        "failed starts are not restarts"
     );
 
     // The shell may also report a start that produced no instance at all.

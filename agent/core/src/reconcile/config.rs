@@ -41,6 +41,11 @@ pub struct ReconcileConfig {
     /// unreachable but not confirmed dead, no majority, a live peer that published no state)
     /// before the wait becomes an issue held for `shoal approve` (default 30 s).
     pub exclusive_undecided_max_ms: u64,
+    /// How long a node publishes its claim on an exclusive replica (a `pending` entry in its
+    /// observed state) before starting it (default 3 s, longer than gossip takes to spread): two
+    /// nodes that both believe they own it (placement views differ while membership changes) see
+    /// each other's claim first, and only the lower node name proceeds.
+    pub exclusive_claim_ms: u64,
     /// Most orphans (instances here no longer placed here) that may be stopped on the reconciler's
     /// own authority when they are more than half of this node's live instances (default 3; a
     /// draining node is exempt). At or above it the view is suspicious and such stops are held.
@@ -67,6 +72,7 @@ impl Default for ReconcileConfig {
             fence_stop_grace_ms: 2_000,
             fencing_delay_ms: 20_000,
             exclusive_undecided_max_ms: 30_000,
+            exclusive_claim_ms: 3_000,
             mass_stop_min: 3,
             reload_timeout_ms: 30_000,
             reload_retry_ms: 10_000,

@@ -1,25 +1,39 @@
 //! The safety rule for exclusive replicas: never two copies.
 //!
-//! A new owner starts an exclusive replica only when (1) no live peer reports a copy that may be
-//! alive, (2) it sees a strict majority of the last known membership, (3) every live peer has
-//! published its observed state, and (4) every copy last reported by a peer that is no longer live
-//! belongs to a peer confirmed dead at least `fencing_delay_ms` ago. (1) and (4) resolve by
-//! themselves and are waited for; (2), (3) and a copy on a peer that is unreachable but not
-//! confirmed dead are what the mesh cannot decide, and become a held issue after
-//! `exclusive_undecided_max_ms`. Approval lifts (2), (3) and the unreachable copy, never (1) or
-//! the fencing delay.
+//! A new owner starts an exclusive replica only when all of these hold:
+//! 1. no live peer reports a copy that may be alive (starting, running, stopping);
+//! 2. no live peer with a lower node name claims it too (see claims below);
+//! 3. this node sees a strict majority of the last known membership;
+//! 4. every live peer has published its observed state;
+//! 5. every known member that is not live has been confirmed dead for longer than
+//!    `fencing_delay_ms`, counted only from when this node (re)gained its majority: a verdict
+//!    reached while this node was itself cut off says nothing about the peer;
+//! 6. its own claim has been published for `exclusive_claim_ms`.
 //!
-//! Why the delay is safe: an owner cut off from the majority stops its exclusive replicas once it
-//! has lacked a majority for `self_fence_ms`, with a stop grace of `fence_stop_grace_ms`. The new
-//! owner waits `fencing_delay_ms > self_fence_ms + fence_stop_grace_ms` after its own failure
-//! detector confirmed the old owner dead; the surplus covers the two detectors' disagreement.
+//! (1), (2), (5) and (6) resolve by themselves and are waited for. (3), (4) and a member that is
+//! unreachable but not confirmed dead are what the mesh cannot decide: after
+//! `exclusive_undecided_max_ms` they become an issue held for `shoal approve`, and an approval
+//! lifts them (never 1, 2, 5 or 6). Rule 5 ignores what a non-live member last published: it may
+//! have started the replica after the last state that reached this node.
+//!
+//! Why (5) is safe: a member that cannot see a majority stops its exclusive replicas once it has
+//! lacked one for `self_fence_ms`, with a stop grace of `fence_stop_grace_ms`, and never starts
+//! one without a majority. While this node sees a majority that does not hear a member, that
+//! member sees none (two majorities share a node, whose gossip would carry its heartbeat), so it
+//! is fenced within `self_fence_ms + fence_stop_grace_ms < fencing_delay_ms`; the surplus covers
+//! the two failure detectors not agreeing to the millisecond.
+//!
+//! Claims: a node publishes a `pending` entry for every replica placed on it without an alive
+//! instance. Two nodes that both believe they own the replica (placement views differ for a
+//! moment) see each other's claim before either may start, and only the lower name proceeds.
 
 use super::config::ReconcileConfig;
 use super::input::ReconcileInput;
 use super::view::{MeshTimers, PeerIndex};
-use crate::instance::ReplicaId;
+use crate::instance::{Phase, ReplicaId};
 
-/// Whether an exclusive replica may start here now.
+/// Whether an exclusive replica may start here now (rules 1 to 5; the claim delay is the
+/// caller's).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Guard {
     /// No copy can be alive elsewhere: start.
@@ -49,58 +63,68 @@ pub(crate) fn start_guard(
     now_ms: u64,
 ) -> Guard {
     let m = &input.membership;
-    let copies: Vec<_> = peers
-        .of(replica)
-        .iter()
-        .filter(|c| c.status.may_be_alive())
-        .collect();
-    if let Some(c) = copies.iter().find(|c| m.live.contains(c.node)) {
-        return Guard::Wait {
-            reason: format!(
+    let live_copies = peers.of(replica).iter().filter(|c| m.live.contains(c.node));
+    for c in live_copies {
+        let s = c.status;
+        if s.may_be_alive() {
+            let reason = format!(
                 "a copy on {} is {}; waiting for it to stop",
-                c.node, c.status.phase
-            ),
-            until_ms: None,
-        };
+                c.node, s.phase
+            );
+            return Guard::Wait {
+                reason,
+                until_ms: None,
+            };
+        }
+        if c.node < node && s.handle.is_none() && s.phase == Phase::Pending {
+            let reason = format!(
+                "{} also claims it (placement views differ); the lower node name goes first",
+                c.node
+            );
+            return Guard::Wait {
+                reason,
+                until_ms: None,
+            };
+        }
     }
     let majority = m.has_majority(node);
     let mut uncertain = Vec::new();
     if !majority {
+        let (live, known) = (m.live_count(node), m.members_known);
         uncertain.push(format!(
-            "sees {} of {} known members, no strict majority",
-            m.live_count(node),
-            m.members_known
+            "sees {live} of {known} known members, no strict majority"
         ));
     }
-    for peer in m
+    let silent = m
         .live
         .iter()
-        .filter(|n| n.as_str() != node && !input.peers.contains_key(*n))
-    {
+        .filter(|n| n.as_str() != node && !input.peers.contains_key(*n));
+    for peer in silent {
         uncertain.push(format!(
             "live peer {peer} has published no observed state yet"
         ));
     }
     let mut wait: Option<(String, u64)> = None;
-    for c in &copies {
-        match timers.dead_since.get(c.node) {
+    for n in not_live(node, input) {
+        let reported = peers
+            .of(replica)
+            .iter()
+            .any(|c| c.node == n && c.status.may_be_alive());
+        let what = if reported {
+            " (it last reported a copy)"
+        } else {
+            ""
+        };
+        match timers.dead_since.get(n) {
             Some(&dead_ms) if majority => {
-                let until = dead_ms.saturating_add(config.fencing_delay_ms);
+                let until = timers.fenced_at(dead_ms, config, now_ms);
                 if now_ms < until && wait.as_ref().is_none_or(|(_, u)| until > *u) {
-                    wait = Some((
-                        format!(
-                            "{} last reported a copy and was confirmed dead at {dead_ms}; fencing delay until {until}",
-                            c.node
-                        ),
-                        until,
-                    ));
+                    let why = format!("{n} was confirmed dead{what}; fencing delay until {until}");
+                    wait = Some((why, until));
                 }
             }
-            Some(_) => {} // dead but no majority: already uncertain.
-            None => uncertain.push(format!(
-                "{} last reported a copy ({}) and is unreachable but not confirmed dead",
-                c.node, c.status.phase
-            )),
+            Some(_) => {} // Dead, but without a majority the verdict is not trusted (above).
+            None => uncertain.push(format!("{n} is unreachable but not confirmed dead{what}")),
         }
     }
     if let Some((reason, until)) = wait {
@@ -114,6 +138,23 @@ pub(crate) fn start_guard(
     } else {
         Guard::Uncertain { reasons: uncertain }
     }
+}
+
+/// Known members other than `node` that are not live: dead, unreachable, or peers with published
+/// state in neither set. Sorted, each once.
+fn not_live<'a>(node: &str, input: &'a ReconcileInput) -> Vec<&'a str> {
+    let m = &input.membership;
+    let mut out: Vec<&str> = m
+        .dead
+        .iter()
+        .chain(&m.unreachable)
+        .chain(input.peers.keys())
+        .map(String::as_str)
+        .filter(|n| *n != node && !m.live.contains(*n))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 #[cfg(test)]
@@ -157,6 +198,7 @@ mod tests {
             membership: Membership {
                 live: set(live),
                 dead: set(dead),
+                unreachable: BTreeSet::new(),
                 members_known: known,
             },
             ..ReconcileInput::default()
@@ -189,6 +231,21 @@ mod tests {
         assert_eq!(guard(&exited, &MeshTimers::default(), 0), Guard::Clear);
 
         let dead = input(&["n1", "n3"], &["n2"], 3, "n2", Phase::Running);
+        let mut timers = MeshTimers::default();
+        timers.observe("n1", &dead, 1_000);
+        assert!(matches!(
+            guard(&dead, &timers, 1_000),
+            Guard::Wait {
+                until_ms: Some(21_000),
+                ..
+            }
+        ));
+        assert_eq!(guard(&dead, &timers, 21_000), Guard::Clear);
+    }
+
+    #[test]
+    fn any_dead_member_is_fenced_whatever_it_last_published() {
+        let dead = input(&["n1", "n3"], &["n2"], 3, "n3", Phase::Exited);
         let mut timers = MeshTimers::default();
         timers.observe("n1", &dead, 1_000);
         assert!(matches!(

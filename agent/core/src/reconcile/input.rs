@@ -60,9 +60,11 @@ pub struct SpecEntry {
 pub struct Membership {
     /// Nodes currently live, this node included (it is counted live even if left out).
     pub live: BTreeSet<String>,
-    /// Nodes the failure detector has confirmed dead. Nodes neither live nor dead are unreachable
-    /// but not confirmed dead.
+    /// Nodes the failure detector has confirmed dead.
     pub dead: BTreeSet<String>,
+    /// Known members that are neither live nor confirmed dead (silent, suspected). A peer with
+    /// published state that is in none of the three sets counts as unreachable too.
+    pub unreachable: BTreeSet<String>,
     /// How many members the last known membership had (live, dead and unreachable; the shell may
     /// keep a high-water mark that decays only when members leave for good). A strict majority
     /// of it must be live for exclusive replicas to start or keep running.
@@ -118,6 +120,7 @@ mod tests {
         Membership {
             live: live.iter().map(|s| s.to_string()).collect(),
             dead: BTreeSet::new(),
+            unreachable: BTreeSet::new(),
             members_known: known,
         }
     }

@@ -80,6 +80,7 @@ pub struct Reconciler {
     placed: BTreeMap<ReplicaId, String>,
     wake_at_ms: Option<u64>,
     now_ms: u64,
+    ticked: bool,
 }
 
 impl Reconciler {
@@ -100,6 +101,7 @@ impl Reconciler {
             placed: BTreeMap::new(),
             wake_at_ms: None,
             now_ms: 0,
+            ticked: false,
         }
     }
 
@@ -120,6 +122,7 @@ impl Reconciler {
     pub fn handle_tick(&mut self, input: &ReconcileInput, now_ms: u64) -> Vec<Action> {
         let now = now_ms.max(self.now_ms);
         self.now_ms = now;
+        self.ticked = true;
         self.timers.observe(&self.node, input, now);
         if let Some(why) = self.runtime_problem(input) {
             let plan = Plan {
@@ -310,17 +313,25 @@ impl Reconciler {
         }
     }
 
-    /// Forgets replicas that are neither placed here nor have a record here.
+    /// Forgets replicas that are neither placed here nor have a record here, and dates how long
+    /// each replica has had no alive instance here (its published claim, see [`exclusive`]).
     fn prune(&mut self) {
         let recorded: BTreeSet<&ReplicaId> =
             self.local.instances.values().map(|t| &t.replica).collect();
+        let alive: BTreeSet<&ReplicaId> = self
+            .local
+            .instances
+            .values()
+            .filter(|t| t.alive())
+            .map(|t| &t.replica)
+            .collect();
         let placed = &self.placed;
-        self.local
-            .replicas
-            .retain(|r, _| placed.contains_key(r) || recorded.contains(r));
+        self.local.replicas.retain(|r, s| {
+            placed.contains_key(r) || recorded.contains(r) || s.pending_start.is_some()
+        });
         let now = self.now_ms;
         for (r, state) in self.local.replicas.iter_mut() {
-            state.pending_since_ms = match recorded.contains(r) {
+            state.pending_since_ms = match alive.contains(r) || !placed.contains_key(r) {
                 true => None,
                 false => Some(state.pending_since_ms.unwrap_or(now)),
             };
@@ -332,6 +343,28 @@ impl Reconciler {
     /// short by the action bound.
     pub fn poll_timeout(&self) -> Option<u64> {
         self.wake_at_ms
+    }
+
+    /// When this node last saw a strict majority of the last known membership. The shell should
+    /// persist it (a value a few seconds old is fine: older only fences sooner) and hand it to
+    /// [`Reconciler::restore_last_majority`] after an agent restart, so that restarting an agent
+    /// cut off from the majority does not postpone its self-fencing.
+    pub fn last_majority_ms(&self) -> Option<u64> {
+        self.timers.last_majority_ms
+    }
+
+    /// Restores [`Reconciler::last_majority_ms`] from before an agent restart; call it before the
+    /// first tick. Without it, a restarted agent dates its lack of majority from its first tick.
+    pub fn restore_last_majority(&mut self, at_ms: u64) {
+        let t = &mut self.timers;
+        t.last_majority_ms = Some(t.last_majority_ms.map_or(at_ms, |m| m.max(at_ms)));
+    }
+
+    /// Whether [`Reconciler::handle_tick`] has run once. Until then [`Reconciler::observed`] knows
+    /// nothing (instances are adopted on the first tick): the shell must not publish it before,
+    /// or peers would read "runs nothing" from a node that runs its instances.
+    pub fn has_ticked(&self) -> bool {
+        self.ticked
     }
 
     /// The last `now_ms` seen.

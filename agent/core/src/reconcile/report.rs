@@ -88,8 +88,9 @@ impl Reconciler {
         Ok(())
     }
 
-    /// This node's instances and its placed replicas without one (`pending`), ordered by replica
-    /// then handle: what the shell gossips and `shoal status` prints.
+    /// This node's instances, plus one entry without a handle for each replica placed here with no
+    /// alive instance (`pending`, or `starting` once its start is sent), ordered by replica then
+    /// handle: what the shell gossips (only after the first tick) and `shoal status` prints.
     pub fn observed(&self) -> Vec<InstanceStatus> {
         let mut out = Vec::new();
         for (handle, t) in &self.local.instances {
@@ -114,26 +115,36 @@ impl Reconciler {
                 last_error: last_error.map(|e| truncate(&e, DETAIL_BYTES_MAX)),
             });
         }
-        let recorded: BTreeSet<&ReplicaId> =
-            self.local.instances.values().map(|t| &t.replica).collect();
-        for (replica, version) in self.placed.iter().filter(|(r, _)| !recorded.contains(r)) {
-            let state = self.local.replicas.get(replica);
+        // Claims: a replica placed here without an alive instance (pending), or a start sent and
+        // not listed yet (starting: it may be alive).
+        let alive: BTreeSet<&ReplicaId> = self
+            .local
+            .instances
+            .values()
+            .filter(|t| t.alive())
+            .map(|t| &t.replica)
+            .collect();
+        for (replica, state) in &self.local.replicas {
+            let placed = self.placed.get(replica);
+            if alive.contains(replica) || (placed.is_none() && state.pending_start.is_none()) {
+                continue;
+            }
+            let (phase, version) = match (&state.pending_start, placed) {
+                (Some(p), _) => (Phase::Starting, p.version.clone()),
+                (None, Some(v)) => (Phase::Pending, v.clone()),
+                (None, None) => continue,
+            };
+            let exit = state.last_exit.as_ref();
             out.push(InstanceStatus {
                 replica: replica.clone(),
                 handle: None,
-                phase: Phase::Pending,
+                phase,
                 healthy: false,
-                restarts: state.map_or(0, |s| s.restarts),
-                spec_version: version.clone(),
-                since_ms: state
-                    .and_then(|s| s.pending_since_ms)
-                    .unwrap_or(self.now_ms),
-                exit_code: state
-                    .and_then(|s| s.last_exit.as_ref())
-                    .and_then(|e| e.code),
-                last_error: state
-                    .and_then(|s| s.last_exit.as_ref())
-                    .and_then(|e| e.error.clone()),
+                restarts: state.restarts,
+                spec_version: version,
+                since_ms: state.pending_since_ms.unwrap_or(self.now_ms),
+                exit_code: exit.and_then(|e| e.code),
+                last_error: exit.and_then(|e| e.error.clone()),
             });
         }
         out.sort_by(|a, b| {

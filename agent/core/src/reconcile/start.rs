@@ -65,10 +65,21 @@ pub(crate) fn plan_start(
         plan.wake_at(state.next_start_at_ms);
         return;
     }
-    if entry.spec.placement.exclusive
-        && !exclusive_allows(ctx, plan, replica, &mut state.undecided_since_ms)
-    {
-        return;
+    if entry.spec.placement.exclusive {
+        if !exclusive_allows(ctx, plan, replica, &mut state.undecided_since_ms) {
+            return;
+        }
+        let settled = state
+            .pending_since_ms
+            .unwrap_or(now)
+            .saturating_add(ctx.config.exclusive_claim_ms);
+        if now < settled {
+            let msg =
+                format!("claim published; starts at {settled} unless another node claims it first");
+            plan.issue(IssueKind::ExclusiveWaiting, Some(replica), msg);
+            plan.wake_at(settled);
+            return;
+        }
     }
     let reason = match (&state.last_exit, state.restart_due) {
         (Some(exit), true) => format!(

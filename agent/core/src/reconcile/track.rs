@@ -271,7 +271,8 @@ impl Local {
             state.completed_version = Some(t.version.clone());
             return;
         }
-        state.restart_due = true;
+        // A start that failed is retried with backoff but is not a restart of a running replica.
+        state.restart_due |= !start_failed;
         if adopted {
             return;
         }

@@ -16,6 +16,13 @@ use super::track::Local;
 pub(crate) struct MeshTimers {
     /// Since when this node has seen no strict majority of the last known membership.
     pub minority_since_ms: Option<u64>,
+    /// When this node last saw a strict majority (restored across agent restarts by the shell, so
+    /// that a restart does not reset the self-fencing clock).
+    pub last_majority_ms: Option<u64>,
+    /// Since when this node has seen a strict majority without interruption. A peer's death is
+    /// only trusted from then on: a verdict reached while this node was itself cut off says
+    /// nothing about the peer.
+    pub majority_since_ms: Option<u64>,
     /// Since when each peer has been confirmed dead (as first seen by this node).
     pub dead_since: BTreeMap<String, u64>,
     /// Since when each peer with published state has been neither live nor confirmed dead.
@@ -26,10 +33,16 @@ impl MeshTimers {
     /// Updates the timers from this tick's membership.
     pub fn observe(&mut self, node: &str, input: &ReconcileInput, now_ms: u64) {
         let m = &input.membership;
-        self.minority_since_ms = match m.has_majority(node) {
-            true => None,
-            false => Some(self.minority_since_ms.unwrap_or(now_ms)),
-        };
+        if m.has_majority(node) {
+            self.minority_since_ms = None;
+            self.last_majority_ms = Some(now_ms);
+            self.majority_since_ms.get_or_insert(now_ms);
+        } else {
+            self.majority_since_ms = None;
+            if self.minority_since_ms.is_none() {
+                self.minority_since_ms = Some(self.last_majority_ms.unwrap_or(now_ms).min(now_ms));
+            }
+        }
         self.dead_since.retain(|n, _| m.dead.contains(n));
         for n in &m.dead {
             self.dead_since.entry(n.clone()).or_insert(now_ms);
@@ -40,6 +53,13 @@ impl MeshTimers {
         for n in input.peers.keys().filter(|n| unreachable(n)) {
             self.unreachable_since.entry(n.clone()).or_insert(now_ms);
         }
+    }
+
+    /// When the fencing delay for a peer confirmed dead ends: counted from its death or from when
+    /// this node regained a majority, whichever is later.
+    pub fn fenced_at(&self, dead_ms: u64, config: &ReconcileConfig, now_ms: u64) -> u64 {
+        let trusted_from = dead_ms.max(self.majority_since_ms.unwrap_or(now_ms));
+        trusted_from.saturating_add(config.fencing_delay_ms)
     }
 
     /// Whether this node has lacked a majority for the self-fencing timeout.

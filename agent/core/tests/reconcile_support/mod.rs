@@ -163,6 +163,8 @@ pub struct Agent {
     pub draining: bool,
     pub view_suspect: Option<String>,
     pub supports_containers: bool,
+    /// What it gossips: `observed()` after its last round (nothing before its first).
+    pub published: Option<Vec<InstanceStatus>>,
     /// Since when each other node has been unreachable from here.
     unreachable_since: BTreeMap<String, u64>,
 }
@@ -219,6 +221,7 @@ impl Cluster {
                 draining: false,
                 view_suspect: None,
                 supports_containers: true,
+                published: None,
                 unreachable_since: BTreeMap::new(),
             };
             c.agents.insert(n.to_string(), agent);
@@ -278,7 +281,7 @@ impl Cluster {
             .agents
             .iter()
             .filter(|(_, a)| a.up)
-            .map(|(n, a)| (n.clone(), a.rec.observed()))
+            .filter_map(|(n, a)| Some((n.clone(), a.published.clone()?)))
             .collect();
         let now = self.now;
         let dead_after = self.dead_after_ms;
@@ -297,6 +300,8 @@ impl Cluster {
                 let since = *agent.unreachable_since.entry(n.clone()).or_insert(now);
                 if now >= since.saturating_add(dead_after) {
                     membership.dead.insert(n.clone());
+                } else {
+                    membership.unreachable.insert(n.clone());
                 }
             }
         }
@@ -336,7 +341,9 @@ impl Cluster {
             "{} actions > cap {cap}",
             actions.len()
         );
+        check_starts(node, &input, &agent.rt, &actions);
         agent.rec.check_invariants();
+        agent.published = Some(agent.rec.observed());
         for a in &actions {
             agent.rt.apply(a, now);
             if let Action::Reload { handle, .. } = a {
@@ -411,8 +418,17 @@ impl Cluster {
     /// The agent of `node` restarts with a fresh reconciler; its instances survive (adoption).
     pub fn restart_agent(&mut self, node: &str) {
         let config = self.config.clone();
+        // A restarted agent is a new gossip generation: peers drop what it published before.
+        for other in self.agents.values_mut() {
+            other.heard.remove(node);
+        }
         let agent = self.agent_mut(node);
+        let last_majority = agent.rec.last_majority_ms();
         agent.rec = Reconciler::new(node, config);
+        agent.published = None;
+        if let Some(at) = last_majority {
+            agent.rec.restore_last_majority(at); // the shell persists it
+        }
         agent.up = true;
     }
 
@@ -512,5 +528,47 @@ pub fn peer_status(
         since_ms: 0,
         exit_code: None,
         last_error: None,
+    }
+}
+
+/// Invariants of one round's starts: one start per replica per round; no start while an instance
+/// of the replica is alive here (except the surge copy of a rolling update); no exclusive start
+/// while a live peer reports a copy that may be alive.
+pub fn check_starts(node: &str, input: &ReconcileInput, rt: &FakeRuntime, actions: &[Action]) {
+    let mut started = BTreeSet::new();
+    for a in actions {
+        let Action::Start {
+            replica,
+            version,
+            spec,
+            ..
+        } = a
+        else {
+            continue;
+        };
+        assert!(
+            started.insert(replica.clone()),
+            "{node}: two starts of {replica} in one round"
+        );
+        let alive = rt.alive(replica);
+        let surge = !spec.placement.exclusive
+            && spec.update.max_surge > 0
+            && alive.iter().all(|i| &i.spec_version != version);
+        assert!(
+            alive.is_empty() || surge,
+            "{node}: start of {replica} while {alive:?} is alive"
+        );
+        if spec.placement.exclusive {
+            for (peer, statuses) in input.peers.iter().filter(|(p, _)| *p != node) {
+                let live = input.membership.live.contains(peer);
+                let copy = statuses
+                    .iter()
+                    .any(|s| &s.replica == replica && s.may_be_alive());
+                assert!(
+                    !(live && copy),
+                    "{node}: exclusive start of {replica} while live {peer} reports a copy"
+                );
+            }
+        }
     }
 }
