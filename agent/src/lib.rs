@@ -5,6 +5,7 @@
 pub use shoal_core as core;
 
 pub mod gossip;
+pub mod host;
 pub mod mesh;
 pub mod metrics;
 pub mod pki;

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use shoal::gossip::GossipTuning;
-use shoal::mesh::run::{run_agent, AgentOptions};
+use shoal::host::HostConfig;
+use shoal::mesh::run::{run_agent, AgentOptions, RuntimeChoice};
 use shoal_core::resources::{parse_cpu_millis, parse_memory_bytes};
 
 /// Arguments of `shoal agent`.
@@ -47,7 +48,7 @@ pub struct Args {
     /// A node label for placement constraints, `key=value` (repeatable).
     #[arg(long = "label", value_name = "KEY=VALUE")]
     labels: Vec<String>,
-    /// Which runtime runs instances (used once the host agent lands).
+    /// Which runtime runs this node's instances.
     #[arg(long, value_enum, default_value = "process")]
     runtime: Runtime,
     /// Serve OpenMetrics at http://IP:PORT/metrics.
@@ -134,6 +135,11 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
         labels,
         tuning: GossipTuning::default(),
         metrics_addr: args.metrics,
+        runtime: match args.runtime {
+            Runtime::Process => RuntimeChoice::Process,
+            Runtime::Docker => RuntimeChoice::Docker,
+        },
+        host: HostConfig::default(),
     })
 }
 
@@ -150,11 +156,6 @@ async fn shutdown_signal() {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_logging(args.log_format);
     let opts = options(&args)?;
-    if matches!(args.runtime, Runtime::Docker) {
-        tracing::warn!(
-            "--runtime docker is accepted; instances are not run until the host agent lands"
-        );
-    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

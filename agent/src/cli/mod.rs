@@ -16,6 +16,7 @@ mod agent;
 mod completions;
 mod connect;
 mod nodes;
+mod ops;
 mod pki;
 mod validate;
 mod workloads;
@@ -50,6 +51,16 @@ enum Command {
     Status(workloads::NameArgs),
     /// List the nodes of the mesh.
     Nodes(nodes::Args),
+    /// List issues raised by every node's reconciler (held ones wait for `approve`).
+    Issues(ops::IssuesArgs),
+    /// Let a reconciler act on a held issue.
+    Approve(ops::ApproveArgs),
+    /// Show an agent's recent reconcile actions and why.
+    Events(ops::EventsArgs),
+    /// Move every replica off a node, each new copy healthy before the old one stops.
+    Drain(ops::DrainArgs),
+    /// Let a drained node take replicas again.
+    Undrain(ops::DrainArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
     Completions(completions::Args),
 }
@@ -77,6 +88,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Delete(args) => workloads::delete(args),
         Command::Status(args) => workloads::status(args),
         Command::Nodes(args) => nodes::run(args),
+        Command::Issues(args) => ops::issues(args),
+        Command::Approve(args) => ops::approve(args),
+        Command::Events(args) => ops::events(args),
+        Command::Drain(args) => ops::drain(args, true),
+        Command::Undrain(args) => ops::drain(args, false),
         Command::Completions(args) => completions::run::<Cli>(args),
     }
 }

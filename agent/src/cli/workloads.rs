@@ -170,8 +170,8 @@ pub fn status(args: NameArgs) -> anyhow::Result<ExitCode> {
         status.name, status.desired, status.version
     );
     println!(
-        "{:>7}  {:<24} {:<14} {:<8} REASON",
-        "REPLICA", "NODE", "PHASE", "HEALTHY"
+        "{:>7}  {:<24} {:<14} {:<8} {:>8}  REASON",
+        "REPLICA", "NODE", "PHASE", "HEALTHY", "RESTARTS"
     );
     for i in &status.instances {
         let healthy = match i.healthy {
@@ -179,13 +179,19 @@ pub fn status(args: NameArgs) -> anyhow::Result<ExitCode> {
             Some(false) => "no",
             None => "-",
         };
+        let reason = i
+            .reason
+            .as_deref()
+            .or(i.last_error.as_deref())
+            .unwrap_or("");
         println!(
-            "{:>7}  {:<24} {:<14} {:<8} {}",
+            "{:>7}  {:<24} {:<14} {:<8} {:>8}  {}",
             i.replica,
             i.node.as_deref().unwrap_or("-"),
             i.phase,
             healthy,
-            i.reason.as_deref().unwrap_or("")
+            i.restarts,
+            reason
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -37,6 +37,29 @@ pub enum Request {
         /// The workload.
         name: String,
     },
+    /// Issues raised by every node's reconciler (as gossiped).
+    Issues,
+    /// Approve a held issue; forwarded to the node that raised it.
+    Approve {
+        /// The issue id.
+        id: String,
+        /// The node that holds it (set when forwarding).
+        node: Option<String>,
+    },
+    /// This agent's recent reconcile events after a sequence number.
+    Events {
+        /// Only events with a higher sequence number.
+        after: u64,
+        /// At most this many.
+        limit: u32,
+    },
+    /// Drain (or undrain) a node; forwarded to that node.
+    Drain {
+        /// The node.
+        node: String,
+        /// Drain (true) or undrain (false).
+        draining: bool,
+    },
     /// Agent to agent: persist these entries, answer when durable.
     Replicate {
         /// Entries to merge.
@@ -79,6 +102,24 @@ pub enum Response {
         entries: Vec<Entry>,
         /// Where the next page starts, if any.
         next_after: Option<String>,
+    },
+    /// Issues, by node then id.
+    Issues(Vec<shoal_core::reconcile::Issue>),
+    /// The issue was approved on `node`.
+    Approved {
+        /// The issue id.
+        id: String,
+        /// Where it was approved.
+        node: String,
+    },
+    /// Recent events.
+    Events(Vec<crate::host::events::Event>),
+    /// The node's draining flag is set.
+    Drained {
+        /// The node.
+        node: String,
+        /// Its new draining flag.
+        draining: bool,
     },
     /// The request failed.
     Error(ApiError),
@@ -186,17 +227,26 @@ pub struct StatusView {
     pub instances: Vec<InstanceView>,
 }
 
-/// One replica's assignment (phase and health arrive with the host agent).
+/// One instance of a replica on one node, or a replica waiting for one.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InstanceView {
     /// Replica index.
     pub replica: u32,
-    /// Assigned node, or `None` when unschedulable.
+    /// The node it runs on (or is placed on); `None` when unschedulable.
     pub node: Option<String>,
-    /// `assigned` or `unschedulable` until the host agent reports phases.
+    /// pending, starting, running, stopping, exited, failed; `unschedulable` when no node fits;
+    /// `assigned` when the node runs no host loop.
     pub phase: String,
-    /// Unknown until the host agent reports health.
+    /// Running and passing its probe (or running without one); `None` when unknown.
     pub healthy: Option<bool>,
-    /// Why it has no node.
+    /// Restarts of this replica on this node since its agent started.
+    pub restarts: u32,
+    /// The spec version it runs.
+    pub spec_version: Option<String>,
+    /// Since when it is in this phase, ms since the Unix epoch.
+    pub since_ms: Option<u64>,
+    /// The last thing that went wrong.
+    pub last_error: Option<String>,
+    /// Why it has no node, or why it is not where the placement puts it.
     pub reason: Option<String>,
 }

@@ -7,13 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chitchat::ChitchatHandle;
-use shoal_core::placement::{self, model::ReplicaId};
 use shoal_core::store::Entry;
 
 use super::api::{
-    ApiError, Applied, ErrorKind, InstanceView, Request, Response, StatusView, WorkloadView,
-    APPLY_SPECS_MAX, ENTRIES_PER_MESSAGE_MAX,
+    ApiError, Applied, ErrorKind, Request, Response, WorkloadView, APPLY_SPECS_MAX,
+    ENTRIES_PER_MESSAGE_MAX,
 };
+use super::record::NodeRecord;
 use super::view::{self, Member};
 use crate::rpc::{self, RpcClient};
 use crate::store_db::DesiredStore;
@@ -52,6 +52,12 @@ pub struct MeshNode {
     /// Run store calls inline instead of on the blocking pool (in-memory stores: keeps paused
     /// tokio time from jumping while a call runs, and keeps the simulator deterministic).
     pub(crate) inline_store: AtomicBool,
+    /// Anti-entropy found this node in sync with a live peer at least once since start.
+    pub(crate) synced_once: AtomicBool,
+    /// The record this node gossips (kept to change `draining`).
+    pub(crate) record: Mutex<Option<NodeRecord>>,
+    /// The host loop, once attached.
+    host: std::sync::OnceLock<Arc<crate::host::Host>>,
 }
 
 impl MeshNode {
@@ -71,7 +77,54 @@ impl MeshNode {
             clock,
             stale: AtomicBool::new(false),
             inline_store: AtomicBool::new(false),
+            synced_once: AtomicBool::new(false),
+            record: Mutex::new(None),
+            host: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Attaches the host loop (once); the API then answers with instances, issues and events.
+    pub fn attach_host(&self, host: Arc<crate::host::Host>) {
+        let _ = self.host.set(host);
+    }
+
+    /// The host loop, if attached.
+    pub fn host(&self) -> Option<&Arc<crate::host::Host>> {
+        self.host.get()
+    }
+
+    /// The record this node gossips.
+    pub fn record(&self) -> Option<NodeRecord> {
+        self.record.lock().expect("record lock").clone()
+    }
+
+    /// Whether the store was stale at start and has not resynchronized yet.
+    pub fn is_stale(&self) -> bool {
+        self.stale.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether anti-entropy found this node in sync with a live peer since start.
+    pub fn synced_once(&self) -> bool {
+        self.synced_once.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sets this node's draining flag and gossips the changed record.
+    pub async fn set_draining(&self, draining: bool) -> bool {
+        let text = {
+            let mut record = self.record.lock().expect("record lock");
+            let Some(record) = record.as_mut() else {
+                return false;
+            };
+            record.draining = draining;
+            record.encode()
+        };
+        let chitchat = self.gossip.chitchat();
+        chitchat
+            .lock()
+            .await
+            .self_node_state()
+            .set(super::record::NODE_KEY, &text);
+        true
     }
 
     /// The gossip handle.
@@ -110,6 +163,10 @@ impl MeshNode {
             Request::Nodes => Ok(Response::Nodes(view::node_views(&self.members().await))),
             Request::Status { name } => self.handle_status(name).await,
             Request::Replicate { entries } => self.handle_replicate(entries).await,
+            Request::Issues => self.handle_issues().await,
+            Request::Approve { id, node } => self.handle_approve(id, node).await,
+            Request::Events { after, limit } => Ok(self.handle_events(after, limit)),
+            Request::Drain { node, draining } => self.handle_drain(node, draining).await,
             Request::Digest => {
                 let digest = self.with_store(|s| s.digest().encode()).await;
                 Ok(Response::Digest(digest))
@@ -291,47 +348,6 @@ impl MeshNode {
         }
         Ok(Response::Workloads(views))
     }
-
-    async fn handle_status(self: Arc<Self>, name: String) -> Result<Response, ApiError> {
-        let (specs, _) = self.with_store(|s| view::live_specs(s.list_live())).await;
-        let Some((spec, version)) = specs.iter().find(|(s, _)| s.name == name).cloned() else {
-            return Err(ApiError::new(
-                ErrorKind::NotFound,
-                format!("no workload named {name:?}"),
-            ));
-        };
-        let nodes = view::placement_nodes(&self.members().await);
-        let workloads: Vec<_> = specs
-            .iter()
-            .map(|(s, _)| view::placement_workload(s))
-            .collect();
-        let placed = placement::place(&nodes, &workloads);
-        let instances = (0..spec.replicas)
-            .map(|replica| {
-                let id = ReplicaId::new(&name, replica);
-                let node = placed.assigned.get(&id).cloned();
-                let reason = placed.unschedulable.get(&id).map(|u| u.to_string());
-                InstanceView {
-                    replica,
-                    phase: if node.is_some() {
-                        "assigned"
-                    } else {
-                        "unschedulable"
-                    }
-                    .to_string(),
-                    node,
-                    healthy: None,
-                    reason,
-                }
-            })
-            .collect();
-        Ok(Response::Status(StatusView {
-            name,
-            desired: spec.replicas,
-            version,
-            instances,
-        }))
-    }
 }
 
 fn storage_error(e: crate::store_db::StoreDbError) -> ApiError {
@@ -355,5 +371,9 @@ fn request_kind(req: &Request) -> &'static str {
         Request::Replicate { .. } => "replicate",
         Request::Digest => "digest",
         Request::Pull { .. } => "pull",
+        Request::Issues => "issues",
+        Request::Approve { .. } => "approve",
+        Request::Events { .. } => "events",
+        Request::Drain { .. } => "drain",
     }
 }

@@ -51,6 +51,47 @@ pub struct AgentOptions {
     pub tuning: GossipTuning,
     /// Where to serve OpenMetrics `/metrics` (plain HTTP), if anywhere.
     pub metrics_addr: Option<SocketAddr>,
+    /// Which runtime runs this node's instances.
+    pub runtime: RuntimeChoice,
+    /// The host loop's timing and bounds.
+    pub host: crate::host::HostConfig,
+}
+
+/// The runtime an agent runs its instances with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuntimeChoice {
+    /// Supervised host processes, state under `DATA_DIR/instances`, working dirs under
+    /// `DATA_DIR/replicas`.
+    Process,
+    /// Docker containers through the local engine.
+    Docker,
+}
+
+/// Opens the chosen runtime for node `name`.
+pub async fn open_runtime(
+    choice: RuntimeChoice,
+    data_dir: &std::path::Path,
+    name: &str,
+) -> anyhow::Result<Arc<dyn crate::runtime::Runtime>> {
+    Ok(match choice {
+        RuntimeChoice::Process => {
+            let config = crate::runtime::process::ProcessConfig::new(data_dir, name);
+            let runtime = crate::runtime::process::ProcessRuntime::open(config)
+                .await
+                .context("opening the process runtime")?;
+            if let Some(note) = crate::runtime::Runtime::limits_note(&runtime) {
+                tracing::warn!(%note, "resource limits");
+            }
+            Arc::new(runtime)
+        }
+        RuntimeChoice::Docker => {
+            let config = crate::runtime::docker::DockerConfig::new(name);
+            Arc::new(
+                crate::runtime::docker::DockerRuntime::new(config)
+                    .context("opening the docker runtime")?,
+            )
+        }
+    })
 }
 
 /// How long a leaving agent keeps gossiping its "leaving" mark before it stops.
@@ -185,6 +226,7 @@ pub async fn start_node(
         .store(stale, std::sync::atomic::Ordering::Relaxed);
     node.inline_store
         .store(inline_store, std::sync::atomic::Ordering::Relaxed);
+    *node.record.lock().expect("record lock") = Some(setup.record.clone());
     let tasks = vec![
         tokio::spawn(node.clone().run_sync()),
         tokio::spawn(watch_seeds(node.clone(), seeds)),
@@ -236,7 +278,16 @@ pub async fn run_agent(
         tuning: opts.tuning.clone(),
         cluster_id: cluster,
     };
+    let runtime = open_runtime(opts.runtime, &opts.data_dir, &opts.name).await?;
     let running = start_node(setup, store, &transport, rpc_client, system_clock(), false).await?;
+    let host = crate::host::Host::new(
+        running.node.clone(),
+        runtime,
+        system_clock(),
+        opts.host.clone(),
+    );
+    running.node.attach_host(host.clone());
+    let host_task = tokio::spawn(host.clone().run());
     let server = tokio::spawn(rpc::serve(
         api_endpoint.clone(),
         api_handler(running.node.clone()),
@@ -247,7 +298,13 @@ pub async fn run_agent(
         let node = running.node.clone();
         let collect: crate::metrics::Collector = Arc::new(move || {
             let (node, gossip, api) = (node.clone(), gossip_stats.clone(), api_stats.clone());
-            Box::pin(async move { super::metrics::mesh_families(&node, &gossip, &api).await })
+            Box::pin(async move {
+                let mut families = super::metrics::mesh_families(&node, &gossip, &api).await;
+                if let Some(host) = node.host() {
+                    families.extend(crate::host::metrics::host_families(host).await);
+                }
+                families
+            })
         });
         tokio::spawn(async move {
             if let Err(e) = crate::metrics::serve(addr, collect).await {
@@ -257,6 +314,8 @@ pub async fn run_agent(
     });
     shutdown.await;
     tracing::info!("leaving the mesh");
+    host_task.abort();
+    host.fence_on_leave().await;
     running.leave().await;
     server.abort();
     if let Some(metrics) = metrics {

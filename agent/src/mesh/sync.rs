@@ -71,6 +71,9 @@ impl MeshNode {
             let has_peer = members
                 .iter()
                 .any(|m| m.alive && m.name != self.name && m.digest.is_some());
+            if has_peer {
+                self.synced_once.store(true, Ordering::Relaxed);
+            }
             // Recorded now and then, not every round: each write is an fsync.
             if has_peer && round.is_multiple_of(HOUSEKEEPING_EVERY_ROUNDS) {
                 let now = (self.clock)();

@@ -37,6 +37,8 @@ pub struct Member {
     pub digest: Option<String>,
     /// Its store is stale and waits to resynchronize.
     pub stale: bool,
+    /// It announced a graceful leave.
+    pub leaving: bool,
 }
 
 /// Every known member, one per node id, sorted by node id. Where several identities claim one
@@ -56,6 +58,7 @@ pub fn members(chitchat: &Chitchat) -> Vec<Member> {
             record,
             digest: state.get(DIGEST_KEY).map(str::to_string),
             stale: state.get(STALE_KEY).is_some(),
+            leaving,
         };
         let replaces = match by_name.get(&member.name) {
             None => true,

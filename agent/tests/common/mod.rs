@@ -40,6 +40,10 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub pki: PathBuf,
     pub agents: Vec<Agent>,
+    /// Extra agent flags (e.g. `--runtime docker`).
+    pub agent_args: Vec<String>,
+    /// `pkill -f` patterns run when the cluster is dropped (instances outlive their agents).
+    pub cleanup: Vec<String>,
 }
 
 impl Cluster {
@@ -53,6 +57,8 @@ impl Cluster {
             dir,
             pki,
             agents: Vec::new(),
+            agent_args: Vec::new(),
+            cleanup: Vec::new(),
         }
     }
 
@@ -79,8 +85,8 @@ impl Cluster {
     pub fn start(&mut self, i: usize, seed: Option<SocketAddr>) {
         let pki = self.pki.clone();
         let a = &mut self.agents[i];
-        assert!(a.child.is_none(), "{} already running", a.name);
         let mut cmd = Command::new(shoal_bin());
+        assert!(a.child.is_none(), "{} already running", a.name);
         cmd.args(["agent", "--name", &a.name])
             .args([
                 "--gossip",
@@ -94,6 +100,7 @@ impl Cluster {
         if let Some(seed) = seed {
             cmd.args(["--seed", &seed.to_string()]);
         }
+        cmd.args(&self.agent_args);
         if let Some(metrics) = a.metrics {
             cmd.args(["--metrics", &metrics.to_string()]);
         }
@@ -215,6 +222,9 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         for i in 0..self.agents.len() {
             self.kill(i);
+        }
+        for pattern in &self.cleanup {
+            let _ = Command::new("pkill").args(["-9", "-f", pattern]).status();
         }
     }
 }

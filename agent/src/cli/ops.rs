@@ -1,0 +1,170 @@
+//! `shoal issues`, `approve`, `events`, `drain`, `undrain`: steering the convergence loops.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::bail;
+use shoal::mesh::api::{Request, Response};
+
+use super::connect::{call, ClientOpts, Output};
+
+/// Arguments of `shoal issues`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  shoal issues\n  shoal issues -o json")]
+pub struct IssuesArgs {
+    #[command(flatten)]
+    client: ClientOpts,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t)]
+    output: Output,
+}
+
+/// Arguments of `shoal approve`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Example:\n  shoal approve 3f9a0c21b7e4")]
+pub struct ApproveArgs {
+    /// The issue id, as `shoal issues` prints it.
+    id: String,
+    #[command(flatten)]
+    client: ClientOpts,
+}
+
+/// Arguments of `shoal events`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  shoal events\n  shoal events --follow --agent 10.0.0.5:7001")]
+pub struct EventsArgs {
+    /// Keep printing new events until interrupted.
+    #[arg(short, long)]
+    follow: bool,
+    #[command(flatten)]
+    client: ClientOpts,
+    /// Output format (JSON: one object per line).
+    #[arg(short, long, value_enum, default_value_t)]
+    output: Output,
+}
+
+/// Arguments of `shoal drain` and `shoal undrain`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Example:\n  shoal drain n3 && shoal undrain n3")]
+pub struct DrainArgs {
+    /// The node.
+    node: String,
+    #[command(flatten)]
+    client: ClientOpts,
+}
+
+fn since(at_ms: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(at_ms);
+    let secs = now.saturating_sub(at_ms) / 1000;
+    match secs {
+        0..=119 => format!("{secs}s"),
+        120..=7199 => format!("{}m", secs / 60),
+        _ => format!("{}h", secs / 3600),
+    }
+}
+
+/// Lists every node's issues.
+pub fn issues(args: IssuesArgs) -> anyhow::Result<ExitCode> {
+    let Response::Issues(issues) = call(&args.client, Request::Issues)? else {
+        bail!("unexpected answer from the agent");
+    };
+    if args.output == Output::Json {
+        println!("{}", serde_json::to_string_pretty(&issues)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if issues.is_empty() {
+        println!("no issues");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<12} {:<12} {:<22} {:<20} {:<10} {:>6}  WHY",
+        "ID", "LAYER", "KIND", "REPLICA", "NODE", "SINCE"
+    );
+    for i in &issues {
+        let why = match &i.held {
+            Some(held) => format!("HELD: {held} (approve with `shoal approve {}`)", i.id),
+            None => i.message.clone(),
+        };
+        println!(
+            "{:<12} {:<12} {:<22} {:<20} {:<10} {:>6}  {}",
+            i.id,
+            format!("{:?}", i.layer).to_lowercase(),
+            i.kind.to_string(),
+            i.replica
+                .as_ref()
+                .map(|r| r.to_string())
+                .unwrap_or_else(|| "-".into()),
+            i.node,
+            since(i.since_ms),
+            why
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Approves a held issue.
+pub fn approve(args: ApproveArgs) -> anyhow::Result<ExitCode> {
+    let Response::Approved { id, node } = call(
+        &args.client,
+        Request::Approve {
+            id: args.id,
+            node: None,
+        },
+    )?
+    else {
+        bail!("unexpected answer from the agent");
+    };
+    println!("issue {id} approved on {node}; its reconciler acts now");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Drains or undrains a node.
+pub fn drain(args: DrainArgs, draining: bool) -> anyhow::Result<ExitCode> {
+    let req = Request::Drain {
+        node: args.node,
+        draining,
+    };
+    let Response::Drained { node, draining } = call(&args.client, req)? else {
+        bail!("unexpected answer from the agent");
+    };
+    if draining {
+        println!("{node} is draining: its replicas move to other nodes, each new copy healthy before the old one stops");
+    } else {
+        println!("{node} takes replicas again");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the agent's recent reconcile events, and with --follow keeps going.
+pub fn events(args: EventsArgs) -> anyhow::Result<ExitCode> {
+    let mut after = 0;
+    loop {
+        let Response::Events(events) = call(&args.client, Request::Events { after, limit: 1000 })?
+        else {
+            bail!("unexpected answer from the agent");
+        };
+        for e in &events {
+            if args.output == Output::Json {
+                println!("{}", serde_json::to_string(e)?);
+            } else {
+                println!(
+                    "{:>6} {:>6} ago  {:<8} {:<14} {:<20} {}",
+                    e.seq,
+                    since(e.at_ms),
+                    e.node,
+                    e.kind,
+                    e.replica.as_deref().unwrap_or("-"),
+                    e.reason
+                );
+            }
+            after = e.seq;
+        }
+        if !args.follow {
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,108 @@
+//! Executes the reconciler's actions on the runtime, each in its own task; outcomes that the
+//! reconciler must learn come back as [`Feedback`].
+
+use std::time::Duration;
+
+use shoal_core::reconcile::Action;
+
+use super::{Feedback, Host};
+use crate::runtime::StartRequest;
+
+impl Host {
+    pub(crate) fn execute(&self, action: Action, now: u64) {
+        let replica = action.replica().to_string();
+        let reason = action.reason().to_string();
+        let runtime = self.runtime.clone();
+        let tx = self.feedback_tx.clone();
+        let wake = self.wake_handle();
+        let dropped = self.feedback_dropped.clone();
+        let count_drop = move || {
+            dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        };
+        match action {
+            Action::Start {
+                replica: id,
+                spec,
+                version,
+                ..
+            } => {
+                self.count_action("start");
+                self.record(now, "start", Some(replica), reason);
+                let node = self.node.name.clone();
+                tokio::spawn(async move {
+                    let request = StartRequest {
+                        replica: id.clone(),
+                        spec,
+                        spec_version: version,
+                        node,
+                    };
+                    if let Err(e) = runtime.start(request).await {
+                        let error = e.to_string();
+                        if tx
+                            .try_send(Feedback::StartFailed { replica: id, error })
+                            .is_err()
+                        {
+                            count_drop();
+                        }
+                    }
+                    wake();
+                });
+            }
+            Action::Stop {
+                handle, grace_ms, ..
+            } => {
+                self.count_action("stop");
+                self.record(
+                    now,
+                    "stop",
+                    Some(replica),
+                    format!("{reason} (instance {handle})"),
+                );
+                tokio::spawn(async move {
+                    if let Err(e) = runtime.stop(&handle, Duration::from_millis(grace_ms)).await {
+                        tracing::warn!(%handle, error = %e, "stop failed; the reconciler retries");
+                    }
+                    wake();
+                });
+            }
+            Action::Remove { handle, .. } => {
+                self.count_action("remove");
+                self.record(
+                    now,
+                    "remove",
+                    Some(replica),
+                    format!("{reason} (instance {handle})"),
+                );
+                tokio::spawn(async move {
+                    if let Err(e) = runtime.remove(&handle).await {
+                        tracing::warn!(%handle, error = %e, "remove failed; the reconciler retries");
+                    }
+                });
+            }
+            Action::Reload {
+                handle,
+                hook,
+                settings,
+                ..
+            } => {
+                self.count_action("reload");
+                self.record(now, "reload", Some(replica), reason);
+                let timeout = Duration::from_millis(self.config.reconcile.reload_timeout_ms);
+                tokio::spawn(async move {
+                    let outcome = runtime.reload(&handle, &hook, &settings, timeout).await;
+                    let (ok, detail) = match outcome {
+                        Ok(()) => (true, String::new()),
+                        Err(e) => (false, e.to_string()),
+                    };
+                    if tx
+                        .try_send(Feedback::Reload { handle, ok, detail })
+                        .is_err()
+                    {
+                        count_drop();
+                    }
+                    wake();
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! The host loop's metric families: reconcile and placement durations, actions, issues by kind,
+//! instances by phase, restarts.
+
+use std::collections::BTreeMap;
+
+use super::Host;
+use crate::metrics::{Family, Kind};
+
+/// Collects the host families.
+pub async fn host_families(host: &Host) -> Vec<Family> {
+    let stats = host.stats();
+    let observed = host.observed().await;
+    let issues = host.issues().await;
+    let mut by_phase: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for phase in [
+        "pending", "starting", "running", "stopping", "exited", "failed",
+    ] {
+        by_phase.insert(phase, 0);
+    }
+    for status in &observed {
+        *by_phase.entry(status.phase.as_str()).or_default() += 1;
+    }
+    let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
+    for issue in &issues {
+        *by_kind.entry(issue.kind.to_string()).or_default() += 1;
+    }
+    let restarts: u64 = observed.iter().map(|s| u64::from(s.restarts)).sum();
+    vec![
+        Family::single(
+            "shoal_reconcile_round_seconds",
+            "Duration of the last reconcile round.",
+            Kind::Gauge,
+            stats.round_last_us as f64 / 1e6,
+        ),
+        Family::single(
+            "shoal_reconcile_rounds",
+            "Reconcile rounds run.",
+            Kind::Counter,
+            stats.rounds as f64,
+        ),
+        Family::single(
+            "shoal_placement_seconds",
+            "Duration of the last placement computation.",
+            Kind::Gauge,
+            stats.placement_last_us as f64 / 1e6,
+        ),
+        Family {
+            name: "shoal_reconcile_actions",
+            help: "Actions the reconciler asked for, by kind.",
+            kind: Kind::Counter,
+            samples: stats
+                .actions
+                .iter()
+                .map(|(k, n)| (vec![("kind", k.to_string())], *n as f64))
+                .collect(),
+        },
+        Family {
+            name: "shoal_issues",
+            help: "Current issues on this node, by kind.",
+            kind: Kind::Gauge,
+            samples: by_kind
+                .into_iter()
+                .map(|(k, n)| (vec![("kind", k)], n as f64))
+                .collect(),
+        },
+        Family {
+            name: "shoal_instances",
+            help: "Instances on this node, by phase.",
+            kind: Kind::Gauge,
+            samples: by_phase
+                .into_iter()
+                .map(|(p, n)| (vec![("phase", p.to_string())], n as f64))
+                .collect(),
+        },
+        Family::single(
+            "shoal_instance_restarts",
+            "Restarts of this node's replicas since the agent started.",
+            Kind::Counter,
+            restarts as f64,
+        ),
+        Family::single(
+            "shoal_feedback_dropped",
+            "Runtime outcomes dropped on a full queue.",
+            Kind::Counter,
+            stats.feedback_dropped as f64,
+        ),
+    ]
+}

@@ -1,0 +1,242 @@
+//! API operations that read or steer the host loops across the mesh: status with phases,
+//! issues, approvals, events and draining.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shoal_core::placement::{self, model::ReplicaId};
+use shoal_core::reconcile::{InstanceStatus, Issue};
+
+use super::api::{ApiError, ErrorKind, InstanceView, Request, Response, StatusView};
+use super::node::MeshNode;
+use super::view;
+use crate::host::{INSTANCES_KEY, ISSUES_KEY};
+use crate::rpc;
+
+/// Longest wait for a forwarded approve or drain.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most events one call returns.
+const EVENTS_PER_CALL_MAX: u32 = 1000;
+/// Longest gossiped value decoded for status or issues, in bytes.
+const GOSSIP_VALUE_BYTES_MAX: usize = 512 * 1024;
+
+fn not_found(name: &str) -> ApiError {
+    ApiError::new(
+        ErrorKind::NotFound,
+        format!("no workload named {name:?}; `shoal get` lists them"),
+    )
+}
+
+impl MeshNode {
+    /// Every node's gossiped value under `key`, decoded, by node name (newest generation).
+    async fn gossiped<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> BTreeMap<String, (bool, T)> {
+        let chitchat = self.gossip().chitchat();
+        let guard = chitchat.lock().await;
+        let mut out = BTreeMap::new();
+        for member in view::members(&guard) {
+            let Some(state) = guard.node_state(&member.id) else {
+                continue;
+            };
+            let Some(text) = state.get(key) else { continue };
+            if text.len() > GOSSIP_VALUE_BYTES_MAX {
+                continue;
+            }
+            if let Ok(value) = serde_json::from_str::<T>(text) {
+                out.insert(member.name.clone(), (member.alive, value));
+            }
+        }
+        out
+    }
+
+    pub(crate) async fn handle_status(self: Arc<Self>, name: String) -> Result<Response, ApiError> {
+        let (specs, _) = self.with_store(|s| view::live_specs(s.list_live())).await;
+        let Some((spec, version)) = specs.iter().find(|(s, _)| s.name == name).cloned() else {
+            return Err(not_found(&name));
+        };
+        let nodes = view::placement_nodes(&self.members().await);
+        let workloads: Vec<_> = specs
+            .iter()
+            .map(|(s, _)| view::placement_workload(s))
+            .collect();
+        let placed = placement::place(&nodes, &workloads);
+        let mut observed: BTreeMap<String, (bool, Vec<InstanceStatus>)> =
+            self.gossiped(INSTANCES_KEY).await;
+        if let Some(host) = self.host() {
+            observed.insert(self.name.clone(), (true, host.observed().await));
+        }
+        let hosts_known = !observed.is_empty();
+        let mut instances = Vec::new();
+        for replica in 0..spec.replicas {
+            let id = ReplicaId::new(&name, replica);
+            let owner = placed.assigned.get(&id).cloned();
+            let mut found = false;
+            for (node, (alive, list)) in &observed {
+                for status in list.iter().filter(|s| s.replica == id) {
+                    found = true;
+                    let misplaced = owner.as_deref() != Some(node.as_str());
+                    // A node that is not live cannot vouch for its instances: their state is unknown.
+                    let phase = if *alive {
+                        status.phase.to_string()
+                    } else {
+                        "unknown".to_string()
+                    };
+                    instances.push(InstanceView {
+                        replica,
+                        node: Some(node.clone()),
+                        phase,
+                        healthy: Some(status.healthy && *alive),
+                        restarts: status.restarts,
+                        spec_version: Some(status.spec_version.clone()),
+                        since_ms: Some(status.since_ms),
+                        last_error: status.last_error.clone(),
+                        reason: match (alive, misplaced) {
+                            (false, _) => Some(format!("node {node} is not live")),
+                            (true, true) => Some("no longer placed here: handing off".to_string()),
+                            _ => None,
+                        },
+                    });
+                }
+            }
+            if !found {
+                let reason = placed.unschedulable.get(&id).map(|u| u.to_string());
+                let phase = match (&owner, hosts_known) {
+                    (None, _) => "unschedulable",
+                    (Some(_), true) => "pending",
+                    (Some(_), false) => "assigned",
+                };
+                instances.push(InstanceView {
+                    replica,
+                    node: owner,
+                    phase: phase.to_string(),
+                    healthy: None,
+                    restarts: 0,
+                    spec_version: None,
+                    since_ms: None,
+                    last_error: None,
+                    reason,
+                });
+            }
+        }
+        Ok(Response::Status(StatusView {
+            name,
+            desired: spec.replicas,
+            version,
+            instances,
+        }))
+    }
+
+    pub(crate) async fn handle_issues(self: Arc<Self>) -> Result<Response, ApiError> {
+        let mut by_node: BTreeMap<String, (bool, Vec<Issue>)> = self.gossiped(ISSUES_KEY).await;
+        if let Some(host) = self.host() {
+            by_node.insert(self.name.clone(), (true, host.issues().await));
+        }
+        let mut issues: Vec<Issue> = by_node.into_values().flat_map(|(_, list)| list).collect();
+        issues.sort_by(|a, b| (&a.node, &a.id).cmp(&(&b.node, &b.id)));
+        Ok(Response::Issues(issues))
+    }
+
+    pub(crate) async fn handle_approve(
+        self: Arc<Self>,
+        id: String,
+        node: Option<String>,
+    ) -> Result<Response, ApiError> {
+        let target = match node {
+            Some(node) => node,
+            None => {
+                let Ok(Response::Issues(issues)) = self.clone().handle_issues().await else {
+                    return Err(ApiError::new(ErrorKind::Internal, "cannot list issues"));
+                };
+                match issues.iter().find(|i| i.id == id) {
+                    Some(issue) => issue.node.clone(),
+                    None => {
+                        return Err(ApiError::new(
+                            ErrorKind::NotFound,
+                            format!(
+                                "no current issue has id {id}; run `shoal issues` to list them"
+                            ),
+                        ))
+                    }
+                }
+            }
+        };
+        if target == self.name {
+            let Some(host) = self.host() else {
+                return Err(ApiError::new(
+                    ErrorKind::Invalid,
+                    "this agent runs no host loop",
+                ));
+            };
+            host.approve(&id)
+                .await
+                .map_err(|e| ApiError::new(ErrorKind::Invalid, e.to_string()))?;
+            return Ok(Response::Approved { id, node: target });
+        }
+        self.forward(
+            &target,
+            Request::Approve {
+                id,
+                node: Some(target.clone()),
+            },
+        )
+        .await
+    }
+
+    pub(crate) fn handle_events(&self, after: u64, limit: u32) -> Response {
+        let limit = limit.clamp(1, EVENTS_PER_CALL_MAX) as usize;
+        Response::Events(
+            self.host()
+                .map(|h| h.events_after(after, limit))
+                .unwrap_or_default(),
+        )
+    }
+
+    pub(crate) async fn handle_drain(
+        self: Arc<Self>,
+        node: String,
+        draining: bool,
+    ) -> Result<Response, ApiError> {
+        if node == self.name {
+            if !self.set_draining(draining).await {
+                return Err(ApiError::new(
+                    ErrorKind::Internal,
+                    "this agent has no record to change",
+                ));
+            }
+            tracing::info!(draining, "draining flag changed by an operator");
+            return Ok(Response::Drained { node, draining });
+        }
+        self.forward(
+            &node,
+            Request::Drain {
+                node: node.clone(),
+                draining,
+            },
+        )
+        .await
+    }
+
+    async fn forward(&self, node: &str, req: Request) -> Result<Response, ApiError> {
+        let members = self.members().await;
+        let Some((_, addr)) = view::live_peer_apis(&members, &self.name)
+            .into_iter()
+            .find(|(n, _)| n == node)
+        else {
+            return Err(ApiError::new(
+                ErrorKind::NotFound,
+                format!("node {node:?} is not live here; `shoal nodes` lists the members"),
+            ));
+        };
+        rpc::call_with(self.rpc.as_ref(), addr, node, &req, FORWARD_TIMEOUT)
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    ErrorKind::Internal,
+                    format!("forwarding to {node} failed: {e}"),
+                )
+            })
+    }
+}
