@@ -229,6 +229,11 @@ async fn build_input(env: &HostEnv, sh: &mut Shell) -> (Vec<Peer>, ReconcileInpu
         supports_processes: true,
         peers: peer_status,
         membership: Membership {
+            unreachable: peers
+                .iter()
+                .filter(|p| !p.alive && !dead.contains(&p.name))
+                .map(|p| p.name.clone())
+                .collect(),
             live,
             dead,
             members_known: sh.members_known,

@@ -1,13 +1,127 @@
-//! The model tier (filled in below).
+//! The model tier: a plain discrete-event loop (a heap of events, one seeded ChaCha generator,
+//! no tokio) for meshes of ten thousand hosts. Placement is the real core
+//! (`shoal_core::placement::PlacementEngine`, incremental); gossip and failure detection are a
+//! delay model calibrated on the real-code tier; reconcile decisions are modelled (start on
+//! assignment, stop a normal orphan once the new copy is healthy, an exclusive replica waits
+//! the fencing delay after its old owner is seen dead).
+//!
+//! Delay model (docs/sim.md has the calibration): an observer learns of a crash after
+//! `detect_base + detect_per_log2 * log2(N) + U(0, detect_spread)`; of a host's return after
+//! the join time plus the same spread; every host reconciles within one interval of learning.
+
+mod delays;
+mod run;
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::check::stats::Dist;
+pub use delays::Delays;
+pub use run::simulate;
 
 /// Command-line arguments of `shoal-sim model`.
 #[derive(clap::Args, Debug)]
 pub struct ModelArgs {
-    /// The scenario file.
-    pub scenario: std::path::PathBuf,
+    /// The scenario file (crash, restart, flap with mode crash, and spec changes are modelled;
+    /// other events are listed as ignored).
+    pub scenario: PathBuf,
+    /// Hosts (default: the scenario's).
+    #[arg(long)]
+    pub nodes: Option<u32>,
+    /// Scale every workload's replicas by this factor (to keep load per host at a larger size).
+    #[arg(long, default_value_t = 1.0)]
+    pub replicas_scale: f64,
+    /// The seed (default: the scenario's).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Prints the JSON report as the last line of stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
-/// Runs the model tier.
-pub fn main(_args: ModelArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("not yet")
+/// What the model tier measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelReport {
+    /// Scenario name.
+    pub scenario: String,
+    /// Seed.
+    pub seed: u64,
+    /// Hosts.
+    pub nodes: u32,
+    /// Replicas desired at the end.
+    pub replicas: u64,
+    /// Crash to "dead" at each observer.
+    pub detection: Dist,
+    /// Crash to "dead" at every observer.
+    pub detection_all: Dist,
+    /// Replicas of crashed hosts: crash to a healthy copy elsewhere.
+    pub replacement: Dist,
+    /// p99 of that (the headline figure, as in the real tier).
+    pub replacement_p99_ms: Option<u64>,
+    /// Membership changes.
+    pub membership_changes: u64,
+    /// Replica moves they caused (placement diff).
+    pub moves: u64,
+    /// Moves of replicas whose host left.
+    pub forced_moves: u64,
+    /// Starts and stops executed (churn).
+    pub starts: u64,
+    /// Stops executed.
+    pub stops: u64,
+    /// Time from the last fault to the last start or stop it caused.
+    pub converged_after_last_fault_ms: Option<u64>,
+    /// Events processed.
+    pub events: u64,
+    /// Events ignored (not modelled).
+    pub ignored: Vec<String>,
+    /// Wall-clock seconds.
+    pub wall_seconds: f64,
+    /// Simulated seconds.
+    pub sim_seconds: f64,
+}
+
+/// Runs the model tier and prints the report.
+pub fn main(args: ModelArgs) -> anyhow::Result<i32> {
+    let text = std::fs::read_to_string(&args.scenario)?;
+    let mut sc = crate::scenario::parse_scenario(&text, &args.scenario.display().to_string())?;
+    if let Some(n) = args.nodes {
+        sc.mesh.nodes = n;
+    }
+    for w in &mut sc.workloads {
+        w.spec.replicas =
+            ((f64::from(w.spec.replicas) * args.replicas_scale).round() as u32).max(1);
+    }
+    let seed = args.seed.unwrap_or(sc.seed);
+    let wall = std::time::Instant::now();
+    let mut report = simulate(&sc, seed, &Delays::default());
+    report.wall_seconds = (wall.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
+    let summary = format!(
+        "model {} seed {seed}: {} hosts, {} replicas, {:.0} sim s in {:.2} wall s\n  \
+         detection (per observer): {}\n  detection (all observers): {}\n  replacement: {}\n  \
+         moves {} ({} forced) over {} membership changes; starts {}, stops {}\n  \
+         converged {:?} ms after the last fault; ignored events: {:?}\n",
+        report.scenario,
+        report.nodes,
+        report.replicas,
+        report.sim_seconds,
+        report.wall_seconds,
+        report.detection.show(),
+        report.detection_all.show(),
+        report.replacement.show(),
+        report.moves,
+        report.forced_moves,
+        report.membership_changes,
+        report.starts,
+        report.stops,
+        report.converged_after_last_fault_ms,
+        report.ignored
+    );
+    if args.json {
+        eprint!("{summary}");
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{summary}");
+    }
+    Ok(0)
 }

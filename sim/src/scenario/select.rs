@@ -138,6 +138,25 @@ impl Selector {
     }
 }
 
+/// Resolves a selector without a running mesh (the model tier): every host is a candidate,
+/// `zone=` picks nothing (the model has no zones in selectors) and `owner=` picks one host at
+/// random.
+pub fn resolve_static(sel: &Selector, mesh_size: u32, rng: &mut impl Rng) -> Vec<u32> {
+    let hosts: Vec<u32> = (0..mesh_size).collect();
+    let zone_of = |_: u32| String::new();
+    let owners_of = |_: &str| Vec::new();
+    let pool = Pool {
+        hosts: &hosts,
+        mesh_size,
+        zone_of: &zone_of,
+        owners_of: &owners_of,
+    };
+    match sel {
+        Selector::Owner(_) => Selector::One.resolve(&pool, rng),
+        other => other.resolve(&pool, rng),
+    }
+}
+
 fn parse_nodes(list: &str, mesh_size: u32) -> Result<Vec<u32>, String> {
     let mut out = Vec::new();
     for part in list.split(',') {
