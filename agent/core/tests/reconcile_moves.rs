@@ -255,3 +255,25 @@ fn deleted_workload_and_scaled_down_replicas_stop_and_are_removed() {
     assert_eq!(removes.len(), 4, "{removes:#?}");
     assert!(c.agents.values().all(|a| a.rt.instances.is_empty()));
 }
+
+#[test]
+fn failing_surge_copy_backs_off_and_keeps_the_old_one() {
+    let extra = "[update]\nmax_unavailable = 0\nmax_surge = 1\n";
+    let mut c = four_nodes(extra);
+    c.put(
+        spec("web", 4, &format!("{extra}[process.env]\nV = \"2\"\n")),
+        "v2",
+    );
+    for n in NODES {
+        c.agent_mut(n).rt.failing.insert("web".to_string());
+    }
+    c.run_for(40_000);
+    let starts = c.starts("web", 0);
+    let gaps: Vec<u64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+    assert_eq!(gaps[1..], [10_000, 20_000], "surge attempts back off");
+    assert_eq!(c.serving("web"), 4, "the old copies keep serving");
+    assert!(
+        c.starts("web", 1).len() == 1,
+        "the rollout stalls at the first replica"
+    );
+}

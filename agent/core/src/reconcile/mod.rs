@@ -57,6 +57,7 @@ pub use config::{ConfigError, ReconcileConfig};
 pub use health::{backoff_delay_ms, HealthChange};
 pub use input::{Membership, ReconcileInput, SpecEntry};
 pub use issue::{issue_id, ApproveError, Issue, IssueKind, Layer};
+pub use report::ProbeTarget;
 pub use status::InstanceStatus;
 
 use crate::instance::ReplicaId;

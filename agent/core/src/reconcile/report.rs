@@ -9,6 +9,18 @@ use super::plan::{Ctx, Plan, RawIssue};
 use super::status::InstanceStatus;
 use super::Reconciler;
 use crate::instance::{Phase, ReplicaId};
+use crate::spec::HealthCheck;
+
+/// An instance to probe and how.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeTarget {
+    /// The runtime handle.
+    pub handle: String,
+    /// The replica it runs.
+    pub replica: ReplicaId,
+    /// The probe and its timing.
+    pub check: HealthCheck,
+}
 
 /// Node-wide issues: self-fencing, and the suspicious view holding stops.
 pub(crate) fn global_issues(ctx: &Ctx<'_>, placed: &BTreeMap<ReplicaId, String>, plan: &mut Plan) {
@@ -180,9 +192,10 @@ impl Reconciler {
         t.health.record(check, ok, detail, t.started_at_ms, now)
     }
 
-    /// The instances to probe now, with their checks: every alive instance not being stopped
-    /// whose spec has a health check.
-    pub fn probe_targets(&self) -> Vec<(String, ReplicaId, crate::spec::HealthCheck)> {
+    /// The instances to probe, with their checks: every alive instance not being stopped whose
+    /// spec (the version it runs) has a health check. The shell probes each at `interval_ms`,
+    /// bounded by `timeout_ms`, and feeds [`Reconciler::handle_probe_result`].
+    pub fn probe_targets(&self) -> Vec<ProbeTarget> {
         self.local
             .instances
             .iter()
@@ -193,7 +206,11 @@ impl Reconciler {
                     .for_instance(&t.replica, &t.version)?
                     .health
                     .clone()?;
-                Some((h.clone(), t.replica.clone(), check))
+                Some(ProbeTarget {
+                    handle: h.clone(),
+                    replica: t.replica.clone(),
+                    check,
+                })
             })
             .collect()
     }

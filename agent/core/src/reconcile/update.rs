@@ -79,6 +79,18 @@ pub(crate) fn plan_outdated(
         if state.is_some_and(|s| s.pending_start.is_some()) {
             return;
         }
+        if let Some(at) = state
+            .map(|s| s.next_start_at_ms)
+            .filter(|&at| ctx.now_ms < at)
+        {
+            let msg = format!(
+                "the new copy at {} failed; next attempt at {at} (backoff)",
+                entry.version
+            );
+            plan.issue(IssueKind::Outdated, Some(replica), msg);
+            plan.wake_at(at);
+            return;
+        }
         if let Some(why) = ctx.input.unsupported_reason(spec) {
             plan.issue(
                 IssueKind::Unsupported,

@@ -377,7 +377,8 @@ impl Cluster {
         for agent in self.agents.values_mut() {
             agent.rt.advance(now);
             if agent.up && self.auto_probe {
-                for (handle, _, _) in agent.rec.probe_targets() {
+                for target in agent.rec.probe_targets() {
+                    let handle = target.handle;
                     let running = agent
                         .rt
                         .instances
