@@ -65,6 +65,11 @@ fn remove_all(prefix: &str) {
 }
 
 fn healthy(c: &Cluster, name: &str) -> usize {
+    healthy_off(c, name, "")
+}
+
+/// Replicas healthy on nodes other than `off`.
+fn healthy_off(c: &Cluster, name: &str, off: &str) -> usize {
     let out = c.cli(0, &["status", name, "-o", "json", "--timeout", "2s"]);
     let Ok(s) = serde_json::from_slice::<Value>(&out.stdout) else {
         return 0;
@@ -73,7 +78,7 @@ fn healthy(c: &Cluster, name: &str) -> usize {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|x| x["phase"] == "running" && x["healthy"] == true)
+        .filter(|x| x["phase"] == "running" && x["healthy"] == true && x["node"] != off)
         .map(|x| x["replica"].as_u64().unwrap())
         .collect();
     replicas.sort();
@@ -149,7 +154,8 @@ fn containers_run_restart_move_off_a_dead_host_and_a_missing_image_is_an_issue()
     }
     let died = Instant::now();
     assert!(
-        wait_until(Duration::from_secs(10), || healthy(&c, "box") == 2),
+        wait_until(Duration::from_secs(10), || healthy_off(&c, "box", &name)
+            == 2),
         "containers not replaced after the host death"
     );
     eprintln!(
