@@ -152,8 +152,10 @@ fn apply(c: &mut Cluster, e: &Event, version: &mut u32) {
                     let id = ReplicaId::new("web", r);
                     if r >= replicas {
                         c.owners.remove(&id);
-                    } else if !c.owners.contains_key(&id) {
-                        c.owners.insert(id, NODES[r as usize % 3].to_string());
+                    } else {
+                        c.owners
+                            .entry(id)
+                            .or_insert_with(|| NODES[r as usize % 3].to_string());
                     }
                 }
             }

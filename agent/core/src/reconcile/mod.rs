@@ -13,7 +13,7 @@
 //! The rules (docs/reconcile.md tells the whole story):
 //! - **Missing**: a replica placed here with no alive instance starts, unless a start is in flight,
 //!   its restart policy ended it, the local runtime cannot run it, its backoff runs, or (exclusive)
-//!   the safety rule of [`exclusive`] forbids it. A restarted agent adopts the runtime's instances
+//!   the safety rule (`exclusive.rs`, docs/reconcile.md) forbids it. A restarted agent adopts the runtime's instances
 //!   first: any alive instance of a replica, at any version, blocks its start.
 //! - **Exited or unhealthy**: an unhealthy instance (probe failures past the threshold, outside
 //!   the start grace) is stopped; an exit that was not a planned stop is a failure, restarted after
@@ -21,8 +21,8 @@
 //!   the instance had been healthy for `backoff_reset`. `never` does not restart; `on-failure`
 //!   does not restart a clean exit.
 //! - **Outdated**: the reload hook for a live-settings change, else a rolling replacement within
-//!   the workload's mesh-wide `max_unavailable` / `max_surge` budget ([`update`]).
-//! - **Orphan**: stop after handoff (normal) or at once (exclusive, deleted, scaled down) ([`orphan`]).
+//!   the workload's mesh-wide `max_unavailable` / `max_surge` budget (`update.rs`).
+//! - **Orphan**: stop after handoff (normal) or at once (exclusive, deleted, scaled down) (`orphan.rs`).
 //! - **Fencing**: a node that has not seen a strict majority of the last known membership for
 //!   `self_fence_ms` stops its exclusive instances.
 //! - **Never mass-stop**: while the view is suspicious (no specs while instances run, no majority,
@@ -44,6 +44,7 @@ mod issue;
 mod orphan;
 mod plan;
 mod report;
+mod round;
 mod start;
 mod status;
 mod track;
@@ -63,7 +64,7 @@ pub use status::InstanceStatus;
 use crate::instance::ReplicaId;
 use cache::SpecCache;
 use plan::{Ctx, Plan};
-use track::{Local, ReloadState, StopRequest};
+use track::Local;
 use view::{MeshTimers, PeerIndex};
 
 /// The reconciler of one node. Pure: time arrives as `now_ms`, and every collection that reaches
@@ -220,125 +221,6 @@ impl Reconciler {
         plan
     }
 
-    /// Keeps the most urgent candidates within the bound and records what is sent.
-    fn select(&mut self, plan: &mut Plan, now: u64) -> Vec<Action> {
-        let mut candidates = std::mem::take(&mut plan.candidates);
-        candidates.sort_by(|(ra, a), (rb, b)| {
-            ra.cmp(rb)
-                .then_with(|| a.replica().cmp(b.replica()))
-                .then_with(|| sort_key(a).cmp(&sort_key(b)))
-        });
-        candidates.dedup_by(|x, y| x.1 == y.1);
-        if candidates.len() > self.config.actions_per_round_max {
-            candidates.truncate(self.config.actions_per_round_max);
-            plan.wake_at(now);
-        }
-        let actions: Vec<Action> = candidates.into_iter().map(|(_, a)| a).collect();
-        for action in &actions {
-            self.commit(action, now);
-        }
-        actions
-    }
-
-    fn commit(&mut self, action: &Action, now: u64) {
-        match action {
-            Action::Start {
-                replica,
-                spec,
-                version,
-                ..
-            } => {
-                self.cache.insert(&replica.workload, version, spec);
-                let state = self.local.replicas.entry(replica.clone()).or_default();
-                state.pending_start = Some(track::PendingStart {
-                    version: version.clone(),
-                    at_ms: now,
-                });
-                if std::mem::take(&mut state.restart_due) {
-                    state.restarts = state.restarts.saturating_add(1);
-                }
-            }
-            Action::Stop {
-                handle,
-                grace_ms,
-                cause,
-                ..
-            } => {
-                if let Some(t) = self.local.instances.get_mut(handle) {
-                    t.stop = Some(StopRequest {
-                        at_ms: now,
-                        cause: *cause,
-                        grace_ms: *grace_ms,
-                    });
-                }
-            }
-            Action::Reload {
-                handle, version, ..
-            } => {
-                if let Some(t) = self.local.instances.get_mut(handle) {
-                    let previous = t.reload.take().filter(|r| &r.target == version);
-                    t.reload = Some(ReloadState {
-                        target: version.clone(),
-                        sent_at_ms: now,
-                        in_flight: true,
-                        attempts: previous.as_ref().map_or(0, |r| r.attempts),
-                        retry_at_ms: now,
-                        last_error: previous.and_then(|r| r.last_error),
-                    });
-                }
-            }
-            Action::Remove { handle, .. } => {
-                if let Some(t) = self.local.instances.get_mut(handle) {
-                    t.remove_sent = true;
-                }
-            }
-        }
-    }
-
-    fn expire_reloads(&mut self, now: u64) {
-        let timeout = self.config.reload_timeout_ms;
-        let late: Vec<String> = self
-            .local
-            .instances
-            .iter()
-            .filter(|(_, t)| {
-                t.reload
-                    .as_ref()
-                    .is_some_and(|r| r.in_flight && now >= r.sent_at_ms.saturating_add(timeout))
-            })
-            .map(|(h, _)| h.clone())
-            .collect();
-        for handle in late {
-            let detail = format!("no result within {timeout} ms");
-            self.handle_reload_result(&handle, false, &detail, now);
-        }
-    }
-
-    /// Forgets replicas that are neither placed here nor have a record here, and dates how long
-    /// each replica has had no alive instance here (its published claim, see [`exclusive`]).
-    fn prune(&mut self) {
-        let recorded: BTreeSet<&ReplicaId> =
-            self.local.instances.values().map(|t| &t.replica).collect();
-        let alive: BTreeSet<&ReplicaId> = self
-            .local
-            .instances
-            .values()
-            .filter(|t| t.alive())
-            .map(|t| &t.replica)
-            .collect();
-        let placed = &self.placed;
-        self.local.replicas.retain(|r, s| {
-            placed.contains_key(r) || recorded.contains(r) || s.pending_start.is_some()
-        });
-        let now = self.now_ms;
-        for (r, state) in self.local.replicas.iter_mut() {
-            state.pending_since_ms = match alive.contains(r) || !placed.contains_key(r) {
-                true => None,
-                false => Some(state.pending_since_ms.unwrap_or(now)),
-            };
-        }
-    }
-
     /// When to call [`Reconciler::handle_tick`] next if no input changes: the earliest backoff
     /// expiry, fencing deadline, handoff bound or retry; `Some(now)` when the last round was cut
     /// short by the action bound.
@@ -371,15 +253,5 @@ impl Reconciler {
     /// The last `now_ms` seen.
     pub fn now_ms(&self) -> u64 {
         self.now_ms
-    }
-}
-
-/// A stable tie-break between actions on one replica.
-fn sort_key(action: &Action) -> (u8, &str) {
-    match action {
-        Action::Stop { handle, .. } => (0, handle),
-        Action::Reload { handle, .. } => (1, handle),
-        Action::Start { version, .. } => (2, version),
-        Action::Remove { handle, .. } => (3, handle),
     }
 }
