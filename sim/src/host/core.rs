@@ -103,7 +103,8 @@ async fn run(env: HostEnv) {
         for action in actions {
             execute(&env, action, &tx);
         }
-        for (handle, _, check) in rec.probe_targets() {
+        for target in rec.probe_targets() {
+            let (handle, check) = (target.handle, target.check);
             let timeout = Duration::from_millis(check.timeout_ms);
             let outcome = env.mem.probe(&handle, &check.probe, timeout).await;
             let (ok, detail) = match outcome {

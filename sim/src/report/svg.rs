@@ -10,6 +10,14 @@ const RIGHT: f64 = 16.0;
 const TOP: f64 = 36.0;
 const BOTTOM: f64 = 40.0;
 
+/// A plotted line: label, colour, dash pattern, value.
+type Series = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&crate::check::Sample) -> u32,
+);
+
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -84,7 +92,7 @@ pub fn timeline_svg(report: &Report) -> String {
         );
         v += step_v;
     }
-    let series: [(&str, &str, &str, fn(&crate::check::Sample) -> u32); 3] = [
+    let series: [Series; 3] = [
         ("desired", "#555", "6 3", |s| s.desired),
         ("running", "#2e86de", "", |s| s.running),
         ("healthy", "#27ae60", "", |s| s.healthy),

@@ -168,7 +168,7 @@ impl World {
                     .sample(now, &self.hosts, &self.net, &mut self.trace)
                     .await;
                 next_tick += TICK_MS;
-                if next_tick % 1000 == 0 {
+                if next_tick.is_multiple_of(1000) {
                     progress(now);
                 }
             }
