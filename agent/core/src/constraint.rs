@@ -40,7 +40,8 @@ pub const CONSTRAINT_LEN_MAX: usize = 256;
 fn valid_token(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
 }
 
 impl Constraint {
@@ -66,8 +67,15 @@ impl Constraint {
                 if !valid_token(v) {
                     return Err(bad());
                 }
-                let op = if ne { ConstraintOp::Ne(v.into()) } else { ConstraintOp::Eq(v.into()) };
-                return Ok(Constraint { key: key_ok(k)?, op });
+                let op = if ne {
+                    ConstraintOp::Ne(v.into())
+                } else {
+                    ConstraintOp::Eq(v.into())
+                };
+                return Ok(Constraint {
+                    key: key_ok(k)?,
+                    op,
+                });
             }
         }
         for (sym, not) in [(" not in ", true), (" in ", false)] {
@@ -87,14 +95,27 @@ impl Constraint {
                 }
                 values.sort();
                 values.dedup();
-                let op = if not { ConstraintOp::NotIn(values) } else { ConstraintOp::In(values) };
-                return Ok(Constraint { key: key_ok(k.trim())?, op });
+                let op = if not {
+                    ConstraintOp::NotIn(values)
+                } else {
+                    ConstraintOp::In(values)
+                };
+                return Ok(Constraint {
+                    key: key_ok(k.trim())?,
+                    op,
+                });
             }
         }
         if let Some(k) = t.strip_prefix('!') {
-            return Ok(Constraint { key: key_ok(k.trim())?, op: ConstraintOp::Absent });
+            return Ok(Constraint {
+                key: key_ok(k.trim())?,
+                op: ConstraintOp::Absent,
+            });
         }
-        Ok(Constraint { key: key_ok(t)?, op: ConstraintOp::Exists })
+        Ok(Constraint {
+            key: key_ok(t)?,
+            op: ConstraintOp::Exists,
+        })
     }
 
     /// True when a node with these labels, zone and id satisfies the constraint.
@@ -134,22 +155,45 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn parses_and_displays_every_form() {
-        for text in ["disk == ssd", "zone != eu-1c", "rack in (r1, r2)", "arch not in (arm64)", "gpu", "!spot"] {
+        for text in [
+            "disk == ssd",
+            "zone != eu-1c",
+            "rack in (r1, r2)",
+            "arch not in (arm64)",
+            "gpu",
+            "!spot",
+        ] {
             let c = Constraint::parse(text).unwrap();
             assert_eq!(c.to_string(), text);
             assert_eq!(Constraint::parse(&c.to_string()).unwrap(), c);
         }
-        assert_eq!(Constraint::parse("disk==ssd").unwrap().to_string(), "disk == ssd");
+        assert_eq!(
+            Constraint::parse("disk==ssd").unwrap().to_string(),
+            "disk == ssd"
+        );
     }
 
     #[test]
     fn rejects_malformed() {
-        for text in ["", "==", "disk ==", "== ssd", "a b", "rack in r1", "rack in ()", "x == y z", "k ~= v"] {
+        for text in [
+            "",
+            "==",
+            "disk ==",
+            "== ssd",
+            "a b",
+            "rack in r1",
+            "rack in ()",
+            "x == y z",
+            "k ~= v",
+        ] {
             assert!(Constraint::parse(text).is_err(), "{text:?} parsed");
         }
     }

@@ -4,7 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 /// A bundle of the resources placement accounts for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct Resources {
     /// CPU in thousandths of a core.
     pub cpu_millis: u64,
@@ -15,7 +17,10 @@ pub struct Resources {
 impl Resources {
     /// A bundle from its parts.
     pub const fn new(cpu_millis: u64, memory_bytes: u64) -> Self {
-        Self { cpu_millis, memory_bytes }
+        Self {
+            cpu_millis,
+            memory_bytes,
+        }
     }
 
     /// True when `self` fits inside `room` in every resource.
@@ -54,7 +59,11 @@ impl std::error::Error for QuantityError {}
 
 /// Parses a CPU quantity into millicores: "250m", "0.5", "2", "1.25". At most three decimals.
 pub fn parse_cpu_millis(text: &str) -> Result<u64, QuantityError> {
-    let bad = || QuantityError(format!("{text:?} is not a CPU quantity (examples: 250m, 0.5, 2)"));
+    let bad = || {
+        QuantityError(format!(
+            "{text:?} is not a CPU quantity (examples: 250m, 0.5, 2)"
+        ))
+    };
     let t = text.trim();
     if t.is_empty() {
         return Err(bad());
@@ -78,8 +87,16 @@ pub fn parse_cpu_millis(text: &str) -> Result<u64, QuantityError> {
             "{text:?} is finer than a millicore (at most 3 decimals, or use e.g. 250m)"
         )));
     }
-    let whole: u64 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| bad())? };
-    let mut frac_millis: u64 = if frac.is_empty() { 0 } else { frac.parse().map_err(|_| bad())? };
+    let whole: u64 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().map_err(|_| bad())?
+    };
+    let mut frac_millis: u64 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse().map_err(|_| bad())?
+    };
     for _ in frac.len()..3 {
         frac_millis *= 10;
     }
@@ -158,7 +175,9 @@ mod tests {
         assert_eq!(parse_cpu_millis("2"), Ok(2000));
         assert_eq!(parse_cpu_millis(".25"), Ok(250));
         assert_eq!(parse_cpu_millis("1.125"), Ok(1125));
-        for bad in ["", "fast", "m", "1.2345", "-1", "1e3", "2 cores", "1..2", "."] {
+        for bad in [
+            "", "fast", "m", "1.2345", "-1", "1e3", "2 cores", "1..2", ".",
+        ] {
             assert!(parse_cpu_millis(bad).is_err(), "{bad:?} parsed");
         }
         assert_eq!(
@@ -174,7 +193,15 @@ mod tests {
         assert_eq!(parse_memory_bytes("512M"), Ok(512_000_000));
         assert_eq!(parse_memory_bytes("1000"), Ok(1000));
         assert_eq!(parse_memory_bytes("1.5Gi"), Ok(3 << 29));
-        for bad in ["", "lots", "Mi", "-1Mi", "1.Gi", "1 Gi", "99999999999999999999"] {
+        for bad in [
+            "",
+            "lots",
+            "Mi",
+            "-1Mi",
+            "1.Gi",
+            "1 Gi",
+            "99999999999999999999",
+        ] {
             assert!(parse_memory_bytes(bad).is_err(), "{bad:?} parsed");
         }
         assert!(parse_memory_bytes("99999Pi").is_err());

@@ -92,7 +92,7 @@ pub fn call(opts: &ClientOpts, req: Request) -> anyhow::Result<Response> {
     runtime.block_on(call_async(opts, req))
 }
 
-async fn call_async(opts: &ClientOpts, req: Request) -> anyhow::Result<Response> {
+pub(super) async fn call_async(opts: &ClientOpts, req: Request) -> anyhow::Result<Response> {
     let identity = client_identity(&opts.pki, opts.client_name.as_deref())?;
     let endpoint = tls::client_endpoint(opts.agent, &identity, ALPN_API, &QuicOptions::api())?;
     let answer: Response = shoal::rpc::call(&endpoint, opts.agent, ANY_MEMBER, &req, opts.timeout)

@@ -15,6 +15,7 @@ use clap::{Parser, Subcommand};
 mod agent;
 mod completions;
 mod connect;
+mod demo;
 mod nodes;
 mod ops;
 mod pki;
@@ -61,6 +62,8 @@ enum Command {
     Drain(ops::DrainArgs),
     /// Let a drained node take replicas again.
     Undrain(ops::DrainArgs),
+    /// Start 5 agents on loopback, run a service, kill a host, watch the mesh heal, clean up.
+    Demo(demo::Args),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
     Completions(completions::Args),
 }
@@ -93,6 +96,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Events(args) => ops::events(args),
         Command::Drain(args) => ops::drain(args, true),
         Command::Undrain(args) => ops::drain(args, false),
+        Command::Demo(args) => demo::run(args),
         Command::Completions(args) => completions::run::<Cli>(args),
     }
 }

@@ -1,0 +1,364 @@
+//! `shoal demo`: five agents on loopback, a six-replica HTTP service, one host killed, the mesh
+//! healing itself, every replica answering HTTP, and everything cleaned up.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use shoal::mesh::api::{Request, Response, StatusView};
+
+use super::connect::{call_async, ClientOpts};
+
+/// Agents the demo starts.
+const AGENTS: usize = 5;
+/// Replicas of the demo service.
+const REPLICAS: u32 = 6;
+/// Longest wait for any one stage.
+const STAGE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Arguments of `shoal demo`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  shoal demo\n  shoal demo --keep   # leave the mesh running and print how to reach it"
+)]
+pub struct Args {
+    /// Leave the mesh running at the end and print how to talk to it.
+    #[arg(long)]
+    keep: bool,
+    /// First HTTP port of the service; replica r listens on PORT + r.
+    #[arg(long, default_value_t = 18100)]
+    port: u16,
+}
+
+struct Demo {
+    dir: PathBuf,
+    agents: Vec<(String, SocketAddr, SocketAddr, Option<Child>)>,
+    keep: bool,
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        for (_, _, _, child) in &mut self.agents {
+            if let Some(child) = child.as_mut() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        // Instances run in their own process groups and outlive their agents: every one of them
+        // has the demo directory on its command line.
+        let _ = Command::new("pkill")
+            .args(["-9", "-f", &self.dir.display().to_string()])
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_udp() -> anyhow::Result<SocketAddr> {
+    Ok(std::net::UdpSocket::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+fn step(text: &str) {
+    println!("\n== {text}");
+}
+
+/// Runs the demo; Ctrl-C at any point cleans up and exits 130.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let dir = std::env::temp_dir().join(format!("shoal-demo-{}", std::process::id()));
+        let mut demo = Demo {
+            dir,
+            agents: Vec::new(),
+            keep: false,
+        };
+        tokio::select! {
+            result = run_demo(&mut demo, &args) => result,
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("\ninterrupted: stopping the agents and removing {}", demo.dir.display());
+                Ok(ExitCode::from(130))
+            }
+        }
+    })
+}
+
+fn client(demo: &Demo, agent: usize) -> ClientOpts {
+    ClientOpts {
+        agent: demo.agents[agent].2,
+        pki: demo.dir.join("pki"),
+        client_name: None,
+        timeout: Duration::from_secs(5),
+    }
+}
+
+async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
+    std::fs::create_dir_all(demo.dir.join("www")).context("creating the demo directory")?;
+    std::fs::write(
+        demo.dir.join("www/index.html"),
+        "hello from a shoal replica\n",
+    )?;
+    shoal::pki::init(&demo.dir.join("pki"))?;
+    step(&format!(
+        "starting {AGENTS} agents on loopback (process runtime, data under {})",
+        demo.dir.display()
+    ));
+    let exe = std::env::current_exe().context("finding the shoal binary")?;
+    for i in 0..AGENTS {
+        let (name, gossip, api) = (format!("n{}", i + 1), free_udp()?, free_udp()?);
+        let mut cmd = Command::new(&exe);
+        cmd.args([
+            "agent",
+            "--name",
+            &name,
+            "--gossip",
+            &gossip.to_string(),
+            "--api",
+            &api.to_string(),
+        ])
+        .arg("--data-dir")
+        .arg(demo.dir.join(&name))
+        .arg("--pki")
+        .arg(demo.dir.join("pki"))
+        .args([
+            "--cpu",
+            "2",
+            "--memory",
+            "2Gi",
+            "--zone",
+            if i % 2 == 0 { "zone-a" } else { "zone-b" },
+        ]);
+        if let Some((_, seed, _, _)) = demo.agents.first() {
+            cmd.args(["--seed", &seed.to_string()]);
+        }
+        let log = std::fs::File::create(demo.dir.join(format!("{name}.log")))?;
+        cmd.stdout(Stdio::null())
+            .stderr(log)
+            .env("RUST_LOG", "warn,shoal=info");
+        let child = cmd.spawn().context("starting an agent")?;
+        println!("   {name}: gossip {gossip}, api {api}");
+        demo.agents.push((name, gossip, api, Some(child)));
+    }
+    let started = Instant::now();
+    wait_for(
+        STAGE_TIMEOUT,
+        "every agent to see 5 live members",
+        || async {
+            let mut all = true;
+            for i in 0..AGENTS {
+                let alive = match call_async(&client(demo, i), Request::Nodes).await {
+                    Ok(Response::Nodes(nodes)) => nodes.iter().filter(|n| n.alive).count(),
+                    _ => 0,
+                };
+                all &= alive == AGENTS;
+            }
+            all
+        },
+    )
+    .await?;
+    println!("   mesh formed in {:.1} s", started.elapsed().as_secs_f64());
+
+    step(&format!("applying `web`: {REPLICAS} replicas of python3 -m http.server, each on its own port, with a health check over HTTP"));
+    let spec = web_spec(&demo.dir, args.port)?;
+    let applied = call_async(&client(demo, 0), Request::Apply { specs: vec![spec] }).await?;
+    if let Response::Applied(a) = applied {
+        println!(
+            "   stored as version {} (durable on {})",
+            a[0].version,
+            a[0].durable_on.join(", ")
+        );
+    }
+    let t = Instant::now();
+    let status = wait_healthy(demo, 0, None).await?;
+    println!(
+        "   all {REPLICAS} replicas healthy {:.1} s after apply:",
+        t.elapsed().as_secs_f64()
+    );
+    print_placement(&status);
+
+    let victim = victim_of(&status).context("no replica on n2..n5")?;
+    step(&format!(
+        "killing agent {} and its instances (kill -9: a host dies)",
+        demo.agents[victim].0
+    ));
+    let killed_at = Instant::now();
+    kill_host(demo, victim);
+    let dead_name = demo.agents[victim].0.clone();
+    let detect = wait_for(
+        STAGE_TIMEOUT,
+        "the mesh to declare the host dead",
+        || async {
+            matches!(call_async(&client(demo, 0), Request::Nodes).await,
+            Ok(Response::Nodes(nodes)) if nodes.iter().any(|n| n.name == dead_name && !n.alive))
+        },
+    )
+    .await?;
+    println!(
+        "   {dead_name} declared dead after {:.2} s",
+        detect.as_secs_f64()
+    );
+    let status = wait_healthy(demo, 0, Some(&dead_name)).await?;
+    let healed = killed_at.elapsed();
+    println!(
+        "   every replica healthy on the live nodes {:.2} s after the kill:",
+        healed.as_secs_f64()
+    );
+    print_placement(&status);
+
+    step("checking that every replica answers HTTP");
+    for replica in 0..REPLICAS {
+        let port = args.port + replica as u16;
+        http_get(port)
+            .await
+            .with_context(|| format!("replica {replica} on port {port} does not answer"))?;
+        println!("   replica {replica}: http://127.0.0.1:{port}/ answered 200");
+    }
+    step(&format!(
+        "healed: host death detected in {:.2} s, replicas back in {:.2} s",
+        detect.as_secs_f64(),
+        healed.as_secs_f64()
+    ));
+    if args.keep {
+        demo.keep = true;
+        let live = if victim == 0 { 1 } else { 0 };
+        println!("\nThe mesh keeps running. Talk to it with:\n  export SHOAL_AGENT={} SHOAL_PKI={}\n  shoal nodes; shoal status web; shoal events\nStop it with: pkill -f {}", demo.agents[live].2, demo.dir.join("pki").display(), demo.dir.display());
+    } else {
+        println!("\ncleaning up (agents, instances, {})", demo.dir.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn web_spec(dir: &Path, port: u16) -> anyhow::Result<shoal_core::spec::WorkloadSpec> {
+    let www = dir.join("www");
+    let text = format!(
+        r#"name = "web"
+replicas = {REPLICAS}
+[process]
+command = ["sh", "-c", "exec python3 -m http.server $(({port} + SHOAL_REPLICA)) --bind 127.0.0.1 --directory {www}"]
+[resources]
+cpu = "200m"
+memory = "64Mi"
+[health]
+interval = "1s"
+timeout = "900ms"
+failure_threshold = 3
+start_grace = "10s"
+[health.exec]
+command = ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%d/' % ({port} + int(os.environ['SHOAL_REPLICA'])), timeout=1)"]
+[restart]
+backoff_initial = "1s"
+"#,
+        www = www.display()
+    );
+    shoal_core::spec::WorkloadSpec::from_toml_str(&text, "demo-web.toml")
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+async fn wait_for<F, Fut>(within: Duration, what: &str, mut check: F) -> anyhow::Result<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if check().await {
+            return Ok(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("gave up after {within:?} waiting for {what}; the agents' logs are in the demo directory")
+}
+
+/// Waits until every replica has a running, healthy instance on a live node other than `off`.
+async fn wait_healthy(demo: &Demo, agent: usize, off: Option<&str>) -> anyhow::Result<StatusView> {
+    let start = Instant::now();
+    let mut last = None;
+    while start.elapsed() < STAGE_TIMEOUT {
+        let req = Request::Status { name: "web".into() };
+        if let Ok(Response::Status(status)) = call_async(&client(demo, agent), req).await {
+            let ok = (0..REPLICAS).all(|r| {
+                status.instances.iter().any(|i| {
+                    i.replica == r
+                        && i.phase == "running"
+                        && i.healthy == Some(true)
+                        && i.node.as_deref() != off
+                })
+            });
+            if ok {
+                return Ok(status);
+            }
+            last = Some(status);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!(
+        "the mesh did not heal: not every replica was healthy within {STAGE_TIMEOUT:?}; last status: {last:?}; \
+         the agents' logs are in the demo directory"
+    )
+}
+
+fn print_placement(status: &StatusView) {
+    for i in status
+        .instances
+        .iter()
+        .filter(|i| i.phase == "running" && i.healthy == Some(true))
+    {
+        println!(
+            "     replica {} on {}",
+            i.replica,
+            i.node.as_deref().unwrap_or("-")
+        );
+    }
+}
+
+fn victim_of(status: &StatusView) -> Option<usize> {
+    (2..=AGENTS).find_map(|n| {
+        let name = format!("n{n}");
+        status
+            .instances
+            .iter()
+            .any(|i| i.node.as_deref() == Some(name.as_str()))
+            .then_some(n - 1)
+    })
+}
+
+fn kill_host(demo: &mut Demo, victim: usize) {
+    if let Some(mut child) = demo.agents[victim].3.take() {
+        let pid = child.id();
+        let children = Command::new("pgrep")
+            .args(["-P", &pid.to_string()])
+            .output();
+        let _ = child.kill();
+        let _ = child.wait();
+        if let Ok(out) = children {
+            for pid in String::from_utf8_lossy(&out.stdout).lines() {
+                let _ = Command::new("kill").args(["-9", pid.trim()]).status();
+            }
+        }
+    }
+}
+
+async fn http_get(port: u16) -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::net::TcpStream::connect(("127.0.0.1", port)),
+    )
+    .await??;
+    stream
+        .write_all(b"GET / HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .await?;
+    let mut head = vec![0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut head)).await??;
+    let line = String::from_utf8_lossy(&head[..n]);
+    if !line.starts_with("HTTP/1.0 200") && !line.starts_with("HTTP/1.1 200") {
+        bail!("answered {:?}", line.lines().next().unwrap_or(""));
+    }
+    Ok(())
+}
