@@ -221,7 +221,27 @@ fn draining_keeps_replicas_available_and_a_broken_workload_is_an_issue() {
          [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n[restart]\nbackoff_initial = \"1s\"\n",
     )
     .unwrap();
-    apply(&c, 0, &broken);
+    let out = c.cli(
+        0,
+        &[
+            "apply",
+            "-f",
+            broken.to_str().unwrap(),
+            "--wait",
+            "--wait-timeout",
+            "3s",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "apply --wait of a broken workload did not fail"
+    );
+    assert!(
+        stderr(&out).contains("not found"),
+        "the timeout does not say why: {}",
+        stderr(&out)
+    );
     let quitter = c.dir.path().join("quitter.toml");
     std::fs::write(
         &quitter,

@@ -25,6 +25,18 @@ pub struct ApplyArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t)]
     output: Output,
+    /// Wait until every replica runs the new version and is healthy, showing progress.
+    #[arg(long)]
+    wait: bool,
+    /// Give up waiting after this long (exit 1 with the reason).
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    wait_timeout: std::time::Duration,
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    shoal_core::spec::parse_duration_ms(text)
+        .map(std::time::Duration::from_millis)
+        .map_err(|e| e.to_string())
 }
 
 /// Arguments of `shoal get`.
@@ -93,7 +105,77 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    if args.wait {
+        for a in &applied {
+            if !wait_rollout(&args.client, &a.name, &a.version, args.wait_timeout)? {
+                return Ok(ExitCode::from(EXIT_FAILURE));
+            }
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Polls `status` until every replica of `name` runs `version` healthy. Prints progress on
+/// stderr; on timeout prints why the missing replicas are missing and returns false.
+fn wait_rollout(
+    client: &ClientOpts,
+    name: &str,
+    version: &str,
+    timeout: std::time::Duration,
+) -> anyhow::Result<bool> {
+    let start = std::time::Instant::now();
+    let mut last_line = String::new();
+    loop {
+        let Response::Status(status) = call(client, Request::Status { name: name.into() })? else {
+            bail!("unexpected answer from the agent");
+        };
+        let ready: std::collections::BTreeSet<u32> = status
+            .instances
+            .iter()
+            .filter(|i| {
+                i.phase == "running"
+                    && i.healthy == Some(true)
+                    && i.spec_version.as_deref() == Some(version)
+            })
+            .map(|i| i.replica)
+            .collect();
+        let line = format!(
+            "{name}: {}/{} replicas healthy at version {version} ({:.0} s)",
+            ready.len(),
+            status.desired,
+            start.elapsed().as_secs_f64()
+        );
+        if line != last_line {
+            eprintln!("{line}");
+            last_line = line;
+        }
+        if ready.len() as u32 >= status.desired {
+            return Ok(true);
+        }
+        if start.elapsed() >= timeout {
+            eprintln!("{name}: gave up after {timeout:?}; replicas not ready:");
+            for i in status
+                .instances
+                .iter()
+                .filter(|i| !ready.contains(&i.replica))
+            {
+                let why = i
+                    .reason
+                    .as_deref()
+                    .or(i.last_error.as_deref())
+                    .unwrap_or("no reason reported yet");
+                eprintln!(
+                    "  replica {} on {}: {} ({why})",
+                    i.replica,
+                    i.node.as_deref().unwrap_or("-"),
+                    i.phase
+                );
+            }
+            eprintln!("see `shoal issues` and `shoal events` for what the agents are doing");
+            return Ok(false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
 }
 
 #[derive(Serialize)]
