@@ -27,6 +27,10 @@ use tokio::sync::mpsc;
 const SOCKET_QUEUE_LEN: usize = 1024;
 /// Longest a handler may take.
 const HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
+/// First retransmission delay of a lost RPC packet (QUIC's probe timeout on a fast network).
+const RPC_RETRANSMIT: Duration = Duration::from_millis(200);
+/// Losses in a row after which an RPC exchange is given up.
+const RPC_ATTEMPTS_MAX: u32 = 6;
 /// Gossip port of every host.
 pub const GOSSIP_PORT: u16 = 7000;
 /// API port of every host.
@@ -37,7 +41,8 @@ type FrameHandler = Arc<dyn Fn(Vec<u8>, PeerName) -> BoxFuture<Vec<u8>> + Send +
 /// What can go wrong on a link, besides a block.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct LinkFault {
-    /// Probability that a message is lost.
+    /// Probability that a message is lost (gossip: dropped; RPC: sent again after a backoff,
+    /// as QUIC would).
     pub loss: f64,
     /// Fixed delay.
     pub delay: Duration,
@@ -229,11 +234,25 @@ impl SimNet {
             .link_faults
             .get(&(a, b))
             .unwrap_or(&state.default_fault);
-        if fault.loss > 0.0 && state.rng.random::<f64>() < fault.loss {
+        let mut delay = fault.delay;
+        if gossip && fault.loss > 0.0 && state.rng.random::<f64>() < fault.loss {
             state.totals.dropped_loss += 1;
             return Fate::Drop;
         }
-        let mut delay = fault.delay;
+        // RPC rides a QUIC stream: a lost packet is sent again after a probe timeout that
+        // doubles, and the call fails only after several losses in a row.
+        let mut rto = RPC_RETRANSMIT;
+        for _ in 0..RPC_ATTEMPTS_MAX {
+            if gossip || fault.loss <= 0.0 || state.rng.random::<f64>() >= fault.loss {
+                break;
+            }
+            state.totals.dropped_loss += 1;
+            delay += rto;
+            rto *= 2;
+        }
+        if rto >= RPC_RETRANSMIT * (1 << RPC_ATTEMPTS_MAX) {
+            return Fate::Drop;
+        }
         if !fault.jitter.is_zero() {
             let span = fault.jitter.as_micros() as u64;
             delay += Duration::from_micros(state.rng.random_range(0..=span));

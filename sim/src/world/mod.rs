@@ -275,6 +275,27 @@ impl World {
                     );
                     self.checker.acknowledged(now, &a.name, None, None);
                 }
+                Response::Error(e)
+                    if e.kind == shoal::mesh::api::ErrorKind::NotDurable
+                        && answer.spec.is_some() =>
+                {
+                    // What the error tells an operator to do: run the command again.
+                    let line = format!(
+                        "{} {} not durable yet via {via}: applying again in 1 s",
+                        answer.what, answer.workload
+                    );
+                    self.trace.line(now, &line);
+                    self.checker.refused.push(line);
+                    let spec = answer.spec.expect("checked");
+                    let via = crate::scenario::Selector::One;
+                    self.schedule_step(
+                        now + 1000,
+                        Step::Fire(Action::Apply {
+                            spec: Box::new(spec),
+                            via,
+                        }),
+                    );
+                }
                 Response::Error(e) => {
                     let line = format!(
                         "{} {} refused by {via} ({} ms after sending): {:?}: {}",
