@@ -51,7 +51,7 @@ fn every_shipped_scenario_checks() {
 
 #[test]
 fn the_exclusive_owner_cut_off_in_a_minority_never_runs_twice() {
-    for seed in 1..=3 {
+    for seed in 1..=2 {
         let r = run("minority-isolation-exclusive", seed);
         assert_eq!(r["exclusive_duplicates"], 0, "seed {seed}: {r}");
         assert_eq!(r["invariant_violations"], 0, "seed {seed}: {r}");
@@ -61,10 +61,8 @@ fn the_exclusive_owner_cut_off_in_a_minority_never_runs_twice() {
 
 #[test]
 fn a_crash_loop_backs_off_and_recovers_when_it_ends() {
-    for seed in 1..=2 {
-        let r = run("crashloop", seed);
-        assert_eq!(r["passed"], true, "seed {seed}: {r}");
-    }
+    let r = run("crashloop", 1);
+    assert_eq!(r["passed"], true, "{r}");
 }
 
 #[test]

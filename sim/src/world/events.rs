@@ -75,6 +75,8 @@ impl World {
                     "losing data"
                 };
                 self.log(format!("crash {} ({data})", c(&hosts)));
+                let end = now + restart_after_ms.unwrap_or(1_000);
+                self.checker.fault_window(now, end, "crash");
                 if let Some(d) = restart_after_ms {
                     self.schedule_step(now + d, Step::Restart(hosts));
                 }
