@@ -14,6 +14,7 @@ pub mod placement;
 pub mod reconcile;
 pub mod resources;
 pub mod spec;
+pub mod stacking;
 pub mod store;
 
 pub use constraint::{Constraint, ConstraintOp};

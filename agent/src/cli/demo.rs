@@ -27,7 +27,8 @@ pub struct Args {
     /// Leave the mesh running at the end and print how to talk to it.
     #[arg(long)]
     keep: bool,
-    /// First HTTP port of the service; replica r listens on PORT + r.
+    /// First HTTP port of the service; replica r listens on PORT + r, on 127.0.0.N for node nN
+    /// (each agent has its own loopback address, as each host would have its own IP).
     #[arg(long, default_value_t = 18100)]
     port: u16,
 }
@@ -214,10 +215,17 @@ async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
     step("checking that every replica answers HTTP");
     for replica in 0..REPLICAS {
         let port = args.port + replica as u16;
-        http_get(port)
+        let node = status
+            .instances
+            .iter()
+            .find(|i| i.replica == replica && i.phase == "running" && i.healthy == Some(true))
+            .and_then(|i| i.node.clone())
+            .context("a healthy replica vanished")?;
+        let addr: SocketAddr = format!("127.0.0.{}:{port}", &node[1..]).parse()?;
+        http_get(addr)
             .await
-            .with_context(|| format!("replica {replica} on port {port} does not answer"))?;
-        println!("   replica {replica}: http://127.0.0.1:{port}/ answered 200");
+            .with_context(|| format!("replica {replica} at {addr} does not answer"))?;
+        println!("   replica {replica} on {node}: http://{addr}/ answered 200");
     }
     step(&format!(
         "healed: host death detected in {:.2} s, replicas back in {:.2} s",
@@ -240,17 +248,17 @@ fn web_spec(dir: &Path, port: u16) -> anyhow::Result<shoal_core::spec::WorkloadS
         r#"name = "web"
 replicas = {REPLICAS}
 [process]
-command = ["sh", "-c", "exec python3 -m http.server $(({port} + SHOAL_REPLICA)) --bind 127.0.0.1 --directory {www}"]
+command = ["sh", "-c", "exec python3 -m http.server $(({port} + SHOAL_REPLICA)) --bind 127.0.0.${{SHOAL_NODE#n}} --directory {www}"]
 [resources]
 cpu = "200m"
 memory = "64Mi"
 [health]
-interval = "1s"
-timeout = "900ms"
+interval = "2s"
+timeout = "2s"
 failure_threshold = 3
-start_grace = "10s"
+start_grace = "20s"
 [health.exec]
-command = ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%d/' % ({port} + int(os.environ['SHOAL_REPLICA'])), timeout=1)"]
+command = ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.%s:%d/' % (os.environ['SHOAL_NODE'][1:], {port} + int(os.environ['SHOAL_REPLICA'])), timeout=1)"]
 [restart]
 backoff_initial = "1s"
 "#,
@@ -344,13 +352,11 @@ fn kill_host(demo: &mut Demo, victim: usize) {
     }
 }
 
-async fn http_get(port: u16) -> anyhow::Result<()> {
+async fn http_get(addr: SocketAddr) -> anyhow::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::time::timeout(
-        Duration::from_secs(2),
-        tokio::net::TcpStream::connect(("127.0.0.1", port)),
-    )
-    .await??;
+    let mut stream =
+        tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
+            .await??;
     stream
         .write_all(b"GET / HTTP/1.0\r\nHost: localhost\r\n\r\n")
         .await?;

@@ -4,9 +4,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use chitchat::ChitchatId;
-use shoal_core::placement::{place, Placement};
+use shoal_core::placement::Placement;
 use shoal_core::reconcile::{InstanceStatus, Membership, ReconcileInput, SpecEntry};
 use shoal_core::spec::WorkloadSpec;
+use shoal_core::stacking::place_stacked;
 
 use super::{Host, INSTANCES_KEY};
 use crate::mesh::view::{self, Member};
@@ -199,7 +200,7 @@ fn refresh_placement(host: &Host, shell: &mut ShellState, members: &[Member]) {
         .values()
         .map(|e| view::placement_workload(&e.spec))
         .collect();
-    shell.placement = Arc::new(place(&nodes, &workloads));
+    shell.placement = Arc::new(place_stacked(&nodes, &workloads));
     shell.placement_key = Some(key);
     host.stats.lock().expect("stats lock").placement_last_us = began.elapsed().as_micros() as u64;
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shoal_core::placement::{self, model::ReplicaId};
+use shoal_core::placement::model::ReplicaId;
 use shoal_core::reconcile::{InstanceStatus, Issue};
 
 use super::api::{ApiError, ErrorKind, InstanceView, Request, Response, StatusView};
@@ -62,7 +62,7 @@ impl MeshNode {
             .iter()
             .map(|(s, _)| view::placement_workload(s))
             .collect();
-        let placed = placement::place(&nodes, &workloads);
+        let placed = shoal_core::stacking::place_stacked(&nodes, &workloads);
         let mut observed: BTreeMap<String, (bool, Vec<InstanceStatus>)> =
             self.gossiped(INSTANCES_KEY).await;
         if let Some(host) = self.host() {
