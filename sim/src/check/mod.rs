@@ -142,6 +142,7 @@ pub struct Checker {
     dup_open: BTreeMap<ReplicaId, u64>,
     over_capacity: BTreeSet<u32>,
     last_sample_ms: u64,
+    last_copies: BTreeSet<(ReplicaId, u32, String)>,
 }
 
 impl Checker {
@@ -210,6 +211,7 @@ impl Checker {
         let dt = now.saturating_sub(self.last_sample_ms) as f64 / 1000.0;
         self.last_sample_ms = now;
         let copies = truth::copies(now, hosts, &self.latest);
+        self.trace_copies(now, &copies, trace);
         let (desired, running, healthy, extra) = truth::counts(&copies, &self.latest);
         self.missing_replica_seconds += f64::from(desired.saturating_sub(healthy)) * dt;
         self.extra_replica_seconds += f64::from(extra) * dt;
@@ -234,6 +236,26 @@ impl Checker {
             totals.delivered,
             totals.dropped_loss,
         ]);
+    }
+
+    /// Writes every copy that appeared, changed phase or went away since the last tick.
+    fn trace_copies(&mut self, now: u64, copies: &Copies, trace: &mut Trace) {
+        let current: BTreeSet<(ReplicaId, u32, String)> = copies
+            .iter()
+            .flat_map(|(r, list)| {
+                list.iter()
+                    .map(move |c| (r.clone(), c.host, c.phase.to_string()))
+            })
+            .collect();
+        for (r, h, phase) in current.difference(&self.last_copies) {
+            trace.line(now, format!("copy {r} on n{}: {phase}", h + 1));
+        }
+        for (r, h, _) in self.last_copies.difference(&current) {
+            if !current.iter().any(|(r2, h2, _)| r2 == r && h2 == h) {
+                trace.line(now, format!("copy {r} on n{}: gone", h + 1));
+            }
+        }
+        self.last_copies = current;
     }
 
     fn check_duplicates(&mut self, now: u64, copies: &Copies, trace: &mut Trace) {

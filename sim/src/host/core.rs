@@ -175,7 +175,20 @@ async fn build_input(env: &HostEnv, sh: &mut Shell) -> (Vec<Peer>, ReconcileInpu
             .map(|id| id.node_id.to_string())
             .collect();
         let mut status: BTreeMap<String, Vec<InstanceStatus>> = BTreeMap::new();
+        // Only a name's newest incarnation speaks for it: a restarted host has not published
+        // yet, and its previous incarnation's report (instances that died with it) must not
+        // stand in for it.
+        let mut newest: BTreeMap<&str, &ChitchatId> = BTreeMap::new();
+        for id in guard.node_states().keys() {
+            let e = newest.entry(&*id.node_id).or_insert(id);
+            if id.generation_id > e.generation_id {
+                *e = id;
+            }
+        }
         for (id, state) in guard.node_states() {
+            if newest.get(&*id.node_id) != Some(&id) {
+                continue;
+            }
             let Some(v) = state.get_versioned(STATUS_KEY) else {
                 continue;
             };
