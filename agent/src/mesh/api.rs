@@ -93,6 +93,9 @@ pub enum Response {
     Replicated {
         /// How many entries changed the callee's store.
         changed: usize,
+        /// Entries for which the callee holds a newer version than the one sent (name, version):
+        /// the sent write lost last-writer-wins to a write the caller had not seen.
+        newer: Vec<(String, String)>,
     },
     /// The callee's full digest, encoded by `shoal_core::store::Digest::encode`.
     Digest(Vec<u8>),
@@ -145,6 +148,9 @@ pub enum ErrorKind {
     NotDurable,
     /// The local store failed (e.g. disk full); nothing was acknowledged.
     Storage,
+    /// The write lost to a newer write of the same workload made elsewhere (clock skew or a
+    /// concurrent apply); look at the current version and apply again if yours should win.
+    Conflict,
     /// Anything else.
     Internal,
 }

@@ -276,18 +276,39 @@ impl MeshNode {
                 };
                 let answer: Result<Response, _> =
                     rpc::call_with(rpc.as_ref(), addr, &peer, &req, REPLICATE_TIMEOUT).await;
-                let ok = matches!(answer, Ok(Response::Replicated { .. }));
-                if !ok {
-                    tracing::debug!(%peer, ?answer, "replicate failed");
-                }
-                let _ = tx.send((peer, ok)).await;
+                let outcome = match answer {
+                    Ok(Response::Replicated { newer, .. }) => match newer.into_iter().next() {
+                        Some((_, version)) => Err(Some(version)),
+                        None => Ok(()),
+                    },
+                    other => {
+                        tracing::debug!(%peer, answer = ?other, "replicate failed");
+                        Err(None)
+                    }
+                };
+                let _ = tx.send((peer, outcome)).await;
             });
         }
         drop(tx);
-        while let Some((peer, ok)) = rx.recv().await {
-            if ok {
-                applied.durable_on.push(peer);
-                return Ok(applied);
+        while let Some((peer, outcome)) = rx.recv().await {
+            match outcome {
+                Ok(()) => {
+                    applied.durable_on.push(peer);
+                    return Ok(applied);
+                }
+                Err(Some(newer)) => {
+                    return Err(ApiError::new(
+                        ErrorKind::Conflict,
+                        format!(
+                            "{} (version {}) lost to a newer write of the same workload \
+                             (version {newer}, seen on {peer}): a concurrent apply or a clock \
+                             ahead of this agent's; run `shoal get {}` and apply again if \
+                             yours should win",
+                            applied.name, applied.version, applied.name
+                        ),
+                    ));
+                }
+                Err(None) => {}
             }
         }
         Err(ApiError::new(
@@ -308,15 +329,35 @@ impl MeshNode {
             ));
         }
         let now = (self.clock)();
-        let outcome = self
-            .with_store(move |s| s.merge_remote(entries, now))
+        let sent: Vec<(String, shoal_core::hlc::Version)> = entries
+            .iter()
+            .map(|e| (e.name.clone(), e.version.clone()))
+            .collect();
+        let (outcome, newer) = self
+            .with_store(move |s| {
+                let outcome = s.merge_remote(entries, now)?;
+                let newer: Vec<(String, String)> = sent
+                    .iter()
+                    .filter_map(|(name, version)| {
+                        let held = s.get(name)?;
+                        (held.version > *version).then(|| (name.clone(), held.version.to_string()))
+                    })
+                    .collect();
+                Ok::<_, crate::store_db::StoreDbError>((outcome, newer))
+            })
             .await
             .map_err(storage_error)?;
-        for rejected in &outcome.rejected {
-            tracing::warn!(?rejected, "replicated entry refused");
+        if let Some((name, why)) = outcome.rejected.first() {
+            // Never acknowledge what was not stored: the caller must not count this copy.
+            tracing::warn!(%name, ?why, "replicated entry refused");
+            return Err(ApiError::new(
+                ErrorKind::Invalid,
+                format!("{} refused {name}: {why:?}", self.name),
+            ));
         }
         Ok(Response::Replicated {
             changed: outcome.changed.len(),
+            newer,
         })
     }
 

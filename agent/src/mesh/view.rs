@@ -45,7 +45,7 @@ pub struct Member {
 /// name, the live one with the lowest generation wins (the incumbent: a second agent claiming a
 /// name in use is ignored), and where none is live, the newest.
 pub fn members(chitchat: &Chitchat) -> Vec<Member> {
-    let live: Vec<&ChitchatId> = chitchat.live_nodes().collect();
+    let live: std::collections::HashSet<&ChitchatId> = chitchat.live_nodes().collect();
     let mut by_name: BTreeMap<String, Member> = BTreeMap::new();
     for (id, state) in chitchat.node_states() {
         let leaving = state.get(LEAVING_KEY).is_some();
