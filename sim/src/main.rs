@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use shoal_sim::host::{CoreHost, HostLoop, ModelHost};
+use shoal_sim::host::{AgentHost, CoreHost, HostLoop, ModelHost};
 use shoal_sim::report::{self, Report};
 use shoal_sim::scenario::{parse_scenario, Scenario};
 use shoal_sim::world::World;
@@ -41,9 +41,10 @@ enum Command {
         /// Prints the JSON report as the last line of stdout.
         #[arg(long)]
         json: bool,
-        /// The host loop beside each agent: `core` (the real reconciler and in-memory runtime)
-        /// or `model` (the simulator's own model of it).
-        #[arg(long, default_value = "core")]
+        /// The host loop beside each agent: `agent` (the agent's own host loop, `shoal::host`, on
+        /// the in-memory runtime), `core` (the real reconciler behind a shell written for the
+        /// simulator) or `model` (the simulator's own model of it).
+        #[arg(long, default_value = "agent")]
         host: String,
     },
     /// Checks scenario files and reports every problem with its location.
@@ -131,9 +132,10 @@ fn run_one(
     host: &str,
 ) -> anyhow::Result<i32> {
     let host_loop: Box<dyn HostLoop + Send> = match host {
+        "agent" => Box::new(AgentHost),
         "core" => Box::new(CoreHost),
         "model" => Box::new(ModelHost),
-        other => anyhow::bail!("--host {other}: the host loops are `core` and `model`"),
+        other => anyhow::bail!("--host {other}: the host loops are `agent`, `core` and `model`"),
     };
     entropy::reseed(seed);
     entropy::check().map_err(|e| anyhow::anyhow!("the entropy override is not in effect: {e}"))?;

@@ -76,7 +76,7 @@ fn a_failing_seed_prints_its_replay_command() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let expected = format!(
-        "replay: shoal-sim run {} --seed 3 --host core",
+        "replay: shoal-sim run {} --seed 3 --host agent",
         path.display()
     );
     assert!(stderr.contains(&expected), "{stderr}");

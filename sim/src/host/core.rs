@@ -53,7 +53,7 @@ pub fn reconcile_config(h: &HostConfig) -> ReconcileConfig {
     }
 }
 
-fn mem_profile(p: &InstanceProfile) -> MemProfile {
+pub(crate) fn mem_profile(p: &InstanceProfile) -> MemProfile {
     MemProfile {
         start_latency: Duration::from_millis(p.start_ms),
         start_fail_probability: p.start_fail,

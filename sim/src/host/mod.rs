@@ -7,6 +7,7 @@
 //! replicas with self-fencing and a fencing delay. The real host loop plugs in through
 //! [`HostLoop`] when it lands; the invariant checkers only read the runtimes, never this code.
 
+mod agent;
 mod core;
 mod model;
 pub mod view;
@@ -21,6 +22,7 @@ use crate::runtime::HostRuntime;
 use crate::scenario::{HostConfig, InstanceProfile};
 
 pub use self::core::CoreHost;
+pub use agent::AgentHost;
 pub use model::ModelHost;
 
 /// Instance behaviour per workload, changed by `instance` events while the run goes on.

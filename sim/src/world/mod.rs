@@ -91,7 +91,7 @@ impl World {
         if let Some(phi) = scenario.gossip.phi {
             tuning.phi_threshold = phi;
         }
-        let core = host_loop.name() == "core";
+        let core = host_loop.name() != "model";
         let hosts = (0..n)
             .map(|i| Host::new(i, &scenario, seed, t0, core))
             .collect();
