@@ -173,3 +173,36 @@ fn completions_are_printed_for_bash_zsh_and_fish() {
         );
     }
 }
+
+#[test]
+fn every_command_has_help_with_examples() {
+    let commands = [
+        "validate",
+        "agent",
+        "pki",
+        "apply",
+        "get",
+        "delete",
+        "status",
+        "nodes",
+        "issues",
+        "approve",
+        "events",
+        "drain",
+        "undrain",
+        "demo",
+        "completions",
+    ];
+    for command in commands {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shoal"))
+            .args([command, "--help"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{command} --help failed");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("Example"),
+            "`shoal {command} --help` shows no example"
+        );
+    }
+}
