@@ -1,0 +1,351 @@
+//! Failure detection benchmark at the agent level: the time from the SIGKILL of one `shoal agent`
+//! in a mesh of real agent processes on loopback until EVERY surviving agent reports it dead.
+//!
+//! ```text
+//! cargo build --release -p shoal
+//! cargo run --release -p shoal --example detect_bench -- \
+//!     --agents 20 --runs 5 --shoal target/release/shoal --json
+//! ```
+//!
+//! It builds nothing: it runs the `shoal` binary given by `--shoal`. Each run starts a fresh mesh
+//! in a temp dir (no workloads, ports from the kernel), waits until every agent holds every agent
+//! alive and then `--settle-secs` (the phi detectors need heartbeat samples), SIGKILLs one agent
+//! other than the seed, and asks every survivor for its membership (`Nodes` over the API, all at
+//! once, every `--poll-ms`). A survivor has detected the death when the victim is absent or
+//! `alive = false`; the run's figure is the time until the last survivor has. The chitchat-level
+//! measurement of the same thing is `measure_failure_detection_over_quic` in
+//! agent/tests/transport_gossip.rs.
+//!
+//! Per-run lines go to stderr; the last stdout line is one JSON object
+//! `{agents, runs, detect_all_ms_median, detect_all_ms_worst, ...}`. The target is 3000 ms; the
+//! figures are in docs/measurements.md.
+
+use std::fs::File;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use futures_util::future::join_all;
+use shoal::mesh::api::{Request, Response};
+use shoal::rpc::{QuicRpcClient, RpcError, TransportStats};
+use shoal::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
+
+/// Longest wait for the mesh to form and for the death to be detected everywhere.
+const STAGE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest wait for one API call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Time until every survivor declares a SIGKILLed agent dead.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Agents per mesh.
+    #[arg(long, default_value_t = 20)]
+    agents: usize,
+    /// Fresh meshes to start, one kill each.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Seconds between "mesh formed" and the kill.
+    #[arg(long, default_value_t = 10)]
+    settle_secs: u64,
+    /// Time between two polls of the survivors.
+    #[arg(long, default_value_t = 50)]
+    poll_ms: u64,
+    /// The release binary to run.
+    #[arg(long, default_value = "target/release/shoal")]
+    shoal: PathBuf,
+    /// Print only the JSON line on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What one run measured, in ms since the kill.
+struct RunResult {
+    first_ms: u64,
+    all_ms: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.agents < 3 {
+        bail!("need --agents >= 3 (a seed, a victim and a witness)");
+    }
+    if !args.shoal.is_file() {
+        bail!(
+            "{} not found: run cargo build --release first (or pass --shoal PATH)",
+            args.shoal.display()
+        );
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let results = runtime.block_on(async {
+        tokio::select! {
+            results = run_all(&args) => results,
+            _ = tokio::signal::ctrl_c() => bail!("interrupted (every process started was stopped)"),
+        }
+    })?;
+    report(&args, &results);
+    Ok(())
+}
+
+async fn run_all(args: &Args) -> anyhow::Result<Vec<RunResult>> {
+    let mut results = Vec::new();
+    for run in 0..args.runs {
+        let result = one_run(args, run)
+            .await
+            .with_context(|| format!("run {}", run + 1))?;
+        eprintln!(
+            "run {}/{}: first survivor saw the death after {} ms, all {} after {} ms",
+            run + 1,
+            args.runs,
+            result.first_ms,
+            args.agents - 1,
+            result.all_ms
+        );
+        results.push(result);
+    }
+    Ok(results)
+}
+
+async fn one_run(args: &Args, run: usize) -> anyhow::Result<RunResult> {
+    let mut mesh = Mesh::start(&args.shoal, args.agents)?;
+    let client = Client::new(&mesh.dir.path().join("pki"))?;
+    let everyone: Vec<usize> = (0..args.agents).collect();
+    let start = Instant::now();
+    loop {
+        let views = client.views(&mesh, &everyone).await;
+        if views
+            .iter()
+            .all(|v| v.as_ref().is_ok_and(|v| v.len() == args.agents))
+        {
+            break;
+        }
+        if start.elapsed() > STAGE_TIMEOUT {
+            let sizes: Vec<String> = views
+                .iter()
+                .map(|v| match v {
+                    Ok(alive) => alive.len().to_string(),
+                    Err(e) => format!("{e:#}"),
+                })
+                .collect();
+            bail!("the mesh did not form within {STAGE_TIMEOUT:?}; members seen: {sizes:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "run {}: {} agents formed a mesh in {:.1} s",
+        run + 1,
+        args.agents,
+        start.elapsed().as_secs_f64()
+    );
+    tokio::time::sleep(Duration::from_secs(args.settle_secs)).await;
+
+    // Not the seed, and not always the same one.
+    let victim = 1 + (run * 7) % (args.agents - 1);
+    let victim_name = mesh.agents[victim].name.clone();
+    let survivors: Vec<usize> = everyone.into_iter().filter(|&i| i != victim).collect();
+    let killed_at = mesh.kill(victim);
+    let mut seen_dead: Vec<Option<Duration>> = vec![None; survivors.len()];
+    while seen_dead.iter().any(Option::is_none) {
+        if killed_at.elapsed() > STAGE_TIMEOUT {
+            bail!(
+                "{} survivors still hold {victim_name} alive {STAGE_TIMEOUT:?} after the kill",
+                seen_dead.iter().filter(|d| d.is_none()).count()
+            );
+        }
+        let views = client.views(&mesh, &survivors).await;
+        let now = killed_at.elapsed();
+        for (seen, view) in seen_dead.iter_mut().zip(views) {
+            if seen.is_none() && view.is_ok_and(|alive| !alive.contains(&victim_name)) {
+                *seen = Some(now);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(args.poll_ms)).await;
+    }
+    let times: Vec<Duration> = seen_dead.into_iter().flatten().collect();
+    Ok(RunResult {
+        first_ms: times.iter().min().expect("survivors").as_millis() as u64,
+        all_ms: times.iter().max().expect("survivors").as_millis() as u64,
+    })
+}
+
+fn report(args: &Args, results: &[RunResult]) {
+    let all: Vec<u64> = results.iter().map(|r| r.all_ms).collect();
+    let first: Vec<u64> = results.iter().map(|r| r.first_ms).collect();
+    let json = serde_json::json!({
+        "agents": args.agents,
+        "runs": results.len(),
+        "detect_all_ms_median": median(&all),
+        "detect_all_ms_worst": all.iter().max(),
+        "detect_all_ms_all": all,
+        "detect_first_ms_all": first,
+        "settle_secs": args.settle_secs,
+        "poll_ms": args.poll_ms,
+    });
+    if !args.json {
+        println!(
+            "{} agents, {} runs: every survivor declared the killed agent dead after median {} ms \
+             (worst {} ms; target 3000 ms)",
+            args.agents,
+            results.len(),
+            json["detect_all_ms_median"],
+            json["detect_all_ms_worst"]
+        );
+    }
+    println!("{json}");
+}
+
+/// The median, the mean of the two middle values for an even count.
+fn median(values: &[u64]) -> Option<u64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2),
+    }
+}
+
+/// An answer this example cannot decode means the agents run a binary built from other sources.
+fn skew_hint(err: RpcError) -> anyhow::Error {
+    match err {
+        RpcError::Wire(e) => anyhow::anyhow!(
+            "{e}: the agents' binary and this example were built from different sources; rebuild \
+             both (cargo build --release -p shoal --bin shoal --examples)"
+        ),
+        other => other.into(),
+    }
+}
+
+/// An API client with one QUIC connection per agent, presenting a client certificate it issues.
+struct Client {
+    rpc: QuicRpcClient,
+}
+
+impl Client {
+    /// Must be called inside the tokio runtime (the endpoint needs it).
+    fn new(pki: &Path) -> anyhow::Result<Client> {
+        let identity = shoal::pki::load_identity(pki, "shoal-bench")?;
+        let any: SocketAddr = "127.0.0.1:0".parse()?;
+        let endpoint = tls::client_endpoint(any, &identity, ALPN_API, &QuicOptions::api())?;
+        let stats = Arc::new(TransportStats::default());
+        Ok(Client {
+            rpc: QuicRpcClient::new(endpoint, stats),
+        })
+    }
+
+    /// Names of the nodes each of `agents` holds alive, asked all at once.
+    async fn views(&self, mesh: &Mesh, agents: &[usize]) -> Vec<anyhow::Result<Vec<String>>> {
+        join_all(agents.iter().map(|&i| async move {
+            let api = mesh.agents[i].api;
+            let answer = self
+                .rpc
+                .call(api, ANY_MEMBER, &Request::Nodes, CALL_TIMEOUT);
+            match answer.await.map_err(skew_hint)? {
+                Response::Nodes(nodes) => Ok(nodes
+                    .into_iter()
+                    .filter(|n| n.alive)
+                    .map(|n| n.name)
+                    .collect()),
+                other => bail!("unexpected answer to Nodes: {other:?}"),
+            }
+        }))
+        .await
+    }
+}
+
+struct Agent {
+    name: String,
+    api: SocketAddr,
+    child: Option<Child>,
+}
+
+/// Agent processes in a temp dir; dropping it kills them.
+struct Mesh {
+    dir: tempfile::TempDir,
+    agents: Vec<Agent>,
+}
+
+impl Mesh {
+    fn start(shoal: &Path, n: usize) -> anyhow::Result<Mesh> {
+        let dir = tempfile::Builder::new().prefix("shoal-detect-").tempdir()?;
+        let mut mesh = Mesh {
+            dir,
+            agents: Vec::new(),
+        };
+        let pki = mesh.dir.path().join("pki");
+        let out = Command::new(shoal)
+            .args(["pki", "init", "--dir"])
+            .arg(&pki)
+            .output()?;
+        if !out.status.success() {
+            bail!("shoal pki init: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let addrs = free_udp_addrs(2 * n)?;
+        for i in 0..n {
+            let name = format!("n{}", i + 1);
+            let (gossip, api) = (addrs[2 * i], addrs[2 * i + 1]);
+            let mut cmd = Command::new(shoal);
+            cmd.args(["agent", "--name", &name])
+                .args(["--gossip", &gossip.to_string(), "--api", &api.to_string()])
+                .arg("--data-dir")
+                .arg(mesh.dir.path().join(format!("data-{name}")))
+                .arg("--pki")
+                .arg(&pki)
+                .args(["--cpu", "4", "--memory", "8Gi"]);
+            if i > 0 {
+                cmd.args(["--seed", &addrs[0].to_string()]);
+            }
+            let log = File::create(mesh.dir.path().join(format!("{name}.log")))?;
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .env("RUST_LOG", "warn,shoal=info");
+            let child = cmd.spawn().context("starting an agent")?;
+            mesh.agents.push(Agent {
+                name,
+                api,
+                child: Some(child),
+            });
+        }
+        Ok(mesh)
+    }
+
+    /// SIGKILLs agent `i`; returns the time of the kill.
+    fn kill(&mut self, i: usize) -> Instant {
+        let mut child = self.agents[i].child.take().expect("the victim is running");
+        let killed_at = Instant::now();
+        let _ = child.kill();
+        let _ = child.wait();
+        killed_at
+    }
+}
+
+impl Drop for Mesh {
+    fn drop(&mut self) {
+        for agent in &mut self.agents {
+            if let Some(child) = agent.child.as_mut() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        let dir = self.dir.path().display().to_string();
+        let _ = Command::new("pkill").args(["-9", "-f", &dir]).status();
+    }
+}
+
+/// `n` distinct free loopback UDP addresses (bound together, then released).
+fn free_udp_addrs(n: usize) -> anyhow::Result<Vec<SocketAddr>> {
+    let sockets = (0..n)
+        .map(|_| UdpSocket::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(sockets
+        .iter()
+        .map(|s| s.local_addr())
+        .collect::<Result<_, _>>()?)
+}
