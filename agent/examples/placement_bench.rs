@@ -5,7 +5,10 @@
 //! cargo run --release -p shoal --example placement_bench -- \
 //!     --nodes 10000 --replicas 100000 --utilization 0.75 --json
 //! ```
-//! The last stdout line is one JSON object with the figures (see docs/placement.md).
+//! The last stdout line is one JSON object with the figures (see docs/placement.md): node changes
+//! are the mean of `--trials` (default 30) removals of a random node and additions of a fresh one,
+//! each from the same baseline; `moved_forced_on_remove_by_priority` splits the removals' moved and
+//! forced replicas by priority.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -54,7 +57,7 @@ fn parse_args() -> Args {
         replicas: 100_000,
         utilization: 0.75,
         seed: 1,
-        trials: 10,
+        trials: 30,
         json: false,
     };
     let mut it = std::env::args().skip(1);
@@ -240,8 +243,14 @@ fn main() {
     let baseline = base.placement().clone();
     let full_ms = ms(start);
 
+    let priority: BTreeMap<&str, i32> = workloads
+        .iter()
+        .map(|w| (w.id.as_str(), w.priority))
+        .collect();
     let (mut remove_ms, mut add_ms) = (Vec::new(), Vec::new());
     let (mut moved_remove, mut forced_remove, mut moved_add, mut onto_new) = (0, 0, 0, 0);
+    // Per priority: replicas moved by a removal, and those of them that were on the removed node.
+    let mut by_priority: BTreeMap<i32, (usize, usize)> = BTreeMap::new();
     for t in 0..args.trials {
         let victim = &nodes[rng.below(nodes.len() as u64) as usize];
         forced_remove += baseline
@@ -255,6 +264,15 @@ fn main() {
         let after = engine.placement();
         remove_ms.push(ms(start));
         moved_remove += moved(&baseline, after);
+        for (r, n) in &baseline.assigned {
+            if after.assigned.get(r) != Some(n) {
+                let level = by_priority
+                    .entry(priority[r.workload.as_str()])
+                    .or_default();
+                level.0 += 1;
+                level.1 += usize::from(*n == victim.id);
+            }
+        }
 
         let mut engine = base.clone();
         let mut fresh = node(&mut rng, args.nodes + t);
@@ -293,6 +311,10 @@ fn main() {
         "node_add_ms_max": max(&add_ms),
         "moved_on_remove": moved_remove as f64 / trials,
         "forced_on_remove": forced_remove as f64 / trials,
+        "moved_forced_on_remove_by_priority": by_priority
+            .iter()
+            .map(|(p, (m, f))| (p.to_string(), [*m as f64 / trials, *f as f64 / trials]))
+            .collect::<BTreeMap<_, _>>(),
         "moved_on_add": moved_add as f64 / trials,
         "moved_onto_added_node": onto_new as f64 / trials,
         "unschedulable": baseline.unschedulable.len(),

@@ -40,7 +40,7 @@ fn workload(id: &str, replicas: u32, cpu: u64, mib: u64) -> Workload {
 
 #[test]
 fn version() {
-    assert_eq!(PLACEMENT_ALGORITHM_VERSION, 1);
+    assert_eq!(PLACEMENT_ALGORITHM_VERSION, 2);
 }
 
 #[test]
@@ -123,6 +123,31 @@ fn golden_assignment() {
     assert_eq!(got, GOLDEN_ASSIGNMENT);
 }
 
+/// A busy little cluster: first choices collide, nodes keep the strongest claims and send the rest
+/// on, guests take what is left, one replica waits. Pins the capacity pass itself.
+#[test]
+fn golden_contended_assignment() {
+    let nodes: Vec<Node> = (0..6)
+        .map(|i| node(&format!("n{i}"), 4, 16, &format!("z{}", i % 3)))
+        .collect();
+    let mut workloads: Vec<Workload> = (0..8)
+        .map(|i| workload(&format!("w{i}"), 1 + i % 3, 900 + 150 * u64::from(i), 2048))
+        .collect();
+    workloads[1].priority = 5;
+    workloads[2].spread = Spread::Zone;
+    workloads[5].spread = Spread::Zone;
+    workloads[6].priority = -1;
+    let p = place(&nodes, &workloads);
+    let got: Vec<String> = p
+        .assigned
+        .iter()
+        .map(|(r, n)| format!("{r}={n}"))
+        .chain(p.unschedulable.iter().map(|(r, why)| format!("{r}!{why}")))
+        .collect();
+    println!("contended {got:#?}");
+    assert_eq!(got, GOLDEN_CONTENDED);
+}
+
 const GOLDEN_HASHES: [u64; 6] = [
     0x29c5_5835_9780_8fe2,
     0xbae0_4595_242a_f190,
@@ -140,6 +165,25 @@ const GOLDEN_KEYS: [u64; 7] = [
     0x3fef_ffff_ffff_ffff,
     0x4042_5e4f_7b27_37fa,
     0x3ca0_0000_0000_0000,
+];
+/// Version 1 (first-fit in canonical order) gave w2/1=n5, w2/2=n0, w4/1=n0, w5/1=n4, w5/2=n1,
+/// w7/1=n3 here.
+const GOLDEN_CONTENDED: [&str; 15] = [
+    "w0/0=n3",
+    "w1/0=n0",
+    "w1/1=n4",
+    "w2/0=n4",
+    "w2/1=n0",
+    "w2/2=n3",
+    "w3/0=n1",
+    "w4/0=n5",
+    "w4/1=n4",
+    "w5/0=n2",
+    "w5/1=n1",
+    "w5/2=n3",
+    "w7/0=n2",
+    "w7/1=n5",
+    "w6/0!no room: of 6 candidate nodes, 6 lack CPU and 0 lack memory",
 ];
 const GOLDEN_JUMP: [u32; 8] = [0, 3, 5, 3, 2, 6, 2, 6];
 const GOLDEN_CLASSES: [u32; 4] = [1, 2, 2, 2];
@@ -181,11 +225,12 @@ fn bad_nodes_are_rejected_not_chosen() {
             },
         ]
     );
+    // One node, three replicas: one replica runs there, the two others wait for nodes.
     assert_eq!(p.assigned.values().collect::<Vec<_>>(), vec!["ok"]);
-    assert_eq!(
-        p.unschedulable[&ReplicaId::new("w", 1)],
-        Unschedulable::NotEnoughNodes { eligible: 1 }
-    );
+    assert_eq!(p.unschedulable.len(), 2);
+    for why in p.unschedulable.values() {
+        assert_eq!(why, &Unschedulable::NotEnoughNodes { eligible: 1 });
+    }
     for e in &p.rejected {
         assert!(!e.to_string().is_empty());
     }

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use super::greedy::Outcome;
+use super::accept::Outcome;
 use super::hash::{pair_hash, workload_hash, RequestScale};
 use super::model::{check_node, check_workload, InputError, Node, Placement, ReplicaId, Workload};
 use super::model::{Spread, Unschedulable};

@@ -11,9 +11,13 @@
 //!    node of the order belongs to one replica's own preference list (jump consistent hash of the
 //!    pair over the replica count), so replicas rarely contend for a node and a node change moves
 //!    almost only the replicas that were on it.
-//! 2. **Capacity pass** (`greedy`): replicas in a canonical order (priority descending, replica
-//!    index ascending, workload hash, workload id) each take the first node of their preference
-//!    that is free of their siblings, spreads zones when asked, and has room in every resource.
+//! 2. **Capacity pass** (`accept`), one priority level at a time from the highest: deferred
+//!    acceptance in simultaneous rounds. Free replicas propose to the next node of their own list;
+//!    each node keeps, strongest claim first (rank in the replica's own list, then the pair's
+//!    affinity), what fits in every resource and lets the rest go on to their next node. Replicas
+//!    no node of their first 32 kept take leftover room first-fit in the canonical order
+//!    (replica index ascending, workload hash, workload id); zone-spread workloads then move a
+//!    replica out of a shared zone when an unused zone has room.
 //! 3. **Incremental** (`engine`): exact cached prefixes of every ranking, extended a chunk at a
 //!    time when a walk runs out, patched on node changes; the pass is replayed. The result equals
 //!    [`place`] on the same inputs.
@@ -21,8 +25,8 @@
 //! **Architecture invariant:** no I/O, no clock, no threads, no `std::hash::Hash` anywhere an
 //! output can see it; hash maps are looked up, never iterated into an output.
 
+mod accept;
 mod engine;
-mod greedy;
 pub mod hash;
 pub mod model;
 mod rank;
@@ -38,7 +42,9 @@ pub use model::{
 /// The version of the placement algorithm. Agents gossip it: two agents on different versions
 /// may compute different placements, and must see that they do. Bump it on any change that can
 /// change an output bit (hash, key, weight, order, tie-break, spread rule, reasons).
-pub const PLACEMENT_ALGORITHM_VERSION: u32 = 1;
+/// Version 2: the capacity pass is deferred acceptance (version 1 was first-fit in a canonical
+/// order).
+pub const PLACEMENT_ALGORITHM_VERSION: u32 = 2;
 
 /// The placement of these workloads on these nodes: pure, and independent of the order of both
 /// slices. Invalid or duplicated inputs are left out and listed in [`Placement::rejected`].

@@ -7,7 +7,7 @@
 //! list, chosen by jump consistent hashing of the pair's hash over the replica count, so a replica's
 //! first choices do not collide with its siblings'. When a list runs out the prefix is extended
 //! by the next chunk of the order (one scan of the eligible nodes for keys past `bound`), never
-//! rebuilt. Node changes insert or delete one entry. So the prefix stays exact and the greedy pass
+//! rebuilt. Node changes insert or delete one entry. So the prefix stays exact and the capacity pass
 //! sees the same order whatever its history: incremental and full results are identical.
 
 use std::cmp::Ordering;
@@ -140,7 +140,8 @@ pub(crate) struct Ranking {
     /// The last (key, node id) a scan admitted; every eligible node at or before it is held.
     bound: Option<(f64, String)>,
     complete: bool,
-    merged: Option<Vec<Entry>>,
+    /// The whole prefix in order (the lists are its classes).
+    merged: Vec<Entry>,
 }
 
 impl Ranking {
@@ -151,7 +152,7 @@ impl Ranking {
             len: 0,
             bound: None,
             complete: false,
-            merged: None,
+            merged: Vec::new(),
         }
     }
 
@@ -162,7 +163,7 @@ impl Ranking {
             len: 0,
             bound: None,
             complete: false,
-            merged: None,
+            merged: Vec::new(),
         };
         ranking.extend_by(scan, initial_len(scan.replicas));
         ranking
@@ -177,15 +178,9 @@ impl Ranking {
         &self.lists[replica as usize]
     }
 
-    /// Every entry of the prefix in order, for the rare walk past a replica's own list. Cached
-    /// until the ranking changes.
-    pub fn merged(&mut self, scan: &Scan<'_>) -> &[Entry] {
-        if self.merged.is_none() {
-            let mut all: Vec<Entry> = self.lists.iter().flatten().copied().collect();
-            all.sort_unstable_by(|a, b| scan.cmp((a.key, a.node), (b.key, b.node)));
-            self.merged = Some(all);
-        }
-        self.merged.as_deref().unwrap_or(&[])
+    /// Every entry of the prefix in order.
+    pub fn merged(&self) -> &[Entry] {
+        &self.merged
     }
 
     /// Appends the next chunk of the order. Returns false when the ranking was already complete.
@@ -199,7 +194,6 @@ impl Ranking {
     }
 
     fn extend_by(&mut self, scan: &Scan<'_>, want: usize) {
-        self.merged = None;
         let after = self.bound.as_ref().map(|(k, id)| (*k, id.as_str()));
         let chunk = scan.next_chunk(after, want);
         if chunk.len() < want {
@@ -210,11 +204,13 @@ impl Ranking {
         }
         for (k, slot) in chunk {
             let replica = scan.replica_of(slot);
-            self.lists[replica as usize].push(Entry {
+            let entry = Entry {
                 key: k,
                 node: slot,
                 replica,
-            });
+            };
+            self.lists[replica as usize].push(entry);
+            self.merged.push(entry);
             self.len += 1;
         }
     }
@@ -239,19 +235,21 @@ impl Ranking {
         if !self.covers(scan, k, slot) {
             return;
         }
-        self.merged = None;
         let replica = scan.replica_of(slot);
+        let entry = Entry {
+            key: k,
+            node: slot,
+            replica,
+        };
         match self.position(scan, replica as usize, k, slot) {
             Ok(_) => panic!("node {} ranked twice", scan.nodes.ids[slot as usize]),
-            Err(at) => self.lists[replica as usize].insert(
-                at,
-                Entry {
-                    key: k,
-                    node: slot,
-                    replica,
-                },
-            ),
+            Err(at) => self.lists[replica as usize].insert(at, entry),
         }
+        let at = self
+            .merged
+            .binary_search_by(|e| scan.cmp((e.key, e.node), (k, slot)))
+            .expect_err("node ranked twice");
+        self.merged.insert(at, entry);
         self.len += 1;
     }
 
@@ -261,7 +259,6 @@ impl Ranking {
         if !self.covers(scan, k, slot) {
             return;
         }
-        self.merged = None;
         let replica = scan.replica_of(slot);
         let at = self
             .position(scan, replica as usize, k, slot)
@@ -272,19 +269,20 @@ impl Ranking {
                 )
             });
         self.lists[replica as usize].remove(at);
+        let at = self
+            .merged
+            .binary_search_by(|e| scan.cmp((e.key, e.node), (k, slot)))
+            .expect("node missing from a ranking");
+        self.merged.remove(at);
         self.len -= 1;
     }
 
     /// Re-splits the prefix for a new replica count (the order itself does not change).
     pub fn rescale(&mut self, scan: &Scan<'_>) {
-        self.merged = None;
-        let all: Vec<Entry> = self.lists.iter().flatten().copied().collect();
         self.lists = vec![Vec::new(); scan.lists()];
-        let mut all = all;
-        all.sort_unstable_by(|a, b| scan.cmp((a.key, a.node), (b.key, b.node)));
-        for mut e in all {
+        for e in &mut self.merged {
             e.replica = scan.replica_of(e.node);
-            self.lists[e.replica as usize].push(e);
+            self.lists[e.replica as usize].push(*e);
         }
     }
 
@@ -304,6 +302,14 @@ impl Ranking {
             .collect();
         have.sort_unstable_by(|a, b| scan.cmp(*a, *b));
         assert_eq!(have.len(), self.len, "ranking length out of date");
+        assert_eq!(
+            self.merged
+                .iter()
+                .map(|e| (e.key, e.node))
+                .collect::<Vec<_>>(),
+            have,
+            "merged order out of date"
+        );
         if self.complete {
             assert_eq!(have, want, "complete ranking differs from the full order");
         } else {

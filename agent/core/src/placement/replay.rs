@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use super::accept::{self, Outcome};
 use super::engine::PlacementEngine;
-use super::greedy::{self, Outcome};
 use super::model::{Placement, ReplicaId, Spread};
 use crate::resources::Resources;
 
@@ -41,53 +41,54 @@ impl PlacementEngine {
             self.order = order;
             self.order_stale = false;
         }
-        let fresh = greedy::run(
+        let mut changed = Vec::new();
+        accept::run(
             &self.nodes,
             &self.classes,
             &mut self.workloads,
             &self.order,
             self.node_epoch,
+            &mut self.outcomes,
+            &mut changed,
         );
-        for (slot, new) in fresh.iter().enumerate() {
-            let Some(t) = &self.workloads[slot] else {
-                continue;
-            };
-            let old = &self.outcomes[slot];
-            for replica in 0..old.len().max(new.len()) {
-                let (before, after) = (old.get(replica), new.get(replica));
-                if before == after {
-                    continue;
+        for (slot, replica) in changed {
+            let t = self.workloads[slot as usize]
+                .as_ref()
+                .expect("placed workload");
+            let id = ReplicaId::new(&t.spec.id, replica);
+            match self.outcomes[slot as usize].get(replica as usize) {
+                None => {
+                    self.placement.assigned.remove(&id);
+                    self.placement.unschedulable.remove(&id);
                 }
-                let id = ReplicaId::new(&t.spec.id, replica as u32);
-                match after {
-                    None => {
-                        self.placement.assigned.remove(&id);
-                        self.placement.unschedulable.remove(&id);
-                    }
-                    Some(Outcome::Assigned { slot, .. }) => {
-                        self.placement.unschedulable.remove(&id);
-                        let node = self.nodes.ids[*slot as usize].clone();
-                        self.placement.assigned.insert(id, node);
-                    }
-                    Some(Outcome::Unschedulable(reason)) => {
-                        self.placement.assigned.remove(&id);
-                        self.placement.unschedulable.insert(id, reason.clone());
-                    }
+                Some(Outcome::Assigned { slot, .. }) => {
+                    self.placement.unschedulable.remove(&id);
+                    let node = self.nodes.ids[*slot as usize].clone();
+                    self.placement.assigned.insert(id, node);
+                }
+                Some(Outcome::Unschedulable(reason)) => {
+                    self.placement.assigned.remove(&id);
+                    self.placement.unschedulable.insert(id, reason.clone());
                 }
             }
         }
-        self.outcomes = fresh;
         self.stale = false;
     }
 
     /// Asserts the engine's invariants: every replica placed exactly once or unschedulable, no node
     /// over capacity in any resource, no draining node used, a workload's replicas on distinct
-    /// nodes, zone spread respected while a new zone was available, and every cached ranking an
-    /// exact prefix of its full order. For tests and the simulator: it recomputes every ranking.
+    /// nodes, replicas sharing a zone only when no node of an unused zone has room for one, a
+    /// replica unschedulable only when no eligible node free of its siblings has room, and every
+    /// cached ranking an exact prefix of its full order. For tests and the simulator: it recomputes
+    /// every ranking.
     pub fn check_invariants(&mut self) {
         self.placement();
         let mut used: BTreeMap<u32, Resources> = BTreeMap::new();
         let mut expected = 0usize;
+        // Zone-spread workloads whose replicas share a zone (with the zones they use), and
+        // workloads with unschedulable replicas (with the nodes they hold).
+        let mut shared: Vec<(usize, Vec<u32>)> = Vec::new();
+        let mut waiting: Vec<(usize, Vec<u32>)> = Vec::new();
         for (slot, t) in self.workloads.iter().enumerate() {
             let Some(t) = t else { continue };
             let outcomes = &self.outcomes[slot];
@@ -135,31 +136,59 @@ impl PlacementEngine {
                 "{}: two replicas on one node",
                 t.spec.id
             );
-            if t.spec.spread == Spread::Zone {
-                let mut zones: Vec<u32> = nodes_held
-                    .iter()
-                    .map(|&n| self.nodes.zone[n as usize])
-                    .collect();
-                zones.sort_unstable();
-                zones.dedup();
-                let class_zones = self.classes.get(t.class).zones as usize;
-                assert!(
-                    zones.len() == count || zones.len() <= class_zones,
-                    "{}: zone spread",
-                    t.spec.id
-                );
+            let mut zones: Vec<u32> = nodes_held
+                .iter()
+                .map(|&n| self.nodes.zone[n as usize])
+                .collect();
+            zones.sort_unstable();
+            zones.dedup();
+            if t.spec.spread == Spread::Zone && zones.len() < count {
+                shared.push((slot, zones));
+            }
+            if count < outcomes.len() {
+                waiting.push((slot, nodes_held));
             }
             let mut t = t.clone();
             let (scan, ranking, _) = t.parts(&self.nodes, &self.classes);
             ranking.check_exact(&scan);
         }
-        for (n, u) in used {
+        for (&n, u) in &used {
             let cap = self.nodes.capacity[n as usize];
             assert!(
                 u.fits_in(&cap),
                 "node {} over capacity: {u:?} > {cap:?}",
                 self.nodes.ids[n as usize]
             );
+        }
+        // Room at the end is at most what the pass saw when it gave up on a replica or let two
+        // share a zone (lower levels only take room), so it must not fit them now either.
+        let has_room = |n: u32, request: &Resources| {
+            let cap = self.nodes.capacity[n as usize];
+            let room = cap.saturating_sub(&used.get(&n).copied().unwrap_or_default());
+            request.fits_in(&cap) && request.fits_in(&room)
+        };
+        for (slot, zones) in shared {
+            let t = self.workloads[slot].as_ref().expect("checked workload");
+            for &n in &self.classes.get(t.class).nodes {
+                assert!(
+                    zones.binary_search(&self.nodes.zone[n as usize]).is_ok()
+                        || !has_room(n, &t.spec.request),
+                    "{}: replicas share a zone while {} in an unused zone has room",
+                    t.spec.id,
+                    self.nodes.ids[n as usize]
+                );
+            }
+        }
+        for (slot, held) in waiting {
+            let t = self.workloads[slot].as_ref().expect("checked workload");
+            for &n in &self.classes.get(t.class).nodes {
+                assert!(
+                    held.binary_search(&n).is_ok() || !has_room(n, &t.spec.request),
+                    "{}: a replica is unschedulable while {} has room",
+                    t.spec.id,
+                    self.nodes.ids[n as usize]
+                );
+            }
         }
         assert_eq!(
             self.placement.assigned.len() + self.placement.unschedulable.len(),

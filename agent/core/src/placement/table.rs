@@ -2,8 +2,9 @@
 //! distinct constraint sets of the workloads) with the nodes eligible for each.
 //!
 //! Slot numbers and the order of the lists here depend on the order changes arrived in. Nothing
-//! that reaches an output depends on them: rankings are ordered by (key, node id) and the greedy
-//! pass by its canonical order. The hash maps are only looked up, never iterated.
+//! that reaches an output depends on them: rankings are ordered by (key, node id), claims by
+//! (rank, pair hash, canonical workload order, replica index), and guests go in canonical order.
+//! The hash maps are only looked up, never iterated.
 
 use std::collections::HashMap;
 

@@ -1,0 +1,757 @@
+//! The capacity pass (algorithm version 2): deferred acceptance over the replicas' own lists, then
+//! guests into the room left, one priority level at a time.
+//!
+//! Within a level:
+//! 1. **Deferred acceptance, in simultaneous rounds.** Every free replica proposes to the next node
+//!    of its own list (see `rank`), at most [`OWN_PROPOSALS`] of them. Every node then re-chooses
+//!    among what it holds and its new proposers, strongest [`Claim`] first, keeping each one that
+//!    still fits in every resource; those it does not keep are free for the next round. A round's
+//!    result does not depend on the order proposals are looked at, so neither does the pass.
+//!    Own lists of one workload are disjoint, so siblings never meet at a node here.
+//! 2. **Guests.** Replicas no node of their first [`OWN_PROPOSALS`] own nodes kept take, first-fit
+//!    in the canonical order (replica index ascending, workload hash, workload id), the first node
+//!    of their workload's whole order with room left and no sibling (zone spread: first in a zone
+//!    no sibling uses). Guests never displace anyone.
+//! 3. **Zone repair.** A zone-spread workload that shares a zone while a zone it does not use has a
+//!    node with room moves its highest-indexed sharing replica there. Steps 2 and 3 repeat until
+//!    neither changes anything (each change places a replica or adds a used zone, so this ends).
+//!
+//! Levels go from the highest priority down; a level's consumption is fixed room for the levels
+//! below, so a lower priority never moves a higher one.
+
+use super::engine::Tracked;
+use super::hash::pair_hash;
+use super::model::{Spread, Unschedulable};
+use super::rank::Entry;
+use super::table::{eligible, ClassTable, NodeTable};
+use crate::resources::Resources;
+
+/// What became of one replica in a pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// On the node in this slot, filled at this generation.
+    Assigned { slot: u32, generation: u64 },
+    /// Nowhere, for this reason.
+    Unschedulable(Unschedulable),
+}
+
+/// How many nodes of its own list a replica proposes to before it becomes a guest. Bounds the
+/// work of a pass to this many proposals per replica.
+pub(crate) const OWN_PROPOSALS: u32 = 32;
+
+const NONE: u32 = u32::MAX;
+
+/// A replica's claim on a node of its own list; the smaller claim is the stronger. Total, because
+/// (order, replica) names one replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Claim {
+    /// Position of the node in the replica's own list (0: its first choice).
+    rank: u32,
+    /// Bitwise complement of the pair hash: a higher hash (a larger u, a smaller `-ln u`) is a
+    /// stronger claim. Integer, so every agent compares it alike.
+    affinity: u64,
+    /// The workload's position in the canonical order.
+    order: u32,
+    replica: u32,
+}
+
+/// One replica during a level.
+#[derive(Clone, Debug)]
+struct Rep {
+    /// The workload's hash.
+    workload_hash: u64,
+    /// The workload's slot.
+    workload: u32,
+    /// The workload's position in the canonical order.
+    order: u32,
+    replica: u32,
+    request: Resources,
+    /// Own-list proposals made so far.
+    proposed: u32,
+    /// The node holding it, or NONE.
+    node: u32,
+}
+
+/// A replica a node holds or is proposed, with its claim there.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    claim: Claim,
+    rep: u32,
+}
+
+const NO_HELD: Held = Held {
+    claim: Claim {
+        rank: 0,
+        affinity: 0,
+        order: 0,
+        replica: 0,
+    },
+    rep: NONE,
+};
+
+/// What each node holds during a level's acceptance, strongest claim first: ranges of one arena
+/// (a node's range moves to the end when it outgrows its room), so that a pass allocates a few
+/// vectors, not one per node.
+#[derive(Default)]
+struct Holdings {
+    arena: Vec<Held>,
+    /// Per node slot: start, length and capacity of its range.
+    range: Vec<(u32, u32, u32)>,
+}
+
+impl Holdings {
+    fn get(&self, node: u32) -> &[Held] {
+        let (start, len, _) = self.range[node as usize];
+        &self.arena[start as usize..(start + len) as usize]
+    }
+
+    /// Appends `items` to the node's holdings.
+    fn extend(&mut self, node: u32, items: &[Held]) {
+        let (start, len, cap) = self.range[node as usize];
+        let need = len + items.len() as u32;
+        let start = if need <= cap {
+            start
+        } else {
+            let at = self.arena.len() as u32;
+            let cap = need.max(4) * 2;
+            self.arena
+                .extend_from_within(start as usize..(start + len) as usize);
+            self.arena.resize(at as usize + cap as usize, NO_HELD);
+            self.range[node as usize] = (at, len, cap);
+            at
+        };
+        let at = (start + len) as usize;
+        self.arena[at..at + items.len()].copy_from_slice(items);
+        self.range[node as usize].1 = need;
+    }
+
+    /// Replaces the node's holdings with `items` (no more than it held plus its proposers).
+    fn set(&mut self, node: u32, items: &[Held]) {
+        self.range[node as usize].1 = 0;
+        self.extend(node, items);
+    }
+
+    /// Forgets the node's range (the arena is cleared before the next level).
+    fn forget(&mut self, node: u32) {
+        self.range[node as usize] = (0, 0, 0);
+    }
+}
+
+/// The pass's state over nodes.
+struct Pass<'a> {
+    nodes: &'a NodeTable,
+    classes: &'a ClassTable,
+    /// Room left by the levels already done.
+    base: Vec<Resources>,
+    /// Room left now.
+    room: Vec<Resources>,
+    /// What each node holds in the current level's acceptance.
+    held: Holdings,
+    /// Nodes whose room or holdings changed in the current level.
+    touched: Vec<u32>,
+    is_touched: Vec<bool>,
+}
+
+/// Runs the pass over every workload and brings `outcomes` (each workload slot's outcomes by
+/// replica index) up to date; `changed` receives every (workload slot, replica) whose outcome
+/// changed or that no longer exists.
+pub(crate) fn run(
+    nodes: &NodeTable,
+    classes: &ClassTable,
+    workloads: &mut [Option<Tracked>],
+    order: &[u32],
+    node_epoch: u64,
+    outcomes: &mut [Vec<Outcome>],
+    changed: &mut Vec<(u32, u32)>,
+) {
+    let slots = nodes.capacity.len();
+    let mut pass = Pass {
+        nodes,
+        classes,
+        base: nodes.capacity.clone(),
+        room: nodes.capacity.clone(),
+        held: Holdings {
+            arena: Vec::new(),
+            range: vec![(0, 0, 0); slots],
+        },
+        touched: Vec::new(),
+        is_touched: vec![false; slots],
+    };
+    let priority = |w: u32| {
+        workloads[w as usize]
+            .as_ref()
+            .map_or(0, |t| t.spec.priority)
+    };
+    let mut levels = Vec::new();
+    let mut start = 0;
+    while start < order.len() {
+        let level = priority(order[start]);
+        let end = start
+            + order[start..]
+                .iter()
+                .take_while(|&&w| priority(w) == level)
+                .count();
+        levels.push((start, end));
+        start = end;
+    }
+    for (start, end) in levels {
+        pass.level(workloads, order, start..end, node_epoch, outcomes, changed);
+    }
+}
+
+impl Pass<'_> {
+    fn touch(&mut self, node: u32) {
+        if !self.is_touched[node as usize] {
+            self.is_touched[node as usize] = true;
+            self.touched.push(node);
+        }
+    }
+
+    /// Places one priority level: the workloads `order[level]`.
+    fn level(
+        &mut self,
+        workloads: &mut [Option<Tracked>],
+        order: &[u32],
+        level: std::ops::Range<usize>,
+        node_epoch: u64,
+        outcomes: &mut [Vec<Outcome>],
+        changed: &mut Vec<(u32, u32)>,
+    ) {
+        let (start, end) = (level.start, level.end);
+        // The level's replicas, workload by workload: `first[i]` is replica 0 of order[start + i].
+        let mut reps: Vec<Rep> = Vec::new();
+        let mut first: Vec<u32> = Vec::with_capacity(end - start);
+        for (pos, &w) in order.iter().enumerate().take(end).skip(start) {
+            first.push(reps.len() as u32);
+            let t = workloads[w as usize].as_ref().expect("ordered workload");
+            for replica in 0..t.spec.replicas {
+                reps.push(Rep {
+                    workload_hash: t.hash,
+                    workload: w,
+                    order: pos as u32,
+                    replica,
+                    request: t.spec.request,
+                    proposed: 0,
+                    node: NONE,
+                });
+            }
+        }
+        first.push(reps.len() as u32);
+
+        self.accept(workloads, &mut reps);
+        loop {
+            let placed = self.guests(workloads, start, &first, &mut reps);
+            let moved = self.zone_repair(workloads, order, start, &first, &mut reps);
+            if !placed && !moved {
+                break;
+            }
+        }
+
+        for (i, &w) in order[start..end].iter().enumerate() {
+            let t = workloads[w as usize].as_mut().expect("ordered workload");
+            let siblings = &reps[first[i] as usize..first[i + 1] as usize];
+            let out = &mut outcomes[w as usize];
+            let mut reason: Option<Unschedulable> = None;
+            for rep in siblings {
+                let new = if rep.node != NONE {
+                    Outcome::Assigned {
+                        slot: rep.node,
+                        generation: self.nodes.generation[rep.node as usize],
+                    }
+                } else {
+                    let why = reason.get_or_insert_with(|| self.diagnose(t, siblings, node_epoch));
+                    Outcome::Unschedulable(why.clone())
+                };
+                let r = rep.replica as usize;
+                if out.get(r) != Some(&new) {
+                    if r < out.len() {
+                        out[r] = new;
+                    } else {
+                        out.push(new);
+                    }
+                    changed.push((w, rep.replica));
+                }
+            }
+            for r in siblings.len()..out.len() {
+                changed.push((w, r as u32));
+            }
+            out.truncate(siblings.len());
+        }
+
+        // The level's consumption is fixed room for the levels below.
+        for &n in &self.touched {
+            self.base[n as usize] = self.room[n as usize];
+            self.held.forget(n);
+            self.is_touched[n as usize] = false;
+        }
+        self.touched.clear();
+    }
+
+    /// Step 1: deferred acceptance in simultaneous rounds.
+    fn accept(&mut self, workloads: &mut [Option<Tracked>], reps: &mut [Rep]) {
+        self.held.arena.clear();
+        self.held.arena.reserve(4 * reps.len());
+        let mut free: Vec<u32> = (0..reps.len() as u32).collect();
+        let mut proposals: Vec<(u32, Held)> = Vec::with_capacity(reps.len());
+        let mut grouped: Vec<(u32, Held)> = Vec::new();
+        let mut counts: Vec<u32> = Vec::new();
+        let mut scratch: Vec<Held> = Vec::new();
+        while !free.is_empty() {
+            proposals.clear();
+            for &x in &free {
+                let rep = &mut reps[x as usize];
+                let t = workloads[rep.workload as usize]
+                    .as_mut()
+                    .expect("ordered workload");
+                if let Some((node, rank)) = self.next_own(t, rep) {
+                    let claim = Claim {
+                        rank,
+                        affinity: !pair_hash(rep.workload_hash, self.nodes.hashes[node as usize]),
+                        order: rep.order,
+                        replica: rep.replica,
+                    };
+                    proposals.push((node, Held { claim, rep: x }));
+                }
+            }
+            free.clear();
+            // Group by node (counting sort), then each group by claim.
+            counts.clear();
+            counts.resize(self.room.len() + 1, 0);
+            for &(node, _) in &proposals {
+                counts[node as usize + 1] += 1;
+            }
+            for i in 1..counts.len() {
+                counts[i] += counts[i - 1];
+            }
+            grouped.clear();
+            grouped.resize(proposals.len(), (NONE, NO_HELD));
+            for &(node, h) in &proposals {
+                let at = &mut counts[node as usize];
+                grouped[*at as usize] = (node, h);
+                *at += 1;
+            }
+            let mut i = 0;
+            while i < grouped.len() {
+                let node = grouped[i].0;
+                let j = i + grouped[i..].iter().take_while(|g| g.0 == node).count();
+                let group = &mut grouped[i..j];
+                group.sort_unstable_by_key(|g| g.1.claim);
+                scratch.clear();
+                scratch.extend(group.iter().map(|g| g.1));
+                self.choose(node, scratch.len(), &mut scratch, reps, &mut free);
+                i = j;
+            }
+        }
+    }
+
+    /// The next node of the replica's own list and its rank there; None once it has made
+    /// [`OWN_PROPOSALS`] proposals or its list has no more nodes.
+    fn next_own(&self, t: &mut Tracked, rep: &mut Rep) -> Option<(u32, u32)> {
+        if rep.proposed >= OWN_PROPOSALS {
+            return None;
+        }
+        let (scan, ranking, _) = t.parts(self.nodes, self.classes);
+        let entry = loop {
+            if let Some(&e) = ranking.list(rep.replica).get(rep.proposed as usize) {
+                break e;
+            }
+            if !ranking.extend(&scan) {
+                return None;
+            }
+        };
+        let rank = rep.proposed;
+        rep.proposed += 1;
+        Some((entry.node, rank))
+    }
+
+    /// A node re-chooses among what it holds and its proposers (`buf[..proposers]`, strongest
+    /// first): strongest claim first, keeping each that fits. Those not kept are pushed to
+    /// `free`. `buf` is scratch space.
+    fn choose(
+        &mut self,
+        node: u32,
+        proposers: usize,
+        buf: &mut Vec<Held>,
+        reps: &mut [Rep],
+        free: &mut Vec<u32>,
+    ) {
+        let n = node as usize;
+        self.touch(node);
+        let held = self.held.get(node);
+        let total = buf[..proposers].iter().fold(Resources::default(), |a, h| {
+            a.saturating_add(&reps[h.rep as usize].request)
+        });
+        let weakest_held = held.last().map(|h| h.claim);
+        if total.fits_in(&self.room[n]) {
+            // Everything fits next to what the node holds: keep it all.
+            self.room[n] = self.room[n].saturating_sub(&total);
+            for h in &buf[..proposers] {
+                reps[h.rep as usize].node = node;
+            }
+            if weakest_held.is_none_or(|w| w < buf[0].claim) {
+                self.held.extend(node, &buf[..proposers]);
+            } else {
+                merge_into(buf, proposers, held);
+                self.held.set(node, &buf[proposers..]);
+            }
+            return;
+        }
+        if weakest_held.is_none_or(|w| w < buf[0].claim) {
+            // Every proposer is weaker than everything held: what is held stays, the proposers
+            // take what room is left, strongest first.
+            let mut room = self.room[n];
+            let mut kept = 0;
+            for k in 0..proposers {
+                let h = buf[k];
+                let rep = &mut reps[h.rep as usize];
+                if rep.request.fits_in(&room) {
+                    room = room.saturating_sub(&rep.request);
+                    rep.node = node;
+                    buf[kept] = h;
+                    kept += 1;
+                } else {
+                    rep.node = NONE;
+                    free.push(h.rep);
+                }
+            }
+            self.room[n] = room;
+            self.held.extend(node, &buf[..kept]);
+            return;
+        }
+        merge_into(buf, proposers, held);
+        let mut room = self.base[n];
+        let mut kept = proposers;
+        for k in proposers..buf.len() {
+            let h = buf[k];
+            let rep = &mut reps[h.rep as usize];
+            if rep.request.fits_in(&room) {
+                room = room.saturating_sub(&rep.request);
+                rep.node = node;
+                buf[kept] = h;
+                kept += 1;
+            } else {
+                rep.node = NONE;
+                free.push(h.rep);
+            }
+        }
+        self.room[n] = room;
+        self.held.set(node, &buf[proposers..kept]);
+    }
+
+    /// Step 2: unplaced replicas, in canonical order, take the first node of their workload's
+    /// order with room left and no sibling; zone spread: first in a zone no sibling uses. True
+    /// if any was placed.
+    fn guests(
+        &mut self,
+        workloads: &mut [Option<Tracked>],
+        start: usize,
+        first: &[u32],
+        reps: &mut [Rep],
+    ) -> bool {
+        let mut waiting: Vec<(u32, u32, u32)> = reps
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.node == NONE)
+            .map(|(x, r)| (r.replica, r.order, x as u32))
+            .collect();
+        if waiting.is_empty() {
+            return false;
+        }
+        waiting.sort_unstable();
+        // Per workload (by position in the level): where the walk for any node with room and the
+        // walk for one in a zone no sibling uses go on from, or None once they found nothing.
+        // Room only shrinks and siblings only add up during this step, so a node that would not
+        // do for one guest will not do for the workload's next.
+        let mut cursor: Vec<(Option<usize>, Option<usize>)> =
+            vec![(Some(0), Some(0)); first.len() - 1];
+        // (constraint class, request) of guests that found no node with room at all: a later guest
+        // of the same class asking at least as much finds none either.
+        let mut no_room: Vec<(u32, Resources)> = Vec::new();
+        // Per workload: the nodes its replicas hold, sorted (built when first needed).
+        let mut taken_by: Vec<Option<Vec<u32>>> = vec![None; first.len() - 1];
+        let mut placed = false;
+        for (_, _, x) in waiting {
+            let i = reps[x as usize].order as usize - start;
+            let Some(any_from) = cursor[i].0 else {
+                continue;
+            };
+            let taken = taken_by[i].get_or_insert_with(|| {
+                let mut taken: Vec<u32> = reps[first[i] as usize..first[i + 1] as usize]
+                    .iter()
+                    .map(|s| s.node)
+                    .filter(|&n| n != NONE)
+                    .collect();
+                taken.sort_unstable();
+                taken
+            });
+            let request = reps[x as usize].request;
+            let t = workloads[reps[x as usize].workload as usize]
+                .as_mut()
+                .expect("ordered workload");
+            if no_room
+                .iter()
+                .any(|&(class, r)| class == t.class && r.fits_in(&request))
+            {
+                // A guest of the same constraints asking no more found no node with room.
+                cursor[i] = (None, None);
+                continue;
+            }
+            let room = &self.room;
+            let blocked = std::cell::Cell::new(false);
+            let fits = |e: &Entry| {
+                request.fits_in(&room[e.node as usize])
+                    && (taken.binary_search(&e.node).is_err() || {
+                        blocked.set(true);
+                        false
+                    })
+            };
+            let mut found = None;
+            let zones = match t.spec.spread {
+                Spread::Zone => sibling_zones(self.nodes, taken),
+                Spread::Node => Vec::new(),
+            };
+            if zones.len() >= self.classes.get(t.class).zones as usize {
+                cursor[i].1 = None;
+            }
+            if let (Spread::Zone, Some(zone_from)) = (t.spec.spread, cursor[i].1) {
+                let nodes = self.nodes;
+                found = find(self.nodes, self.classes, t, zone_from, |e| {
+                    fits(e) && zones.binary_search(&nodes.zone[e.node as usize]).is_err()
+                });
+                cursor[i].1 = found.map(|(at, _)| at + 1);
+            }
+            if found.is_none() {
+                blocked.set(false);
+                found = find(self.nodes, self.classes, t, any_from, fits);
+                cursor[i].0 = found.map(|(at, _)| at + 1);
+            }
+            let Some((_, node)) = found else {
+                if any_from == 0 && !blocked.get() {
+                    no_room.push((t.class, request));
+                }
+                continue;
+            };
+            self.room[node as usize] = self.room[node as usize].saturating_sub(&request);
+            self.touch(node);
+            reps[x as usize].node = node;
+            let at = taken
+                .binary_search(&node)
+                .expect_err("guest on a sibling's node");
+            taken.insert(at, node);
+            placed = true;
+        }
+        placed
+    }
+
+    /// Step 3: zone-spread workloads of the level that share a zone while a zone they do not use
+    /// has a node with room move their highest-indexed sharing replica there, one at a time. True
+    /// if any moved.
+    fn zone_repair(
+        &mut self,
+        workloads: &mut [Option<Tracked>],
+        order: &[u32],
+        start: usize,
+        first: &[u32],
+        reps: &mut [Rep],
+    ) -> bool {
+        let mut changed = false;
+        let (mut held, mut used): (Vec<(u32, u32)>, Vec<u32>) = (Vec::new(), Vec::new());
+        for i in 0..first.len() - 1 {
+            let t = workloads[order[start + i] as usize]
+                .as_mut()
+                .expect("ordered workload");
+            if t.spec.spread != Spread::Zone || first[i + 1] - first[i] < 2 {
+                continue;
+            }
+            let request = t.spec.request;
+            let siblings = first[i] as usize..first[i + 1] as usize;
+            loop {
+                let zones = self.classes.get(t.class).zones as usize;
+                held.clear();
+                held.extend(
+                    reps[siblings.clone()]
+                        .iter()
+                        .filter(|s| s.node != NONE)
+                        .map(|s| (self.nodes.zone[s.node as usize], s.replica)),
+                );
+                held.sort_unstable();
+                used.clear();
+                used.extend(held.iter().map(|h| h.0));
+                used.dedup();
+                if used.len() == held.len() || used.len() >= zones {
+                    break;
+                }
+                let Some(mover) = held
+                    .windows(2)
+                    .filter(|p| p[0].0 == p[1].0)
+                    .map(|p| p[1].1)
+                    .max()
+                else {
+                    break;
+                };
+                let room = &self.room;
+                let nodes = self.nodes;
+                let target = find(self.nodes, self.classes, t, 0, |e| {
+                    used.binary_search(&nodes.zone[e.node as usize]).is_err()
+                        && request.fits_in(&room[e.node as usize])
+                });
+                let Some((_, node)) = target else {
+                    break;
+                };
+                let rep = &mut reps[siblings.start + mover as usize];
+                let old = rep.node;
+                rep.node = node;
+                self.room[old as usize] = self.room[old as usize].saturating_add(&request);
+                self.room[node as usize] = self.room[node as usize].saturating_sub(&request);
+                self.touch(old);
+                self.touch(node);
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// Why the workload's unplaced replicas have no node, as of the end of its level.
+    fn diagnose(&self, t: &mut Tracked, siblings: &[Rep], node_epoch: u64) -> Unschedulable {
+        let (scan, ranking, empty_reason) = t.parts(self.nodes, self.classes);
+        while ranking.extend(&scan) {}
+        let eligible_count = ranking.len();
+        if eligible_count == 0 {
+            return match empty_reason {
+                Some((epoch, reason)) if *epoch == node_epoch => reason.clone(),
+                _ => {
+                    let reason = why_no_eligible_node(scan.nodes, scan.constraints, scan.request);
+                    *empty_reason = Some((node_epoch, reason.clone()));
+                    reason
+                }
+            };
+        }
+        let mut taken: Vec<u32> = siblings
+            .iter()
+            .map(|s| s.node)
+            .filter(|&n| n != NONE)
+            .collect();
+        taken.sort_unstable();
+        let request = scan.request;
+        let (mut candidates, mut cpu_short, mut memory_short) = (0u32, 0u32, 0u32);
+        for e in ranking.merged() {
+            if taken.binary_search(&e.node).is_ok() {
+                continue;
+            }
+            candidates += 1;
+            let r = &self.room[e.node as usize];
+            cpu_short += u32::from(r.cpu_millis < request.cpu_millis);
+            memory_short += u32::from(r.memory_bytes < request.memory_bytes);
+        }
+        if candidates == 0 {
+            return Unschedulable::NotEnoughNodes {
+                eligible: eligible_count as u32,
+            };
+        }
+        Unschedulable::NoRoom {
+            candidates,
+            cpu_short,
+            memory_short,
+        }
+    }
+}
+
+/// The first node of the workload's order from position `from` on that `accept` takes, and its
+/// position; the cached prefix is extended a chunk at a time as the walk reaches its end.
+fn find(
+    nodes: &NodeTable,
+    classes: &ClassTable,
+    t: &mut Tracked,
+    from: usize,
+    accept: impl Fn(&Entry) -> bool,
+) -> Option<(usize, u32)> {
+    let (scan, ranking, _) = t.parts(nodes, classes);
+    let mut i = from;
+    loop {
+        let merged = ranking.merged();
+        if let Some(at) = merged.get(i..).and_then(|m| m.iter().position(&accept)) {
+            return Some((i + at, merged[i + at].node));
+        }
+        i = i.max(merged.len());
+        if !ranking.extend(&scan) {
+            return None;
+        }
+    }
+}
+
+/// Appends to `buf` the merge (by claim) of `buf[..proposers]` and `held`, both sorted.
+fn merge_into(buf: &mut Vec<Held>, proposers: usize, held: &[Held]) {
+    let (mut a, mut b) = (0, 0);
+    while a < proposers || b < held.len() {
+        let take_held = a == proposers || (b < held.len() && held[b].claim < buf[a].claim);
+        if take_held {
+            buf.push(held[b]);
+            b += 1;
+        } else {
+            buf.push(buf[a]);
+            a += 1;
+        }
+    }
+}
+
+/// The zones of these nodes, sorted and deduplicated.
+fn sibling_zones(nodes: &NodeTable, taken: &[u32]) -> Vec<u32> {
+    let mut zones: Vec<u32> = taken.iter().map(|&n| nodes.zone[n as usize]).collect();
+    zones.sort_unstable();
+    zones.dedup();
+    zones
+}
+
+/// Why no node at all is eligible: no nodes, a constraint, or the request's size.
+pub(crate) fn why_no_eligible_node(
+    nodes: &NodeTable,
+    constraints: &[crate::constraint::Constraint],
+    request: Resources,
+) -> Unschedulable {
+    let live: Vec<_> = nodes
+        .live_slots()
+        .map(|s| nodes.spec(s))
+        .filter(|n| !n.draining)
+        .collect();
+    if live.is_empty() {
+        return Unschedulable::NoNodes;
+    }
+    for c in constraints {
+        if !live.iter().any(|n| c.matches(&n.labels, &n.zone, &n.id)) {
+            return Unschedulable::ConstraintUnsatisfiable {
+                constraint: c.to_string(),
+            };
+        }
+    }
+    let matching: Vec<_> = live.iter().filter(|n| eligible(n, constraints)).collect();
+    if matching.is_empty() {
+        return Unschedulable::ConstraintsConflict {
+            constraints: constraints.iter().map(|c| c.to_string()).collect(),
+        };
+    }
+    let cpu_largest = matching
+        .iter()
+        .map(|n| n.capacity.cpu_millis)
+        .max()
+        .unwrap_or(0);
+    let memory_largest = matching
+        .iter()
+        .map(|n| n.capacity.memory_bytes)
+        .max()
+        .unwrap_or(0);
+    if request.cpu_millis > cpu_largest {
+        return Unschedulable::RequestTooLarge {
+            resource: super::model::Resource::Cpu,
+            requested: request.cpu_millis,
+            largest: cpu_largest,
+        };
+    }
+    if request.memory_bytes > memory_largest {
+        return Unschedulable::RequestTooLarge {
+            resource: super::model::Resource::Memory,
+            requested: request.memory_bytes,
+            largest: memory_largest,
+        };
+    }
+    Unschedulable::RequestFitsNoSingleNode { requested: request }
+}
