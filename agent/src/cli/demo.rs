@@ -214,17 +214,7 @@ async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
 
     step("checking that every replica answers HTTP");
     for replica in 0..REPLICAS {
-        let port = args.port + replica as u16;
-        let node = status
-            .instances
-            .iter()
-            .find(|i| i.replica == replica && i.phase == "running" && i.healthy == Some(true))
-            .and_then(|i| i.node.clone())
-            .context("a healthy replica vanished")?;
-        let addr: SocketAddr = format!("127.0.0.{}:{port}", &node[1..]).parse()?;
-        http_get(addr)
-            .await
-            .with_context(|| format!("replica {replica} at {addr} does not answer"))?;
+        let (node, addr) = answer_http(demo, replica, args.port).await?;
         println!("   replica {replica} on {node}: http://{addr}/ answered 200");
     }
     step(&format!(
@@ -350,6 +340,40 @@ fn kill_host(demo: &mut Demo, victim: usize) {
             }
         }
     }
+}
+
+/// GETs `/` from the copy of `replica` its owner runs (not an old copy being handed off),
+/// retrying for a few seconds while a handoff finishes.
+async fn answer_http(
+    demo: &Demo,
+    replica: u32,
+    port_base: u16,
+) -> anyhow::Result<(String, SocketAddr)> {
+    let port = port_base + replica as u16;
+    let mut last_error = anyhow::anyhow!("no healthy copy of replica {replica} in status");
+    for _ in 0..20 {
+        let req = Request::Status { name: "web".into() };
+        if let Ok(Response::Status(status)) = call_async(&client(demo, 0), req).await {
+            let owner = status.instances.iter().find(|i| {
+                i.replica == replica
+                    && i.phase == "running"
+                    && i.healthy == Some(true)
+                    && i.reason.is_none()
+            });
+            if let Some(node) = owner.and_then(|i| i.node.clone()) {
+                let addr: SocketAddr = format!("127.0.0.{}:{port}", &node[1..]).parse()?;
+                match http_get(addr).await {
+                    Ok(()) => return Ok((node, addr)),
+                    Err(e) => {
+                        last_error =
+                            e.context(format!("replica {replica} at {addr} does not answer"))
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(last_error)
 }
 
 async fn http_get(addr: SocketAddr) -> anyhow::Result<()> {
