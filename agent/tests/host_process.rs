@@ -98,6 +98,15 @@ fn runs_exactly_the_replicas_restarts_crashes_and_survives_host_death_and_restar
     );
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(pids(marker).len(), 3, "exactly 3 sleep processes");
+    // Where cgroup v2 is not writable, status says plainly that limits are not enforced.
+    let cgroup_v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let text = String::from_utf8_lossy(&c.cli(0, &["status", "sleeper"]).stdout).to_string();
+    if !cgroup_v2 {
+        assert!(
+            text.contains("note: n") && text.contains("not enforced"),
+            "{text}"
+        );
+    }
 
     // Kill one instance: running again within 2 s, restarts = 1.
     let victim = pids(marker)[0];

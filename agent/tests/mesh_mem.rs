@@ -34,6 +34,7 @@ fn setup(i: usize) -> MeshSetup {
             agent_version: "test".into(),
             placement_version: 1,
             api_addr: format!("10.0.0.{}:7001", i + 1).parse().unwrap(),
+            limits_note: None,
         },
         tuning: GossipTuning::default(),
         cluster_id: "test".into(),

@@ -251,6 +251,9 @@ pub fn status(args: NameArgs) -> anyhow::Result<ExitCode> {
         "{}: {} desired, version {}",
         status.name, status.desired, status.version
     );
+    for note in &status.notes {
+        println!("note: {note}");
+    }
     println!(
         "{:>7}  {:<24} {:<14} {:<8} {:>8}  REASON",
         "REPLICA", "NODE", "PHASE", "HEALTHY", "RESTARTS"

@@ -229,8 +229,11 @@ pub struct StatusView {
     pub desired: u32,
     /// Spec version.
     pub version: String,
-    /// One per replica.
+    /// One per instance, and one per replica without an instance.
     pub instances: Vec<InstanceView>,
+    /// What the runtimes of the nodes concerned cannot enforce, as `node: note`.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// One instance of a replica on one node, or a replica waiting for one.

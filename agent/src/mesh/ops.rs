@@ -121,11 +121,21 @@ impl MeshNode {
                 });
             }
         }
+        let mut notes = Vec::new();
+        for member in self.members().await {
+            let here = instances
+                .iter()
+                .any(|i| i.node.as_deref() == Some(member.name.as_str()));
+            if let (true, Some(note)) = (here, member.record.and_then(|r| r.limits_note)) {
+                notes.push(format!("{}: {note}", member.name));
+            }
+        }
         Ok(Response::Status(StatusView {
             name,
             desired: spec.replicas,
             version,
             instances,
+            notes,
         }))
     }
 

@@ -39,6 +39,9 @@ pub struct NodeRecord {
     pub placement_version: u32,
     /// Where this node serves the API (CLI and store sync).
     pub api_addr: SocketAddr,
+    /// What this node's runtime cannot enforce (e.g. no cgroup v2 for cpu/memory limits).
+    #[serde(default)]
+    pub limits_note: Option<String>,
 }
 
 impl NodeRecord {
@@ -89,6 +92,7 @@ mod tests {
             agent_version: "0.1.0".into(),
             placement_version: 1,
             api_addr: "127.0.0.1:7001".parse().unwrap(),
+            limits_note: None,
         }
     }
 

@@ -245,6 +245,7 @@ pub fn node_record(opts: &AgentOptions) -> NodeRecord {
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
         placement_version: shoal_core::placement::PLACEMENT_ALGORITHM_VERSION,
         api_addr: opts.api_addr,
+        limits_note: None,
     }
 }
 
@@ -270,15 +271,17 @@ pub async fn run_agent(
     let rpc_client = Arc::new(QuicRpcClient::new(api_endpoint.clone(), api_stats.clone()));
     let transport = QuicTransport::new(identity, QuicGossipConfig::default());
     let gossip_stats = transport.stats();
+    let runtime = open_runtime(opts.runtime, &opts.data_dir, &opts.name).await?;
+    let mut record = node_record(&opts);
+    record.limits_note = runtime.limits_note();
     let setup = MeshSetup {
         name: opts.name.clone(),
         gossip_addr: opts.gossip_addr,
         seeds: opts.seeds.clone(),
-        record: node_record(&opts),
+        record,
         tuning: opts.tuning.clone(),
         cluster_id: cluster,
     };
-    let runtime = open_runtime(opts.runtime, &opts.data_dir, &opts.name).await?;
     let running = start_node(setup, store, &transport, rpc_client, system_clock(), false).await?;
     let host = crate::host::Host::new(
         running.node.clone(),

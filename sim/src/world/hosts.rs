@@ -87,6 +87,7 @@ impl Host {
             agent_version: "sim".into(),
             placement_version: shoal_core::placement::PLACEMENT_ALGORITHM_VERSION,
             api_addr: host_addr(index, API_PORT),
+            limits_note: None,
         };
         let runtime = Arc::new(Mutex::new(HostRuntime::new(
             seed ^ (u64::from(index) << 32),
