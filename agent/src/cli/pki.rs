@@ -6,7 +6,9 @@ use std::process::ExitCode;
 
 /// Arguments of `shoal pki`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  shoal pki init --dir ./pki\n  shoal pki issue --dir ./pki --name n1 --ip 10.0.0.1")]
+#[command(
+    after_help = "Examples:\n  shoal pki init --dir ./pki\n  shoal pki issue --dir ./pki --name n1 --ip 10.0.0.1"
+)]
 pub struct Args {
     #[command(subcommand)]
     command: Command,

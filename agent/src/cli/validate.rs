@@ -10,7 +10,9 @@ use super::EXIT_FAILURE;
 
 /// Arguments of `shoal validate`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  shoal validate -f web.toml\n  shoal validate -f a.toml -f b.json\n  cat web.toml | shoal validate -f -")]
+#[command(
+    after_help = "Examples:\n  shoal validate -f web.toml\n  shoal validate -f a.toml -f b.json\n  cat web.toml | shoal validate -f -"
+)]
 pub struct Args {
     /// Spec files, TOML or JSON (by extension, else by content); `-` reads standard input.
     #[arg(short = 'f', long = "file", value_name = "FILE", required = true, num_args = 1..)]
