@@ -21,20 +21,22 @@
 //! figures are in docs/measurements.md.
 
 use std::fs::File;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
 use futures_util::future::join_all;
 use shoal::mesh::api::{Request, Response};
-use shoal::rpc::{QuicRpcClient, RpcError, TransportStats};
-use shoal::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
+use shoal::rpc::QuicRpcClient;
+use shoal::tls::ANY_MEMBER;
 
 /// Longest wait for the mesh to form and for the death to be detected everywhere.
+mod support;
+use support::{bench_rpc, free_udp_addrs, median, skew_hint};
+
 const STAGE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest wait for one API call.
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -199,29 +201,6 @@ fn report(args: &Args, results: &[RunResult]) {
     println!("{json}");
 }
 
-/// The median, the mean of the two middle values for an even count.
-fn median(values: &[u64]) -> Option<u64> {
-    let mut sorted = values.to_vec();
-    sorted.sort_unstable();
-    let n = sorted.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(sorted[n / 2]),
-        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2),
-    }
-}
-
-/// An answer this example cannot decode means the agents run a binary built from other sources.
-fn skew_hint(err: RpcError) -> anyhow::Error {
-    match err {
-        RpcError::Wire(e) => anyhow::anyhow!(
-            "{e}: the agents' binary and this example were built from different sources; rebuild \
-             both (cargo build --release -p shoal --bin shoal --examples)"
-        ),
-        other => other.into(),
-    }
-}
-
 /// An API client with one QUIC connection per agent, presenting a client certificate it issues.
 struct Client {
     rpc: QuicRpcClient,
@@ -230,12 +209,8 @@ struct Client {
 impl Client {
     /// Must be called inside the tokio runtime (the endpoint needs it).
     fn new(pki: &Path) -> anyhow::Result<Client> {
-        let identity = shoal::pki::load_identity(pki, "shoal-bench")?;
-        let any: SocketAddr = "127.0.0.1:0".parse()?;
-        let endpoint = tls::client_endpoint(any, &identity, ALPN_API, &QuicOptions::api())?;
-        let stats = Arc::new(TransportStats::default());
         Ok(Client {
-            rpc: QuicRpcClient::new(endpoint, stats),
+            rpc: bench_rpc(pki)?,
         })
     }
 
@@ -337,15 +312,4 @@ impl Drop for Mesh {
         let dir = self.dir.path().display().to_string();
         let _ = Command::new("pkill").args(["-9", "-f", &dir]).status();
     }
-}
-
-/// `n` distinct free loopback UDP addresses (bound together, then released).
-fn free_udp_addrs(n: usize) -> anyhow::Result<Vec<SocketAddr>> {
-    let sockets = (0..n)
-        .map(|_| UdpSocket::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(sockets
-        .iter()
-        .map(|s| s.local_addr())
-        .collect::<Result<_, _>>()?)
 }

@@ -23,20 +23,22 @@
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
 use shoal::core::spec::WorkloadSpec;
 use shoal::mesh::api::{Request, Response};
-use shoal::rpc::{QuicRpcClient, RpcError, TransportStats};
-use shoal::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
+use shoal::rpc::QuicRpcClient;
+use shoal::tls::ANY_MEMBER;
 
 /// Time between two polls while waiting.
+mod support;
+use support::{bench_rpc, free_udp_addrs, skew_hint};
+
 const POLL: Duration = Duration::from_millis(200);
 /// Longest wait for the mesh to form and for every instance to be healthy.
 const STAGE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -310,17 +312,6 @@ fn gossip_out(metrics: SocketAddr) -> u64 {
         .map_or(0, |v| v as u64)
 }
 
-/// An answer this example cannot decode means the agents run a binary built from other sources.
-fn skew_hint(err: RpcError) -> anyhow::Error {
-    match err {
-        RpcError::Wire(e) => anyhow::anyhow!(
-            "{e}: the agents' binary and this example were built from different sources; rebuild \
-             both (cargo build --release -p shoal --bin shoal --examples)"
-        ),
-        other => other.into(),
-    }
-}
-
 /// An API client with one QUIC connection per agent, presenting a client certificate it issues.
 struct Client {
     rpc: QuicRpcClient,
@@ -329,12 +320,8 @@ struct Client {
 impl Client {
     /// Must be called inside the tokio runtime (the endpoint needs it).
     fn new(pki: &Path) -> anyhow::Result<Client> {
-        let identity = shoal::pki::load_identity(pki, "shoal-bench")?;
-        let any: SocketAddr = "127.0.0.1:0".parse()?;
-        let endpoint = tls::client_endpoint(any, &identity, ALPN_API, &QuicOptions::api())?;
-        let stats = Arc::new(TransportStats::default());
         Ok(Client {
-            rpc: QuicRpcClient::new(endpoint, stats),
+            rpc: bench_rpc(pki)?,
         })
     }
 
@@ -459,17 +446,6 @@ fn pgrep(pattern: &str) -> usize {
         .args(["-f", pattern])
         .output()
         .map_or(0, |o| String::from_utf8_lossy(&o.stdout).lines().count())
-}
-
-/// `n` distinct free loopback UDP addresses (bound together, then released).
-fn free_udp_addrs(n: usize) -> anyhow::Result<Vec<SocketAddr>> {
-    let sockets = (0..n)
-        .map(|_| UdpSocket::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(sockets
-        .iter()
-        .map(|s| s.local_addr())
-        .collect::<Result<_, _>>()?)
 }
 
 /// `n` distinct free loopback TCP addresses (bound together, then released).

@@ -284,7 +284,7 @@ async fn mem_network_carries_rpc_through_its_faults() {
 /// False "dead" verdicts among live nodes under random message loss, on the in-memory network
 /// (UDP-like loss: a lost message is gone, harsher than QUIC, which retransmits).
 #[tokio::test(start_paused = true)]
-#[ignore = "measurement; run with --ignored --nocapture"]
+#[ignore = "a measurement that prints figures, not a check; it runs for tens of seconds: run with --ignored --nocapture"]
 async fn measure_false_positives_under_loss() {
     let env = |k: &str, default: u64| {
         std::env::var(k)
@@ -330,7 +330,7 @@ async fn measure_false_positives_under_loss() {
 
 /// Time for every survivor to declare a killed node dead, over QUIC on loopback.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "measurement; run with --ignored --nocapture"]
+#[ignore = "a measurement that prints figures, not a check; it runs for tens of seconds: run with --ignored --nocapture"]
 async fn measure_failure_detection_over_quic() {
     let n: usize = std::env::var("SHOAL_MEASURE_NODES")
         .ok()

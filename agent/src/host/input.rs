@@ -6,7 +6,6 @@ use std::sync::Arc;
 use chitchat::ChitchatId;
 use shoal_core::placement::Placement;
 use shoal_core::reconcile::{InstanceStatus, Membership, ReconcileInput, SpecEntry};
-use shoal_core::spec::WorkloadSpec;
 use shoal_core::stacking::place_stacked;
 
 use super::{Host, INSTANCES_KEY};
@@ -111,8 +110,7 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) -> ReconcileIn
     } else {
         None
     };
-    let probe = |spec: &WorkloadSpec| host.runtime.supports(spec).is_ok();
-    let (supports_containers, supports_processes) = support_flags(&host.runtime, probe);
+    let (supports_containers, supports_processes) = support_flags(&host.runtime);
     ReconcileInput {
         specs: shell.specs.clone(),
         owners: shell.placement.assigned.clone(),
@@ -132,10 +130,7 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) -> ReconcileIn
     }
 }
 
-fn support_flags(
-    runtime: &Arc<dyn crate::runtime::Runtime>,
-    _probe: impl Fn(&WorkloadSpec) -> bool,
-) -> (bool, bool) {
+fn support_flags(runtime: &Arc<dyn crate::runtime::Runtime>) -> (bool, bool) {
     use crate::runtime::RuntimeKind;
     match runtime.kind() {
         RuntimeKind::Process => (false, true),

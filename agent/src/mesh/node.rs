@@ -362,12 +362,7 @@ impl MeshNode {
     }
 
     async fn handle_get(self: Arc<Self>, name: Option<String>) -> Result<Response, ApiError> {
-        let (specs, errors) = self
-            .with_store(|s| {
-                let (specs, errors) = view::live_specs(s.list_live());
-                (specs, errors)
-            })
-            .await;
+        let (specs, errors) = self.with_store(|s| view::live_specs(s.list_live())).await;
         for e in errors {
             tracing::warn!(error = %e, "stored spec does not decode");
         }

@@ -57,7 +57,8 @@ impl MeshNode {
         let Some((spec, version)) = specs.iter().find(|(s, _)| s.name == name).cloned() else {
             return Err(not_found(&name));
         };
-        let nodes = view::placement_nodes(&self.members().await);
+        let members = self.members().await;
+        let nodes = view::placement_nodes(&members);
         let workloads: Vec<_> = specs
             .iter()
             .map(|(s, _)| view::placement_workload(s))
@@ -122,7 +123,7 @@ impl MeshNode {
             }
         }
         let mut notes = Vec::new();
-        for member in self.members().await {
+        for member in members {
             let here = instances
                 .iter()
                 .any(|i| i.node.as_deref() == Some(member.name.as_str()));
