@@ -6,9 +6,16 @@
 //!     --nodes 10000 --replicas 100000 --utilization 0.75 --json
 //! ```
 //! The last stdout line is one JSON object with the figures (see docs/placement.md): node changes
-//! are the mean of `--trials` (default 30) removals of a random node and additions of a fresh one,
-//! each from the same baseline; `moved_forced_on_remove_by_priority` splits the removals' moved and
-//! forced replicas by priority.
+//! are the mean of `--trials` (default 30) trials, each from the same baseline:
+//! - `node_remove_*`, `moved_on_remove`, `forced_on_remove`: a random node leaves, as agents see a
+//!   failure or a leave: the node is `down` (it keeps its place in the rankings);
+//!   `moved_forced_on_remove_by_priority` splits those moved and forced replicas by priority;
+//! - `node_forget_*`, `moved_on_forget`: that down node is then forgotten (removed from the
+//!   inputs; agents do this after chitchat's dead-node grace period, an hour);
+//! - `moved_on_return`, `return_restores_baseline`: instead, the down node comes back up;
+//! - `moved_on_remove_outright`: the node removed from the inputs without being down first;
+//! - `node_add_*`, `moved_on_add`, `moved_onto_added_node`: a fresh node joins; and
+//!   `node_add_with_a_node_down_ms` the same while another node is down (both passes run).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -116,6 +123,7 @@ fn node(rng: &mut Rng, i: usize) -> Node {
         labels,
         zone: format!("zone-{:02}", i % 16),
         draining: false,
+        down: false,
     }
 }
 
@@ -247,8 +255,11 @@ fn main() {
         .iter()
         .map(|w| (w.id.as_str(), w.priority))
         .collect();
-    let (mut remove_ms, mut add_ms) = (Vec::new(), Vec::new());
+    let (mut remove_ms, mut add_ms, mut forget_ms, mut add_down_ms) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut moved_remove, mut forced_remove, mut moved_add, mut onto_new) = (0, 0, 0, 0);
+    let (mut moved_forget, mut moved_return, mut moved_outright) = (0, 0, 0);
+    let mut return_restores = true;
     // Per priority: replicas moved by a removal, and those of them that were on the removed node.
     let mut by_priority: BTreeMap<i32, (usize, usize)> = BTreeMap::new();
     for t in 0..args.trials {
@@ -259,11 +270,42 @@ fn main() {
             .filter(|n| **n == victim.id)
             .count();
         let mut engine = base.clone();
+        let mut down = victim.clone();
+        down.down = true;
         let start = Instant::now();
-        engine.handle_node_removed(&victim.id).expect("known node");
-        let after = engine.placement();
+        engine.handle_node_changed(down).expect("known node");
+        let after = engine.placement().clone();
         remove_ms.push(ms(start));
-        moved_remove += moved(&baseline, after);
+        moved_remove += moved(&baseline, &after);
+
+        let mut back = engine.clone();
+        back.handle_node_changed(victim.clone())
+            .expect("known node");
+        moved_return += moved(&after, back.placement());
+        return_restores &= back.placement() == &baseline;
+
+        let mut forgot = engine.clone();
+        let start = Instant::now();
+        forgot.handle_node_removed(&victim.id).expect("known node");
+        moved_forget += moved(&after, forgot.placement());
+        forget_ms.push(ms(start));
+
+        let mut outright = base.clone();
+        outright
+            .handle_node_removed(&victim.id)
+            .expect("known node");
+        moved_outright += moved(&baseline, outright.placement());
+
+        let mut fresh = node(&mut rng, args.nodes + t);
+        fresh.id = format!("node-new-{t}");
+        let mut with_down = engine.clone();
+        let start = Instant::now();
+        with_down
+            .handle_node_added(fresh.clone())
+            .expect("new node");
+        with_down.placement();
+        add_down_ms.push(ms(start));
+
         for (r, n) in &baseline.assigned {
             if after.assigned.get(r) != Some(n) {
                 let level = by_priority
@@ -275,8 +317,6 @@ fn main() {
         }
 
         let mut engine = base.clone();
-        let mut fresh = node(&mut rng, args.nodes + t);
-        fresh.id = format!("node-new-{t}");
         let start = Instant::now();
         engine.handle_node_added(fresh.clone()).expect("new node");
         let after = engine.placement();
@@ -315,6 +355,12 @@ fn main() {
             .iter()
             .map(|(p, (m, f))| (p.to_string(), [*m as f64 / trials, *f as f64 / trials]))
             .collect::<BTreeMap<_, _>>(),
+        "node_forget_ms": mean(&forget_ms),
+        "moved_on_forget": moved_forget as f64 / trials,
+        "moved_on_return": moved_return as f64 / trials,
+        "return_restores_baseline": return_restores,
+        "moved_on_remove_outright": moved_outright as f64 / trials,
+        "node_add_with_a_node_down_ms": mean(&add_down_ms),
         "moved_on_add": moved_add as f64 / trials,
         "moved_onto_added_node": onto_new as f64 / trials,
         "unschedulable": baseline.unschedulable.len(),

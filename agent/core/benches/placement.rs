@@ -24,6 +24,7 @@ fn cluster(nodes: usize, workloads: usize) -> (Vec<Node>, Vec<Workload>) {
             labels: BTreeMap::new(),
             zone: format!("zone-{:02}", i % 16),
             draining: false,
+            down: false,
         })
         .collect();
     let workloads: Vec<Workload> = (0..workloads as u64)

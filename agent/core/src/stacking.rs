@@ -1,7 +1,7 @@
 //! Stacking: more replicas than eligible nodes.
 //!
 //! Placement puts the replicas of one workload on distinct nodes. When a workload asks for more
-//! replicas than there are nodes that could ever hold one (live, not draining, matching its
+//! replicas than there are nodes that could ever hold one (up, not draining, matching its
 //! constraints, with the capacity for one replica), distinct nodes are impossible; operators
 //! still expect the service to run, as Kubernetes and Nomad do, with replicas doubled up as
 //! evenly as possible. [`place_stacked`] does that deterministically: such a workload of `R`
@@ -24,7 +24,7 @@ const LAYER_SEP: char = '~';
 pub fn eligible_nodes(nodes: &[Node], w: &Workload) -> usize {
     nodes
         .iter()
-        .filter(|n| !n.draining)
+        .filter(|n| n.available())
         .filter(|n| w.request.fits_in(&n.capacity))
         .filter(|n| {
             w.constraints
@@ -99,6 +99,7 @@ mod tests {
             labels: Default::default(),
             zone: "z".into(),
             draining: false,
+            down: false,
         }
     }
 
@@ -158,6 +159,6 @@ mod tests {
         let p = place_stacked(&nodes, &[workload(4)]);
         assert_eq!(p.assigned.len(), 4);
         assert!(p.assigned.values().all(|n| n != "n3"));
-        assert!(per_node(&p).values().all(|&c| c == 2));
+        assert!(per_node(&p).values().all(|&c| c == 2), "{p:?}");
     }
 }

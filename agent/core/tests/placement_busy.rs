@@ -42,6 +42,7 @@ fn node(rng: &mut Rng, id: String) -> Node {
         labels,
         zone: format!("z{}", rng.below(8)),
         draining: false,
+        down: false,
     }
 }
 
@@ -105,8 +106,22 @@ fn moved(before: &Placement, after: &Placement) -> usize {
         .count()
 }
 
-/// Moved and forced replicas over single-node removals and additions on one cluster.
-fn churn(nodes: &[Node], workloads: &[Workload], trials: usize) -> (usize, usize, usize, usize) {
+/// Replicas moved over single-node changes on one cluster, summed over the trials.
+#[derive(Debug, Default)]
+struct Churn {
+    /// A node goes down: replicas moved, and those that were on it.
+    moved_down: usize,
+    forced: usize,
+    /// The node is removed from the inputs outright (as when a down node is forgotten).
+    moved_removed: usize,
+    /// A node joins: replicas moved, and those that land on it.
+    moved_add: usize,
+    onto: usize,
+}
+
+/// Single-node changes on one cluster; also checks that a node coming back up restores the
+/// placement it had before it went down, exactly.
+fn churn(nodes: &[Node], workloads: &[Workload], trials: usize) -> Churn {
     let mut base = PlacementEngine::new(nodes, workloads);
     let before = base.placement().clone();
     assert!(
@@ -115,33 +130,45 @@ fn churn(nodes: &[Node], workloads: &[Workload], trials: usize) -> (usize, usize
         before.unschedulable.len()
     );
     let mut rng = Rng(7);
-    let (mut moved_remove, mut forced, mut moved_add, mut onto) = (0, 0, 0, 0);
+    let mut c = Churn::default();
     for t in 0..trials {
-        let victim = &nodes[rng.below(nodes.len() as u64) as usize].id;
-        forced += before.assigned.values().filter(|n| *n == victim).count();
+        let victim = &nodes[rng.below(nodes.len() as u64) as usize];
+        c.forced += before
+            .assigned
+            .values()
+            .filter(|n| **n == victim.id)
+            .count();
         let mut e = base.clone();
-        e.handle_node_removed(victim).unwrap();
-        moved_remove += moved(&before, e.placement());
+        let mut down = victim.clone();
+        down.down = true;
+        e.handle_node_changed(down).unwrap();
+        c.moved_down += moved(&before, e.placement());
+        assert!(e.placement().assigned.values().all(|n| *n != victim.id));
+        e.handle_node_changed(victim.clone()).unwrap();
+        assert_eq!(e.placement(), &before, "{} back up", victim.id);
+        let mut e = base.clone();
+        e.handle_node_removed(&victim.id).unwrap();
+        c.moved_removed += moved(&before, e.placement());
         let mut e = base.clone();
         let newcomer = node(&mut rng, format!("new-{t}"));
         e.handle_node_added(newcomer.clone()).unwrap();
-        moved_add += moved(&before, e.placement());
-        onto += e
+        c.moved_add += moved(&before, e.placement());
+        c.onto += e
             .placement()
             .assigned
             .values()
             .filter(|n| **n == newcomer.id)
             .count();
     }
-    (moved_remove, forced, moved_add, onto)
+    c
 }
 
-/// 9. A single node change moves little. Up to 0.5 utilization a removal moves at most 1.2x the
-///    replicas that were on the node (the rest stay put: own preference lists, home zones), and an
-///    addition moves at most 1.2x what lands on the new node. At 0.75 a displaced replica is a
-///    first choice again at its next node and can send on a replica that node took second-hand,
-///    and the lowest priority fills the holes the others leave: this cluster measures 1.22-1.30x
-///    there and the bound is 1.4x (docs/placement.md explains why the brief's 1.2x is not met).
+/// 9. A single node change moves little. A node going down (failed or left: it keeps its place in
+///    the rankings) moves at most 1.2x the replicas that were on it, up to 0.75 utilization: the
+///    others keep their node unless a higher priority's displaced replica takes its room. A node
+///    removed from the inputs outright (a down node forgotten) or added re-ranks, and a replica
+///    that becomes a first choice again can send on one its next node took second-hand: this
+///    cluster measures up to 1.30x there at 0.75, bounded by 1.4x (1.2x at 0.5).
 #[test]
 fn single_node_changes_move_little() {
     for (utilization, zone_share, bound) in [
@@ -151,22 +178,29 @@ fn single_node_changes_move_little() {
         (0.75, 0.3, 1.4),
     ] {
         let (nodes, workloads) = cluster(11, 400, 6000, utilization, zone_share);
-        let (moved_remove, forced, moved_add, onto) = churn(&nodes, &workloads, 20);
-        println!(
-            "{utilization} zone {zone_share}: removal moved {moved_remove} forced {forced}; \
-             addition moved {moved_add} onto new {onto}"
-        );
+        let c = churn(&nodes, &workloads, 20);
+        println!("{utilization} zone {zone_share}: {c:?}");
         assert!(
-            forced > 100 && onto > 100,
+            c.forced > 100 && c.onto > 100,
             "too few replicas moved to judge"
         );
         assert!(
-            moved_remove as f64 <= bound * forced as f64,
-            "removal: {moved_remove} vs {forced} at {utilization}"
+            c.moved_down as f64 <= 1.2 * c.forced as f64,
+            "down: {} vs {} at {utilization}",
+            c.moved_down,
+            c.forced
         );
         assert!(
-            moved_add as f64 <= bound * onto as f64,
-            "addition: {moved_add} vs {onto} at {utilization}"
+            c.moved_removed as f64 <= bound * c.forced as f64,
+            "removal: {} vs {} at {utilization}",
+            c.moved_removed,
+            c.forced
+        );
+        assert!(
+            c.moved_add as f64 <= bound * c.onto as f64,
+            "addition: {} vs {} at {utilization}",
+            c.moved_add,
+            c.onto
         );
     }
 }
@@ -219,6 +253,7 @@ fn incremental_equals_full_on_a_busy_cluster() {
                     .clone();
                 let mut n = live[&id].clone();
                 n.draining = rng.below(3) == 0;
+                n.down = rng.below(3) == 0;
                 n.capacity.cpu_millis = [8000, 16000, 32000][rng.below(3) as usize];
                 engine.handle_node_changed(n.clone()).unwrap();
                 live.insert(id, n);

@@ -23,6 +23,7 @@ fn node(id: &str, cores: u64, gib: u64, zone: &str) -> Node {
         labels: BTreeMap::new(),
         zone: zone.into(),
         draining: false,
+        down: false,
     }
 }
 
@@ -40,7 +41,7 @@ fn workload(id: &str, replicas: u32, cpu: u64, mib: u64) -> Workload {
 
 #[test]
 fn version() {
-    assert_eq!(PLACEMENT_ALGORITHM_VERSION, 2);
+    assert_eq!(PLACEMENT_ALGORITHM_VERSION, 3);
 }
 
 #[test]

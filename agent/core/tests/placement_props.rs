@@ -32,8 +32,9 @@ fn arb_node(id_pool: u32) -> impl Strategy<Value = Node> {
         0u32..4,
         any::<bool>(),
         prop::bool::weighted(0.1),
+        prop::bool::weighted(0.1),
     )
-        .prop_map(|(id, cores, gib, zone, ssd, draining)| Node {
+        .prop_map(|(id, cores, gib, zone, ssd, draining, down)| Node {
             id: format!("n{id}"),
             capacity: Resources::new(cores * 1000, gib * GIB),
             labels: [(
@@ -43,6 +44,7 @@ fn arb_node(id_pool: u32) -> impl Strategy<Value = Node> {
             .into(),
             zone: format!("z{zone}"),
             draining,
+            down,
         })
 }
 
@@ -110,7 +112,7 @@ fn check_placement(nodes: &[Node], workloads: &[Workload], p: &Placement) {
             );
             if let Some(n) = p.assigned.get(&id) {
                 let node = by_id[n.as_str()];
-                assert!(!node.draining, "{id} on draining {n}");
+                assert!(node.available(), "{id} on down or draining {n}");
                 assert!(w.constraints.iter().all(|c| c.matches(
                     &node.labels,
                     &node.zone,
@@ -156,7 +158,7 @@ fn check_zone_spread(
         all.iter().map(|w| (w.id.as_str(), w.request)).collect();
     for n in nodes {
         if zones.contains(n.zone.as_str())
-            || n.draining
+            || !n.available()
             || !w
                 .constraints
                 .iter()
@@ -196,6 +198,8 @@ enum Op {
     AddNode(Node),
     RemoveNode(usize),
     ChangeNode(Node),
+    /// Sets a known node's draining and down flags only (the engine's cheap path).
+    Flags(usize, bool, bool),
     Upsert(Workload),
     RemoveWorkload(usize),
 }
@@ -205,6 +209,8 @@ fn arb_op() -> impl Strategy<Value = Op> {
         3 => arb_node(20).prop_map(Op::AddNode),
         2 => any::<usize>().prop_map(Op::RemoveNode),
         2 => arb_node(20).prop_map(Op::ChangeNode),
+        3 => (any::<usize>(), prop::bool::weighted(0.2), prop::bool::weighted(0.4))
+            .prop_map(|(i, draining, down)| Op::Flags(i, draining, down)),
         3 => arb_workload(12).prop_map(Op::Upsert),
         1 => any::<usize>().prop_map(Op::RemoveWorkload),
     ]
@@ -241,6 +247,18 @@ impl Model {
                 self.nodes.remove(&id);
             }
             Op::RemoveNode(_) => assert!(engine.handle_node_removed("nobody").is_err()),
+            Op::Flags(i, draining, down) if !self.nodes.is_empty() => {
+                let mut n = self
+                    .nodes
+                    .values()
+                    .nth(i % self.nodes.len())
+                    .cloned()
+                    .expect("in range");
+                (n.draining, n.down) = (*draining, *down);
+                engine.handle_node_changed(n.clone()).expect("known node");
+                self.nodes.insert(n.id.clone(), n);
+            }
+            Op::Flags(..) => {}
             Op::ChangeNode(n) => {
                 let ok = engine.handle_node_changed(n.clone()).is_ok();
                 assert_eq!(ok, self.nodes.contains_key(&n.id));
@@ -398,7 +416,7 @@ proptest! {
     fn ample_capacity_moves_only_what_it_must(
         (nodes, workloads) in arb_inputs(),
         victim in any::<usize>(),
-        newcomer in arb_node(1).prop_map(|mut n| { n.id = "newcomer".into(); n.draining = false; n }),
+        newcomer in arb_node(1).prop_map(|mut n| { n.id = "newcomer".into(); n.draining = false; n.down = false; n }),
     ) {
         let workloads: Vec<Workload> = workloads
             .into_iter()
@@ -407,6 +425,12 @@ proptest! {
                 w.spread = Spread::Node;
                 w
             })
+            .collect();
+        // Every node up: removing a down or draining node (which holds nothing) re-ranks the
+        // replicas that waited elsewhere for it, by design (docs/placement.md, "Down nodes").
+        let nodes: Vec<Node> = nodes
+            .into_iter()
+            .map(|mut n| { n.draining = false; n.down = false; n })
             .collect();
         let before = place(&nodes, &workloads);
         if !nodes.is_empty() {
@@ -452,6 +476,78 @@ proptest! {
     }
 }
 
+proptest! {
+    /// A node that goes down (or drains) and comes back restores the placement exactly: a down
+    /// node keeps its place in every ranking, and the actual placement is a function of the
+    /// ideal one and the set of unavailable nodes.
+    #[test]
+    fn a_node_back_up_restores_the_placement(
+        (nodes, workloads) in arb_inputs(),
+        pick in any::<usize>(),
+        drain in any::<bool>(),
+    ) {
+        prop_assume!(!nodes.is_empty());
+        let i = pick % nodes.len();
+        let before = place(&nodes, &workloads);
+        let mut engine = PlacementEngine::new(&nodes, &workloads);
+        let mut away = nodes[i].clone();
+        if drain { away.draining = true } else { away.down = true }
+        engine.handle_node_changed(away).expect("known node");
+        prop_assert!(engine.placement().assigned.values().all(|n| *n != nodes[i].id));
+        engine.check_invariants();
+        engine.handle_node_changed(nodes[i].clone()).expect("known node");
+        prop_assert_eq!(engine.placement(), &before);
+    }
+
+    /// 9 (the shape of it). With every node up, a node going down moves the replicas that were
+    /// on it, and a replica elsewhere only when its node took in a replica of a higher priority
+    /// (whose room it needed), or to spread a zone-spread workload over a zone it did not use
+    /// (room there appeared): never for one of its own priority or lower.
+    #[test]
+    fn a_node_down_moves_only_its_own_and_what_higher_priorities_push(
+        (nodes, workloads) in arb_inputs(),
+        pick in any::<usize>(),
+    ) {
+        let nodes: Vec<Node> = nodes
+            .into_iter()
+            .map(|mut n| { n.draining = false; n.down = false; n })
+            .collect();
+        prop_assume!(!nodes.is_empty());
+        let victim = nodes[pick % nodes.len()].id.clone();
+        let before = place(&nodes, &workloads);
+        let mut engine = PlacementEngine::new(&nodes, &workloads);
+        let mut down = nodes[pick % nodes.len()].clone();
+        down.down = true;
+        engine.handle_node_changed(down).expect("known node");
+        let after = engine.placement().clone();
+        let priority = |r: &ReplicaId| {
+            workloads.iter().find(|w| w.id == r.workload).map_or(0, |w| w.priority)
+        };
+        for (r, old) in &before.assigned {
+            if *old == victim || after.assigned.get(r) == Some(old) {
+                continue;
+            }
+            let pushed = after.assigned.iter().any(|(other, n)| {
+                n == old
+                    && before.assigned.get(other) != Some(n)
+                    && priority(other) > priority(r)
+            });
+            let spec = workloads.iter().find(|w| w.id == r.workload).expect("placed workload");
+            let zone = |id: &str| nodes.iter().find(|n| n.id == id).map(|n| n.zone.clone());
+            let spreads = spec.spread == Spread::Zone
+                && after.assigned.get(r).is_some_and(|new| {
+                    !before.assigned.iter().any(|(sib, n)| {
+                        sib.workload == r.workload && zone(n) == zone(new)
+                    })
+                });
+            prop_assert!(
+                pushed || spreads,
+                "{} moved off {} with nothing of a higher priority arriving", r, old
+            );
+        }
+    }
+}
+
 /// 6. Infeasible requests are unschedulable with the right reason.
 #[test]
 fn infeasible_requests_are_reported() {
@@ -462,6 +558,7 @@ fn infeasible_requests_are_reported() {
             labels: BTreeMap::new(),
             zone: format!("z{}", i % 2),
             draining: false,
+            down: false,
         })
         .collect();
     let w = |id: &str, replicas, cpu, mem| Workload {
@@ -526,6 +623,7 @@ fn first_choices_follow_capacity() {
             labels: BTreeMap::new(),
             zone: "z".into(),
             draining: false,
+            down: false,
         })
         .collect();
     let workloads: Vec<Workload> = (0..20_000)

@@ -66,7 +66,7 @@ impl NodeRecord {
         Ok(record)
     }
 
-    /// The placement engine's view of this node.
+    /// The placement engine's view of this node, as up (the membership sets `down`).
     pub fn placement_node(&self, id: &str) -> Node {
         Node {
             id: id.to_string(),
@@ -74,6 +74,7 @@ impl NodeRecord {
             labels: self.labels.clone(),
             zone: self.zone.clone(),
             draining: self.draining,
+            down: false,
         }
     }
 }

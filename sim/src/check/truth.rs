@@ -35,6 +35,9 @@ pub type Copies = BTreeMap<ReplicaId, Vec<Copy>>;
 #[derive(Default)]
 pub(crate) struct Truth {
     hosts: BTreeSet<u32>,
+    /// Hosts that were ever up: agents keep a down one in their rankings (placement `down`) for
+    /// chitchat's dead-node grace period, an hour, longer than any scenario.
+    known: BTreeSet<u32>,
     key: u64,
     pub placement: Placement,
 }
@@ -104,9 +107,12 @@ impl Checker {
             .filter(|h| h.state == HostState::Up)
             .map(|h| h.index)
             .collect();
+        let mut known = self.truth.known.clone();
+        known.extend(up.iter().copied());
         let mut key_text = String::new();
-        for h in hosts.iter().filter(|h| up.contains(&h.index)) {
-            key_text.push_str(&format!("{}:{};", h.index, h.record.draining));
+        for h in hosts.iter().filter(|h| known.contains(&h.index)) {
+            let up = up.contains(&h.index);
+            key_text.push_str(&format!("{}:{}:{up};", h.index, h.record.draining));
         }
         for (w, (v, _)) in &self.latest {
             key_text.push_str(&format!("{w}@{v:?};"));
@@ -117,8 +123,12 @@ impl Checker {
         }
         let nodes: Vec<_> = hosts
             .iter()
-            .filter(|h| up.contains(&h.index))
-            .map(|h| h.record.placement_node(&h.name))
+            .filter(|h| known.contains(&h.index))
+            .map(|h| {
+                let mut node = h.record.placement_node(&h.name);
+                node.down = !up.contains(&h.index);
+                node
+            })
             .collect();
         let workloads: Vec<_> = self
             .latest
@@ -155,6 +165,7 @@ impl Checker {
         }
         self.truth = Truth {
             hosts: up,
+            known,
             key,
             placement,
         };

@@ -211,8 +211,13 @@ async fn build_input(env: &HostEnv, sh: &mut Shell) -> (Vec<Peer>, ReconcileInpu
     if key != sh.placement_key {
         let nodes: Vec<_> = peers
             .iter()
-            .filter(|p| p.alive)
-            .filter_map(|p| p.record.as_ref().map(|r| r.placement_node(&p.name)))
+            .filter_map(|p| {
+                p.record.as_ref().map(|r| {
+                    let mut node = r.placement_node(&p.name);
+                    node.down = !p.alive;
+                    node
+                })
+            })
             .collect();
         let workloads: Vec<_> = sh
             .specs
@@ -296,9 +301,10 @@ async fn refresh_specs(env: &HostEnv, sh: &mut Shell) {
 fn placement_key(peers: &[Peer], specs: &BTreeMap<String, SpecEntry>) -> u64 {
     use std::hash::Hasher;
     let mut h = xxhash_rust::xxh3::Xxh3::new();
-    for p in peers.iter().filter(|p| p.alive) {
+    for p in peers {
         if let Some(r) = &p.record {
             h.write(p.name.as_bytes());
+            h.write_u8(u8::from(p.alive));
             h.write_u64(r.cpu_millis);
             h.write_u64(r.memory_bytes);
             h.write(r.zone.as_bytes());

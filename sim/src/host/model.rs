@@ -81,9 +81,10 @@ async fn refresh_specs(env: &HostEnv, state: &mut State) {
 fn placement_key(peers: &[Peer], specs: &[(WorkloadSpec, String)]) -> u64 {
     use std::hash::Hasher;
     let mut h = xxhash_rust::xxh3::Xxh3::new();
-    for p in peers.iter().filter(|p| p.alive) {
+    for p in peers {
         if let Some(r) = &p.record {
             h.write(p.name.as_bytes());
+            h.write_u8(u8::from(p.alive));
             h.write_u64(r.cpu_millis);
             h.write_u64(r.memory_bytes);
             h.write(r.zone.as_bytes());
@@ -109,8 +110,13 @@ async fn round(env: &HostEnv, st: &mut State) {
     if key != st.placement_key {
         let nodes: Vec<_> = peers
             .iter()
-            .filter(|p| p.alive)
-            .filter_map(|p| p.record.as_ref().map(|r| r.placement_node(&p.name)))
+            .filter_map(|p| {
+                p.record.as_ref().map(|r| {
+                    let mut node = r.placement_node(&p.name);
+                    node.down = !p.alive;
+                    node
+                })
+            })
             .collect();
         let workloads: Vec<_> = st
             .specs

@@ -357,6 +357,7 @@ pub fn simulate(sc: &Scenario, seed: u64, d: &Delays) -> ModelReport {
             labels: Default::default(),
             zone: sc.mesh.zones[i as usize % sc.mesh.zones.len()].clone(),
             draining: false,
+            down: false,
         })
         .collect();
     let mut m = Model {

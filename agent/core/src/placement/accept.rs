@@ -1,5 +1,13 @@
-//! The capacity pass (algorithm version 2): deferred acceptance over the replicas' own lists, then
+//! The capacity pass (algorithm version 3): deferred acceptance over the replicas' own lists, then
 //! guests into the room left, one priority level at a time.
+//!
+//! It runs in two [`Mode`]s. The **ideal** pass treats every known node as up and not draining.
+//! The **actual** pass gives down and draining nodes nothing (they keep their place in the
+//! rankings) and lets every replica first propose to its **home**, its node in the ideal pass,
+//! with a claim of tier 0 that no other proposal beats; only when a higher priority's extra load
+//! leaves its home too little room does it go on to its own list like the replicas whose home is
+//! down. With no node down or draining the actual placement is the ideal one (the engine skips the
+//! second pass).
 //!
 //! Within a level:
 //! 1. **Deferred acceptance, in simultaneous rounds.** Every free replica proposes to the next node
@@ -7,13 +15,16 @@
 //!    among what it holds and its new proposers, strongest [`Claim`] first, keeping each one that
 //!    still fits in every resource; those it does not keep are free for the next round. A round's
 //!    result does not depend on the order proposals are looked at, so neither does the pass.
-//!    Own lists of one workload are disjoint, so siblings never meet at a node here.
+//!    Own lists of one workload are disjoint, so siblings never meet at a node here, except in
+//!    the actual pass, where a home may lie in a sibling's own list: the node keeps the stronger.
 //! 2. **Guests.** Replicas no node of their first [`OWN_PROPOSALS`] own nodes kept take, first-fit
 //!    in the canonical order (replica index ascending, workload hash, workload id), the first node
 //!    of their workload's whole order with room left and no sibling (zone spread: first in a zone
-//!    no sibling uses). Guests never displace anyone.
+//!    no sibling uses); in the actual pass a guest first tries its home. Guests never displace
+//!    anyone.
 //! 3. **Zone repair.** A zone-spread workload that shares a zone while a zone it does not use has a
-//!    node with room moves its highest-indexed sharing replica there. Steps 2 and 3 repeat until
+//!    node with room moves its highest-indexed sharing replica there (in the actual pass, one
+//!    away from its home first). Steps 2 and 3 repeat until
 //!    neither changes anything (each change places a replica or adds a used zone, so this ends).
 //!
 //! Levels go from the highest priority down; a level's consumption is fixed room for the levels
@@ -35,6 +46,17 @@ pub(crate) enum Outcome {
     Unschedulable(Unschedulable),
 }
 
+/// Which of the two passes runs.
+#[derive(Clone, Copy)]
+pub(crate) enum Mode<'a> {
+    /// The ideal placement: every known node as if it were up and not draining.
+    Ideal,
+    /// The actual placement: down and draining nodes take nothing; every replica first claims
+    /// its node in the ideal placement (its home), where only a higher priority's extra load can
+    /// turn it away, and the others take the room left.
+    Actual { ideal: &'a [Vec<Outcome>] },
+}
+
 /// How many nodes of its own list a replica proposes to before it becomes a guest. Bounds the
 /// work of a pass to this many proposals per replica.
 pub(crate) const OWN_PROPOSALS: u32 = 32;
@@ -45,6 +67,9 @@ const NONE: u32 = u32::MAX;
 /// (order, replica) names one replica.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Claim {
+    /// 0 for a replica claiming its node in the ideal placement (its home; only in the actual
+    /// pass), 1 otherwise: a replica at home is never displaced by one that is not.
+    tier: u8,
     /// Position of the node in the replica's own list (0: its first choice).
     rank: u32,
     /// Bitwise complement of the pair hash: a higher hash (a larger u, a smaller `-ln u`) is a
@@ -70,6 +95,10 @@ struct Rep {
     proposed: u32,
     /// The node holding it, or NONE.
     node: u32,
+    /// Its node in the ideal placement (actual pass only), or NONE.
+    home: u32,
+    /// It has proposed to its home (first, before its own list).
+    tried_home: bool,
 }
 
 /// A replica a node holds or is proposed, with its claim there.
@@ -81,6 +110,7 @@ struct Held {
 
 const NO_HELD: Held = Held {
     claim: Claim {
+        tier: 0,
         rank: 0,
         affinity: 0,
         order: 0,
@@ -139,6 +169,10 @@ impl Holdings {
 
 /// The pass's state over nodes.
 struct Pass<'a> {
+    /// The ideal placement's outcomes, in the actual pass.
+    ideal: Option<&'a [Vec<Outcome>]>,
+    /// Per node slot: may take replicas in this pass.
+    usable: Vec<bool>,
     nodes: &'a NodeTable,
     classes: &'a ClassTable,
     /// Room left by the levels already done.
@@ -156,20 +190,37 @@ struct Pass<'a> {
 /// replica index) up to date; `changed` receives every (workload slot, replica) whose outcome
 /// changed or that no longer exists.
 pub(crate) fn run(
-    nodes: &NodeTable,
-    classes: &ClassTable,
+    tables: (&NodeTable, &ClassTable),
     workloads: &mut [Option<Tracked>],
     order: &[u32],
     node_epoch: u64,
     outcomes: &mut [Vec<Outcome>],
     changed: &mut Vec<(u32, u32)>,
+    mode: Mode,
 ) {
+    let (nodes, classes) = tables;
     let slots = nodes.capacity.len();
+    let mut usable = vec![false; slots];
+    let mut room = nodes.capacity.clone();
+    for s in nodes.live_slots() {
+        usable[s as usize] = match mode {
+            Mode::Ideal => true,
+            Mode::Actual { .. } => nodes.spec(s).available(),
+        };
+        if !usable[s as usize] {
+            room[s as usize] = Resources::default();
+        }
+    }
     let mut pass = Pass {
         nodes,
         classes,
-        base: nodes.capacity.clone(),
-        room: nodes.capacity.clone(),
+        ideal: match mode {
+            Mode::Ideal => None,
+            Mode::Actual { ideal } => Some(ideal),
+        },
+        usable,
+        base: room.clone(),
+        room,
         held: Holdings {
             arena: Vec::new(),
             range: vec![(0, 0, 0); slots],
@@ -233,6 +284,11 @@ impl Pass<'_> {
                     request: t.spec.request,
                     proposed: 0,
                     node: NONE,
+                    tried_home: false,
+                    home: match self.ideal.and_then(|i| i[w as usize].get(replica as usize)) {
+                        Some(Outcome::Assigned { slot, .. }) => *slot,
+                        _ => NONE,
+                    },
                 });
             }
         }
@@ -303,8 +359,17 @@ impl Pass<'_> {
                 let t = workloads[rep.workload as usize]
                     .as_mut()
                     .expect("ordered workload");
-                if let Some((node, rank)) = self.next_own(t, rep) {
+                // A replica proposes to its home first (the actual pass), then its own list.
+                let next = if rep.home != NONE && !rep.tried_home && self.usable[rep.home as usize]
+                {
+                    rep.tried_home = true;
+                    Some((rep.home, 0, 0))
+                } else {
+                    self.next_own(t, rep).map(|(node, rank)| (node, rank, 1))
+                };
+                if let Some((node, rank, tier)) = next {
                     let claim = Claim {
+                        tier,
                         rank,
                         affinity: !pair_hash(rep.workload_hash, self.nodes.hashes[node as usize]),
                         order: rep.order,
@@ -351,17 +416,25 @@ impl Pass<'_> {
             return None;
         }
         let (scan, ranking, _) = t.parts(self.nodes, self.classes);
-        let entry = loop {
-            if let Some(&e) = ranking.list(rep.replica).get(rep.proposed as usize) {
-                break e;
+        loop {
+            let entry = loop {
+                if let Some(&e) = ranking.list(rep.replica).get(rep.proposed as usize) {
+                    break e;
+                }
+                if !ranking.extend(&scan) {
+                    return None;
+                }
+            };
+            let rank = rep.proposed;
+            rep.proposed += 1;
+            // A node that is down or draining keeps its rank but takes no proposal.
+            if self.usable[entry.node as usize] {
+                return Some((entry.node, rank));
             }
-            if !ranking.extend(&scan) {
+            if rep.proposed >= OWN_PROPOSALS {
                 return None;
             }
-        };
-        let rank = rep.proposed;
-        rep.proposed += 1;
-        Some((entry.node, rank))
+        }
     }
 
     /// A node re-chooses among what it holds and its proposers (`buf[..proposers]`, strongest
@@ -382,7 +455,16 @@ impl Pass<'_> {
             a.saturating_add(&reps[h.rep as usize].request)
         });
         let weakest_held = held.last().map(|h| h.claim);
-        if total.fits_in(&self.room[n]) {
+        // In the actual pass a replica's home may be in a sibling's own list, so two replicas
+        // of one workload can meet here: the node then keeps the stronger only (below).
+        let siblings_meet = self.ideal.is_some()
+            && buf[..proposers].iter().enumerate().any(|(i, p)| {
+                let same = |h: &Held| h.claim.order == p.claim.order;
+                held.iter().any(same) || buf[..i].iter().any(same)
+            });
+        if siblings_meet {
+            // Falls through to the general re-choice.
+        } else if total.fits_in(&self.room[n]) {
             // Everything fits next to what the node holds: keep it all.
             self.room[n] = self.room[n].saturating_sub(&total);
             for h in &buf[..proposers] {
@@ -395,8 +477,7 @@ impl Pass<'_> {
                 self.held.set(node, &buf[proposers..]);
             }
             return;
-        }
-        if weakest_held.is_none_or(|w| w < buf[0].claim) {
+        } else if weakest_held.is_none_or(|w| w < buf[0].claim) {
             // Every proposer is weaker than everything held: what is held stays, the proposers
             // take what room is left, strongest first.
             let mut room = self.room[n];
@@ -423,8 +504,12 @@ impl Pass<'_> {
         let mut kept = proposers;
         for k in proposers..buf.len() {
             let h = buf[k];
+            let sibling_kept = siblings_meet
+                && buf[proposers..kept]
+                    .iter()
+                    .any(|x| x.claim.order == h.claim.order);
             let rep = &mut reps[h.rep as usize];
-            if rep.request.fits_in(&room) {
+            if !sibling_kept && rep.request.fits_in(&room) {
                 room = room.saturating_sub(&rep.request);
                 rep.node = node;
                 buf[kept] = h;
@@ -497,15 +582,19 @@ impl Pass<'_> {
                 continue;
             }
             let room = &self.room;
+            let usable = &self.usable;
             let blocked = std::cell::Cell::new(false);
             let fits = |e: &Entry| {
-                request.fits_in(&room[e.node as usize])
+                usable[e.node as usize]
+                    && request.fits_in(&room[e.node as usize])
                     && (taken.binary_search(&e.node).is_err() || {
                         blocked.set(true);
                         false
                     })
             };
-            let mut found = None;
+            // A replica whose home had no room for it in the acceptance takes it if it has now.
+            let home = reps[x as usize].home;
+            let mut found = (home != NONE && fits(&Entry::at(home))).then_some((usize::MAX, home));
             let zones = match t.spec.spread {
                 Spread::Zone => sibling_zones(self.nodes, taken),
                 Spread::Node => Vec::new(),
@@ -513,7 +602,7 @@ impl Pass<'_> {
             if zones.len() >= self.classes.get(t.class).zones as usize {
                 cursor[i].1 = None;
             }
-            if let (Spread::Zone, Some(zone_from)) = (t.spec.spread, cursor[i].1) {
+            if let (Spread::Zone, Some(zone_from), None) = (t.spec.spread, cursor[i].1, found) {
                 let nodes = self.nodes;
                 found = find(self.nodes, self.classes, t, zone_from, |e| {
                     fits(e) && zones.binary_search(&nodes.zone[e.node as usize]).is_err()
@@ -581,18 +670,26 @@ impl Pass<'_> {
                 if used.len() == held.len() || used.len() >= zones {
                     break;
                 }
-                let Some(mover) = held
+                let mut sharing: Vec<u32> = held
                     .windows(2)
                     .filter(|p| p[0].0 == p[1].0)
-                    .map(|p| p[1].1)
-                    .max()
-                else {
+                    .flat_map(|p| [p[0].1, p[1].1])
+                    .collect();
+                sharing.sort_unstable();
+                sharing.dedup();
+                // In the actual pass, a replica away from its home moves before one at home.
+                let away = |r: u32| {
+                    let rep = &reps[siblings.start + r as usize];
+                    rep.home != NONE && rep.home != rep.node
+                };
+                let Some(mover) = sharing.iter().copied().max_by_key(|&r| (away(r), r)) else {
                     break;
                 };
-                let room = &self.room;
+                let (room, usable) = (&self.room, &self.usable);
                 let nodes = self.nodes;
                 let target = find(self.nodes, self.classes, t, 0, |e| {
-                    used.binary_search(&nodes.zone[e.node as usize]).is_err()
+                    usable[e.node as usize]
+                        && used.binary_search(&nodes.zone[e.node as usize]).is_err()
                         && request.fits_in(&room[e.node as usize])
                 });
                 let Some((_, node)) = target else {
@@ -615,13 +712,21 @@ impl Pass<'_> {
     fn diagnose(&self, t: &mut Tracked, siblings: &[Rep], node_epoch: u64) -> Unschedulable {
         let (scan, ranking, empty_reason) = t.parts(self.nodes, self.classes);
         while ranking.extend(&scan) {}
-        let eligible_count = ranking.len();
+        let eligible_count = ranking
+            .merged()
+            .iter()
+            .filter(|e| self.usable[e.node as usize])
+            .count();
         if eligible_count == 0 {
+            // Cached per node epoch and pass (the ideal pass counts every known node).
+            let ideal = self.ideal.is_none();
+            let key = node_epoch << 1 | u64::from(ideal);
             return match empty_reason {
-                Some((epoch, reason)) if *epoch == node_epoch => reason.clone(),
+                Some((k, reason)) if *k == key => reason.clone(),
                 _ => {
-                    let reason = why_no_eligible_node(scan.nodes, scan.constraints, scan.request);
-                    *empty_reason = Some((node_epoch, reason.clone()));
+                    let reason =
+                        why_no_eligible_node(scan.nodes, scan.constraints, scan.request, ideal);
+                    *empty_reason = Some((key, reason.clone()));
                     reason
                 }
             };
@@ -635,7 +740,7 @@ impl Pass<'_> {
         let request = scan.request;
         let (mut candidates, mut cpu_short, mut memory_short) = (0u32, 0u32, 0u32);
         for e in ranking.merged() {
-            if taken.binary_search(&e.node).is_ok() {
+            if !self.usable[e.node as usize] || taken.binary_search(&e.node).is_ok() {
                 continue;
             }
             candidates += 1;
@@ -707,11 +812,12 @@ pub(crate) fn why_no_eligible_node(
     nodes: &NodeTable,
     constraints: &[crate::constraint::Constraint],
     request: Resources,
+    every_node: bool,
 ) -> Unschedulable {
     let live: Vec<_> = nodes
         .live_slots()
         .map(|s| nodes.spec(s))
-        .filter(|n| !n.draining)
+        .filter(|n| every_node || n.available())
         .collect();
     if live.is_empty() {
         return Unschedulable::NoNodes;

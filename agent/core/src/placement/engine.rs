@@ -27,7 +27,8 @@ pub(crate) struct Tracked {
     pub zone_ranks: Vec<u32>,
     pub zone_epoch: u64,
     pub ranking: Ranking,
-    /// Why no node is eligible, as of a node epoch (computing it scans every node).
+    /// Why no node is eligible, as of a node epoch and pass (`epoch << 1 | ideal`; computing it
+    /// scans every node).
     pub empty_reason: Option<(u64, Unschedulable)>,
 }
 
@@ -98,7 +99,12 @@ pub struct PlacementEngine {
     /// Workload slots in canonical order; rebuilt when `order_stale`.
     pub(super) order: Vec<u32>,
     pub(super) order_stale: bool,
+    /// The actual placement's outcomes, by workload slot and replica.
     pub(super) outcomes: Vec<Vec<Outcome>>,
+    /// The ideal placement's (every node as if up and not draining).
+    pub(super) ideal: Vec<Vec<Outcome>>,
+    /// Anything but a node's down or draining flag changed since `ideal` was computed.
+    pub(super) ideal_stale: bool,
     pub(super) placement: Placement,
     pub(super) stale: bool,
     pub(super) node_epoch: u64,
@@ -123,6 +129,8 @@ impl PlacementEngine {
             order: Vec::new(),
             order_stale: true,
             outcomes: Vec::new(),
+            ideal: Vec::new(),
+            ideal_stale: true,
             placement: Placement::default(),
             stale: true,
             node_epoch: 0,
@@ -185,13 +193,14 @@ impl PlacementEngine {
             None => {
                 self.workloads.push(None);
                 self.outcomes.push(Vec::new());
+                self.ideal.push(Vec::new());
                 (self.workloads.len() - 1) as u32
             }
         };
         self.workload_slots.insert(tracked.spec.id.clone(), slot);
         self.workloads[slot as usize] = Some(tracked);
         self.order_stale = true;
-        self.stale = true;
+        self.changed();
     }
 
     /// Brings every zone-spread workload's zone ranks up to date with its class.
@@ -224,11 +233,13 @@ impl PlacementEngine {
             }
         }
         self.node_epoch += 1;
-        self.stale = true;
+        self.changed();
         Ok(())
     }
 
-    /// A node left (or was declared dead). Err (state unchanged) when it is unknown.
+    /// A node left the membership for good (the agent forgets a dead node after chitchat's grace
+    /// period). A node that failed but is still known is changed to `down` instead, which keeps
+    /// its place in the rankings. Err (state unchanged) when it is unknown.
     pub fn handle_node_removed(&mut self, id: &str) -> Result<(), InputError> {
         let slot = self
             .nodes
@@ -251,16 +262,26 @@ impl PlacementEngine {
         self.nodes.remove(slot);
         self.refresh_zones();
         self.node_epoch += 1;
-        self.stale = true;
+        self.changed();
         Ok(())
     }
 
-    /// A node's capacity, labels, zone or draining flag changed. Err (state unchanged) when the new
+    /// A node's capacity, labels, zone, draining or down flag changed. Err (state unchanged) when the new
     /// record is invalid or the node unknown.
     pub fn handle_node_changed(&mut self, node: Node) -> Result<(), InputError> {
         check_node(&node)?;
-        if self.nodes.slot(&node.id).is_none() {
+        let Some(slot) = self.nodes.slot(&node.id) else {
             return Err(InputError::UnknownNode { id: node.id });
+        };
+        let old = self.nodes.spec(slot);
+        if old.capacity == node.capacity && old.labels == node.labels && old.zone == node.zone {
+            // Only the flags: no ranking changes, nor the ideal placement.
+            if old.draining != node.draining || old.down != node.down {
+                self.nodes.set_status(slot, node.draining, node.down);
+                self.node_epoch += 1;
+                self.stale = true;
+            }
+            return Ok(());
         }
         self.handle_node_removed(&node.id)?;
         self.handle_node_added(node)
@@ -297,7 +318,7 @@ impl PlacementEngine {
             let (scan, ranking, _) = t.parts(&self.nodes, &self.classes);
             ranking.rescale(&scan);
         }
-        self.stale = true;
+        self.changed();
         Ok(())
     }
 
@@ -323,8 +344,15 @@ impl PlacementEngine {
             self.placement.unschedulable.remove(&id);
         }
         self.outcomes[slot as usize].clear();
+        self.ideal[slot as usize].clear();
         self.free_workloads.push(slot);
         self.order_stale = true;
+        self.changed();
+    }
+
+    /// Something other than a node's flags changed: both placements are out of date.
+    fn changed(&mut self) {
         self.stale = true;
+        self.ideal_stale = true;
     }
 }

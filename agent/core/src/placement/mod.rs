@@ -1,8 +1,9 @@
 //! Deterministic, capacity-aware placement: which node runs which replica.
 //!
-//! Every agent computes the whole placement from the same gossiped inputs (live nodes with their
-//! declared capacity, labels and zone; workload specs with their declared requests) and must get
-//! the same answer bit for bit on any CPU, OS and build. Then each runs its own slice.
+//! Every agent computes the whole placement from the same gossiped inputs (known nodes with their
+//! declared capacity, labels, zone and whether they are down or draining; workload specs with
+//! their declared requests) and must get the same answer bit for bit on any CPU, OS and build.
+//! Then each runs its own slice.
 //!
 //! How (docs/placement.md has the full story and the measurements):
 //! 1. **Ranking** (`rank`, `hash`): each workload orders its eligible nodes by a weighted
@@ -18,6 +19,12 @@
 //!    no node of their first 32 kept take leftover room first-fit in the canonical order
 //!    (replica index ascending, workload hash, workload id); zone-spread workloads then move a
 //!    replica out of a shared zone when an unused zone has room.
+//!    This pass runs twice: once for the **ideal** placement, every known node as if up and
+//!    not draining, and once for the **actual** one, where down and draining nodes take nothing
+//!    and every replica first claims its ideal node (its home) with a claim no replica away from
+//!    home can beat. So a node going down moves its own replicas into the room others leave, and
+//!    others only where a higher priority's displaced replica needs their room; when it comes
+//!    back, the placement is the ideal one again.
 //! 3. **Incremental** (`engine`): exact cached prefixes of every ranking, extended a chunk at a
 //!    time when a walk runs out, patched on node changes; the pass is replayed. The result equals
 //!    [`place`] on the same inputs.
@@ -43,8 +50,9 @@ pub use model::{
 /// may compute different placements, and must see that they do. Bump it on any change that can
 /// change an output bit (hash, key, weight, order, tie-break, spread rule, reasons).
 /// Version 2: the capacity pass is deferred acceptance (version 1 was first-fit in a canonical
-/// order).
-pub const PLACEMENT_ALGORITHM_VERSION: u32 = 2;
+/// order). Version 3: down and draining nodes keep their place in the rankings; the actual
+/// placement repairs the ideal one (every node up) around them.
+pub const PLACEMENT_ALGORITHM_VERSION: u32 = 3;
 
 /// The placement of these workloads on these nodes: pure, and independent of the order of both
 /// slices. Invalid or duplicated inputs are left out and listed in [`Placement::rejected`].

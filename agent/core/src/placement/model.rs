@@ -18,7 +18,8 @@ pub const ID_LEN_MAX: usize = 253;
 /// Most replicas one workload may ask for.
 pub const WORKLOAD_REPLICAS_MAX: u32 = 10_000;
 
-/// A live member of the mesh as placement sees it. Only live nodes are passed in.
+/// A member of the mesh as placement sees it: live nodes, and nodes recently down (failed or
+/// left) with `down` set, which keep their place in every ranking but take no replica.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Node {
     /// Unique, stable id (ties in the ranking break on it).
@@ -29,8 +30,21 @@ pub struct Node {
     pub labels: BTreeMap<String, String>,
     /// Failure domain; the empty string is a zone of its own like any other name.
     pub zone: String,
-    /// A draining node keeps its record but is never chosen.
+    /// A draining node keeps its place in the rankings but is never chosen.
     pub draining: bool,
+    /// A node that is down (failed or left, not yet forgotten) keeps its place in the rankings
+    /// but is never chosen: its replicas wait in the room others leave, and nobody else moves
+    /// for them beyond what higher priorities take; when it comes back, the placement is the one
+    /// it had before.
+    #[serde(default)]
+    pub down: bool,
+}
+
+impl Node {
+    /// Up and not draining: the node may be given replicas.
+    pub fn available(&self) -> bool {
+        !self.draining && !self.down
+    }
 }
 
 /// How far apart a workload's replicas must be.

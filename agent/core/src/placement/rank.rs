@@ -30,6 +30,17 @@ pub(crate) struct Entry {
     pub replica: u32,
 }
 
+impl Entry {
+    /// An entry naming only a node (for a predicate over nodes).
+    pub fn at(node: u32) -> Self {
+        Entry {
+            key: 0.0,
+            node,
+            replica: 0,
+        }
+    }
+}
+
 /// What a scan needs of a workload.
 pub(crate) struct Scan<'a> {
     pub nodes: &'a NodeTable,
@@ -167,10 +178,6 @@ impl Ranking {
         };
         ranking.extend_by(scan, initial_len(scan.replicas));
         ranking
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
     }
 
     /// Replica `replica`'s own list (its class of the prefix), in order.

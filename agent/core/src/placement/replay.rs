@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::accept::{self, Outcome};
+use super::accept::{self, Mode, Outcome};
 use super::engine::PlacementEngine;
 use super::model::{Placement, ReplicaId, Spread};
 use crate::resources::Resources;
@@ -42,15 +42,44 @@ impl PlacementEngine {
             self.order_stale = false;
         }
         let mut changed = Vec::new();
-        accept::run(
-            &self.nodes,
-            &self.classes,
-            &mut self.workloads,
-            &self.order,
-            self.node_epoch,
-            &mut self.outcomes,
-            &mut changed,
-        );
+        if self.ideal_stale {
+            accept::run(
+                (&self.nodes, &self.classes),
+                &mut self.workloads,
+                &self.order,
+                self.node_epoch,
+                &mut self.ideal,
+                &mut changed,
+                Mode::Ideal,
+            );
+            self.ideal_stale = false;
+            changed.clear();
+        }
+        if self.nodes.any_unavailable() {
+            accept::run(
+                (&self.nodes, &self.classes),
+                &mut self.workloads,
+                &self.order,
+                self.node_epoch,
+                &mut self.outcomes,
+                &mut changed,
+                Mode::Actual { ideal: &self.ideal },
+            );
+        } else {
+            // Every node is available: the actual placement is the ideal one.
+            for (slot, (out, ideal)) in self.outcomes.iter_mut().zip(&self.ideal).enumerate() {
+                if out == ideal {
+                    continue;
+                }
+                let replicas = out.len().max(ideal.len());
+                changed.extend(
+                    (0..replicas)
+                        .filter(|&r| out.get(r) != ideal.get(r))
+                        .map(|r| (slot as u32, r as u32)),
+                );
+                out.clone_from(ideal);
+            }
+        }
         for (slot, replica) in changed {
             let t = self.workloads[slot as usize]
                 .as_ref()
@@ -76,7 +105,7 @@ impl PlacementEngine {
     }
 
     /// Asserts the engine's invariants: every replica placed exactly once or unschedulable, no node
-    /// over capacity in any resource, no draining node used, a workload's replicas on distinct
+    /// over capacity in any resource, no down or draining node used, a workload's replicas on distinct
     /// nodes, replicas sharing a zone only when no node of an unused zone has room for one, a
     /// replica unschedulable only when no eligible node free of its siblings has room, and every
     /// cached ranking an exact prefix of its full order. For tests and the simulator: it recomputes
@@ -112,7 +141,11 @@ impl PlacementEngine {
                 if let Outcome::Assigned { slot: n, .. } = o {
                     let node = self.nodes.spec(*n);
                     assert_eq!(assigned, Some(&node.id), "{id}: published node differs");
-                    assert!(!node.draining, "{id} on draining node {}", node.id);
+                    assert!(
+                        node.available(),
+                        "{id} on down or draining node {}",
+                        node.id
+                    );
                     assert!(
                         t.spec.constraints.iter().all(|c| c.matches(
                             &node.labels,
@@ -163,6 +196,9 @@ impl PlacementEngine {
         // Room at the end is at most what the pass saw when it gave up on a replica or let two
         // share a zone (lower levels only take room), so it must not fit them now either.
         let has_room = |n: u32, request: &Resources| {
+            if !self.nodes.spec(n).available() {
+                return false;
+            }
             let cap = self.nodes.capacity[n as usize];
             let room = cap.saturating_sub(&used.get(&n).copied().unwrap_or_default());
             request.fits_in(&cap) && request.fits_in(&room)

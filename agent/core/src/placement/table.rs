@@ -84,6 +84,20 @@ impl NodeTable {
         slot
     }
 
+    /// Sets the node's draining and down flags (they change no ranking).
+    pub fn set_status(&mut self, slot: u32, draining: bool, down: bool) {
+        let node = self.specs[slot as usize]
+            .as_mut()
+            .expect("status of a free slot");
+        node.draining = draining;
+        node.down = down;
+    }
+
+    /// True when some live slot's node is down or draining.
+    pub fn any_unavailable(&self) -> bool {
+        self.specs.iter().flatten().any(|n| !n.available())
+    }
+
     /// Removes the node in `slot` and returns it.
     pub fn remove(&mut self, slot: u32) -> Node {
         let node = self.specs[slot as usize]
@@ -110,15 +124,15 @@ impl NodeTable {
     }
 }
 
-/// True when `node` may host replicas of a workload with these constraints.
+/// True when `node` is in the rankings of a workload with these constraints. Down and draining
+/// nodes are: they keep their place, and the capacity pass gives them nothing.
 pub(crate) fn eligible(node: &Node, constraints: &[Constraint]) -> bool {
-    !node.draining
-        && constraints
-            .iter()
-            .all(|c| c.matches(&node.labels, &node.zone, &node.id))
+    constraints
+        .iter()
+        .all(|c| c.matches(&node.labels, &node.zone, &node.id))
 }
 
-/// One distinct constraint set and the non-draining nodes that satisfy it.
+/// One distinct constraint set and the known nodes that satisfy it.
 #[derive(Clone, Debug)]
 pub(crate) struct ConstraintClass {
     pub constraints: Vec<Constraint>,
