@@ -91,7 +91,8 @@ impl Model<'_> {
         self.events.insert(self.seq, ev);
     }
 
-    /// The placement of a view: the real engine on the hosts the view holds alive.
+    /// The placement of a view: the real engine, the hosts the view holds dead marked down (as
+    /// agents keep them until chitchat forgets them, an hour later).
     fn owners(&mut self, key: &ViewKey) -> Owners {
         if let Some(o) = self.placements.get(key) {
             return o.clone();
@@ -101,8 +102,11 @@ impl Model<'_> {
             .nodes
             .iter()
             .enumerate()
-            .filter(|(i, _)| !dead.contains(&(*i as u32)))
-            .map(|(_, n)| n.clone())
+            .map(|(i, n)| {
+                let mut n = n.clone();
+                n.down = dead.contains(&(i as u32));
+                n
+            })
             .collect();
         let workloads: Vec<_> = self.epochs[key.1].iter().map(placement_workload).collect();
         let placement = PlacementEngine::new(&nodes, &workloads).into_placement();
