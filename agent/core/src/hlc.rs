@@ -153,12 +153,17 @@ impl Clock {
 
     /// A timestamp for a local event (a write) at physical time `now_ms`.
     pub fn tick(&mut self, now_ms: u64) -> Hlc {
-        let next = if now_ms > self.last.wall_ms {
+        let next = self.peek_tick(now_ms);
+        self.advance(next)
+    }
+
+    /// The timestamp [`Clock::tick`] would return at `now_ms`, without changing the clock.
+    pub fn peek_tick(&self, now_ms: u64) -> Hlc {
+        if now_ms > self.last.wall_ms {
             Hlc::new(now_ms, 0)
         } else {
             self.last.successor()
-        };
-        self.advance(next)
+        }
     }
 
     /// Receipt of `remote` at physical time `now_ms`: returns a timestamp greater than both

@@ -74,6 +74,8 @@ pub enum Request {
         /// Resume after this name.
         after: Option<String>,
     },
+    /// Agent to agent: what does your wall clock read? (The caller's clock-skew monitor.)
+    Clock,
 }
 
 /// An agent's answer.
@@ -126,6 +128,11 @@ pub enum Response {
     },
     /// The request failed.
     Error(ApiError),
+    /// The callee's wall clock when it answered, ms since the Unix epoch.
+    Clock {
+        /// Its reading.
+        now_ms: u64,
+    },
 }
 
 /// A failure, with a kind the CLI maps to a message and exit code.
@@ -153,6 +160,10 @@ pub enum ErrorKind {
     Conflict,
     /// Anything else.
     Internal,
+    /// Refused because of clock skew: this agent's clock disagrees with its peers', it refused a
+    /// newer write of the workload as too far ahead of its clock, or the peers refused the write
+    /// as too far ahead of theirs. Nothing was acknowledged; fix NTP or use another agent.
+    ClockSkew,
 }
 
 impl ApiError {

@@ -1,4 +1,5 @@
-//! The mesh's metric families: membership, gossip and API transport counters, store entries.
+//! The mesh's metric families: membership, gossip and API transport counters, store entries,
+//! clock skew and the writes it refused.
 
 use std::sync::Arc;
 
@@ -16,12 +17,16 @@ pub async fn mesh_families(
     let members = node.members().await;
     let alive = members.iter().filter(|m| m.alive).count() as f64;
     let dead = members.len() as f64 - alive;
-    let (live, tombstones) = node
-        .with_store(|s| {
+    let now = (node.clock)();
+    let (live, tombstones, newer_refused) = node
+        .with_store(move |s| {
             let live = s.list_live().count();
-            (live, s.core().len() - live)
+            let newer_refused = s.core().refused_newer_all(now).count();
+            (live, s.core().len() - live, newer_refused)
         })
         .await;
+    let verdict = node.clock_verdict(&members);
+    let (refused_offset, refused_newer) = node.skew.refused();
     let (g, a) = (gossip.snapshot(), api.snapshot());
     let labelled = |pairs: Vec<(&'static str, &'static str, u64)>| {
         pairs
@@ -81,6 +86,37 @@ pub async fn mesh_families(
             "API requests answered.",
             Kind::Counter,
             a.requests_served as f64,
+        ),
+        Family {
+            name: "shoal_writes_refused",
+            help:
+                "Applies and deletes refused for clock skew: this agent's clock is more than the \
+                   bound from most of its peers' (clock_offset), or the write would lose to a \
+                   newer version refused as too far ahead of a clock (newer_version).",
+            kind: Kind::Counter,
+            samples: labelled(vec![
+                ("reason", "clock_offset", refused_offset),
+                ("reason", "newer_version", refused_newer),
+            ]),
+        },
+        Family {
+            name: "shoal_clock_offset_seconds",
+            help: "Median of the sampled peers' wall clocks minus this agent's (positive: this \
+                   agent is behind); 0 before any sample.",
+            kind: Kind::Gauge,
+            samples: vec![(Vec::new(), verdict.offset_ms.unwrap_or(0) as f64 / 1000.0)],
+        },
+        Family::single(
+            "shoal_clock_skewed",
+            "1 while this agent refuses writes because its clock disagrees with its peers'.",
+            Kind::Gauge,
+            f64::from(u8::from(verdict.skewed)),
+        ),
+        Family::single(
+            "shoal_store_newer_refused",
+            "Workloads with a newer version this agent refused as too far ahead of its clock.",
+            Kind::Gauge,
+            newer_refused as f64,
         ),
         Family {
             name: "shoal_store_entries",

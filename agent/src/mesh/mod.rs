@@ -8,5 +8,6 @@ pub mod node;
 pub mod ops;
 pub mod record;
 pub mod run;
+pub mod skew;
 pub mod sync;
 pub mod view;

@@ -14,6 +14,7 @@ use super::api::{
     ENTRIES_PER_MESSAGE_MAX,
 };
 use super::record::NodeRecord;
+use super::skew::{ClockSkew, Refusal};
 use super::view::{self, Member};
 use crate::rpc::{self, RpcClient};
 use crate::store_db::DesiredStore;
@@ -58,6 +59,8 @@ pub struct MeshNode {
     pub(crate) record: Mutex<Option<NodeRecord>>,
     /// The host loop, once attached.
     host: std::sync::OnceLock<Arc<crate::host::Host>>,
+    /// Peers' clock samples and the writes refused for clock skew.
+    pub(crate) skew: ClockSkew,
 }
 
 impl MeshNode {
@@ -80,6 +83,7 @@ impl MeshNode {
             synced_once: AtomicBool::new(false),
             record: Mutex::new(None),
             host: std::sync::OnceLock::new(),
+            skew: ClockSkew::new(Default::default()),
         }
     }
 
@@ -167,6 +171,9 @@ impl MeshNode {
             Request::Approve { id, node } => self.handle_approve(id, node).await,
             Request::Events { after, limit } => Ok(self.handle_events(after, limit)),
             Request::Drain { node, draining } => self.handle_drain(node, draining).await,
+            Request::Clock => Ok(Response::Clock {
+                now_ms: (self.clock)(),
+            }),
             Request::Digest => {
                 let digest = self.with_store(|s| s.digest().encode()).await;
                 Ok(Response::Digest(digest))
@@ -206,6 +213,7 @@ impl MeshNode {
         if !problems.is_empty() {
             return Err(ApiError::new(ErrorKind::Invalid, problems.join("\n")));
         }
+        self.refuse_write_if_skewed("apply").await?;
         let mut results = Vec::new();
         for spec in specs {
             let body = view::encode_spec(&spec);
@@ -221,13 +229,14 @@ impl MeshNode {
                     s.apply(&name, body, now).map(|e| (e, true))
                 })
                 .await;
-            let (entry, changed) = outcome.map_err(storage_error)?;
+            let (entry, changed) = outcome.map_err(|e| self.write_error(e))?;
             results.push(self.clone().replicate(entry, changed).await?);
         }
         Ok(Response::Applied(results))
     }
 
     async fn handle_delete(self: Arc<Self>, name: String) -> Result<Response, ApiError> {
+        self.refuse_write_if_skewed("delete").await?;
         let now = (self.clock)();
         let key = name.clone();
         let entry = self
@@ -236,7 +245,7 @@ impl MeshNode {
                 _ => Ok(None),
             })
             .await
-            .map_err(storage_error)?;
+            .map_err(|e| self.write_error(e))?;
         let Some(entry) = entry else {
             return Err(ApiError::new(
                 ErrorKind::NotFound,
@@ -278,25 +287,29 @@ impl MeshNode {
                     rpc::call_with(rpc.as_ref(), addr, &peer, &req, REPLICATE_TIMEOUT).await;
                 let outcome = match answer {
                     Ok(Response::Replicated { newer, .. }) => match newer.into_iter().next() {
-                        Some((_, version)) => Err(Some(version)),
-                        None => Ok(()),
+                        Some((_, version)) => PeerOutcome::Newer(version),
+                        None => PeerOutcome::Durable,
                     },
+                    Ok(Response::Error(e)) if e.kind == ErrorKind::ClockSkew => {
+                        PeerOutcome::ClockSkew(e.message)
+                    }
                     other => {
                         tracing::debug!(%peer, answer = ?other, "replicate failed");
-                        Err(None)
+                        PeerOutcome::Failed
                     }
                 };
                 let _ = tx.send((peer, outcome)).await;
             });
         }
         drop(tx);
+        let mut skew_refusal = None;
         while let Some((peer, outcome)) = rx.recv().await {
             match outcome {
-                Ok(()) => {
+                PeerOutcome::Durable => {
                     applied.durable_on.push(peer);
                     return Ok(applied);
                 }
-                Err(Some(newer)) => {
+                PeerOutcome::Newer(newer) => {
                     return Err(ApiError::new(
                         ErrorKind::Conflict,
                         format!(
@@ -308,8 +321,21 @@ impl MeshNode {
                         ),
                     ));
                 }
-                Err(None) => {}
+                PeerOutcome::ClockSkew(why) => skew_refusal = Some((peer, why)),
+                PeerOutcome::Failed => {}
             }
+        }
+        if let Some((peer, why)) = skew_refusal {
+            self.skew.count(Refusal::NewerVersion);
+            return Err(ApiError::new(
+                ErrorKind::ClockSkew,
+                format!(
+                    "{} (version {}) is stored on {} but not acknowledged: {peer} refused it \
+                     ({why}) and no other agent confirmed it. Fix the clocks (NTP) or send the \
+                     command to another agent (--agent)",
+                    applied.name, applied.version, self.name
+                ),
+            ));
         }
         Err(ApiError::new(
             ErrorKind::NotDurable,
@@ -336,11 +362,13 @@ impl MeshNode {
         let (outcome, newer) = self
             .with_store(move |s| {
                 let outcome = s.merge_remote(entries, now)?;
+                // Newer than the sent version: what this node holds, or a newer version it refused
+                // as too far ahead of its clock (the mesh holds it; the sent write would lose).
                 let newer: Vec<(String, String)> = sent
                     .iter()
                     .filter_map(|(name, version)| {
-                        let held = s.get(name)?;
-                        (held.version > *version).then(|| (name.clone(), held.version.to_string()))
+                        let known = s.core().newest_known(name, now)?;
+                        (known > version).then(|| (name.clone(), known.to_string()))
                     })
                     .collect();
                 Ok::<_, crate::store_db::StoreDbError>((outcome, newer))
@@ -349,10 +377,14 @@ impl MeshNode {
             .map_err(storage_error)?;
         if let Some((name, why)) = outcome.rejected.first() {
             // Never acknowledge what was not stored: the caller must not count this copy.
-            tracing::warn!(%name, ?why, "replicated entry refused");
+            tracing::warn!(%name, %why, "replicated entry refused");
+            let kind = match why {
+                shoal_core::store::Rejection::Clock(_) => ErrorKind::ClockSkew,
+                _ => ErrorKind::Invalid,
+            };
             return Err(ApiError::new(
-                ErrorKind::Invalid,
-                format!("{} refused {name}: {why:?}", self.name),
+                kind,
+                format!("{} refused {name}: {why}", self.name),
             ));
         }
         Ok(Response::Replicated {
@@ -388,12 +420,39 @@ impl MeshNode {
 
 fn storage_error(e: crate::store_db::StoreDbError) -> ApiError {
     use crate::store_db::StoreDbError;
+    use shoal_core::store::StoreError;
     match e {
+        StoreDbError::Store(inner @ StoreError::NewerVersionRefused { .. }) => {
+            ApiError::new(ErrorKind::ClockSkew, inner.to_string())
+        }
         StoreDbError::Store(inner) => ApiError::new(ErrorKind::Invalid, inner.to_string()),
         other => ApiError::new(
             ErrorKind::Storage,
             format!("the agent's store refused the write, nothing was acknowledged: {other}"),
         ),
+    }
+}
+
+/// What one peer answered to a replicate.
+enum PeerOutcome {
+    /// It holds the entry durably.
+    Durable,
+    /// It knows a newer version of the workload.
+    Newer(String),
+    /// It refused the entry as too far ahead of its clock.
+    ClockSkew(String),
+    /// No answer, or another error.
+    Failed,
+}
+
+impl MeshNode {
+    /// The API error for a failed local write, counting a clock-skew refusal.
+    fn write_error(&self, e: crate::store_db::StoreDbError) -> ApiError {
+        let error = storage_error(e);
+        if error.kind == ErrorKind::ClockSkew {
+            self.skew.count(Refusal::NewerVersion);
+        }
+        error
     }
 }
 
@@ -411,5 +470,6 @@ fn request_kind(req: &Request) -> &'static str {
         Request::Approve { .. } => "approve",
         Request::Events { .. } => "events",
         Request::Drain { .. } => "drain",
+        Request::Clock => "clock",
     }
 }

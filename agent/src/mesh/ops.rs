@@ -10,6 +10,7 @@ use shoal_core::reconcile::{InstanceStatus, Issue};
 
 use super::api::{ApiError, ErrorKind, InstanceView, Request, Response, StatusView};
 use super::node::MeshNode;
+use super::skew::CLOCK_ISSUE_KEY;
 use super::view;
 use crate::host::{INSTANCES_KEY, ISSUES_KEY};
 use crate::rpc;
@@ -145,7 +146,16 @@ impl MeshNode {
         if let Some(host) = self.host() {
             by_node.insert(self.name.clone(), (true, host.issues().await));
         }
-        let mut issues: Vec<Issue> = by_node.into_values().flat_map(|(_, list)| list).collect();
+        // The mesh's own issues (clock skew) live under their own key; this node's, fresh.
+        let mut clock: BTreeMap<String, (bool, Vec<Issue>)> = self.gossiped(CLOCK_ISSUE_KEY).await;
+        let members = self.members().await;
+        let mine = self.clock_issue(&members).await.into_iter().collect();
+        clock.insert(self.name.clone(), (true, mine));
+        let mut issues: Vec<Issue> = by_node
+            .into_values()
+            .chain(clock.into_values())
+            .flat_map(|(_, list)| list)
+            .collect();
         issues.sort_by(|a, b| (&a.node, &a.id).cmp(&(&b.node, &b.id)));
         Ok(Response::Issues(issues))
     }

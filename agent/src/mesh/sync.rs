@@ -1,6 +1,7 @@
 //! Anti-entropy: every round, publish this node's digest summary in gossip; pull the differing
 //! buckets from a live peer whose summary differs. Both sides do it, so both converge. Also keeps
-//! the peer list on disk fresh (for rejoining without --seed) and purges old tombstones.
+//! the peer list on disk fresh (for rejoining without --seed), purges old tombstones, and runs
+//! the clock-skew round ([`super::skew`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -61,6 +62,7 @@ impl MeshNode {
             }
         }
         let members = self.members().await;
+        self.clone().clock_round(round, &members).await;
         let differing: Vec<(String, SocketAddr)> = members
             .iter()
             .filter(|m| m.alive && m.name != self.name)

@@ -56,6 +56,10 @@ pub enum IssueKind {
     StartFailing,
     /// The local runtime cannot be listed, or lists more instances than the bound.
     RuntimeUnavailable,
+    /// This node's wall clock disagrees with its peers' (or it refused newer writes as too far
+    /// ahead of it): it refuses applies and deletes until the clock is fixed. Raised by the mesh,
+    /// not the reconciler.
+    ClockSkew,
 }
 
 impl IssueKind {
@@ -68,7 +72,8 @@ impl IssueKind {
             IssueKind::ExclusiveWaiting
             | IssueKind::ExclusiveUndecided
             | IssueKind::SelfFenced
-            | IssueKind::SuspiciousView => Layer::Safety,
+            | IssueKind::SuspiciousView
+            | IssueKind::ClockSkew => Layer::Safety,
             IssueKind::Unsupported | IssueKind::StartFailing | IssueKind::RuntimeUnavailable => {
                 Layer::Runtime
             }
@@ -91,6 +96,7 @@ impl IssueKind {
             IssueKind::Unsupported => "unsupported",
             IssueKind::StartFailing => "start-failing",
             IssueKind::RuntimeUnavailable => "runtime-unavailable",
+            IssueKind::ClockSkew => "clock-skew",
         }
     }
 }

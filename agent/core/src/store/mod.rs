@@ -18,7 +18,9 @@
 
 mod digest;
 mod entry;
+mod newer;
 mod plan;
+pub mod skew;
 
 use std::collections::BTreeMap;
 
@@ -27,6 +29,7 @@ pub use digest::{
     SUMMARY_BYTES_MAX,
 };
 pub use entry::{validate_name, Body, Entry, Rejection};
+pub use newer::{REFUSED_NEWER_NAMES_MAX, REFUSED_NEWER_TTL_MS};
 pub use plan::{MergeOutcome, Plan};
 
 use crate::hlc::{Clock, Hlc, Version, DRIFT_MS_MAX_DEFAULT, NODE_ID_BYTES_MAX};
@@ -78,6 +81,26 @@ pub enum StoreError {
         /// The workload name.
         name: String,
     },
+    /// A peer offered a newer write of this workload that this node refused as too far ahead of
+    /// its clock; a write here would get a lower version and lose to it everywhere both are
+    /// stored. Nothing changed (the clock did not tick).
+    #[error(
+        "workload {name:?}: the mesh holds a newer write (version {newer}) that this agent \
+         refused because it is {ahead_ms} ms ahead of this agent's clock (bound {drift_ms_max} \
+         ms); a write here would lose to it. Fix the clock (NTP) of this host or of {}, or \
+         apply through an agent whose clock is right",
+        newer.node
+    )]
+    NewerVersionRefused {
+        /// The workload name.
+        name: String,
+        /// The refused version.
+        newer: Version,
+        /// How far ahead of this node's clock it is now, in ms.
+        ahead_ms: u64,
+        /// The skew bound in force, in ms.
+        drift_ms_max: u64,
+    },
 }
 
 /// One entry with its cached content hash.
@@ -97,6 +120,7 @@ pub struct Store {
     buckets: [BucketDigest; BUCKETS],
     bytes_total: usize,
     max_version: Option<Version>,
+    refused_newer: newer::RefusedNewer,
 }
 
 impl Store {
@@ -117,6 +141,7 @@ impl Store {
             buckets: [BucketDigest::default(); BUCKETS],
             bytes_total: 0,
             max_version: None,
+            refused_newer: newer::RefusedNewer::default(),
         }
     }
 
@@ -202,6 +227,25 @@ impl Store {
         self.iter().filter(|e| !e.is_tombstone())
     }
 
+    /// The newest version of `name` a peer offered within [`REFUSED_NEWER_TTL_MS`] before
+    /// `now_ms` that this node refused as too far ahead of its clock, and that beats what it
+    /// stores (see `newer.rs`).
+    pub fn refused_newer(&self, name: &str, now_ms: u64) -> Option<&Version> {
+        self.refused_newer.get(name, now_ms)
+    }
+
+    /// Every such refused version, by name.
+    pub fn refused_newer_all(&self, now_ms: u64) -> impl Iterator<Item = (&str, &Version)> {
+        self.refused_newer.iter(now_ms)
+    }
+
+    /// The newest version of `name` this node knows of: the one it stores, or a newer one it
+    /// refused. A write of `name` below it loses last-writer-wins somewhere.
+    pub fn newest_known(&self, name: &str, now_ms: u64) -> Option<&Version> {
+        let held = self.get(name).map(|e| &e.version);
+        held.max(self.refused_newer(name, now_ms))
+    }
+
     /// The anti-entropy digest. O(buckets): maintained as entries change.
     pub fn digest(&self) -> Digest {
         let digest = Digest::new(self.max_version.clone(), self.buckets);
@@ -268,6 +312,16 @@ impl Store {
         if let Some(v) = max_version {
             assert!(self.clock.last() >= v.hlc, "clock behind a stored version");
         }
+        assert!(
+            self.refused_newer.len() <= newer::REFUSED_NEWER_NAMES_MAX,
+            "more refused versions tracked than the bound"
+        );
+        for (name, version) in self.refused_newer.all() {
+            assert!(
+                self.get(name).is_none_or(|e| e.version < *version),
+                "refused version of {name:?} not newer than the stored one"
+            );
+        }
     }
 
     /// Would `entry` fit, given `new_names` and `bytes_delta` already promised to other entries of
@@ -313,6 +367,7 @@ impl Store {
         if self.max_version.as_ref().is_none_or(|m| entry.version > *m) {
             self.max_version = Some(entry.version.clone());
         }
+        self.refused_newer.settle(&entry.name, &entry.version);
         self.entries
             .insert(entry.name.clone(), Slot { entry, hash });
     }

@@ -58,6 +58,8 @@ pub struct MergeOutcome {
 
 impl Store {
     /// Prepares a local write of `body` under `name` at physical time `now_ms`. Ticks the clock.
+    /// Refuses ([`StoreError::NewerVersionRefused`]) a write that would lose to a newer version
+    /// of `name` this node refused as too far ahead of its clock.
     pub fn prepare_local(
         &mut self,
         name: &str,
@@ -91,6 +93,13 @@ impl Store {
         };
         probe.validate(&self.config).map_err(rejected)?;
         self.check_room(&probe, 0, 0).map_err(rejected)?;
+        self.check_not_behind(name, now_ms)?;
+        if let Some(current) = self.get(name) {
+            // Already true (restore raises the clock, merges observe): the version issued below
+            // must beat the entry it replaces whatever the physical clock says.
+            let held = current.version.hlc;
+            self.clock.raise_to(held);
+        }
         let hlc = self.clock.tick(now_ms);
         body = match probe.body {
             Body::Tombstone { .. } => Body::Tombstone {
@@ -120,9 +129,28 @@ impl Store {
         })
     }
 
+    /// Refuses a local write of `name` at `now_ms` that would get a version below a newer one
+    /// this node refused (see `newer.rs`). Changes nothing.
+    fn check_not_behind(&self, name: &str, now_ms: u64) -> Result<(), StoreError> {
+        let Some(newer) = self.refused_newer.get(name, now_ms) else {
+            return Ok(());
+        };
+        let mine = Version::new(self.clock.peek_tick(now_ms), &*self.node);
+        if *newer <= mine {
+            return Ok(());
+        }
+        Err(StoreError::NewerVersionRefused {
+            name: name.to_owned(),
+            newer: newer.clone(),
+            ahead_ms: newer.hlc.wall_ms.saturating_sub(now_ms),
+            drift_ms_max: self.config.drift_ms_max,
+        })
+    }
+
     /// Prepares the merge of entries received from a peer at physical time `now_ms`. Keeps, per
     /// name, the winner among the received entries if it wins over the stored one and passes the
-    /// checks (bounds, skew, expired tombstone); observes accepted versions on the clock.
+    /// checks (bounds, skew, expired tombstone); observes accepted versions on the clock. A winner
+    /// refused as too far ahead is remembered (see `newer.rs`).
     pub fn prepare_merge(&mut self, entries: impl IntoIterator<Item = Entry>, now_ms: u64) -> Plan {
         let mut rejected = Vec::new();
         let mut best: BTreeMap<String, Entry> = BTreeMap::new();
@@ -139,6 +167,7 @@ impl Store {
             }
         }
         let (mut puts, mut new_names, mut bytes_added) = (Vec::new(), 0, 0);
+        self.refused_newer.expire(now_ms);
         for (name, entry) in best {
             if self
                 .get(&name)
@@ -147,6 +176,9 @@ impl Store {
                 continue;
             }
             if let Err(reason) = self.check_merge(&entry, now_ms, new_names, bytes_added) {
+                if matches!(reason, Rejection::Clock(_)) {
+                    self.refused_newer.record(&name, &entry.version, now_ms);
+                }
                 rejected.push((name, reason));
                 continue;
             }
