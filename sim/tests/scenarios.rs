@@ -74,3 +74,20 @@ fn a_crashed_host_is_replaced_within_the_target() {
         .expect("replacements measured");
     assert!(p99 <= 5_000, "{r}");
 }
+
+#[test]
+fn writes_through_skewed_clocks_are_refused_and_no_acknowledged_write_is_lost() {
+    let r = run("clock-skew", 1);
+    assert_eq!(r["passed"], true, "{r}");
+    let refused: Vec<&str> = r["refused"]
+        .as_array()
+        .expect("refused calls listed")
+        .iter()
+        .filter_map(|l| l.as_str())
+        .filter(|l| l.contains("ClockSkew"))
+        .collect();
+    assert_eq!(refused.len(), 3, "{refused:?}");
+    for (line, via) in refused.iter().zip(["n7", "n2", "n3"]) {
+        assert!(line.contains(&format!("refused by {via}")), "{line}");
+    }
+}
