@@ -3,24 +3,31 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use chitchat::ChitchatId;
+use chitchat::{Chitchat, ChitchatId};
 use shoal_core::placement::Placement;
 use shoal_core::reconcile::{InstanceStatus, Membership, ReconcileInput, SpecEntry};
 use shoal_core::stacking::place_stacked;
+use shoal_core::Resources;
 
 use super::{Host, INSTANCES_KEY};
-use crate::mesh::view::{self, Member};
+use crate::mesh::view::{self, Member, MemberCache};
 
 /// How long after start the view counts as suspect unless the store synced with a peer first.
 pub const START_SUSPECT_MS: u64 = 10_000;
 /// Longest observed-state value accepted from a peer, in bytes.
 pub const INSTANCES_BYTES_MAX: usize = 512 * 1024;
 
-/// Caches the shell keeps between rounds.
+/// Caches the shell keeps between rounds, and the reconciler's input itself: each round updates
+/// only what moved (membership, peers' observed state, specs, placement), so a quiet round costs
+/// a walk over chitchat's node states, not a decode and a copy of everything.
 #[derive(Default)]
 pub struct ShellState {
+    /// The membership, re-read where chitchat's versions moved.
+    members: MemberCache,
     /// Peers' observed state, by chitchat id, with the chitchat version it was decoded at.
     statuses: HashMap<ChitchatId, (u64, Vec<InstanceStatus>)>,
+    /// Which identity and version each entry of `input.peers` was taken from.
+    peers_from: BTreeMap<String, (ChitchatId, u64)>,
     /// The store digest the specs were decoded at.
     specs_digest: Option<u64>,
     specs: BTreeMap<String, SpecEntry>,
@@ -29,6 +36,8 @@ pub struct ShellState {
     pub placement: Arc<Placement>,
     /// Peers' observed state that failed to decode, counted.
     pub statuses_rejected: u64,
+    /// The input of the last round, updated in place.
+    input: ReconcileInput,
 }
 
 impl ShellState {
@@ -38,47 +47,71 @@ impl ShellState {
     }
 }
 
-/// Reads everything the reconciler needs for one round at `now`.
-pub async fn build(host: &Host, shell: &mut ShellState, now: u64) -> ReconcileInput {
+/// Brings the reconciler's input up to date for one round at `now`.
+pub async fn build<'s>(host: &Host, shell: &'s mut ShellState, now: u64) -> &'s ReconcileInput {
     let node = &host.node;
-    let (members, dead, peers) = {
+    let members_moved = {
         let chitchat = node.gossip().chitchat();
         let guard = chitchat.lock().await;
-        let members = view::members(&guard);
+        let moved = shell.members.refresh(&guard);
+        if moved.keys {
+            refresh_peers(&guard, shell);
+        }
         let dead: BTreeSet<String> = guard
             .dead_nodes()
             .map(|id| id.node_id.to_string())
             .collect();
-        let mut peers: BTreeMap<String, Vec<InstanceStatus>> = BTreeMap::new();
-        for member in &members {
-            let Some(state) = guard.node_state(&member.id) else {
-                continue;
-            };
-            let Some(value) = state.get_versioned(INSTANCES_KEY) else {
-                continue;
-            };
-            let cached = shell
-                .statuses
-                .entry(member.id.clone())
-                .or_insert((u64::MAX, Vec::new()));
-            if cached.0 != value.version {
-                let decoded = (value.value.len() <= INSTANCES_BYTES_MAX)
-                    .then(|| serde_json::from_str::<Vec<InstanceStatus>>(&value.value).ok())
-                    .flatten();
-                match decoded {
-                    Some(list) => *cached = (value.version, list),
-                    None => {
-                        shell.statuses_rejected += 1;
-                        cached.0 = value.version;
-                    }
-                }
-            }
-            peers.insert(member.name.clone(), cached.1.clone());
+        if moved.members || dead != shell.input.membership.dead {
+            shell.input.membership = membership(shell.members.members(), dead);
         }
-        (members, dead, peers)
+        moved.members
     };
-    refresh_specs(host, shell).await;
-    refresh_placement(host, shell, &members);
+    let specs_moved = refresh_specs(host, shell).await;
+    if specs_moved {
+        shell.input.specs = shell.specs.clone();
+    }
+    // The placement is a function of the members and the specs only.
+    if members_moved || specs_moved {
+        let before = shell.placement.clone();
+        let members = std::mem::take(&mut shell.members);
+        refresh_placement(host, shell, members.members());
+        shell.members = members;
+        if !Arc::ptr_eq(&before, &shell.placement) {
+            shell.input.owners = shell.placement.assigned.clone();
+        }
+    }
+    shell.input.draining = node.record().is_some_and(|r| r.draining);
+    shell.input.capacity = node
+        .record()
+        .map(|r| Resources::new(r.cpu_millis, r.memory_bytes));
+    let (instances, runtime_unavailable) = match host.runtime.list().await {
+        Ok(list) => (list, None),
+        Err(e) => (
+            Vec::new(),
+            Some(format!(
+                "the {} runtime cannot be listed: {e}",
+                host.runtime.kind()
+            )),
+        ),
+    };
+    shell.input.instances = instances;
+    shell.input.runtime_unavailable = runtime_unavailable;
+    shell.input.view_suspect = if node.is_stale() {
+        Some("the store is resynchronizing after a long absence".to_string())
+    } else if !node.synced_once() && now < host.started_ms() + START_SUSPECT_MS {
+        Some("the agent just started and has not synced with a peer yet".to_string())
+    } else {
+        None
+    };
+    (
+        shell.input.supports_containers,
+        shell.input.supports_processes,
+    ) = support_flags(&host.runtime);
+    &shell.input
+}
+
+/// The failure detector's facts from the members and the dead identities' names.
+fn membership(members: &[Member], dead: BTreeSet<String>) -> Membership {
     let live: BTreeSet<String> = members
         .iter()
         .filter(|m| m.alive)
@@ -92,41 +125,61 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) -> ReconcileIn
         .filter(|m| !m.alive && !dead.contains(&m.name))
         .map(|m| m.name.clone())
         .collect();
-    let draining = node.record().is_some_and(|r| r.draining);
-    let (instances, runtime_unavailable) = match host.runtime.list().await {
-        Ok(list) => (list, None),
-        Err(e) => (
-            Vec::new(),
-            Some(format!(
-                "the {} runtime cannot be listed: {e}",
-                host.runtime.kind()
-            )),
-        ),
-    };
-    let view_suspect = if node.is_stale() {
-        Some("the store is resynchronizing after a long absence".to_string())
-    } else if !node.synced_once() && now < host.started_ms() + START_SUSPECT_MS {
-        Some("the agent just started and has not synced with a peer yet".to_string())
-    } else {
-        None
-    };
-    let (supports_containers, supports_processes) = support_flags(&host.runtime);
-    ReconcileInput {
-        specs: shell.specs.clone(),
-        owners: shell.placement.assigned.clone(),
-        instances,
-        runtime_unavailable,
-        supports_containers,
-        supports_processes,
-        peers,
-        membership: Membership {
-            live,
-            dead,
-            unreachable,
-            members_known,
-        },
-        draining,
-        view_suspect,
+    Membership {
+        live,
+        dead,
+        unreachable,
+        members_known,
+    }
+}
+
+/// Updates `input.peers` from the members' observed-state keys, decoding a value only when its
+/// chitchat version moved; drops the entries (and the decoded values) of nodes gone from the view.
+fn refresh_peers(chitchat: &Chitchat, shell: &mut ShellState) {
+    let members = shell.members.members();
+    for member in members {
+        let value = chitchat
+            .node_state(&member.id)
+            .and_then(|state| state.get_versioned(INSTANCES_KEY));
+        let Some(value) = value else {
+            shell.input.peers.remove(&member.name);
+            shell.peers_from.remove(&member.name);
+            continue;
+        };
+        let from = (member.id.clone(), value.version);
+        if shell.peers_from.get(&member.name) == Some(&from) {
+            continue;
+        }
+        let cached = shell
+            .statuses
+            .entry(member.id.clone())
+            .or_insert((u64::MAX, Vec::new()));
+        if cached.0 != value.version {
+            let decoded = (value.value.len() <= INSTANCES_BYTES_MAX)
+                .then(|| serde_json::from_str::<Vec<InstanceStatus>>(&value.value).ok())
+                .flatten();
+            match decoded {
+                Some(list) => *cached = (value.version, list),
+                None => {
+                    shell.statuses_rejected += 1;
+                    cached.0 = value.version;
+                }
+            }
+        }
+        shell
+            .input
+            .peers
+            .insert(member.name.clone(), cached.1.clone());
+        shell.peers_from.insert(member.name.clone(), from);
+    }
+    let named = |name: &String| members.binary_search_by(|m| m.name.cmp(name)).is_ok();
+    shell.input.peers.retain(|name, _| named(name));
+    shell.peers_from.retain(|name, _| named(name));
+    // More decoded values than identities: chitchat forgot some.
+    if shell.statuses.len() > shell.members.identities() {
+        shell
+            .statuses
+            .retain(|id, _| chitchat.node_state(id).is_some());
     }
 }
 
@@ -139,10 +192,11 @@ fn support_flags(runtime: &Arc<dyn crate::runtime::Runtime>) -> (bool, bool) {
     }
 }
 
-async fn refresh_specs(host: &Host, shell: &mut ShellState) {
+/// Decodes the specs again if the store moved; returns whether it did.
+async fn refresh_specs(host: &Host, shell: &mut ShellState) -> bool {
     let digest = host.node.with_store(|s| s.digest().root_hash()).await;
     if shell.specs_digest == Some(digest) {
-        return;
+        return false;
     }
     let (specs, errors) = host
         .node
@@ -164,6 +218,7 @@ async fn refresh_specs(host: &Host, shell: &mut ShellState) {
         })
         .collect();
     shell.specs_digest = Some(digest);
+    true
 }
 
 fn refresh_placement(host: &Host, shell: &mut ShellState, members: &[Member]) {

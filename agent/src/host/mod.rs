@@ -179,11 +179,11 @@ impl Host {
         let now = (self.clock)();
         let mut reconciler = self.reconciler.lock().await;
         self.drain_feedback(&mut reconciler, now).await;
-        let input = {
+        let actions = {
             let mut shell = self.shell.lock().await;
-            input::build(self, &mut shell, now).await
+            let input = input::build(self, &mut shell, now).await;
+            reconciler.handle_tick(input, now)
         };
-        let actions = reconciler.handle_tick(&input, now);
         if cfg!(debug_assertions) {
             reconciler.check_invariants();
         }

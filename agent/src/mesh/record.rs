@@ -3,8 +3,9 @@
 //! It carries only per-node facts (capacity, labels, zone, draining, versions, API address).
 //! Desired state never lives here: a dead node's keys stop spreading (see docs/ARCHITECTURE.md).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+use std::sync::{LazyLock, Mutex};
 
 use serde::{Deserialize, Serialize};
 use shoal_core::placement::model::Node;
@@ -18,6 +19,13 @@ pub const DIGEST_KEY: &str = "store";
 pub const NODE_RECORD_BYTES_MAX: usize = 16 * 1024;
 /// Most labels a node may carry.
 pub const LABELS_MAX: usize = 64;
+/// Decoded records [`NodeRecord::decode_cached`] keeps (then it forgets them all at once).
+pub const DECODED_KEPT_MAX: usize = 4096;
+
+/// Records decoded lately, by the xxh3 hash of their text (with the text, to check).
+type Decoded = HashMap<u64, (Box<str>, NodeRecord)>;
+
+static DECODED: LazyLock<Mutex<Decoded>> = LazyLock::new(Mutex::default);
 
 /// What a node says about itself.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,6 +74,26 @@ impl NodeRecord {
         Ok(record)
     }
 
+    /// [`NodeRecord::decode`], remembered by text: every read of the membership decodes every
+    /// peer's record (the agent does it several times a second; in the simulator, a hundred agents
+    /// decode the same hundred texts). The answer is a function of the text alone, so a
+    /// remembered answer is the answer. Errors are not remembered.
+    pub fn decode_cached(text: &str) -> Result<NodeRecord, String> {
+        let hash = xxhash_rust::xxh3::xxh3_64(text.as_bytes());
+        if let Some((seen, record)) = DECODED.lock().expect("decoded lock").get(&hash) {
+            if **seen == *text {
+                return Ok(record.clone());
+            }
+        }
+        let record = NodeRecord::decode(text)?;
+        let mut decoded = DECODED.lock().expect("decoded lock");
+        if decoded.len() >= DECODED_KEPT_MAX {
+            decoded.clear();
+        }
+        decoded.insert(hash, (text.into(), record.clone()));
+        Ok(record)
+    }
+
     /// The placement engine's view of this node, as up (the membership sets `down`).
     pub fn placement_node(&self, id: &str) -> Node {
         Node {
@@ -101,6 +129,21 @@ mod tests {
     fn round_trips() {
         let r = sample();
         assert_eq!(NodeRecord::decode(&r.encode()), Ok(r));
+    }
+
+    #[test]
+    fn cached_decoding_answers_as_decoding() {
+        let text = sample().encode();
+        for _ in 0..2 {
+            assert_eq!(NodeRecord::decode_cached(&text), Ok(sample()));
+        }
+        let mut other = sample();
+        other.zone = "eu-1b".into();
+        assert_eq!(NodeRecord::decode_cached(&other.encode()), Ok(other));
+        for bad in ["{", "\u{0}", &"x".repeat(NODE_RECORD_BYTES_MAX + 1)] {
+            assert_eq!(NodeRecord::decode_cached(bad), NodeRecord::decode(bad));
+            assert!(NodeRecord::decode_cached(bad).is_err());
+        }
     }
 
     #[test]

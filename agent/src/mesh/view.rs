@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use chitchat::{Chitchat, ChitchatId};
+use chitchat::{Chitchat, ChitchatId, NodeState};
 use shoal_core::placement::model::{Node, Spread, Workload};
 use shoal_core::spec::{self, WorkloadSpec};
 use shoal_core::store::Entry;
@@ -45,35 +45,200 @@ pub struct Member {
 /// name, the live one with the lowest generation wins (the incumbent: a second agent claiming a
 /// name in use is ignored), and where none is live, the newest.
 pub fn members(chitchat: &Chitchat) -> Vec<Member> {
-    let live: std::collections::HashSet<&ChitchatId> = chitchat.live_nodes().collect();
-    let mut by_name: BTreeMap<String, Member> = BTreeMap::new();
+    let live = live_ids(chitchat);
+    let mut live_at = 0;
+    let mut out: Vec<Member> = Vec::with_capacity(chitchat.node_states().len());
     for (id, state) in chitchat.node_states() {
-        let leaving = state.get(LEAVING_KEY).is_some();
-        let alive = !leaving && live.contains(&id);
-        let record = state.get(NODE_KEY).and_then(|t| NodeRecord::decode(t).ok());
-        let member = Member {
+        let facts = Facts::read(state);
+        let alive = !facts.leaving && is_live(&live, &mut live_at, id);
+        push_member(&mut out, facts.into_member(id, alive));
+    }
+    out
+}
+
+/// [`members`] for a caller that reads the membership again and again (the host loop, every
+/// round). A node's keys are read and its record decoded again only when its versions moved
+/// (every set or delete of one of its keys raises its `max_version`; heartbeats do not), and the
+/// list is rebuilt only when a member changed. Holds one entry per node state chitchat holds: an
+/// entry goes when chitchat forgets its node.
+#[derive(Default)]
+pub struct MemberCache {
+    /// One entry per node state, in chitchat's order (by id).
+    nodes: Vec<CachedNode>,
+    /// What [`members`] would return for the last refresh.
+    members: Vec<Member>,
+}
+
+/// What a [`MemberCache::refresh`] found moved since the previous one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Moved {
+    /// Some node state's versions moved, or the set of node states: any key of any node may have
+    /// changed (the members' own keys, or others such as observed instances).
+    pub keys: bool,
+    /// The members changed: one's liveness, record, digest or flags, or who speaks for a name.
+    pub members: bool,
+}
+
+struct CachedNode {
+    id: ChitchatId,
+    /// `(max_version, last_gc_version)` of the node state the facts were read at.
+    versions: (u64, u64),
+    alive: bool,
+    facts: Facts,
+}
+
+impl MemberCache {
+    /// Reads chitchat's view and says what moved since the last refresh.
+    pub fn refresh(&mut self, chitchat: &Chitchat) -> Moved {
+        let live = live_ids(chitchat);
+        let mut live_at = 0;
+        let states = chitchat.node_states();
+        let mut moved = Moved::default();
+        if !self.same_ids(states) {
+            moved = Moved {
+                keys: true,
+                members: true,
+            };
+            self.realign(states);
+        }
+        for (node, (id, state)) in self.nodes.iter_mut().zip(states) {
+            let versions = (state.max_version(), state.last_gc_version());
+            if node.versions != versions {
+                moved.keys = true;
+                node.versions = versions;
+                let facts = Facts::read(state);
+                moved.members |= facts != node.facts;
+                node.facts = facts;
+            }
+            let alive = !node.facts.leaving && is_live(&live, &mut live_at, id);
+            moved.members |= alive != node.alive;
+            node.alive = alive;
+        }
+        if moved.members {
+            let mut members = Vec::with_capacity(self.nodes.len());
+            for node in &self.nodes {
+                push_member(
+                    &mut members,
+                    node.facts.clone().into_member(&node.id, node.alive),
+                );
+            }
+            self.members = members;
+        }
+        moved
+    }
+
+    /// Whether the cache holds exactly chitchat's identities, in order.
+    fn same_ids(&self, states: &BTreeMap<ChitchatId, NodeState>) -> bool {
+        self.nodes.len() == states.len()
+            && self
+                .nodes
+                .iter()
+                .zip(states.keys())
+                .all(|(n, id)| n.id == *id)
+    }
+
+    /// Keeps the entries of identities chitchat still holds, adds the new ones (unread: their
+    /// versions match nothing), drops the others.
+    fn realign(&mut self, states: &BTreeMap<ChitchatId, NodeState>) {
+        let mut old = std::mem::take(&mut self.nodes).into_iter().peekable();
+        for id in states.keys() {
+            while old.next_if(|o| o.id < *id).is_some() {}
+            let node = old.next_if(|o| o.id == *id).unwrap_or_else(|| CachedNode {
+                id: id.clone(),
+                versions: (u64::MAX, u64::MAX),
+                alive: false,
+                facts: Facts::default(),
+            });
+            self.nodes.push(node);
+        }
+    }
+
+    /// The members as of the last refresh, as [`members`] returns them.
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    /// How many identities (node states) chitchat held at the last refresh.
+    pub fn identities(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
+/// What a node's keys say.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Facts {
+    record: Option<NodeRecord>,
+    digest: Option<String>,
+    stale: bool,
+    leaving: bool,
+}
+
+impl Facts {
+    /// One pass over the node's keys (not one search per key: the keys are strings on the heap).
+    fn read(state: &NodeState) -> Facts {
+        let mut facts = Facts {
+            record: None,
+            digest: None,
+            stale: false,
+            leaving: false,
+        };
+        for (key, value) in state.key_values() {
+            match key {
+                NODE_KEY => facts.record = NodeRecord::decode_cached(value).ok(),
+                DIGEST_KEY => facts.digest = Some(value.to_string()),
+                STALE_KEY => facts.stale = true,
+                LEAVING_KEY => facts.leaving = true,
+                _ => {}
+            }
+        }
+        facts
+    }
+
+    fn into_member(self, id: &ChitchatId, alive: bool) -> Member {
+        Member {
             name: id.node_id.to_string(),
             id: id.clone(),
             alive,
-            record,
-            digest: state.get(DIGEST_KEY).map(str::to_string),
-            stale: state.get(STALE_KEY).is_some(),
-            leaving,
-        };
-        let replaces = match by_name.get(&member.name) {
-            None => true,
-            Some(seen) => match (seen.alive, member.alive) {
-                (true, true) => member.id.generation_id < seen.id.generation_id,
-                (false, true) => true,
-                (true, false) => false,
-                (false, false) => member.id.generation_id > seen.id.generation_id,
-            },
-        };
-        if replaces {
-            by_name.insert(member.name.clone(), member);
+            record: self.record,
+            digest: self.digest,
+            stale: self.stale,
+            leaving: self.leaving,
         }
     }
-    by_name.into_values().collect()
+}
+
+/// The identities live by the failure detector (this node included), sorted like chitchat's node
+/// states, so that [`is_live`] walks both in step.
+fn live_ids(chitchat: &Chitchat) -> Vec<&ChitchatId> {
+    let mut live: Vec<&ChitchatId> = chitchat.live_nodes().collect();
+    live.sort_unstable();
+    live
+}
+
+/// Whether `id` is in `live`; `id`s must come in ascending order, `at` carries the position.
+fn is_live(live: &[&ChitchatId], at: &mut usize, id: &ChitchatId) -> bool {
+    while live.get(*at).is_some_and(|l| *l < id) {
+        *at += 1;
+    }
+    live.get(*at).is_some_and(|l| *l == id)
+}
+
+/// Appends `member`, or lets it replace the previous one of the same name: identities come sorted
+/// by id, so the identities of one name are adjacent.
+fn push_member(out: &mut Vec<Member>, member: Member) {
+    let Some(seen) = out.last_mut().filter(|seen| seen.name == member.name) else {
+        out.push(member);
+        return;
+    };
+    let replaces = match (seen.alive, member.alive) {
+        (true, true) => member.id.generation_id < seen.id.generation_id,
+        (false, true) => true,
+        (true, false) => false,
+        (false, false) => member.id.generation_id > seen.id.generation_id,
+    };
+    if replaces {
+        *seen = member;
+    }
 }
 
 /// Another live identity using `me`'s name from a different address: a second agent with this
@@ -181,5 +346,107 @@ pub fn placement_workload(spec: &WorkloadSpec) -> Workload {
         constraints: spec.placement.constraints.clone(),
         exclusive: spec.placement.exclusive,
         priority: spec.placement.priority,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use chitchat::{DeletionStatus, VersionedValue};
+
+    use super::*;
+
+    fn id(name: &str, generation: u64) -> ChitchatId {
+        let addr = format!("10.0.0.{}:7000", name[1..].parse::<u8>().unwrap());
+        ChitchatId::new(name.to_string(), generation, addr.parse().unwrap())
+    }
+
+    fn record(cpu_millis: u64) -> String {
+        NodeRecord {
+            cpu_millis,
+            memory_bytes: 1 << 30,
+            labels: Default::default(),
+            zone: "z".into(),
+            draining: false,
+            agent_version: "test".into(),
+            placement_version: 1,
+            api_addr: "10.0.0.1:7001".parse().unwrap(),
+            limits_note: None,
+        }
+        .encode()
+    }
+
+    /// Sets `node`'s keys to `kvs` as of `version` (what a delta from its owner would do).
+    fn publish(chitchat: &mut Chitchat, node: &ChitchatId, kvs: &[(&str, String)], version: u64) {
+        let values = kvs.iter().map(|(k, v)| {
+            let value = VersionedValue {
+                value: v.clone(),
+                version,
+                status: DeletionStatus::Set,
+            };
+            (k.to_string(), value)
+        });
+        chitchat.reset_node_state_if_update(node, values, version, 0);
+    }
+
+    fn same(cache: &MemberCache, chitchat: &Chitchat) -> bool {
+        format!("{:?}", cache.members()) == format!("{:?}", members(chitchat))
+    }
+
+    #[test]
+    fn the_cache_reads_what_members_reads_and_moves_only_with_chitchat() {
+        let me = id("n1", 1);
+        let config = crate::gossip::chitchat_config("n1", 1, me.gossip_advertise_addr, &[], "t");
+        let (_seeds_tx, seeds) = tokio::sync::watch::channel(HashSet::new());
+        let mut chitchat = Chitchat::with_chitchat_id_and_seeds(config, seeds, Vec::new());
+        chitchat.self_node_state().set(NODE_KEY, record(1000));
+        publish(&mut chitchat, &id("n2", 1), &[(NODE_KEY, record(2000))], 3);
+        publish(&mut chitchat, &id("n3", 1), &[(NODE_KEY, record(3000))], 2);
+        publish(&mut chitchat, &id("n3", 2), &[(NODE_KEY, record(3001))], 2);
+        publish(&mut chitchat, &id("n4", 1), &[(STALE_KEY, "1".into())], 1);
+        let mut cache = MemberCache::default();
+        let both = Moved {
+            keys: true,
+            members: true,
+        };
+
+        assert_eq!(cache.refresh(&chitchat), both);
+        assert!(same(&cache, &chitchat));
+        let names: Vec<&str> = cache.members().iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["n1", "n2", "n3", "n4"]);
+        assert_eq!(cache.identities(), 5);
+        let n3 = &cache.members()[2];
+        assert_eq!(
+            n3.id.generation_id, 2,
+            "neither n3 is live: the newest speaks"
+        );
+        assert_eq!(n3.record.as_ref().map(|r| r.cpu_millis), Some(3001));
+        assert!(cache.members()[0].alive && !cache.members()[1].alive);
+        assert!(cache.members()[3].stale && cache.members()[3].record.is_none());
+        assert_eq!(cache.refresh(&chitchat), Moved::default(), "nothing moved");
+
+        publish(&mut chitchat, &id("n2", 1), &[(NODE_KEY, record(2500))], 4);
+        assert_eq!(cache.refresh(&chitchat), both);
+        assert!(same(&cache, &chitchat));
+        assert_eq!(cache.members()[1].record.as_ref().unwrap().cpu_millis, 2500);
+
+        chitchat.self_node_state().set(LEAVING_KEY, "1");
+        assert_eq!(cache.refresh(&chitchat), both);
+        assert!(same(&cache, &chitchat));
+        assert!(!cache.members()[0].alive && cache.members()[0].leaving);
+
+        chitchat.self_node_state().set(DIGEST_KEY, "00ff");
+        assert_eq!(cache.refresh(&chitchat), both);
+        assert_eq!(cache.members()[0].digest.as_deref(), Some("00ff"));
+
+        chitchat.self_node_state().set("instances", "[]");
+        let keys_only = Moved {
+            keys: true,
+            members: false,
+        };
+        assert_eq!(cache.refresh(&chitchat), keys_only, "another key moved");
+        assert_eq!(cache.refresh(&chitchat), Moved::default());
+        assert!(same(&cache, &chitchat));
     }
 }
