@@ -1,30 +1,45 @@
 //! Stacking: more replicas than eligible nodes.
 //!
 //! Placement puts the replicas of one workload on distinct nodes. When a workload asks for more
-//! replicas than there are nodes that could ever hold one (up, not draining, matching its
-//! constraints, with the capacity for one replica), distinct nodes are impossible; operators
+//! replicas than there are nodes that could hold one, distinct nodes are impossible; operators
 //! still expect the service to run, as Kubernetes and Nomad do, with replicas doubled up as
-//! evenly as possible. [`place_stacked`] does that deterministically: such a workload of `R`
-//! replicas over `E` eligible nodes is split into layers of `E` replicas (the last one shorter),
-//! each layer placed as its own workload on distinct nodes, so no node holds more than
-//! `ceil(R / E)` replicas of it. Replica `r` is in layer `r / E`. With `R <= E` nothing changes.
+//! evenly as possible. [`place_stacked`] does that deterministically, in two steps:
 //!
-//! Layers are named `NAME~K`; `~` cannot appear in a workload name (a DNS label), so layer names
-//! never collide with real workloads.
+//! 1. **Layers.** A workload of `R` replicas with `K` known eligible nodes (up, down or draining,
+//!    matching its constraints, with the capacity for one replica) and `R > K` is split into
+//!    layers of `K` replicas (the last one shorter), each placed as its own workload on distinct
+//!    nodes. Replica `r` is in layer `r / K`. Counting known nodes, not only the available ones,
+//!    keeps the layers (and so every replica's home in the ideal placement) the same while nodes
+//!    go down and come back.
+//! 2. **Overflow.** Replicas left unschedulable because every available eligible node already
+//!    holds a sibling of their layer (`NotEnoughNodes`: nodes are down or draining) are placed
+//!    again, in overflow layers of as many replicas as there are available eligible nodes, into
+//!    the room the first step left. So 6 replicas on 5 nodes keep running, at most two per node,
+//!    when one node fails; and a node cut off from the rest keeps its own replicas and adds what
+//!    fits, never more than its capacity.
+//!
+//! Layers are named `NAME~K` and overflow layers `NAME~+K`; `~` cannot appear in a workload name (a
+//! DNS label), so these names never collide with real workloads. With `R <= K` and every replica
+//! placed, nothing changes: the result is [`place`]'s.
 
 use std::collections::BTreeMap;
 
 use crate::placement::model::{Node, ReplicaId, Unschedulable, Workload};
 use crate::placement::{place, Placement};
+use crate::Resources;
 
 /// Separates a workload name from its layer number.
 const LAYER_SEP: char = '~';
 
-/// How many nodes could ever hold one replica of `w` (ignoring what else they hold).
-pub fn eligible_nodes(nodes: &[Node], w: &Workload) -> usize {
+/// Marks an overflow layer.
+const OVERFLOW: char = '+';
+
+/// How many nodes could ever hold one replica of `w` (ignoring what else they hold); with
+/// `available_only`, only those up and not draining.
+pub fn eligible_nodes(nodes: &[Node], w: &Workload, available_only: bool) -> usize {
     nodes
         .iter()
-        .filter(|n| n.available())
+        .filter(|n| !available_only || n.available())
         .filter(|n| w.request.fits_in(&n.capacity))
         .filter(|n| {
             w.constraints
@@ -34,56 +49,110 @@ pub fn eligible_nodes(nodes: &[Node], w: &Workload) -> usize {
         .count()
 }
 
-/// [`place`], with workloads that have more replicas than eligible nodes split into layers.
+/// [`place`], with workloads that have more replicas than eligible nodes split into layers, and
+/// replicas that the nodes down or draining leave without a node of their own placed in overflow
+/// layers.
 pub fn place_stacked(nodes: &[Node], workloads: &[Workload]) -> Placement {
+    // Step 1: layers over the known eligible nodes. `layers[name]` maps a placed workload id
+    // (a layer or the workload itself) back to (workload, first replica).
     let mut layered: Vec<Workload> = Vec::with_capacity(workloads.len());
-    let mut layer_size: BTreeMap<String, u32> = BTreeMap::new();
+    let mut origin: BTreeMap<String, (String, u32)> = BTreeMap::new();
     for w in workloads {
-        let eligible = eligible_nodes(nodes, w) as u32;
-        if eligible == 0 || w.replicas <= eligible {
+        let known = eligible_nodes(nodes, w, false) as u32;
+        if known == 0 || w.replicas <= known {
             layered.push(w.clone());
             continue;
         }
-        layer_size.insert(w.id.clone(), eligible);
-        let layers = w.replicas.div_ceil(eligible);
-        for k in 0..layers {
+        for k in 0..w.replicas.div_ceil(known) {
             let mut layer = w.clone();
             layer.id = format!("{}{LAYER_SEP}{k}", w.id);
-            layer.replicas = eligible.min(w.replicas - k * eligible);
+            layer.replicas = known.min(w.replicas - k * known);
+            origin.insert(layer.id.clone(), (w.id.clone(), k * known));
             layered.push(layer);
         }
     }
-    if layer_size.is_empty() {
-        return place(nodes, workloads);
-    }
-    let placed = place(nodes, &layered);
-    let unlayer = |id: ReplicaId| -> ReplicaId {
-        match id.workload.split_once(LAYER_SEP) {
-            Some((name, k)) if layer_size.contains_key(name) => {
-                let k: u32 = k.parse().expect("layer names are generated here");
-                ReplicaId {
-                    workload: name.to_string(),
-                    replica: k * layer_size[name] + id.replica,
-                }
-            }
-            _ => id,
-        }
+    let placed = if origin.is_empty() {
+        place(nodes, workloads)
+    } else {
+        place(nodes, &layered)
     };
-    let assigned = placed
-        .assigned
-        .into_iter()
-        .map(|(id, node)| (unlayer(id), node))
-        .collect();
-    let unschedulable: BTreeMap<ReplicaId, Unschedulable> = placed
-        .unschedulable
-        .into_iter()
-        .map(|(id, why)| (unlayer(id), why))
-        .collect();
-    Placement {
-        assigned,
-        unschedulable,
+    let unlayer =
+        |id: ReplicaId, origin: &BTreeMap<String, (String, u32)>| match origin.get(&id.workload) {
+            Some((name, first)) => ReplicaId::new(name, first + id.replica),
+            None => id,
+        };
+    let mut out = Placement {
+        assigned: BTreeMap::new(),
+        unschedulable: BTreeMap::new(),
         rejected: placed.rejected,
+    };
+    for (id, node) in placed.assigned {
+        out.assigned.insert(unlayer(id, &origin), node);
     }
+    for (id, why) in placed.unschedulable {
+        out.unschedulable.insert(unlayer(id, &origin), why);
+    }
+
+    // Step 2: overflow, into the room step 1 left.
+    let mut overflow: Vec<Workload> = Vec::new();
+    let mut overflow_origin: BTreeMap<String, (String, Vec<u32>)> = BTreeMap::new();
+    for w in workloads {
+        let waiting: Vec<u32> = (0..w.replicas)
+            .filter(|&r| {
+                matches!(
+                    out.unschedulable.get(&ReplicaId::new(&w.id, r)),
+                    Some(Unschedulable::NotEnoughNodes { .. })
+                )
+            })
+            .collect();
+        let available = eligible_nodes(nodes, w, true);
+        if waiting.is_empty() || available == 0 {
+            continue;
+        }
+        for (k, chunk) in waiting.chunks(available).enumerate() {
+            let mut layer = w.clone();
+            layer.id = format!("{}{LAYER_SEP}{OVERFLOW}{k}", w.id);
+            layer.replicas = chunk.len() as u32;
+            overflow_origin.insert(layer.id.clone(), (w.id.clone(), chunk.to_vec()));
+            overflow.push(layer);
+        }
+    }
+    if overflow.is_empty() {
+        return out;
+    }
+    let requests: BTreeMap<&str, Resources> = workloads
+        .iter()
+        .map(|w| (w.id.as_str(), w.request))
+        .collect();
+    let mut used: BTreeMap<&str, Resources> = BTreeMap::new();
+    for (id, node) in &out.assigned {
+        let u = used.entry(node.as_str()).or_default();
+        *u = u.saturating_add(&requests[id.workload.as_str()]);
+    }
+    let left: Vec<Node> = nodes
+        .iter()
+        .filter_map(|n| {
+            let mut n = n.clone();
+            n.capacity = n
+                .capacity
+                .saturating_sub(&used.get(n.id.as_str()).copied().unwrap_or_default());
+            (n.capacity.cpu_millis > 0 && n.capacity.memory_bytes > 0).then_some(n)
+        })
+        .collect();
+    let extra = place(&left, &overflow);
+    let back = |id: &ReplicaId| {
+        let (name, replicas) = &overflow_origin[&id.workload];
+        ReplicaId::new(name, replicas[id.replica as usize])
+    };
+    for (id, node) in &extra.assigned {
+        let id = back(id);
+        out.unschedulable.remove(&id);
+        out.assigned.insert(id, node.clone());
+    }
+    for (id, why) in extra.unschedulable {
+        out.unschedulable.insert(back(&id), why);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -153,12 +222,65 @@ mod tests {
     }
 
     #[test]
-    fn draining_and_ineligible_nodes_do_not_count() {
+    fn draining_and_down_nodes_get_nothing_and_the_rest_double_up() {
         let mut nodes: Vec<Node> = (1..=3).map(|i| node(&format!("n{i}"))).collect();
         nodes[2].draining = true;
         let p = place_stacked(&nodes, &[workload(4)]);
-        assert_eq!(p.assigned.len(), 4);
+        assert_eq!(p.assigned.len(), 4, "{p:?}");
         assert!(p.assigned.values().all(|n| n != "n3"));
         assert!(per_node(&p).values().all(|&c| c == 2), "{p:?}");
+    }
+
+    /// 6 replicas on 5 nodes, one node fails: every replica still runs, at most two per node, and
+    /// the replicas on the surviving nodes stay where they were.
+    #[test]
+    fn a_node_down_keeps_every_replica_running_and_the_rest_in_place() {
+        let mut nodes: Vec<Node> = (1..=5).map(|i| node(&format!("n{i}"))).collect();
+        let before = place_stacked(&nodes, &[workload(6)]);
+        for victim in 0..5 {
+            nodes[victim].down = true;
+            let after = place_stacked(&nodes, &[workload(6)]);
+            let gone = &nodes[victim].id;
+            assert_eq!(after.assigned.len(), 6, "{gone} down: {after:?}");
+            assert!(after.assigned.values().all(|n| n != gone));
+            assert!(per_node(&after).values().all(|&c| c <= 2), "{after:?}");
+            for (r, n) in &before.assigned {
+                if n != gone {
+                    assert_eq!(after.assigned.get(r), Some(n), "{r} moved off {n}");
+                }
+            }
+            nodes[victim].down = false;
+            assert_eq!(place_stacked(&nodes, &[workload(6)]), before);
+        }
+    }
+
+    /// A node cut off from the rest (every other node down in its view) keeps its own replica and
+    /// adds what fits, never more than its capacity.
+    #[test]
+    fn a_node_alone_keeps_its_own_and_fills_only_its_capacity() {
+        let mut nodes: Vec<Node> = (1..=20).map(|i| node(&format!("n{i}"))).collect();
+        for n in &mut nodes {
+            n.capacity = Resources::new(4000, 8 << 30);
+        }
+        let mut web = workload(12);
+        web.request = Resources::new(500, 512 << 20);
+        let before = place_stacked(&nodes, std::slice::from_ref(&web));
+        let alone = "n9";
+        let own: Vec<&ReplicaId> = before
+            .assigned
+            .iter()
+            .filter(|(_, n)| *n == alone)
+            .map(|(r, _)| r)
+            .collect();
+        assert!(!own.is_empty(), "{before:?}");
+        for n in &mut nodes {
+            n.down = n.id != alone;
+        }
+        let after = place_stacked(&nodes, &[web]);
+        for r in own {
+            assert_eq!(after.assigned.get(r).map(String::as_str), Some(alone));
+        }
+        assert_eq!(after.assigned.len(), 8, "4000m holds 8 of 500m: {after:?}");
+        assert_eq!(after.unschedulable.len(), 4);
     }
 }

@@ -277,3 +277,39 @@ fn failing_surge_copy_backs_off_and_keeps_the_old_one() {
         "the rollout stalls at the first replica"
     );
 }
+
+/// A node never starts more than its declared capacity holds: a replica moving here waits while
+/// an instance moving away still runs (until its replica is served elsewhere), then starts.
+#[test]
+fn a_start_waits_for_room_while_an_instance_moving_away_still_runs() {
+    let mut c = Cluster::new(&["n1", "n2"]);
+    // 100m each: n1 holds two.
+    c.agent_mut("n1").capacity = Some(shoal_core::Resources::new(250, 1 << 30));
+    c.put(spec("web", 3, ""), "v1");
+    c.place("web", 0, "n1");
+    c.place("web", 1, "n1");
+    c.place("web", 2, "n2");
+    c.run_for(3_000);
+    assert_eq!(c.serving("web"), 3);
+    // web/0 moves to n2 and web/2 to n1: n1 runs web/0 until n2 serves it.
+    c.place("web", 0, "n2");
+    c.place("web", 2, "n1");
+    let mut most_on_n1 = 0;
+    let mut waited = false;
+    c.run_for_checked(20_000, |c| {
+        let alive = c.agent("n1").rt.instances.values();
+        most_on_n1 = most_on_n1.max(alive.filter(|i| i.phase.may_be_alive()).count());
+        waited |= c
+            .issue("n1", IssueKind::Missing)
+            .is_some_and(|i| i.message.contains("not started yet"));
+    });
+    assert!(
+        most_on_n1 <= 2,
+        "n1 ran {most_on_n1} instances of 100m in 250m"
+    );
+    assert!(waited, "n1 said why web/2 waited");
+    assert_eq!(c.alive_copies("web", 2).len(), 1);
+    assert_eq!(c.alive_copies("web", 2)[0].0, "n1");
+    assert_eq!(c.alive_copies("web", 0)[0].0, "n2");
+    assert_eq!(c.serving("web"), 3);
+}

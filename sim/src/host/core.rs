@@ -234,11 +234,12 @@ async fn build_input(env: &HostEnv, sh: &mut Shell) -> (Vec<Peer>, ReconcileInpu
         .map(|p| p.name.clone())
         .collect();
     let me = &env.node.name;
-    let draining = peers
+    let own = peers
         .iter()
         .find(|p| &p.name == me)
-        .and_then(|p| p.record.as_ref())
-        .is_some_and(|r| r.draining);
+        .and_then(|p| p.record.as_ref());
+    let draining = own.is_some_and(|r| r.draining);
+    let capacity = own.map(|r| shoal_core::Resources::new(r.cpu_millis, r.memory_bytes));
     let input = ReconcileInput {
         specs: sh.specs.clone(),
         owners: sh.placement.assigned.clone(),
@@ -258,6 +259,7 @@ async fn build_input(env: &HostEnv, sh: &mut Shell) -> (Vec<Peer>, ReconcileInpu
             members_known: sh.members_known,
         },
         draining,
+        capacity,
         view_suspect: None,
     };
     (peers, input)

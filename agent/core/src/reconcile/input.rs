@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::instance::{ReplicaId, RuntimeInstance};
+use crate::resources::Resources;
 use crate::spec::{Run, WorkloadSpec};
 
 use super::status::InstanceStatus;
@@ -41,6 +42,10 @@ pub struct ReconcileInput {
     /// This node is draining (`shoal drain`): every replica leaving it is expected, so that alone
     /// does not make the view suspicious.
     pub draining: bool,
+    /// This node's declared capacity. A start waits while it would take what may be alive here
+    /// (instances moving away still run until their replica is served elsewhere, and starts in
+    /// flight) over it; `None` sets no limit.
+    pub capacity: Option<Resources>,
     /// The shell's own reason to distrust its view (store resyncing, not yet synced after start).
     /// While set, the reconciler holds every stop it would make on its own authority.
     pub view_suspect: Option<String>,

@@ -202,7 +202,12 @@ impl Reconciler {
             suspicious: view::suspicious_reasons(&self.node, input, &self.local, &self.config),
             fencing_due: self.timers.fencing_due(&self.config, now),
         };
-        let mut plan = Plan::default();
+        let mut plan = Plan {
+            room: input
+                .capacity
+                .map(|cap| cap.saturating_sub(&self.local.in_use(input, &self.cache))),
+            ..Plan::default()
+        };
         for replica in self.placed.keys() {
             let entry = &input.specs[&replica.workload];
             plan::plan_placed(&ctx, &mut self.local, &mut plan, replica, entry);

@@ -18,6 +18,7 @@ use crate::reconcile::start::plan_start;
 use crate::reconcile::track::{Local, Tracked};
 use crate::reconcile::update::{change, plan_outdated, Change};
 use crate::reconcile::view::{MeshTimers, PeerIndex};
+use crate::resources::Resources;
 
 /// How urgent a candidate action is; lower goes first when the round is full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -50,6 +51,8 @@ pub(crate) struct Plan {
     pub unilateral: usize,
     /// Exclusive instances fenced this round.
     pub fenced: usize,
+    /// What this node's capacity leaves for starts this round, when it has one.
+    pub room: Option<Resources>,
 }
 
 impl Plan {

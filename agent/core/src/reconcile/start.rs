@@ -9,6 +9,7 @@ use crate::reconcile::input::SpecEntry;
 use crate::reconcile::issue::IssueKind;
 use crate::reconcile::plan::{Ctx, Plan, Rank};
 use crate::reconcile::track::Local;
+use crate::resources::{format_cpu_millis, format_memory_bytes};
 
 /// Starts a replica that has no alive instance here, once backoff, runtime and safety allow.
 pub(crate) fn plan_start(
@@ -93,6 +94,23 @@ pub(crate) fn plan_start(
         ),
         _ => "placed here and not running".to_string(),
     };
+    if let Some(room) = &mut plan.room {
+        let need = entry.spec.resources;
+        if !need.fits_in(room) {
+            let msg = format!(
+                "placed here, not started yet: it needs {} CPU and {} of memory, and this node \
+                 has {} and {} of its capacity left (instances moving away run until their \
+                 replicas are served elsewhere)",
+                format_cpu_millis(need.cpu_millis),
+                format_memory_bytes(need.memory_bytes),
+                format_cpu_millis(room.cpu_millis),
+                format_memory_bytes(room.memory_bytes),
+            );
+            plan.issue(IssueKind::Missing, Some(replica), msg);
+            return;
+        }
+        *room = room.saturating_sub(&need);
+    }
     let action = Action::Start {
         replica: replica.clone(),
         spec: entry.spec.clone(),

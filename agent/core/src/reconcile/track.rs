@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use crate::instance::{Phase, ReplicaId, RuntimeInstance};
+use crate::resources::Resources;
 use crate::spec::{RestartMode, RestartPolicy};
 
 use super::action::StopCause;
@@ -288,6 +289,31 @@ impl Local {
         state.failures = state.failures.saturating_add(1);
         state.next_start_at_ms =
             exited_ms.saturating_add(backoff_delay_ms(&policy, state.failures));
+    }
+
+    /// The requests of everything that may hold resources here: instances that may be alive
+    /// (stopping ones included) and starts not yet listed by the runtime.
+    pub fn in_use(&self, input: &ReconcileInput, cache: &SpecCache) -> Resources {
+        let request = |replica: &ReplicaId, version: Option<&str>| {
+            version
+                .and_then(|v| cache.for_instance(replica, v))
+                .map(|s| s.resources)
+                .or_else(|| input.spec(&replica.workload).map(|e| e.spec.resources))
+                .unwrap_or_default()
+        };
+        let running = self
+            .instances
+            .values()
+            .filter(|t| t.alive())
+            .map(|t| request(&t.replica, Some(&t.version)));
+        let starting = self
+            .replicas
+            .iter()
+            .filter(|(_, s)| s.pending_start.is_some())
+            .map(|(r, _)| request(r, None));
+        running
+            .chain(starting)
+            .fold(Resources::default(), |a, r| a.saturating_add(&r))
     }
 
     /// The alive instances of a replica, oldest first (by start time, then handle).

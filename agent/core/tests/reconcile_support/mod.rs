@@ -13,6 +13,7 @@ use shoal_core::reconcile::{
     Reconciler, SpecEntry,
 };
 use shoal_core::spec::WorkloadSpec;
+use shoal_core::Resources;
 
 /// Simulated time per step.
 pub const STEP_MS: u64 = 500;
@@ -161,6 +162,8 @@ pub struct Agent {
     pub up: bool,
     pub heard: BTreeMap<String, Vec<InstanceStatus>>,
     pub draining: bool,
+    /// The node's declared capacity (None: no limit).
+    pub capacity: Option<Resources>,
     pub view_suspect: Option<String>,
     pub supports_containers: bool,
     /// What it gossips: `observed()` after its last round (nothing before its first).
@@ -219,6 +222,7 @@ impl Cluster {
                 up: true,
                 heard: BTreeMap::new(),
                 draining: false,
+                capacity: None,
                 view_suspect: None,
                 supports_containers: true,
                 published: None,
@@ -325,6 +329,7 @@ impl Cluster {
             peers,
             membership,
             draining: agent.draining,
+            capacity: agent.capacity,
             view_suspect: agent.view_suspect.clone(),
         }
     }
