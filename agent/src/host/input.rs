@@ -231,6 +231,7 @@ fn refresh_placement(host: &Host, shell: &mut ShellState, members: &[Member]) {
         h.write_u64(n.capacity.memory_bytes);
         h.write(n.zone.as_bytes());
         h.write_u8(u8::from(n.draining));
+        h.write_u8(u8::from(n.down));
         for (k, v) in &n.labels {
             h.write(k.as_bytes());
             h.write(v.as_bytes());

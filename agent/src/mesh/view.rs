@@ -254,12 +254,19 @@ pub fn name_taken_by(chitchat: &Chitchat, me: &ChitchatId) -> Option<SocketAddr>
         .map(|id| id.gossip_advertise_addr)
 }
 
-/// The placement inputs: live members with a record, sorted by id.
+/// The placement inputs: every known member with a record, sorted by id; those not alive (failed,
+/// or leaving) are `down`, which keeps their place in the rankings until chitchat forgets them
+/// (`dead_node_grace_period`), so that a failure moves their replicas and little else.
 pub fn placement_nodes(members: &[Member]) -> Vec<Node> {
     members
         .iter()
-        .filter(|m| m.alive)
-        .filter_map(|m| m.record.as_ref().map(|r| r.placement_node(&m.name)))
+        .filter_map(|m| {
+            m.record.as_ref().map(|r| {
+                let mut node = r.placement_node(&m.name);
+                node.down = !m.alive;
+                node
+            })
+        })
         .collect()
 }
 
