@@ -105,6 +105,8 @@ pub struct Host {
     probes_due: Mutex<HashMap<String, u64>>,
     probe_slots: Arc<tokio::sync::Semaphore>,
     started_ms: u64,
+    /// The observed instances and issues gossiped last.
+    published: Mutex<Option<Published>>,
     /// Feedback messages dropped because the queue was full.
     pub(crate) feedback_dropped: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -135,6 +137,7 @@ impl Host {
             feedback_rx: tokio::sync::Mutex::new(feedback_rx),
             probes_due: Mutex::new(HashMap::new()),
             started_ms,
+            published: Mutex::new(None),
             feedback_dropped: Arc::default(),
         })
     }
@@ -194,7 +197,7 @@ impl Host {
         let observed = reconciler.observed();
         let issues = reconciler.issues();
         drop(reconciler);
-        self.publish(&observed, &issues).await;
+        self.publish(observed, issues).await;
         let mut stats = self.stats.lock().expect("stats lock");
         stats.rounds += 1;
         stats.round_last_us = began.elapsed().as_micros() as u64;
@@ -286,21 +289,32 @@ impl Host {
             .or_default() += 1;
     }
 
-    async fn publish(&self, observed: &[InstanceStatus], issues: &[Issue]) {
-        let mut issues: Vec<&Issue> = issues.iter().collect();
-        issues.sort_by_key(|i| (i.held.is_none(), i.since_ms, i.id.clone()));
+    /// Gossips the observed instances and the issues (held ones first, at most
+    /// [`ISSUES_GOSSIPED_MAX`]) when they differ from what was gossiped last: most rounds change
+    /// nothing, and encoding both every round was measurable at 100 nodes.
+    async fn publish(&self, observed: Vec<InstanceStatus>, mut issues: Vec<Issue>) {
+        issues.sort_by(|a, b| {
+            (a.held.is_none(), a.since_ms, &a.id).cmp(&(b.held.is_none(), b.since_ms, &b.id))
+        });
         issues.truncate(ISSUES_GOSSIPED_MAX);
-        let observed_text = serde_json::to_string(observed).unwrap_or_default();
-        let issues_text = serde_json::to_string(&issues).unwrap_or_default();
-        let chitchat = self.node.gossip().chitchat();
-        let mut guard = chitchat.lock().await;
-        let state = guard.self_node_state();
-        if state.get(INSTANCES_KEY) != Some(observed_text.as_str()) {
-            state.set(INSTANCES_KEY, &observed_text);
+        let now = Published { observed, issues };
+        if self.published.lock().expect("published lock").as_ref() == Some(&now) {
+            return;
         }
-        if state.get(ISSUES_KEY) != Some(issues_text.as_str()) {
-            state.set(ISSUES_KEY, &issues_text);
+        let observed_text = serde_json::to_string(&now.observed).unwrap_or_default();
+        let issues_text = serde_json::to_string(&now.issues).unwrap_or_default();
+        {
+            let chitchat = self.node.gossip().chitchat();
+            let mut guard = chitchat.lock().await;
+            let state = guard.self_node_state();
+            if state.get(INSTANCES_KEY) != Some(observed_text.as_str()) {
+                state.set(INSTANCES_KEY, &observed_text);
+            }
+            if state.get(ISSUES_KEY) != Some(issues_text.as_str()) {
+                state.set(ISSUES_KEY, &issues_text);
+            }
         }
+        *self.published.lock().expect("published lock") = Some(now);
     }
 
     /// This node's observed instances.
@@ -370,6 +384,13 @@ impl Host {
     pub fn started_ms(&self) -> u64 {
         self.started_ms
     }
+}
+
+/// What a round gossiped.
+#[derive(PartialEq)]
+struct Published {
+    observed: Vec<InstanceStatus>,
+    issues: Vec<Issue>,
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
