@@ -55,7 +55,7 @@ pub async fn build<'s>(host: &Host, shell: &'s mut ShellState, now: u64) -> &'s 
         let guard = chitchat.lock().await;
         let moved = shell.members.refresh(&guard);
         if moved.keys {
-            refresh_peers(&guard, shell);
+            refresh_peers(&guard, shell, moved.members);
         }
         let dead: BTreeSet<String> = guard
             .dead_nodes()
@@ -134,8 +134,9 @@ fn membership(members: &[Member], dead: BTreeSet<String>) -> Membership {
 }
 
 /// Updates `input.peers` from the members' observed-state keys, decoding a value only when its
-/// chitchat version moved; drops the entries (and the decoded values) of nodes gone from the view.
-fn refresh_peers(chitchat: &Chitchat, shell: &mut ShellState) {
+/// chitchat version moved. When the members moved, also drops the entries of names no longer
+/// members and the decoded values of identities chitchat forgot.
+fn refresh_peers(chitchat: &Chitchat, shell: &mut ShellState, members_moved: bool) {
     let members = shell.members.members();
     for member in members {
         let value = chitchat
@@ -172,11 +173,10 @@ fn refresh_peers(chitchat: &Chitchat, shell: &mut ShellState) {
             .insert(member.name.clone(), cached.1.clone());
         shell.peers_from.insert(member.name.clone(), from);
     }
-    let named = |name: &String| members.binary_search_by(|m| m.name.cmp(name)).is_ok();
-    shell.input.peers.retain(|name, _| named(name));
-    shell.peers_from.retain(|name, _| named(name));
-    // More decoded values than identities: chitchat forgot some.
-    if shell.statuses.len() > shell.members.identities() {
+    if members_moved {
+        let named = |name: &String| members.binary_search_by(|m| m.name.cmp(name)).is_ok();
+        shell.input.peers.retain(|name, _| named(name));
+        shell.peers_from.retain(|name, _| named(name));
         shell
             .statuses
             .retain(|id, _| chitchat.node_state(id).is_some());
