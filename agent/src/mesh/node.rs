@@ -61,6 +61,8 @@ pub struct MeshNode {
     host: std::sync::OnceLock<Arc<crate::host::Host>>,
     /// Peers' clock samples and the writes refused for clock skew.
     pub(crate) skew: ClockSkew,
+    /// The membership as last read: re-read per node only when its chitchat keys moved.
+    members: Mutex<view::MemberCache>,
 }
 
 impl MeshNode {
@@ -84,6 +86,7 @@ impl MeshNode {
             record: Mutex::new(None),
             host: std::sync::OnceLock::new(),
             skew: ClockSkew::new(Default::default()),
+            members: Mutex::new(view::MemberCache::default()),
         }
     }
 
@@ -150,11 +153,14 @@ impl MeshNode {
             .expect("store task panicked")
     }
 
-    /// The current membership.
+    /// The current membership (as [`view::members`] reads it, from a cache that re-reads a node
+    /// only when its keys moved).
     pub async fn members(&self) -> Vec<Member> {
         let chitchat = self.gossip.chitchat();
         let guard = chitchat.lock().await;
-        view::members(&guard)
+        let mut cache = self.members.lock().expect("members lock");
+        cache.refresh(&guard);
+        cache.members().to_vec()
     }
 
     /// Answers one API request from `peer`.
