@@ -9,15 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shoal::gossip::mem::MemNetwork;
-use shoal::gossip::GossipTuning;
 use shoal::mesh::api::{ErrorKind, Request, Response};
-use shoal::mesh::mem::start_mem_node;
+use shoal::mesh::mem::{call, mem_setup, start_mem_node};
 use shoal::mesh::node::WallClock;
-use shoal::mesh::record::NodeRecord;
 use shoal::mesh::run::{MeshSetup, RunningNode};
 use shoal::rpc::TransportStats;
 use shoal::store_db::MemDisk;
-use shoal::tls::PeerName;
 use shoal_core::reconcile::IssueKind;
 use shoal_core::spec::WorkloadSpec;
 
@@ -25,32 +22,15 @@ const BASE_MS: u64 = 1_800_000_000_000;
 const NODES: usize = 5;
 
 fn gossip_addr(i: usize) -> SocketAddr {
-    format!("10.0.1.{}:7000", i + 1).parse().unwrap()
+    setup(i).gossip_addr
 }
 
 fn api_addr(i: usize) -> SocketAddr {
-    format!("10.0.1.{}:7001", i + 1).parse().unwrap()
+    setup(i).record.api_addr
 }
 
 fn setup(i: usize) -> MeshSetup {
-    MeshSetup {
-        name: format!("n{}", i + 1),
-        gossip_addr: gossip_addr(i),
-        seeds: if i == 0 { vec![] } else { vec![gossip_addr(0)] },
-        record: NodeRecord {
-            cpu_millis: 4000,
-            memory_bytes: 8 << 30,
-            labels: Default::default(),
-            zone: "z".into(),
-            draining: false,
-            agent_version: "test".into(),
-            placement_version: 1,
-            api_addr: api_addr(i),
-            limits_note: None,
-        },
-        tuning: GossipTuning::default(),
-        cluster_id: "test".into(),
-    }
+    mem_setup(i, 1, "z")
 }
 
 /// A wall clock following tokio's paused clock from `start`, off by an adjustable offset.
@@ -67,13 +47,6 @@ fn spec(replicas: u32) -> WorkloadSpec {
          [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n"
     );
     WorkloadSpec::from_toml_str(&text, "test.toml").unwrap()
-}
-
-async fn call(node: &RunningNode, req: Request) -> Response {
-    node.node
-        .clone()
-        .handle_request(req, PeerName("test".into()))
-        .await
 }
 
 async fn apply(node: &RunningNode, replicas: u32) -> Response {

@@ -5,40 +5,20 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use shoal::gossip::mem::MemNetwork;
-use shoal::gossip::GossipTuning;
 use shoal::mesh::api::{ErrorKind, Request, Response};
-use shoal::mesh::mem::{start_mem_node, tokio_clock};
-use shoal::mesh::record::NodeRecord;
+use shoal::mesh::mem::{call, mem_setup, start_mem_node, tokio_clock};
 use shoal::mesh::run::{MeshSetup, RunningNode};
 use shoal::store_db::MemDisk;
-use shoal::tls::PeerName;
 use shoal_core::spec::WorkloadSpec;
 
 const BASE_MS: u64 = 1_800_000_000_000;
 
 fn gossip_addr(i: usize) -> SocketAddr {
-    format!("10.0.0.{}:7000", i + 1).parse().unwrap()
+    setup(i).gossip_addr
 }
 
 fn setup(i: usize) -> MeshSetup {
-    MeshSetup {
-        name: format!("n{}", i + 1),
-        gossip_addr: gossip_addr(i),
-        seeds: if i == 0 { vec![] } else { vec![gossip_addr(0)] },
-        record: NodeRecord {
-            cpu_millis: 4000,
-            memory_bytes: 8 << 30,
-            labels: Default::default(),
-            zone: format!("z{}", i % 2),
-            draining: false,
-            agent_version: "test".into(),
-            placement_version: 1,
-            api_addr: format!("10.0.0.{}:7001", i + 1).parse().unwrap(),
-            limits_note: None,
-        },
-        tuning: GossipTuning::default(),
-        cluster_id: "test".into(),
-    }
+    mem_setup(i, 0, &format!("z{}", i % 2))
 }
 
 fn spec(name: &str, replicas: u32) -> WorkloadSpec {
@@ -47,13 +27,6 @@ fn spec(name: &str, replicas: u32) -> WorkloadSpec {
          [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n"
     );
     WorkloadSpec::from_toml_str(&text, "test.toml").unwrap()
-}
-
-async fn call(node: &RunningNode, req: Request) -> Response {
-    node.node
-        .clone()
-        .handle_request(req, PeerName("test".into()))
-        .await
 }
 
 async fn names(node: &RunningNode) -> Vec<String> {

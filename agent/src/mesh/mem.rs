@@ -34,3 +34,36 @@ pub async fn start_mem_node(
     net.serve_rpc(api, name, api_handler(running.node.clone()));
     Ok(running)
 }
+
+/// The setup of node `i` (named `n{i+1}`) of an in-memory mesh on `10.0.{subnet}.0/24`: gossip on
+/// port 7000, API on 7001, seeded through node 0, 4 cores and 8 GiB in `zone`.
+pub fn mem_setup(i: usize, subnet: u8, zone: &str) -> MeshSetup {
+    let addr = |port: u16| SocketAddr::from(([10, 0, subnet, i as u8 + 1], port));
+    let seed = SocketAddr::from(([10, 0, subnet, 1], 7000));
+    MeshSetup {
+        name: format!("n{}", i + 1),
+        gossip_addr: addr(7000),
+        seeds: if i == 0 { vec![] } else { vec![seed] },
+        record: super::record::NodeRecord {
+            cpu_millis: 4000,
+            memory_bytes: 8 << 30,
+            labels: Default::default(),
+            zone: zone.to_string(),
+            draining: false,
+            agent_version: "test".into(),
+            placement_version: shoal_core::placement::PLACEMENT_ALGORITHM_VERSION,
+            api_addr: addr(7001),
+            limits_note: None,
+        },
+        tuning: crate::gossip::GossipTuning::default(),
+        cluster_id: "test".into(),
+    }
+}
+
+/// Hands `req` to `node`'s API handler as the peer `test`.
+pub async fn call(node: &RunningNode, req: super::api::Request) -> super::api::Response {
+    node.node
+        .clone()
+        .handle_request(req, PeerName("test".into()))
+        .await
+}
