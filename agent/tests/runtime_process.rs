@@ -401,12 +401,11 @@ async fn group_members_outliving_the_leader_are_killed_after_the_grace() {
     let spec = process_spec("family", &["sh", "-c", script]);
     let inst = rt.start(request(&spec, 0, NODE)).await.unwrap();
     let pid_file = dir.path().join("replicas/family/0/member.pid");
-    eventually(EVENT_WAIT, "the member to start", || pid_file.exists()).await;
-    let member: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    // The shell creates the file before it writes the pid: wait for a whole number.
+    let read_pid =
+        || -> Option<i32> { std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok() };
+    eventually(EVENT_WAIT, "the member to start", || read_pid().is_some()).await;
+    let member = read_pid().expect("a pid");
     let grace = Duration::from_millis(300);
     let t0 = Instant::now();
     rt.stop(&inst.handle, grace).await.expect("stop");
