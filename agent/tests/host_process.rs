@@ -219,8 +219,33 @@ fn draining_keeps_replicas_available_and_a_broken_workload_is_an_issue() {
         lowest >= 2,
         "drain dropped to {lowest} healthy replicas (want >= replicas - 1)"
     );
-    let out = c.cli(0, &["undrain", &drained]);
+
+    // The drain survives a restart of the drained agent.
+    let d = c.agents.iter().position(|a| a.name == drained).unwrap();
+    let other = (d + 1) % c.agents.len();
+    let marker_file = c.agents[d].data_dir.join("draining");
+    assert!(marker_file.exists(), "the drain is kept in the data dir");
+    c.stop(d);
+    c.start(d, Some(c.agents[other].gossip));
+    let drained_again = wait_until(Duration::from_secs(20), || {
+        let out = c.cli(other, &["nodes", "-o", "json"]);
+        let nodes: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        nodes.as_array().is_some_and(|ns| {
+            ns.iter().any(|n| {
+                n["name"] == drained.as_str() && n["alive"] == true && n["draining"] == true
+            })
+        })
+    });
+    assert!(drained_again, "{drained} came back undrained after a restart");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !nodes_of(&c, other, "web").contains(&drained),
+        "replicas went back to the drained node after its restart: {:?}",
+        status(&c, other, "web")
+    );
+    let out = c.cli(other, &["undrain", &drained]);
     assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!marker_file.exists(), "undrain clears the kept drain");
 
     // A command that does not exist and one that exits at once: issues, agents unaffected.
     let broken = c.dir.path().join("broken.toml");

@@ -63,6 +63,8 @@ pub struct MeshNode {
     pub(crate) skew: ClockSkew,
     /// The membership as last read: re-read per node only when its chitchat keys moved.
     members: Mutex<view::MemberCache>,
+    /// Where an operator's drain is kept across restarts (`DATA_DIR/draining`), when on disk.
+    drain_marker: std::sync::OnceLock<std::path::PathBuf>,
 }
 
 impl MeshNode {
@@ -87,6 +89,7 @@ impl MeshNode {
             host: std::sync::OnceLock::new(),
             skew: ClockSkew::new(Default::default()),
             members: Mutex::new(view::MemberCache::default()),
+            drain_marker: std::sync::OnceLock::new(),
         }
     }
 
@@ -113,6 +116,32 @@ impl MeshNode {
     /// Whether anti-entropy found this node in sync with a live peer since start.
     pub fn synced_once(&self) -> bool {
         self.synced_once.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Keeps an operator's drain in this file from now on (it exists while the node is drained).
+    pub fn set_drain_marker(&self, path: std::path::PathBuf) {
+        let _ = self.drain_marker.set(path);
+    }
+
+    /// Writes or removes the drain marker, when there is one: written to a temporary file and
+    /// renamed, so a crash leaves either the old state or the new one.
+    pub(crate) fn persist_draining(&self, draining: bool) -> std::io::Result<()> {
+        let Some(path) = self.drain_marker.get() else {
+            return Ok(());
+        };
+        if draining {
+            let tmp = path.with_extension("tmp");
+            std::fs::write(
+                &tmp,
+                b"drained by an operator (shoal drain); shoal undrain clears it\n",
+            )?;
+            std::fs::rename(&tmp, path)
+        } else {
+            match std::fs::remove_file(path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            }
+        }
     }
 
     /// Sets this node's draining flag and gossips the changed record.

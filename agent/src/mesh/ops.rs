@@ -228,6 +228,16 @@ impl MeshNode {
                 ));
             }
             tracing::info!(draining, "draining flag changed by an operator");
+            if let Err(e) = self.persist_draining(draining) {
+                return Err(ApiError::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "the draining flag is {} but could not be saved in the data directory \
+                         ({e}): an agent restart would forget it",
+                        if draining { "set" } else { "cleared" }
+                    ),
+                ));
+            }
             return Ok(Response::Drained { node, draining });
         }
         self.forward(

@@ -274,6 +274,12 @@ pub async fn run_agent(
     let runtime = open_runtime(opts.runtime, &opts.data_dir, &opts.name).await?;
     let mut record = node_record(&opts);
     record.limits_note = runtime.limits_note();
+    // An operator's drain survives restarts.
+    let drain_marker = opts.data_dir.join("draining");
+    record.draining = drain_marker.exists();
+    if record.draining {
+        tracing::info!(marker = %drain_marker.display(), "drained by an operator before the restart");
+    }
     let setup = MeshSetup {
         name: opts.name.clone(),
         gossip_addr: opts.gossip_addr,
@@ -283,6 +289,7 @@ pub async fn run_agent(
         cluster_id: cluster,
     };
     let running = start_node(setup, store, &transport, rpc_client, system_clock(), false).await?;
+    running.node.set_drain_marker(drain_marker);
     let host = crate::host::Host::new(
         running.node.clone(),
         runtime,
