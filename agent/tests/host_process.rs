@@ -236,7 +236,10 @@ fn draining_keeps_replicas_available_and_a_broken_workload_is_an_issue() {
             })
         })
     });
-    assert!(drained_again, "{drained} came back undrained after a restart");
+    assert!(
+        drained_again,
+        "{drained} came back undrained after a restart"
+    );
     std::thread::sleep(Duration::from_secs(2));
     assert!(
         !nodes_of(&c, other, "web").contains(&drained),
