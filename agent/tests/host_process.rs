@@ -225,6 +225,11 @@ fn draining_keeps_replicas_available_and_a_broken_workload_is_an_issue() {
     let other = (d + 1) % c.agents.len();
     let marker_file = c.agents[d].data_dir.join("draining");
     assert!(marker_file.exists(), "the drain is kept in the data dir");
+    let majority_file = c.agents[d].data_dir.join("last-majority");
+    let saved: Option<u64> = std::fs::read_to_string(&majority_file)
+        .ok()
+        .and_then(|t| t.trim().parse().ok());
+    assert!(saved.is_some(), "the last-majority time is kept in the data dir");
     c.stop(d);
     c.start(d, Some(c.agents[other].gossip));
     let drained_again = wait_until(Duration::from_secs(20), || {

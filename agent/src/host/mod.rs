@@ -7,6 +7,7 @@
 
 mod exec;
 mod input;
+mod majority;
 
 pub mod events;
 pub mod metrics;
@@ -109,6 +110,9 @@ pub struct Host {
     published: Mutex<Option<Published>>,
     /// Feedback messages dropped because the queue was full.
     pub(crate) feedback_dropped: Arc<std::sync::atomic::AtomicU64>,
+    /// Where the last-majority time is kept across restarts, and the value saved last.
+    majority_file: std::sync::OnceLock<std::path::PathBuf>,
+    majority_saved: Mutex<Option<u64>>,
 }
 
 impl Host {
@@ -139,7 +143,40 @@ impl Host {
             started_ms,
             published: Mutex::new(None),
             feedback_dropped: Arc::default(),
+            majority_file: std::sync::OnceLock::new(),
+            majority_saved: Mutex::new(None),
         })
+    }
+
+    /// Keeps the reconciler's last-majority time in `path` across restarts: restores the saved
+    /// value now (call before [`Host::run`]) and saves it every few seconds from then on.
+    pub async fn keep_majority_time_in(&self, path: std::path::PathBuf) {
+        if let Some(ms) = majority::read(&path) {
+            tracing::info!(
+                last_majority_ms = ms,
+                "restored the last time a majority was seen"
+            );
+            self.reconciler.lock().await.restore_last_majority(ms);
+            *self.majority_saved.lock().expect("majority lock") = Some(ms);
+        }
+        let _ = self.majority_file.set(path);
+    }
+
+    /// Saves the last-majority time when it moved enough since the last save.
+    fn save_majority_time(&self, last_majority_ms: Option<u64>) {
+        let (Some(path), Some(ms)) = (self.majority_file.get(), last_majority_ms) else {
+            return;
+        };
+        let mut saved = self.majority_saved.lock().expect("majority lock");
+        if saved.is_some_and(|s| ms < s.saturating_add(majority::SAVE_EVERY_MS)) {
+            return;
+        }
+        match majority::write(path, ms) {
+            Ok(()) => *saved = Some(ms),
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "cannot save the last-majority time")
+            }
+        }
     }
 
     /// The node this loop serves.
@@ -196,7 +233,9 @@ impl Host {
         self.start_probes(&reconciler, now);
         let observed = reconciler.observed();
         let issues = reconciler.issues();
+        let last_majority = reconciler.last_majority_ms();
         drop(reconciler);
+        self.save_majority_time(last_majority);
         self.publish(observed, issues).await;
         let mut stats = self.stats.lock().expect("stats lock");
         stats.rounds += 1;

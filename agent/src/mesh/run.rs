@@ -296,6 +296,8 @@ pub async fn run_agent(
         system_clock(),
         opts.host.clone(),
     );
+    host.keep_majority_time_in(opts.data_dir.join("last-majority"))
+        .await;
     running.node.attach_host(host.clone());
     let host_task = tokio::spawn(host.clone().run());
     let server = tokio::spawn(rpc::serve(
