@@ -229,7 +229,10 @@ fn draining_keeps_replicas_available_and_a_broken_workload_is_an_issue() {
     let saved: Option<u64> = std::fs::read_to_string(&majority_file)
         .ok()
         .and_then(|t| t.trim().parse().ok());
-    assert!(saved.is_some(), "the last-majority time is kept in the data dir");
+    assert!(
+        saved.is_some(),
+        "the last-majority time is kept in the data dir"
+    );
     c.stop(d);
     c.start(d, Some(c.agents[other].gossip));
     let drained_again = wait_until(Duration::from_secs(20), || {
