@@ -204,6 +204,36 @@ impl Host {
             }
         });
         let _guard = AbortOnDrop(watcher);
+        // A node leaving the live set (a death, a leave) wakes the loop at once: a new owner need
+        // not wait for the next tick to start what it took over. Joins wait for the tick (a
+        // mesh starting would otherwise run a round per join on every agent).
+        let mut live = self
+            .node
+            .gossip()
+            .chitchat()
+            .lock()
+            .await
+            .live_nodes_watcher();
+        let waker = self.clone();
+        let membership = tokio::spawn(async move {
+            let mut last: Vec<chitchat::ChitchatId> = Vec::new();
+            while live.changed().await.is_ok() {
+                let left = {
+                    let now = live.borrow_and_update();
+                    if now.len() == last.len() && now.keys().zip(&last).all(|(a, b)| a == b) {
+                        false
+                    } else {
+                        let left = last.iter().any(|id| !now.contains_key(id));
+                        last = now.keys().cloned().collect();
+                        left
+                    }
+                };
+                if left {
+                    waker.wake.notify_one();
+                }
+            }
+        });
+        let _membership_guard = AbortOnDrop(membership);
         loop {
             self.round().await;
             tokio::select! {
