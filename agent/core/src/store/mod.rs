@@ -387,3 +387,14 @@ impl Store {
         self.max_version = self.iter().map(|e| e.version.clone()).max();
     }
 }
+
+/// Removes the entry of `map` with the smallest `age` (the oldest), to make room in a bounded map.
+pub(crate) fn evict_oldest<K: Ord + Clone, V>(map: &mut BTreeMap<K, V>, age: impl Fn(&V) -> u64) {
+    let oldest = map
+        .iter()
+        .min_by_key(|(_, v)| age(v))
+        .map(|(k, _)| k.clone());
+    if let Some(oldest) = oldest {
+        map.remove(&oldest);
+    }
+}

@@ -45,14 +45,7 @@ impl RefusedNewer {
             return;
         }
         if self.by_name.len() >= REFUSED_NEWER_NAMES_MAX {
-            let oldest = self
-                .by_name
-                .iter()
-                .min_by_key(|(_, s)| s.seen_at_ms)
-                .map(|(n, _)| n.clone());
-            if let Some(oldest) = oldest {
-                self.by_name.remove(&oldest);
-            }
+            super::evict_oldest(&mut self.by_name, |s| s.seen_at_ms);
         }
         self.by_name.insert(
             name.to_owned(),

@@ -123,14 +123,7 @@ impl SkewMonitor {
         }
         let midpoint = i128::from(sent_mono_ms) + i128::from(rtt) / 2;
         if !self.samples.contains_key(peer) && self.samples.len() >= self.config.peers_max {
-            let oldest = self
-                .samples
-                .iter()
-                .min_by_key(|(_, s)| s.at_mono_ms)
-                .map(|(p, _)| p.clone());
-            if let Some(oldest) = oldest {
-                self.samples.remove(&oldest);
-            }
+            super::evict_oldest(&mut self.samples, |s| s.at_mono_ms);
         }
         self.samples.insert(
             peer.to_owned(),
