@@ -71,27 +71,25 @@ pub fn place_stacked(nodes: &[Node], workloads: &[Workload]) -> Placement {
             layered.push(layer);
         }
     }
-    let placed = if origin.is_empty() {
-        place(nodes, workloads)
-    } else {
-        place(nodes, &layered)
+    // Without layers, `layered` is `workloads` itself.
+    let placed = place(nodes, &layered);
+    let unlayer = |id: ReplicaId| match origin.get(&id.workload) {
+        Some((name, first)) => ReplicaId::new(name, first + id.replica),
+        None => id,
     };
-    let unlayer =
-        |id: ReplicaId, origin: &BTreeMap<String, (String, u32)>| match origin.get(&id.workload) {
-            Some((name, first)) => ReplicaId::new(name, first + id.replica),
-            None => id,
-        };
     let mut out = Placement {
-        assigned: BTreeMap::new(),
-        unschedulable: BTreeMap::new(),
+        assigned: placed
+            .assigned
+            .into_iter()
+            .map(|(id, node)| (unlayer(id), node))
+            .collect(),
+        unschedulable: placed
+            .unschedulable
+            .into_iter()
+            .map(|(id, why)| (unlayer(id), why))
+            .collect(),
         rejected: placed.rejected,
     };
-    for (id, node) in placed.assigned {
-        out.assigned.insert(unlayer(id, &origin), node);
-    }
-    for (id, why) in placed.unschedulable {
-        out.unschedulable.insert(unlayer(id, &origin), why);
-    }
 
     // Step 2: overflow, into the room step 1 left.
     let mut overflow: Vec<Workload> = Vec::new();

@@ -462,9 +462,7 @@ impl Pass<'_> {
                 let same = |h: &Held| h.claim.order == p.claim.order;
                 held.iter().any(same) || buf[..i].iter().any(same)
             });
-        if siblings_meet {
-            // Falls through to the general re-choice.
-        } else if total.fits_in(&self.room[n]) {
+        if !siblings_meet && total.fits_in(&self.room[n]) {
             // Everything fits next to what the node holds: keep it all.
             self.room[n] = self.room[n].saturating_sub(&total);
             for h in &buf[..proposers] {
@@ -477,48 +475,18 @@ impl Pass<'_> {
                 self.held.set(node, &buf[proposers..]);
             }
             return;
-        } else if weakest_held.is_none_or(|w| w < buf[0].claim) {
+        } else if !siblings_meet && weakest_held.is_none_or(|w| w < buf[0].claim) {
             // Every proposer is weaker than everything held: what is held stays, the proposers
             // take what room is left, strongest first.
             let mut room = self.room[n];
-            let mut kept = 0;
-            for k in 0..proposers {
-                let h = buf[k];
-                let rep = &mut reps[h.rep as usize];
-                if rep.request.fits_in(&room) {
-                    room = room.saturating_sub(&rep.request);
-                    rep.node = node;
-                    buf[kept] = h;
-                    kept += 1;
-                } else {
-                    rep.node = NONE;
-                    free.push(h.rep);
-                }
-            }
+            let kept = keep_fitting(node, buf, 0, &mut room, reps, free, false);
             self.room[n] = room;
             self.held.extend(node, &buf[..kept]);
             return;
         }
         merge_into(buf, proposers, held);
         let mut room = self.base[n];
-        let mut kept = proposers;
-        for k in proposers..buf.len() {
-            let h = buf[k];
-            let sibling_kept = siblings_meet
-                && buf[proposers..kept]
-                    .iter()
-                    .any(|x| x.claim.order == h.claim.order);
-            let rep = &mut reps[h.rep as usize];
-            if !sibling_kept && rep.request.fits_in(&room) {
-                room = room.saturating_sub(&rep.request);
-                rep.node = node;
-                buf[kept] = h;
-                kept += 1;
-            } else {
-                rep.node = NONE;
-                free.push(h.rep);
-            }
-        }
+        let kept = keep_fitting(node, buf, proposers, &mut room, reps, free, siblings_meet);
         self.room[n] = room;
         self.held.set(node, &buf[proposers..kept]);
     }
@@ -782,6 +750,39 @@ fn find(
             return None;
         }
     }
+}
+
+/// Keeps, strongest first, each of `buf[from..]` that fits in `room` (and, with `one_per_workload`,
+/// whose workload has none kept yet), compacting the kept ones to `buf[from..end]`; the others
+/// are pushed to `free`. Returns `end`.
+fn keep_fitting(
+    node: u32,
+    buf: &mut [Held],
+    from: usize,
+    room: &mut Resources,
+    reps: &mut [Rep],
+    free: &mut Vec<u32>,
+    one_per_workload: bool,
+) -> usize {
+    let mut kept = from;
+    for k in from..buf.len() {
+        let h = buf[k];
+        let sibling_kept = one_per_workload
+            && buf[from..kept]
+                .iter()
+                .any(|x| x.claim.order == h.claim.order);
+        let rep = &mut reps[h.rep as usize];
+        if !sibling_kept && rep.request.fits_in(room) {
+            *room = room.saturating_sub(&rep.request);
+            rep.node = node;
+            buf[kept] = h;
+            kept += 1;
+        } else {
+            rep.node = NONE;
+            free.push(h.rep);
+        }
+    }
+    kept
 }
 
 /// Appends to `buf` the merge (by claim) of `buf[..proposers]` and `held`, both sorted.
