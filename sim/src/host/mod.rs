@@ -21,7 +21,7 @@ use shoal::mesh::node::MeshNode;
 use crate::runtime::HostRuntime;
 use crate::scenario::{HostConfig, InstanceProfile};
 
-pub use self::core::CoreHost;
+pub use self::core::{reconcile_config, CoreHost};
 pub use agent::AgentHost;
 pub use model::ModelHost;
 

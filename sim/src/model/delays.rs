@@ -17,12 +17,9 @@ pub struct Delays {
     pub join_ms: f64,
     /// Time for a spec change to reach a host (anti-entropy), spread uniformly up to this.
     pub spec_spread_ms: f64,
-    /// Reconcile interval: a host acts within one interval of learning.
-    pub reconcile_ms: f64,
-    /// Time for a healthy copy's report to reach the old owner of a moved replica.
-    pub report_ms: f64,
-    /// Fencing delay before an exclusive replica starts elsewhere.
-    pub fence_delay_ms: f64,
+    /// Time for a host's published observed state to reach the other hosts (gossip of
+    /// `Reconciler::observed`), including the round that reads it.
+    pub report_ms: u64,
 }
 
 impl Default for Delays {
@@ -33,9 +30,7 @@ impl Default for Delays {
             detect_spread_ms: 500.0,
             join_ms: 2_100.0,
             spec_spread_ms: 700.0,
-            reconcile_ms: 250.0,
-            report_ms: 500.0,
-            fence_delay_ms: 5_000.0,
+            report_ms: 500,
         }
     }
 }
@@ -56,10 +51,5 @@ impl Delays {
     /// When one host holds a spec change, after it was applied.
     pub fn spec(&self, rng: &mut impl rand::Rng) -> u64 {
         (rng.random::<f64>() * self.spec_spread_ms) as u64
-    }
-
-    /// Until the host's next reconcile round.
-    pub fn reconcile(&self, rng: &mut impl rand::Rng) -> u64 {
-        (rng.random::<f64>() * self.reconcile_ms) as u64
     }
 }

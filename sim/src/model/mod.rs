@@ -1,16 +1,27 @@
 //! The model tier: a plain discrete-event loop (a heap of events, one seeded ChaCha generator,
-//! no tokio) for meshes of ten thousand hosts. Placement is the real core
-//! (`shoal_core::placement::PlacementEngine`, incremental); gossip and failure detection are a
-//! delay model calibrated on the real-code tier; reconcile decisions are modelled (start on
-//! assignment, stop a normal orphan once the new copy is healthy, an exclusive replica waits
-//! the fencing delay after its old owner is seen dead).
+//! no tokio, no chitchat) for meshes of ten thousand hosts, driving the same placement and
+//! reconcile core as the agent: the real `PlacementEngine` (once per distinct view) and one real
+//! `shoal_core::reconcile::Reconciler` per host, behind a shell of its own (`shell.rs`) on a
+//! fake runtime that behaves as `MemRuntime`.
 //!
-//! Delay model (docs/sim.md has the calibration): an observer learns of a crash after
-//! `detect_base + detect_per_log2 * log2(N) + U(0, detect_spread)`; of a host's return after
-//! the join time plus the same spread; every host reconciles within one interval of learning.
+//! Gossip is a delay model calibrated on the real-code tier (`delays.rs`, docs/sim.md): an
+//! observer learns of a crash after `detect_base + detect_per_log2 * log2(N) + U(0,
+//! detect_spread)`, of a host's return after the join time plus the same spread, of a spec epoch
+//! within `spec_spread`; a host's published observed state reaches the others `report_ms` after
+//! its round (`gossip.rs`). Each host's reconciler input is restricted to the replicas that
+//! concern it (`input.rs`), so a round costs what the host's slice costs.
+//!
+//! Modelled events: crashes, restarts, crash flaps and instance profile changes; the others
+//! (partitions, pauses, links, clocks, spec changes after the scenario's initial applies, drains)
+//! are listed as ignored. Probes always pass.
 
 mod delays;
+mod gossip;
+mod input;
+mod metrics;
 mod run;
+mod shell;
+mod views;
 
 use std::path::PathBuf;
 
@@ -23,8 +34,8 @@ pub use run::simulate;
 /// Command-line arguments of `shoal-sim model`.
 #[derive(clap::Args, Debug)]
 pub struct ModelArgs {
-    /// The scenario file (crash, restart, flap with mode crash, and spec changes are modelled;
-    /// other events are listed as ignored).
+    /// The scenario file (crash, restart, flap with mode crash and instance events are
+    /// modelled; other events are listed as ignored).
     pub scenario: PathBuf,
     /// Hosts (default: the scenario's).
     #[arg(long)]
@@ -55,22 +66,33 @@ pub struct ModelReport {
     pub detection: Dist,
     /// Crash to "dead" at every observer.
     pub detection_all: Dist,
-    /// Replicas of crashed hosts: crash to a healthy copy elsewhere.
+    /// Replicas of crashed hosts: crash to a running copy elsewhere (normal and exclusive).
     pub replacement: Dist,
     /// p99 of that (the headline figure, as in the real tier).
     pub replacement_p99_ms: Option<u64>,
+    /// The same for exclusive replicas only (they wait for the fencing delay).
+    pub replacement_exclusive: Dist,
+    /// Replicas of crashed hosts still desired and without a copy at the end.
+    pub unreplaced: u64,
     /// Membership changes.
     pub membership_changes: u64,
     /// Replica moves they caused (placement diff).
     pub moves: u64,
     /// Moves of replicas whose host left.
     pub forced_moves: u64,
-    /// Starts and stops executed (churn).
+    /// Starts executed (churn).
     pub starts: u64,
     /// Stops executed.
     pub stops: u64,
-    /// Time from the last fault to the last start or stop it caused.
+    /// Times a copy of an exclusive replica became ready while another copy was alive.
+    pub exclusive_duplicates: u64,
+    /// Replicas desired at the end with no alive copy.
+    pub missing_at_end: u64,
+    /// Time from the end of the last fault to the last start, stop or ready copy (0 when nothing
+    /// happened after it).
     pub converged_after_last_fault_ms: Option<u64>,
+    /// Reconcile rounds run (all hosts).
+    pub rounds: u64,
     /// Events processed.
     pub events: u64,
     /// Events ignored (not modelled).
@@ -100,6 +122,7 @@ pub fn main(args: ModelArgs) -> anyhow::Result<i32> {
         "model {} seed {seed}: {} hosts, {} replicas, {:.0} sim s in {:.2} wall s\n  \
          detection (per observer): {}\n  detection (all observers): {}\n  replacement: {}\n  \
          moves {} ({} forced) over {} membership changes; starts {}, stops {}\n  \
+         exclusive duplicates {}, unreplaced {}, missing at the end {}; {} rounds\n  \
          converged {:?} ms after the last fault; ignored events: {:?}\n",
         report.scenario,
         report.nodes,
@@ -114,6 +137,10 @@ pub fn main(args: ModelArgs) -> anyhow::Result<i32> {
         report.membership_changes,
         report.starts,
         report.stops,
+        report.exclusive_duplicates,
+        report.unreplaced,
+        report.missing_at_end,
+        report.rounds,
         report.converged_after_last_fault_ms,
         report.ignored
     );

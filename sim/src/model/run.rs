@@ -1,385 +1,452 @@
-//! The discrete-event loop of the model tier.
+//! The discrete-event loop of the model tier: a heap of events in time order (ties in the order
+//! they were pushed), one seeded ChaCha generator, the faults of the scenario and the gossip
+//! delays. What a host does with what it learns is in `shell.rs`.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
-use rand::SeedableRng;
-use shoal::mesh::view::placement_workload;
+use rand::{RngExt, SeedableRng};
 use shoal_core::instance::ReplicaId;
-use shoal_core::placement::{model::Node, PlacementEngine};
+use shoal_core::placement::model::Node;
 use shoal_core::spec::WorkloadSpec;
 use shoal_core::Resources;
 
+use super::gossip::Gossip;
+use super::metrics::Metrics;
+use super::shell::Host;
+use super::views::{ViewKey, Views};
 use super::{Delays, ModelReport};
-use crate::check::stats::Dist;
-use crate::scenario::{Action, Scenario};
+use crate::scenario::select::{Pool, Selector};
+use crate::scenario::{Action, InstanceProfile, Scenario};
 
-/// A view: the hosts an observer holds dead, and the spec epoch it has.
-type ViewKey = (Vec<u32>, usize);
-type Owners = Arc<BTreeMap<ReplicaId, u32>>;
-
+/// What happens at one instant.
 #[derive(Debug)]
-enum Ev {
+pub(super) enum Ev {
+    /// The scenario's event of this index fires (its selector is resolved now).
+    Fault(usize),
     Crash(u32),
     Restart(u32),
+    /// An observer learns that `subject` (in incarnation `incarnation`) died or came back.
     Learn {
         observer: u32,
         subject: u32,
+        incarnation: u32,
         alive: bool,
     },
+    /// A host receives the spec epoch `epoch`.
     LearnSpecs {
         observer: u32,
         epoch: usize,
     },
-    Start {
-        host: u32,
-        replica: ReplicaId,
-    },
-    Ready {
-        host: u32,
-        replica: ReplicaId,
-    },
-    Stop {
-        host: u32,
-        replica: ReplicaId,
-    },
     Apply(Vec<WorkloadSpec>),
+    /// A host's reconcile round.
+    Round {
+        host: u32,
+        incarnation: u32,
+    },
+    /// A start's latency passed: the instance runs, or the start failed.
+    Started {
+        host: u32,
+        incarnation: u32,
+        replica: ReplicaId,
+        version: String,
+        failed: bool,
+        exclusive: bool,
+    },
+    /// An instance exits by itself (a crash loop).
+    Exited {
+        host: u32,
+        incarnation: u32,
+        handle: String,
+    },
+    /// A host's published observed state reaches the other hosts.
+    Report {
+        host: u32,
+        incarnation: u32,
+    },
 }
 
-struct Model<'a> {
-    sc: &'a Scenario,
-    d: &'a Delays,
-    rng: rand::rngs::ChaCha8Rng,
-    heap: BinaryHeap<Reverse<(u64, u64)>>,
-    events: HashMap<u64, Ev>,
+/// An event with its time and push order: the heap pops the earliest, ties first-pushed first.
+#[derive(Debug)]
+struct Queued {
+    at: u64,
     seq: u64,
-    nodes: Vec<Node>,
-    up: Vec<bool>,
-    views: Vec<(BTreeSet<u32>, usize)>,
-    epochs: Vec<Vec<WorkloadSpec>>,
-    placements: HashMap<ViewKey, Owners>,
-    copies: BTreeMap<ReplicaId, BTreeMap<u32, u64>>,
-    pending: Vec<(ReplicaId, u64)>,
-    r: Report,
+    ev: Ev,
 }
 
-#[derive(Default)]
-struct Report {
-    detection: Vec<u64>,
-    detection_all: Vec<u64>,
-    replacement: Vec<u64>,
-    crashes: BTreeMap<u32, (u64, usize)>,
-    changes: u64,
-    moves: u64,
-    forced: u64,
-    starts: u64,
-    stops: u64,
-    last_action_ms: u64,
-    processed: u64,
-    ignored: Vec<String>,
+impl PartialEq for Queued {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Queued {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
 }
 
-fn name(h: u32) -> String {
-    format!("n{}", h + 1)
+/// The whole model: hosts, desired state, gossip, ground truth and metrics.
+pub(super) struct Model<'a> {
+    pub sc: &'a Scenario,
+    pub d: &'a Delays,
+    pub rng: rand::rngs::ChaCha8Rng,
+    queue: BinaryHeap<Reverse<Queued>>,
+    seq: u64,
+    pub hosts: Vec<Host>,
+    pub names: Vec<String>,
+    pub views: Views,
+    pub gossip: Gossip,
+    /// Ground truth: the alive copies of each replica, host to the time it became ready.
+    pub copies: BTreeMap<ReplicaId, BTreeMap<u32, u64>>,
+    pub profiles: BTreeMap<String, InstanceProfile>,
+    pub capacity: Resources,
+    pub m: Metrics,
 }
 
 impl Model<'_> {
-    fn push(&mut self, at: u64, ev: Ev) {
+    pub fn push(&mut self, at: u64, ev: Ev) {
         self.seq += 1;
-        self.heap.push(Reverse((at, self.seq)));
-        self.events.insert(self.seq, ev);
+        let seq = self.seq;
+        self.queue.push(Reverse(Queued { at, seq, ev }));
     }
 
-    /// The placement of a view: the real engine, the hosts the view holds dead marked down (as
-    /// agents keep them until chitchat forgets them, an hour later).
-    fn owners(&mut self, key: &ViewKey) -> Owners {
-        if let Some(o) = self.placements.get(key) {
-            return o.clone();
-        }
-        let dead: BTreeSet<u32> = key.0.iter().copied().collect();
-        let nodes: Vec<Node> = self
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| {
-                let mut n = n.clone();
-                n.down = dead.contains(&(i as u32));
-                n
-            })
-            .collect();
-        let workloads: Vec<_> = self.epochs[key.1].iter().map(placement_workload).collect();
-        let placement = PlacementEngine::new(&nodes, &workloads).into_placement();
-        let owners: BTreeMap<ReplicaId, u32> = placement
-            .assigned
-            .into_iter()
-            .map(|(r, n)| (r, n.trim_start_matches('n').parse::<u32>().unwrap_or(1) - 1))
-            .collect();
-        let owners = Arc::new(owners);
-        self.placements.insert(key.clone(), owners.clone());
-        owners
+    /// The hosts that are up, sorted.
+    fn up_hosts(&self) -> Vec<u32> {
+        (0..self.hosts.len() as u32)
+            .filter(|h| self.hosts[*h as usize].up)
+            .collect()
     }
 
-    fn view_key(&self, h: u32) -> ViewKey {
-        let (dead, epoch) = &self.views[h as usize];
-        (dead.iter().copied().collect(), *epoch)
-    }
-
+    /// The truth: the hosts down now and the newest spec epoch.
     fn truth_key(&self) -> ViewKey {
-        let down = (0..self.up.len() as u32)
-            .filter(|h| !self.up[*h as usize])
+        let down = (0..self.hosts.len() as u32)
+            .filter(|h| !self.hosts[*h as usize].up)
             .collect();
-        (down, self.epochs.len() - 1)
+        (down, self.views.latest())
     }
 
-    fn spec_of(&self, h: u32, r: &ReplicaId) -> Option<&WorkloadSpec> {
-        self.epochs[self.views[h as usize].1]
-            .iter()
-            .find(|s| s.name == r.workload)
+    /// Up to a random round interval (a join or spec change waits for the agent's next round).
+    fn jitter(&mut self) -> u64 {
+        let interval = self.sc.host.reconcile_interval_ms.max(1);
+        self.rng.random_range(0..interval)
     }
 
-    fn start_ms(&self, workload: &str) -> u64 {
-        self.sc
-            .workloads
-            .iter()
-            .find(|w| w.spec.name == workload)
-            .map_or(500, |w| w.profile.start_ms)
+    /// Hosts a selector picks among `hosts` now (`owner=W`: the host of W's lowest replica with
+    /// an alive copy, as the real tier resolves it).
+    fn resolve(&mut self, sel: &Selector, hosts: &[u32]) -> Vec<u32> {
+        let zones = &self.sc.mesh.zones;
+        let zone_of = |h: u32| zones[h as usize % zones.len()].clone();
+        let copies = &self.copies;
+        let owners_of = |w: &str| -> Vec<u32> {
+            copies
+                .range(ReplicaId::new(w, 0)..)
+                .take_while(|(r, _)| r.workload == w)
+                .flat_map(|(_, c)| c.keys().copied())
+                .collect()
+        };
+        let pool = Pool {
+            hosts,
+            mesh_size: self.sc.mesh.nodes,
+            zone_of: &zone_of,
+            owners_of: &owners_of,
+        };
+        sel.resolve(&pool, &mut self.rng)
     }
 
-    /// An observer's view changed from `old` to its current one: it starts what became its own
-    /// and stops what left it.
-    fn reconcile(&mut self, now: u64, h: u32, old: ViewKey) {
-        let new = self.view_key(h);
-        let (before, after) = (self.owners(&old), self.owners(&new));
-        for (r, owner) in after.iter() {
-            if *owner == h
-                && before.get(r) != Some(&h)
-                && !self.copies.get(r).is_some_and(|c| c.contains_key(&h))
-            {
-                let exclusive = self.spec_of(h, r).is_some_and(|s| s.placement.exclusive);
-                let prev_dead = before
-                    .get(r)
-                    .is_some_and(|p| self.views[h as usize].0.contains(p));
-                let wait = if exclusive && prev_dead {
-                    self.d.fence_delay_ms as u64
-                } else {
-                    0
-                };
-                let at = now + self.d.reconcile(&mut self.rng) + wait;
-                self.push(
-                    at,
-                    Ev::Start {
-                        host: h,
-                        replica: r.clone(),
-                    },
-                );
+    fn fault(&mut self, now: u64, index: usize) {
+        let sc = self.sc;
+        match &sc.events[index].action {
+            Action::Crash {
+                target,
+                restart_after_ms,
+                ..
+            } => {
+                let up = self.up_hosts();
+                for h in self.resolve(target, &up) {
+                    self.crash(now, h);
+                    if let Some(after) = restart_after_ms {
+                        self.push(now + after, Ev::Restart(h));
+                    }
+                }
             }
+            Action::Restart { target } => {
+                let down: Vec<u32> = (0..self.hosts.len() as u32)
+                    .filter(|h| !self.hosts[*h as usize].up)
+                    .collect();
+                for h in self.resolve(target, &down) {
+                    self.restart(now, h);
+                }
+            }
+            Action::Flap {
+                target,
+                down_ms,
+                up_ms,
+                count,
+                crash: true,
+            } => {
+                let up = self.up_hosts();
+                let hosts = self.resolve(target, &up);
+                for k in 0..u64::from(*count) {
+                    let at = now + k * (down_ms + up_ms);
+                    for &h in &hosts {
+                        self.push(at, Ev::Crash(h));
+                        self.push(at + down_ms, Ev::Restart(h));
+                    }
+                }
+            }
+            Action::Instance { workload, profile } => {
+                self.profiles.insert(workload.clone(), *profile);
+            }
+            _ => unreachable!("only modelled events are queued"),
         }
-        let held: Vec<ReplicaId> = self
-            .copies
-            .iter()
-            .filter(|(_, c)| c.contains_key(&h))
-            .map(|(r, _)| r.clone())
+    }
+
+    fn crash(&mut self, now: u64, h: u32) {
+        if !self.hosts[h as usize].up {
+            return;
+        }
+        let old = self.truth_key();
+        let key = self.hosts[h as usize].key();
+        self.views.leave(&key);
+        let host = &mut self.hosts[h as usize];
+        host.up = false;
+        host.round_at = None;
+        let held: BTreeSet<ReplicaId> = std::mem::take(&mut host.runtime)
+            .into_values()
+            .filter(|i| i.phase.may_be_alive())
+            .map(|i| i.replica)
             .collect();
         for r in held {
-            if after.get(&r) != Some(&h) {
-                let exclusive = self.spec_of(h, &r).is_some_and(|s| s.placement.exclusive);
-                let handoff = if exclusive || !after.contains_key(&r) {
-                    0
-                } else {
-                    self.start_ms(&r.workload) + self.d.report_ms as u64
-                };
-                let at = now + self.d.reconcile(&mut self.rng) + handoff;
-                self.push(
-                    at,
-                    Ev::Stop {
-                        host: h,
-                        replica: r,
-                    },
-                );
-            }
+            let copies = self.copies.entry(r.clone()).or_default();
+            copies.remove(&h);
+            let ready = copies.values().min().copied();
+            let exclusive = self.views.epochs[self.views.latest()]
+                .entries
+                .get(&r.workload)
+                .is_some_and(|e| e.spec.placement.exclusive);
+            self.m.host_crashed_holding(r, now, ready, exclusive);
         }
+        let observers = self.up_hosts();
+        self.m.crash_observed_by(h, now, observers.len());
+        let incarnation = self.hosts[h as usize].incarnation;
+        for o in observers {
+            let at = now + self.d.detection(self.sc.mesh.nodes, &mut self.rng);
+            let ev = Ev::Learn {
+                observer: o,
+                subject: h,
+                incarnation,
+                alive: false,
+            };
+            self.push(at, ev);
+        }
+        self.membership_changed(old);
+    }
+
+    fn restart(&mut self, now: u64, h: u32) {
+        if self.hosts[h as usize].up {
+            return;
+        }
+        let old = self.truth_key();
+        let (down, epoch) = self.truth_key();
+        let down = down.into_iter().filter(|d| *d != h).collect();
+        let config = crate::host::reconcile_config(&self.sc.host);
+        self.hosts[h as usize].restart(down, epoch, config);
+        self.views.enter(&self.hosts[h as usize].key());
+        self.gossip.forget(h);
+        let incarnation = self.hosts[h as usize].incarnation;
+        for o in self.up_hosts().into_iter().filter(|o| *o != h) {
+            let at = now + self.d.join(&mut self.rng);
+            let ev = Ev::Learn {
+                observer: o,
+                subject: h,
+                incarnation,
+                alive: true,
+            };
+            self.push(at, ev);
+        }
+        // The agent joins (its name check) before its first round.
+        self.request_round(h, now + self.d.join_ms as u64);
+        self.membership_changed(old);
+    }
+
+    fn learn(&mut self, now: u64, observer: u32, subject: u32, incarnation: u32, alive: bool) {
+        let s = &self.hosts[subject as usize];
+        if !self.hosts[observer as usize].up || s.incarnation != incarnation || (alive && !s.up) {
+            return;
+        }
+        if !alive {
+            self.m.detected(subject, now);
+        }
+        let old = self.hosts[observer as usize].key();
+        let dead = &mut self.hosts[observer as usize].dead;
+        let changed = if alive {
+            dead.remove(&subject)
+        } else {
+            dead.insert(subject)
+        };
+        if changed {
+            self.views.leave(&old);
+            self.views.enter(&self.hosts[observer as usize].key());
+            // A death wakes the agent at once; a join waits for its next round.
+            let at = if alive { now + self.jitter() } else { now };
+            self.request_round(observer, at);
+        }
+    }
+
+    fn learn_specs(&mut self, now: u64, observer: u32, epoch: usize) {
+        let host = &self.hosts[observer as usize];
+        if !host.up || epoch <= host.epoch {
+            return;
+        }
+        let old = host.key();
+        self.hosts[observer as usize].epoch = epoch;
+        self.views.leave(&old);
+        self.views.enter(&self.hosts[observer as usize].key());
+        let at = now + self.jitter();
+        self.request_round(observer, at);
     }
 
     fn membership_changed(&mut self, old_truth: ViewKey) {
         let new = self.truth_key();
-        let (before, after) = (self.owners(&old_truth), self.owners(&new));
-        self.r.changes += 1;
-        for (r, old) in before.iter() {
-            if let Some(n) = after.get(r).filter(|n| *n != old) {
-                let _ = n;
-                self.r.moves += 1;
-                self.r.forced += u64::from(!self.up[*old as usize]);
+        let (before, after) = (self.views.placement(&old_truth), self.views.placement(&new));
+        let mut moves = Vec::new();
+        for (r, old) in &before.owners {
+            if after.owners.get(r).is_some_and(|n| n != old) {
+                moves.push(!self.hosts[*old as usize].up);
             }
         }
+        self.m.membership_changed(&moves);
     }
 
     fn step(&mut self, now: u64, ev: Ev) {
-        self.r.processed += 1;
+        self.m.events += 1;
         match ev {
-            Ev::Crash(h) if self.up[h as usize] => {
-                let old = self.truth_key();
-                self.up[h as usize] = false;
-                let mut held = 0;
-                for (r, c) in self.copies.iter_mut() {
-                    if c.remove(&h).is_some() {
-                        self.pending.push((r.clone(), now));
-                        held += 1;
-                    }
-                }
-                let observers: Vec<u32> = (0..self.up.len() as u32)
-                    .filter(|o| self.up[*o as usize])
-                    .collect();
-                self.r.crashes.insert(h, (now, observers.len()));
-                for o in observers {
-                    let at = now + self.d.detection(self.sc.mesh.nodes, &mut self.rng);
-                    self.push(
-                        at,
-                        Ev::Learn {
-                            observer: o,
-                            subject: h,
-                            alive: false,
-                        },
-                    );
-                }
-                let _ = held;
-                self.membership_changed(old);
-            }
-            Ev::Restart(h) if !self.up[h as usize] => {
-                let old = self.truth_key();
-                self.up[h as usize] = true;
-                let down: BTreeSet<u32> = (0..self.up.len() as u32)
-                    .filter(|x| !self.up[*x as usize])
-                    .collect();
-                self.views[h as usize] = (down, self.epochs.len() - 1);
-                let observers: Vec<u32> = (0..self.up.len() as u32)
-                    .filter(|o| *o != h && self.up[*o as usize])
-                    .collect();
-                for o in observers {
-                    let at = now + self.d.join(&mut self.rng);
-                    self.push(
-                        at,
-                        Ev::Learn {
-                            observer: o,
-                            subject: h,
-                            alive: true,
-                        },
-                    );
-                }
-                self.membership_changed(old);
-                let empty = (Vec::new(), 0);
-                self.placements
-                    .entry(empty.clone())
-                    .or_insert_with(|| Arc::new(BTreeMap::new()));
-                self.reconcile(now + self.d.join_ms as u64, h, empty);
-            }
+            Ev::Fault(i) => self.fault(now, i),
+            Ev::Crash(h) => self.crash(now, h),
+            Ev::Restart(h) => self.restart(now, h),
             Ev::Learn {
                 observer,
                 subject,
+                incarnation,
                 alive,
-            } if self.up[observer as usize] => {
-                let old = self.view_key(observer);
-                let dead = &mut self.views[observer as usize].0;
-                let changed = if alive {
-                    dead.remove(&subject)
-                } else {
-                    dead.insert(subject)
-                };
-                if !alive {
-                    if let Some((t, left)) = self.r.crashes.get_mut(&subject) {
-                        self.r.detection.push(now - *t);
-                        *left -= 1;
-                        if *left == 0 {
-                            self.r.detection_all.push(now - *t);
-                        }
-                    }
-                }
-                if changed {
-                    self.reconcile(now, observer, old);
-                }
-            }
-            Ev::LearnSpecs { observer, epoch } if self.up[observer as usize] => {
-                let old = self.view_key(observer);
-                self.views[observer as usize].1 = epoch.max(old.1);
-                self.reconcile(now, observer, old);
-            }
-            Ev::Start { host, replica } if self.up[host as usize] => {
-                let mine = self.owners(&self.view_key(host)).get(&replica) == Some(&host);
-                let ready = now + self.start_ms(&replica.workload);
-                let copies = self.copies.entry(replica.clone()).or_default();
-                if mine && !copies.contains_key(&host) {
-                    copies.insert(host, ready);
-                    self.r.starts += 1;
-                    self.r.last_action_ms = now;
-                    self.push(ready, Ev::Ready { host, replica });
-                }
-            }
-            Ev::Ready { host, replica } if self.up[host as usize] => {
-                let (pending, mut rest) = (std::mem::take(&mut self.pending), Vec::new());
-                for (r, t) in pending {
-                    if r == replica {
-                        self.r.replacement.push(now - t)
-                    } else {
-                        rest.push((r, t))
-                    }
-                }
-                self.pending = rest;
-                self.r.last_action_ms = self.r.last_action_ms.max(now);
-            }
-            Ev::Stop { host, replica } if self.up[host as usize] => {
-                let mine = self.owners(&self.view_key(host)).get(&replica) == Some(&host);
-                if !mine
-                    && self
-                        .copies
-                        .get_mut(&replica)
-                        .is_some_and(|c| c.remove(&host).is_some())
-                {
-                    self.r.stops += 1;
-                    self.r.last_action_ms = now;
-                }
-            }
+            } => self.learn(now, observer, subject, incarnation, alive),
+            Ev::LearnSpecs { observer, epoch } => self.learn_specs(now, observer, epoch),
             Ev::Apply(specs) => {
-                self.epochs.push(specs);
-                let epoch = self.epochs.len() - 1;
-                for o in 0..self.up.len() as u32 {
+                let epoch = self.views.push_epoch(specs);
+                for o in 0..self.hosts.len() as u32 {
                     let at = now + self.d.spec(&mut self.rng);
                     self.push(at, Ev::LearnSpecs { observer: o, epoch });
                 }
             }
-            _ => {}
+            Ev::Round { host, incarnation } => self.round_due(now, host, incarnation),
+            Ev::Started {
+                host,
+                incarnation,
+                replica,
+                version,
+                failed,
+                exclusive,
+            } => {
+                if self.current(host, incarnation) {
+                    self.started(now, host, replica, version, failed, exclusive);
+                }
+            }
+            Ev::Exited {
+                host,
+                incarnation,
+                handle,
+            } => {
+                if self.current(host, incarnation) {
+                    self.exited(now, host, &handle, 1);
+                }
+            }
+            Ev::Report { host, incarnation } => {
+                if self.hosts[host as usize].incarnation == incarnation {
+                    self.report_arrived(now, host);
+                }
+            }
         }
+    }
+
+    /// Whether host `h` is up in incarnation `incarnation`.
+    pub fn current(&self, h: u32, incarnation: u32) -> bool {
+        let host = &self.hosts[h as usize];
+        host.up && host.incarnation == incarnation
+    }
+}
+
+/// The kind of an event the model does not model, for the report.
+fn not_modelled(action: &Action) -> &'static str {
+    match action {
+        Action::Pause { .. } => "pause",
+        Action::Partition { .. } => "partition",
+        Action::Heal => "heal",
+        Action::Link { .. } => "link",
+        Action::Clock { .. } => "clock",
+        Action::Apply { .. } => "apply",
+        Action::Scale { .. } => "scale",
+        Action::Update { .. } => "update",
+        Action::Delete { .. } => "delete",
+        Action::Drain { .. } => "drain",
+        Action::Flap { .. } => "flap (network)",
+        Action::Crash { .. } | Action::Restart { .. } | Action::Instance { .. } => "modelled",
     }
 }
 
 /// Runs the model tier on `sc` with `seed`.
 pub fn simulate(sc: &Scenario, seed: u64, d: &Delays) -> ModelReport {
     let n = sc.mesh.nodes;
-    let nodes = (0..n)
-        .map(|i| Node {
-            id: name(i),
-            capacity: Resources::new(sc.mesh.cpu_millis, sc.mesh.memory_bytes),
+    let capacity = Resources::new(sc.mesh.cpu_millis, sc.mesh.memory_bytes);
+    let names: Vec<String> = (0..n).map(|i| format!("n{}", i + 1)).collect();
+    let nodes = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| Node {
+            id: name.clone(),
+            capacity,
             labels: Default::default(),
-            zone: sc.mesh.zones[i as usize % sc.mesh.zones.len()].clone(),
+            zone: sc.mesh.zones[i % sc.mesh.zones.len()].clone(),
             draining: false,
             down: false,
         })
+        .collect();
+    let config = crate::host::reconcile_config(&sc.host);
+    let hosts = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| Host::new(i as u32, name, config.clone()))
         .collect();
     let mut m = Model {
         sc,
         d,
         rng: rand::rngs::ChaCha8Rng::seed_from_u64(seed),
-        heap: BinaryHeap::new(),
-        events: HashMap::new(),
+        queue: BinaryHeap::new(),
         seq: 0,
-        nodes,
-        up: vec![true; n as usize],
-        views: vec![(BTreeSet::new(), 0); n as usize],
-        epochs: vec![Vec::new()],
-        placements: HashMap::new(),
+        hosts,
+        names,
+        views: Views::new(nodes),
+        gossip: Gossip::new(n as usize),
         copies: BTreeMap::new(),
-        pending: Vec::new(),
-        r: Report::default(),
+        profiles: sc
+            .workloads
+            .iter()
+            .map(|w| (w.spec.name.clone(), w.profile))
+            .collect(),
+        capacity,
+        m: Metrics::default(),
     };
+    for h in 0..n {
+        let key = m.hosts[h as usize].key();
+        m.views.enter(&key);
+        let at = m.jitter();
+        m.request_round(h, at);
+    }
     let mut specs: Vec<WorkloadSpec> = Vec::new();
     let mut applies: BTreeMap<u64, Vec<WorkloadSpec>> = BTreeMap::new();
     for w in &sc.workloads {
@@ -392,74 +459,32 @@ pub fn simulate(sc: &Scenario, seed: u64, d: &Delays) -> ModelReport {
         }
         m.push(at, Ev::Apply(specs.clone()));
     }
-    for e in &sc.events {
+    for (i, e) in sc.events.iter().enumerate() {
         match &e.action {
-            Action::Crash {
-                target,
-                restart_after_ms,
-                ..
-            } => {
-                let hosts = crate::scenario::select::resolve_static(target, n, &mut m.rng);
-                for h in hosts {
-                    m.push(e.at_ms, Ev::Crash(h));
-                    if let Some(after) = restart_after_ms {
-                        m.push(e.at_ms + after, Ev::Restart(h));
-                    }
-                }
+            Action::Crash { .. }
+            | Action::Restart { .. }
+            | Action::Flap { crash: true, .. }
+            | Action::Instance { .. } => m.push(e.at_ms, Ev::Fault(i)),
+            other => {
+                m.m.ignored
+                    .push(format!("line {}: {}", e.line, not_modelled(other)))
             }
-            Action::Flap {
-                target,
-                down_ms,
-                up_ms,
-                count,
-                crash: true,
-            } => {
-                let hosts = crate::scenario::select::resolve_static(target, n, &mut m.rng);
-                for k in 0..u64::from(*count) {
-                    let at = e.at_ms + k * (down_ms + up_ms);
-                    for &h in &hosts {
-                        m.push(at, Ev::Crash(h));
-                        m.push(at + down_ms, Ev::Restart(h));
-                    }
-                }
-            }
-            other => m.r.ignored.push(format!(
-                "line {}: {:?}",
-                e.line,
-                std::mem::discriminant(other)
-            )),
         }
     }
-    while let Some(Reverse((at, seq))) = m.heap.pop() {
-        if at > sc.duration_ms {
+    while let Some(Reverse(q)) = m.queue.pop() {
+        if q.at > sc.duration_ms {
             break;
         }
-        let ev = m.events.remove(&seq).expect("event stored");
-        m.step(at, ev);
+        m.step(q.at, q.ev);
     }
-    let last_fault = sc.last_fault_end_ms();
-    let replicas = m
-        .epochs
-        .last()
-        .map_or(0, |s| s.iter().map(|w| u64::from(w.replicas)).sum());
-    ModelReport {
-        scenario: sc.name.clone(),
-        seed,
-        nodes: n,
-        replicas,
-        detection: Dist::of(&m.r.detection),
-        detection_all: Dist::of(&m.r.detection_all),
-        replacement_p99_ms: Dist::of(&m.r.replacement).p99_ms,
-        replacement: Dist::of(&m.r.replacement),
-        membership_changes: m.r.changes,
-        moves: m.r.moves,
-        forced_moves: m.r.forced,
-        starts: m.r.starts,
-        stops: m.r.stops,
-        converged_after_last_fault_ms: m.r.last_action_ms.checked_sub(last_fault),
-        events: m.r.processed,
-        ignored: m.r.ignored,
-        wall_seconds: 0.0,
-        sim_seconds: sc.duration_ms as f64 / 1000.0,
-    }
+    let desired: Vec<ReplicaId> = m.views.epochs[m.views.latest()]
+        .specs
+        .iter()
+        .flat_map(|s| (0..s.replicas).map(|i| ReplicaId::new(&s.name, i)))
+        .collect();
+    let missing = desired
+        .iter()
+        .filter(|r| m.copies.get(*r).is_none_or(|c| c.is_empty()))
+        .count() as u64;
+    m.m.report(sc, seed, desired.len() as u64, missing)
 }
