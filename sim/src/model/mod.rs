@@ -16,6 +16,7 @@
 //! are listed as ignored. Probes always pass.
 
 mod delays;
+mod faults;
 mod gossip;
 mod input;
 mod metrics;

@@ -1,9 +1,9 @@
 //! The discrete-event loop of the model tier: a heap of events in time order (ties in the order
 //! they were pushed), one seeded ChaCha generator, the faults of the scenario and the gossip
-//! delays. What a host does with what it learns is in `shell.rs`.
+//! delays. The faults are in `faults.rs`, what a host does with what it learns in `shell.rs`.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap};
 
 use rand::{RngExt, SeedableRng};
 use shoal_core::instance::ReplicaId;
@@ -11,12 +11,12 @@ use shoal_core::placement::model::Node;
 use shoal_core::spec::WorkloadSpec;
 use shoal_core::Resources;
 
+use super::faults::not_modelled;
 use super::gossip::Gossip;
 use super::metrics::Metrics;
 use super::shell::Host;
 use super::views::{ViewKey, Views};
 use super::{Delays, ModelReport};
-use crate::scenario::select::{Pool, Selector};
 use crate::scenario::{Action, InstanceProfile, Scenario};
 
 /// What happens at one instant.
@@ -110,6 +110,7 @@ pub(super) struct Model<'a> {
 }
 
 impl Model<'_> {
+    /// Queues `ev` at `at`.
     pub fn push(&mut self, at: u64, ev: Ev) {
         self.seq += 1;
         let seq = self.seq;
@@ -117,14 +118,14 @@ impl Model<'_> {
     }
 
     /// The hosts that are up, sorted.
-    fn up_hosts(&self) -> Vec<u32> {
+    pub fn up_hosts(&self) -> Vec<u32> {
         (0..self.hosts.len() as u32)
             .filter(|h| self.hosts[*h as usize].up)
             .collect()
     }
 
     /// The truth: the hosts down now and the newest spec epoch.
-    fn truth_key(&self) -> ViewKey {
+    pub fn truth_key(&self) -> ViewKey {
         let down = (0..self.hosts.len() as u32)
             .filter(|h| !self.hosts[*h as usize].up)
             .collect();
@@ -132,196 +133,9 @@ impl Model<'_> {
     }
 
     /// Up to a random round interval (a join or spec change waits for the agent's next round).
-    fn jitter(&mut self) -> u64 {
+    pub fn jitter(&mut self) -> u64 {
         let interval = self.sc.host.reconcile_interval_ms.max(1);
         self.rng.random_range(0..interval)
-    }
-
-    /// Hosts a selector picks among `hosts` now (`owner=W`: the host of W's lowest replica with
-    /// an alive copy, as the real tier resolves it).
-    fn resolve(&mut self, sel: &Selector, hosts: &[u32]) -> Vec<u32> {
-        let zones = &self.sc.mesh.zones;
-        let zone_of = |h: u32| zones[h as usize % zones.len()].clone();
-        let copies = &self.copies;
-        let owners_of = |w: &str| -> Vec<u32> {
-            copies
-                .range(ReplicaId::new(w, 0)..)
-                .take_while(|(r, _)| r.workload == w)
-                .flat_map(|(_, c)| c.keys().copied())
-                .collect()
-        };
-        let pool = Pool {
-            hosts,
-            mesh_size: self.sc.mesh.nodes,
-            zone_of: &zone_of,
-            owners_of: &owners_of,
-        };
-        sel.resolve(&pool, &mut self.rng)
-    }
-
-    fn fault(&mut self, now: u64, index: usize) {
-        let sc = self.sc;
-        match &sc.events[index].action {
-            Action::Crash {
-                target,
-                restart_after_ms,
-                ..
-            } => {
-                let up = self.up_hosts();
-                for h in self.resolve(target, &up) {
-                    self.crash(now, h);
-                    if let Some(after) = restart_after_ms {
-                        self.push(now + after, Ev::Restart(h));
-                    }
-                }
-            }
-            Action::Restart { target } => {
-                let down: Vec<u32> = (0..self.hosts.len() as u32)
-                    .filter(|h| !self.hosts[*h as usize].up)
-                    .collect();
-                for h in self.resolve(target, &down) {
-                    self.restart(now, h);
-                }
-            }
-            Action::Flap {
-                target,
-                down_ms,
-                up_ms,
-                count,
-                crash: true,
-            } => {
-                let up = self.up_hosts();
-                let hosts = self.resolve(target, &up);
-                for k in 0..u64::from(*count) {
-                    let at = now + k * (down_ms + up_ms);
-                    for &h in &hosts {
-                        self.push(at, Ev::Crash(h));
-                        self.push(at + down_ms, Ev::Restart(h));
-                    }
-                }
-            }
-            Action::Instance { workload, profile } => {
-                self.profiles.insert(workload.clone(), *profile);
-            }
-            _ => unreachable!("only modelled events are queued"),
-        }
-    }
-
-    fn crash(&mut self, now: u64, h: u32) {
-        if !self.hosts[h as usize].up {
-            return;
-        }
-        let old = self.truth_key();
-        let key = self.hosts[h as usize].key();
-        self.views.leave(&key);
-        let host = &mut self.hosts[h as usize];
-        host.up = false;
-        host.round_at = None;
-        let held: BTreeSet<ReplicaId> = std::mem::take(&mut host.runtime)
-            .into_values()
-            .filter(|i| i.phase.may_be_alive())
-            .map(|i| i.replica)
-            .collect();
-        for r in held {
-            let copies = self.copies.entry(r.clone()).or_default();
-            copies.remove(&h);
-            let ready = copies.values().min().copied();
-            let exclusive = self.views.epochs[self.views.latest()]
-                .entries
-                .get(&r.workload)
-                .is_some_and(|e| e.spec.placement.exclusive);
-            self.m.host_crashed_holding(r, now, ready, exclusive);
-        }
-        let observers = self.up_hosts();
-        self.m.crash_observed_by(h, now, observers.len());
-        let incarnation = self.hosts[h as usize].incarnation;
-        for o in observers {
-            let at = now + self.d.detection(self.sc.mesh.nodes, &mut self.rng);
-            let ev = Ev::Learn {
-                observer: o,
-                subject: h,
-                incarnation,
-                alive: false,
-            };
-            self.push(at, ev);
-        }
-        self.membership_changed(old);
-    }
-
-    fn restart(&mut self, now: u64, h: u32) {
-        if self.hosts[h as usize].up {
-            return;
-        }
-        let old = self.truth_key();
-        let (down, epoch) = self.truth_key();
-        let down = down.into_iter().filter(|d| *d != h).collect();
-        let config = crate::host::reconcile_config(&self.sc.host);
-        self.hosts[h as usize].restart(down, epoch, config);
-        self.views.enter(&self.hosts[h as usize].key());
-        self.gossip.forget(h);
-        let incarnation = self.hosts[h as usize].incarnation;
-        for o in self.up_hosts().into_iter().filter(|o| *o != h) {
-            let at = now + self.d.join(&mut self.rng);
-            let ev = Ev::Learn {
-                observer: o,
-                subject: h,
-                incarnation,
-                alive: true,
-            };
-            self.push(at, ev);
-        }
-        // The agent joins (its name check) before its first round.
-        self.request_round(h, now + self.d.join_ms as u64);
-        self.membership_changed(old);
-    }
-
-    fn learn(&mut self, now: u64, observer: u32, subject: u32, incarnation: u32, alive: bool) {
-        let s = &self.hosts[subject as usize];
-        if !self.hosts[observer as usize].up || s.incarnation != incarnation || (alive && !s.up) {
-            return;
-        }
-        if !alive {
-            self.m.detected(subject, now);
-        }
-        let old = self.hosts[observer as usize].key();
-        let dead = &mut self.hosts[observer as usize].dead;
-        let changed = if alive {
-            dead.remove(&subject)
-        } else {
-            dead.insert(subject)
-        };
-        if changed {
-            self.views.leave(&old);
-            self.views.enter(&self.hosts[observer as usize].key());
-            // A death wakes the agent at once; a join waits for its next round.
-            let at = if alive { now + self.jitter() } else { now };
-            self.request_round(observer, at);
-        }
-    }
-
-    fn learn_specs(&mut self, now: u64, observer: u32, epoch: usize) {
-        let host = &self.hosts[observer as usize];
-        if !host.up || epoch <= host.epoch {
-            return;
-        }
-        let old = host.key();
-        self.hosts[observer as usize].epoch = epoch;
-        self.views.leave(&old);
-        self.views.enter(&self.hosts[observer as usize].key());
-        let at = now + self.jitter();
-        self.request_round(observer, at);
-    }
-
-    fn membership_changed(&mut self, old_truth: ViewKey) {
-        let new = self.truth_key();
-        let (before, after) = (self.views.placement(&old_truth), self.views.placement(&new));
-        let mut moves = Vec::new();
-        for (r, old) in &before.owners {
-            if after.owners.get(r).is_some_and(|n| n != old) {
-                moves.push(!self.hosts[*old as usize].up);
-            }
-        }
-        self.m.membership_changed(&moves);
     }
 
     fn step(&mut self, now: u64, ev: Ev) {
@@ -378,24 +192,6 @@ impl Model<'_> {
     pub fn current(&self, h: u32, incarnation: u32) -> bool {
         let host = &self.hosts[h as usize];
         host.up && host.incarnation == incarnation
-    }
-}
-
-/// The kind of an event the model does not model, for the report.
-fn not_modelled(action: &Action) -> &'static str {
-    match action {
-        Action::Pause { .. } => "pause",
-        Action::Partition { .. } => "partition",
-        Action::Heal => "heal",
-        Action::Link { .. } => "link",
-        Action::Clock { .. } => "clock",
-        Action::Apply { .. } => "apply",
-        Action::Scale { .. } => "scale",
-        Action::Update { .. } => "update",
-        Action::Delete { .. } => "delete",
-        Action::Drain { .. } => "drain",
-        Action::Flap { .. } => "flap (network)",
-        Action::Crash { .. } | Action::Restart { .. } | Action::Instance { .. } => "modelled",
     }
 }
 
