@@ -138,7 +138,7 @@ fn membership(members: &[Member], dead: BTreeSet<String>) -> Membership {
 /// members and the decoded values of identities chitchat forgot.
 fn refresh_peers(chitchat: &Chitchat, shell: &mut ShellState, members_moved: bool) {
     let members = shell.members.members();
-    for member in members {
+    for member in members.iter() {
         let value = chitchat
             .node_state(&member.id)
             .and_then(|state| state.get_versioned(INSTANCES_KEY));

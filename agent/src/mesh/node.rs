@@ -184,12 +184,12 @@ impl MeshNode {
 
     /// The current membership (as [`view::members`] reads it, from a cache that re-reads a node
     /// only when its keys moved).
-    pub async fn members(&self) -> Vec<Member> {
+    pub async fn members(&self) -> Arc<[Member]> {
         let chitchat = self.gossip.chitchat();
         let guard = chitchat.lock().await;
         let mut cache = self.members.lock().expect("members lock");
         cache.refresh(&guard);
-        cache.members().to_vec()
+        cache.members().clone()
     }
 
     /// Answers one API request from `peer`.

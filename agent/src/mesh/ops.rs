@@ -124,11 +124,14 @@ impl MeshNode {
             }
         }
         let mut notes = Vec::new();
-        for member in members {
+        for member in members.iter() {
             let here = instances
                 .iter()
                 .any(|i| i.node.as_deref() == Some(member.name.as_str()));
-            if let (true, Some(note)) = (here, member.record.and_then(|r| r.limits_note)) {
+            if let (true, Some(note)) = (
+                here,
+                member.record.as_ref().and_then(|r| r.limits_note.clone()),
+            ) {
                 notes.push(format!("{}: {note}", member.name));
             }
         }

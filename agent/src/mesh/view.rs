@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use chitchat::{Chitchat, ChitchatId, NodeState};
 use shoal_core::placement::model::{Node, Spread, Workload};
@@ -65,8 +66,9 @@ pub fn members(chitchat: &Chitchat) -> Vec<Member> {
 pub struct MemberCache {
     /// One entry per node state, in chitchat's order (by id).
     nodes: Vec<CachedNode>,
-    /// What [`members`] would return for the last refresh.
-    members: Vec<Member>,
+    /// What [`members`] would return for the last refresh, shared with every reader until the
+    /// members change (readers clone the `Arc`, not the records).
+    members: Arc<[Member]>,
 }
 
 /// What a [`MemberCache::refresh`] found moved since the previous one.
@@ -122,7 +124,7 @@ impl MemberCache {
                     node.facts.clone().into_member(&node.id, node.alive),
                 );
             }
-            self.members = members;
+            self.members = members.into();
         }
         moved
     }
@@ -154,7 +156,7 @@ impl MemberCache {
     }
 
     /// The members as of the last refresh, as [`members`] returns them.
-    pub fn members(&self) -> &[Member] {
+    pub fn members(&self) -> &Arc<[Member]> {
         &self.members
     }
 

@@ -2,6 +2,7 @@
 //! since when this node lacks a majority), the peers' copies of the replicas that concern it, a
 //! workload's availability for rolling updates, and whether the whole view is suspicious.
 
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::instance::ReplicaId;
@@ -45,13 +46,19 @@ impl MeshTimers {
         }
         self.dead_since.retain(|n, _| m.dead.contains(n));
         for n in &m.dead {
-            self.dead_since.entry(n.clone()).or_insert(now_ms);
+            if !self.dead_since.contains_key(n) {
+                self.dead_since.insert(n.clone(), now_ms);
+            }
         }
-        let unreachable = |n: &String| n != node && !m.live.contains(n) && !m.dead.contains(n);
+        // Every tick reads every peer: walk the sorted peers, live and dead sets together rather
+        // than searching the sets once per peer.
+        let unreachable = unreachable_peers(node, input);
         self.unreachable_since
-            .retain(|n, _| input.peers.contains_key(n) && unreachable(n));
-        for n in input.peers.keys().filter(|n| unreachable(n)) {
-            self.unreachable_since.entry(n.clone()).or_insert(now_ms);
+            .retain(|n, _| unreachable.binary_search(&n.as_str()).is_ok());
+        for n in unreachable {
+            if !self.unreachable_since.contains_key(n) {
+                self.unreachable_since.insert(n.to_string(), now_ms);
+            }
         }
     }
 
@@ -69,6 +76,23 @@ impl MeshTimers {
     }
 }
 
+/// The peers with published state that are neither live nor confirmed dead (this node aside),
+/// in name order: one merge over the three sorted collections.
+fn unreachable_peers<'a>(node: &str, input: &'a ReconcileInput) -> Vec<&'a str> {
+    let m = &input.membership;
+    let (mut live, mut dead) = (m.live.iter().peekable(), m.dead.iter().peekable());
+    let mut out = Vec::new();
+    for n in input.peers.keys() {
+        while live.next_if(|l| *l < n).is_some() {}
+        while dead.next_if(|d| *d < n).is_some() {}
+        let known = live.peek() == Some(&n) || dead.peek() == Some(&n);
+        if !known && n != node {
+            out.push(n.as_str());
+        }
+    }
+    out
+}
+
 /// A peer's copy of a replica, from gossip.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PeerCopy<'a> {
@@ -77,16 +101,34 @@ pub(crate) struct PeerCopy<'a> {
 }
 
 /// The peers' copies of the replicas of the workloads that concern this node (placed here or
-/// running here), indexed once per tick. This node's own entry is left out.
+/// running here), indexed on first use in a tick (most ticks never ask). This node's own entry is
+/// left out.
 pub(crate) struct PeerIndex<'a> {
-    copies: BTreeMap<&'a ReplicaId, Vec<PeerCopy<'a>>>,
+    node: &'a str,
+    input: &'a ReconcileInput,
+    workloads: &'a BTreeSet<String>,
+    copies: OnceCell<BTreeMap<&'a ReplicaId, Vec<PeerCopy<'a>>>>,
 }
 
 impl<'a> PeerIndex<'a> {
-    /// Indexes the peers' state for these workloads.
-    pub fn build(node: &str, input: &'a ReconcileInput, workloads: &BTreeSet<String>) -> Self {
+    /// An index of the peers' state for these workloads, built when first read.
+    pub fn build(
+        node: &'a str,
+        input: &'a ReconcileInput,
+        workloads: &'a BTreeSet<String>,
+    ) -> Self {
+        PeerIndex {
+            node,
+            input,
+            workloads,
+            copies: OnceCell::new(),
+        }
+    }
+
+    fn index(&self) -> BTreeMap<&'a ReplicaId, Vec<PeerCopy<'a>>> {
         let mut copies: BTreeMap<&'a ReplicaId, Vec<PeerCopy<'a>>> = BTreeMap::new();
-        for (peer, statuses) in input.peers.iter().filter(|(n, _)| n.as_str() != node) {
+        let (node, workloads) = (self.node, self.workloads);
+        for (peer, statuses) in self.input.peers.iter().filter(|(n, _)| n.as_str() != node) {
             for status in statuses
                 .iter()
                 .filter(|s| workloads.contains(&s.replica.workload))
@@ -97,12 +139,13 @@ impl<'a> PeerIndex<'a> {
                     .push(PeerCopy { node: peer, status });
             }
         }
-        PeerIndex { copies }
+        copies
     }
 
     /// Every peer copy of a replica, by node name.
     pub fn of(&self, replica: &ReplicaId) -> &[PeerCopy<'a>] {
-        self.copies.get(replica).map(Vec::as_slice).unwrap_or(&[])
+        let copies = self.copies.get_or_init(|| self.index());
+        copies.get(replica).map(Vec::as_slice).unwrap_or(&[])
     }
 }
 
