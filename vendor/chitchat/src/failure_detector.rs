@@ -68,11 +68,12 @@ impl FailureDetector {
     /// Marks the node as dead or alive based on the current phi value.
     #[cfg(test)] // Shoal patch: the clock-reading forms serve upstream's tests only.
     pub fn update_node_liveness(&mut self, chitchat_id: &ChitchatId) {
-        self.update_node_liveness_at(chitchat_id, Instant::now());
+        let _ = self.update_node_liveness_at(chitchat_id, Instant::now());
     }
 
     /// Shoal patch: [`Self::update_node_liveness`] with the clock read once per round.
-    pub fn update_node_liveness_at(&mut self, chitchat_id: &ChitchatId, now: Instant) {
+    /// Returns whether the node is live.
+    pub fn update_node_liveness_at(&mut self, chitchat_id: &ChitchatId, now: Instant) -> bool {
         // Shoal patch: phi once (it was computed twice), and no clone or removal when the sets
         // already say so.
         let phi_opt = self.phi_at(chitchat_id, now);
@@ -98,6 +99,7 @@ impl FailureDetector {
                 node_sample.reset();
             }
         }
+        is_alive
     }
 
     /// Removes and returns the list of garbage collectible nodes.
@@ -114,6 +116,11 @@ impl FailureDetector {
             self.node_samples.remove(chitchat_id);
         }
         garbage_collected_nodes
+    }
+
+    /// Shoal patch: how many nodes the failure detector holds live.
+    pub fn live_nodes_len(&self) -> usize {
+        self.live_nodes.len()
     }
 
     /// Returns the list of nodes considered live by the failure detector.

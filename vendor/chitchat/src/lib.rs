@@ -238,34 +238,27 @@ impl Chitchat {
     /// Marks the node as dead or alive depending on the new phi values and updates the live nodes
     /// watcher accordingly.
     pub(crate) fn update_nodes_liveness(&mut self) {
-        // Shoal patch: one reading of the clock for every node of the round.
+        // Shoal patch: one reading of the clock for every node of the round, and the live set
+        // compared with the previous one in the same pass (it is the same on almost every
+        // round), before any new map is built.
         let now = tokio::time::Instant::now();
-        for chitchat_id in self.cluster_state.nodes() {
-            if chitchat_id != self.self_chitchat_id() {
-                self.failure_detector
+        let self_id = &self.config.chitchat_id;
+        let (mut same, mut count) = (true, 0usize);
+        for (chitchat_id, node_state) in self.cluster_state.node_states() {
+            let alive = chitchat_id == self_id
+                || self
+                    .failure_detector
                     .update_node_liveness_at(chitchat_id, now);
-            }
-        }
-        // Shoal patch: compare with the previous live set before building a new one (it is the
-        // same on almost every round).
-        let mut same = true;
-        let mut count = 0;
-        for chitchat_id in self.live_nodes() {
-            if let Some(node_state) = self.node_state(chitchat_id) {
+            if alive {
                 count += 1;
-                if self.previous_live_nodes.get(chitchat_id) != Some(&node_state.max_version()) {
-                    same = false;
-                    break;
-                }
+                same &=
+                    self.previous_live_nodes.get(chitchat_id) == Some(&node_state.max_version());
             }
         }
-        if same && count == self.previous_live_nodes.len() {
-            // Unchanged: nothing to send (the absent-state warning below would fire the same).
-            for chitchat_id in self.live_nodes() {
-                if self.node_state(chitchat_id).is_none() {
-                    warn!("node state for {chitchat_id:?} is absent");
-                }
-            }
+        // A live id without a node state (not expected) takes the original path and its warning.
+        let every_live_has_state = count == self.failure_detector.live_nodes_len() + 1;
+        if every_live_has_state && same && count == self.previous_live_nodes.len() {
+            // Unchanged: nothing to send.
         } else {
             let current_live_nodes = self
                 .live_nodes()

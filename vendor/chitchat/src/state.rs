@@ -394,6 +394,17 @@ impl NodeState {
     /// Removes the keys marked for deletion such that `tombstone + grace_period > heartbeat`.
     fn gc_keys_marked_for_deletion(&mut self, grace_period: Duration) {
         let now = Instant::now();
+        // Shoal patch: look before `retain`, which takes every entry out and back in; most rounds
+        // have nothing to collect.
+        let expired = |versioned_value: &VersionedValue| {
+            versioned_value
+                .status
+                .time_of_start_scheduled_for_deletion()
+                .is_some_and(|deleted_start_instant| now >= deleted_start_instant + grace_period)
+        };
+        if !self.key_values.values().any(expired) {
+            return;
+        }
         let mut max_deleted_version = self.last_gc_version;
         self.key_values
             .retain(|_, versioned_value: &mut VersionedValue| {
@@ -687,15 +698,20 @@ impl ClusterState {
         scheduled_for_deletion: &HashSet<&ChitchatId>,
     ) -> Delta {
         let mut stale_nodes = SortedStaleNodes::default();
+        // Shoal patch: both maps are sorted by id: walk them together instead of searching the
+        // digest once per node.
+        let mut digests = digest.node_digests.iter().peekable();
 
         for (chitchat_id, node_state) in &self.node_states {
+            while digests.next_if(|(id, _)| *id < chitchat_id).is_some() {}
+            let node_digest = digests
+                .next_if(|(id, _)| *id == chitchat_id)
+                .map(|(_, node_digest)| node_digest);
             if scheduled_for_deletion.contains(chitchat_id) {
                 continue;
             }
 
-            let (digest_last_gc_version, digest_max_version) = digest
-                .node_digests
-                .get(chitchat_id)
+            let (digest_last_gc_version, digest_max_version) = node_digest
                 .map(|node_digest| (node_digest.last_gc_version, node_digest.max_version))
                 .unwrap_or((0u64, 0u64));
 
