@@ -15,7 +15,11 @@
 //! - `moved_on_return`, `return_restores_baseline`: instead, the down node comes back up;
 //! - `moved_on_remove_outright`: the node removed from the inputs without being down first;
 //! - `node_add_*`, `moved_on_add`, `moved_onto_added_node`: a fresh node joins; and
-//!   `node_add_with_a_node_down_ms` the same while another node is down (both passes run).
+//!   `node_add_with_a_node_down_ms` the same while another node is down (both passes run);
+//! - `agent_*`: what an agent's host loop pays (`StackedPlacer::update`: layers, the diff of the
+//!   inputs, the engine, the finished placement) for its first placement, a node going down and
+//!   a workload scaled by one, against `agent_full_ms` (`place_stacked` from scratch, what it
+//!   paid on every change before); the mean of up to 5 trials.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -23,6 +27,7 @@ use std::time::Instant;
 use shoal_core::constraint::Constraint;
 use shoal_core::placement::{Node, Placement, PlacementEngine, Spread, Workload};
 use shoal_core::resources::Resources;
+use shoal_core::stacking::{place_stacked, StackedPlacer};
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
@@ -324,6 +329,7 @@ fn main() {
         moved_add += moved(&baseline, after);
         onto_new += after.assigned.values().filter(|n| **n == fresh.id).count();
     }
+    let agent = agent_costs(&mut rng, &nodes, &workloads, args.trials.clamp(1, 5));
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     for why in baseline.unschedulable.values() {
         let name = format!("{why:?}");
@@ -367,9 +373,60 @@ fn main() {
         "unschedulable_reasons": reasons,
         "over_capacity_nodes": over_capacity(&nodes, &workloads, &baseline),
         "rejected_inputs": baseline.rejected.len(),
+        "agent_full_ms": agent.full_ms,
+        "agent_first_update_ms": agent.first_ms,
+        "agent_node_down_ms": agent.node_down_ms,
+        "agent_scale_ms": agent.scale_ms,
+        "agent_matches_full": agent.matches_full,
     });
     if !args.json {
         println!("{}", serde_json::to_string_pretty(&report).expect("json"));
     }
     println!("{report}");
+}
+
+/// What the agent's placement costs, from scratch and through its `StackedPlacer`.
+struct AgentCosts {
+    full_ms: f64,
+    first_ms: f64,
+    node_down_ms: f64,
+    scale_ms: f64,
+    /// Every incremental result equalled `place_stacked` on the same inputs.
+    matches_full: bool,
+}
+
+fn agent_costs(rng: &mut Rng, nodes: &[Node], workloads: &[Workload], trials: usize) -> AgentCosts {
+    let start = Instant::now();
+    let full = place_stacked(nodes, workloads);
+    let full_ms = ms(start);
+    let mut base = StackedPlacer::new();
+    let start = Instant::now();
+    let mut matches_full = base.update(nodes, workloads) == full;
+    let first_ms = ms(start);
+    let (mut down_ms, mut scale_ms) = (Vec::new(), Vec::new());
+    for _ in 0..trials {
+        let mut down = nodes.to_vec();
+        down[rng.below(nodes.len() as u64) as usize].down = true;
+        let mut placer = base.clone();
+        let start = Instant::now();
+        let after = placer.update(&down, workloads);
+        down_ms.push(ms(start));
+        matches_full &= after == place_stacked(&down, workloads);
+
+        let mut scaled = workloads.to_vec();
+        scaled[rng.below(workloads.len() as u64) as usize].replicas += 1;
+        let mut placer = base.clone();
+        let start = Instant::now();
+        let after = placer.update(nodes, &scaled);
+        scale_ms.push(ms(start));
+        matches_full &= after == place_stacked(nodes, &scaled);
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    AgentCosts {
+        full_ms,
+        first_ms,
+        node_down_ms: mean(&down_ms),
+        scale_ms: mean(&scale_ms),
+        matches_full,
+    }
 }

@@ -28,6 +28,10 @@ use crate::placement::model::{Node, ReplicaId, Unschedulable, Workload};
 use crate::placement::{place, Placement};
 use crate::Resources;
 
+mod placer;
+
+pub use placer::StackedPlacer;
+
 /// Separates a workload name from its layer number.
 const LAYER_SEP: char = '~';
 
@@ -37,6 +41,12 @@ const OVERFLOW: char = '+';
 /// How many nodes could ever hold one replica of `w` (ignoring what else they hold); with
 /// `available_only`, only those up and not draining.
 pub fn eligible_nodes(nodes: &[Node], w: &Workload, available_only: bool) -> usize {
+    eligible_up_to(nodes, w, available_only, usize::MAX)
+}
+
+/// [`eligible_nodes`], counting no further than `limit` (most workloads have far fewer replicas
+/// than the mesh has nodes: the first few hundred nodes settle that they need no layers).
+fn eligible_up_to(nodes: &[Node], w: &Workload, available_only: bool, limit: usize) -> usize {
     nodes
         .iter()
         .filter(|n| !available_only || n.available())
@@ -46,6 +56,7 @@ pub fn eligible_nodes(nodes: &[Node], w: &Workload, available_only: bool) -> usi
                 .iter()
                 .all(|c| c.matches(&n.labels, &n.zone, &n.id))
         })
+        .take(limit)
         .count()
 }
 
@@ -53,12 +64,21 @@ pub fn eligible_nodes(nodes: &[Node], w: &Workload, available_only: bool) -> usi
 /// replicas that the nodes down or draining leave without a node of their own placed in overflow
 /// layers.
 pub fn place_stacked(nodes: &[Node], workloads: &[Workload]) -> Placement {
-    // Step 1: layers over the known eligible nodes. `layers[name]` maps a placed workload id
-    // (a layer or the workload itself) back to (workload, first replica).
+    let (layered, origin) = layers(nodes, workloads);
+    let placed = place(nodes, &layered);
+    finish(nodes, workloads, placed, &origin)
+}
+
+/// Where a layer's replicas come from: layer id to (workload, its first replica).
+type Origin = BTreeMap<String, (String, u32)>;
+
+/// Step 1's inputs: every workload, or its layers over the known eligible nodes.
+fn layers(nodes: &[Node], workloads: &[Workload]) -> (Vec<Workload>, Origin) {
+    // `origin[name]` maps a layer id back to (workload, first replica).
     let mut layered: Vec<Workload> = Vec::with_capacity(workloads.len());
-    let mut origin: BTreeMap<String, (String, u32)> = BTreeMap::new();
+    let mut origin: Origin = BTreeMap::new();
     for w in workloads {
-        let known = eligible_nodes(nodes, w, false) as u32;
+        let known = eligible_up_to(nodes, w, false, w.replicas as usize) as u32;
         if known == 0 || w.replicas <= known {
             layered.push(w.clone());
             continue;
@@ -71,8 +91,11 @@ pub fn place_stacked(nodes: &[Node], workloads: &[Workload]) -> Placement {
             layered.push(layer);
         }
     }
-    // Without layers, `layered` is `workloads` itself.
-    let placed = place(nodes, &layered);
+    (layered, origin)
+}
+
+/// Step 1's placement of the layers back under the workloads' own replica ids, then step 2.
+fn finish(nodes: &[Node], workloads: &[Workload], placed: Placement, origin: &Origin) -> Placement {
     let unlayer = |id: ReplicaId| match origin.get(&id.workload) {
         Some((name, first)) => ReplicaId::new(name, first + id.replica),
         None => id,
@@ -94,14 +117,25 @@ pub fn place_stacked(nodes: &[Node], workloads: &[Workload]) -> Placement {
     // Step 2: overflow, into the room step 1 left.
     let mut overflow: Vec<Workload> = Vec::new();
     let mut overflow_origin: BTreeMap<String, (String, Vec<u32>)> = BTreeMap::new();
+    // The replicas waiting for a node of their own, by workload, in replica order (one pass over
+    // what is unschedulable, not one search per replica of every workload).
+    let mut waiting_of: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    for (id, why) in &out.unschedulable {
+        if matches!(why, Unschedulable::NotEnoughNodes { .. }) {
+            waiting_of
+                .entry(id.workload.as_str())
+                .or_default()
+                .push(id.replica);
+        }
+    }
     for w in workloads {
-        let waiting: Vec<u32> = (0..w.replicas)
-            .filter(|&r| {
-                matches!(
-                    out.unschedulable.get(&ReplicaId::new(&w.id, r)),
-                    Some(Unschedulable::NotEnoughNodes { .. })
-                )
-            })
+        let Some(waiting) = waiting_of.get(w.id.as_str()) else {
+            continue;
+        };
+        let waiting: Vec<u32> = waiting
+            .iter()
+            .copied()
+            .filter(|&r| r < w.replicas)
             .collect();
         let available = eligible_nodes(nodes, w, true);
         if waiting.is_empty() || available == 0 {

@@ -1,0 +1,126 @@
+//! [`StackedPlacer`]: [`place_stacked`](super::place_stacked) kept up to date by the incremental
+//! [`PlacementEngine`] instead of recomputed from scratch on every change.
+//!
+//! An agent recomputes the placement whenever a node or a spec changes. From scratch that costs a
+//! whole capacity pass (about a second at 10,000 nodes and 100,000 replicas); the engine redoes
+//! only what the change touches (docs/placement.md has the figures). The placer diffs the new
+//! inputs against the last ones, feeds the engine the differences, and finishes as
+//! `place_stacked` does (layers back to replica ids, then the overflow step). Its result is
+//! `place_stacked`'s on the same inputs, bit for bit (a property test checks it).
+
+use std::collections::BTreeMap;
+
+use crate::placement::model::{Node, Workload};
+use crate::placement::{Placement, PlacementEngine};
+
+use super::{finish, layers};
+
+/// The stacked placement of the last inputs, updated incrementally.
+#[derive(Clone, Default)]
+pub struct StackedPlacer {
+    /// The engine over the last nodes and layered workloads; `None` until the first update, and
+    /// whenever the inputs held something the engine rejects (then every update is a full pass,
+    /// which reports the rejection the way `place` does).
+    engine: Option<PlacementEngine>,
+    /// The nodes the engine holds, by id.
+    nodes: BTreeMap<String, Node>,
+    /// The layered workloads the engine holds, by id.
+    layered: BTreeMap<String, Workload>,
+}
+
+impl StackedPlacer {
+    /// A placer with no inputs yet.
+    pub fn new() -> StackedPlacer {
+        StackedPlacer::default()
+    }
+
+    /// The stacked placement of these inputs: what
+    /// [`place_stacked(nodes, workloads)`](super::place_stacked) returns.
+    pub fn update(&mut self, nodes: &[Node], workloads: &[Workload]) -> Placement {
+        let (layered, origin) = layers(nodes, workloads);
+        let placed = match self.apply(nodes, &layered) {
+            Some(placed) => placed,
+            None => self.rebuild(nodes, &layered),
+        };
+        finish(nodes, workloads, placed, &origin)
+    }
+
+    /// Feeds the engine the differences from the last inputs; `None` (engine dropped) when there
+    /// is no engine, an input is duplicated, or the engine refuses a change.
+    fn apply(&mut self, nodes: &[Node], layered: &[Workload]) -> Option<Placement> {
+        let engine = self.engine.as_mut()?;
+        let fresh_nodes = by_id(nodes, |n| &n.id);
+        let fresh_layered = by_id(layered, |w| &w.id);
+        let (Some(fresh_nodes), Some(fresh_layered)) = (fresh_nodes, fresh_layered) else {
+            self.engine = None;
+            return None;
+        };
+        let mut ok = true;
+        for id in self
+            .nodes
+            .keys()
+            .filter(|id| !fresh_nodes.contains_key(id.as_str()))
+        {
+            ok &= engine.handle_node_removed(id).is_ok();
+        }
+        for (id, node) in &fresh_nodes {
+            ok &= match self.nodes.get(*id) {
+                None => engine.handle_node_added((*node).clone()).is_ok(),
+                Some(old) if old != *node => engine.handle_node_changed((*node).clone()).is_ok(),
+                Some(_) => true,
+            };
+        }
+        for id in self
+            .layered
+            .keys()
+            .filter(|id| !fresh_layered.contains_key(id.as_str()))
+        {
+            ok &= engine.handle_workload_removed(id).is_ok();
+        }
+        for (id, w) in &fresh_layered {
+            if self.layered.get(*id) != Some(*w) {
+                ok &= engine.handle_workload_upserted((*w).clone()).is_ok();
+            }
+        }
+        if !ok {
+            self.engine = None;
+            return None;
+        }
+        let placed = engine.placement().clone();
+        self.nodes = owned(fresh_nodes);
+        self.layered = owned(fresh_layered);
+        Some(placed)
+    }
+
+    /// A full pass; the engine is kept for the next update when nothing was rejected.
+    fn rebuild(&mut self, nodes: &[Node], layered: &[Workload]) -> Placement {
+        let mut engine = PlacementEngine::new(nodes, layered);
+        let placed = engine.placement().clone();
+        if placed.rejected.is_empty() {
+            self.nodes = nodes.iter().map(|n| (n.id.clone(), n.clone())).collect();
+            self.layered = layered.iter().map(|w| (w.id.clone(), w.clone())).collect();
+            self.engine = Some(engine);
+        } else {
+            self.engine = None;
+        }
+        placed
+    }
+}
+
+/// The items by id, or `None` when an id repeats.
+fn by_id<T>(items: &[T], id: impl Fn(&T) -> &String) -> Option<BTreeMap<&str, &T>> {
+    let mut out = BTreeMap::new();
+    for item in items {
+        if out.insert(id(item).as_str(), item).is_some() {
+            return None;
+        }
+    }
+    Some(out)
+}
+
+fn owned<T: Clone>(items: BTreeMap<&str, &T>) -> BTreeMap<String, T> {
+    items
+        .into_iter()
+        .map(|(id, item)| (id.to_string(), item.clone()))
+        .collect()
+}
