@@ -403,6 +403,12 @@ impl DeltaBuilder {
                 let Some(current_node_delta) = self.current_node_delta.as_mut() else {
                     anyhow::bail!("received a key-value op without a node op before.");
                 };
+                // Shoal patch: a max version below the node's key-values is refused here; applied,
+                // it tripped `NodeState::apply_delta`'s assertion (a panic on a peer's bytes).
+                anyhow::ensure!(
+                    current_node_delta.max_version <= max_version,
+                    "max version below the node's key-values"
+                );
                 current_node_delta.max_version = max_version;
             }
         }
@@ -502,6 +508,38 @@ mod tests {
 
     use super::*;
     use crate::types::DeletionStatus;
+
+    #[test]
+    fn test_delta_builder_refuses_a_max_version_below_its_key_values() {
+        // Shoal patch: applied, this delta would raise the node's max version above the delta's
+        // and trip `NodeState::apply_delta`'s assertion.
+        let mut builder = DeltaBuilder::default();
+        builder
+            .apply_op(DeltaOp::Node {
+                chitchat_id: ChitchatId::for_local_test(10_001),
+                last_gc_version: 0,
+                from_version_excluded: 0,
+            })
+            .unwrap();
+        builder
+            .apply_op(DeltaOp::KeyValue(KeyValueMutation {
+                key: "k".to_string(),
+                value: "v".to_string(),
+                version: 10,
+                status: DeletionStatusMutation::Set,
+            }))
+            .unwrap();
+        assert!(
+            builder
+                .apply_op(DeltaOp::SetMaxVersion { max_version: 5 })
+                .is_err()
+        );
+        assert!(
+            builder
+                .apply_op(DeltaOp::SetMaxVersion { max_version: 10 })
+                .is_ok()
+        );
+    }
 
     #[test]
     fn test_delta_serialization_default() {

@@ -63,6 +63,9 @@ pub fn setup_tracing_for_tests() {
 /// or so.
 pub(crate) const MAX_UDP_DATAGRAM_PAYLOAD_SIZE: usize = 65_507;
 
+/// Shoal patch: the smallest delta budget (`DeltaSerializer::with_mtu` asserts at least 100).
+const MIN_DELTA_MTU: usize = 100;
+
 /// To prevent dead nodes from being recorded again after deletion,
 /// we keep a local memory of the last nodes that were garbage collected.
 pub(crate) const GARBAGE_COLLECTED_NODE_HISTORY_SIZE: NonZeroUsize =
@@ -166,7 +169,13 @@ impl Chitchat {
                 let scheduled_for_deletion: HashSet<_> =
                     self.scheduled_for_deletion_nodes().collect();
                 let self_digest = self.compute_digest(&scheduled_for_deletion);
-                let delta_mtu = MAX_UDP_DATAGRAM_PAYLOAD_SIZE - 1 - self_digest.serialized_len();
+                // Shoal patch: the own digest can outgrow a datagram (a domain of more than about
+                // 1,300 nodes, or a peer's digest naming that many): keep a minimal delta budget
+                // (the serializer's floor) instead of overflowing, which panicked in a debug
+                // build and asked for an unbounded reply in a release one.
+                let delta_mtu = MAX_UDP_DATAGRAM_PAYLOAD_SIZE
+                    .saturating_sub(1 + self_digest.serialized_len())
+                    .max(MIN_DELTA_MTU);
                 let delta = self.cluster_state.compute_partial_delta_respecting_mtu(
                     &digest,
                     delta_mtu,
