@@ -120,10 +120,18 @@ fn membership(members: &[Member], dead: BTreeSet<String>) -> Membership {
         .filter(|m| m.alive)
         .map(|m| m.name.clone())
         .collect();
-    let members_known = members.iter().filter(|m| !m.leaving).count().max(1);
+    // A member counts once it has published something (its record or store digest, which every
+    // agent does before it runs anything) or is live. chitchat adopts every node a peer's digest
+    // names, even one that never existed: counted, a digest naming thousands of such ghosts took
+    // every agent's majority away (tests/gossip_hostile.rs).
+    let counted: Vec<&Member> = members
+        .iter()
+        .filter(|m| m.alive || m.record.is_some() || m.digest.is_some())
+        .collect();
+    let members_known = counted.iter().filter(|m| !m.leaving).count().max(1);
     // A member that announced its leave, or that the detector neither holds live nor dead, is
     // unreachable: its instances may still run, so exclusive replicas wait (see reconcile.md).
-    let unreachable: BTreeSet<String> = members
+    let unreachable: BTreeSet<String> = counted
         .iter()
         .filter(|m| !m.alive && !dead.contains(&m.name))
         .map(|m| m.name.clone())
@@ -257,4 +265,53 @@ fn refresh_placement(host: &Host, shell: &mut ShellState, members: &[Member]) {
     shell.placement = Arc::new(shell.placer.update(&nodes, &workloads));
     shell.placement_key = Some(key);
     host.stats.lock().expect("stats lock").placement_last_us = began.elapsed().as_micros() as u64;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mesh::record::NodeRecord;
+
+    fn member(name: &str, alive: bool, published: bool) -> Member {
+        let addr = std::net::SocketAddr::from(([10, 0, 0, 1], 7000));
+        Member {
+            name: name.to_string(),
+            id: ChitchatId::new(name.to_string(), 1, addr),
+            alive,
+            record: published.then(|| NodeRecord {
+                cpu_millis: 1000,
+                memory_bytes: 1 << 30,
+                labels: Default::default(),
+                zone: "z".into(),
+                draining: false,
+                agent_version: "test".into(),
+                placement_version: 3,
+                api_addr: addr,
+                limits_note: None,
+            }),
+            digest: None,
+            stale: false,
+            leaving: false,
+        }
+    }
+
+    #[test]
+    fn members_that_never_published_anything_do_not_count_against_the_majority() {
+        let mut members = vec![member("n1", true, true), member("n2", true, true)];
+        members.extend((0..3000).map(|i| member(&format!("ghost-{i:05}"), false, false)));
+        let m = membership(&members, BTreeSet::new());
+        assert_eq!(m.members_known, 2);
+        assert!(m.unreachable.is_empty(), "{:?}", m.unreachable.first());
+        assert!(m.has_majority("n1"));
+
+        // A silent member that did publish still counts: without a majority, exclusive replicas
+        // wait (n3 may still run its instances).
+        members.push(member("n3", false, true));
+        members.push(member("n4", false, true));
+        members.push(member("n5", false, true));
+        let m = membership(&members, BTreeSet::new());
+        assert_eq!(m.members_known, 5);
+        assert_eq!(m.unreachable.len(), 3);
+        assert!(!m.has_majority("n1"));
+    }
 }
