@@ -266,9 +266,8 @@ impl Chitchat {
         }
         // A live id without a node state (not expected) takes the original path and its warning.
         let every_live_has_state = count == self.failure_detector.live_nodes_len() + 1;
-        if every_live_has_state && same && count == self.previous_live_nodes.len() {
-            // Unchanged: nothing to send.
-        } else {
+        let unchanged = every_live_has_state && same && count == self.previous_live_nodes.len();
+        if !unchanged {
             let current_live_nodes = self
                 .live_nodes()
                 .flat_map(|chitchat_id| {

@@ -408,15 +408,8 @@ impl NodeState {
         let mut max_deleted_version = self.last_gc_version;
         self.key_values
             .retain(|_, versioned_value: &mut VersionedValue| {
-                let Some(deleted_start_instant) = versioned_value
-                    .status
-                    .time_of_start_scheduled_for_deletion()
-                else {
-                    // The KV is not deleted. We keep it!
-                    return true;
-                };
-                if now < deleted_start_instant + grace_period {
-                    // We haved not passed the grace period yet. We keep it!
+                if !expired(versioned_value) {
+                    // Not deleted, or within the tombstone grace period. We keep it!
                     return true;
                 }
                 // We have exceeded the tombstone grace period. Time to remove it.
