@@ -4,6 +4,8 @@
 
 pub use shoal_core as core;
 
+pub mod agent;
+pub mod dispatch;
 pub mod gossip;
 pub mod host;
 pub mod mesh;

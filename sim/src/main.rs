@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use shoal_sim::host::{AgentHost, CoreHost, HostLoop, ModelHost};
 use shoal_sim::report::{self, Report};
 use shoal_sim::scenario::{parse_scenario, Scenario};
 use shoal_sim::world::World;
@@ -41,11 +40,6 @@ enum Command {
         /// Prints the JSON report as the last line of stdout.
         #[arg(long)]
         json: bool,
-        /// The host loop beside each agent: `agent` (the agent's own host loop, `shoal::host`, on
-        /// the in-memory runtime), `core` (the real reconciler behind a shell written for the
-        /// simulator) or `model` (the simulator's own model of it).
-        #[arg(long, default_value = "agent")]
-        host: String,
     },
     /// Checks scenario files and reports every problem with its location.
     Check {
@@ -101,11 +95,10 @@ fn real_main() -> anyhow::Result<i32> {
             seeds: Some(range),
             out,
             json,
-            host,
             ..
         } => {
             let sc = load(&scenario)?;
-            shoal_sim::seeds::run_many(&scenario, &sc, &range, out.as_deref(), json, &host)
+            shoal_sim::seeds::run_many(&scenario, &sc, &range, out.as_deref(), json)
         }
         Command::Run {
             scenario,
@@ -113,11 +106,10 @@ fn real_main() -> anyhow::Result<i32> {
             seeds: None,
             out,
             json,
-            host,
         } => {
             let sc = load(&scenario)?;
             let seed = seed.unwrap_or(sc.seed);
-            run_one(&scenario, sc, seed, out.as_deref(), json, &host)
+            run_one(&scenario, sc, seed, out.as_deref(), json)
         }
     }
 }
@@ -129,20 +121,10 @@ fn run_one(
     seed: u64,
     out: Option<&Path>,
     json: bool,
-    host: &str,
 ) -> anyhow::Result<i32> {
-    let host_loop: Box<dyn HostLoop + Send> = match host {
-        "agent" => Box::new(AgentHost),
-        "core" => Box::new(CoreHost),
-        "model" => Box::new(ModelHost),
-        other => anyhow::bail!("--host {other}: the host loops are `agent`, `core` and `model`"),
-    };
     entropy::reseed(seed);
     entropy::check().map_err(|e| anyhow::anyhow!("the entropy override is not in effect: {e}"))?;
-    let replay = format!(
-        "shoal-sim run {} --seed {seed} --host {host}",
-        path.display()
-    );
+    let replay = format!("shoal-sim run {} --seed {seed}", path.display());
     let progress_ms = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
     let bar = spawn_progress(&sc, progress_ms.clone(), done.clone());
@@ -157,7 +139,7 @@ fn run_one(
                 .start_paused(true)
                 .build()?;
             rt.block_on(async move {
-                let mut world = World::new(sc, seed, host_loop);
+                let mut world = World::new(sc, seed);
                 world.run(&|ms| p.store(ms, Ordering::Relaxed)).await;
                 Ok(report::build(&world, 0.0, replay))
             })

@@ -33,7 +33,6 @@ pub fn run_many(
     range: &str,
     out: Option<&Path>,
     json: bool,
-    host: &str,
 ) -> anyhow::Result<i32> {
     let seeds = parse_range(range)?;
     let exe = std::env::current_exe().context("finding this executable")?;
@@ -46,8 +45,6 @@ pub fn run_many(
             .arg(path)
             .arg("--seed")
             .arg(seed.to_string())
-            .arg("--host")
-            .arg(host)
             .arg("--json");
         if let Some(dir) = out {
             cmd.arg("--out").arg(dir);
@@ -107,7 +104,7 @@ pub fn run_many(
     }
     let replays: Vec<String> = failing
         .iter()
-        .map(|s| format!("shoal-sim run {} --seed {s} --host {host}", path.display()))
+        .map(|s| format!("shoal-sim run {} --seed {s}", path.display()))
         .collect();
     let summary = serde_json::json!({
         "scenario": sc.name,

@@ -75,10 +75,7 @@ fn a_failing_seed_prints_its_replay_command() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    let expected = format!(
-        "replay: shoal-sim run {} --seed 3 --host agent",
-        path.display()
-    );
+    let expected = format!("replay: shoal-sim run {} --seed 3", path.display());
     assert!(stderr.contains(&expected), "{stderr}");
     let summary: serde_json::Value =
         serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
+use shoal::agent::{run_agent, AgentOptions, RuntimeChoice};
 use shoal::gossip::GossipTuning;
 use shoal::host::HostConfig;
-use shoal::mesh::run::{run_agent, AgentOptions, RuntimeChoice};
 use shoal_core::resources::{parse_cpu_millis, parse_memory_bytes};
 
 /// Arguments of `shoal agent`.

@@ -9,7 +9,7 @@ use super::{Feedback, Host};
 use crate::runtime::StartRequest;
 
 impl Host {
-    pub(crate) fn execute(&self, action: Action, now: u64) {
+    pub(crate) fn execute(&self, action: Action) {
         let replica = action.replica().to_string();
         let reason = action.reason().to_string();
         let runtime = self.runtime.clone();
@@ -27,7 +27,7 @@ impl Host {
                 ..
             } => {
                 self.count_action("start");
-                self.record(now, "start", Some(replica), reason);
+                self.record("start", Some(replica), reason);
                 let node = self.node.name.clone();
                 tokio::spawn(async move {
                     let request = StartRequest {
@@ -53,7 +53,6 @@ impl Host {
             } => {
                 self.count_action("stop");
                 self.record(
-                    now,
                     "stop",
                     Some(replica),
                     format!("{reason} (instance {handle})"),
@@ -68,7 +67,6 @@ impl Host {
             Action::Remove { handle, .. } => {
                 self.count_action("remove");
                 self.record(
-                    now,
                     "remove",
                     Some(replica),
                     format!("{reason} (instance {handle})"),
@@ -86,7 +84,7 @@ impl Host {
                 ..
             } => {
                 self.count_action("reload");
-                self.record(now, "reload", Some(replica), reason);
+                self.record("reload", Some(replica), reason);
                 let timeout = Duration::from_millis(self.config.reconcile.reload_timeout_ms);
                 tokio::spawn(async move {
                     let outcome = runtime.reload(&handle, &hook, &settings, timeout).await;

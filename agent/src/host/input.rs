@@ -44,9 +44,18 @@ pub struct ShellState {
 }
 
 impl ShellState {
-    /// The specs as last decoded.
-    pub fn specs_snapshot(&self) -> BTreeMap<String, SpecEntry> {
-        self.specs.clone()
+    /// The store digest the specs were last decoded at.
+    pub fn specs_digest(&self) -> Option<u64> {
+        self.specs_digest
+    }
+
+    /// The workloads whose replicas are exclusive.
+    pub fn exclusive_workloads(&self) -> BTreeSet<String> {
+        self.specs
+            .iter()
+            .filter(|(_, e)| e.spec.placement.exclusive)
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 }
 
@@ -101,7 +110,7 @@ pub async fn build<'s>(host: &Host, shell: &'s mut ShellState, now: u64) -> &'s 
     shell.input.runtime_unavailable = runtime_unavailable;
     shell.input.view_suspect = if node.is_stale() {
         Some("the store is resynchronizing after a long absence".to_string())
-    } else if !node.synced_once() && now < host.started_ms() + START_SUSPECT_MS {
+    } else if !node.synced_once() && now < host.started_mono_ms() + START_SUSPECT_MS {
         Some("the agent just started and has not synced with a peer yet".to_string())
     } else {
         None

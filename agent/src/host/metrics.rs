@@ -7,21 +7,21 @@ use super::Host;
 use crate::metrics::{Family, Kind};
 
 /// Collects the host families.
-pub async fn host_families(host: &Host) -> Vec<Family> {
+pub fn host_families(host: &Host) -> Vec<Family> {
     let stats = host.stats();
-    let observed = host.observed().await;
-    let issues = host.issues().await;
+    let snapshot = host.snapshot();
+    let (observed, issues) = (&snapshot.observed, &snapshot.issues);
     let mut by_phase: BTreeMap<&'static str, u64> = BTreeMap::new();
     for phase in [
         "pending", "starting", "running", "stopping", "exited", "failed",
     ] {
         by_phase.insert(phase, 0);
     }
-    for status in &observed {
+    for status in observed {
         *by_phase.entry(status.phase.as_str()).or_default() += 1;
     }
     let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
-    for issue in &issues {
+    for issue in issues {
         *by_kind.entry(issue.kind.to_string()).or_default() += 1;
     }
     let restarts: u64 = observed.iter().map(|s| u64::from(s.restarts)).sum();

@@ -26,13 +26,24 @@ pub async fn start_mem_node(
     disk: &MemDisk,
     clock: WallClock,
 ) -> anyhow::Result<RunningNode> {
-    let store = DesiredStore::open_in_memory(disk, &setup.name, StoreConfig::default())?;
     let api: SocketAddr = setup.record.api_addr;
     let name = PeerName(setup.name.clone());
-    let rpc = Arc::new(net.rpc_client(api, name.clone()));
-    let running = start_node(setup, store, &net.transport(), rpc, clock, true).await?;
+    let running = join_mem_node(net, setup, disk, clock).await?;
     net.serve_rpc(api, name, api_handler(running.node.clone()));
     Ok(running)
+}
+
+/// Like [`start_mem_node`] without serving the API (an agent serves its own handler).
+pub async fn join_mem_node(
+    net: &MemNetwork,
+    setup: MeshSetup,
+    disk: &MemDisk,
+    clock: WallClock,
+) -> anyhow::Result<RunningNode> {
+    let store = DesiredStore::open_in_memory(disk, &setup.name, StoreConfig::default())?;
+    let api: SocketAddr = setup.record.api_addr;
+    let rpc = Arc::new(net.rpc_client(api, PeerName(setup.name.clone())));
+    start_node(setup, store, &net.transport(), rpc, clock, true).await
 }
 
 /// The setup of node `i` (named `n{i+1}`) of an in-memory mesh on `10.0.{subnet}.0/24`: gossip on
@@ -62,8 +73,7 @@ pub fn mem_setup(i: usize, subnet: u8, zone: &str) -> MeshSetup {
 
 /// Hands `req` to `node`'s API handler as the peer `test`.
 pub async fn call(node: &RunningNode, req: super::api::Request) -> super::api::Response {
-    node.node
-        .clone()
+    crate::dispatch::Api::new(node.node.clone(), None)
         .handle_request(req, PeerName("test".into()))
         .await
 }

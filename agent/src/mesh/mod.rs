@@ -5,7 +5,6 @@ pub mod api;
 pub mod mem;
 pub mod metrics;
 pub mod node;
-pub mod ops;
 pub mod record;
 pub mod run;
 pub mod skew;

@@ -18,7 +18,6 @@ use super::skew::{ClockSkew, Refusal};
 use super::view::{self, Member};
 use crate::rpc::{self, RpcClient};
 use crate::store_db::DesiredStore;
-use crate::tls::PeerName;
 
 /// Longest wait for a peer to confirm it holds an applied entry.
 pub const REPLICATE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -57,8 +56,6 @@ pub struct MeshNode {
     pub(crate) synced_once: AtomicBool,
     /// The record this node gossips (kept to change `draining`).
     pub(crate) record: Mutex<Option<NodeRecord>>,
-    /// The host loop, once attached.
-    host: std::sync::OnceLock<Arc<crate::host::Host>>,
     /// Peers' clock samples and the writes refused for clock skew.
     pub(crate) skew: ClockSkew,
     /// The membership as last read: re-read per node only when its chitchat keys moved.
@@ -86,21 +83,10 @@ impl MeshNode {
             inline_store: AtomicBool::new(false),
             synced_once: AtomicBool::new(false),
             record: Mutex::new(None),
-            host: std::sync::OnceLock::new(),
             skew: ClockSkew::new(Default::default()),
             members: Mutex::new(view::MemberCache::default()),
             drain_marker: std::sync::OnceLock::new(),
         }
-    }
-
-    /// Attaches the host loop (once); the API then answers with instances, issues and events.
-    pub fn attach_host(&self, host: Arc<crate::host::Host>) {
-        let _ = self.host.set(host);
-    }
-
-    /// The host loop, if attached.
-    pub fn host(&self) -> Option<&Arc<crate::host::Host>> {
-        self.host.get()
     }
 
     /// The record this node gossips.
@@ -192,43 +178,7 @@ impl MeshNode {
         cache.members().clone()
     }
 
-    /// Answers one API request from `peer`.
-    pub async fn handle_request(self: Arc<Self>, req: Request, peer: PeerName) -> Response {
-        tracing::debug!(%peer, kind = request_kind(&req), "API request");
-        let result = match req {
-            Request::Apply { specs } => self.handle_apply(specs).await,
-            Request::Delete { name } => self.handle_delete(name).await,
-            Request::Get { name } => self.handle_get(name).await,
-            Request::Nodes => Ok(Response::Nodes(view::node_views(&self.members().await))),
-            Request::Status { name } => self.handle_status(name).await,
-            Request::Replicate { entries } => self.handle_replicate(entries).await,
-            Request::Issues => self.handle_issues().await,
-            Request::Approve { id, node } => self.handle_approve(id, node).await,
-            Request::Events { after, limit } => Ok(self.handle_events(after, limit)),
-            Request::Drain { node, draining } => self.handle_drain(node, draining).await,
-            Request::Clock => Ok(Response::Clock {
-                now_ms: (self.clock)(),
-            }),
-            Request::Digest => {
-                let digest = self.with_store(|s| s.digest().encode()).await;
-                Ok(Response::Digest(digest))
-            }
-            Request::Pull { buckets, after } => {
-                let page = self
-                    .with_store(move |s| {
-                        s.entries_in_buckets(&buckets, after.as_deref(), PULL_PAGE_BYTES)
-                    })
-                    .await;
-                Ok(Response::Entries {
-                    entries: page.entries,
-                    next_after: page.next_after,
-                })
-            }
-        };
-        result.unwrap_or_else(Response::Error)
-    }
-
-    async fn handle_apply(
+    pub(crate) async fn handle_apply(
         self: Arc<Self>,
         specs: Vec<shoal_core::spec::WorkloadSpec>,
     ) -> Result<Response, ApiError> {
@@ -270,7 +220,7 @@ impl MeshNode {
         Ok(Response::Applied(results))
     }
 
-    async fn handle_delete(self: Arc<Self>, name: String) -> Result<Response, ApiError> {
+    pub(crate) async fn handle_delete(self: Arc<Self>, name: String) -> Result<Response, ApiError> {
         self.refuse_write_if_skewed("delete").await?;
         let now = (self.clock)();
         let key = name.clone();
@@ -382,7 +332,10 @@ impl MeshNode {
         ))
     }
 
-    async fn handle_replicate(self: Arc<Self>, entries: Vec<Entry>) -> Result<Response, ApiError> {
+    pub(crate) async fn handle_replicate(
+        self: Arc<Self>,
+        entries: Vec<Entry>,
+    ) -> Result<Response, ApiError> {
         if entries.len() > ENTRIES_PER_MESSAGE_MAX {
             return Err(ApiError::new(
                 ErrorKind::Invalid,
@@ -428,7 +381,10 @@ impl MeshNode {
         })
     }
 
-    async fn handle_get(self: Arc<Self>, name: Option<String>) -> Result<Response, ApiError> {
+    pub(crate) async fn handle_get(
+        self: Arc<Self>,
+        name: Option<String>,
+    ) -> Result<Response, ApiError> {
         let (specs, errors) = self.with_store(|s| view::live_specs(s.list_live())).await;
         for e in errors {
             tracing::warn!(error = %e, "stored spec does not decode");
@@ -488,23 +444,5 @@ impl MeshNode {
             self.skew.count(Refusal::NewerVersion);
         }
         error
-    }
-}
-
-fn request_kind(req: &Request) -> &'static str {
-    match req {
-        Request::Apply { .. } => "apply",
-        Request::Get { .. } => "get",
-        Request::Delete { .. } => "delete",
-        Request::Nodes => "nodes",
-        Request::Status { .. } => "status",
-        Request::Replicate { .. } => "replicate",
-        Request::Digest => "digest",
-        Request::Pull { .. } => "pull",
-        Request::Issues => "issues",
-        Request::Approve { .. } => "approve",
-        Request::Events { .. } => "events",
-        Request::Drain { .. } => "drain",
-        Request::Clock => "clock",
     }
 }

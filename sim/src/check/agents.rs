@@ -31,11 +31,11 @@ fn live_set(chitchat: &Chitchat) -> BTreeSet<u32> {
 }
 
 async fn holds(host: &Host, workload: &str) -> Option<Option<String>> {
-    let node = host.node()?.clone();
+    let api = host.running.as_ref()?.api().clone();
     let req = Request::Get {
         name: Some(workload.to_string()),
     };
-    match node.handle_request(req, PeerName("shoal-sim".into())).await {
+    match api.handle_request(req, PeerName("shoal-sim".into())).await {
         Response::Workloads(list) => Some(list.into_iter().next().map(|w| w.version)),
         _ => Some(None),
     }
@@ -133,10 +133,7 @@ impl Checker {
     /// A false verdict: an observer's view drops a host that is up, not paused, and reachable
     /// (no partition anywhere), both settled for [`SETTLED_MS`].
     fn check_verdicts(&mut self, now: u64, hosts: &[Host], net: &SimNet, trace: &mut Trace) {
-        let calm = !net.any_blocked()
-            && hosts
-                .iter()
-                .all(|h| !h.paused.load(std::sync::atomic::Ordering::Relaxed));
+        let calm = !net.any_blocked() && hosts.iter().all(|h| !*h.paused.borrow());
         let settled: BTreeSet<u32> = hosts
             .iter()
             .filter(|h| h.serving() && now - h.up_since_ms >= SETTLED_MS)

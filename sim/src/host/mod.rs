@@ -1,67 +1,89 @@
-//! The host loop beside each simulated agent: reads the agent's view (gossip and store), computes
-//! the placement with the real core, and converges the host's simulated runtime to its slice.
-//!
-//! [`ModelHost`] is a stand-in written for the simulator, following docs of the host agent's
-//! design (reconcile.md): restart with backoff, replace on a new spec version, stop orphans after
-//! the new owner reports running (normal) or at once (exclusive), stop-before-start for exclusive
-//! replicas with self-fencing and a fencing delay. The real host loop plugs in through
-//! [`HostLoop`] when it lands; the invariant checkers only read the runtimes, never this code.
-
-mod agent;
-mod core;
-mod model;
-pub mod view;
+//! How the simulator runs each host's agent: exactly the code `shoal agent` runs
+//! ([`shoal::agent::Agent`]: the mesh node, the host with its loop, the API), with the agent's
+//! in-memory runtime in place of processes or containers, the host's (skewable) wall clock for
+//! what is dated, and the simulation's clock as the monotonic clock. The simulator only
+//! freezes the loop while the host is paused and hands the scenario's instance profiles to the
+//! runtime; the invariant checkers read the runtimes, never this code.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use shoal::mesh::node::MeshNode;
+use shoal::agent::Agent;
+use shoal::host::{Host, HostConfig as LoopConfig};
+use shoal::mesh::node::WallClock;
+use shoal::mesh::run::RunningNode;
+use shoal::runtime::mem::{MemProfile, MemRuntime};
+use shoal_core::reconcile::ReconcileConfig;
 
-use crate::runtime::HostRuntime;
 use crate::scenario::{HostConfig, InstanceProfile};
-
-pub use self::core::{reconcile_config, CoreHost};
-pub use agent::AgentHost;
-pub use model::ModelHost;
 
 /// Instance behaviour per workload, changed by `instance` events while the run goes on.
 pub type Profiles = Arc<Mutex<BTreeMap<String, InstanceProfile>>>;
 
-/// What a host loop gets for one incarnation of one host.
-#[derive(Clone)]
-pub struct HostEnv {
-    /// Host index.
-    pub index: u32,
-    /// The agent.
-    pub node: Arc<MeshNode>,
-    /// The host's model runtime (used by [`ModelHost`]).
-    pub runtime: Arc<Mutex<HostRuntime>>,
-    /// The agent's in-memory runtime (used by [`CoreHost`]).
-    pub mem: shoal::runtime::mem::MemRuntime,
-    /// The host's wall clock (skewed by clock faults).
-    pub clock: shoal::mesh::node::WallClock,
-    /// Instance behaviour per workload.
-    pub profiles: Profiles,
-    /// Timing.
-    pub config: HostConfig,
-    /// Set while the agent is paused: the loop does nothing.
-    pub paused: Arc<AtomicBool>,
-    /// The simulation's start (runtime time is `t0.elapsed()`).
-    pub t0: tokio::time::Instant,
-}
-
-impl HostEnv {
-    /// Simulated ms since the start of the run.
-    pub fn now_ms(&self) -> u64 {
-        self.t0.elapsed().as_millis() as u64
+/// The reconciler's timers for a scenario's `[host]` settings.
+pub fn reconcile_config(h: &HostConfig) -> ReconcileConfig {
+    ReconcileConfig {
+        stop_grace_ms: h.stop_ms,
+        orphan_handoff_max_ms: h.handoff_max_ms,
+        self_fence_ms: h.fence_timeout_ms,
+        fence_stop_grace_ms: h.stop_ms.min(h.fence_timeout_ms),
+        fencing_delay_ms: h.fence_delay_ms,
+        ..ReconcileConfig::default()
     }
 }
 
-/// A per-host loop the simulator runs beside each agent (the model now, the real one later).
-pub trait HostLoop {
-    /// Spawns the loop for one host incarnation; the simulator aborts it when the host dies.
-    fn spawn(&self, env: HostEnv) -> tokio::task::JoinHandle<()>;
-    /// Its name in reports.
-    fn name(&self) -> &'static str;
+/// The in-memory runtime's behaviour for a scenario's instance profile.
+pub fn mem_profile(p: &InstanceProfile) -> MemProfile {
+    MemProfile {
+        start_latency: Duration::from_millis(p.start_ms),
+        start_fail_probability: p.start_fail,
+        exit_after: p
+            .crash_after_ms
+            .map(|d| Duration::from_millis(p.start_ms + d)),
+        ..MemProfile::default()
+    }
+}
+
+/// Hands every workload's profile to `mem` (future starts follow it).
+pub fn apply_profiles(mem: &MemRuntime, profiles: &Profiles) {
+    for (w, p) in profiles.lock().expect("profiles").iter() {
+        mem.set_profile(w, mem_profile(p));
+    }
+}
+
+/// What one agent incarnation of a host is assembled from.
+pub struct AgentParts {
+    /// The joined mesh node.
+    pub running: RunningNode,
+    /// The host's in-memory runtime.
+    pub mem: MemRuntime,
+    /// The host's wall clock (skewed by clock faults).
+    pub clock: WallClock,
+    /// The simulation's start: the monotonic clock reads ms since then.
+    pub t0: tokio::time::Instant,
+    /// Timing.
+    pub config: HostConfig,
+    /// True while the host is paused: its loop does nothing.
+    pub paused: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Assembles and starts the agent: the same [`Agent`] as `shoal agent`. The monotonic clock is
+/// the simulation's (the in-memory runtime dates exits on it too), never the skewed wall clock.
+pub fn start_agent(parts: AgentParts) -> Agent {
+    let config = LoopConfig {
+        tick: Duration::from_millis(parts.config.reconcile_interval_ms),
+        reconcile: reconcile_config(&parts.config),
+        ..LoopConfig::default()
+    };
+    let t0 = parts.t0;
+    let mono: shoal::host::clock::MonoClock = Arc::new(move || t0.elapsed().as_millis() as u64);
+    let (host, host_loop) = Host::new(
+        parts.running.node.clone(),
+        Arc::new(parts.mem),
+        parts.clock,
+        mono,
+        config,
+    );
+    Agent::start(parts.running, host, host_loop.with_pause(parts.paused))
 }

@@ -80,8 +80,6 @@ pub struct Report {
     pub sim_per_wall: f64,
     /// Hosts.
     pub nodes: u32,
-    /// The host loop that ran (the simulator's model until the real one lands).
-    pub host_loop: String,
     /// The concrete fault schedule (resolved selectors).
     pub schedule: Vec<String>,
     /// The command that replays this run.
@@ -181,7 +179,6 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
         wall_seconds: round3(wall_seconds),
         sim_per_wall: round3(sim_seconds / wall_seconds.max(1e-9)),
         nodes: sc.mesh.nodes,
-        host_loop: world.host_loop.name().to_string(),
         schedule: world.schedule.clone(),
         replay,
         passed,
@@ -205,8 +202,8 @@ impl Report {
             self.scenario, self.seed, self.trace_hash
         );
         s += &format!(
-            "  {} hosts, {:.1} simulated s in {:.2} wall s ({:.1}x), host loop: {}\n",
-            self.nodes, self.sim_seconds, self.wall_seconds, self.sim_per_wall, self.host_loop
+            "  {} hosts, {:.1} simulated s in {:.2} wall s ({:.1}x)\n",
+            self.nodes, self.sim_seconds, self.wall_seconds, self.sim_per_wall
         );
         s += &format!(
             "  converged: {} ({:?} ms after the last fault)\n",

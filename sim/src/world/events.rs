@@ -163,6 +163,9 @@ impl World {
                     .lock()
                     .expect("profiles")
                     .insert(workload.clone(), profile);
+                for host in &self.hosts {
+                    crate::host::apply_profiles(&host.mem, &self.profiles);
+                }
                 self.log(format!("instances of {workload}: {profile:?}"));
             }
             Action::Apply { spec, via } => self.send_spec(*spec, &via, "apply"),
@@ -384,12 +387,16 @@ impl World {
         workload: String,
         spec: Option<WorkloadSpec>,
     ) {
-        let Some(node) = self.hosts[h as usize].node().cloned() else {
+        let Some(api) = self.hosts[h as usize]
+            .running
+            .as_ref()
+            .map(|a| a.api().clone())
+        else {
             return;
         };
         let (tx, sent_ms, what) = (self.api_tx.clone(), self.now_ms(), what.to_string());
         tokio::spawn(async move {
-            let response = node.handle_request(req, PeerName("shoal-sim".into())).await;
+            let response = api.handle_request(req, PeerName("shoal-sim".into())).await;
             let _ = tx.send(ApiAnswer {
                 sent_ms,
                 via: h,

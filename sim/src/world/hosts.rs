@@ -1,21 +1,21 @@
 //! Hosts: one agent incarnation at a time over a disk that outlives it, a clock, a runtime and
 //! the host loop; started, crashed, restarted and paused by the driver.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
+use shoal::agent::Agent;
 use shoal::mesh::node::{MeshNode, WallClock};
 use shoal::mesh::record::NodeRecord;
-use shoal::mesh::run::{api_handler, start_node, MeshSetup, RunningNode};
+use shoal::mesh::run::{start_node, MeshSetup, RunningNode};
 use shoal::store_db::{DesiredStore, MemDisk};
 use shoal::tls::PeerName;
 use shoal_core::store::StoreConfig;
 
 use super::World;
 use crate::clock::SimClock;
-use crate::host::HostEnv;
+use crate::host::{apply_profiles, start_agent, AgentParts};
 use crate::net::{host_addr, SimNet, API_PORT, GOSSIP_PORT};
-use crate::runtime::{Ground, HostRuntime};
+use crate::runtime::Ground;
 use crate::scenario::Scenario;
 use rand::SeedableRng;
 use shoal::runtime::mem::MemRuntime;
@@ -42,22 +42,20 @@ pub struct Host {
     pub name: String,
     /// Where it is in its life.
     pub state: HostState,
-    /// Its agent is paused.
-    pub paused: Arc<AtomicBool>,
+    /// Its agent is paused (frozen: its loop and gossip stop, its instances run on).
+    pub paused: tokio::sync::watch::Sender<bool>,
     /// Its record (capacity, zone, draining).
     pub record: NodeRecord,
     /// Its disk, kept across restarts unless a crash loses it.
     pub disk: MemDisk,
     /// Its wall clock.
     pub clock: SimClock,
-    /// Its instances (the model runtime).
-    pub runtime: Arc<Mutex<HostRuntime>>,
-    /// The agent's in-memory runtime (with the core host loop).
+    /// The agent's in-memory runtime.
     pub mem: MemRuntime,
-    /// The ground truth the checkers read: one of the two runtimes.
+    /// The ground truth the checkers read: the in-memory runtime.
     pub ground: Ground,
     /// The running agent.
-    pub running: Option<RunningNode>,
+    pub running: Option<Agent>,
     /// When the current incarnation came up (sim ms).
     pub up_since_ms: u64,
     /// Incarnations so far.
@@ -65,18 +63,11 @@ pub struct Host {
     /// The disk must lose its unsynced writes before the next start.
     disk_crashed: bool,
     starting: Option<tokio::task::JoinHandle<anyhow::Result<RunningNode>>>,
-    host_task: Option<tokio::task::JoinHandle<()>>,
     ghost: Option<Weak<MeshNode>>,
 }
 
 impl Host {
-    pub(super) fn new(
-        index: u32,
-        sc: &Scenario,
-        seed: u64,
-        t0: tokio::time::Instant,
-        core: bool,
-    ) -> Self {
+    pub(super) fn new(index: u32, sc: &Scenario, seed: u64, t0: tokio::time::Instant) -> Self {
         let zone = sc.mesh.zones[index as usize % sc.mesh.zones.len()].clone();
         let record = NodeRecord {
             cpu_millis: sc.mesh.cpu_millis,
@@ -89,27 +80,18 @@ impl Host {
             api_addr: host_addr(index, API_PORT),
             limits_note: None,
         };
-        let runtime = Arc::new(Mutex::new(HostRuntime::new(
-            seed ^ (u64::from(index) << 32),
-            sc.host.stop_ms,
-        )));
         let name = format!("n{}", index + 1);
         let rng = rand::rngs::ChaCha8Rng::seed_from_u64(seed ^ (u64::from(index) << 32) ^ 0x6d656d);
         let mem = MemRuntime::with_rng(&name, rng, t0);
-        let ground = if core {
-            Ground::Mem(mem.clone())
-        } else {
-            Ground::Model(runtime.clone())
-        };
+        let ground = Ground::new(mem.clone());
         Host {
             index,
             name,
             state: HostState::Down,
-            paused: Arc::new(AtomicBool::new(false)),
+            paused: tokio::sync::watch::Sender::new(false),
             record,
             disk: MemDisk::new(),
             clock: SimClock::new(t0),
-            runtime,
             mem,
             ground,
             running: None,
@@ -117,19 +99,18 @@ impl Host {
             incarnation: 0,
             disk_crashed: false,
             starting: None,
-            host_task: None,
             ghost: None,
         }
     }
 
     /// The agent, when up.
     pub fn node(&self) -> Option<&Arc<MeshNode>> {
-        self.running.as_ref().map(|r| &r.node)
+        self.running.as_ref().map(|a| a.node())
     }
 
     /// Up and not paused.
     pub fn serving(&self) -> bool {
-        self.state == HostState::Up && !self.paused.load(Ordering::Relaxed)
+        self.state == HostState::Up && !*self.paused.borrow()
     }
 
     /// The previous incarnation's agent is still referenced by a call in flight.
@@ -138,8 +119,8 @@ impl Host {
     }
 }
 
-/// Starts an agent on the simulated network: the same `start_node` as `shoal agent`, over an
-/// in-memory store on `disk`, serving the real API handler at its API address.
+/// Joins an agent's mesh node to the simulated network: the same `start_node` as `shoal agent`,
+/// over an in-memory store on `disk`. Its API is served once the agent is assembled.
 pub async fn start_sim_node(
     net: &SimNet,
     setup: MeshSetup,
@@ -148,11 +129,8 @@ pub async fn start_sim_node(
 ) -> anyhow::Result<RunningNode> {
     let store = DesiredStore::open_in_memory(disk, &setup.name, StoreConfig::default())?;
     let api = setup.record.api_addr;
-    let name = PeerName(setup.name.clone());
-    let rpc = Arc::new(net.rpc_client(api, name.clone()));
-    let running = start_node(setup, store, &net.transport(), rpc, clock, true).await?;
-    net.serve_rpc(api, name, api_handler(running.node.clone()));
-    Ok(running)
+    let rpc = Arc::new(net.rpc_client(api, PeerName(setup.name.clone())));
+    start_node(setup, store, &net.transport(), rpc, clock, true).await
 }
 
 impl World {
@@ -199,19 +177,19 @@ impl World {
             let host = &mut self.hosts[h];
             match task.await {
                 Ok(Ok(running)) => {
-                    let env = HostEnv {
-                        index: host.index,
-                        node: running.node.clone(),
-                        runtime: host.runtime.clone(),
+                    apply_profiles(&host.mem, &self.profiles);
+                    let agent = start_agent(AgentParts {
+                        running,
                         mem: host.mem.clone(),
                         clock: host.clock.wall_clock(),
-                        profiles: self.profiles.clone(),
-                        config: self.scenario.host.clone(),
-                        paused: host.paused.clone(),
                         t0: self.t0,
-                    };
-                    host.host_task = Some(self.host_loop.spawn(env));
-                    host.running = Some(running);
+                        config: self.scenario.host.clone(),
+                        paused: host.paused.subscribe(),
+                    });
+                    let api = host_addr(host.index, API_PORT);
+                    self.net
+                        .serve_rpc(api, PeerName(host.name.clone()), agent.handler());
+                    host.running = Some(agent);
                     host.state = HostState::Up;
                     host.up_since_ms = now;
                     let line = format!("{} up", host.name);
@@ -251,16 +229,13 @@ impl World {
         if let Some(task) = host.starting.take() {
             task.abort();
         }
-        if let Some(task) = host.host_task.take() {
-            task.abort();
-        }
-        if let Some(running) = host.running.take() {
-            host.ghost = Some(Arc::downgrade(&running.node));
-            running.crash();
+        if let Some(agent) = host.running.take() {
+            host.ghost = Some(Arc::downgrade(agent.node()));
+            agent.crash();
         }
         self.net.stop_rpc(host_addr(h, API_PORT));
         self.net.set_paused(h, false);
-        host.paused.store(false, Ordering::Relaxed);
+        host.paused.send_replace(false);
         host.ground.kill_all();
         if keep_data {
             host.disk_crashed = true;
@@ -280,7 +255,7 @@ impl World {
             if host.state == HostState::Down {
                 continue;
             }
-            host.paused.store(paused, Ordering::Relaxed);
+            host.paused.send_replace(paused);
             self.net.set_paused(h, paused);
         }
         let what = if paused { "pause" } else { "resume" };

@@ -19,7 +19,7 @@ use shoal_core::spec::WorkloadSpec;
 use tokio::sync::mpsc;
 
 use crate::check::Checker;
-use crate::host::{HostLoop, Profiles};
+use crate::host::Profiles;
 use crate::net::SimNet;
 use crate::scenario::{Action, Scenario};
 use crate::trace::Trace;
@@ -66,7 +66,6 @@ pub struct World {
     /// The latest spec the simulator sent per workload (for scale and update).
     pub(crate) specs: BTreeMap<String, WorkloadSpec>,
     pub(crate) tuning: GossipTuning,
-    pub(crate) host_loop: Box<dyn HostLoop + Send>,
     pub(crate) checker: Checker,
     /// The concrete schedule (resolved selectors), for the report.
     pub(crate) schedule: Vec<String>,
@@ -78,7 +77,7 @@ pub struct World {
 
 impl World {
     /// Builds the world (no host started yet). Call inside the paused runtime.
-    pub fn new(scenario: Scenario, seed: u64, host_loop: Box<dyn HostLoop + Send>) -> Self {
+    pub fn new(scenario: Scenario, seed: u64) -> Self {
         let t0 = tokio::time::Instant::now();
         let n = scenario.mesh.nodes;
         let net = SimNet::new(seed ^ 0x6e65_7477_6f72_6b00, n);
@@ -91,10 +90,7 @@ impl World {
         if let Some(phi) = scenario.gossip.phi {
             tuning.phi_threshold = phi;
         }
-        let core = host_loop.name() != "model";
-        let hosts = (0..n)
-            .map(|i| Host::new(i, &scenario, seed, t0, core))
-            .collect();
+        let hosts = (0..n).map(|i| Host::new(i, &scenario, seed, t0)).collect();
         let profiles: BTreeMap<String, _> = scenario
             .workloads
             .iter()
@@ -111,7 +107,6 @@ impl World {
             profiles: Arc::new(Mutex::new(profiles)),
             specs: BTreeMap::new(),
             tuning,
-            host_loop,
             checker,
             schedule: Vec::new(),
             steps: BTreeMap::new(),

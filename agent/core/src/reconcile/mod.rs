@@ -119,10 +119,11 @@ impl Reconciler {
 
     /// One round: reads the whole input, updates the reconciler's memory and returns at most
     /// `actions_per_round_max` actions, most urgent first. Call it whenever an input changes and
-    /// at [`Reconciler::poll_timeout`]. A `now_ms` earlier than a previous one is treated as the
-    /// previous one (time never runs backwards here).
+    /// at [`Reconciler::poll_timeout`]. `now_ms` is monotonic time: it never runs backwards
+    /// (the shell feeds a monotonic clock; an earlier `now_ms` than a previous one is a bug in
+    /// the caller and panics).
     pub fn handle_tick(&mut self, input: &ReconcileInput, now_ms: u64) -> Vec<Action> {
-        let now = now_ms.max(self.now_ms);
+        let now = self.checked_now(now_ms);
         self.now_ms = now;
         self.ticked = true;
         self.timers.observe(&self.node, input, now);
@@ -163,6 +164,17 @@ impl Reconciler {
         self.prune();
         assert!(actions.len() <= self.config.actions_per_round_max);
         actions
+    }
+
+    /// `now_ms`, asserted not earlier than the last tick's: the reconciler's time is monotonic,
+    /// and time running backwards is a bug in the shell, not a condition to clamp.
+    fn checked_now(&self, now_ms: u64) -> u64 {
+        assert!(
+            now_ms >= self.now_ms,
+            "time ran backwards in the reconciler: {now_ms} ms after {} ms; feed a monotonic clock",
+            self.now_ms
+        );
+        now_ms
     }
 
     /// Workloads with a replica placed here or a tracked instance here.
@@ -258,5 +270,28 @@ impl Reconciler {
     /// The last `now_ms` seen.
     pub fn now_ms(&self) -> u64 {
         self.now_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "time ran backwards")]
+    fn time_running_backwards_is_a_bug_not_a_clamp() {
+        let mut r = Reconciler::new("n1", ReconcileConfig::default());
+        let input = ReconcileInput::default();
+        r.handle_tick(&input, 10_000);
+        r.handle_tick(&input, 9_999);
+    }
+
+    #[test]
+    fn time_standing_still_is_fine() {
+        let mut r = Reconciler::new("n1", ReconcileConfig::default());
+        let input = ReconcileInput::default();
+        r.handle_tick(&input, 10_000);
+        r.handle_tick(&input, 10_000);
+        assert_eq!(r.now_ms(), 10_000);
     }
 }

@@ -177,7 +177,7 @@ impl Reconciler {
         detail: &str,
         now_ms: u64,
     ) -> HealthChange {
-        let now = now_ms.max(self.now_ms);
+        let now = self.checked_now(now_ms);
         let Some(t) = self.local.instances.get_mut(handle) else {
             return HealthChange::Ignored;
         };
@@ -218,7 +218,7 @@ impl Reconciler {
     /// Reports a start the runtime refused before any instance existed (image missing, command
     /// not found, engine unreachable): a failure with backoff and a runtime issue.
     pub fn handle_start_failed(&mut self, replica: &ReplicaId, error: &str, now_ms: u64) {
-        let now = now_ms.max(self.now_ms);
+        let now = self.checked_now(now_ms);
         let policy = self
             .cache
             .desired(&replica.workload)
@@ -236,7 +236,7 @@ impl Reconciler {
         detail: &str,
         now_ms: u64,
     ) -> bool {
-        let now = now_ms.max(self.now_ms);
+        let now = self.checked_now(now_ms);
         let retry_ms = self.config.reload_retry_ms;
         let Some(t) = self.local.instances.get_mut(handle) else {
             return false;

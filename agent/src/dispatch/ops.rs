@@ -8,11 +8,11 @@ use std::time::Duration;
 use shoal_core::placement::model::ReplicaId;
 use shoal_core::reconcile::{InstanceStatus, Issue};
 
-use super::api::{ApiError, ErrorKind, InstanceView, Request, Response, StatusView};
-use super::node::MeshNode;
-use super::skew::CLOCK_ISSUE_KEY;
-use super::view;
+use super::Api;
 use crate::host::{INSTANCES_KEY, ISSUES_KEY};
+use crate::mesh::api::{ApiError, ErrorKind, InstanceView, Request, Response, StatusView};
+use crate::mesh::skew::CLOCK_ISSUE_KEY;
+use crate::mesh::view;
 use crate::rpc;
 
 /// Longest wait for a forwarded approve or drain.
@@ -29,13 +29,13 @@ fn not_found(name: &str) -> ApiError {
     )
 }
 
-impl MeshNode {
+impl Api {
     /// Every node's gossiped value under `key`, decoded, by node name (newest generation).
     async fn gossiped<T: serde::de::DeserializeOwned>(
         &self,
         key: &str,
     ) -> BTreeMap<String, (bool, T)> {
-        let chitchat = self.gossip().chitchat();
+        let chitchat = self.node.gossip().chitchat();
         let guard = chitchat.lock().await;
         let mut out = BTreeMap::new();
         for member in view::members(&guard) {
@@ -54,11 +54,14 @@ impl MeshNode {
     }
 
     pub(crate) async fn handle_status(self: Arc<Self>, name: String) -> Result<Response, ApiError> {
-        let (specs, _) = self.with_store(|s| view::live_specs(s.list_live())).await;
+        let (specs, _) = self
+            .node
+            .with_store(|s| view::live_specs(s.list_live()))
+            .await;
         let Some((spec, version)) = specs.iter().find(|(s, _)| s.name == name).cloned() else {
             return Err(not_found(&name));
         };
-        let members = self.members().await;
+        let members = self.node.members().await;
         let nodes = view::placement_nodes(&members);
         let workloads: Vec<_> = specs
             .iter()
@@ -67,8 +70,8 @@ impl MeshNode {
         let placed = shoal_core::stacking::place_stacked(&nodes, &workloads);
         let mut observed: BTreeMap<String, (bool, Vec<InstanceStatus>)> =
             self.gossiped(INSTANCES_KEY).await;
-        if let Some(host) = self.host() {
-            observed.insert(self.name.clone(), (true, host.observed().await));
+        if let Some(host) = &self.host {
+            observed.insert(self.node.name.clone(), (true, host.observed()));
         }
         let hosts_known = !observed.is_empty();
         let mut instances = Vec::new();
@@ -146,14 +149,14 @@ impl MeshNode {
 
     pub(crate) async fn handle_issues(self: Arc<Self>) -> Result<Response, ApiError> {
         let mut by_node: BTreeMap<String, (bool, Vec<Issue>)> = self.gossiped(ISSUES_KEY).await;
-        if let Some(host) = self.host() {
-            by_node.insert(self.name.clone(), (true, host.issues().await));
+        if let Some(host) = &self.host {
+            by_node.insert(self.node.name.clone(), (true, host.issues()));
         }
         // The mesh's own issues (clock skew) live under their own key; this node's, fresh.
         let mut clock: BTreeMap<String, (bool, Vec<Issue>)> = self.gossiped(CLOCK_ISSUE_KEY).await;
-        let members = self.members().await;
-        let mine = self.clock_issue(&members).await.into_iter().collect();
-        clock.insert(self.name.clone(), (true, mine));
+        let members = self.node.members().await;
+        let mine = self.node.clock_issue(&members).await.into_iter().collect();
+        clock.insert(self.node.name.clone(), (true, mine));
         let mut issues: Vec<Issue> = by_node
             .into_values()
             .chain(clock.into_values())
@@ -187,8 +190,8 @@ impl MeshNode {
                 }
             }
         };
-        if target == self.name {
-            let Some(host) = self.host() else {
+        if target == self.node.name {
+            let Some(host) = &self.host else {
                 return Err(ApiError::new(
                     ErrorKind::Invalid,
                     "this agent runs no host loop",
@@ -212,7 +215,8 @@ impl MeshNode {
     pub(crate) fn handle_events(&self, after: u64, limit: u32) -> Response {
         let limit = limit.clamp(1, EVENTS_PER_CALL_MAX) as usize;
         Response::Events(
-            self.host()
+            self.host
+                .as_ref()
                 .map(|h| h.events_after(after, limit))
                 .unwrap_or_default(),
         )
@@ -223,15 +227,15 @@ impl MeshNode {
         node: String,
         draining: bool,
     ) -> Result<Response, ApiError> {
-        if node == self.name {
-            if !self.set_draining(draining).await {
+        if node == self.node.name {
+            if !self.node.set_draining(draining).await {
                 return Err(ApiError::new(
                     ErrorKind::Internal,
                     "this agent has no record to change",
                 ));
             }
             tracing::info!(draining, "draining flag changed by an operator");
-            if let Err(e) = self.persist_draining(draining) {
+            if let Err(e) = self.node.persist_draining(draining) {
                 return Err(ApiError::new(
                     ErrorKind::Internal,
                     format!(
@@ -254,8 +258,8 @@ impl MeshNode {
     }
 
     async fn forward(&self, node: &str, req: Request) -> Result<Response, ApiError> {
-        let members = self.members().await;
-        let Some((_, addr)) = view::live_peer_apis(&members, &self.name)
+        let members = self.node.members().await;
+        let Some((_, addr)) = view::live_peer_apis(&members, &self.node.name)
             .into_iter()
             .find(|(n, _)| n == node)
         else {
@@ -264,7 +268,7 @@ impl MeshNode {
                 format!("node {node:?} is not live here; `shoal nodes` lists the members"),
             ));
         };
-        rpc::call_with(self.rpc.as_ref(), addr, node, &req, FORWARD_TIMEOUT)
+        rpc::call_with(self.node.rpc.as_ref(), addr, node, &req, FORWARD_TIMEOUT)
             .await
             .map_err(|e| {
                 ApiError::new(

@@ -1,0 +1,89 @@
+//! [`Agent`]: the composition root. It owns one agent's parts and the tasks that drive them:
+//! the mesh node (store, gossip, anti-entropy), the host and its loop, and the API over both.
+//! Ownership runs one way (the API holds the host and the node, the host holds the node, the
+//! node holds neither), so dropping or crashing an agent frees all of it once its tasks end.
+
+mod process;
+
+use std::sync::Arc;
+
+use crate::dispatch::Api;
+use crate::host::{Host, HostLoop};
+use crate::mesh::api::{Request, Response};
+use crate::mesh::node::MeshNode;
+use crate::mesh::run::RunningNode;
+use crate::rpc;
+
+pub use process::{node_record, open_runtime, run_agent, AgentOptions, RuntimeChoice};
+
+/// One running agent.
+pub struct Agent {
+    running: Option<RunningNode>,
+    host: Arc<Host>,
+    api: Arc<Api>,
+    host_task: tokio::task::JoinHandle<()>,
+}
+
+impl Agent {
+    /// Assembles an agent from a started mesh node and its host, and spawns the host loop
+    /// (prepared by the caller: restored state, a pause gate).
+    pub fn start(running: RunningNode, host: Arc<Host>, host_loop: HostLoop) -> Agent {
+        assert!(
+            Arc::ptr_eq(host.node(), &running.node),
+            "the host must serve the agent's own node"
+        );
+        let api = Api::new(running.node.clone(), Some(host.clone()));
+        let host_task = tokio::spawn(host_loop.run());
+        Agent {
+            running: Some(running),
+            host,
+            api,
+            host_task,
+        }
+    }
+
+    /// The mesh node.
+    pub fn node(&self) -> &Arc<MeshNode> {
+        self.host.node()
+    }
+
+    /// The host.
+    pub fn host(&self) -> &Arc<Host> {
+        &self.host
+    }
+
+    /// The API.
+    pub fn api(&self) -> &Arc<Api> {
+        &self.api
+    }
+
+    /// The handler to serve on the API address.
+    pub fn handler(&self) -> rpc::Handler<Request, Response> {
+        self.api.handler()
+    }
+
+    /// Leaves gracefully: stops the host loop, fences this node's exclusive instances (nothing
+    /// supervises them once the agent is gone), announces the leave in gossip, stops the rest.
+    pub async fn leave(mut self) {
+        self.host_task.abort();
+        self.host.fence_on_leave().await;
+        if let Some(running) = self.running.take() {
+            running.leave().await;
+        }
+    }
+
+    /// Stops every task at once, as a crash would: instances keep running, the store keeps what
+    /// was durable.
+    pub fn crash(mut self) {
+        self.host_task.abort();
+        if let Some(running) = self.running.take() {
+            running.crash();
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.host_task.abort();
+    }
+}

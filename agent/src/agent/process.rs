@@ -1,0 +1,194 @@
+//! The agent process (`shoal agent`): loads the identity, opens the store and the runtime, binds
+//! the QUIC gossip and API endpoints, joins the mesh, serves the API and `/metrics`, and leaves
+//! gracefully on shutdown.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use shoal_core::store::StoreConfig;
+
+use super::Agent;
+use crate::gossip::quic::{QuicGossipConfig, QuicTransport};
+use crate::gossip::GossipTuning;
+use crate::host::Host;
+use crate::mesh::metrics;
+use crate::mesh::node::system_clock;
+use crate::mesh::record::NodeRecord;
+use crate::mesh::run::{cluster_id, start_node, MeshSetup};
+use crate::rpc::{self, QuicRpcClient, RpcServerConfig, TransportStats};
+use crate::store_db::DesiredStore;
+use crate::tls::{self, QuicOptions, ALPN_API};
+
+/// Everything `shoal agent` needs.
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    /// Node id (must match the certificate name).
+    pub name: String,
+    /// Gossip address (bound and advertised).
+    pub gossip_addr: SocketAddr,
+    /// API address.
+    pub api_addr: SocketAddr,
+    /// Data directory (store, peers, generation).
+    pub data_dir: PathBuf,
+    /// PKI directory (CA certificate, this node's certificate and key, or the CA key).
+    pub pki_dir: PathBuf,
+    /// Members to join through.
+    pub seeds: Vec<SocketAddr>,
+    /// Declared CPU capacity.
+    pub cpu_millis: u64,
+    /// Declared memory capacity.
+    pub memory_bytes: u64,
+    /// Failure domain.
+    pub zone: String,
+    /// Labels for placement constraints.
+    pub labels: BTreeMap<String, String>,
+    /// Gossip timing.
+    pub tuning: GossipTuning,
+    /// Where to serve OpenMetrics `/metrics` (plain HTTP), if anywhere.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Which runtime runs this node's instances.
+    pub runtime: RuntimeChoice,
+    /// The host loop's timing and bounds.
+    pub host: crate::host::HostConfig,
+}
+
+/// The runtime an agent runs its instances with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuntimeChoice {
+    /// Supervised host processes, state under `DATA_DIR/instances`, working dirs under
+    /// `DATA_DIR/replicas`.
+    Process,
+    /// Docker containers through the local engine.
+    Docker,
+}
+
+/// Opens the chosen runtime for node `name`.
+pub async fn open_runtime(
+    choice: RuntimeChoice,
+    data_dir: &std::path::Path,
+    name: &str,
+) -> anyhow::Result<Arc<dyn crate::runtime::Runtime>> {
+    Ok(match choice {
+        RuntimeChoice::Process => {
+            let config = crate::runtime::process::ProcessConfig::new(data_dir, name);
+            let runtime = crate::runtime::process::ProcessRuntime::open(config)
+                .await
+                .context("opening the process runtime")?;
+            if let Some(note) = crate::runtime::Runtime::limits_note(&runtime) {
+                tracing::warn!(%note, "resource limits");
+            }
+            Arc::new(runtime)
+        }
+        RuntimeChoice::Docker => {
+            let config = crate::runtime::docker::DockerConfig::new(name);
+            Arc::new(
+                crate::runtime::docker::DockerRuntime::new(config)
+                    .context("opening the docker runtime")?,
+            )
+        }
+    })
+}
+
+/// The record an agent with these options gossips.
+pub fn node_record(opts: &AgentOptions) -> NodeRecord {
+    NodeRecord {
+        cpu_millis: opts.cpu_millis,
+        memory_bytes: opts.memory_bytes,
+        labels: opts.labels.clone(),
+        zone: opts.zone.clone(),
+        draining: false,
+        agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        placement_version: shoal_core::placement::PLACEMENT_ALGORITHM_VERSION,
+        api_addr: opts.api_addr,
+        limits_note: None,
+    }
+}
+
+/// Runs an agent over QUIC until `shutdown` resolves, then leaves the mesh gracefully.
+pub async fn run_agent(
+    opts: AgentOptions,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let identity = crate::pki::load_identity(&opts.pki_dir, &opts.name)
+        .with_context(|| format!("loading the identity of {:?}", opts.name))?;
+    std::fs::create_dir_all(&opts.data_dir)
+        .with_context(|| format!("creating --data-dir {}", opts.data_dir.display()))?;
+    let store = DesiredStore::open(&opts.data_dir, &opts.name, StoreConfig::default())
+        .with_context(|| format!("opening the store under {}", opts.data_dir.display()))?;
+    let ca = identity
+        .ca_certs
+        .first()
+        .context("the PKI holds no CA certificate")?;
+    let cluster = cluster_id(ca.as_ref());
+    let api_endpoint = tls::bind_endpoint(opts.api_addr, &identity, ALPN_API, &QuicOptions::api())
+        .with_context(|| format!("binding the API on {}", opts.api_addr))?;
+    let api_stats = Arc::new(TransportStats::default());
+    let rpc_client = Arc::new(QuicRpcClient::new(api_endpoint.clone(), api_stats.clone()));
+    let transport = QuicTransport::new(identity, QuicGossipConfig::default());
+    let gossip_stats = transport.stats();
+    let runtime = open_runtime(opts.runtime, &opts.data_dir, &opts.name).await?;
+    let mut record = node_record(&opts);
+    record.limits_note = runtime.limits_note();
+    // An operator's drain survives restarts.
+    let drain_marker = opts.data_dir.join("draining");
+    record.draining = drain_marker.exists();
+    if record.draining {
+        tracing::info!(marker = %drain_marker.display(), "drained by an operator before the restart");
+    }
+    let setup = MeshSetup {
+        name: opts.name.clone(),
+        gossip_addr: opts.gossip_addr,
+        seeds: opts.seeds.clone(),
+        record,
+        tuning: opts.tuning.clone(),
+        cluster_id: cluster,
+    };
+    let clock = system_clock();
+    let running = start_node(setup, store, &transport, rpc_client, clock.clone(), false).await?;
+    running.node.set_drain_marker(drain_marker);
+    let mono = crate::host::clock::monotonic_from(&clock);
+    let (host, mut host_loop) = Host::new(
+        running.node.clone(),
+        runtime,
+        clock,
+        mono,
+        opts.host.clone(),
+    );
+    host_loop.keep_majority_time_in(opts.data_dir.join("last-majority"));
+    let agent = Agent::start(running, host, host_loop);
+    let server = tokio::spawn(rpc::serve(
+        api_endpoint.clone(),
+        agent.handler(),
+        RpcServerConfig::default(),
+        api_stats.clone(),
+    ));
+    let metrics = opts.metrics_addr.map(|addr| {
+        let host = agent.host().clone();
+        let collect: crate::metrics::Collector = Arc::new(move || {
+            let (host, gossip, api) = (host.clone(), gossip_stats.clone(), api_stats.clone());
+            Box::pin(async move {
+                let mut families = metrics::mesh_families(host.node(), &gossip, &api).await;
+                families.extend(crate::host::metrics::host_families(&host));
+                families
+            })
+        });
+        tokio::spawn(async move {
+            if let Err(e) = crate::metrics::serve(addr, collect).await {
+                tracing::error!(%addr, error = %e, "the /metrics endpoint stopped");
+            }
+        })
+    });
+    shutdown.await;
+    tracing::info!("leaving the mesh");
+    agent.leave().await;
+    server.abort();
+    if let Some(metrics) = metrics {
+        metrics.abort();
+    }
+    api_endpoint.close(0u32.into(), b"agent leaving");
+    Ok(())
+}

@@ -1,0 +1,100 @@
+//! The API: one request from the CLI or a peer in, one response out. [`Api`] holds the parts a
+//! request may need (the mesh node for the store and gossip, the host for this node's instances,
+//! issues and events) and depends on them; neither knows the API.
+//!
+//! Writes and the store's sync requests are the node's ([`MeshNode`]); reads of the host loops
+//! across the mesh (status, issues, approve, events, drain) are in [`ops`].
+
+mod ops;
+
+use std::sync::Arc;
+
+use crate::host::Host;
+use crate::mesh::api::{Request, Response};
+use crate::mesh::node::{MeshNode, PULL_PAGE_BYTES};
+use crate::mesh::view;
+use crate::rpc;
+use crate::tls::PeerName;
+
+/// Answers API requests for one agent.
+pub struct Api {
+    node: Arc<MeshNode>,
+    host: Option<Arc<Host>>,
+}
+
+impl Api {
+    /// The API of `node`, answering for its host when it has one (an agent without a host loop
+    /// answers store and membership requests only).
+    pub fn new(node: Arc<MeshNode>, host: Option<Arc<Host>>) -> Arc<Api> {
+        Arc::new(Api { node, host })
+    }
+
+    /// The node it serves.
+    pub fn node(&self) -> &Arc<MeshNode> {
+        &self.node
+    }
+
+    /// The handler to serve on the API address.
+    pub fn handler(self: &Arc<Self>) -> rpc::Handler<Request, Response> {
+        let api = self.clone();
+        Arc::new(move |req, peer| {
+            let api = api.clone();
+            Box::pin(async move { api.handle_request(req, peer).await })
+        })
+    }
+
+    /// Answers one API request from `peer`.
+    pub async fn handle_request(self: Arc<Self>, req: Request, peer: PeerName) -> Response {
+        tracing::debug!(%peer, kind = request_kind(&req), "API request");
+        let node = self.node.clone();
+        let result = match req {
+            Request::Apply { specs } => node.handle_apply(specs).await,
+            Request::Delete { name } => node.handle_delete(name).await,
+            Request::Get { name } => node.handle_get(name).await,
+            Request::Nodes => Ok(Response::Nodes(view::node_views(&node.members().await))),
+            Request::Status { name } => self.handle_status(name).await,
+            Request::Replicate { entries } => node.handle_replicate(entries).await,
+            Request::Issues => self.handle_issues().await,
+            Request::Approve { id, node } => self.handle_approve(id, node).await,
+            Request::Events { after, limit } => Ok(self.handle_events(after, limit)),
+            Request::Drain { node, draining } => self.handle_drain(node, draining).await,
+            Request::Clock => Ok(Response::Clock {
+                now_ms: (node.clock)(),
+            }),
+            Request::Digest => {
+                let digest = node.with_store(|s| s.digest().encode()).await;
+                Ok(Response::Digest(digest))
+            }
+            Request::Pull { buckets, after } => {
+                let page = node
+                    .with_store(move |s| {
+                        s.entries_in_buckets(&buckets, after.as_deref(), PULL_PAGE_BYTES)
+                    })
+                    .await;
+                Ok(Response::Entries {
+                    entries: page.entries,
+                    next_after: page.next_after,
+                })
+            }
+        };
+        result.unwrap_or_else(Response::Error)
+    }
+}
+
+fn request_kind(req: &Request) -> &'static str {
+    match req {
+        Request::Apply { .. } => "apply",
+        Request::Get { .. } => "get",
+        Request::Delete { .. } => "delete",
+        Request::Nodes => "nodes",
+        Request::Status { .. } => "status",
+        Request::Replicate { .. } => "replicate",
+        Request::Digest => "digest",
+        Request::Pull { .. } => "pull",
+        Request::Issues => "issues",
+        Request::Approve { .. } => "approve",
+        Request::Events { .. } => "events",
+        Request::Drain { .. } => "drain",
+        Request::Clock => "clock",
+    }
+}
