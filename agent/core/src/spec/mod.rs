@@ -215,6 +215,23 @@ pub enum RestartMode {
     Never,
 }
 
+impl RestartMode {
+    /// The name the `policy` field takes: `always`, `on-failure` or `never`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartMode::Always => "always",
+            RestartMode::OnFailure => "on-failure",
+            RestartMode::Never => "never",
+        }
+    }
+}
+
+impl std::fmt::Display for RestartMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Rolling update bounds, in replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UpdateStrategy {
