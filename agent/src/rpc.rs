@@ -121,7 +121,10 @@ pub enum RpcError {
         reason: String,
     },
     /// The call did not complete within its timeout.
-    #[error("no answer within {0:?}")]
+    #[error(
+        "no answer within {}",
+        crate::core::spec::format_duration_ms(.0.as_millis() as u64)
+    )]
     Timeout(Duration),
     /// The server refused the request before handling it.
     #[error("request rejected by the server: {0}")]
@@ -276,7 +279,10 @@ where
             TransportStats::bump(&stats.requests_served);
             encode_response(response)
         }
-        Err(_) => encode_reject(&format!("handler took over {handler_timeout:?}")),
+        Err(_) => encode_reject(&format!(
+            "handler took over {}",
+            crate::core::spec::format_duration_ms(handler_timeout.as_millis() as u64)
+        )),
     }
 }
 

@@ -60,6 +60,19 @@ impl FrameKind {
     }
 }
 
+/// The kind as a message names it: `request`, `response`, `reject`, `gossip`.
+impl std::fmt::Display for FrameKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FrameKind::Request => "request",
+            FrameKind::Response => "response",
+            FrameKind::Reject => "reject",
+            FrameKind::Gossip => "gossip",
+            FrameKind::GossipZstd => "compressed gossip",
+        })
+    }
+}
+
 /// Why a frame was refused. Refusing a frame changes no state.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
@@ -96,7 +109,7 @@ pub enum WireError {
     #[error("unknown frame kind {0}")]
     UnknownKind(u8),
     /// A frame of another kind than the one expected here.
-    #[error("unexpected frame kind {got:?}")]
+    #[error("unexpected {got} frame")]
     UnexpectedKind {
         /// The kind found.
         got: FrameKind,

@@ -7,6 +7,22 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+/// True when `text` holds a version as people see it: `YYYY-MM-DD HH:MM:SS.mmmZ by NODE`.
+fn shows_a_utc_version(text: &str, node: &str) -> bool {
+    text.match_indices(&format!("Z by {node}")).any(|(end, _)| {
+        let Some(stamp) = end.checked_sub(23).and_then(|start| text.get(start..end)) else {
+            return false;
+        };
+        stamp.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            10 => b == b' ',
+            13 | 16 => b == b':',
+            19 => b == b'.',
+            _ => b.is_ascii_digit(),
+        })
+    })
+}
+
 fn has(cluster: &Cluster, i: usize, name: &str) -> bool {
     cluster
         .workloads(i)
@@ -29,6 +45,14 @@ fn five_agents_replicate_and_keep_specs_through_crashes_restarts_and_deletes() {
     let everywhere = wait_until(Duration::from_secs(2), || {
         (0..5).all(|i| has(&c, i, "sleeper"))
     });
+    // People read the version as a UTC time and a node; `-o json` keeps the raw HLC.
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(said.starts_with("sleeper: applied (version "), "{said}");
+    assert!(shows_a_utc_version(&said, "n1"), "{said}");
+    let listed = String::from_utf8_lossy(&c.cli(0, &["get"]).stdout).to_string();
+    assert!(shows_a_utc_version(&listed, "n1"), "{listed}");
+    let json = String::from_utf8_lossy(&c.cli(0, &["get", "-o", "json"]).stdout).to_string();
+    assert!(json.contains("@n1\""), "{json}");
     assert!(everywhere, "sleeper not on all 5 agents within 2 s");
     eprintln!(
         "spec on all 5 agents {:?} after apply",

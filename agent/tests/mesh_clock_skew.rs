@@ -174,8 +174,9 @@ async fn a_skewed_agent_refuses_writes_and_no_acknowledged_write_is_lost() {
     // through them would get a lower version and lose to it once their clocks catch up, so
     // they refuse it and name the newer version. Their own clocks are fine: n2's verdict is
     // not skewed, the refusal comes from the newer version.
-    let message = expect_clock_skew(apply(&nodes[1], 8).await, &["newer write", "@n5", "NTP"]);
-    assert!(message.contains(&acknowledged), "{message}");
+    let message = expect_clock_skew(apply(&nodes[1], 8).await, &["newer write", " by n5", "NTP"]);
+    let shown = shoal_core::hlc::format_version(&acknowledged);
+    assert!(message.contains(&shown), "{message}");
     assert_eq!(refused_metric(&nodes[1], "newer_version").await, 1.0);
     assert_eq!(refused_metric(&nodes[1], "clock_offset").await, 0.0);
 

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use anyhow::Context;
 use serde_json::Value;
 
-use crate::check::stats::Dist;
+use crate::check::stats::{show_ms, Dist};
 use crate::scenario::Scenario;
 
 /// Parses `A..B` (B excluded).
@@ -19,6 +19,17 @@ pub fn parse_range(text: &str) -> anyhow::Result<std::ops::Range<u64>> {
     let (a, b): (u64, u64) = (a.trim().parse()?, b.trim().parse()?);
     anyhow::ensure!(a < b, "--seeds {text}: the range is empty");
     Ok(a..b)
+}
+
+/// One seed's line of `shoal-sim seeds`.
+fn seed_line(seed: u64, passed: bool, hash: &str, p99: Option<u64>, report: &Value) -> String {
+    format!(
+        "seed {seed:>4}: {} trace {hash} replacement p99 {}, exclusive duplicates {}, violations {}",
+        if passed { "ok    " } else { "FAILED" },
+        show_ms(p99),
+        u64_of(report, "exclusive_duplicates").unwrap_or(0),
+        u64_of(report, "invariant_violations").unwrap_or(0),
+    )
 }
 
 fn u64_of(v: &Value, key: &str) -> Option<u64> {
@@ -60,7 +71,7 @@ pub fn run_many(
             .last()
             .and_then(|l| serde_json::from_str::<Value>(l).ok())
         else {
-            eprintln!("seed {seed}: no report (exit {:?})", child.status.code());
+            eprintln!("seed {seed}: no report ({})", child.status);
             failing.push(seed);
             continue;
         };
@@ -91,12 +102,7 @@ pub fn run_many(
             .and_then(Value::as_str)
             .unwrap_or("?")
             .to_string();
-        eprintln!(
-            "seed {seed:>4}: {} trace {hash} replacement p99 {p99:?} ms, exclusive duplicates {}, violations {}",
-            if passed { "ok    " } else { "FAILED" },
-            u64_of(&report, "exclusive_duplicates").unwrap_or(0),
-            u64_of(&report, "invariant_violations").unwrap_or(0),
-        );
+        eprintln!("{}", seed_line(seed, passed, &hash, p99, &report));
         hashes.push((seed, hash));
         if !passed {
             failing.push(seed);
@@ -136,4 +142,23 @@ pub fn run_many(
         println!("{summary}");
     }
     Ok(i32::from(!failing.is_empty()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_line_shows_an_absent_p99_as_a_dash() {
+        let report = serde_json::json!({ "exclusive_duplicates": 0, "invariant_violations": 1 });
+        assert_eq!(
+            seed_line(7, false, "00ff", None, &report),
+            "seed    7: FAILED trace 00ff replacement p99 -, exclusive duplicates 0, violations 1"
+        );
+        assert_eq!(
+            seed_line(12, true, "00ff", Some(2001), &report),
+            "seed   12: ok     trace 00ff replacement p99 2001 ms, exclusive duplicates 0, \
+             violations 1"
+        );
+    }
 }

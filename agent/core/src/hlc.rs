@@ -88,10 +88,85 @@ impl Version {
     }
 }
 
+/// The raw form, `wall_ms.logical@node`: what machines store, compare and send (`-o json`, store
+/// keys, instance labels). [`Version::human`] is the form for people.
 impl std::fmt::Display for Version {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}@{}", self.hlc, self.node)
     }
+}
+
+impl std::str::FromStr for Version {
+    type Err = String;
+
+    /// Parses the raw form that [`Version`]'s `Display` writes, `wall_ms.logical@node`.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("{text:?} is not a version (expected WALL_MS.LOGICAL@NODE)");
+        let (hlc, node) = text.split_once('@').ok_or_else(bad)?;
+        let (wall_ms, logical) = hlc.split_once('.').ok_or_else(bad)?;
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(wall_ms) || !digits(logical) || node.is_empty() {
+            return Err(bad());
+        }
+        let wall_ms = wall_ms.parse().map_err(|_| bad())?;
+        let logical = logical.parse().map_err(|_| bad())?;
+        Ok(Version::new(Hlc::new(wall_ms, logical), node))
+    }
+}
+
+impl Version {
+    /// The version for people: the UTC time of the write and the node that made it,
+    /// `2026-12-01 02:03:04.123Z by n3`. Writes within one millisecond add their logical count,
+    /// `2026-12-01 02:03:04.123Z #2 by n3`. Two versions compare as their texts read: by time,
+    /// then count, then node.
+    pub fn human(&self) -> String {
+        let count = match self.hlc.logical {
+            0 => String::new(),
+            n => format!(" #{n}"),
+        };
+        format!(
+            "{}{count} by {}",
+            format_utc_ms(self.hlc.wall_ms),
+            self.node
+        )
+    }
+}
+
+/// A raw version string (as the API carries it) for people: [`Version::human`] when it parses,
+/// else the text unchanged.
+pub fn format_version(raw: &str) -> String {
+    raw.parse::<Version>()
+        .map_or_else(|_| raw.to_string(), |v| v.human())
+}
+
+/// Milliseconds since the Unix epoch as a UTC time to the millisecond, `2026-12-01 02:03:04.123Z`
+/// (proleptic Gregorian calendar; years past 9999 get more digits).
+pub fn format_utc_ms(ms: u64) -> String {
+    const DAY_MS: u64 = 86_400_000;
+    let (days, in_day) = (ms / DAY_MS, ms % DAY_MS);
+    let (year, month, day) = civil_from_days(days);
+    let (h, m, s, milli) = (
+        in_day / 3_600_000,
+        in_day / 60_000 % 60,
+        in_day / 1000 % 60,
+        in_day % 1000,
+    );
+    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{s:02}.{milli:03}Z")
+}
+
+/// The calendar date of a day count since 1970-01-01 (Howard Hinnant's `civil_from_days`, for
+/// non-negative days).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468; // days since 0000-03-01
+    let era = z / 146_097;
+    let doe = z % 146_097; // day of the 400-year era
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // day of the year starting in March
+    let mp = (5 * doy + 2) / 153; // month starting in March
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
 }
 
 /// Why a remote timestamp was not observed. The clock is unchanged.

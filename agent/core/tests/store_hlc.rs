@@ -1,7 +1,7 @@
 //! Hybrid logical clock: monotonic output, causality across nodes, the skew bound, restarts.
 
 use proptest::prelude::*;
-use shoal_core::hlc::{Clock, ClockError, Hlc, Version};
+use shoal_core::hlc::{format_utc_ms, format_version, Clock, ClockError, Hlc, Version};
 
 const DRIFT_MS: u64 = 1_000;
 
@@ -143,4 +143,59 @@ fn a_full_logical_counter_carries_into_the_wall_time() {
     assert_eq!(Hlc::new(5, u32::MAX).successor(), Hlc::new(6, 0));
     let mut clock = Clock::with_high_water(Hlc::new(5, u32::MAX), DRIFT_MS);
     assert_eq!(clock.tick(5), Hlc::new(6, 0));
+}
+
+#[test]
+fn utc_times_read_as_calendar_dates() {
+    assert_eq!(format_utc_ms(0), "1970-01-01 00:00:00.000Z");
+    assert_eq!(format_utc_ms(1_800_000_000_000), "2027-01-15 08:00:00.000Z");
+    assert_eq!(format_utc_ms(1_709_210_096_789), "2024-02-29 12:34:56.789Z");
+    assert_eq!(format_utc_ms(1_796_012_707_068), "2026-11-30 04:25:07.068Z");
+    assert_eq!(
+        format_utc_ms(253_402_300_799_999),
+        "9999-12-31 23:59:59.999Z"
+    );
+    assert!(format_utc_ms(u64::MAX).ends_with('Z'), "no overflow");
+}
+
+#[test]
+fn a_version_shows_when_and_by_whom() {
+    let v = Version::new(Hlc::new(1_796_012_707_068, 0), "n3");
+    assert_eq!(v.human(), "2026-11-30 04:25:07.068Z by n3");
+    let v = Version::new(Hlc::new(1_796_012_707_068, 2), "n3");
+    assert_eq!(v.human(), "2026-11-30 04:25:07.068Z #2 by n3");
+    // The raw form stays what machines read.
+    assert_eq!(v.to_string(), "1796012707068.2@n3");
+    assert_eq!(
+        format_version("1796012707068.2@n3"),
+        "2026-11-30 04:25:07.068Z #2 by n3"
+    );
+    assert_eq!(format_version("v1"), "v1", "not a version: shown as it is");
+}
+
+#[test]
+fn malformed_versions_do_not_parse() {
+    for bad in [
+        "", "1.2", "1@n1", "a.0@n1", "1.b@n1", "1.0@", ".0@n1", "1.@n1", "-1.0@n1",
+    ] {
+        assert!(bad.parse::<Version>().is_err(), "{bad:?} parsed");
+    }
+    let node_with_at = "5.1@host@dc".parse::<Version>().unwrap();
+    assert_eq!(node_with_at, Version::new(Hlc::new(5, 1), "host@dc"));
+}
+
+proptest! {
+    /// The raw form parses back to the version it came from.
+    #[test]
+    fn the_raw_form_round_trips(wall in any::<u64>(), logical in any::<u32>(), node in "[a-z0-9.-]{1,20}") {
+        let v = Version::new(Hlc::new(wall, logical), node);
+        prop_assert_eq!(v.to_string().parse::<Version>(), Ok(v));
+    }
+
+    /// Up to year 9999 the UTC text sorts as the time does: two versions compare at a glance.
+    #[test]
+    fn utc_text_sorts_as_time(a in 0u64..253_402_300_800_000, b in 0u64..253_402_300_800_000) {
+        let (ta, tb) = (format_utc_ms(a), format_utc_ms(b));
+        prop_assert_eq!(a.cmp(&b), ta.cmp(&tb), "{} vs {}", ta, tb);
+    }
 }

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use shoal::mesh::api::{Request, Response, StatusView};
+use shoal_core::hlc::format_version;
+use shoal_core::spec::format_duration_ms;
 
 use super::connect::{call_async, ClientOpts};
 
@@ -171,7 +173,7 @@ async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
     if let Response::Applied(a) = applied {
         println!(
             "   stored as version {} (durable on {})",
-            a[0].version,
+            format_version(&a[0].version),
             a[0].durable_on.join(", ")
         );
     }
@@ -270,7 +272,8 @@ where
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    bail!("gave up after {within:?} waiting for {what}; the agents' logs are in the demo directory")
+    let within = format_duration_ms(within.as_millis() as u64);
+    bail!("gave up after {within} waiting for {what}; the agents' logs are in the demo directory")
 }
 
 /// Waits until every replica has a running, healthy instance on a live node other than `off`.
@@ -296,9 +299,41 @@ async fn wait_healthy(demo: &Demo, agent: usize, off: Option<&str>) -> anyhow::R
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     bail!(
-        "the mesh did not heal: not every replica was healthy within {STAGE_TIMEOUT:?}; last status: {last:?}; \
-         the agents' logs are in the demo directory"
+        "the mesh did not heal: not every replica was healthy within {}; last status: {}; \
+         the agents' logs are in the demo directory",
+        format_duration_ms(STAGE_TIMEOUT.as_millis() as u64),
+        describe(last.as_ref())
     )
+}
+
+/// A status in one line: each instance's replica, node, phase, health and reason.
+fn describe(status: Option<&StatusView>) -> String {
+    let Some(status) = status else {
+        return "no answer from the agent".to_string();
+    };
+    let instances: Vec<String> = status
+        .instances
+        .iter()
+        .map(|i| {
+            let health = match i.healthy {
+                Some(true) => ", healthy",
+                Some(false) => ", unhealthy",
+                None => "",
+            };
+            let why = i.reason.as_deref().or(i.last_error.as_deref());
+            format!(
+                "replica {} on {}: {}{health}{}",
+                i.replica,
+                i.node.as_deref().unwrap_or("no node"),
+                i.phase,
+                why.map(|w| format!(" ({w})")).unwrap_or_default()
+            )
+        })
+        .collect();
+    if instances.is_empty() {
+        return "no instances".to_string();
+    }
+    instances.join("; ")
 }
 
 fn print_placement(status: &StatusView) {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use shoal::mesh::api::{Request, Response};
+use shoal_core::reconcile::Layer;
 
 use super::connect::{call, ClientOpts, Output};
 
@@ -66,6 +67,17 @@ fn since(at_ms: u64) -> String {
     }
 }
 
+/// The layer as `-o json` spells it.
+fn layer_name(layer: Layer) -> &'static str {
+    match layer {
+        Layer::Placement => "placement",
+        Layer::Process => "process",
+        Layer::Application => "application",
+        Layer::Safety => "safety",
+        Layer::Runtime => "runtime",
+    }
+}
+
 /// Lists every node's issues.
 pub fn issues(args: IssuesArgs) -> anyhow::Result<ExitCode> {
     let Response::Issues(issues) = call(&args.client, Request::Issues)? else {
@@ -91,7 +103,7 @@ pub fn issues(args: IssuesArgs) -> anyhow::Result<ExitCode> {
         println!(
             "{:<12} {:<12} {:<22} {:<20} {:<10} {:>6}  {}",
             i.id,
-            format!("{:?}", i.layer).to_lowercase(),
+            layer_name(i.layer),
             i.kind.to_string(),
             i.replica
                 .as_ref()

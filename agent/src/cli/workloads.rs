@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use anyhow::bail;
 use serde::Serialize;
 use shoal::mesh::api::{Request, Response};
+use shoal_core::hlc::format_version;
 use shoal_core::resources::{format_cpu_millis, format_memory_bytes};
+use shoal_core::spec::format_duration_ms;
 
 use super::connect::{call, ClientOpts, Output};
 use super::EXIT_FAILURE;
@@ -100,7 +102,7 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
             println!(
                 "{}: {verb} (version {}, durable on {})",
                 a.name,
-                a.version,
+                format_version(&a.version),
                 a.durable_on.join(", ")
             );
         }
@@ -124,6 +126,7 @@ fn wait_rollout(
     timeout: std::time::Duration,
 ) -> anyhow::Result<bool> {
     let start = std::time::Instant::now();
+    let shown_version = format_version(version);
     let mut last_line = String::new();
     loop {
         let Response::Status(status) = call(client, Request::Status { name: name.into() })? else {
@@ -140,7 +143,7 @@ fn wait_rollout(
             .map(|i| i.replica)
             .collect();
         let line = format!(
-            "{name}: {}/{} replicas healthy at version {version} ({:.0} s)",
+            "{name}: {}/{} replicas healthy at version {shown_version} ({:.0} s)",
             ready.len(),
             status.desired,
             start.elapsed().as_secs_f64()
@@ -153,7 +156,8 @@ fn wait_rollout(
             return Ok(true);
         }
         if start.elapsed() >= timeout {
-            eprintln!("{name}: gave up after {timeout:?}; replicas not ready:");
+            let waited = format_duration_ms(timeout.as_millis().try_into().unwrap_or(u64::MAX));
+            eprintln!("{name}: gave up after {waited}; replicas not ready:");
             for i in status
                 .instances
                 .iter()
@@ -213,7 +217,7 @@ pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
             v.replicas,
             format_cpu_millis(v.spec.resources.cpu_millis),
             format_memory_bytes(v.spec.resources.memory_bytes),
-            v.version
+            format_version(&v.version)
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -231,7 +235,7 @@ pub fn delete(args: NameArgs) -> anyhow::Result<ExitCode> {
         println!(
             "{}: deleted (version {}, durable on {})",
             deleted.name,
-            deleted.version,
+            format_version(&deleted.version),
             deleted.durable_on.join(", ")
         );
     }
@@ -249,7 +253,9 @@ pub fn status(args: NameArgs) -> anyhow::Result<ExitCode> {
     }
     println!(
         "{}: {} desired, version {}",
-        status.name, status.desired, status.version
+        status.name,
+        status.desired,
+        format_version(&status.version)
     );
     for note in &status.notes {
         println!("note: {note}");

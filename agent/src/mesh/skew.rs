@@ -189,7 +189,7 @@ impl MeshNode {
             .with_store(move |s| {
                 s.core()
                     .refused_newer_all(now)
-                    .map(|(n, v)| (n.to_owned(), v.to_string(), v.hlc.wall_ms))
+                    .map(|(n, v)| (n.to_owned(), v.human(), v.hlc.wall_ms))
                     .collect()
             })
             .await;

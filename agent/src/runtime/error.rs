@@ -70,7 +70,10 @@ pub enum RuntimeError {
     },
     /// The instance did not exit even after SIGKILL (or the engine's kill) and the wait after it.
     /// It has been signalled; `list` tells whether it is gone.
-    #[error("instance {handle:?} did not exit within {waited:?} after being killed")]
+    #[error(
+        "instance {handle:?} did not exit within {} after being killed",
+        crate::core::spec::format_duration_ms(.waited.as_millis() as u64)
+    )]
     StopTimedOut {
         /// The handle.
         handle: String,

@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::core::spec::format_duration_ms;
 use crate::runtime::ProbeOutcome;
 
 /// The longest HTTP status line a probe reads before giving up.
@@ -30,7 +31,8 @@ pub async fn tcp(addr: SocketAddr, timeout: Duration) -> ProbeOutcome {
         Ok(Ok(_)) => ProbeOutcome::Healthy,
         Ok(Err(e)) => ProbeOutcome::fail(format!("tcp connect to {addr}: {e}")),
         Err(_) => ProbeOutcome::fail(format!(
-            "tcp connect to {addr}: no answer within {timeout:?}"
+            "tcp connect to {addr}: no answer within {}",
+            format_duration_ms(timeout.as_millis() as u64)
         )),
     }
 }
@@ -42,7 +44,8 @@ pub async fn http(addr: SocketAddr, path: &str, timeout: Duration) -> ProbeOutco
         Ok(Ok(status)) => ProbeOutcome::fail(format!("http GET {addr}{path}: status {status}")),
         Ok(Err(e)) => ProbeOutcome::fail(format!("http GET {addr}{path}: {e}")),
         Err(_) => ProbeOutcome::fail(format!(
-            "http GET {addr}{path}: no answer within {timeout:?}"
+            "http GET {addr}{path}: no answer within {}",
+            format_duration_ms(timeout.as_millis() as u64)
         )),
     }
 }
@@ -155,7 +158,8 @@ pub async fn exec_host(
                 let group = nix::unistd::Pid::from_raw(pid as i32);
                 let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
             }
-            ProbeOutcome::fail(format!("{program:?} did not finish within {timeout:?}"))
+            let timeout = format_duration_ms(timeout.as_millis() as u64);
+            ProbeOutcome::fail(format!("{program:?} did not finish within {timeout}"))
         }
     }
 }

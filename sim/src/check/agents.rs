@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use chitchat::Chitchat;
 use shoal::mesh::api::{Request, Response};
 use shoal::tls::PeerName;
+use shoal_core::hlc::format_version;
 use shoal_core::instance::ReplicaId;
 
 use super::{Checker, PendingDetection, PendingReplacement};
@@ -207,11 +208,16 @@ impl Checker {
             for h in hosts.iter().filter(|h| h.serving()) {
                 let held = holds(h, &w).await;
                 if held.as_ref() != Some(&version) {
+                    let shown = |v: Option<&str>, none: &str| {
+                        v.map_or(none.to_string(), |v| {
+                            format!("version {}", format_version(v))
+                        })
+                    };
                     let detail = format!(
-                        "{w}: acknowledged {} but {} holds {:?}",
-                        version.as_deref().unwrap_or("deleted"),
+                        "{w}: acknowledged {} but {} holds {}",
+                        shown(version.as_deref(), "its deletion"),
                         h.name,
-                        held.flatten().unwrap_or_else(|| "nothing".into())
+                        shown(held.flatten().as_deref(), "no live spec")
                     );
                     self.violation(trace, now, "acknowledged-spec-missing", detail);
                 }

@@ -13,6 +13,11 @@ pub fn percentile(values: &[u64], p: f64) -> Option<u64> {
     Some(v[rank.clamp(1, v.len()) - 1])
 }
 
+/// A duration that may be unknown, for people: `1234 ms`, or `-` when there is none.
+pub fn show_ms(ms: Option<u64>) -> String {
+    ms.map_or_else(|| "-".to_string(), |ms| format!("{ms} ms"))
+}
+
 /// Count, p50, p99 and max of a set of durations.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct Dist {
@@ -51,6 +56,13 @@ impl Dist {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_durations_read_as_a_dash() {
+        assert_eq!(show_ms(Some(2001)), "2001 ms");
+        assert_eq!(show_ms(None), "-");
+        assert_eq!(Dist::of(&[]).show(), "no samples");
+    }
 
     #[test]
     fn nearest_rank() {

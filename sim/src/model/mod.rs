@@ -124,7 +124,7 @@ pub fn main(args: ModelArgs) -> anyhow::Result<i32> {
          detection (per observer): {}\n  detection (all observers): {}\n  replacement: {}\n  \
          moves {} ({} forced) over {} membership changes; starts {}, stops {}\n  \
          exclusive duplicates {}, unreplaced {}, missing at the end {}; {} rounds\n  \
-         converged {:?} ms after the last fault; ignored events: {:?}\n",
+         converged after the last fault: {}; ignored events: {}\n",
         report.scenario,
         report.nodes,
         report.replicas,
@@ -142,8 +142,12 @@ pub fn main(args: ModelArgs) -> anyhow::Result<i32> {
         report.unreplaced,
         report.missing_at_end,
         report.rounds,
-        report.converged_after_last_fault_ms,
-        report.ignored
+        crate::check::stats::show_ms(report.converged_after_last_fault_ms),
+        if report.ignored.is_empty() {
+            "none".to_string()
+        } else {
+            report.ignored.join(", ")
+        }
     );
     if args.json {
         eprint!("{summary}");

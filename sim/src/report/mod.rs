@@ -12,7 +12,7 @@ use crate::world::World;
 pub use svg::timeline_svg;
 
 /// One run's results.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct Report {
     /// Scenario name.
     pub scenario: String,
@@ -123,8 +123,12 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
     };
     if let Some(bound) = sc.assert.converged_within_ms {
         if !converged {
+            let after = match converged_after {
+                Some(ms) => format!("converged {ms} ms after it"),
+                None => "never converged".to_string(),
+            };
             failures.push(format!(
-                "not converged within {bound} ms of the last fault (after: {converged_after:?} ms)"
+                "not converged within {bound} ms of the last fault ({after})"
             ));
         }
     }
@@ -193,6 +197,15 @@ fn round3(x: f64) -> f64 {
 }
 
 impl Report {
+    /// Whether and when the run converged after its last fault, in words.
+    fn convergence(&self) -> String {
+        match (self.converged, self.converged_after_last_fault_ms) {
+            (_, None) => "no, not by the end of the run".to_string(),
+            (true, Some(ms)) => format!("yes, {ms} ms after the last fault"),
+            (false, Some(ms)) => format!("no, only {ms} ms after the last fault (over the bound)"),
+        }
+    }
+
     /// The terminal summary.
     pub fn summary(&self) -> String {
         let mut s = String::new();
@@ -205,10 +218,7 @@ impl Report {
             "  {} hosts, {:.1} simulated s in {:.2} wall s ({:.1}x)\n",
             self.nodes, self.sim_seconds, self.wall_seconds, self.sim_per_wall
         );
-        s += &format!(
-            "  converged: {} ({:?} ms after the last fault)\n",
-            self.converged, self.converged_after_last_fault_ms
-        );
+        s += &format!("  converged: {}\n", self.convergence());
         s += &format!(
             "  failure detection (per observer): {}\n",
             self.detection.show()
@@ -247,5 +257,53 @@ impl Report {
             s += &format!("  replay: {}\n", self.replay);
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary_line(report: &Report, starts: &str) -> String {
+        let summary = report.summary();
+        let line = summary.lines().find(|l| l.trim_start().starts_with(starts));
+        line.unwrap_or_else(|| panic!("no {starts:?} line in:\n{summary}"))
+            .to_string()
+    }
+
+    #[test]
+    fn the_summary_says_when_the_run_converged_in_words() {
+        let mut report = Report {
+            converged: true,
+            converged_after_last_fault_ms: Some(2001),
+            ..Report::default()
+        };
+        assert_eq!(
+            summary_line(&report, "converged"),
+            "  converged: yes, 2001 ms after the last fault"
+        );
+        report.converged = false;
+        assert_eq!(
+            summary_line(&report, "converged"),
+            "  converged: no, only 2001 ms after the last fault (over the bound)"
+        );
+        report.converged_after_last_fault_ms = None;
+        assert_eq!(
+            summary_line(&report, "converged"),
+            "  converged: no, not by the end of the run"
+        );
+        assert_eq!(
+            summary_line(&report, "replacement (normal)"),
+            "  replacement (normal): no samples"
+        );
+    }
+
+    #[test]
+    fn no_debug_formatting_reaches_the_summary() {
+        let report = Report::default();
+        let summary = report.summary();
+        for debug in ["Some(", "None", "[]", "\"\""] {
+            assert!(!summary.contains(debug), "{debug} in:\n{summary}");
+        }
     }
 }

@@ -111,11 +111,11 @@ pub fn timeline_svg(report: &Report) -> String {
         );
     }
     out += &format!(
-        "<text x=\"{0}\" y=\"{1}\" fill=\"#666\">trace {2}; replacement p99 {3:?} ms; exclusive duplicates {4}</text>\n</svg>\n",
+        "<text x=\"{0}\" y=\"{1}\" fill=\"#666\">trace {2}; replacement p99 {3}; exclusive duplicates {4}</text>\n</svg>\n",
         LEFT,
         H - 6.0,
         report.trace_hash,
-        report.replacement_p99_ms,
+        crate::check::stats::show_ms(report.replacement_p99_ms),
         report.exclusive_duplicates
     );
     out

@@ -6,14 +6,13 @@
 //! construction (rankings are exact prefixes; the pass is a function of the orders alone) and the
 //! property tests check it after random sequences of changes.
 
-use std::collections::HashMap;
-
 use super::accept::Outcome;
 use super::hash::{pair_hash, workload_hash, RequestScale};
 use super::model::{check_node, check_workload, InputError, Node, Placement, ReplicaId, Workload};
 use super::model::{Spread, Unschedulable};
 use super::rank::{Ranking, Scan};
 use super::table::{eligible, ClassTable, ConstraintClass, NodeTable};
+use crate::stable_hash::StableHashMap;
 
 /// A workload and its cached ranking.
 #[derive(Clone, Debug)]
@@ -94,7 +93,7 @@ pub struct PlacementEngine {
     pub(super) nodes: NodeTable,
     pub(super) classes: ClassTable,
     pub(super) workloads: Vec<Option<Tracked>>,
-    workload_slots: HashMap<String, u32>,
+    workload_slots: StableHashMap<String, u32>,
     free_workloads: Vec<u32>,
     /// Workload slots in canonical order; rebuilt when `order_stale`.
     pub(super) order: Vec<u32>,
@@ -124,7 +123,7 @@ impl PlacementEngine {
             nodes: NodeTable::default(),
             classes: ClassTable::default(),
             workloads: Vec::new(),
-            workload_slots: HashMap::new(),
+            workload_slots: StableHashMap::default(),
             free_workloads: Vec::new(),
             order: Vec::new(),
             order_stale: true,
@@ -136,7 +135,7 @@ impl PlacementEngine {
             node_epoch: 0,
         };
         let mut rejected = Vec::new();
-        let mut node_ids: HashMap<&str, u32> = HashMap::new();
+        let mut node_ids: StableHashMap<&str, u32> = StableHashMap::default();
         for n in nodes {
             *node_ids.entry(n.id.as_str()).or_default() += 1;
         }
@@ -150,7 +149,7 @@ impl PlacementEngine {
                 engine.classes.node_added(slot, &engine.nodes);
             }
         }
-        let mut workload_ids: HashMap<&str, u32> = HashMap::new();
+        let mut workload_ids: StableHashMap<&str, u32> = StableHashMap::default();
         for w in workloads {
             *workload_ids.entry(w.id.as_str()).or_default() += 1;
         }

@@ -6,12 +6,11 @@
 //! (rank, pair hash, canonical workload order, replica index), and guests go in canonical order.
 //! The hash maps are only looked up, never iterated.
 
-use std::collections::HashMap;
-
 use super::hash::{node_hash, zone_hash};
 use super::model::Node;
 use crate::constraint::Constraint;
 use crate::resources::Resources;
+use crate::stable_hash::StableHashMap;
 
 /// Live nodes by slot, structure-of-arrays for the scan loop.
 #[derive(Clone, Debug, Default)]
@@ -23,10 +22,10 @@ pub(crate) struct NodeTable {
     /// Bumped each time a slot is filled, so that a reused slot is never mistaken for its old node.
     pub generation: Vec<u64>,
     pub specs: Vec<Option<Node>>,
-    by_id: HashMap<String, u32>,
+    by_id: StableHashMap<String, u32>,
     free: Vec<u32>,
     next_generation: u64,
-    zones: HashMap<String, u32>,
+    zones: StableHashMap<String, u32>,
     /// Hash of each zone's name, by zone number.
     pub zone_hashes: Vec<u64>,
     /// Each zone's name, by zone number.
@@ -190,7 +189,7 @@ impl ConstraintClass {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ClassTable {
     pub classes: Vec<Option<ConstraintClass>>,
-    by_constraints: HashMap<Vec<Constraint>, u32>,
+    by_constraints: StableHashMap<Vec<Constraint>, u32>,
     free: Vec<u32>,
 }
 

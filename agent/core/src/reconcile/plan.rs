@@ -233,7 +233,8 @@ pub(crate) fn plan_placed(
     for (handle, t) in running.iter().filter(|(h, _)| !keepers.contains(&h)) {
         let reason = match current {
             Some((h, cur)) if cur.serves() && t.version != entry.version => {
-                format!("replaced by healthy instance {h} at {}", entry.version)
+                let version = crate::hlc::format_version(&entry.version);
+                format!("replaced by healthy instance {h} at version {version}")
             }
             _ => format!(
                 "another instance of {replica} runs here ({})",

@@ -33,7 +33,7 @@ pub(crate) fn plan_start(
     if state.completed_version.as_deref() == Some(entry.version.as_str()) {
         if let Some(exit) = state.last_exit.as_ref().filter(|e| e.failure) {
             let msg = format!(
-                "exited ({}); restart policy {:?} does not restart it",
+                "exited ({}); restart policy {} does not restart it",
                 exit.error.as_deref().unwrap_or("no detail"),
                 entry.spec.restart.policy
             );

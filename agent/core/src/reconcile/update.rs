@@ -142,7 +142,10 @@ fn plan_reload(
         plan.issue(
             IssueKind::SettingsDiffer,
             Some(replica),
-            format!("reload hook running to {}", entry.version),
+            format!(
+                "reload hook running to version {}",
+                crate::hlc::format_version(&entry.version)
+            ),
         );
         plan.wake_at(reload.map_or(0, |r| {
             r.sent_at_ms.saturating_add(ctx.config.reload_timeout_ms)
@@ -173,8 +176,9 @@ fn plan_reload(
         return true;
     }
     let reason = format!(
-        "live settings changed ({} to {}): running the reload hook",
-        t.version, entry.version
+        "live settings changed (version {} to {}): running the reload hook",
+        crate::hlc::format_version(&t.version),
+        crate::hlc::format_version(&entry.version)
     );
     plan.issue(IssueKind::SettingsDiffer, Some(replica), reason.clone());
     let action = Action::Reload {

@@ -95,6 +95,12 @@ pub(crate) fn update(r: &mut Report, u: &UpdateStrategy, exclusive: bool) {
             message,
         );
     }
+    // Nothing reads the flag yet; a spec that asks for it must not look as if it had it.
+    if u.auto_rollback {
+        let message = "automatic rollback is not implemented yet: leave `auto_rollback` out \
+                       or set it to false (to roll back, apply the previous spec again)";
+        r.err("update.auto_rollback", message);
+    }
     if exclusive && u.max_surge > 0 {
         let message = "must be 0 for an exclusive workload: its replicas never run twice at once";
         r.err_related("update.max_surge", &["placement.exclusive"], message);

@@ -215,6 +215,23 @@ pub enum RestartMode {
     Never,
 }
 
+impl RestartMode {
+    /// The name the `policy` field takes: `always`, `on-failure` or `never`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartMode::Always => "always",
+            RestartMode::OnFailure => "on-failure",
+            RestartMode::Never => "never",
+        }
+    }
+}
+
+impl std::fmt::Display for RestartMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Rolling update bounds, in replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UpdateStrategy {
@@ -222,7 +239,9 @@ pub struct UpdateStrategy {
     pub max_unavailable: u32,
     /// Extra replicas that may run at once during an update; always 0 for exclusive workloads.
     pub max_surge: u32,
-    /// Roll back to the previous spec when updated replicas fail their health checks.
+    /// Roll back to the previous spec when updated replicas fail their health checks. Not
+    /// implemented yet: validation refuses `true`, so a valid spec always holds `false` (the
+    /// default). Agents before this rule stored `true`, the old default, which nothing read.
     pub auto_rollback: bool,
 }
 
@@ -231,7 +250,7 @@ impl Default for UpdateStrategy {
         UpdateStrategy {
             max_unavailable: 1,
             max_surge: 0,
-            auto_rollback: true,
+            auto_rollback: false,
         }
     }
 }

@@ -204,13 +204,8 @@ fn health(h: &HealthCheck) -> Value {
 }
 
 fn restart(r: &RestartPolicy) -> Value {
-    let policy = match r.policy {
-        RestartMode::Always => "always",
-        RestartMode::OnFailure => "on-failure",
-        RestartMode::Never => "never",
-    };
     table([
-        ("policy", Value::String(policy.into())),
+        ("policy", Value::String(r.policy.as_str().into())),
         ("backoff_initial", duration(r.backoff_initial_ms)),
         ("backoff_max", duration(r.backoff_max_ms)),
         ("backoff_reset", duration(r.backoff_reset_ms)),

@@ -85,10 +85,11 @@ pub enum StoreError {
     /// its clock; a write here would get a lower version and lose to it everywhere both are
     /// stored. Nothing changed (the clock did not tick).
     #[error(
-        "workload {name:?}: the mesh holds a newer write (version {newer}) that this agent \
+        "workload {name:?}: the mesh holds a newer write (version {}) that this agent \
          refused because it is {ahead_ms} ms ahead of this agent's clock (bound {drift_ms_max} \
          ms); a write here would lose to it. Fix the clock (NTP) of this host or of {}, or \
          apply through an agent whose clock is right",
+        newer.human(),
         newer.node
     )]
     NewerVersionRefused {

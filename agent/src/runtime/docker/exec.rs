@@ -10,7 +10,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 
 use super::body::{error_chain, port_key};
-use crate::core::spec::Protocol;
+use crate::core::spec::{format_duration_ms, Protocol};
 use crate::runtime::probe::EXEC_STDERR_QUOTED_BYTES_MAX;
 use crate::runtime::ProbeOutcome;
 
@@ -62,7 +62,10 @@ pub(crate) async fn exec_in_container(
             ProbeOutcome::fail(format!("{program:?} failed with {how}{tail}"))
         }
         Ok(Err(e)) => ProbeOutcome::fail(format!("exec {program:?}: {}", error_chain(&e))),
-        Err(_) => ProbeOutcome::fail(format!("{program:?} did not finish within {timeout:?}")),
+        Err(_) => {
+            let timeout = format_duration_ms(timeout.as_millis() as u64);
+            ProbeOutcome::fail(format!("{program:?} did not finish within {timeout}"))
+        }
     }
 }
 
