@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chitchat::ChitchatHandle;
+use shoal_core::hlc::format_version;
 use shoal_core::store::Entry;
 
 use super::api::{
@@ -299,10 +300,13 @@ impl MeshNode {
                         ErrorKind::Conflict,
                         format!(
                             "{} (version {}) lost to a newer write of the same workload \
-                             (version {newer}, seen on {peer}): a concurrent apply or a clock \
+                             (version {}, seen on {peer}): a concurrent apply or a clock \
                              ahead of this agent's; run `shoal get {}` and apply again if \
                              yours should win",
-                            applied.name, applied.version, applied.name
+                            applied.name,
+                            format_version(&applied.version),
+                            format_version(&newer),
+                            applied.name
                         ),
                     ));
                 }
@@ -318,16 +322,21 @@ impl MeshNode {
                     "{} (version {}) is stored on {} but not acknowledged: {peer} refused it \
                      ({why}) and no other agent confirmed it. Fix the clocks (NTP) or send the \
                      command to another agent (--agent)",
-                    applied.name, applied.version, self.name
+                    applied.name,
+                    format_version(&applied.version),
+                    self.name
                 ),
             ));
         }
         Err(ApiError::new(
             ErrorKind::NotDurable,
             format!(
-                "{} (version {}) is stored on {} but no second agent confirmed it within {:?}; \
+                "{} (version {}) is stored on {} but no second agent confirmed it within {} s; \
                  it will spread by anti-entropy, run the command again to confirm",
-                applied.name, applied.version, self.name, REPLICATE_TIMEOUT
+                applied.name,
+                format_version(&applied.version),
+                self.name,
+                REPLICATE_TIMEOUT.as_secs()
             ),
         ))
     }
