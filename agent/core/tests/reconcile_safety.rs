@@ -346,3 +346,67 @@ fn two_nodes_claiming_one_exclusive_replica_start_it_once() {
     c.run_for_checked(10_000, never_two_db_copies);
     assert_eq!(c.starts("db", 0).len(), 1);
 }
+
+/// Moves `db/0` (and `web/0`) to n2 in the views of n2 and n3, as their placement does once
+/// they hold n1 dead.
+fn others_move_db_to_n2(c: &mut Cluster) {
+    let mut moved = c.owners.clone();
+    moved.insert(ReplicaId::new("db", 0), "n2".into());
+    moved.insert(ReplicaId::new("web", 0), "n2".into());
+    c.owners_of.insert("n2".into(), moved.clone());
+    c.owners_of.insert("n3".into(), moved);
+}
+
+#[test]
+fn owner_that_cannot_send_fences_itself_before_the_others_start_a_copy() {
+    // n1's packets are lost, the others' reach it: n1 sees a majority the whole time, the
+    // others hold it dead. Seeing is not enough: nobody confirms hearing n1, so it fences.
+    let mut c = three_nodes_with_db();
+    let cut = c.now;
+    c.one_way("n1", &["n2", "n3"]);
+    others_move_db_to_n2(&mut c);
+    c.run_for_checked(40_000, never_two_db_copies);
+    let fenced_at = c
+        .log
+        .iter()
+        .find(|(_, n, a)| {
+            n == "n1"
+                && matches!(
+                    a,
+                    Action::Stop {
+                        cause: StopCause::Fence,
+                        ..
+                    }
+                )
+        })
+        .expect("n1 fenced although it sees a majority")
+        .0;
+    let config = shoal_core::reconcile::ReconcileConfig::default();
+    // The last confirmation is at most one step before the cut; it counts for the window.
+    assert!(
+        fenced_at - cut <= config.heard_window_ms + config.self_fence_ms,
+        "fenced {} ms after the cut",
+        fenced_at - cut
+    );
+    let started = db_start_after(&c, cut).expect("n2 took over");
+    assert!(
+        started > fenced_at + config.fence_stop_grace_ms,
+        "the copy started at {started}, the fenced one stopped by {}",
+        fenced_at + config.fence_stop_grace_ms
+    );
+}
+
+#[test]
+fn owner_that_cannot_receive_fences_itself_and_nobody_starts_a_copy() {
+    // The other direction: the others hear n1 (it stays live for them, so the replica stays
+    // placed on n1), n1 hears nobody: it sees no majority and fences.
+    let mut c = three_nodes_with_db();
+    c.one_way("n2", &["n1"]);
+    c.one_way("n3", &["n1"]);
+    c.run_for_checked(40_000, never_two_db_copies);
+    assert!(c.issue("n1", IssueKind::SelfFenced).is_some(), "n1 fenced");
+    assert!(c.alive_copies("db", 0).is_empty());
+    c.heal();
+    c.run_for_checked(20_000, never_two_db_copies);
+    assert_eq!(c.alive_copies("db", 0).len(), 1, "back once healed");
+}

@@ -46,6 +46,7 @@ impl Api {
     /// Answers one API request from `peer`.
     pub async fn handle_request(self: Arc<Self>, req: Request, peer: PeerName) -> Response {
         tracing::debug!(%peer, kind = request_kind(&req), "API request");
+        let peer_name = peer.clone();
         let node = self.node.clone();
         let result = match req {
             Request::Apply { specs } => node.handle_apply(specs).await,
@@ -61,6 +62,11 @@ impl Api {
             Request::Clock => Ok(Response::Clock {
                 now_ms: (node.clock)(),
             }),
+            Request::Hears => {
+                let members = node.members().await;
+                let live = members.iter().any(|m| m.alive && m.name == peer_name.0);
+                Ok(Response::Hears { live })
+            }
             Request::Digest => {
                 let digest = node.with_store(|s| s.digest().encode()).await;
                 Ok(Response::Digest(digest))
@@ -96,5 +102,6 @@ fn request_kind(req: &Request) -> &'static str {
         Request::Events { .. } => "events",
         Request::Drain { .. } => "drain",
         Request::Clock => "clock",
+        Request::Hears => "hears",
     }
 }

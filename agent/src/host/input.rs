@@ -78,6 +78,7 @@ pub async fn build<'s>(host: &Host, shell: &'s mut ShellState, now: u64) -> &'s 
         }
         moved.members
     };
+    shell.input.membership.heard_at = host.heard_snapshot();
     let specs_moved = refresh_specs(host, shell).await;
     if specs_moved {
         shell.input.specs = shell.specs.clone();
@@ -150,6 +151,7 @@ fn membership(members: &[Member], dead: BTreeSet<String>) -> Membership {
         dead,
         unreachable,
         members_known,
+        heard_at: Default::default(),
     }
 }
 

@@ -18,6 +18,7 @@
 
 pub mod clock;
 mod exec;
+pub mod heard;
 mod input;
 mod majority;
 
@@ -153,6 +154,8 @@ pub struct Host {
     feedback_tx: mpsc::Sender<Feedback>,
     commands_tx: mpsc::Sender<Command>,
     snapshot: Mutex<Arc<Snapshot>>,
+    /// Peers' confirmations that they hear this node (for exclusive replicas).
+    heard: Arc<heard::Heard>,
     /// When the host was created, on the monotonic clock.
     started_mono_ms: u64,
     /// Feedback messages dropped because the queue was full.
@@ -206,6 +209,7 @@ impl Host {
             feedback_tx,
             commands_tx,
             snapshot: Mutex::new(Arc::default()),
+            heard: Arc::default(),
             started_mono_ms,
             feedback_dropped: Arc::default(),
         });
@@ -336,6 +340,11 @@ impl Host {
         }
     }
 
+    /// Peers' confirmations that they hear this node, by peer (monotonic ms).
+    pub fn heard_snapshot(&self) -> BTreeMap<String, u64> {
+        self.heard.snapshot()
+    }
+
     /// When this host was created, on the monotonic clock.
     pub fn started_mono_ms(&self) -> u64 {
         self.started_mono_ms
@@ -429,7 +438,12 @@ impl HostLoop {
     /// The tasks that wake the loop: runtime events, and a node leaving the live set (a new
     /// owner need not wait for the tick to start what it took over). Joins wait for the tick:
     /// a mesh starting would otherwise run a round per join on every agent.
-    async fn spawn_watchers(&self) -> [AbortOnDrop; 2] {
+    async fn spawn_watchers(&self) -> [AbortOnDrop; 3] {
+        let heard = tokio::spawn(heard::run(
+            self.host.node.clone(),
+            self.host.heard.clone(),
+            self.host.mono.clone(),
+        ));
         let mut runtime_events = self.host.runtime.events();
         let wake = self.host.wake.clone();
         let runtime = tokio::spawn(async move {
@@ -469,7 +483,11 @@ impl HostLoop {
                 }
             }
         });
-        [AbortOnDrop(runtime), AbortOnDrop(membership)]
+        [
+            AbortOnDrop(runtime),
+            AbortOnDrop(membership),
+            AbortOnDrop(heard),
+        ]
     }
 
     /// One round: commands and feedback in, input built, actions out, probes started, state
@@ -575,6 +593,12 @@ impl HostLoop {
             self.exclusive_at = self.shell.specs_digest();
             self.shell.exclusive_workloads()
         };
+        // Owning or running an exclusive replica (observed lists claims too): ask the peers
+        // whether they hear this node.
+        let owns_exclusive = observed
+            .iter()
+            .any(|s| exclusive.contains(&s.replica.workload));
+        self.host.heard.set_active(owns_exclusive);
         *self.host.snapshot.lock().expect("snapshot lock") = Arc::new(Snapshot {
             observed: observed.clone(),
             issues: issues.clone(),

@@ -76,6 +76,9 @@ pub enum Request {
     },
     /// Agent to agent: what does your wall clock read? (The caller's clock-skew monitor.)
     Clock,
+    /// Agent to agent: does your failure detector hold me (the caller, by its certificate) live?
+    /// An owner of exclusive replicas keeps them only while a majority says yes.
+    Hears,
 }
 
 /// An agent's answer.
@@ -132,6 +135,11 @@ pub enum Response {
     Clock {
         /// Its reading.
         now_ms: u64,
+    },
+    /// Whether the callee's failure detector holds the caller live.
+    Hears {
+        /// It does.
+        live: bool,
     },
 }
 

@@ -21,9 +21,14 @@ use crate::scenario::{HostConfig, InstanceProfile};
 /// Instance behaviour per workload, changed by `instance` events while the run goes on.
 pub type Profiles = Arc<Mutex<BTreeMap<String, InstanceProfile>>>;
 
+/// How old a peer's confirmation that it hears a host may be, in the simulator: its timers
+/// are shorter than an agent's (fencing delay 5 s), and the host asks every second.
+pub const HEARD_WINDOW_MS: u64 = 1_500;
+
 /// The reconciler's timers for a scenario's `[host]` settings.
 pub fn reconcile_config(h: &HostConfig) -> ReconcileConfig {
     ReconcileConfig {
+        heard_window_ms: HEARD_WINDOW_MS,
         stop_grace_ms: h.stop_ms,
         orphan_handoff_max_ms: h.handoff_max_ms,
         self_fence_ms: h.fence_timeout_ms,

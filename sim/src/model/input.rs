@@ -89,6 +89,8 @@ pub(super) fn build(
         .map(|d| mesh.names[*d as usize].clone())
         .collect();
     let members_known = members_known(mesh.names.len(), host.dead.len(), live.len());
+    // The model's gossip is symmetric: every live peer in this host's view hears it.
+    let heard_at = live.iter().map(|n| (n.clone(), now)).collect();
     ReconcileInput {
         specs: epoch.entries.clone(),
         owners,
@@ -102,6 +104,7 @@ pub(super) fn build(
             dead,
             unreachable: BTreeSet::new(),
             members_known,
+            heard_at,
         },
         draining: false,
         capacity: Some(mesh.capacity),

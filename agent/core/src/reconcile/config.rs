@@ -32,10 +32,14 @@ pub struct ReconcileConfig {
     pub self_fence_ms: u64,
     /// Grace of a fencing stop (default 2 s): short, because the fencing rule counts on it.
     pub fence_stop_grace_ms: u64,
+    /// How old the last confirmation from a peer that it holds this node live may be and still
+    /// count toward being heard by a majority (default 3 s; the shell asks every second while
+    /// it owns an exclusive replica).
+    pub heard_window_ms: u64,
     /// How long after a peer is confirmed dead a new owner waits before starting an exclusive
-    /// replica that peer may still run (default 20 s). Must exceed `self_fence_ms +
-    /// fence_stop_grace_ms`; the surplus covers the two failure detectors not agreeing to the
-    /// millisecond.
+    /// replica that peer may still run (default 20 s). Must exceed `heard_window_ms +
+    /// self_fence_ms + fence_stop_grace_ms`; the surplus covers the two failure detectors not
+    /// agreeing to the millisecond.
     pub fencing_delay_ms: u64,
     /// How long an exclusive replica may wait on something the mesh cannot decide (an owner
     /// unreachable but not confirmed dead, no majority, a live peer that published no state)
@@ -70,6 +74,7 @@ impl Default for ReconcileConfig {
             orphan_handoff_max_ms: 60_000,
             self_fence_ms: 10_000,
             fence_stop_grace_ms: 2_000,
+            heard_window_ms: 3_000,
             fencing_delay_ms: 20_000,
             exclusive_undecided_max_ms: 30_000,
             exclusive_claim_ms: 3_000,
@@ -93,13 +98,13 @@ pub enum ConfigError {
     /// The fencing delay does not exceed self-fencing plus its stop grace: a new owner could start
     /// an exclusive replica while the old owner still runs it.
     #[error(
-        "fencing_delay_ms ({fencing_delay_ms}) must exceed self_fence_ms + fence_stop_grace_ms \
-         ({fence_total_ms}); raise fencing_delay_ms or lower self_fence_ms"
+        "fencing_delay_ms ({fencing_delay_ms}) must exceed heard_window_ms + self_fence_ms + \
+         fence_stop_grace_ms ({fence_total_ms}); raise fencing_delay_ms or lower self_fence_ms"
     )]
     FencingDelayTooShort {
         /// The configured fencing delay.
         fencing_delay_ms: u64,
-        /// `self_fence_ms + fence_stop_grace_ms`.
+        /// `heard_window_ms + self_fence_ms + fence_stop_grace_ms`.
         fence_total_ms: u64,
     },
 }
@@ -115,11 +120,15 @@ impl ReconcileConfig {
             ("reload_attempts_max", u64::from(self.reload_attempts_max)),
             ("orphan_handoff_max_ms", self.orphan_handoff_max_ms),
             ("self_fence_ms", self.self_fence_ms),
+            ("heard_window_ms", self.heard_window_ms),
         ];
         if let Some((field, _)) = counts.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Zero { field });
         }
-        let fence_total_ms = self.self_fence_ms.saturating_add(self.fence_stop_grace_ms);
+        let fence_total_ms = self
+            .heard_window_ms
+            .saturating_add(self.self_fence_ms)
+            .saturating_add(self.fence_stop_grace_ms);
         if self.fencing_delay_ms <= fence_total_ms {
             return Err(ConfigError::FencingDelayTooShort {
                 fencing_delay_ms: self.fencing_delay_ms,
@@ -140,19 +149,24 @@ mod tests {
     }
 
     #[test]
-    fn fencing_delay_must_exceed_self_fence_and_grace() {
+    fn fencing_delay_must_exceed_heard_window_self_fence_and_grace() {
         let config = ReconcileConfig {
-            fencing_delay_ms: 12_000,
+            fencing_delay_ms: 15_000,
             ..ReconcileConfig::default()
         };
         let err = config.validate().unwrap_err();
         assert!(matches!(
             err,
             ConfigError::FencingDelayTooShort {
-                fence_total_ms: 12_000,
+                fence_total_ms: 15_000,
                 ..
             }
         ));
+        let just_enough = ReconcileConfig {
+            fencing_delay_ms: 15_001,
+            ..ReconcileConfig::default()
+        };
+        assert_eq!(just_enough.validate(), Ok(()));
         assert!(err.to_string().contains("raise fencing_delay_ms"));
     }
 

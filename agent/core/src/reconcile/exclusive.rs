@@ -3,7 +3,8 @@
 //! A new owner starts an exclusive replica only when all of these hold:
 //! 1. no live peer reports a copy that may be alive (starting, running, stopping);
 //! 2. no live peer with a lower node name claims it too (see claims below);
-//! 3. this node sees a strict majority of the last known membership;
+//! 3. this node sees a strict majority of the last known membership, and a strict majority
+//!    confirmed within `heard_window_ms` that they hold it live (two ways: see below);
 //! 4. every live peer has published its observed state;
 //! 5. every known member that is not live has been confirmed dead for longer than
 //!    `fencing_delay_ms`, counted only from when this node (re)gained its majority: a verdict
@@ -16,12 +17,16 @@
 //! lifts them (never 1, 2, 5 or 6). Rule 5 ignores what a non-live member last published: it may
 //! have started the replica after the last state that reached this node.
 //!
-//! Why (5) is safe: a member that cannot see a majority stops its exclusive replicas once it has
-//! lacked one for `self_fence_ms`, with a stop grace of `fence_stop_grace_ms`, and never starts
-//! one without a majority. While this node sees a majority that does not hear a member, that
-//! member sees none (two majorities share a node, whose gossip would carry its heartbeat), so it
-//! is fenced within `self_fence_ms + fence_stop_grace_ms < fencing_delay_ms`; the surplus covers
-//! the two failure detectors not agreeing to the millisecond.
+//! Why (5) is safe: a member keeps an exclusive replica only while it has a two-way majority:
+//! it sees a strict majority, and a strict majority confirmed in a round trip begun at most
+//! `heard_window_ms` ago that they hold it live. It stops them once it has lacked that for
+//! `self_fence_ms`, with a stop grace of `fence_stop_grace_ms`, and never starts one without it.
+//! While this node sees a majority that holds a member dead, the member cannot be heard by a
+//! majority (two majorities share a node, which holds it dead and would have said so, or holds
+//! it live and whose gossip would carry its heartbeat here), whichever direction its packets
+//! are lost in. So it is fenced within `heard_window_ms + self_fence_ms + fence_stop_grace_ms <
+//! fencing_delay_ms` of the last confirmation; the surplus covers the failure detectors not
+//! agreeing to the millisecond.
 //!
 //! Claims: a node publishes a `pending` entry for every replica placed on it without an alive
 //! instance. Two nodes that both believe they own the replica (placement views differ for a
@@ -93,6 +98,13 @@ pub(crate) fn start_guard(
         let (live, known) = (m.live_count(node), m.members_known);
         uncertain.push(format!(
             "sees {live} of {known} known members, no strict majority"
+        ));
+    } else if !m.heard_by_majority(node, now_ms, config.heard_window_ms) {
+        let known = m.members_known.max(m.live_count(node));
+        uncertain.push(format!(
+            "no strict majority of the {known} known members confirmed in the last {} ms that \
+             they hear this node (a one-way partition looks like this)",
+            config.heard_window_ms
         ));
     }
     let silent = m
@@ -200,12 +212,29 @@ mod tests {
                 dead: set(dead),
                 unreachable: BTreeSet::new(),
                 members_known: known,
+                heard_at: BTreeMap::new(),
             },
             ..ReconcileInput::default()
         }
     }
 
+    /// `input` with every live peer confirming at `now` that it hears n1.
+    fn heard(input: &ReconcileInput, now: u64) -> ReconcileInput {
+        let mut input = input.clone();
+        let live: Vec<String> = input.membership.live.iter().cloned().collect();
+        input.membership.heard_at = live.into_iter().map(|n| (n, now)).collect();
+        input
+    }
+
+    fn observe(timers: &mut MeshTimers, input: &ReconcileInput, now: u64) {
+        timers.observe("n1", &heard(input, now), &ReconcileConfig::default(), now);
+    }
+
     fn guard(input: &ReconcileInput, timers: &MeshTimers, now: u64) -> Guard {
+        guard_unheard(&heard(input, now), timers, now)
+    }
+
+    fn guard_unheard(input: &ReconcileInput, timers: &MeshTimers, now: u64) -> Guard {
         let workloads = BTreeSet::from(["db".to_string()]);
         let peers = PeerIndex::build("n1", input, &workloads);
         let config = ReconcileConfig::default();
@@ -232,7 +261,7 @@ mod tests {
 
         let dead = input(&["n1", "n3"], &["n2"], 3, "n2", Phase::Running);
         let mut timers = MeshTimers::default();
-        timers.observe("n1", &dead, 1_000);
+        observe(&mut timers, &dead, 1_000);
         assert!(matches!(
             guard(&dead, &timers, 1_000),
             Guard::Wait {
@@ -247,7 +276,7 @@ mod tests {
     fn any_dead_member_is_fenced_whatever_it_last_published() {
         let dead = input(&["n1", "n3"], &["n2"], 3, "n3", Phase::Exited);
         let mut timers = MeshTimers::default();
-        timers.observe("n1", &dead, 1_000);
+        observe(&mut timers, &dead, 1_000);
         assert!(matches!(
             guard(&dead, &timers, 1_000),
             Guard::Wait {
@@ -267,10 +296,32 @@ mod tests {
         ));
         let minority = input(&["n1"], &["n2"], 3, "n2", Phase::Running);
         let mut timers = MeshTimers::default();
-        timers.observe("n1", &minority, 0);
+        observe(&mut timers, &minority, 0);
         assert!(matches!(
             guard(&minority, &timers, 100_000),
             Guard::Uncertain { .. }
         ));
+    }
+
+    #[test]
+    fn seeing_a_majority_without_being_heard_is_uncertain() {
+        // A one-way partition: n1 sees everyone live, nobody confirms hearing it.
+        let all_live = input(&["n1", "n2", "n3"], &[], 3, "n2", Phase::Exited);
+        let Guard::Uncertain { reasons } = guard_unheard(&all_live, &MeshTimers::default(), 5_000)
+        else {
+            panic!("an unheard node must not start an exclusive replica");
+        };
+        assert!(reasons[0].contains("hear this node"), "{reasons:?}");
+        // Confirmations older than the window do not count either.
+        let mut stale = heard(&all_live, 1_000);
+        stale.membership.heard_at.remove("n1");
+        assert!(matches!(
+            guard_unheard(&stale, &MeshTimers::default(), 5_000),
+            Guard::Uncertain { .. }
+        ));
+        assert_eq!(
+            guard(&all_live, &MeshTimers::default(), 5_000),
+            Guard::Clear
+        );
     }
 }

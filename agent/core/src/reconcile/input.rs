@@ -74,6 +74,14 @@ pub struct Membership {
     /// keep a high-water mark that decays only when members leave for good). A strict majority
     /// of it must be live for exclusive replicas to start or keep running.
     pub members_known: usize,
+    /// Evidence that this node is heard: for each peer, the latest time (monotonic ms, on the
+    /// clock of `now_ms`) at which a round trip to it began whose answer said the peer's own
+    /// failure detector holds this node live. Seeing a majority is not enough to keep an
+    /// exclusive replica: under a one-way partition (this node's packets lost, the others'
+    /// arriving) it would see everyone while everyone declares it dead. The shell need only
+    /// gather it while this node owns or runs an exclusive replica; without it, such replicas
+    /// neither start nor keep running.
+    pub heard_at: BTreeMap<String, u64>,
 }
 
 impl ReconcileInput {
@@ -115,6 +123,25 @@ impl Membership {
         let live = self.live_count(node);
         2 * live > self.members_known.max(live)
     }
+
+    /// Whether a strict majority of the last known membership (`node` counts itself) confirmed
+    /// they hold `node` live in a round trip that began at most `window_ms` before `now_ms`.
+    pub fn heard_by_majority(&self, node: &str, now_ms: u64, window_ms: u64) -> bool {
+        let since = now_ms.saturating_sub(window_ms);
+        let heard = self
+            .heard_at
+            .iter()
+            .filter(|(peer, at)| peer.as_str() != node && **at >= since)
+            .count();
+        let known = self.members_known.max(self.live_count(node));
+        2 * (heard + 1) > known
+    }
+
+    /// Both directions: `node` sees a strict majority and a strict majority hears it. What an
+    /// exclusive replica needs to start or keep running.
+    pub fn has_two_way_majority(&self, node: &str, now_ms: u64, window_ms: u64) -> bool {
+        self.has_majority(node) && self.heard_by_majority(node, now_ms, window_ms)
+    }
 }
 
 #[cfg(test)]
@@ -127,7 +154,32 @@ mod tests {
             dead: BTreeSet::new(),
             unreachable: BTreeSet::new(),
             members_known: known,
+            heard_at: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn heard_by_majority_counts_recent_confirmations_only() {
+        let mut m = membership(&["a", "b", "c", "d", "e"], 5);
+        assert!(m.has_majority("a"));
+        assert!(!m.heard_by_majority("a", 10_000, 3_000), "no evidence yet");
+        m.heard_at.insert("b".into(), 9_000);
+        assert!(!m.heard_by_majority("a", 10_000, 3_000), "2 of 5");
+        m.heard_at.insert("c".into(), 7_000);
+        assert!(m.heard_by_majority("a", 10_000, 3_000), "3 of 5 within 3 s");
+        assert!(
+            !m.heard_by_majority("a", 10_001, 3_000),
+            "c's confirmation aged out"
+        );
+        m.heard_at.insert("a".into(), 10_000);
+        assert!(
+            !m.heard_by_majority("a", 10_001, 3_000),
+            "itself does not count twice"
+        );
+        assert!(
+            membership(&["a"], 1).heard_by_majority("a", 5, 1),
+            "alone: heard by itself"
+        );
     }
 
     #[test]

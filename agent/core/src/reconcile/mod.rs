@@ -126,7 +126,7 @@ impl Reconciler {
         let now = self.checked_now(now_ms);
         self.now_ms = now;
         self.ticked = true;
-        self.timers.observe(&self.node, input, now);
+        self.timers.observe(&self.node, input, &self.config, now);
         if let Some(why) = self.runtime_problem(input) {
             let plan = Plan {
                 issues: vec![plan::RawIssue {

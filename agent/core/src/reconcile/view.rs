@@ -15,10 +15,11 @@ use super::track::Local;
 /// Membership facts that need memory: the reconciler dates them itself, on its own clock.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct MeshTimers {
-    /// Since when this node has seen no strict majority of the last known membership.
+    /// Since when this node has lacked a two-way majority: seeing a strict majority of the last
+    /// known membership and being heard by one.
     pub minority_since_ms: Option<u64>,
-    /// When this node last saw a strict majority (restored across agent restarts by the shell, so
-    /// that a restart does not reset the self-fencing clock).
+    /// When this node last had a two-way majority (restored across agent restarts by the shell,
+    /// so that a restart does not reset the self-fencing clock).
     pub last_majority_ms: Option<u64>,
     /// Since when this node has seen a strict majority without interruption. A peer's death is
     /// only trusted from then on: a verdict reached while this node was itself cut off says
@@ -32,17 +33,26 @@ pub(crate) struct MeshTimers {
 
 impl MeshTimers {
     /// Updates the timers from this tick's membership.
-    pub fn observe(&mut self, node: &str, input: &ReconcileInput, now_ms: u64) {
+    pub fn observe(
+        &mut self,
+        node: &str,
+        input: &ReconcileInput,
+        config: &ReconcileConfig,
+        now_ms: u64,
+    ) {
         let m = &input.membership;
+        // Death verdicts are trusted while this node sees a majority (it receives the mesh's
+        // gossip); keeping and starting exclusive replicas also needs the mesh to hear it.
         if m.has_majority(node) {
-            self.minority_since_ms = None;
-            self.last_majority_ms = Some(now_ms);
             self.majority_since_ms.get_or_insert(now_ms);
         } else {
             self.majority_since_ms = None;
-            if self.minority_since_ms.is_none() {
-                self.minority_since_ms = Some(self.last_majority_ms.unwrap_or(now_ms).min(now_ms));
-            }
+        }
+        if m.has_two_way_majority(node, now_ms, config.heard_window_ms) {
+            self.minority_since_ms = None;
+            self.last_majority_ms = Some(now_ms);
+        } else if self.minority_since_ms.is_none() {
+            self.minority_since_ms = Some(self.last_majority_ms.unwrap_or(now_ms).min(now_ms));
         }
         self.dead_since.retain(|n, _| m.dead.contains(n));
         for n in &m.dead {

@@ -254,18 +254,34 @@ impl Cluster {
         self.agents.get_mut(node).expect("known node")
     }
 
+    /// Whether `a`'s failure detector holds `b` live: `b` is up and its packets reach `a`.
     fn reachable(&self, a: &str, b: &str) -> bool {
         a == b
             || (self.agents.get(b).is_none_or(|x| x.up)
-                && !self.cut.contains(&(a.to_string(), b.to_string()))
                 && !self.cut.contains(&(b.to_string(), a.to_string())))
     }
 
-    /// Cuts every link between the two groups.
+    /// Whether a round trip from `a` to `b` would come back saying `b` holds `a` live.
+    fn hears(&self, b: &str, a: &str) -> bool {
+        a != b
+            && self.agents.get(b).is_none_or(|x| x.up)
+            && !self.cut.contains(&(a.to_string(), b.to_string()))
+            && !self.cut.contains(&(b.to_string(), a.to_string()))
+    }
+
+    /// Loses every packet from `from` to each of `to` (the other direction still works).
+    pub fn one_way(&mut self, from: &str, to: &[&str]) {
+        for b in to {
+            self.cut.insert((from.to_string(), b.to_string()));
+        }
+    }
+
+    /// Cuts every link between the two groups, both ways.
     pub fn partition(&mut self, left: &[&str], right: &[&str]) {
         for a in left {
             for b in right {
                 self.cut.insert((a.to_string(), b.to_string()));
+                self.cut.insert((b.to_string(), a.to_string()));
             }
         }
     }
@@ -289,8 +305,13 @@ impl Cluster {
             .collect();
         let now = self.now;
         let dead_after = self.dead_after_ms;
-        let agent = self.agents.get_mut(node).expect("known node");
         let mut membership = Membership::default();
+        for n in &names {
+            if self.hears(n, node) {
+                membership.heard_at.insert(n.clone(), now);
+            }
+        }
+        let agent = self.agents.get_mut(node).expect("known node");
         for n in &names {
             if reach[n] {
                 agent.unreachable_since.remove(n);
@@ -313,6 +334,7 @@ impl Cluster {
         for (n, statuses) in &self.fake_peers {
             peers.insert(n.clone(), statuses.clone());
             membership.live.insert(n.clone());
+            membership.heard_at.insert(n.clone(), now);
         }
         membership.members_known = names.len() + self.fake_peers.len();
         let mut instances: Vec<RuntimeInstance> = agent.rt.instances.values().cloned().collect();
