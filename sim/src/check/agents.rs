@@ -23,14 +23,14 @@ fn host_index(name: &str) -> Option<u32> {
 }
 
 /// Host indices live in `chitchat`'s view (itself included).
-fn live_set(chitchat: &Chitchat) -> BTreeSet<u32> {
+pub(super) fn live_set(chitchat: &Chitchat) -> BTreeSet<u32> {
     chitchat
         .live_nodes()
         .filter_map(|id| host_index(&id.node_id))
         .collect()
 }
 
-async fn holds(host: &Host, workload: &str) -> Option<Option<String>> {
+pub(super) async fn holds(host: &Host, workload: &str) -> Option<Option<String>> {
     let node = host.node()?.clone();
     let req = Request::Get {
         name: Some(workload.to_string()),
