@@ -32,7 +32,7 @@ pub fn scenario_text(seed: u64) -> String {
         workloads: Vec::new(),
         events: Vec::new(),
         busy_until: 0,
-        permanent_down: 0,
+        permanent_down: Vec::new(),
         drained: 0,
         late: 0,
     };
@@ -56,14 +56,14 @@ pub fn scenario_text(seed: u64) -> String {
 struct Gen {
     rng: rand::rngs::ChaCha8Rng,
     nodes: u32,
-    /// Hosts crashed or paused: (from, to, how many).
-    down: Vec<(u64, u64, u32)>,
+    /// Hosts crashed or paused: (from, to, the host if the schedule names it).
+    down: Vec<(u64, u64, Option<u32>)>,
     workloads: Vec<Workload>,
     events: Vec<Ev>,
     /// The last fault's end: `owner=` waits [`CALM_MS`] after it.
     busy_until: u64,
-    /// Crashes without a restart not restarted yet.
-    permanent_down: u32,
+    /// Hosts crashed without a restart, not restarted yet.
+    permanent_down: Vec<u32>,
     /// Drains not undrained yet.
     drained: u32,
     late: u32,
@@ -77,6 +77,7 @@ struct Workload {
     spread: bool,
     start_ms: u64,
     start_fail: f64,
+    backoff_max_s: u32,
     initial: bool,
     applied_ms: u64,
     deleted_ms: Option<u64>,
@@ -90,9 +91,11 @@ struct Ev {
 
 impl Workload {
     fn spec(&self) -> String {
+        // The restart backoff stays well under the liveness bound (the default grows to 5 min).
         let mut s = format!(
-            "name = \"{}\"\nreplicas = {}\n[process]\ncommand = [\"{}\"]\n[resources]\ncpu = \"{}m\"\nmemory = \"128Mi\"\n",
-            self.name, self.replicas, self.name, self.cpu_m
+            "name = \"{}\"\nreplicas = {}\n[process]\ncommand = [\"{}\"]\n[resources]\ncpu = \"{}m\"\n\
+             memory = \"128Mi\"\n[restart]\nbackoff_initial = \"500ms\"\nbackoff_max = \"{}s\"\n",
+            self.name, self.replicas, self.name, self.cpu_m, self.backoff_max_s
         );
         if self.exclusive {
             s += "[placement]\nexclusive = true\n";
@@ -183,6 +186,7 @@ impl Gen {
             spread: !exclusive && self.chance(0.3),
             start_ms: self.rng.random_range(1..=20) * 100,
             start_fail: if self.chance(0.1) { 0.2 } else { 0.0 },
+            backoff_max_s: self.rng.random_range(2..=10),
             initial: at_ms == 0,
             applied_ms: at_ms,
             deleted_ms: None,
@@ -200,9 +204,9 @@ impl Gen {
         }
     }
 
-    /// Whether `k` more hosts may be down (crashed or paused) over `from..to`: at most a
-    /// minority at any time.
-    fn room_down(&self, from: u64, to: u64, k: u32) -> bool {
+    /// A host free to crash over `from..to` (not crashed by another event then), while at most
+    /// a minority is crashed or paused at any time; None when there is none.
+    fn free_host(&mut self, from: u64, to: u64) -> Option<u32> {
         let budget = ((self.nodes - 1) / 2).max(1);
         let mut points: Vec<u64> = vec![from];
         points.extend(
@@ -211,15 +215,19 @@ impl Gen {
                 .map(|d| d.0)
                 .filter(|&t| from <= t && t < to),
         );
-        points.iter().all(|&t| {
-            let at: u32 = self
-                .down
-                .iter()
-                .filter(|d| d.0 <= t && t < d.1)
-                .map(|d| d.2)
-                .sum();
-            at + k <= budget
-        })
+        let room = points.iter().all(|&t| {
+            let down = self.down.iter().filter(|d| d.0 <= t && t < d.1).count() as u32;
+            down < budget
+        });
+        let free: Vec<u32> = (0..self.nodes)
+            .filter(|&h| {
+                !self
+                    .down
+                    .iter()
+                    .any(|d| d.2 == Some(h) && d.0 < to && from < d.1)
+            })
+            .collect();
+        (room && !free.is_empty()).then(|| *self.pick(&free))
     }
 
     fn push(&mut self, at_ms: u64, end_ms: u64, body: String) {
@@ -261,7 +269,7 @@ impl Gen {
 
     fn fault(&mut self, t: u64) {
         match self.rng.random_range(0..14) {
-            0 | 1 => self.crash(t, "one"),
+            0 | 1 => self.crash(t),
             2 => self.pause(t),
             3..=5 => self.partition(t),
             6 => self.link(t),
@@ -270,42 +278,68 @@ impl Gen {
             9 => self.spec_change(t),
             10 => self.drain(t),
             11 => self.flap(t),
-            12 if self.permanent_down > 0 => {
-                self.permanent_down -= 1;
-                self.push(t, t, "action = \"restart\"\ntarget = \"one\"\n".into());
+            12 if !self.permanent_down.is_empty() => {
+                let i = self.rng.random_range(0..self.permanent_down.len());
+                let h = self.permanent_down.swap_remove(i);
+                for d in self
+                    .down
+                    .iter_mut()
+                    .filter(|d| d.2 == Some(h) && d.1 == u64::MAX)
+                {
+                    d.1 = t;
+                }
+                let body = format!("action = \"restart\"\ntarget = \"node=n{}\"\n", h + 1);
+                self.push(t, t, body);
             }
             _ => self.spec_change(t),
         }
     }
 
-    fn crash(&mut self, t: u64, target: &str) {
+    fn crash(&mut self, t: u64) {
         let restart_ms = match self.chance(0.7) {
             true => Some(self.rng.random_range(2..=20) * 1000),
             false => None,
         };
         let until = restart_ms.map_or(u64::MAX, |d| t + d);
-        if !self.room_down(t, until, 1) {
+        let Some(h) = self.free_host(t, until) else {
             return;
-        }
-        self.down.push((t, until, 1));
+        };
+        self.down.push((t, until, Some(h)));
         let keep = self.chance(0.8);
-        let mut body = format!("action = \"crash\"\ntarget = \"{target}\"\nkeep_data = {keep}\n");
+        let mut body = format!(
+            "action = \"crash\"\ntarget = \"node=n{}\"\nkeep_data = {keep}\n",
+            h + 1
+        );
         match restart_ms {
             Some(d) => {
                 let _ = writeln!(body, "restart_after = \"{d}ms\"");
             }
-            None => self.permanent_down += 1,
+            None => self.permanent_down.push(h),
         }
         self.push(t, t + restart_ms.unwrap_or(0), body);
     }
 
     fn pause(&mut self, t: u64) {
         let d = self.rng.random_range(1..=15) * 1000;
-        if !self.room_down(t, t + d, 1) {
+        // A pause picks among the serving hosts when it fires: it only counts against the
+        // minority that may be down at once.
+        let budget = ((self.nodes - 1) / 2).max(1);
+        let mut points: Vec<u64> = vec![t];
+        points.extend(
+            self.down
+                .iter()
+                .map(|x| x.0)
+                .filter(|&x| t <= x && x < t + d),
+        );
+        let room = points.iter().all(|&x| {
+            let down = self.down.iter().filter(|y| y.0 <= x && x < y.1).count() as u32;
+            down < budget
+        });
+        if !room {
             return;
         }
         let target = self.target(t);
-        self.down.push((t, t + d, 1));
+        self.down.push((t, t + d, None));
         let body = format!("action = \"pause\"\ntarget = \"{target}\"\nduration = \"{d}ms\"\n");
         self.push(t, t + d, body);
     }
@@ -341,7 +375,7 @@ impl Gen {
         if self.chance(0.4) {
             // A crash while the partition lasts.
             let at = t + self.rng.random_range(1..d / 1000) * 1000;
-            self.crash(at, "one");
+            self.crash(at);
         }
     }
 
@@ -482,15 +516,19 @@ impl Gen {
         );
         let count = self.rng.random_range(1..=3u32);
         let end = t + (down + up) * u64::from(count);
-        if crash && !self.room_down(t, end, 1) {
-            return;
-        }
-        if crash {
-            self.down.push((t, end, 1));
-        }
+        let target = match crash {
+            true => {
+                let Some(h) = self.free_host(t, end) else {
+                    return;
+                };
+                self.down.push((t, end, Some(h)));
+                format!("node=n{}", h + 1)
+            }
+            false => "one".to_string(),
+        };
         let mode = if crash { "crash" } else { "network" };
         let body = format!(
-            "action = \"flap\"\ntarget = \"one\"\ndown = \"{down}ms\"\nup = \"{up}ms\"\n\
+            "action = \"flap\"\ntarget = \"{target}\"\ndown = \"{down}ms\"\nup = \"{up}ms\"\n\
              count = {count}\nmode = \"{mode}\"\n"
         );
         self.push(t, end, body);

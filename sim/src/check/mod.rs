@@ -260,11 +260,11 @@ impl Checker {
                 && e.start_ms <= t_ms
                 && e.end_ms.is_none_or(|end| t_ms <= end + KNOWN_AFTER_MS)
         })?;
-        let end = e
-            .end_ms
-            .map_or("on".to_string(), |t| format!("{:.1} s", t as f64 / 1000.0));
+        let end = e.end_ms.map_or("still in force".to_string(), |t| {
+            format!("to {:.1} s", t as f64 / 1000.0)
+        });
         Some(format!(
-            "{} of the owner n{} ({:.1} s to {end})",
+            "{} of the owner n{} (from {:.1} s, {end})",
             e.kind,
             e.host + 1,
             e.start_ms as f64 / 1000.0

@@ -6,8 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use shoal::mesh::view::placement_workload;
 use shoal_core::instance::{Phase, ReplicaId};
-use shoal_core::placement::{place, Placement};
+use shoal_core::placement::Placement;
 use shoal_core::spec::WorkloadSpec;
+use shoal_core::stacking::place_stacked;
 
 use super::Checker;
 use crate::trace::Trace;
@@ -136,7 +137,8 @@ impl Checker {
             .filter_map(|(v, s)| v.as_ref().and(s.as_ref()))
             .map(placement_workload)
             .collect();
-        let placement = place(&nodes, &workloads);
+        // As the agents place: more replicas than eligible hosts stack (docs/placement.md).
+        let placement = place_stacked(&nodes, &workloads);
         if up != self.truth.hosts && !self.truth.hosts.is_empty() {
             let (mut moves, mut forced) = (0u64, 0u64);
             for (r, old) in &self.truth.placement.assigned {

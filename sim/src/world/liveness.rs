@@ -27,9 +27,9 @@ impl World {
             undone,
             ..Default::default()
         });
-        let passed = self
-            .run_until(start + within_ms, next_tick, progress, true)
-            .await;
+        // The mesh must be whole by `start + within_ms`, and stay so for the hold.
+        let end = start + within_ms + crate::check::LIVENESS_HOLD_MS;
+        let passed = self.run_until(end, next_tick, progress, true).await;
         let now = self.now_ms();
         self.checker.liveness_end(now, passed, &mut self.trace);
     }
