@@ -34,6 +34,7 @@ pub fn scenario_text(seed: u64) -> String {
         busy_until: 0,
         permanent_down: Vec::new(),
         drained: 0,
+        healed: Vec::new(),
         late: 0,
     };
     g.nodes = g.rng.random_range(3..=12);
@@ -66,6 +67,9 @@ struct Gen {
     permanent_down: Vec<u32>,
     /// Drains not undrained yet.
     drained: u32,
+    /// Lasting partitions and the explicit heal that ends each: their windows never overlap
+    /// (a heal heals every partition, and the next heal would find none).
+    healed: Vec<(u64, u64)>,
     late: u32,
 }
 
@@ -80,6 +84,10 @@ struct Workload {
     backoff_max_s: u32,
     initial: bool,
     applied_ms: u64,
+    /// The last scale or update (an `owner=` target waits [`CALM_MS`] after it).
+    changed_ms: u64,
+    /// Its instances were made to fail: its copy may not run when an `owner=` fires.
+    faulted: bool,
     deleted_ms: Option<u64>,
 }
 
@@ -189,6 +197,8 @@ impl Gen {
             backoff_max_s: self.rng.random_range(2..=10),
             initial: at_ms == 0,
             applied_ms: at_ms,
+            changed_ms: at_ms,
+            faulted: false,
             deleted_ms: None,
         })
     }
@@ -257,7 +267,13 @@ impl Gen {
         let owners: Vec<String> = self
             .workloads
             .iter()
-            .filter(|w| w.exclusive && w.alive_at(t) && t >= w.applied_ms + CALM_MS)
+            .filter(|w| {
+                w.exclusive
+                    && w.alive_at(t)
+                    && w.replicas > 0
+                    && !w.faulted
+                    && t >= w.changed_ms + CALM_MS
+            })
             .map(|w| w.name.clone())
             .collect();
         if calm && !owners.is_empty() && self.chance(0.5) {
@@ -360,7 +376,10 @@ impl Gen {
             _ => Some(self.target(t)),
         };
         let d = self.rng.random_range(3..=20) * 1000;
-        let permanent = self.chance(0.2);
+        let permanent = self.chance(0.2) && !self.healed.iter().any(|&(a, b)| a <= t + d && t <= b);
+        if permanent {
+            self.healed.push((t, t + d));
+        }
         let mut body = format!("action = \"partition\"\nkind = \"{kind}\"\n");
         if let Some(target) = target {
             let _ = writeln!(body, "target = \"{target}\"");
@@ -418,8 +437,9 @@ impl Gen {
     }
 
     fn instance(&mut self, t: u64) {
-        let names: Vec<String> = self.workloads.iter().map(|w| w.name.clone()).collect();
-        let w = self.pick(&names).clone();
+        let i = self.rng.random_range(0..self.workloads.len());
+        self.workloads[i].faulted = true;
+        let w = self.workloads[i].name.clone();
         let mut body = format!(
             "action = \"instance\"\nworkload = \"{w}\"\nstart = \"{}ms\"\n",
             self.rng.random_range(1..=30) * 100
@@ -460,6 +480,7 @@ impl Gen {
                 let room = self.cpu_budget_m().saturating_sub(others) / cpu_m;
                 let replicas = self.rng.random_range(0..=most).min(room);
                 self.workloads[i].replicas = replicas;
+                self.workloads[i].changed_ms = t;
                 let body = format!(
                     "action = \"scale\"\nworkload = \"{name}\"\nreplicas = {replicas}\nvia = \"{via}\"\n"
                 );
@@ -467,6 +488,7 @@ impl Gen {
             }
             1 if !live.is_empty() => {
                 let i = *self.pick(&live);
+                self.workloads[i].changed_ms = t;
                 let name = self.workloads[i].name.clone();
                 let body = format!("action = \"update\"\nworkload = \"{name}\"\nvia = \"{via}\"\n");
                 self.push(t, t, body);

@@ -231,8 +231,9 @@ impl World {
                 self.send_spec(spec, &via, "update", origin);
             }
             Action::Delete { workload, via } => {
-                if self.sent_spec(&workload, &origin).is_none() {
-                    return;
+                if !self.sent.contains(&workload) {
+                    let why = format!("no spec of {workload} was ever sent");
+                    return self.event_failed(&origin, why);
                 }
                 let Some(h) = self.api_host(&via, &origin) else {
                     return;
@@ -456,6 +457,7 @@ impl World {
             h + 1
         ));
         self.specs.insert(name.clone(), spec.clone());
+        self.sent.insert(name.clone());
         let req = Request::Apply {
             specs: vec![spec.clone()],
         };
