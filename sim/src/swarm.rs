@@ -63,8 +63,8 @@ struct Gen {
     events: Vec<Ev>,
     /// The last fault's end: `owner=` waits [`CALM_MS`] after it.
     busy_until: u64,
-    /// Hosts crashed without a restart, not restarted yet.
-    permanent_down: Vec<u32>,
+    /// Hosts crashed without a restart, not restarted yet, and when they crash.
+    permanent_down: Vec<(u32, u64)>,
     /// Drains not undrained yet.
     drained: u32,
     /// Lasting partitions and the explicit heal that ends each: their windows never overlap
@@ -294,9 +294,14 @@ impl Gen {
             9 => self.spec_change(t),
             10 => self.drain(t),
             11 => self.flap(t),
-            12 if !self.permanent_down.is_empty() => {
-                let i = self.rng.random_range(0..self.permanent_down.len());
-                let h = self.permanent_down.swap_remove(i);
+            12 if self.permanent_down.iter().any(|&(_, at)| at < t) => {
+                // A crash inside a partition may come later than this restart: only those
+                // already down.
+                let down: Vec<usize> = (0..self.permanent_down.len())
+                    .filter(|&i| self.permanent_down[i].1 < t)
+                    .collect();
+                let i = *self.pick(&down);
+                let (h, _) = self.permanent_down.swap_remove(i);
                 for d in self
                     .down
                     .iter_mut()
@@ -330,7 +335,7 @@ impl Gen {
             Some(d) => {
                 let _ = writeln!(body, "restart_after = \"{d}ms\"");
             }
-            None => self.permanent_down.push(h),
+            None => self.permanent_down.push((h, t)),
         }
         self.push(t, t + restart_ms.unwrap_or(0), body);
     }

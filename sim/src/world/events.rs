@@ -282,32 +282,34 @@ impl World {
         spec
     }
 
-    /// Drains or undrains hosts that are up (a starting host would publish its old record).
+    /// Drains or undrains hosts: an up host publishes its record at once, a down one with its
+    /// next start (a starting host already took its old record along, so it is not a candidate).
     fn drain(&mut self, target: &Selector, draining: bool, origin: &str) {
-        let up: Vec<u32> = self
+        let pool: Vec<u32> = self
             .hosts
             .iter()
-            .filter(|h| h.state == HostState::Up && h.record.draining != draining)
+            .filter(|h| h.state != HostState::Starting && h.record.draining != draining)
             .map(|h| h.index)
             .collect();
         let among = if draining {
-            "up hosts not draining"
+            "hosts not draining (and not starting)"
         } else {
-            "up hosts draining"
+            "hosts draining (and not starting)"
         };
-        let Some(hosts) = self.pick(origin, "target", target, &up, among) else {
+        let Some(hosts) = self.pick(origin, "target", target, &pool, among) else {
             return;
         };
         for &h in &hosts {
             let host = &mut self.hosts[h as usize];
             host.record.draining = draining;
-            let published = host.node().is_some_and(|node| {
-                let chitchat = node.gossip().chitchat();
-                let locked = chitchat.try_lock();
-                locked
-                    .map(|mut guard| guard.self_node_state().set(NODE_KEY, host.record.encode()))
-                    .is_ok()
-            });
+            let Some(node) = host.node() else {
+                continue;
+            };
+            let chitchat = node.gossip().chitchat();
+            let published = chitchat
+                .try_lock()
+                .map(|mut guard| guard.self_node_state().set(NODE_KEY, host.record.encode()))
+                .is_ok();
             if !published {
                 let why = format!(
                     "n{}'s gossip state was busy: its record was not published",
