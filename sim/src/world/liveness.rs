@@ -5,7 +5,13 @@
 //! every agent must hold every acknowledged spec and see every host live, all held for
 //! [`crate::check::LIVENESS_HOLD_MS`], within the scenario's `liveness_within` (60 s by default).
 
+use shoal::mesh::api::{Request, Response};
+use shoal::tls::PeerName;
+
 use super::{HostState, World};
+
+/// Issues written to the trace when the phase fails.
+const ISSUES_TRACED_MAX: usize = 40;
 use crate::check::LivenessOutcome;
 
 impl World {
@@ -32,6 +38,44 @@ impl World {
         let passed = self.run_until(end, next_tick, progress, true).await;
         let now = self.now_ms();
         self.checker.liveness_end(now, passed, &mut self.trace);
+        if !passed {
+            self.trace_issues().await;
+        }
+    }
+
+    /// The issues the agents' reconcilers raise (as one serving agent hears them), to show why
+    /// the mesh did not come back: a stop held, an exclusive start waiting, ...
+    async fn trace_issues(&mut self) {
+        let Some(node) = self
+            .hosts
+            .iter()
+            .find(|h| h.serving())
+            .and_then(|h| h.node())
+        else {
+            return;
+        };
+        let answer = node
+            .clone()
+            .handle_request(Request::Issues, PeerName("shoal-sim".into()))
+            .await;
+        let now = self.now_ms();
+        let Response::Issues(issues) = answer else {
+            return;
+        };
+        for i in issues.iter().take(ISSUES_TRACED_MAX) {
+            let replica = i
+                .replica
+                .as_ref()
+                .map_or(String::new(), |r| format!(" {r}"));
+            let held = i
+                .held
+                .as_ref()
+                .map_or(String::new(), |h| format!(" (held: {h})"));
+            self.trace.line(
+                now,
+                format!("issue on {}{replica}: {}{held}", i.node, i.message),
+            );
+        }
     }
 
     /// Undoes every fault in force; returns what it undid, in words.
