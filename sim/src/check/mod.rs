@@ -303,7 +303,10 @@ impl Checker {
             running,
             healthy,
         });
-        self.check_duplicates(now, &copies, trace);
+        let fresh = self.check_duplicates(now, &copies, trace);
+        for (r, on) in fresh {
+            agents::trace_decisions(now, &r, &on, hosts, trace).await;
+        }
         self.check_capacity(now, hosts, &copies, trace);
         self.update_truth(now, hosts, trace);
         self.check_replacements(&copies);
@@ -340,7 +343,14 @@ impl Checker {
         self.last_copies = current;
     }
 
-    fn check_duplicates(&mut self, now: u64, copies: &Copies, trace: &mut Trace) {
+    /// Counts duplicates; returns the exclusive ones that began now, with their hosts.
+    fn check_duplicates(
+        &mut self,
+        now: u64,
+        copies: &Copies,
+        trace: &mut Trace,
+    ) -> Vec<(ReplicaId, Vec<u32>)> {
+        let mut fresh = Vec::new();
         let mut excl_now = BTreeSet::new();
         let mut dup_now = BTreeSet::new();
         for (r, list) in copies {
@@ -370,6 +380,7 @@ impl Checker {
                     if let Some(v) = self.violations.last_mut() {
                         v.known = known;
                     }
+                    fresh.push((r.clone(), on));
                 }
             } else {
                 dup_now.insert(r.clone());
@@ -394,6 +405,7 @@ impl Checker {
                 self.duplicate_longest_ms = self.duplicate_longest_ms.max(now - since);
             }
         }
+        fresh
     }
 
     fn check_capacity(&mut self, now: u64, hosts: &[Host], copies: &Copies, trace: &mut Trace) {
