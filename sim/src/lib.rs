@@ -21,5 +21,6 @@ pub mod report;
 pub mod runtime;
 pub mod scenario;
 pub mod seeds;
+pub mod swarm;
 pub mod trace;
 pub mod world;

@@ -49,6 +49,22 @@ enum Command {
     },
     /// Runs the model tier (discrete events, no tokio) on a scenario, at any size.
     Model(shoal_sim::model::ModelArgs),
+    /// Swarm testing: derives a whole scenario from the seed (mesh, workloads, timing, a random
+    /// fault schedule) and runs it with the liveness phase.
+    Swarm {
+        /// The seed: it fixes the scenario and the run.
+        #[arg(long)]
+        seed: u64,
+        /// Prints the derived scenario TOML and exits (save a failing seed with it).
+        #[arg(long)]
+        print_scenario: bool,
+        /// Writes the JSON report, the timeline SVG and the trace here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Prints the JSON report as the last line of stdout.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() {
@@ -90,6 +106,21 @@ fn real_main() -> anyhow::Result<i32> {
             Ok(i32::from(bad > 0))
         }
         Command::Model(args) => shoal_sim::model::main(args),
+        Command::Swarm {
+            seed,
+            print_scenario,
+            out,
+            json,
+        } => {
+            let text = shoal_sim::swarm::scenario_text(seed);
+            if print_scenario {
+                print!("{text}");
+                return Ok(0);
+            }
+            let sc = parse_scenario(&text, &format!("swarm seed {seed}"))?;
+            let replay = format!("shoal-sim swarm --seed {seed}");
+            run_one(sc, seed, out.as_deref(), json, replay)
+        }
         Command::Run {
             scenario,
             seeds: Some(range),
@@ -109,22 +140,22 @@ fn real_main() -> anyhow::Result<i32> {
         } => {
             let sc = load(&scenario)?;
             let seed = seed.unwrap_or(sc.seed);
-            run_one(&scenario, sc, seed, out.as_deref(), json)
+            let replay = format!("shoal-sim run {} --seed {seed}", scenario.display());
+            run_one(sc, seed, out.as_deref(), json, replay)
         }
     }
 }
 
 /// One simulation in this process, on its own thread with its own entropy stream.
 fn run_one(
-    path: &Path,
     sc: Scenario,
     seed: u64,
     out: Option<&Path>,
     json: bool,
+    replay: String,
 ) -> anyhow::Result<i32> {
     entropy::reseed(seed);
     entropy::check().map_err(|e| anyhow::anyhow!("the entropy override is not in effect: {e}"))?;
-    let replay = format!("shoal-sim run {} --seed {seed}", path.display());
     let progress_ms = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
     let bar = spawn_progress(&sc, progress_ms.clone(), done.clone());

@@ -174,6 +174,16 @@ impl SimNet {
         }
     }
 
+    /// Replaces every block with `links` (the union of the partitions in force).
+    pub fn set_blocked_links(&self, links: BTreeSet<(u32, u32)>) {
+        self.state().blocked = links;
+    }
+
+    /// Every link with a fault of its own.
+    pub fn faulted_links(&self) -> Vec<(u32, u32)> {
+        self.state().link_faults.keys().copied().collect()
+    }
+
     /// Removes every block (partitions heal; link faults and pauses stay).
     pub fn heal(&self) {
         self.state().blocked.clear();

@@ -52,7 +52,9 @@ fn a_seed_replays_its_trace_in_another_process_and_another_seed_differs() {
         "seeds 7 and 8 gave one trace"
     );
     assert_eq!(a["passed"], true, "{a}");
-    assert_eq!(a["sim_seconds"], 60.0);
+    // The 60 s timeline, then the liveness phase (at least its hold).
+    let sim_seconds = a["sim_seconds"].as_f64().unwrap();
+    assert!((62.0..130.0).contains(&sim_seconds), "{a}");
 }
 
 #[test]

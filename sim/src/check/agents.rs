@@ -23,15 +23,60 @@ fn host_index(name: &str) -> Option<u32> {
     name.strip_prefix('n')?.parse::<u32>().ok()?.checked_sub(1)
 }
 
+/// The agents' own reasons: the last decisions each host in `on` recorded about `replica`
+/// (its reconcile event log), written to the trace when an exclusive duplicate begins.
+pub(super) async fn trace_decisions(
+    now: u64,
+    replica: &ReplicaId,
+    on: &[u32],
+    hosts: &[Host],
+    trace: &mut Trace,
+) {
+    const DECISIONS_MAX: usize = 3;
+    let name = replica.to_string();
+    for &h in on {
+        let Some(api) = hosts[h as usize].api() else {
+            continue;
+        };
+        let req = Request::Events {
+            after: 0,
+            limit: 1_000,
+        };
+        let answer = api
+            .clone()
+            .handle_request(req, PeerName("shoal-sim".into()))
+            .await;
+        let Response::Events(events) = answer else {
+            continue;
+        };
+        let about: Vec<_> = events
+            .iter()
+            .filter(|e| e.replica.as_deref() == Some(name.as_str()))
+            .collect();
+        for e in &about[about.len().saturating_sub(DECISIONS_MAX)..] {
+            let at = e.at_ms.saturating_sub(crate::clock::BASE_MS) as f64 / 1000.0;
+            trace.line(
+                now,
+                format!(
+                    "  n{} decided {} {name} at {at:.1} s (its clock): {}",
+                    h + 1,
+                    e.kind,
+                    e.reason
+                ),
+            );
+        }
+    }
+}
+
 /// Host indices live in `chitchat`'s view (itself included).
-fn live_set(chitchat: &Chitchat) -> BTreeSet<u32> {
+pub(super) fn live_set(chitchat: &Chitchat) -> BTreeSet<u32> {
     chitchat
         .live_nodes()
         .filter_map(|id| host_index(&id.node_id))
         .collect()
 }
 
-async fn holds(host: &Host, workload: &str) -> Option<Option<String>> {
+pub(super) async fn holds(host: &Host, workload: &str) -> Option<Option<String>> {
     let api = host.running.as_ref()?.api().clone();
     let req = Request::Get {
         name: Some(workload.to_string()),

@@ -7,6 +7,7 @@
 //! - after the last fault, running = desired within the scenario's bound (and stays so).
 
 mod agents;
+mod liveness;
 pub mod stats;
 mod truth;
 
@@ -21,6 +22,7 @@ use crate::scenario::Scenario;
 use crate::trace::Trace;
 use crate::world::Host;
 
+pub use liveness::{EventFailure, LivenessOutcome, LIVENESS_HOLD_MS};
 pub use truth::Copies;
 
 /// A broken invariant.
@@ -32,7 +34,26 @@ pub struct Violation {
     pub kind: String,
     /// The evidence.
     pub detail: String,
+    /// A known cause, when the evidence matches one (an exclusive duplicate while its owner
+    /// was paused or could not be heard: docs/sim.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub known: Option<String>,
 }
+
+/// A fault that kept one host from being heard while it still ran: the known causes of
+/// exclusive duplicates (its owner keeps the copy; the others start another).
+#[derive(Clone, Debug)]
+pub(crate) struct Episode {
+    pub host: u32,
+    /// `pause` or `one-way partition`.
+    pub kind: &'static str,
+    pub start_ms: u64,
+    pub end_ms: Option<u64>,
+}
+
+/// A duplicate counts as known when it began while its owner's episode lasted or this soon
+/// after it ended.
+const KNOWN_AFTER_MS: u64 = 2_000;
 
 /// One point of the timeline plot.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -132,6 +153,18 @@ pub struct Checker {
     pub converged_at_ms: Option<u64>,
     /// When the last fault ended.
     pub last_fault_ms: u64,
+    /// Running = desired since this time when the timeline ended (before the liveness phase).
+    pub timeline_converged_at_ms: Option<u64>,
+    /// Scheduled events that could not take effect.
+    pub event_failures: Vec<EventFailure>,
+    /// The liveness phase, once it ran.
+    pub liveness: Option<LivenessOutcome>,
+    /// Why running != desired at the last sample (None: it is equal).
+    pub convergence_gap: Option<String>,
+    /// The spec behind each (workload, version) the simulator learned of: a copy made from an
+    /// older version whose process and resources the newer one keeps is current (a scale).
+    pub(crate) made_from: BTreeMap<(String, String), WorkloadSpec>,
+    pub(crate) episodes: Vec<Episode>,
     pub(crate) acks: Vec<Ack>,
     pub(crate) latest: BTreeMap<String, (Option<String>, Option<WorkloadSpec>)>,
     pub(crate) pending_replacements: Vec<PendingReplacement>,
@@ -160,6 +193,7 @@ impl Checker {
             t_ms,
             kind: kind.into(),
             detail,
+            known: None,
         });
     }
 
@@ -186,7 +220,55 @@ impl Checker {
             at_ms: now,
             missing: None,
         });
+        if let (Some(v), Some(s)) = (&version, &spec) {
+            self.made_from
+                .insert((workload.to_string(), v.clone()), s.clone());
+        }
         self.latest.insert(workload.into(), (version, spec));
+    }
+
+    /// A write the agent stored but did not acknowledge (it may still spread): copies made
+    /// from it are judged by its spec.
+    pub fn stored_unacknowledged(&mut self, workload: &str, version: &str, spec: &WorkloadSpec) {
+        self.made_from
+            .insert((workload.to_string(), version.to_string()), spec.clone());
+    }
+
+    /// A host is cut so that it is not heard (or paused) from `start_ms`.
+    pub fn episode_start(&mut self, host: u32, kind: &'static str, start_ms: u64) {
+        self.episodes.push(Episode {
+            host,
+            kind,
+            start_ms,
+            end_ms: None,
+        });
+    }
+
+    /// The open episodes of `host` of `kind` end at `end_ms`.
+    pub fn episode_end(&mut self, host: u32, kind: &str, end_ms: u64) {
+        for e in &mut self.episodes {
+            if e.host == host && e.kind == kind && e.end_ms.is_none() {
+                e.end_ms = Some(end_ms);
+            }
+        }
+    }
+
+    /// The known cause of an exclusive duplicate on `hosts` that began at `t_ms`, if any.
+    fn known_cause(&self, hosts: &[u32], t_ms: u64) -> Option<String> {
+        let e = self.episodes.iter().find(|e| {
+            hosts.contains(&e.host)
+                && e.start_ms <= t_ms
+                && e.end_ms.is_none_or(|end| t_ms <= end + KNOWN_AFTER_MS)
+        })?;
+        let end = e.end_ms.map_or("still in force".to_string(), |t| {
+            format!("to {:.1} s", t as f64 / 1000.0)
+        });
+        Some(format!(
+            "{} of the owner n{} (from {:.1} s, {end})",
+            e.kind,
+            e.host + 1,
+            e.start_ms as f64 / 1000.0
+        ))
     }
 
     /// Alive copies per replica right now (for `owner=` selectors).
@@ -221,7 +303,10 @@ impl Checker {
             running,
             healthy,
         });
-        self.check_duplicates(now, &copies, trace);
+        let fresh = self.check_duplicates(now, &copies, trace);
+        for (r, on) in fresh {
+            agents::trace_decisions(now, &r, &on, hosts, trace).await;
+        }
         self.check_capacity(now, hosts, &copies, trace);
         self.update_truth(now, hosts, trace);
         self.check_replacements(&copies);
@@ -258,7 +343,14 @@ impl Checker {
         self.last_copies = current;
     }
 
-    fn check_duplicates(&mut self, now: u64, copies: &Copies, trace: &mut Trace) {
+    /// Counts duplicates; returns the exclusive ones that began now, with their hosts.
+    fn check_duplicates(
+        &mut self,
+        now: u64,
+        copies: &Copies,
+        trace: &mut Trace,
+    ) -> Vec<(ReplicaId, Vec<u32>)> {
+        let mut fresh = Vec::new();
         let mut excl_now = BTreeSet::new();
         let mut dup_now = BTreeSet::new();
         for (r, list) in copies {
@@ -280,6 +372,15 @@ impl Checker {
                         "exclusive-duplicate",
                         format!("{r} alive on {}", where_.join(" and ")),
                     );
+                    let on: Vec<u32> = list.iter().map(|c| c.host).collect();
+                    let known = self.known_cause(&on, now);
+                    if let Some(k) = &known {
+                        trace.line(now, format!("known cause of that duplicate: {k}"));
+                    }
+                    if let Some(v) = self.violations.last_mut() {
+                        v.known = known;
+                    }
+                    fresh.push((r.clone(), on));
                 }
             } else {
                 dup_now.insert(r.clone());
@@ -304,6 +405,7 @@ impl Checker {
                 self.duplicate_longest_ms = self.duplicate_longest_ms.max(now - since);
             }
         }
+        fresh
     }
 
     fn check_capacity(&mut self, now: u64, hosts: &[Host], copies: &Copies, trace: &mut Trace) {

@@ -6,8 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use shoal::mesh::view::placement_workload;
 use shoal_core::instance::{Phase, ReplicaId};
-use shoal_core::placement::{place, Placement};
+use shoal_core::placement::Placement;
 use shoal_core::spec::WorkloadSpec;
+use shoal_core::stacking::place_stacked;
 
 use super::Checker;
 use crate::trace::Trace;
@@ -136,7 +137,8 @@ impl Checker {
             .filter_map(|(v, s)| v.as_ref().and(s.as_ref()))
             .map(placement_workload)
             .collect();
-        let placement = place(&nodes, &workloads);
+        // As the agents place: more replicas than eligible hosts stack (docs/placement.md).
+        let placement = place_stacked(&nodes, &workloads);
         if up != self.truth.hosts && !self.truth.hosts.is_empty() {
             let (mut moves, mut forced) = (0u64, 0u64);
             for (r, old) in &self.truth.placement.assigned {
@@ -172,36 +174,81 @@ impl Checker {
     }
 
     /// Running = desired: every assigned replica has exactly one alive copy, running, on its
-    /// assigned host, at the acknowledged version, and nothing else runs.
+    /// assigned host, current (see [`Checker::current`]), and nothing else runs.
     pub(super) fn check_convergence(&mut self, now: u64, copies: &Copies, hosts: &[Host]) {
-        if now < self.last_fault_ms {
-            return;
+        self.convergence_gap = self.first_gap(copies, hosts);
+        if now < self.last_fault_ms || self.convergence_gap.is_some() {
+            self.converged_at_ms = None;
+        } else if self.converged_at_ms.is_none() {
+            self.converged_at_ms = Some(now);
         }
+    }
+
+    /// The first way running differs from desired, in replica order (None: they are equal).
+    fn first_gap(&self, copies: &Copies, hosts: &[Host]) -> Option<String> {
         let assigned = &self.truth.placement.assigned;
-        let versions: BTreeMap<&str, &str> = self
-            .latest
-            .iter()
-            .filter_map(|(w, (v, _))| v.as_deref().map(|v| (w.as_str(), v)))
-            .collect();
-        let mut ok = copies.keys().all(|r| assigned.contains_key(r));
+        if let Some((r, list)) = copies.iter().find(|(r, _)| !assigned.contains_key(*r)) {
+            return Some(format!(
+                "{r} is not desired but runs on n{}",
+                list[0].host + 1
+            ));
+        }
         for (r, node) in assigned {
             let host = node
                 .trim_start_matches('n')
                 .parse::<u32>()
                 .ok()
                 .map(|n| n - 1);
-            ok &= copies.get(r).is_some_and(|list| {
-                list.len() == 1
-                    && Some(list[0].host) == host
-                    && list[0].phase == Phase::Running
-                    && versions.get(r.workload.as_str()) == Some(&list[0].version.as_str())
-            });
+            let list = copies.get(r).map_or(&[][..], |l| l.as_slice());
+            let on: Vec<String> = list
+                .iter()
+                .map(|c| format!("n{} ({} at {})", c.host + 1, c.phase, c.version))
+                .collect();
+            let ok = match list {
+                [c] => {
+                    Some(c.host) == host && c.phase == Phase::Running && self.current(r, &c.version)
+                }
+                _ => false,
+            };
+            if !ok {
+                let on = if on.is_empty() {
+                    "nowhere".to_string()
+                } else {
+                    on.join(", ")
+                };
+                return Some(format!("{r} placed on {node}, runs on {on}"));
+            }
         }
-        ok &= hosts.iter().all(|h| h.state != HostState::Starting);
-        if !ok {
-            self.converged_at_ms = None;
-        } else if self.converged_at_ms.is_none() {
-            self.converged_at_ms = Some(now);
+        let starting: Vec<&str> = hosts
+            .iter()
+            .filter(|h| h.state == HostState::Starting)
+            .map(|h| h.name.as_str())
+            .collect();
+        if !starting.is_empty() {
+            return Some(format!("{} starting", starting.join(",")));
         }
+        None
+    }
+
+    /// Whether a copy made from `version` of `r`'s workload is current: made from the
+    /// acknowledged version, or from an older one the acknowledged spec changed only in fields a
+    /// running instance is not made from (replicas, placement, health, restart, update): the
+    /// agent moves such an instance to the new version without touching it, so the runtime
+    /// still lists the old one (a scale keeps its untouched replicas).
+    fn current(&self, r: &ReplicaId, version: &str) -> bool {
+        let Some((Some(acked), Some(spec))) = self.latest.get(&r.workload) else {
+            return false;
+        };
+        if acked == version {
+            return true;
+        }
+        let made = self
+            .made_from
+            .get(&(r.workload.clone(), version.to_string()));
+        made.is_some_and(|old| {
+            old.run == spec.run
+                && old.resources == spec.resources
+                && (old.settings == spec.settings || spec.reload.is_some())
+        })
     }
 }

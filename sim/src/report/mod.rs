@@ -6,7 +6,7 @@ mod svg;
 use serde::Serialize;
 
 use crate::check::stats::Dist;
-use crate::check::{FaultWindow, Sample, Violation};
+use crate::check::{EventFailure, FaultWindow, LivenessOutcome, Sample, Violation};
 use crate::world::World;
 
 pub use svg::timeline_svg;
@@ -70,6 +70,14 @@ pub struct Report {
     pub violations: Vec<Violation>,
     /// Scenario assertions that failed.
     pub assertion_failures: Vec<String>,
+    /// Scheduled events that could not take effect (each fails the run).
+    pub event_failures: Vec<EventFailure>,
+    /// The liveness phase after the timeline.
+    pub liveness: Option<LivenessOutcome>,
+    /// What failed, one word each (sorted, distinct): a violation's kind (an exclusive
+    /// duplicate with a known cause as `exclusive-duplicate-known`), `event-failed`,
+    /// `liveness`, `assertion`.
+    pub failure_kinds: Vec<String>,
     /// Refused API calls and failed starts.
     pub refused: Vec<String>,
     /// Simulated seconds.
@@ -114,7 +122,9 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
         .copied()
         .collect();
     let everything = Dist::of(&all_replacements);
-    let converged_after = c.converged_at_ms.map(|t| t.saturating_sub(c.last_fault_ms));
+    let converged_after = c
+        .timeline_converged_at_ms
+        .map(|t| t.saturating_sub(c.last_fault_ms));
     let mut failures = Vec::new();
     let converged = match (converged_after, sc.assert.converged_within_ms) {
         (None, _) => false,
@@ -132,12 +142,9 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
             ));
         }
     }
-    if c.exclusive_duplicates > sc.assert.exclusive_duplicates_max {
-        failures.push(format!(
-            "{} exclusive duplicates (max {})",
-            c.exclusive_duplicates, sc.assert.exclusive_duplicates_max
-        ));
-    }
+    // Over the bound, the duplicates already fail the run as violations (kind
+    // `exclusive-duplicate`, or `exclusive-duplicate-known`); a bound above 0 tolerates some.
+    let duplicates_over = c.exclusive_duplicates > sc.assert.exclusive_duplicates_max;
     if let (Some(max), Some(p99)) = (sc.assert.replacement_p99_max_ms, everything.p99_ms) {
         if p99 > max {
             failures.push(format!("replacement p99 {p99} ms over {max} ms"));
@@ -148,7 +155,9 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
             failures.push(format!("{} false dead verdicts (max {max})", c.false_dead));
         }
     }
-    let passed = failures.is_empty() && c.violations.is_empty();
+    let liveness_failed = c.liveness.as_ref().is_some_and(|l| !l.passed);
+    let kinds = failure_kinds(c, duplicates_over, &failures, liveness_failed);
+    let passed = kinds.is_empty();
     Report {
         scenario: sc.name.clone(),
         seed: world.seed,
@@ -178,6 +187,9 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
         invariant_violations: c.violations.len(),
         violations: c.violations.clone(),
         assertion_failures: failures,
+        event_failures: c.event_failures.clone(),
+        liveness: c.liveness.clone(),
+        failure_kinds: kinds,
         refused: c.refused.clone(),
         sim_seconds,
         wall_seconds: round3(wall_seconds),
@@ -190,6 +202,35 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
         windows: c.windows.clone(),
         trace: world.trace.lines().to_vec(),
     }
+}
+
+fn failure_kinds(
+    c: &crate::check::Checker,
+    duplicates_over: bool,
+    assertions: &[String],
+    liveness: bool,
+) -> Vec<String> {
+    let mut kinds = std::collections::BTreeSet::new();
+    for v in c
+        .violations
+        .iter()
+        .filter(|v| duplicates_over || v.kind != "exclusive-duplicate")
+    {
+        kinds.insert(match (&v.known, v.kind.as_str()) {
+            (Some(_), "exclusive-duplicate") => "exclusive-duplicate-known".to_string(),
+            _ => v.kind.clone(),
+        });
+    }
+    if !c.event_failures.is_empty() {
+        kinds.insert("event-failed".into());
+    }
+    if liveness {
+        kinds.insert("liveness".into());
+    }
+    if !assertions.is_empty() {
+        kinds.insert("assertion".into());
+    }
+    kinds.into_iter().collect()
 }
 
 fn round3(x: f64) -> f64 {
@@ -249,6 +290,32 @@ impl Report {
                 v.kind,
                 v.detail
             );
+            if let Some(k) = &v.known {
+                s += &format!("    known cause: {k}\n");
+            }
+        }
+        if let Some(l) = &self.liveness {
+            s += &match (l.passed, l.converged_after_ms) {
+                (true, Some(after)) => format!(
+                    "  liveness: whole {after} ms after the timeline ended (bound {} ms){}\n",
+                    l.within_ms,
+                    undone_note(&l.undone)
+                ),
+                _ => format!(
+                    "  LIVENESS FAILED: not whole within {} ms of the timeline's end{}: {}\n",
+                    l.within_ms,
+                    undone_note(&l.undone),
+                    l.gaps.join("; ")
+                ),
+            };
+        }
+        for e in &self.event_failures {
+            s += &format!(
+                "  EVENT FAILED at {:.3}s: {}: {}\n",
+                e.t_ms as f64 / 1000.0,
+                e.event,
+                e.why
+            );
         }
         for f in &self.assertion_failures {
             s += &format!("  ASSERTION FAILED: {f}\n");
@@ -257,6 +324,13 @@ impl Report {
             s += &format!("  replay: {}\n", self.replay);
         }
         s
+    }
+}
+
+fn undone_note(undone: &[String]) -> String {
+    match undone.is_empty() {
+        true => String::new(),
+        false => format!(" after: {}", undone.join(", ")),
     }
 }
 

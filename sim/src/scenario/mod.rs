@@ -149,6 +149,8 @@ pub enum PartitionKind {
     Majority,
     /// The target's messages to everyone else are lost; it still hears them.
     OneWay,
+    /// Everyone's messages to the target are lost; it is still heard.
+    OneWayIn,
     /// Two halves that only the target (one host) still joins.
     Bridge,
 }
@@ -268,6 +270,29 @@ pub enum Action {
 }
 
 impl Action {
+    /// The action's name in a scenario file.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::Crash { .. } => "crash",
+            Action::Restart { .. } => "restart",
+            Action::Pause { .. } => "pause",
+            Action::Partition { .. } => "partition",
+            Action::Heal => "heal",
+            Action::Link { .. } => "link",
+            Action::Clock { .. } => "clock",
+            Action::Instance { .. } => "instance",
+            Action::Apply { .. } => "apply",
+            Action::Scale { .. } => "scale",
+            Action::Update { .. } => "update",
+            Action::Delete { .. } => "delete",
+            Action::Drain { draining: true, .. } => "drain",
+            Action::Drain {
+                draining: false, ..
+            } => "undrain",
+            Action::Flap { .. } => "flap",
+        }
+    }
+
     /// Whether this event disturbs the mesh (the "last fault" that convergence is timed from):
     /// every action does, instance profile changes included (the end of a crash loop is one).
     pub fn is_fault(&self) -> bool {
@@ -296,7 +321,7 @@ impl Action {
 }
 
 /// What a scenario asserts at the end of a run.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Assertions {
     /// Running = desired within this long after the last fault ended.
     pub converged_within_ms: Option<u64>,
@@ -306,7 +331,13 @@ pub struct Assertions {
     pub replacement_p99_max_ms: Option<u64>,
     /// At most this many false dead verdicts.
     pub false_dead_max: Option<u64>,
+    /// The liveness phase after the timeline: every host up and running = desired within this
+    /// long (docs/sim.md).
+    pub liveness_within_ms: u64,
 }
+
+/// The default bound of the liveness phase.
+pub const LIVENESS_WITHIN_MS: u64 = 60_000;
 
 impl Scenario {
     /// When the last disturbance ends (0 when there is none).

@@ -149,6 +149,7 @@ struct RawAssert {
     exclusive_duplicates_max: Option<u64>,
     replacement_p99_max: Option<String>,
     false_dead_max: Option<u64>,
+    liveness_within: Option<String>,
 }
 
 /// Line and column (1-based) of byte `offset` in `text`.
@@ -341,16 +342,29 @@ pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, ScenarioError>
         exclusive_duplicates_max: a.exclusive_duplicates_max.unwrap_or(0),
         replacement_p99_max_ms: c.ms(0, "assert.replacement_p99_max", &a.replacement_p99_max),
         false_dead_max: a.false_dead_max,
+        liveness_within_ms: c
+            .ms(0, "assert.liveness_within", &a.liveness_within)
+            .unwrap_or(super::LIVENESS_WITHIN_MS),
     };
     let duration_ms = duration_ms.unwrap_or(0);
     for e in &events {
+        let end_ms = e.at_ms + e.action.span_ms();
         if e.at_ms > duration_ms {
             c.errors.push(format!(
                 "{file}:{}: event at {} ms is after the end of the run ({duration_ms} ms)",
                 e.line, e.at_ms
             ));
+        } else if end_ms > duration_ms {
+            c.errors.push(format!(
+                "{file}:{}: {} at {} ms ends at {end_ms} ms, after the end of the run \
+                 ({duration_ms} ms): shorten it or lengthen `duration`",
+                e.line,
+                e.action.name(),
+                e.at_ms
+            ));
         }
     }
+    unknown_workloads(&mut c, &workloads, &events);
     if !c.errors.is_empty() {
         return Err(ScenarioError(c.errors));
     }
@@ -407,10 +421,11 @@ fn event(c: &mut Check<'_>, off: usize, e: &RawEvent, n: u32) -> Option<Event> {
                 "isolate" => PartitionKind::Isolate,
                 "minority" => PartitionKind::Minority,
                 "majority" => PartitionKind::Majority,
-                "one_way" | "one-way" => PartitionKind::OneWay,
+                "one_way" | "one-way" | "one_way_out" => PartitionKind::OneWay,
+                "one_way_in" => PartitionKind::OneWayIn,
                 "bridge" => PartitionKind::Bridge,
                 other => {
-                    c.at(off, format!("kind: {other:?} is not a partition (bisect, isolate, minority, majority, one_way, bridge)"));
+                    c.at(off, format!("kind: {other:?} is not a partition (bisect, isolate, minority, majority, one_way, one_way_in, bridge)"));
                     return None;
                 }
             },
@@ -506,6 +521,38 @@ fn event(c: &mut Check<'_>, off: usize, e: &RawEvent, n: u32) -> Option<Event> {
         line,
         action,
     })
+}
+
+/// An event about a workload that neither `[[workloads]]` nor an `apply` event names could never
+/// take effect: refused before the run.
+fn unknown_workloads(c: &mut Check<'_>, workloads: &[WorkloadEntry], events: &[Event]) {
+    let mut known: std::collections::BTreeSet<&str> =
+        workloads.iter().map(|w| w.spec.name.as_str()).collect();
+    for e in events {
+        if let Action::Apply { spec, .. } = &e.action {
+            known.insert(spec.name.as_str());
+        }
+    }
+    for e in events {
+        let named = match &e.action {
+            Action::Instance { workload, .. }
+            | Action::Scale { workload, .. }
+            | Action::Update { workload, .. }
+            | Action::Delete { workload, .. } => workload,
+            _ => continue,
+        };
+        if !known.contains(named.as_str()) {
+            let list: Vec<&str> = known.iter().copied().collect();
+            c.errors.push(format!(
+                "{}:{}: {} names workload {named:?}, which no [[workloads]] entry or apply \
+                 event defines (known: {})",
+                c.file,
+                e.line,
+                e.action.name(),
+                list.join(", ")
+            ));
+        }
+    }
 }
 
 fn signed_ms(c: &mut Check<'_>, off: usize, v: &Option<String>) -> i64 {

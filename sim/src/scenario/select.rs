@@ -40,6 +40,23 @@ pub enum Selector {
     All,
 }
 
+impl std::fmt::Display for Selector {
+    /// The text form `parse` reads back.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Selector::One => f.write_str("one"),
+            Selector::Count(n) => write!(f, "{n}"),
+            Selector::Percent(p) => write!(f, "{p}%"),
+            Selector::Zone(z) => write!(f, "zone={z}"),
+            Selector::Nodes(list) => f.write_str(&Selector::concrete(list)),
+            Selector::Owner(w) => write!(f, "owner={w}"),
+            Selector::Minority => f.write_str("minority"),
+            Selector::Majority => f.write_str("majority"),
+            Selector::All => f.write_str("all"),
+        }
+    }
+}
+
 /// What a selector picks from.
 pub struct Pool<'a> {
     /// Hosts the event may act on, sorted.
@@ -128,6 +145,19 @@ impl Selector {
                     .take(1)
                     .collect()
             }
+        }
+    }
+
+    /// How many hosts the selector asks for, when it names a number: a resolution that finds
+    /// fewer could not do what the event says.
+    pub fn wanted(&self, mesh_size: u32) -> Option<usize> {
+        match self {
+            Selector::One => Some(1),
+            Selector::Count(n) => Some(*n as usize),
+            Selector::Nodes(list) => Some(list.len()),
+            Selector::Minority => Some((mesh_size.saturating_sub(1) / 2).max(1) as usize),
+            Selector::Majority => Some(mesh_size as usize / 2 + 1),
+            _ => None,
         }
     }
 

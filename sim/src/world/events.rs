@@ -9,9 +9,12 @@ use shoal::mesh::record::NODE_KEY;
 use shoal::tls::PeerName;
 use shoal_core::spec::{Run, WorkloadSpec};
 
-use super::{ApiAnswer, HostState, Step, World};
+use super::{ApiAnswer, HostState, Origin, Step, World};
 use crate::scenario::select::Pool;
 use crate::scenario::{Action, PartitionKind, Selector};
+
+/// Time between two attempts of a spec change that found no serving agent.
+const SPEC_RETRY_MS: u64 = 500;
 
 impl World {
     /// Hosts in `states`, sorted.
@@ -44,7 +47,7 @@ impl World {
         sel.resolve(&pool, &mut self.rng)
     }
 
-    pub(super) fn fire(&mut self, action: Action) {
+    pub(super) fn fire(&mut self, action: Action, origin: Origin, tries: u32) {
         let now = self.now_ms();
         let spec_change = matches!(
             action,
@@ -54,8 +57,17 @@ impl World {
                 | Action::Delete { .. }
         );
         if spec_change && !self.hosts.iter().any(|h| h.serving()) {
-            // No agent to talk to yet (the mesh is starting, or every host is down): retry.
-            self.schedule_step(now + 500, Step::Fire(action));
+            // No agent to talk to (the mesh is starting, or every host is down or paused):
+            // retry; one still postponed when the timeline ends fails the run.
+            if tries == 0 {
+                self.log(format!("{origin} postponed: no agent serves its API"));
+            }
+            let step = Step::Fire {
+                action,
+                origin,
+                tries: tries + 1,
+            };
+            self.schedule_step(now + SPEC_RETRY_MS, step);
             return;
         }
         let c = Selector::concrete;
@@ -65,7 +77,10 @@ impl World {
                 keep_data,
                 restart_after_ms,
             } => {
-                let hosts = self.resolve(&target, &self.hosts_in(true));
+                let pool = self.hosts_in(true);
+                let Some(hosts) = self.pick(&origin, "target", &target, &pool, "live hosts") else {
+                    return;
+                };
                 for &h in &hosts {
                     self.crash_host(h, keep_data);
                 }
@@ -78,7 +93,12 @@ impl World {
                 let end = now + restart_after_ms.unwrap_or(1_000);
                 self.checker.fault_window(now, end, "crash");
                 if let Some(d) = restart_after_ms {
-                    self.schedule_step(now + d, Step::Restart(hosts));
+                    let step = Step::Restart {
+                        hosts,
+                        origin,
+                        tries: 0,
+                    };
+                    self.schedule_step(now + d, step);
                 }
             }
             Action::Restart { target } => {
@@ -88,32 +108,49 @@ impl World {
                     .filter(|h| h.state == HostState::Down)
                     .map(|h| h.index)
                     .collect();
-                let hosts = self.resolve(&target, &down);
+                let Some(hosts) = self.pick(&origin, "target", &target, &down, "crashed hosts")
+                else {
+                    return;
+                };
                 self.log(format!("restart {}", c(&hosts)));
-                self.schedule_step(now, Step::Restart(hosts));
+                self.restart(hosts, origin, 0);
             }
             Action::Pause {
                 target,
                 duration_ms,
             } => {
-                let hosts = self.resolve(&target, &self.hosts_in(true));
-                self.set_paused(&hosts, true);
+                let pool: Vec<u32> = self
+                    .hosts
+                    .iter()
+                    .filter(|h| h.serving())
+                    .map(|h| h.index)
+                    .collect();
+                let Some(hosts) = self.pick(&origin, "target", &target, &pool, "serving hosts")
+                else {
+                    return;
+                };
                 self.checker.fault_window(now, now + duration_ms, "pause");
-                self.schedule_step(now + duration_ms, Step::Resume(hosts));
+                self.pause(&hosts, duration_ms, origin);
             }
             Action::Partition {
                 kind,
                 target,
                 duration_ms,
             } => {
-                self.partition(kind, target.as_ref());
+                if !self.partition(kind, target.as_ref(), duration_ms, &origin) {
+                    return;
+                }
                 let end = duration_ms.map_or(self.scenario.duration_ms, |d| now + d);
                 self.checker.fault_window(now, end, "partition");
-                if let Some(d) = duration_ms {
-                    self.schedule_step(now + d, Step::Heal);
-                }
             }
-            Action::Heal => self.schedule_step(now, Step::Heal),
+            Action::Heal => {
+                let healed = self.heal_all();
+                if healed == 0 {
+                    self.event_failed(&origin, "nothing to heal: no partition in force");
+                    return;
+                }
+                self.log(format!("heal: {healed} partitions healed"));
+            }
             Action::Link {
                 from,
                 to,
@@ -121,27 +158,33 @@ impl World {
                 duration_ms,
             } => {
                 let end = duration_ms.map_or(self.scenario.duration_ms, |d| now + d);
-                self.checker.fault_window(now, end, "link");
-                if from == Selector::All && to == Selector::All {
-                    self.net.set_default_fault(fault);
+                let links = if from == Selector::All && to == Selector::All {
                     self.log(format!("link all -> all: {fault:?}"));
-                    if let Some(d) = duration_ms {
-                        self.schedule_step(now + d, Step::ClearLinks(Vec::new(), true));
+                    None
+                } else {
+                    let all = self.hosts_in(false);
+                    let Some(a) = self.pick(&origin, "from", &from, &all, "hosts") else {
+                        return;
+                    };
+                    let Some(b) = self.pick(&origin, "to", &to, &all, "hosts") else {
+                        return;
+                    };
+                    let links: Vec<(u32, u32)> = a
+                        .iter()
+                        .flat_map(|&x| b.iter().filter(move |&&y| y != x).map(move |&y| (x, y)))
+                        .collect();
+                    if links.is_empty() {
+                        let why = format!("from {} to {} names no link", c(&a), c(&b));
+                        self.event_failed(&origin, why);
+                        return;
                     }
-                    return;
-                }
-                let all = self.hosts_in(false);
-                let (a, b) = (self.resolve(&from, &all), self.resolve(&to, &all));
-                let mut links = Vec::new();
-                for &x in &a {
-                    for &y in b.iter().filter(|y| **y != x) {
-                        self.net.set_link_fault(x, y, Some(fault));
-                        links.push((x, y));
-                    }
-                }
-                self.log(format!("link {} -> {}: {fault:?}", c(&a), c(&b)));
+                    self.log(format!("link {} -> {}: {fault:?}", c(&a), c(&b)));
+                    Some(links)
+                };
+                self.checker.fault_window(now, end, "link");
+                let id = self.add_link_layer(links, fault);
                 if let Some(d) = duration_ms {
-                    self.schedule_step(now + d, Step::ClearLinks(links, false));
+                    self.schedule_step(now + d, Step::EndLink { id, origin });
                 }
             }
             Action::Clock {
@@ -149,7 +192,10 @@ impl World {
                 jump_ms,
                 drift_ppm,
             } => {
-                let hosts = self.resolve(&target, &self.hosts_in(false));
+                let all = self.hosts_in(false);
+                let Some(hosts) = self.pick(&origin, "target", &target, &all, "hosts") else {
+                    return;
+                };
                 for &h in &hosts {
                     self.hosts[h as usize].clock.adjust(jump_ms, drift_ppm);
                 }
@@ -168,53 +214,41 @@ impl World {
                 }
                 self.log(format!("instances of {workload}: {profile:?}"));
             }
-            Action::Apply { spec, via } => self.send_spec(*spec, &via, "apply"),
+            Action::Apply { spec, via } => self.send_spec(*spec, &via, "apply", origin),
             Action::Scale {
                 workload,
                 replicas,
                 via,
             } => {
-                if let Some(mut spec) = self.specs.get(&workload).cloned() {
-                    spec.replicas = replicas;
-                    self.send_spec(spec, &via, "scale");
-                }
+                let Some(mut spec) = self.sent_spec(&workload, &origin) else {
+                    return;
+                };
+                spec.replicas = replicas;
+                self.send_spec(spec, &via, "scale", origin);
             }
             Action::Update { workload, via } => {
-                if let Some(mut spec) = self.specs.get(&workload).cloned() {
-                    bump_revision(&mut spec);
-                    self.send_spec(spec, &via, "update");
-                }
+                let Some(mut spec) = self.sent_spec(&workload, &origin) else {
+                    return;
+                };
+                bump_revision(&mut spec);
+                self.send_spec(spec, &via, "update", origin);
             }
             Action::Delete { workload, via } => {
-                let Some(h) = self.api_host(&via) else { return };
+                if !self.sent.contains(&workload) {
+                    let why = format!("no spec of {workload} was ever sent");
+                    return self.event_failed(&origin, why);
+                }
+                let Some(h) = self.api_host(&via, &origin) else {
+                    return;
+                };
                 self.log(format!("delete {workload} via n{}", h + 1));
                 self.specs.remove(&workload);
-                self.call_api(
-                    h,
-                    Request::Delete {
-                        name: workload.clone(),
-                    },
-                    "delete",
-                    workload,
-                    None,
-                );
+                let req = Request::Delete {
+                    name: workload.clone(),
+                };
+                self.call_api(h, req, "delete", workload, None, origin);
             }
-            Action::Drain { target, draining } => {
-                let hosts = self.resolve(&target, &self.hosts_in(true));
-                for &h in &hosts {
-                    let host = &mut self.hosts[h as usize];
-                    host.record.draining = draining;
-                    if let Some(node) = host.node() {
-                        let chitchat = node.gossip().chitchat();
-                        let locked = chitchat.try_lock();
-                        if let Ok(mut guard) = locked {
-                            guard.self_node_state().set(NODE_KEY, host.record.encode());
-                        }
-                    }
-                }
-                let what = if draining { "drain" } else { "undrain" };
-                self.log(format!("{what} {}", c(&hosts)));
-            }
+            Action::Drain { target, draining } => self.drain(&target, draining, &origin),
             Action::Flap {
                 target,
                 down_ms,
@@ -222,59 +256,103 @@ impl World {
                 count,
                 crash,
             } => {
-                let hosts = self.resolve(&target, &self.hosts_in(true));
+                let pool = self.hosts_in(true);
+                let Some(hosts) = self.pick(&origin, "target", &target, &pool, "live hosts") else {
+                    return;
+                };
                 for k in 0..u64::from(count) {
                     let at = now + k * (down_ms + up_ms);
-                    self.schedule_step(at, Step::FlapDown(hosts.clone(), crash));
-                    self.schedule_step(at + down_ms, Step::FlapUp(hosts.clone(), crash));
+                    let step = Step::FlapDown {
+                        hosts: hosts.clone(),
+                        crash,
+                        down_ms,
+                        origin: origin.clone(),
+                    };
+                    self.schedule_step(at, step);
                     self.checker.fault_window(at, at + down_ms, "flap");
                 }
             }
         }
     }
 
-    pub(super) fn flap(&mut self, hosts: &[u32], crash: bool, down: bool) {
-        let others: Vec<u32> = self
-            .hosts_in(false)
-            .into_iter()
-            .filter(|h| !hosts.contains(h))
-            .collect();
-        match (crash, down) {
-            (true, true) => {
-                for &h in hosts {
-                    self.crash_host(h, true);
-                }
-            }
-            (true, false) => return self.run_step(Step::Restart(hosts.to_vec())),
-            (false, _) => {
-                for &a in hosts {
-                    for &b in &others {
-                        self.net.set_blocked(a, b, down);
-                        self.net.set_blocked(b, a, down);
-                    }
-                }
-            }
+    /// The spec the simulator last sent for `workload`, or a failure of `origin`.
+    fn sent_spec(&mut self, workload: &str, origin: &str) -> Option<WorkloadSpec> {
+        let spec = self.specs.get(workload).cloned();
+        if spec.is_none() {
+            let why = format!("no spec of {workload} was sent yet (not applied, or deleted)");
+            self.event_failed(origin, why);
         }
-        let what = if down { "flap down" } else { "flap up" };
-        self.log(format!(
-            "{what} {} ({})",
-            Selector::concrete(hosts),
-            if crash { "crash" } else { "network" }
-        ));
+        spec
     }
 
-    fn partition(&mut self, kind: PartitionKind, target: Option<&Selector>) {
+    /// Drains or undrains hosts: an up host publishes its record at once, a down one with its
+    /// next start (a starting host already took its old record along, so it is not a candidate).
+    fn drain(&mut self, target: &Selector, draining: bool, origin: &str) {
+        let pool: Vec<u32> = self
+            .hosts
+            .iter()
+            .filter(|h| h.state != HostState::Starting && h.record.draining != draining)
+            .map(|h| h.index)
+            .collect();
+        let among = if draining {
+            "hosts not draining (and not starting)"
+        } else {
+            "hosts draining (and not starting)"
+        };
+        let Some(hosts) = self.pick(origin, "target", target, &pool, among) else {
+            return;
+        };
+        for &h in &hosts {
+            let host = &mut self.hosts[h as usize];
+            host.record.draining = draining;
+            let Some(node) = host.node() else {
+                continue;
+            };
+            let chitchat = node.gossip().chitchat();
+            let published = chitchat
+                .try_lock()
+                .map(|mut guard| guard.self_node_state().set(NODE_KEY, host.record.encode()))
+                .is_ok();
+            if !published {
+                let why = format!(
+                    "n{}'s gossip state was busy: its record was not published",
+                    h + 1
+                );
+                self.event_failed(origin, why);
+            }
+        }
+        let what = if draining { "drain" } else { "undrain" };
+        self.log(format!("{what} {}", Selector::concrete(&hosts)));
+    }
+
+    /// Cuts the network as `kind` says; false (and the event failed) when it cuts nothing.
+    fn partition(
+        &mut self,
+        kind: PartitionKind,
+        target: Option<&Selector>,
+        duration_ms: Option<u64>,
+        origin: &Origin,
+    ) -> bool {
         let all = self.hosts_in(false);
         let n = all.len();
         let up = self.hosts_in(true);
+        let needs_target = matches!(
+            kind,
+            PartitionKind::Isolate
+                | PartitionKind::OneWay
+                | PartitionKind::OneWayIn
+                | PartitionKind::Bridge
+        );
         let mut chosen = match target {
-            Some(sel) => self.resolve(sel, &up),
-            None if matches!(
-                kind,
-                PartitionKind::Isolate | PartitionKind::OneWay | PartitionKind::Bridge
-            ) =>
-            {
-                self.resolve(&Selector::One, &up)
+            Some(sel) => match self.pick(origin, "target", sel, &up, "live hosts") {
+                Some(hosts) => hosts,
+                None => return false,
+            },
+            None if needs_target => {
+                match self.pick(origin, "target", &Selector::One, &up, "live hosts") {
+                    Some(hosts) => hosts,
+                    None => return false,
+                }
             }
             None => Vec::new(),
         };
@@ -305,62 +383,78 @@ impl World {
             .filter(|h| !side_a.contains(h))
             .collect();
         let c = Selector::concrete;
-        if kind == PartitionKind::Bridge {
+        let mut links = BTreeSet::new();
+        let mut unheard = Vec::new();
+        let line = if kind == PartitionKind::Bridge {
             // The chosen host bridges two halves of the others.
-            let half = side_b.len() / 2;
-            let (x, y) = side_b.split_at(half);
+            let (x, y) = side_b.split_at(side_b.len() / 2);
             for &a in x {
                 for &b in y {
-                    self.net.set_blocked(a, b, true);
-                    self.net.set_blocked(b, a, true);
+                    links.insert((a, b));
+                    links.insert((b, a));
                 }
             }
-            return self.log(format!(
+            format!(
                 "partition bridge: {} | {} joined only by {}",
                 c(x),
                 c(y),
                 c(&chosen)
-            ));
-        }
-        for &a in &side_a {
-            for &b in &side_b {
-                self.net.set_blocked(a, b, true);
-                if kind != PartitionKind::OneWay {
-                    self.net.set_blocked(b, a, true);
+            )
+        } else {
+            for &a in &side_a {
+                for &b in &side_b {
+                    if kind != PartitionKind::OneWayIn {
+                        links.insert((a, b));
+                    }
+                    if kind != PartitionKind::OneWay {
+                        links.insert((b, a));
+                    }
                 }
             }
-        }
-        let arrow = if kind == PartitionKind::OneWay {
-            "-/->"
-        } else {
-            "|"
+            if kind == PartitionKind::OneWay {
+                unheard = chosen.clone();
+            }
+            let arrow = match kind {
+                PartitionKind::OneWay => "-/->",
+                PartitionKind::OneWayIn => "<-/-",
+                _ => "|",
+            };
+            format!("partition {kind:?}: {} {arrow} {}", c(&chosen), c(&side_b))
         };
-        self.log(format!(
-            "partition {kind:?}: {} {arrow} {}",
-            c(&chosen),
-            c(&side_b)
-        ));
+        if links.is_empty() {
+            let why = format!("{line} cuts no link (the mesh has {n} hosts)");
+            self.event_failed(origin, why);
+            return false;
+        }
+        self.log(line);
+        let id = self.add_cut(links, unheard);
+        if let Some(d) = duration_ms {
+            let now = self.now_ms();
+            let step = Step::EndCut {
+                id,
+                origin: origin.clone(),
+            };
+            self.schedule_step(now + d, step);
+        }
+        true
     }
 
-    fn api_host(&mut self, via: &Selector) -> Option<u32> {
+    /// The agent a spec change goes through: one `via` picks among the serving ones.
+    fn api_host(&mut self, via: &Selector, origin: &str) -> Option<u32> {
         let serving: Vec<u32> = self
             .hosts
             .iter()
             .filter(|h| h.serving())
             .map(|h| h.index)
             .collect();
-        let picked = self.resolve(via, &serving);
-        let h = picked.first().copied();
-        if h.is_none() {
-            self.log(format!(
-                "no live agent matches {via:?}: spec change skipped"
-            ));
-        }
-        h
+        let picked = self.pick(origin, "via", via, &serving, "serving agents")?;
+        picked.first().copied()
     }
 
-    fn send_spec(&mut self, spec: WorkloadSpec, via: &Selector, what: &str) {
-        let Some(h) = self.api_host(via) else { return };
+    fn send_spec(&mut self, spec: WorkloadSpec, via: &Selector, what: &str, origin: Origin) {
+        let Some(h) = self.api_host(via, &origin) else {
+            return;
+        };
         let name = spec.name.clone();
         self.log(format!(
             "{what} {name} (replicas {}) via n{}",
@@ -368,15 +462,11 @@ impl World {
             h + 1
         ));
         self.specs.insert(name.clone(), spec.clone());
-        self.call_api(
-            h,
-            Request::Apply {
-                specs: vec![spec.clone()],
-            },
-            what,
-            name,
-            Some(spec),
-        );
+        self.sent.insert(name.clone());
+        let req = Request::Apply {
+            specs: vec![spec.clone()],
+        };
+        self.call_api(h, req, what, name, Some(spec), origin);
     }
 
     fn call_api(
@@ -386,18 +476,25 @@ impl World {
         what: &str,
         workload: String,
         spec: Option<WorkloadSpec>,
+        origin: Origin,
     ) {
         let Some(api) = self.hosts[h as usize]
             .running
             .as_ref()
             .map(|a| a.api().clone())
         else {
-            return;
+            let why = format!("n{} has no agent to call", h + 1);
+            return self.event_failed(&origin, why);
         };
+        self.api_seq += 1;
+        let id = self.api_seq;
+        let label = format!("{what} {workload} via n{}", h + 1);
+        self.api_pending.insert(id, (label, origin));
         let (tx, sent_ms, what) = (self.api_tx.clone(), self.now_ms(), what.to_string());
         tokio::spawn(async move {
             let response = api.handle_request(req, PeerName("shoal-sim".into())).await;
             let _ = tx.send(ApiAnswer {
+                id,
                 sent_ms,
                 via: h,
                 what,

@@ -108,6 +108,11 @@ impl Host {
         self.running.as_ref().map(|a| a.node())
     }
 
+    /// The agent's API, when up.
+    pub fn api(&self) -> Option<&Arc<shoal::dispatch::Api>> {
+        self.running.as_ref().map(|a| a.api())
+    }
+
     /// Up and not paused.
     pub fn serving(&self) -> bool {
         self.state == HostState::Up && !*self.paused.borrow()

@@ -6,7 +6,9 @@
 //! there whenever every task is idle, and the tasks of all agents interleave in one fixed order.
 
 mod events;
+mod faults;
 mod hosts;
+mod liveness;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -29,20 +31,48 @@ pub use hosts::{Host, HostState};
 /// Time between two checker samples.
 pub const TICK_MS: u64 = 100;
 
-/// Follow-up steps scheduled by events (restarts, resumes, heals, flaps).
+/// The scheduled event a step belongs to, as failure lines name it (`crash at 25.000s (line
+/// 47)`).
+pub(crate) type Origin = Arc<str>;
+
+/// Timeline events and the follow-up steps they schedule (restarts, resumes, the ends of
+/// partitions, link faults and flaps).
 #[derive(Clone, Debug)]
 enum Step {
-    Fire(Action),
-    Restart(Vec<u32>),
-    Resume(Vec<u32>),
-    Heal,
-    ClearLinks(Vec<(u32, u32)>, bool),
-    FlapDown(Vec<u32>, bool),
-    FlapUp(Vec<u32>, bool),
+    /// An event fires; `tries` counts its postponements so far.
+    Fire {
+        action: Action,
+        origin: Origin,
+        tries: u32,
+    },
+    /// Crashed hosts start again; `tries` counts postponements (a previous incarnation still
+    /// referenced).
+    Restart {
+        hosts: Vec<u32>,
+        origin: Origin,
+        tries: u32,
+    },
+    /// Paused hosts resume (with the incarnation that was paused).
+    Resume {
+        hosts: Vec<(u32, u32)>,
+        origin: Origin,
+    },
+    /// A partition (or a network flap's down phase) ends.
+    EndCut { id: u64, origin: Origin },
+    /// A link fault ends.
+    EndLink { id: u64, origin: Origin },
+    /// A flap's down phase: the hosts crash or are cut off for `down_ms`.
+    FlapDown {
+        hosts: Vec<u32>,
+        crash: bool,
+        down_ms: u64,
+        origin: Origin,
+    },
 }
 
 /// An answer from an agent's API, delivered back to the driver.
 struct ApiAnswer {
+    id: u64,
     sent_ms: u64,
     via: u32,
     what: String,
@@ -65,12 +95,18 @@ pub struct World {
     pub(crate) profiles: Profiles,
     /// The latest spec the simulator sent per workload (for scale and update).
     pub(crate) specs: BTreeMap<String, WorkloadSpec>,
+    /// Every workload the simulator ever sent a spec of (a delete needs one).
+    pub(crate) sent: std::collections::BTreeSet<String>,
     pub(crate) tuning: GossipTuning,
     pub(crate) checker: Checker,
     /// The concrete schedule (resolved selectors), for the report.
     pub(crate) schedule: Vec<String>,
+    pub(crate) faults: faults::Faults,
     steps: BTreeMap<(u64, u64), Step>,
     step_seq: u64,
+    /// API calls sent and not answered yet: what, and the event that sent it.
+    api_pending: BTreeMap<u64, (String, Origin)>,
+    api_seq: u64,
     api_tx: mpsc::UnboundedSender<ApiAnswer>,
     api_rx: mpsc::UnboundedReceiver<ApiAnswer>,
 }
@@ -106,28 +142,32 @@ impl World {
             trace: Trace::default(),
             profiles: Arc::new(Mutex::new(profiles)),
             specs: BTreeMap::new(),
+            sent: Default::default(),
             tuning,
             checker,
             schedule: Vec::new(),
+            faults: faults::Faults::default(),
             steps: BTreeMap::new(),
             step_seq: 0,
+            api_pending: BTreeMap::new(),
+            api_seq: 0,
             api_tx,
             api_rx,
             scenario,
             seed,
         };
         for w in world.scenario.workloads.clone() {
-            let via = crate::scenario::Selector::One;
-            world.schedule_step(
-                w.at_ms.max(1),
-                Step::Fire(Action::Apply {
-                    spec: Box::new(w.spec),
-                    via,
-                }),
-            );
+            let at_ms = w.at_ms.max(1);
+            let origin = format!("apply of workload {} at {}", w.spec.name, secs(at_ms));
+            let action = Action::Apply {
+                spec: Box::new(w.spec),
+                via: crate::scenario::Selector::One,
+            };
+            world.schedule_fire(at_ms, action, origin.into());
         }
         for e in world.scenario.events.clone() {
-            world.schedule_step(e.at_ms, Step::Fire(e.action));
+            let origin = format!("{} at {} (line {})", e.action.name(), secs(e.at_ms), e.line);
+            world.schedule_fire(e.at_ms, e.action, origin.into());
         }
         world
     }
@@ -142,11 +182,50 @@ impl World {
         self.steps.insert((at_ms, self.step_seq), step);
     }
 
-    /// Runs the scenario to its end; `progress` gets the simulated ms now and then.
+    fn schedule_fire(&mut self, at_ms: u64, action: Action, origin: Origin) {
+        let step = Step::Fire {
+            action,
+            origin,
+            tries: 0,
+        };
+        self.schedule_step(at_ms, step);
+    }
+
+    /// Records that the event `origin` could not take effect (fails the run).
+    pub(crate) fn event_failed(&mut self, origin: &str, why: impl Into<String>) {
+        let now = self.now_ms();
+        let why = why.into();
+        self.schedule.push(format!(
+            "{:>9.3}s EVENT FAILED {origin}: {why}",
+            secs_f(now)
+        ));
+        self.checker.event_failed(&mut self.trace, now, origin, why);
+    }
+
+    /// Runs the scenario's timeline, then the liveness phase (docs/sim.md); `progress` gets the
+    /// simulated ms now and then.
     pub async fn run(&mut self, progress: &dyn Fn(u64)) {
         self.start_mesh().await;
         let end = self.scenario.duration_ms;
         let mut next_tick = TICK_MS;
+        self.run_until(end, &mut next_tick, progress, false).await;
+        self.end_timeline();
+        self.run_liveness(&mut next_tick, progress).await;
+        self.end_run();
+        self.checker
+            .finish(self.now_ms(), &self.hosts, &mut self.trace)
+            .await;
+    }
+
+    /// Steps the world until `end`; in the liveness phase, until the mesh has been whole long
+    /// enough (true) or `end` (false).
+    async fn run_until(
+        &mut self,
+        end: u64,
+        next_tick: &mut u64,
+        progress: &dyn Fn(u64),
+        liveness: bool,
+    ) -> bool {
         loop {
             let now = self.now_ms();
             while let Some((&(at, seq), _)) = self.steps.first_key_value() {
@@ -158,25 +237,88 @@ impl World {
             }
             self.poll_hosts().await;
             self.drain_api();
-            if now >= next_tick {
+            self.bury_zombies(now);
+            if now >= *next_tick {
                 self.checker
                     .sample(now, &self.hosts, &self.net, &mut self.trace)
                     .await;
-                next_tick += TICK_MS;
+                *next_tick += TICK_MS;
                 if next_tick.is_multiple_of(1000) {
                     progress(now);
                 }
+                if liveness && self.liveness_held().await {
+                    return true;
+                }
             }
             if now >= end {
-                break;
+                return false;
             }
             let next_step = self.steps.first_key_value().map_or(u64::MAX, |(k, _)| k.0);
-            let wake = next_tick.min(next_step).min(end).max(now + 1);
+            let wake = (*next_tick).min(next_step).min(end).max(now + 1);
             tokio::time::sleep_until(self.t0 + Duration::from_millis(wake)).await;
         }
-        self.checker
-            .finish(self.now_ms(), &self.hosts, &mut self.trace)
-            .await;
+    }
+
+    /// A down host runs nothing: a start its dead incarnation had in flight (the agent runs
+    /// each start in a task of its own, which the crash does not abort, and `MemRuntime` lists
+    /// the instance when its start latency has passed) would otherwise run on a dead host.
+    /// A start still in flight when the host is up again is not caught (docs/sim.md).
+    fn bury_zombies(&mut self, now: u64) {
+        for h in 0..self.hosts.len() {
+            let host = &self.hosts[h];
+            if host.state != HostState::Down {
+                continue;
+            }
+            let zombies: Vec<String> = host
+                .ground
+                .seen(now)
+                .into_iter()
+                .filter(|i| i.phase.may_be_alive())
+                .map(|i| i.replica.to_string())
+                .collect();
+            if !zombies.is_empty() {
+                host.ground.kill_all();
+                let line = format!(
+                    "{} is down: removed {} started by its dead incarnation",
+                    host.name,
+                    zombies.join(",")
+                );
+                self.trace.line(now, line);
+            }
+        }
+    }
+
+    /// The timeline is over: what is still postponed never took effect.
+    fn end_timeline(&mut self) {
+        self.checker.timeline_converged_at_ms = self.checker.converged_at_ms;
+        for step in std::mem::take(&mut self.steps).into_values() {
+            match step {
+                Step::Fire { origin, tries, .. } | Step::Restart { origin, tries, .. } => {
+                    let why =
+                        format!("still postponed when the timeline ended ({tries} postponements)");
+                    self.event_failed(&origin, why);
+                }
+                // Ends of faults: the liveness phase undoes every fault still in force.
+                Step::Resume { .. }
+                | Step::EndCut { .. }
+                | Step::EndLink { .. }
+                | Step::FlapDown { .. } => {}
+            }
+        }
+    }
+
+    /// The run is over: a spec change not answered by now, or still postponed, never took
+    /// effect.
+    fn end_run(&mut self) {
+        for step in std::mem::take(&mut self.steps).into_values() {
+            if let Step::Fire { origin, tries, .. } | Step::Restart { origin, tries, .. } = step {
+                let why = format!("still postponed when the run ended ({tries} postponements)");
+                self.event_failed(&origin, why);
+            }
+        }
+        for (what, origin) in std::mem::take(&mut self.api_pending).into_values() {
+            self.event_failed(&origin, format!("{what} sent but never answered"));
+        }
     }
 
     /// Starts every host, all at once or at the scenario's join rate.
@@ -185,7 +327,12 @@ impl World {
         for i in 0..self.hosts.len() as u32 {
             if rate > 0 && i > 0 {
                 let at = u64::from(i) * 1000 / u64::from(rate);
-                self.schedule_step(at, Step::Restart(vec![i]));
+                let step = Step::Restart {
+                    hosts: vec![i],
+                    origin: format!("join of n{} at {}", i + 1, secs(at)).into(),
+                    tries: 0,
+                };
+                self.schedule_step(at, step);
             } else {
                 self.start_host(i);
             }
@@ -195,37 +342,26 @@ impl World {
     }
 
     fn run_step(&mut self, step: Step) {
-        let now = self.now_ms();
         match step {
-            Step::Fire(action) => self.fire(action),
-            Step::Restart(hosts) => {
-                for h in hosts {
-                    if self.hosts[h as usize].state == HostState::Down {
-                        if self.hosts[h as usize].ghost_alive() {
-                            // The last incarnation still has a call in flight: retry shortly.
-                            self.schedule_step(now + 500, Step::Restart(vec![h]));
-                        } else {
-                            self.start_host(h);
-                        }
-                    }
-                }
-            }
-            Step::Resume(hosts) => self.set_paused(&hosts, false),
-            Step::Heal => {
-                self.net.heal();
-                self.log("heal: every partition healed");
-            }
-            Step::ClearLinks(links, default) => {
-                if default {
-                    self.net.set_default_fault(self.scenario.network);
-                }
-                for (a, b) in links {
-                    self.net.set_link_fault(a, b, None);
-                }
-                self.log("link faults cleared");
-            }
-            Step::FlapDown(hosts, crash) => self.flap(&hosts, crash, true),
-            Step::FlapUp(hosts, crash) => self.flap(&hosts, crash, false),
+            Step::Fire {
+                action,
+                origin,
+                tries,
+            } => self.fire(action, origin, tries),
+            Step::Restart {
+                hosts,
+                origin,
+                tries,
+            } => self.restart(hosts, origin, tries),
+            Step::Resume { hosts, origin } => self.resume(&hosts, &origin),
+            Step::EndCut { id, origin } => self.end_cut(id, &origin),
+            Step::EndLink { id, origin } => self.end_link(id, &origin),
+            Step::FlapDown {
+                hosts,
+                crash,
+                down_ms,
+                origin,
+            } => self.flap_down(&hosts, crash, down_ms, origin),
         }
     }
 
@@ -242,6 +378,15 @@ impl World {
         while let Ok(answer) = self.api_rx.try_recv() {
             let now = self.now_ms();
             let via = format!("n{}", answer.via + 1);
+            let Some((_, origin)) = self.api_pending.remove(&answer.id) else {
+                continue;
+            };
+            if let (Response::Error(e), Some(spec)) = (&answer.response, &answer.spec) {
+                if let Some(version) = stored_version(&e.message) {
+                    self.checker
+                        .stored_unacknowledged(&answer.workload, version, spec);
+                }
+            }
             match answer.response {
                 Response::Applied(list) => {
                     for a in list {
@@ -271,25 +416,39 @@ impl World {
                     self.checker.acknowledged(now, &a.name, None, None);
                 }
                 Response::Error(e)
-                    if e.kind == shoal::mesh::api::ErrorKind::NotDurable
-                        && answer.spec.is_some() =>
+                    if e.kind == shoal::mesh::api::ErrorKind::NotFound && answer.spec.is_none() =>
                 {
+                    // A delete sent again after "not durable" finds the deletion already
+                    // stored there: it spreads from there, as an acknowledged one would.
+                    self.trace.line(
+                        now,
+                        format!(
+                            "delete {} via {via}: {via} holds the deletion already",
+                            answer.workload
+                        ),
+                    );
+                    self.checker.acknowledged(now, &answer.workload, None, None);
+                }
+                Response::Error(e) if e.kind == shoal::mesh::api::ErrorKind::NotDurable => {
                     // What the error tells an operator to do: run the command again.
                     let line = format!(
-                        "{} {} not durable yet via {via}: applying again in 1 s",
+                        "{} {} not durable yet via {via}: sending it again in 1 s",
                         answer.what, answer.workload
                     );
                     self.trace.line(now, &line);
                     self.checker.refused.push(line);
-                    let spec = answer.spec.expect("checked");
                     let via = crate::scenario::Selector::One;
-                    self.schedule_step(
-                        now + 1000,
-                        Step::Fire(Action::Apply {
+                    let action = match answer.spec {
+                        Some(spec) => Action::Apply {
                             spec: Box::new(spec),
                             via,
-                        }),
-                    );
+                        },
+                        None => Action::Delete {
+                            workload: answer.workload,
+                            via,
+                        },
+                    };
+                    self.schedule_fire(now + 1000, action, origin);
                 }
                 Response::Error(e) => {
                     let line = format!(
@@ -309,4 +468,23 @@ impl World {
             }
         }
     }
+}
+
+/// `12.500s`, how failure lines name times.
+pub(crate) fn secs(ms: u64) -> String {
+    format!("{:.3}s", secs_f(ms))
+}
+
+fn secs_f(ms: u64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+/// The version an agent's refusal says it stored anyway ("web (version X) is stored on n3 but
+/// ..."): copies may be made from it once it spreads.
+fn stored_version(message: &str) -> Option<&str> {
+    if !message.contains("is stored on") {
+        return None;
+    }
+    let rest = message.split_once("(version ")?.1;
+    rest.split_once(')').map(|(v, _)| v)
 }
