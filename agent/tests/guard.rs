@@ -259,7 +259,7 @@ async fn a_tampered_lease_file_kills_at_once() {
     renew_for(&mut link, &[&handle2], Duration::from_millis(400)).await;
     let mut text: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&lease).unwrap()).unwrap();
-    text["expires_mono_ms"] = serde_json::json!(shoal::guard::mono_now_ms() + 3_600_000);
+    text["expires_boot_ms"] = serde_json::json!(shoal::guard::boot_now_ms() + 3_600_000);
     std::fs::write(&lease, serde_json::to_vec(&text).unwrap()).unwrap();
     assert!(killed_within(db2_pid, Duration::from_secs(2))
         .await

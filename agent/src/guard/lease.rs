@@ -33,9 +33,9 @@ pub struct Lease {
     pub node: String,
     /// The runtime of the instances ([`GuardRuntime::as_str`]).
     pub runtime: String,
-    /// When the lease ends, in milliseconds of `CLOCK_MONOTONIC` ([`mono_now_ms`]): the clock
-    /// both processes read, which wall-clock steps do not move.
-    pub expires_mono_ms: u64,
+    /// When the lease ends, in milliseconds of `CLOCK_BOOTTIME` ([`boot_now_ms`]): a monotonic
+    /// clock both processes read, which wall-clock steps do not move.
+    pub expires_boot_ms: u64,
     /// Workloads whose instances on this node are exclusive: the guard stops any of their
     /// instances it finds (process state files, container labels), including ones started after
     /// the last renewal.
@@ -92,13 +92,13 @@ pub enum LeaseError {
 }
 
 impl Lease {
-    /// A lease for `node` ending at `expires_mono_ms`.
-    pub fn new(node: &str, runtime: GuardRuntime, expires_mono_ms: u64) -> Lease {
+    /// A lease for `node` ending at `expires_boot_ms`.
+    pub fn new(node: &str, runtime: GuardRuntime, expires_boot_ms: u64) -> Lease {
         Lease {
             version: LEASE_VERSION,
             node: node.to_string(),
             runtime: runtime.as_str().to_string(),
-            expires_mono_ms,
+            expires_boot_ms,
             exclusive: BTreeSet::new(),
             handles: BTreeSet::new(),
             release: false,
@@ -212,11 +212,12 @@ impl GuardInfo {
     }
 }
 
-/// Milliseconds of `CLOCK_MONOTONIC`: the same clock for every process on this machine, which
-/// never jumps with the wall clock and stands still while the machine is suspended.
-pub fn mono_now_ms() -> u64 {
+/// Milliseconds of `CLOCK_BOOTTIME`: the same clock for every process on this machine, monotonic
+/// (it never jumps with the wall clock), and, unlike `CLOCK_MONOTONIC`, it counts the time the
+/// machine was suspended: the lease measures the time the rest of the mesh sees pass.
+pub fn boot_now_ms() -> u64 {
     use nix::time::{clock_gettime, ClockId};
-    let now = clock_gettime(ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC is always readable");
+    let now = clock_gettime(ClockId::CLOCK_BOOTTIME).expect("CLOCK_BOOTTIME is always readable");
     (now.tv_sec() as u64) * 1000 + (now.tv_nsec() as u64) / 1_000_000
 }
 
@@ -330,9 +331,9 @@ mod tests {
     }
 
     #[test]
-    fn the_monotonic_clock_moves_forward() {
-        let a = mono_now_ms();
+    fn the_boot_clock_moves_forward() {
+        let a = boot_now_ms();
         std::thread::sleep(std::time::Duration::from_millis(5));
-        assert!(mono_now_ms() >= a + 5);
+        assert!(boot_now_ms() >= a + 5);
     }
 }

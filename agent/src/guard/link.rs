@@ -10,7 +10,7 @@ use std::time::Duration;
 use shoal_core::reconcile::ReconcileConfig;
 
 use super::fired::{self, Fired};
-use super::lease::{mono_now_ms, GuardInfo, Lease, LEASE_VERSION};
+use super::lease::{boot_now_ms, GuardInfo, Lease, LEASE_VERSION};
 use super::{GuardPaths, GuardRuntime};
 use crate::runtime::process::state;
 
@@ -153,18 +153,18 @@ impl GuardLink {
             .filter(|l| !l.release);
         let mut lease =
             previous.unwrap_or_else(|| Lease::new(&link.config.node, link.config.runtime, 0));
-        lease.expires_mono_ms = mono_now_ms() + link.lease_ms;
+        lease.expires_boot_ms = boot_now_ms() + link.lease_ms;
         link.write(lease);
-        link.attach(mono_now_ms());
+        link.attach(boot_now_ms());
         link
     }
 
     /// Waits up to `within` for a guard being started to be ready.
     pub async fn wait_ready(&mut self, within: Duration) {
-        let until = mono_now_ms() + within.as_millis() as u64;
-        while matches!(self.state, State::Starting { .. }) && mono_now_ms() < until {
+        let until = boot_now_ms() + within.as_millis() as u64;
+        while matches!(self.state, State::Starting { .. }) && boot_now_ms() < until {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            self.tend(mono_now_ms());
+            self.tend(boot_now_ms());
         }
     }
 
@@ -206,7 +206,7 @@ impl GuardLink {
         if self.released {
             return;
         }
-        let now = mono_now_ms();
+        let now = boot_now_ms();
         self.tend(now);
         let mut lease = Lease::new(
             &self.config.node,
@@ -220,8 +220,8 @@ impl GuardLink {
             Some(w) => {
                 w.exclusive != lease.exclusive
                     || w.handles != lease.handles
-                    || lease.expires_mono_ms >= w.expires_mono_ms + RENEW_STEP_MS
-                    || lease.expires_mono_ms + super::POLL_MS < w.expires_mono_ms
+                    || lease.expires_boot_ms >= w.expires_boot_ms + RENEW_STEP_MS
+                    || lease.expires_boot_ms + super::POLL_MS < w.expires_boot_ms
             }
         };
         if due {
@@ -233,14 +233,14 @@ impl GuardLink {
     /// the agent's start, between the guard's start and the host loop's first round.
     pub fn hold(&mut self) {
         if let Some(mut lease) = self.written.clone().filter(|_| !self.released) {
-            lease.expires_mono_ms = mono_now_ms() + self.lease_ms;
+            lease.expires_boot_ms = boot_now_ms() + self.lease_ms;
             self.write(lease);
         }
     }
 
     /// What the guard did since the last call (at most once a second).
     pub fn take_fired(&mut self) -> Vec<Fired> {
-        let now = mono_now_ms();
+        let now = boot_now_ms();
         if now < self.fired_at_ms + FIRED_EVERY_MS {
             return Vec::new();
         }
@@ -254,7 +254,7 @@ impl GuardLink {
     pub fn release(&mut self) {
         if let Some(mut lease) = self.written.clone() {
             lease.release = true;
-            lease.expires_mono_ms = mono_now_ms() + self.lease_ms;
+            lease.expires_boot_ms = boot_now_ms() + self.lease_ms;
             self.write(lease);
         }
         self.released = true;
@@ -404,7 +404,7 @@ impl GuardLink {
 
     fn down(&mut self, reason: String) {
         tracing::error!(%reason, "the guard cannot start");
-        let retry_at_ms = mono_now_ms() + self.config.retry_every.as_millis() as u64;
+        let retry_at_ms = boot_now_ms() + self.config.retry_every.as_millis() as u64;
         self.state = State::Down {
             reason,
             retry_at_ms,

@@ -9,7 +9,8 @@
 //! How:
 //! - The agent ([`GuardLink`]) writes `DATA_DIR/guard/lease.json` ([`Lease`]): which workloads are
 //!   exclusive, which of their instances run here, and until when the lease holds, as an absolute
-//!   `CLOCK_MONOTONIC` time (the same clock in both processes; never wall time). It renews from
+//!   `CLOCK_BOOTTIME` time (monotonic, the same clock in both processes, counting suspend; never
+//!   wall time). It renews from
 //!   its host loop's rounds, so a hung loop stops renewing just as a stopped process does. While
 //!   the node lacks a majority the lease ends no later than the reconciler's own fencing deadline
 //!   ([`lease_grant_ms`]).
@@ -27,8 +28,9 @@
 //! - A graceful leave writes a lease with `release`: the guard stops any exclusive instance still
 //!   running (the agent fenced them already) and exits.
 //!
-//! What it does not do: a suspended machine stops both processes and their clock (a monotonic
-//! clock does not advance during suspend), so it fences nothing; an instance whose process-group
+//! What it does not do: a suspended machine stops both processes, so nothing is fenced while it
+//! sleeps (on waking, a sleep longer than the lease makes the guard kill at its first poll, racing
+//! the agent's first renewal); an instance whose process-group
 //! leader exited while other members run is not found by its group; a same-user process can
 //! rewrite a valid lease (the guard protects against failures, not against the agent's own user).
 
@@ -41,7 +43,7 @@ mod sweep;
 use std::path::{Path, PathBuf};
 
 pub use fired::{Fired, Killed, FIRED_BYTES_MAX};
-pub use lease::{mono_now_ms, GuardInfo, Lease, LeaseError, GUARDED_MAX, LEASE_BYTES_MAX};
+pub use lease::{boot_now_ms, GuardInfo, Lease, LeaseError, GUARDED_MAX, LEASE_BYTES_MAX};
 pub use link::{lease_grant_ms, GuardConfig, GuardLink};
 pub use run::{run_guard, GuardOptions};
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use super::fired::{self, Fired};
-use super::lease::{mono_now_ms, GuardInfo, Lease, LEASE_VERSION};
+use super::lease::{boot_now_ms, GuardInfo, Lease, LEASE_VERSION};
 use super::sweep::{Sweeper, Target};
 use super::{GuardPaths, GuardRuntime, POLL_MS};
 use crate::runtime::process::state;
@@ -66,7 +66,7 @@ pub fn run_guard(opts: GuardOptions) -> anyhow::Result<()> {
     tracing::info!(pid, node = %opts.node, data_dir = %opts.data_dir.display(), "guard ready");
     loop {
         std::thread::sleep(Duration::from_millis(POLL_MS));
-        if let Some(why) = guard.step(mono_now_ms()) {
+        if let Some(why) = guard.step(boot_now_ms()) {
             tracing::info!(%why, "guard exiting");
             if GuardInfo::read(&paths.info()).is_some_and(|i| i.pid == pid) {
                 let _ = std::fs::remove_file(paths.info());
@@ -137,7 +137,7 @@ impl Guard {
             fired_at_ms: None,
             swept_at_ms: 0,
         };
-        guard.accept(lease, mono_now_ms());
+        guard.accept(lease, boot_now_ms());
         guard
     }
 
@@ -162,12 +162,12 @@ impl Guard {
                     return Some("released by the agent".into());
                 }
                 Ok(lease)
-                    if lease.expires_mono_ms > now + self.opts.lease_max_ms + LEASE_SLACK_MS =>
+                    if lease.expires_boot_ms > now + self.opts.lease_max_ms + LEASE_SLACK_MS =>
                 {
                     let why = format!(
                         "the lease file was tampered with: it ends {} ms from now, more than the \
                          {} ms a lease may last",
-                        lease.expires_mono_ms - now,
+                        lease.expires_boot_ms - now,
                         self.opts.lease_max_ms
                     );
                     self.fire(&why, now, Report::Always);
@@ -179,8 +179,8 @@ impl Guard {
                 }
             }
         }
-        if self.armed && now >= self.lease.expires_mono_ms {
-            let late = now - self.lease.expires_mono_ms;
+        if self.armed && now >= self.lease.expires_boot_ms {
+            let late = now - self.lease.expires_boot_ms;
             let why = format!(
                 "the agent did not renew its lease (ended {late} ms ago): it is stopped, hung \
                  or dead"
@@ -206,7 +206,7 @@ impl Guard {
                 }
             }
         }
-        if lease.expires_mono_ms > now {
+        if lease.expires_boot_ms > now {
             self.armed = true;
             self.fired_at_ms = None;
         }
