@@ -7,6 +7,7 @@ pub use shoal_core as core;
 pub mod agent;
 pub mod dispatch;
 pub mod gossip;
+pub mod guard;
 pub mod host;
 pub mod mesh;
 pub mod metrics;

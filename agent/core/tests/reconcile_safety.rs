@@ -410,3 +410,39 @@ fn owner_that_cannot_receive_fences_itself_and_nobody_starts_a_copy() {
     c.run_for_checked(20_000, never_two_db_copies);
     assert_eq!(c.alive_copies("db", 0).len(), 1, "back once healed");
 }
+
+#[test]
+fn without_a_guard_exclusive_replicas_do_not_start_and_say_why() {
+    let mut c = Cluster::new(&["n1", "n2", "n3"]);
+    c.agent_mut("n1").guard_unavailable = Some("the guard process exited".into());
+    c.put(spec("db", 1, EXCLUSIVE), "v1");
+    c.put(spec("web", 1, ""), "v1");
+    c.place("db", 0, "n1");
+    c.place("web", 0, "n1");
+    c.run_for(10_000);
+    assert!(
+        c.starts("db", 0).is_empty(),
+        "no exclusive start without a guard"
+    );
+    assert_eq!(
+        c.starts("web", 0).len(),
+        1,
+        "normal replicas are not affected"
+    );
+    let issue = c
+        .issue("n1", IssueKind::Unsupported)
+        .expect("an issue says why");
+    assert_eq!(issue.replica, Some(ReplicaId::new("db", 0)));
+    assert_eq!(issue.layer, Layer::Runtime);
+    assert!(
+        issue.message.contains("the guard process exited"),
+        "{}",
+        issue.message
+    );
+
+    // Once the guard is back, the replica starts (after its claim delay).
+    c.agent_mut("n1").guard_unavailable = None;
+    c.run_for(5_000);
+    assert_eq!(c.starts("db", 0).len(), 1);
+    assert!(c.issue("n1", IssueKind::Unsupported).is_none());
+}

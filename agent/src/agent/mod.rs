@@ -63,10 +63,12 @@ impl Agent {
     }
 
     /// Leaves gracefully: stops the host loop, fences this node's exclusive instances (nothing
-    /// supervises them once the agent is gone), announces the leave in gossip, stops the rest.
+    /// supervises them once the agent is gone) and releases the guard, announces the leave in
+    /// gossip, stops the rest.
     pub async fn leave(mut self) {
         self.host_task.abort();
         self.host.fence_on_leave().await;
+        self.host.release_guard();
         if let Some(running) = self.running.take() {
             running.leave().await;
         }

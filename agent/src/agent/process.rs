@@ -1,12 +1,13 @@
 //! The agent process (`shoal agent`): loads the identity, opens the store and the runtime, binds
-//! the QUIC gossip and API endpoints, joins the mesh, serves the API and `/metrics`, and leaves
-//! gracefully on shutdown.
+//! the QUIC gossip and API endpoints, starts or adopts its guard, joins the mesh, serves the API
+//! and `/metrics`, and leaves gracefully on shutdown.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use shoal_core::store::StoreConfig;
@@ -14,6 +15,7 @@ use shoal_core::store::StoreConfig;
 use super::Agent;
 use crate::gossip::quic::{QuicGossipConfig, QuicTransport};
 use crate::gossip::GossipTuning;
+use crate::guard::{GuardConfig, GuardLink, GuardRuntime};
 use crate::host::Host;
 use crate::mesh::metrics;
 use crate::mesh::node::system_clock;
@@ -108,6 +110,27 @@ pub fn node_record(opts: &AgentOptions) -> NodeRecord {
     }
 }
 
+/// Adopts or starts the guard that stops this node's exclusive instances if the agent freezes,
+/// and waits a moment for it to be ready. A guard that cannot run is logged here and reported by
+/// the reconciler, which then starts no exclusive replica on this node.
+async fn start_guard(opts: &AgentOptions) -> GuardLink {
+    let runtime = match opts.runtime {
+        RuntimeChoice::Process => GuardRuntime::Process,
+        RuntimeChoice::Docker => GuardRuntime::Docker,
+    };
+    let config = GuardConfig::new(&opts.data_dir, &opts.name, runtime, &opts.host.reconcile);
+    let mut link = GuardLink::start(config);
+    link.wait_ready(Duration::from_secs(5)).await;
+    match (link.pid(), link.unavailable()) {
+        (Some(pid), None) => tracing::info!(pid, lease_ms = link.lease_ms(), "guard running"),
+        (_, why) => tracing::error!(
+            reason = why.as_deref().unwrap_or("unknown"),
+            "no guard: exclusive replicas will not start on this node"
+        ),
+    }
+    link
+}
+
 /// Runs an agent over QUIC until `shutdown` resolves, then leaves the mesh gracefully.
 pub async fn run_agent(
     opts: AgentOptions,
@@ -131,6 +154,8 @@ pub async fn run_agent(
     let transport = QuicTransport::new(identity, QuicGossipConfig::default());
     let gossip_stats = transport.stats();
     let runtime = open_runtime(opts.runtime, &opts.data_dir, &opts.name).await?;
+    // Before joining: the mesh sees this node only once it can serve and guard.
+    let mut guard = start_guard(&opts).await;
     let mut record = node_record(&opts);
     record.limits_note = runtime.limits_note();
     // An operator's drain survives restarts.
@@ -159,6 +184,8 @@ pub async fn run_agent(
         opts.host.clone(),
     );
     host_loop.keep_majority_time_in(opts.data_dir.join("last-majority"));
+    guard.hold(); // joining took a moment: the first round renews from here
+    host.attach_guard(guard);
     let agent = Agent::start(running, host, host_loop);
     let server = tokio::spawn(rpc::serve(
         api_endpoint.clone(),

@@ -16,6 +16,7 @@ mod agent;
 mod completions;
 mod connect;
 mod demo;
+mod guard;
 mod nodes;
 mod ops;
 mod pki;
@@ -40,6 +41,8 @@ enum Command {
     Validate(validate::Args),
     /// Run the agent on this host (joins the mesh, serves the API).
     Agent(agent::Args),
+    /// Stop this node's exclusive instances when the agent stops renewing (started by `agent`).
+    Guard(guard::Args),
     /// Manage the cluster CA and certificates.
     Pki(pki::Args),
     /// Store workload specs in the mesh (acknowledged once durable on two agents).
@@ -85,6 +88,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Validate(args) => validate::run(args),
         Command::Agent(args) => agent::run(args),
+        Command::Guard(args) => guard::run(args),
         Command::Pki(args) => pki::run(args),
         Command::Apply(args) => workloads::apply(args),
         Command::Get(args) => workloads::get(args),

@@ -49,6 +49,16 @@ impl ShellState {
         self.specs_digest
     }
 
+    /// The reconciler's input as the last [`build`] left it.
+    pub fn input(&self) -> &ReconcileInput {
+        &self.input
+    }
+
+    /// Tells the reconciler why no guard can be relied on (exclusive replicas then wait).
+    pub fn set_guard_unavailable(&mut self, why: Option<String>) {
+        self.input.exclusive_guard_unavailable = why;
+    }
+
     /// The workloads whose replicas are exclusive.
     pub fn exclusive_workloads(&self) -> BTreeSet<String> {
         self.specs
@@ -60,7 +70,7 @@ impl ShellState {
 }
 
 /// Brings the reconciler's input up to date for one round at `now`.
-pub async fn build<'s>(host: &Host, shell: &'s mut ShellState, now: u64) -> &'s ReconcileInput {
+pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
     let node = &host.node;
     let members_moved = {
         let chitchat = node.gossip().chitchat();
@@ -120,7 +130,6 @@ pub async fn build<'s>(host: &Host, shell: &'s mut ShellState, now: u64) -> &'s 
         shell.input.supports_containers,
         shell.input.supports_processes,
     ) = support_flags(&host.runtime);
-    &shell.input
 }
 
 /// The failure detector's facts from the members and the dead identities' names.

@@ -18,6 +18,7 @@
 
 pub mod clock;
 mod exec;
+mod guard;
 pub mod heard;
 mod input;
 mod majority;
@@ -32,6 +33,7 @@ use std::time::Duration;
 use shoal_core::reconcile::{ApproveError, InstanceStatus, Issue, ReconcileConfig, Reconciler};
 use tokio::sync::{mpsc, oneshot, Notify};
 
+use crate::guard::GuardLink;
 use crate::mesh::node::{MeshNode, WallClock};
 use crate::runtime::Runtime;
 use clock::MonoClock;
@@ -160,6 +162,9 @@ pub struct Host {
     started_mono_ms: u64,
     /// Feedback messages dropped because the queue was full.
     pub(crate) feedback_dropped: Arc<std::sync::atomic::AtomicU64>,
+    /// The guard process that stops exclusive instances if this agent freezes (real agents only;
+    /// the loop renews it, a graceful leave releases it).
+    guard: Mutex<Option<GuardLink>>,
 }
 
 /// The loop itself: owns the reconciler and the shell's caches. Run it with [`HostLoop::run`].
@@ -173,8 +178,11 @@ pub struct HostLoop {
     probe_slots: Arc<tokio::sync::Semaphore>,
     /// The observed instances and issues gossiped last.
     published: Option<Published>,
-    /// The store digest the exclusive set was computed at.
+    /// The store digest the exclusive set was computed at, and the set.
     exclusive_at: Option<u64>,
+    exclusive: BTreeSet<String>,
+    /// Issues about what the guard did.
+    guard_issues: Vec<guard::GuardIssue>,
     /// Where the last-majority time is kept across restarts, and the wall time saved last.
     majority_file: Option<std::path::PathBuf>,
     majority_saved_wall: Option<u64>,
@@ -212,6 +220,7 @@ impl Host {
             heard: Arc::default(),
             started_mono_ms,
             feedback_dropped: Arc::default(),
+            guard: Mutex::new(None),
         });
         let host_loop = HostLoop {
             host: host.clone(),
@@ -223,6 +232,8 @@ impl Host {
             probe_slots,
             published: None,
             exclusive_at: None,
+            exclusive: BTreeSet::new(),
+            guard_issues: Vec::new(),
             majority_file: None,
             majority_saved_wall: None,
             pause: None,
@@ -348,6 +359,19 @@ impl Host {
     /// When this host was created, on the monotonic clock.
     pub fn started_mono_ms(&self) -> u64 {
         self.started_mono_ms
+    }
+
+    /// Hands the host its guard; the loop renews it from its next round on.
+    pub fn attach_guard(&self, link: GuardLink) {
+        *self.guard.lock().expect("guard lock") = Some(link);
+    }
+
+    /// Releases the guard as the agent leaves (after [`Host::fence_on_leave`]): it stops what
+    /// still runs of the exclusive workloads and exits. Stop the loop first.
+    pub fn release_guard(&self) {
+        if let Some(link) = self.guard.lock().expect("guard lock").as_mut() {
+            link.release();
+        }
     }
 }
 
@@ -497,23 +521,34 @@ impl HostLoop {
         let now = (self.host.mono)();
         self.drain_commands();
         self.drain_feedback(now);
-        let actions = {
-            let input = input::build(&self.host, &mut self.shell, now).await;
-            self.reconciler.handle_tick(input, now)
-        };
+        input::build(&self.host, &mut self.shell, now).await;
+        self.refresh_exclusive();
+        let guard_unavailable = self.guard_unavailable();
+        self.shell.set_guard_unavailable(guard_unavailable);
+        let actions = self.reconciler.handle_tick(self.shell.input(), now);
         if cfg!(debug_assertions) {
             self.reconciler.check_invariants();
         }
+        let issues = self.reconciler.issues();
+        self.tend_guard(&issues, now);
         for action in actions {
             self.host.execute(action);
         }
         self.start_probes(now);
         let last_majority = self.reconciler.last_majority_ms();
         self.save_majority_time(last_majority);
-        self.publish().await;
+        self.publish(issues).await;
         let mut stats = self.host.stats.lock().expect("stats lock");
         stats.rounds += 1;
         stats.round_last_us = began.elapsed().as_micros() as u64;
+    }
+
+    /// The exclusive workloads, computed again when the store moved.
+    fn refresh_exclusive(&mut self) {
+        if self.exclusive_at != self.shell.specs_digest() {
+            self.exclusive_at = self.shell.specs_digest();
+            self.exclusive = self.shell.exclusive_workloads();
+        }
     }
 
     fn drain_commands(&mut self) {
@@ -584,25 +619,19 @@ impl HostLoop {
     /// Publishes the round's snapshot, and gossips the observed instances and the issues (held
     /// ones first, at most [`ISSUES_GOSSIPED_MAX`]) when they differ from what was gossiped last:
     /// most rounds change nothing, and encoding both every round was measurable at 100 nodes.
-    async fn publish(&mut self) {
+    async fn publish(&mut self, mut issues: Vec<Issue>) {
         let observed = self.reconciler.observed();
-        let mut issues = self.reconciler.issues();
-        let exclusive = if self.exclusive_at == self.shell.specs_digest() {
-            self.host.snapshot().exclusive.clone()
-        } else {
-            self.exclusive_at = self.shell.specs_digest();
-            self.shell.exclusive_workloads()
-        };
         // Owning or running an exclusive replica (observed lists claims too): ask the peers
         // whether they hear this node.
         let owns_exclusive = observed
             .iter()
-            .any(|s| exclusive.contains(&s.replica.workload));
+            .any(|s| self.exclusive.contains(&s.replica.workload));
         self.host.heard.set_active(owns_exclusive);
+        issues.extend(self.guard_issues().cloned());
         *self.host.snapshot.lock().expect("snapshot lock") = Arc::new(Snapshot {
             observed: observed.clone(),
             issues: issues.clone(),
-            exclusive,
+            exclusive: self.exclusive.clone(),
         });
         issues.sort_by(|a, b| {
             (a.held.is_none(), a.since_ms, &a.id).cmp(&(b.held.is_none(), b.since_ms, &b.id))

@@ -38,7 +38,8 @@ mod events;
 mod exec;
 mod image;
 
-use body::{engine_error, instance_from_inspect, status_of};
+use body::{engine_error, instance_from_inspect};
+pub(crate) use body::{node_filters, replica_of, status_of};
 pub use body::{LABEL_MANAGED, LABEL_NODE, LABEL_REPLICA, LABEL_VERSION, LABEL_WORKLOAD};
 pub(crate) use client::Client;
 pub use client::DockerConfig;

@@ -33,7 +33,7 @@ use crate::runtime::{
 mod cgroup;
 mod control;
 mod spawn;
-mod state;
+pub(crate) mod state;
 
 use cgroup::Cgroups;
 use state::InstanceState;

@@ -96,6 +96,7 @@ pub(super) fn build(
         owners,
         instances: host.runtime.values().cloned().collect(),
         runtime_unavailable: None,
+        exclusive_guard_unavailable: None,
         supports_containers: true,
         supports_processes: true,
         peers,

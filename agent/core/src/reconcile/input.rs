@@ -32,6 +32,10 @@ pub struct ReconcileInput {
     pub supports_containers: bool,
     /// Whether this node can run process specs.
     pub supports_processes: bool,
+    /// When set, nothing on this node could stop an exclusive instance if the agent froze (the
+    /// shell's guard process cannot start or cannot be renewed), so exclusive replicas are not
+    /// started here; the text says why. Instances already running are left to the usual rules.
+    pub exclusive_guard_unavailable: Option<String>,
     /// The peers' observed instances, as they gossip [`Reconciler::observed`](super::Reconciler::observed),
     /// by node name. A node present with an empty list has published that it runs nothing; a node
     /// absent has published nothing yet. Keep a peer's last state after it goes unreachable or

@@ -50,7 +50,7 @@ pub enum IssueKind {
     SelfFenced,
     /// This node's view looks wrong; stops on its own authority are held.
     SuspiciousView,
-    /// The local runtime cannot run this spec.
+    /// The local runtime cannot run this spec (for an exclusive one: no guard could stop it).
     Unsupported,
     /// Starting failed (image missing, command not found, engine unreachable).
     StartFailing,

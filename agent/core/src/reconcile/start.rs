@@ -1,6 +1,7 @@
 //! Starting a replica placed here that has no alive instance: after a start in flight, the
-//! restart policy, the runtime's support, the backoff and, for exclusive replicas, the safety rule
-//! of [`super::exclusive`] (with its hold for an operator) have all said yes.
+//! restart policy, the runtime's support, the backoff and, for exclusive replicas, the shell's
+//! guard and the safety rule of [`super::exclusive`] (with its hold for an operator) have all said
+//! yes.
 
 use crate::instance::ReplicaId;
 use crate::reconcile::action::Action;
@@ -48,6 +49,16 @@ pub(crate) fn plan_start(
             format!("{why}; not started"),
         );
         return;
+    }
+    if let Some(why) = ctx.input.exclusive_guard_unavailable.as_ref() {
+        if entry.spec.placement.exclusive {
+            let msg = format!(
+                "exclusive replica not started: {why}; without a guard nothing would stop it if \
+                 this agent froze while the mesh started another copy"
+            );
+            plan.issue(IssueKind::Unsupported, Some(replica), msg);
+            return;
+        }
     }
     if now < state.next_start_at_ms {
         let exit = state.last_exit.as_ref();

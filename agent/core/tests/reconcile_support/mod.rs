@@ -166,6 +166,8 @@ pub struct Agent {
     pub capacity: Option<Resources>,
     pub view_suspect: Option<String>,
     pub supports_containers: bool,
+    /// Why the shell's guard is unavailable (exclusive replicas are then not started).
+    pub guard_unavailable: Option<String>,
     /// What it gossips: `observed()` after its last round (nothing before its first).
     pub published: Option<Vec<InstanceStatus>>,
     /// Since when each other node has been unreachable from here.
@@ -225,6 +227,7 @@ impl Cluster {
                 capacity: None,
                 view_suspect: None,
                 supports_containers: true,
+                guard_unavailable: None,
                 published: None,
                 unreachable_since: BTreeMap::new(),
             };
@@ -346,6 +349,7 @@ impl Cluster {
             owners: self.owners_of.get(node).unwrap_or(&self.owners).clone(),
             instances,
             runtime_unavailable: None,
+            exclusive_guard_unavailable: agent.guard_unavailable.clone(),
             supports_containers: agent.supports_containers,
             supports_processes: true,
             peers,

@@ -99,27 +99,37 @@ pub(crate) fn load_all(instances_dir: &Path) -> Result<Vec<InstanceState>, Runti
             return Err(RuntimeError::io(context, e));
         }
     };
-    let mut states = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path().join(STATE_FILE);
-        let parsed = std::fs::read(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice::<InstanceState>(&b).map_err(|e| e.to_string()));
-        match parsed {
-            Ok(state) if entry.file_name().to_str() == Some(state.handle.as_str()) => {
-                states.push(state)
-            }
-            Ok(state) => tracing::warn!(path = %path.display(), handle = %state.handle,
-                "state file names another instance; ignored"),
-            Err(e) if path.exists() => {
-                tracing::warn!(path = %path.display(), error = %e, "unreadable state file; ignored")
-            }
-            // A directory without a state file: a start that failed before spawning.
-            Err(_) => {}
-        }
-    }
+    let mut states: Vec<InstanceState> = entries
+        .flatten()
+        .filter_map(|e| load_one(&e.path()))
+        .collect();
     states.sort_by(|a, b| a.handle.cmp(&b.handle));
     Ok(states)
+}
+
+/// Reads the state file of the instance directory `dir`; `None` (with a warning when a file is
+/// there) if it is missing, corrupt or names another instance.
+pub(crate) fn load_one(dir: &Path) -> Option<InstanceState> {
+    let path = dir.join(STATE_FILE);
+    let parsed = std::fs::read(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice::<InstanceState>(&b).map_err(|e| e.to_string()));
+    match parsed {
+        Ok(state) if dir.file_name().and_then(|n| n.to_str()) == Some(state.handle.as_str()) => {
+            Some(state)
+        }
+        Ok(state) => {
+            tracing::warn!(path = %path.display(), handle = %state.handle,
+                "state file names another instance; ignored");
+            None
+        }
+        Err(e) if path.exists() => {
+            tracing::warn!(path = %path.display(), error = %e, "unreadable state file; ignored");
+            None
+        }
+        // A directory without a state file: a start that failed before spawning.
+        Err(_) => None,
+    }
 }
 
 /// What `/proc/<pid>/stat` says about a process.
