@@ -76,6 +76,7 @@ async fn measure(args: &Args) -> anyhow::Result<()> {
             spec: spec.clone(),
             spec_version: "v1".into(),
             node: node.into(),
+            fence_token: Some(1 + u64::from(replica)),
         };
         handles.insert(rt.start(request).await?.handle);
     }

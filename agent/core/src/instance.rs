@@ -68,4 +68,8 @@ pub struct RuntimeInstance {
     pub exit_code: Option<i32>,
     /// Why it failed to start or what the runtime last reported wrong.
     pub error: Option<String>,
+    /// The fencing token it was started with (`SHOAL_FENCE_TOKEN`), recorded by the runtime so
+    /// that an adopted instance keeps it; `None` for a normal replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence_token: Option<u64>,
 }

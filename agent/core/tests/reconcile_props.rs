@@ -3,8 +3,10 @@
 //! suspicious views. After every round of every agent (checked inside the test cluster): at most
 //! `actions_per_round_max` actions, no start of a replica that has an alive instance on the node
 //! (except a surge copy), no exclusive start while a live peer reports a copy; and after every
-//! step, never two alive copies of the exclusive replica anywhere. Approvals of undecided
-//! exclusive replicas, the one deliberate way around that rule, are never given here.
+//! step, never two alive copies of the exclusive replica anywhere; over the whole history, the
+//! exclusive replica's fencing tokens never go down and grow whenever it starts on another node.
+//! Approvals of undecided exclusive replicas, the one deliberate way around that rule, are never
+//! given here.
 
 mod reconcile_support;
 
@@ -84,6 +86,7 @@ fn cluster() -> Cluster {
         ..ReconcileConfig::default()
     };
     let mut c = Cluster::with_config(&NODES, config);
+    c.fence_token_floor_is_now = true; // as the agent does: restarts forget gossip
     for (w, name) in WORKLOADS.iter().enumerate() {
         c.put(workload_spec(w, 3, 0), "v0");
         let replicas = c.specs[*name].spec.replicas;
@@ -101,6 +104,24 @@ fn never_two_db_copies(c: &Cluster) {
         "two copies of the exclusive replica at {}: {copies:?}",
         c.now
     );
+}
+
+/// The db's tokens never go down, and grow whenever it starts on another node than the last time.
+fn tokens_grow_with_every_move(c: &Cluster) {
+    let mut last: Option<(String, u64)> = None;
+    for (node, token) in c.start_tokens("db", 0) {
+        let token = token.expect("an exclusive start carries a token");
+        if let Some((last_node, last_token)) = &last {
+            match node == *last_node {
+                true => assert!(token >= *last_token, "{node}: {token} after {last_token}"),
+                false => assert!(
+                    token > *last_token,
+                    "{node}: {token} after {last_token} on {last_node}"
+                ),
+            }
+        }
+        last = Some((node, token));
+    }
 }
 
 fn apply(c: &mut Cluster, e: &Event, version: &mut u32) {
@@ -231,6 +252,7 @@ proptest! {
         c.heal();
         c.owners_of.clear();
         c.run_for_checked(30_000, never_two_db_copies);
+        tokens_grow_with_every_move(&c);
     }
 
     #[test]

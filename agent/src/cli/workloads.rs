@@ -260,8 +260,15 @@ pub fn status(args: NameArgs) -> anyhow::Result<ExitCode> {
     for note in &status.notes {
         println!("note: {note}");
     }
+    // Only exclusive replicas have a fencing token: the column appears when one does.
+    let tokens = status.instances.iter().any(|i| i.fence_token.is_some());
+    let column = |text: &str| match tokens {
+        true => format!("  {text:>13}  "),
+        false => "  ".to_string(),
+    };
+    let token_header = column("FENCE TOKEN");
     println!(
-        "{:>7}  {:<24} {:<14} {:<8} {:>8}  REASON",
+        "{:>7}  {:<24} {:<14} {:<8} {:>8}{token_header}REASON",
         "REPLICA", "NODE", "PHASE", "HEALTHY", "RESTARTS"
     );
     for i in &status.instances {
@@ -275,8 +282,9 @@ pub fn status(args: NameArgs) -> anyhow::Result<ExitCode> {
             .as_deref()
             .or(i.last_error.as_deref())
             .unwrap_or("");
+        let token = column(&i.fence_token.map_or("-".to_string(), |t| t.to_string()));
         println!(
-            "{:>7}  {:<24} {:<14} {:<8} {:>8}  {}",
+            "{:>7}  {:<24} {:<14} {:<8} {:>8}{token}{}",
             i.replica,
             i.node.as_deref().unwrap_or("-"),
             i.phase,

@@ -103,6 +103,7 @@ impl Api {
                             (true, true) => Some("no longer placed here: handing off".to_string()),
                             _ => None,
                         },
+                        fence_token: status.fence_token,
                     });
                 }
             }
@@ -123,6 +124,7 @@ impl Api {
                     since_ms: None,
                     last_error: None,
                     reason,
+                    fence_token: None,
                 });
             }
         }

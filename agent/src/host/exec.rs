@@ -24,9 +24,14 @@ impl Host {
                 replica: id,
                 spec,
                 version,
+                fence_token,
                 ..
             } => {
                 self.count_action("start");
+                let reason = match fence_token {
+                    Some(token) => format!("{reason} (fencing token {token})"),
+                    None => reason,
+                };
                 self.record("start", Some(replica), reason);
                 let node = self.node.name.clone();
                 tokio::spawn(async move {
@@ -35,6 +40,7 @@ impl Host {
                         spec,
                         spec_version: version,
                         node,
+                        fence_token,
                     };
                     if let Err(e) = runtime.start(request).await {
                         let error = e.to_string();

@@ -89,6 +89,9 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         moved.members
     };
     shell.input.membership.heard_at = host.heard_snapshot();
+    // Wall time: a new owner's fencing token is at least this, should the mesh have forgotten
+    // every earlier one (docs/reconcile.md, "Fencing tokens").
+    shell.input.fence_token_floor = (host.clock)();
     let specs_moved = refresh_specs(host, shell).await;
     if specs_moved {
         shell.input.specs = shell.specs.clone();

@@ -277,4 +277,6 @@ pub struct InstanceView {
     pub last_error: Option<String>,
     /// Why it has no node, or why it is not where the placement puts it.
     pub reason: Option<String>,
+    /// An exclusive replica's fencing token (`SHOAL_FENCE_TOKEN`); `None` otherwise.
+    pub fence_token: Option<u64>,
 }

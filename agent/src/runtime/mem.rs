@@ -209,6 +209,7 @@ impl Runtime for MemRuntime {
                 exited_at_ms: None,
                 exit_code: None,
                 error: None,
+                fence_token: request.fence_token,
             };
             let exit_timer = profile.exit_after.map(|after| {
                 let (runtime, handle, code) = (self.clone(), handle.clone(), profile.exit_code);

@@ -79,6 +79,9 @@ pub struct StartRequest {
     pub spec_version: String,
     /// This node's id; must be the node the runtime serves.
     pub node: String,
+    /// An exclusive replica's fencing token, handed to the instance as `SHOAL_FENCE_TOKEN` and
+    /// recorded with it (the runtime lists the instance with it, after an agent restart too).
+    pub fence_token: Option<u64>,
 }
 
 /// Something a runtime noticed without being asked.
@@ -205,9 +208,12 @@ pub fn setting_env_name(name: &str) -> String {
     format!("SHOAL_SETTING_{}", name.to_ascii_uppercase())
 }
 
+/// The variable that carries an exclusive replica's fencing token to the workload.
+pub const FENCE_TOKEN_ENV: &str = "SHOAL_FENCE_TOKEN";
+
 /// The environment an instance starts with, on top of the runtime's base: the spec's variables,
-/// every setting as `SHOAL_SETTING_<NAME>`, then `SHOAL_WORKLOAD`, `SHOAL_REPLICA` and
-/// `SHOAL_NODE` (set last, so a spec cannot fake them).
+/// every setting as `SHOAL_SETTING_<NAME>`, then `SHOAL_WORKLOAD`, `SHOAL_REPLICA`, `SHOAL_NODE`
+/// and, for an exclusive replica, `SHOAL_FENCE_TOKEN` (set last, so a spec cannot fake them).
 pub fn instance_env(
     request: &StartRequest,
     spec_env: &BTreeMap<String, String>,
@@ -219,7 +225,16 @@ pub fn instance_env(
     env.insert("SHOAL_WORKLOAD".into(), request.replica.workload.clone());
     env.insert("SHOAL_REPLICA".into(), request.replica.replica.to_string());
     env.insert("SHOAL_NODE".into(), request.node.clone());
+    match request.fence_token {
+        Some(token) => env.insert(FENCE_TOKEN_ENV.into(), token.to_string()),
+        None => env.remove(FENCE_TOKEN_ENV),
+    };
     env
+}
+
+/// The fencing token an instance was started with, read back from its environment.
+pub fn fence_token_of(env: &BTreeMap<String, String>) -> Option<u64> {
+    env.get(FENCE_TOKEN_ENV)?.parse().ok()
 }
 
 /// Wall-clock time in ms since the Unix epoch (0 if the clock is before 1970). Only the real

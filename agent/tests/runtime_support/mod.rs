@@ -33,6 +33,7 @@ pub fn request(spec: &Arc<WorkloadSpec>, replica: u32, node: &str) -> StartReque
         spec: spec.clone(),
         spec_version: "v1".into(),
         node: node.into(),
+        fence_token: None,
     }
 }
 

@@ -110,6 +110,8 @@ pub(super) fn build(
         draining: false,
         capacity: Some(mesh.capacity),
         view_suspect: None,
+        // The model's time stands in for every host's wall clock.
+        fence_token_floor: now,
     }
 }
 

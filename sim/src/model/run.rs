@@ -51,7 +51,8 @@ pub(super) enum Ev {
         replica: ReplicaId,
         version: String,
         failed: bool,
-        exclusive: bool,
+        /// The start's fencing token: exactly the exclusive replicas have one.
+        fence_token: Option<u64>,
     },
     /// An instance exits by itself (a crash loop).
     Exited {
@@ -165,10 +166,10 @@ impl Model<'_> {
                 replica,
                 version,
                 failed,
-                exclusive,
+                fence_token,
             } => {
                 if self.current(host, incarnation) {
-                    self.started(now, host, replica, version, failed, exclusive);
+                    self.started(now, host, replica, version, failed, fence_token);
                 }
             }
             Ev::Exited {

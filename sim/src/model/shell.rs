@@ -176,8 +176,14 @@ impl Model<'_> {
                 replica,
                 spec,
                 version,
+                fence_token,
                 ..
             } => {
+                assert_eq!(
+                    fence_token.is_some(),
+                    spec.placement.exclusive,
+                    "{replica}: a fencing token on exactly the exclusive starts"
+                );
                 self.m.starts += 1;
                 self.m.acted(now);
                 let profile = self
@@ -193,7 +199,7 @@ impl Model<'_> {
                     replica,
                     version,
                     failed,
-                    exclusive: spec.placement.exclusive,
+                    fence_token,
                 };
                 self.push(now + profile.start_ms, ev);
             }
@@ -228,7 +234,7 @@ impl Model<'_> {
         replica: ReplicaId,
         version: String,
         failed: bool,
-        exclusive: bool,
+        fence_token: Option<u64>,
     ) {
         let host = &mut self.hosts[h as usize];
         if failed {
@@ -251,13 +257,15 @@ impl Model<'_> {
             exited_at_ms: None,
             exit_code: None,
             error: None,
+            fence_token,
         };
         host.runtime.insert(handle.clone(), instance);
         let incarnation = host.incarnation;
         let copies = self.copies.entry(replica.clone()).or_default();
         copies.insert(h, now);
         let alive = copies.len();
-        self.m.copy_ready(&replica, now, alive, exclusive);
+        self.m
+            .copy_ready(&replica, now, alive, fence_token.is_some());
         let profile = self.profiles.get(&replica.workload).copied();
         if let Some(after) = profile.and_then(|p| p.crash_after_ms) {
             let ev = Ev::Exited {

@@ -23,6 +23,10 @@ pub enum Action {
         spec: Arc<WorkloadSpec>,
         /// The spec's store version, to label the instance with.
         version: String,
+        /// For an exclusive replica, its fencing token: the runtime hands it to the instance as
+        /// `SHOAL_FENCE_TOKEN` and records it, so that it lists the instance with it (adoption
+        /// keeps it). `None` for a normal replica.
+        fence_token: Option<u64>,
         /// Why, for `shoal events`.
         reason: String,
     },
@@ -151,6 +155,18 @@ impl Action {
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Action::Start {
+                replica,
+                version,
+                fence_token: Some(token),
+                reason,
+                ..
+            } => {
+                write!(
+                    f,
+                    "start {replica} at {version} with fencing token {token}: {reason}"
+                )
+            }
             Action::Start {
                 replica,
                 version,

@@ -189,6 +189,7 @@ mod tests {
             since_ms: 0,
             exit_code: None,
             last_error: None,
+            fence_token: None,
         }
     }
 

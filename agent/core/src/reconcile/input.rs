@@ -53,6 +53,11 @@ pub struct ReconcileInput {
     /// The shell's own reason to distrust its view (store resyncing, not yet synced after start).
     /// While set, the reconciler holds every stop it would make on its own authority.
     pub view_suspect: Option<String>,
+    /// The least fencing token a new owner of an exclusive replica may take: the agent passes
+    /// its wall clock in ms since the Unix epoch, so that a mesh that forgot every earlier token
+    /// (a full restart, the last owner's gossip gone) still issues a larger one, as long as the
+    /// clocks are sane. `0` sets no floor. docs/reconcile.md, "Fencing tokens".
+    pub fence_token_floor: u64,
 }
 
 /// A live workload spec and the store version it has.

@@ -25,6 +25,8 @@
 //! - **Orphan**: stop after handoff (normal) or at once (exclusive, deleted, scaled down) (`orphan.rs`).
 //! - **Fencing**: a node that has not seen a strict majority of the last known membership for
 //!   `self_fence_ms` stops its exclusive instances.
+//! - **Fencing tokens**: each start of an exclusive replica carries a token that grows whenever
+//!   its ownership moves and stays the same across restarts on one owner (`fence_token.rs`).
 //! - **Never mass-stop**: while the view is suspicious (no specs while instances run, no majority,
 //!   most instances suddenly placed elsewhere while not draining, or the shell says so), stops on
 //!   this node's own authority are held behind one approvable safety issue.
@@ -38,6 +40,7 @@ mod action;
 mod cache;
 mod config;
 mod exclusive;
+mod fence_token;
 mod health;
 mod input;
 mod issue;
@@ -154,6 +157,8 @@ impl Reconciler {
         let timeout = self.config.start_report_timeout_ms;
         self.local
             .ingest(input, &self.cache, &self.node, now, timeout);
+        let two_way = self.timers.minority_since_ms.is_none();
+        fence_token::hold(&mut self.local, &self.placed, two_way);
         let workloads: BTreeSet<String> = self.relevant_workloads().collect();
         self.cache.refresh(input, &self.local.instances, &workloads);
         self.expire_reloads(now);

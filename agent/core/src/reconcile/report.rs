@@ -125,6 +125,7 @@ impl Reconciler {
                 since_ms: t.phase_since_ms,
                 exit_code: t.exit_code,
                 last_error: last_error.map(|e| truncate(&e, DETAIL_BYTES_MAX)),
+                fence_token: t.fence_token,
             });
         }
         // Claims: a replica placed here without an alive instance (pending), or a start sent and
@@ -141,9 +142,11 @@ impl Reconciler {
             if alive.contains(replica) || (placed.is_none() && state.pending_start.is_none()) {
                 continue;
             }
-            let (phase, version) = match (&state.pending_start, placed) {
-                (Some(p), _) => (Phase::Starting, p.version.clone()),
-                (None, Some(v)) => (Phase::Pending, v.clone()),
+            // A start in flight publishes its token: peers learn it even if no instance is ever
+            // listed.
+            let (phase, version, fence_token) = match (&state.pending_start, placed) {
+                (Some(p), _) => (Phase::Starting, p.version.clone(), p.fence_token),
+                (None, Some(v)) => (Phase::Pending, v.clone(), None),
                 (None, None) => continue,
             };
             let exit = state.last_exit.as_ref();
@@ -157,6 +160,7 @@ impl Reconciler {
                 since_ms: state.pending_since_ms.unwrap_or(self.now_ms),
                 exit_code: exit.and_then(|e| e.code),
                 last_error: exit.and_then(|e| e.error.clone()),
+                fence_token,
             });
         }
         out.sort_by(|a, b| {
@@ -281,6 +285,10 @@ impl Reconciler {
         }
         assert!(self.local.instances.len() <= self.config.instances_max);
         for (r, state) in &self.local.replicas {
+            assert!(
+                state.fence_token.is_none() || self.placed.contains_key(r),
+                "{r} holds a fencing token although it is not placed here"
+            );
             if let Some(p) = &state.pending_start {
                 let listed = self.local.instances.values().any(|t| {
                     &t.replica == r

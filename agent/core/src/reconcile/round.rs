@@ -36,6 +36,7 @@ impl Reconciler {
                 replica,
                 spec,
                 version,
+                fence_token,
                 ..
             } => {
                 self.cache.insert(&replica.workload, version, spec);
@@ -43,7 +44,11 @@ impl Reconciler {
                 state.pending_start = Some(PendingStart {
                     version: version.clone(),
                     at_ms: now,
+                    fence_token: *fence_token,
                 });
+                if fence_token.is_some() {
+                    state.fence_token = *fence_token;
+                }
                 if std::mem::take(&mut state.restart_due) {
                     state.restarts = state.restarts.saturating_add(1);
                 }

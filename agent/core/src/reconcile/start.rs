@@ -6,6 +6,7 @@
 use crate::instance::ReplicaId;
 use crate::reconcile::action::Action;
 use crate::reconcile::exclusive::{start_guard, Guard};
+use crate::reconcile::fence_token;
 use crate::reconcile::input::SpecEntry;
 use crate::reconcile::issue::IssueKind;
 use crate::reconcile::plan::{Ctx, Plan, Rank};
@@ -21,7 +22,11 @@ pub(crate) fn plan_start(
     entry: &SpecEntry,
 ) {
     let now = ctx.now_ms;
+    let exclusive = entry.spec.placement.exclusive;
     let state = local.replicas.entry(replica.clone()).or_default();
+    if exclusive {
+        fence_token::note_peers(state, &ctx.peers, replica);
+    }
     if let Some(p) = &state.pending_start {
         let msg = format!(
             "start sent at {}; waiting for the runtime to list the instance",
@@ -77,7 +82,7 @@ pub(crate) fn plan_start(
         plan.wake_at(state.next_start_at_ms);
         return;
     }
-    if entry.spec.placement.exclusive {
+    if exclusive {
         if !exclusive_allows(ctx, plan, replica, &mut state.undecided_since_ms) {
             return;
         }
@@ -122,10 +127,14 @@ pub(crate) fn plan_start(
         }
         *room = room.saturating_sub(&need);
     }
+    let floor = ctx.input.fence_token_floor;
+    let fence_token =
+        exclusive.then(|| fence_token::for_start(state, local.instances.values(), replica, floor));
     let action = Action::Start {
         replica: replica.clone(),
         spec: entry.spec.clone(),
         version: entry.version.clone(),
+        fence_token,
         reason,
     };
     plan.issue(

@@ -29,6 +29,11 @@ pub struct InstanceStatus {
     pub exit_code: Option<i32>,
     /// The last thing that went wrong (start error, probe detail, exit), at most 256 bytes.
     pub last_error: Option<String>,
+    /// The fencing token of an exclusive replica's instance (or of its start in flight): it
+    /// grows every time the replica's ownership moves. `None` for normal replicas, for a pending
+    /// claim, and in the gossip of agents that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence_token: Option<u64>,
 }
 
 impl InstanceStatus {

@@ -37,6 +37,8 @@ pub(crate) struct Tracked {
     /// Since when it has been here while placed elsewhere.
     pub orphan_since_ms: Option<u64>,
     pub reload: Option<ReloadState>,
+    /// The fencing token the runtime lists it with (exclusive replicas).
+    pub fence_token: Option<u64>,
 }
 
 /// A stop sent for an instance.
@@ -78,6 +80,11 @@ pub(crate) struct ReplicaState {
     pub pending_since_ms: Option<u64>,
     /// Since when an exclusive start has waited on something the mesh cannot decide.
     pub undecided_since_ms: Option<u64>,
+    /// The fencing token under which this node holds the replica while its ownership has not
+    /// moved; a start reuses it (see `fence_token.rs`).
+    pub fence_token: Option<u64>,
+    /// The highest fencing token peers published for the replica while it waited here.
+    pub fence_seen: u64,
 }
 
 /// How the last instance of a replica ended.
@@ -94,6 +101,7 @@ pub(crate) struct ExitRecord {
 pub(crate) struct PendingStart {
     pub version: String,
     pub at_ms: u64,
+    pub fence_token: Option<u64>,
 }
 
 impl Tracked {
@@ -360,6 +368,7 @@ fn adopt(ri: &RuntimeInstance, input: &ReconcileInput, cache: &SpecCache, now_ms
         remove_sent: false,
         orphan_since_ms: None,
         reload: None,
+        fence_token: ri.fence_token,
     }
 }
 

@@ -108,6 +108,7 @@ pub(crate) fn plan_outdated(
             replica: replica.clone(),
             spec: spec.clone(),
             version: entry.version.clone(),
+            fence_token: None, // a surge copy is never exclusive
             reason,
         };
         plan.act(Rank::Update, action);

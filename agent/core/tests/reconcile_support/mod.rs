@@ -71,7 +71,10 @@ impl FakeRuntime {
     pub fn apply(&mut self, action: &Action, now: u64) {
         match action {
             Action::Start {
-                replica, version, ..
+                replica,
+                version,
+                fence_token,
+                ..
             } => {
                 self.next_id += 1;
                 let handle = format!("{}-{}", self.prefix, self.next_id);
@@ -89,6 +92,7 @@ impl FakeRuntime {
                     exited_at_ms: failed.then_some(now),
                     exit_code: None,
                     error: failed.then(|| "image busybox:1 not found".to_string()),
+                    fence_token: *fence_token,
                 };
                 self.instances.insert(handle, inst);
             }
@@ -195,6 +199,10 @@ pub struct Cluster {
     pub auto_probe: bool,
     /// Reverse the runtime list before each tick (to test order independence).
     pub shuffle_lists: bool,
+    /// The least fencing token handed to every agent (0: none).
+    pub fence_token_floor: u64,
+    /// Hand every agent the current time as its floor instead, as the agent does.
+    pub fence_token_floor_is_now: bool,
 }
 
 impl Cluster {
@@ -216,6 +224,8 @@ impl Cluster {
             log: Vec::new(),
             auto_probe: true,
             shuffle_lists: false,
+            fence_token_floor: 0,
+            fence_token_floor_is_now: false,
         };
         for n in nodes {
             let agent = Agent {
@@ -357,6 +367,10 @@ impl Cluster {
             draining: agent.draining,
             capacity: agent.capacity,
             view_suspect: agent.view_suspect.clone(),
+            fence_token_floor: match self.fence_token_floor_is_now {
+                true => now,
+                false => self.fence_token_floor,
+            },
         }
     }
 
@@ -493,6 +507,22 @@ impl Cluster {
             .count()
     }
 
+    /// The fencing tokens of the `Start` actions for a replica, in order: (node, token).
+    pub fn start_tokens(&self, workload: &str, replica: u32) -> Vec<(String, Option<u64>)> {
+        let r = ReplicaId::new(workload, replica);
+        self.log
+            .iter()
+            .filter_map(|(_, n, a)| match a {
+                Action::Start {
+                    replica,
+                    fence_token,
+                    ..
+                } if *replica == r => Some((n.clone(), *fence_token)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Times of the `Start` actions for a replica.
     pub fn starts(&self, workload: &str, replica: u32) -> Vec<u64> {
         let r = ReplicaId::new(workload, replica);
@@ -560,6 +590,7 @@ pub fn peer_status(
         since_ms: 0,
         exit_code: None,
         last_error: None,
+        fence_token: None,
     }
 }
 

@@ -22,6 +22,8 @@ pub const LABEL_REPLICA: &str = "shoal.replica";
 pub const LABEL_VERSION: &str = "shoal.version";
 /// The node whose agent manages it (several agents may share one engine).
 pub const LABEL_NODE: &str = "shoal.node";
+/// An exclusive replica's fencing token (also in its environment as `SHOAL_FENCE_TOKEN`).
+pub const LABEL_FENCE_TOKEN: &str = "shoal.fence-token";
 
 /// The label filters that select this node's containers.
 pub(crate) fn node_filters(node: &str) -> HashMap<String, Vec<String>> {
@@ -44,13 +46,16 @@ pub(crate) fn port_key(port: u16, protocol: Protocol) -> String {
 /// and the spec's exec probe as the engine's health check (so `docker ps` shows health too).
 pub(crate) fn create_body(request: &StartRequest, spec: &ContainerSpec) -> ContainerCreateBody {
     let replica = &request.replica;
-    let labels = HashMap::from([
+    let mut labels = HashMap::from([
         (LABEL_MANAGED.to_string(), "true".to_string()),
         (LABEL_WORKLOAD.to_string(), replica.workload.clone()),
         (LABEL_REPLICA.to_string(), replica.replica.to_string()),
         (LABEL_VERSION.to_string(), request.spec_version.clone()),
         (LABEL_NODE.to_string(), request.node.clone()),
     ]);
+    if let Some(token) = request.fence_token {
+        labels.insert(LABEL_FENCE_TOKEN.to_string(), token.to_string());
+    }
     let env = instance_env(request, &spec.env)
         .into_iter()
         .map(|(k, v)| format!("{k}={v}"))
@@ -152,6 +157,7 @@ pub(crate) fn instance_from_inspect(c: &ContainerInspectResponse) -> Option<Runt
             None
         },
         error,
+        fence_token: labels.get(LABEL_FENCE_TOKEN).and_then(|t| t.parse().ok()),
     })
 }
 
@@ -232,6 +238,41 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::parse_rfc3339_ms;
+
+    #[test]
+    fn the_fencing_token_is_labelled_passed_and_read_back() {
+        use super::*;
+        let toml = "name = \"db\"\n[container]\nimage = \"busybox:1\"\n\
+                    [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n";
+        let spec = crate::core::spec::WorkloadSpec::from_toml_str(toml, "test.toml").unwrap();
+        let request = StartRequest {
+            replica: ReplicaId::new("db", 0),
+            spec: std::sync::Arc::new(spec),
+            spec_version: "v1".into(),
+            node: "n1".into(),
+            fence_token: Some(42),
+        };
+        let crate::core::spec::Run::Container(container) = &request.spec.run else {
+            unreachable!("a container spec");
+        };
+        let body = create_body(&request, container);
+        let labels = body.labels.unwrap();
+        assert_eq!(labels[LABEL_FENCE_TOKEN], "42");
+        assert!(body
+            .env
+            .unwrap()
+            .contains(&"SHOAL_FENCE_TOKEN=42".to_string()));
+        let inspected = ContainerInspectResponse {
+            id: Some("c1".into()),
+            config: Some(bollard::models::ContainerConfig {
+                labels: Some(labels),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let instance = instance_from_inspect(&inspected).unwrap();
+        assert_eq!(instance.fence_token, Some(42), "adoption keeps it");
+    }
 
     #[test]
     fn engine_timestamps() {

@@ -65,6 +65,8 @@ impl InstanceState {
             exited_at_ms: self.exited_at_ms,
             exit_code: self.exit_code,
             error: self.error.clone(),
+            // The environment is the record: the token reported is the one the process got.
+            fence_token: crate::runtime::fence_token_of(&self.env),
         }
     }
 
