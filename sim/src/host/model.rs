@@ -9,6 +9,7 @@ use shoal::mesh::view::placement_workload;
 use shoal::tls::PeerName;
 use shoal_core::instance::{Phase, ReplicaId};
 use shoal_core::placement::{place, Placement};
+use shoal_core::reconcile::backoff_delay_ms;
 use shoal_core::spec::{RestartMode, WorkloadSpec};
 
 use super::view::{encode_reports, Peer, Report, ViewCache, OBSERVED_KEY};
@@ -244,12 +245,15 @@ fn converge(env: &HostEnv, st: &mut State, peers: &[Peer], now: u64) -> String {
             }
             let (fails, next) = st.backoff.entry((*r).clone()).or_insert((0, 0));
             if *next == 0 {
-                let delay = spec
-                    .restart
-                    .backoff_initial_ms
-                    .saturating_mul(1u64 << (*fails).min(20));
-                *next = now + delay.min(spec.restart.backoff_max_ms);
-                *fails += 1;
+                // As the reconciler: a crash restarts at once the first time, a failed start
+                // always waits.
+                let floor = if existing == Some(Phase::Failed) {
+                    2
+                } else {
+                    1
+                };
+                *fails = fails.saturating_add(1).max(floor);
+                *next = now + backoff_delay_ms(&spec.restart, *fails);
             }
             if now < *next {
                 continue;
