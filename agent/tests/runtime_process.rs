@@ -171,7 +171,7 @@ async fn a_fresh_runtime_adopts_running_processes_without_duplicates() {
     });
     assert_eq!(second.pid(&a.handle), Some(pid_a));
 
-    // An adopted process is not our child: its exit is seen by polling, code unknown.
+    // An adopted process is not our child: its exit is seen through its pidfd, code unknown.
     let mut events = second.events();
     second
         .stop(&a.handle, Duration::from_secs(5))
@@ -197,6 +197,39 @@ async fn a_fresh_runtime_adopts_running_processes_without_duplicates() {
         gone.error.as_deref().unwrap().contains("exit code unknown"),
         "{gone:?}"
     );
+}
+
+/// An adopted process's crash is reported at once: through its pidfd, not by the `/proc` poll,
+/// which is set here far slower than the wait allows.
+#[tokio::test]
+async fn an_adopted_process_that_crashes_is_reported_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = open(dir.path()).await;
+    let spec = process_spec("sleeper", &["sleep", "30"]);
+    let inst = first.start(request(&spec, 0, NODE)).await.unwrap();
+    let pid = first.pid(&inst.handle).unwrap();
+    drop(first);
+
+    let config = ProcessConfig {
+        adopted_poll_interval: Duration::from_secs(60),
+        ..ProcessConfig::new(dir.path(), NODE)
+    };
+    let second = ProcessRuntime::open(config).await.expect("open runtime");
+    let mut events = second.events();
+    let killed = std::time::Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert_eq!(exit_of(&mut events, &inst.handle, EVENT_WAIT).await, None);
+    assert!(
+        killed.elapsed() < Duration::from_secs(2),
+        "the exit took {:?} to be reported",
+        killed.elapsed()
+    );
+    let listed = second.list().await.unwrap();
+    assert_eq!(listed[0].phase, Phase::Exited, "{listed:?}");
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
-//! One node's convergence: start, crash and restart with backoff, health, restart policies, start
-//! failures, unsupported specs, adoption after an agent restart, the per-round bound, determinism.
+//! One node's convergence: start, crash and restart (at once, then with backoff), health, restart
+//! policies, start failures, unsupported specs, adoption after an agent restart, the per-round
+//! bound, determinism.
 
 mod reconcile_support;
 
@@ -15,7 +16,8 @@ fn one_node(extra: &str) -> Cluster {
 }
 
 /// Crashes the replica as soon as it runs, `times` times; returns the delays between each crash
-/// and the next start.
+/// and the next start. The agent ticks at the crash, as the shell does when the runtime reports
+/// an exit.
 fn crash_loop(c: &mut Cluster, times: usize) -> Vec<u64> {
     let mut delays = Vec::new();
     for _ in 0..times {
@@ -23,6 +25,7 @@ fn crash_loop(c: &mut Cluster, times: usize) -> Vec<u64> {
         c.crash("n1", "web", 0, 1);
         let crashed = c.now;
         let before = c.starts("web", 0).len();
+        c.tick("n1");
         while c.starts("web", 0).len() == before {
             c.step();
             assert!(c.now - crashed < 400_000, "no restart");
@@ -53,32 +56,117 @@ fn missing_replica_starts_and_becomes_healthy() {
 }
 
 #[test]
-fn crash_restarts_with_doubling_backoff_capped_then_reset_after_healthy_period() {
+fn crash_restarts_at_once_then_with_doubling_backoff_capped_then_reset_after_healthy_period() {
     let mut c = one_node("");
     c.tick("n1");
-    let delays = crash_loop(&mut c, 7);
+    let delays = crash_loop(&mut c, 8);
     let secs: Vec<u64> = delays.iter().map(|d| d / 1000).collect();
-    assert_eq!(secs, [10, 20, 40, 80, 160, 300, 300]);
-    assert_eq!(c.agent("n1").rec.observed()[0].restarts, 7);
+    assert_eq!(secs, [0, 10, 20, 40, 80, 160, 300, 300]);
+    assert_eq!(c.agent("n1").rec.observed()[0].restarts, 8);
     let issue = c.issue("n1", IssueKind::Missing);
     assert!(issue.is_some() || c.agent("n1").rec.issues().is_empty());
     c.run_for(601_000); // healthy for longer than backoff_reset (10 min)
-    let delays = crash_loop(&mut c, 1);
-    assert_eq!(delays, [10_000], "backoff reset after 10 min healthy");
+    let delays = crash_loop(&mut c, 2);
+    assert_eq!(
+        delays,
+        [0, 10_000],
+        "after 10 min healthy the count starts over: at once, then backoff_initial"
+    );
+}
+
+/// Kubernetes' schedule: the round that sees the first crash starts the replica again; the round
+/// that sees the second one starts nothing, says when the next attempt is, and asks to be woken
+/// then.
+#[test]
+fn first_crash_restarts_in_the_same_round_and_the_second_waits_backoff_initial() {
+    let mut c = one_node("[restart]\nbackoff_initial = \"4s\"\n");
+    c.tick("n1");
+    c.run_for(1_500);
+
+    c.crash("n1", "web", 0, 137);
+    let first = c.now;
+    let actions = c.tick("n1");
+    let started: Vec<&Action> = actions
+        .iter()
+        .filter(|a| matches!(a, Action::Start { .. }))
+        .collect();
+    assert!(
+        matches!(&started[..], [Action::Start { reason, .. }] if reason.contains("exited with code 137")),
+        "the first crash restarts in the round that sees it: {actions:?}"
+    );
+    assert_eq!(c.starts("web", 0).len(), 2);
+    assert_eq!(
+        c.starts("web", 0).last(),
+        Some(&first),
+        "started at the crash's time"
+    );
+    c.run_for(1_500);
+    assert_eq!(c.agent("n1").rec.observed()[0].restarts, 1);
+
+    c.crash("n1", "web", 0, 137);
+    let second = c.now;
+    let actions = c.tick("n1");
+    assert!(
+        !actions.iter().any(|a| matches!(a, Action::Start { .. })),
+        "the second crash backs off: {actions:?}"
+    );
+    let issue = c.issue("n1", IssueKind::Exited).expect("exited issue");
+    assert!(
+        issue.message.contains("2 consecutive failures")
+            && issue
+                .message
+                .contains(&format!("next attempt at {}", second + 4_000)),
+        "{}",
+        issue.message
+    );
+    assert_eq!(c.agent("n1").rec.poll_timeout(), Some(second + 4_000));
+    c.run_for(3_500);
+    assert_eq!(
+        c.starts("web", 0).last(),
+        Some(&first),
+        "nothing before 4 s"
+    );
+    c.step();
+    assert_eq!(c.starts("web", 0).last(), Some(&(second + 4_000)));
+    assert_eq!(c.agent("n1").rec.observed()[0].restarts, 2);
+}
+
+/// A failed start never gets the immediate retry, even right after a crash that did: it counts as
+/// at least the second failure.
+#[test]
+fn a_restart_that_fails_to_start_waits_backoff_initial_then_doubles() {
+    let mut c = one_node("[restart]\nbackoff_initial = \"4s\"\n");
+    c.tick("n1");
+    c.run_for(1_500);
+    c.agent_mut("n1").rt.failing.insert("web".to_string());
+    c.crash("n1", "web", 0, 1);
+    let crashed = c.now;
+    c.tick("n1");
+    c.run_for(20_000);
+    let starts = c.starts("web", 0);
+    let after: Vec<u64> = starts[1..].iter().map(|t| t - crashed).collect();
+    assert_eq!(after, [0, 4_000, 12_000], "at once, then 4 s, then 8 s");
+    let issue = c
+        .issue("n1", IssueKind::StartFailing)
+        .expect("start-failing issue");
+    assert!(issue.message.contains("next attempt"), "{}", issue.message);
 }
 
 #[test]
 fn backoff_values_come_from_the_spec() {
     let mut c = one_node("[restart]\nbackoff_initial = \"1s\"\nbackoff_max = \"3s\"\n");
     c.tick("n1");
-    let delays = crash_loop(&mut c, 4);
-    assert_eq!(delays, [1_000, 2_000, 3_000, 3_000]);
+    let delays = crash_loop(&mut c, 5);
+    assert_eq!(delays, [0, 1_000, 2_000, 3_000, 3_000]);
 }
 
 #[test]
 fn exited_issue_names_the_cause_and_the_next_attempt() {
     let mut c = one_node("");
     c.tick("n1");
+    c.run_for(1_500);
+    c.crash("n1", "web", 0, 3);
+    c.step(); // the first crash restarts at once
     c.run_for(1_500);
     c.crash("n1", "web", 0, 3);
     c.step();
@@ -123,7 +211,11 @@ fn restart_policies_are_respected() {
     let mut c = one_node("[restart]\npolicy = \"on-failure\"\n");
     c.tick("n1");
     let delays = crash_loop(&mut c, 1);
-    assert_eq!(delays, [10_000], "on-failure: a failed exit is restarted");
+    assert_eq!(
+        delays,
+        [0],
+        "on-failure: a failed exit is restarted (at once, the first time)"
+    );
 
     let mut c = one_node("[restart]\npolicy = \"never\"\n");
     c.tick("n1");
@@ -168,8 +260,12 @@ fn unhealthy_past_threshold_restarts_and_start_grace_is_respected() {
         kinds == [IssueKind::Unhealthy] || kinds == [IssueKind::Exited],
         "{issues:#?}"
     );
-    c.run_for(12_000);
-    assert_eq!(c.starts("web", 0).len(), 2, "restarted after the backoff");
+    c.run_for(1_000);
+    assert_eq!(
+        c.starts("web", 0).len(),
+        2,
+        "restarted once stopped: the first failure waits for no backoff"
+    );
     assert_eq!(c.agent("n1").rec.observed()[0].restarts, 1);
 }
 
@@ -183,7 +279,7 @@ fn failing_starts_raise_a_runtime_issue_and_back_off() {
     assert_eq!(
         gaps[..2],
         [10_000, 20_000],
-        "backoff after each failed start"
+        "a failed start is never retried at once: backoff_initial, then doubling"
     );
     let issue = c
         .issue("n1", IssueKind::StartFailing)

@@ -1,4 +1,5 @@
-//! Pieces the benchmark examples share: the API client setup, free ports, a median.
+//! Pieces the benchmark examples share: the API client setup, free ports, a median and a
+//! percentile.
 #![allow(dead_code)] // each example uses its own subset
 
 use std::net::{SocketAddr, UdpSocket};
@@ -41,6 +42,16 @@ pub fn median(values: &[u64]) -> Option<u64> {
         _ if n % 2 == 1 => Some(sorted[n / 2]),
         _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2),
     }
+}
+
+/// The `p`th percentile by nearest rank (`p` in 1..=100): the smallest value with at least `p`
+/// percent of the values at or below it.
+pub fn percentile(values: &[u64], p: u32) -> Option<u64> {
+    assert!((1..=100).contains(&p), "a percentile is 1..=100, not {p}");
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    let rank = (sorted.len() * p as usize).div_ceil(100);
+    sorted.get(rank.checked_sub(1)?).copied()
 }
 
 /// `n` distinct free loopback UDP addresses (bound together, then released).

@@ -3,8 +3,10 @@
 //! Every container carries the labels `shoal.managed=true`, `shoal.workload`, `shoal.replica`,
 //! `shoal.version` and `shoal.node`; [`Runtime::list`] selects by `shoal.managed` and this node's
 //! `shoal.node` with `all=true`, so a restarted agent adopts its containers, running or exited, and
-//! agents sharing one engine never see each other's. The engine's restart policy is `no`: the
-//! agent restarts, with its own backoff. CPU and memory are enforced as `nano_cpus` and `memory`.
+//! agents sharing one engine never see each other's. It inspects only the containers whose change
+//! it has not already heard of on the event stream (`docker/observed.rs`): inspecting one that
+//! just died waits for the engine's cleanup. The engine's restart policy is `no`: the agent
+//! restarts, with its own backoff. CPU and memory are enforced as `nano_cpus` and `memory`.
 //!
 //! The engine may vanish at any time: calls then fail with [`RuntimeError::EngineUnavailable`]
 //! (the caller retries with backoff), the event task reports it once and reconnects, and after
@@ -37,6 +39,7 @@ mod client;
 mod events;
 mod exec;
 mod image;
+mod observed;
 
 use body::{engine_error, instance_from_inspect};
 pub(crate) use body::{node_filters, replica_of, status_of};
@@ -44,6 +47,7 @@ pub use body::{LABEL_MANAGED, LABEL_NODE, LABEL_REPLICA, LABEL_VERSION, LABEL_WO
 pub(crate) use client::Client;
 pub use client::DockerConfig;
 pub use image::{ensure_busybox_image, BUSYBOX_APPLETS, BUSYBOX_PATHS};
+use observed::Observed;
 
 /// Why the docker runtime refuses process specs.
 const PROCESS_ON_DOCKER: &str =
@@ -55,6 +59,8 @@ pub struct DockerRuntime {
     config: DockerConfig,
     client: Arc<Client>,
     events: broadcast::Sender<RuntimeEvent>,
+    /// What `list` needs not ask the engine again (`docker/observed.rs`).
+    observed: Arc<Observed>,
     pump: AbortHandle,
 }
 
@@ -75,12 +81,20 @@ impl DockerRuntime {
             initial: config.reconnect_initial,
             max: config.reconnect_max,
         };
-        let pump = events::pump(client.clone(), config.node.clone(), events.clone(), backoff);
+        let observed = Arc::new(Observed::default());
+        let pump = events::pump(
+            client.clone(),
+            config.node.clone(),
+            events.clone(),
+            observed.clone(),
+            backoff,
+        );
         let pump = tokio::spawn(pump).abort_handle();
         Ok(DockerRuntime {
             config,
             client,
             events,
+            observed,
             pump,
         })
     }
@@ -231,10 +245,12 @@ impl Runtime for DockerRuntime {
             return self.call(Err(e), "start container").await;
         }
         let inspected = self.inspect(&docker, &id).await?;
-        instance_from_inspect(&inspected).ok_or_else(|| RuntimeError::Engine {
+        let instance = instance_from_inspect(&inspected).ok_or_else(|| RuntimeError::Engine {
             operation: "inspect container",
             detail: format!("container {id} lost its shoal labels"),
-        })
+        })?;
+        self.observed.remember(&instance);
+        Ok(instance)
     }
 
     async fn stop(&self, handle: &str, grace: Duration) -> Result<(), RuntimeError> {
@@ -269,10 +285,25 @@ impl Runtime for DockerRuntime {
                 "list containers",
             )
             .await?;
+        let listed = summaries.iter().filter_map(|s| s.id.clone()).collect();
+        self.observed.retain(&listed);
         let mut instances = Vec::with_capacity(summaries.len());
-        for id in summaries.into_iter().filter_map(|s| s.id) {
-            match self.inspect(&docker, &id).await {
-                Ok(inspected) => instances.extend(instance_from_inspect(&inspected)),
+        for summary in &summaries {
+            if let Some(known) = self.observed.lookup(summary) {
+                instances.push(known);
+                continue;
+            }
+            let Some(id) = summary.id.as_deref() else {
+                continue;
+            };
+            match self.inspect(&docker, id).await {
+                Ok(inspected) => {
+                    let instance = instance_from_inspect(&inspected);
+                    if let Some(instance) = &instance {
+                        self.observed.remember(instance);
+                    }
+                    instances.extend(instance);
+                }
                 Err(RuntimeError::UnknownHandle { .. }) => {} // removed meanwhile
                 Err(e) => return Err(e),
             }

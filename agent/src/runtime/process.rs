@@ -7,12 +7,13 @@
 //! instances so a restarted replica finds its files again.
 //!
 //! Adoption: [`ProcessRuntime::open`] reads every state file. A live process whose start time still
-//! matches is watched by polling `/proc` (it is not our child, so `wait` is impossible); one that
-//! vanished while no agent was watching is reported exited with an unknown code. Children the
-//! agent spawned itself are reaped with `wait` and report their exit code.
+//! matches is watched through a pidfd (it is not our child, so `wait` is impossible; `/proc` is
+//! polled only where the kernel has no pidfd); one that vanished while no agent was watching is
+//! reported exited with an unknown code. Children the agent spawned itself are reaped with `wait`
+//! and report their exit code. Either way an exit is reported the moment it happens
+//! (`process/exit.rs`): the host loop restarts a crashed instance within milliseconds.
 
 use std::collections::BTreeMap;
-use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,6 +33,7 @@ use crate::runtime::{
 
 mod cgroup;
 mod control;
+mod exit;
 mod spawn;
 pub(crate) mod state;
 
@@ -55,7 +57,8 @@ pub struct ProcessConfig {
     pub node: String,
     /// The cgroup v2 mount point (`/sys/fs/cgroup`).
     pub cgroup_root: PathBuf,
-    /// How often an adopted process (not our child) is checked for exit.
+    /// How often an adopted process (not our child) is checked for exit where the kernel gives
+    /// no pidfd to wait on (before Linux 5.3, or a sandbox that refuses `pidfd_open`).
     pub adopted_poll_interval: Duration,
     /// How long to wait for an exit after SIGKILL before reporting a stuck stop.
     pub kill_wait: Duration,
@@ -63,7 +66,7 @@ pub struct ProcessConfig {
 
 impl ProcessConfig {
     /// The defaults for a node: cgroups at `/sys/fs/cgroup`, adopted processes polled every
-    /// 200 ms, 5 s of patience after SIGKILL.
+    /// 200 ms where there is no pidfd, 5 s of patience after SIGKILL.
     pub fn new(data_dir: impl Into<PathBuf>, node: &str) -> Self {
         ProcessConfig {
             data_dir: data_dir.into(),
@@ -150,7 +153,7 @@ impl Inner {
         if !state.exited() {
             if state::is_same_live_process(state.pid, state.proc_start_ticks) {
                 tracing::info!(handle = %state.handle, pid = state.pid, "adopted running process");
-                tokio::spawn(watch_adopted(self.clone(), state.clone(), tx));
+                tokio::spawn(exit::watch_adopted(self.clone(), state.clone(), tx));
             } else {
                 state.exited_at_ms = Some(wall_clock_ms());
                 state.stopping = false;
@@ -238,35 +241,6 @@ fn wall_clock_nanos() -> u128 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0)
-}
-
-/// Reaps our own child and records its exit code (or 128 + signal).
-async fn watch_child(
-    inner: Arc<Inner>,
-    handle: String,
-    mut child: tokio::process::Child,
-    tx: watch::Sender<bool>,
-) {
-    let status = child.wait().await;
-    let code = status
-        .ok()
-        .and_then(|s| s.code().or(s.signal().map(|n| 128 + n)));
-    inner.record_exit(&handle, code, &tx);
-}
-
-/// Polls `/proc` for an adopted process until it is gone (or the runtime is dropped).
-async fn watch_adopted(inner: Arc<Inner>, state: InstanceState, tx: watch::Sender<bool>) {
-    let interval = inner.config.adopted_poll_interval;
-    loop {
-        tokio::time::sleep(interval).await;
-        if inner.detached.load(Ordering::SeqCst) {
-            return;
-        }
-        if !state::is_same_live_process(state.pid, state.proc_start_ticks) {
-            inner.record_exit(&state.handle, None, &tx);
-            return;
-        }
-    }
 }
 
 /// Sends `signal` to the process group led by `pid`. A group that is already gone is fine.

@@ -3,6 +3,10 @@
 //! An instance without a probe is healthy while it runs. With a probe it starts `Unknown`; a
 //! passing probe makes it healthy at once; failures during the start grace are ignored, and after
 //! it `failure_threshold` consecutive failures make it unhealthy.
+//!
+//! The backoff ([`backoff_delay_ms`]) is Kubernetes' schedule with Shoal's knobs: the first
+//! failure restarts at once, the second waits `backoff_initial`, each further one twice as long,
+//! at most `backoff_max`.
 
 use crate::spec::{HealthCheck, RestartPolicy};
 
@@ -108,10 +112,15 @@ impl Health {
     }
 }
 
-/// The delay before restart number `failures` (1-based count of consecutive failures):
-/// `backoff_initial_ms` doubled `failures - 1` times, capped at `backoff_max_ms`.
+/// The delay before the restart that follows failure number `failures` (1-based count of
+/// consecutive failures), as Kubernetes does it: none after the first, then `backoff_initial_ms`
+/// doubled `failures - 2` times, capped at `backoff_max_ms`. A crash is most often a one-off;
+/// only a replica that fails again is held back.
 pub fn backoff_delay_ms(policy: &RestartPolicy, failures: u32) -> u64 {
-    let doublings = failures.saturating_sub(1).min(63);
+    if failures <= 1 {
+        return 0;
+    }
+    let doublings = (failures - 2).min(63);
     policy
         .backoff_initial_ms
         .saturating_mul(1u64 << doublings)
@@ -146,12 +155,12 @@ mod tests {
     }
 
     #[test]
-    fn backoff_doubles_and_caps() {
+    fn backoff_is_none_after_the_first_failure_then_doubles_and_caps() {
         let policy = RestartPolicy::default();
-        let delays: Vec<u64> = (1..=7).map(|n| backoff_delay_ms(&policy, n)).collect();
+        let delays: Vec<u64> = (0..=8).map(|n| backoff_delay_ms(&policy, n)).collect();
         assert_eq!(
             delays,
-            [10_000, 20_000, 40_000, 80_000, 160_000, 300_000, 300_000]
+            [0, 0, 10_000, 20_000, 40_000, 80_000, 160_000, 300_000, 300_000]
         );
         assert_eq!(backoff_delay_ms(&policy, u32::MAX), 300_000);
     }

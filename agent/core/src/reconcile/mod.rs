@@ -16,10 +16,11 @@
 //!   the safety rule (`exclusive.rs`, docs/reconcile.md) forbids it. A restarted agent adopts the runtime's instances
 //!   first: any alive instance of a replica, at any version, blocks its start.
 //! - **Exited or unhealthy**: an unhealthy instance (probe failures past the threshold, outside
-//!   the start grace) is stopped; an exit that was not a planned stop is a failure, restarted after
-//!   `backoff_initial` doubled per consecutive failure up to `backoff_max`, the count reset when
-//!   the instance had been healthy for `backoff_reset`. `never` does not restart; `on-failure`
-//!   does not restart a clean exit.
+//!   the start grace) is stopped; an exit that was not a planned stop is a failure. The first
+//!   failure restarts at once (as Kubernetes); from the second consecutive one the restart waits
+//!   `backoff_initial`, doubled per further failure up to `backoff_max`; the count resets when
+//!   the instance had been healthy for `backoff_reset`. A failed start always waits (at least
+//!   `backoff_initial`). `never` does not restart; `on-failure` does not restart a clean exit.
 //! - **Outdated**: the reload hook for a live-settings change, else a rolling replacement within
 //!   the workload's mesh-wide `max_unavailable` / `max_surge` budget (`update.rs`).
 //! - **Orphan**: stop after handoff (normal) or at once (exclusive, deleted, scaled down) (`orphan.rs`).

@@ -3,6 +3,10 @@
 //!
 //! The runtime's list is the truth about what exists: an instance listed is tracked (and adopted if
 //! new: no duplicate start), an instance no longer listed is forgotten, an exit is recorded once.
+//!
+//! Failures are counted per replica ([`ReplicaState::failures`]) and the count picks the delay
+//! ([`backoff_delay_ms`]): an instance that ran and failed for the first time restarts at once,
+//! the next failures back off. A start that failed (nothing ran) always backs off (`count_failure` says why).
 
 use std::collections::BTreeMap;
 
@@ -234,7 +238,7 @@ impl Local {
     ) {
         let state = self.replicas.entry(replica.clone()).or_default();
         state.pending_start = None;
-        state.failures = state.failures.saturating_add(1);
+        count_failure(state, true);
         state.next_start_at_ms = now_ms.saturating_add(backoff_delay_ms(&policy, state.failures));
         state.last_exit = Some(ExitRecord {
             code: None,
@@ -244,9 +248,10 @@ impl Local {
         });
     }
 
-    /// Records how an instance ended: a planned stop restarts at once, a failure backs off (reset
-    /// first if it had been healthy for `backoff_reset_ms`), and the restart policy may end it.
-    /// An exit found on adoption restarts at once: the agent, not the replica, was away.
+    /// Records how an instance ended: a planned stop restarts at once, a failure counts toward the
+    /// backoff (the count reset first if it had been healthy for `backoff_reset_ms`; the first
+    /// failure restarts at once), and the restart policy may end it. An exit found on adoption
+    /// restarts at once: the agent, not the replica, was away.
     fn record_exit(&mut self, t: &Tracked, input: &ReconcileInput, adopted: bool, now_ms: u64) {
         let policy = restart_policy(input, &t.replica);
         let state = self.replicas.entry(t.replica.clone()).or_default();
@@ -294,7 +299,7 @@ impl Local {
         if healthy_for.is_some_and(|d| d >= policy.backoff_reset_ms) {
             state.failures = 0;
         }
-        state.failures = state.failures.saturating_add(1);
+        count_failure(state, start_failed);
         state.next_start_at_ms =
             exited_ms.saturating_add(backoff_delay_ms(&policy, state.failures));
     }
@@ -334,6 +339,16 @@ impl Local {
         v.sort_by(|a, b| a.1.started_at_ms.cmp(&b.1.started_at_ms).then(a.0.cmp(b.0)));
         v
     }
+}
+
+/// Counts one more consecutive failure of a replica. A start that failed counts as at least the
+/// second, so it never gets the immediate retry: that is for an instance that ran and then
+/// crashed, most often a one-off, while a refused start (image or command missing, the engine not
+/// answering, the instance never listed) mostly fails again when asked again at once. Kubernetes,
+/// too, waits before it pulls a missing image again.
+fn count_failure(state: &mut ReplicaState, start_failed: bool) {
+    let floor = if start_failed { 2 } else { 1 };
+    state.failures = state.failures.saturating_add(1).max(floor);
 }
 
 fn restart_policy(input: &ReconcileInput, replica: &ReplicaId) -> RestartPolicy {

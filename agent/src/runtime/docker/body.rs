@@ -139,7 +139,7 @@ pub(crate) fn instance_from_inspect(c: &ContainerInspectResponse) -> Option<Runt
     let exited = phase == Phase::Exited;
     let mut error = state.error.filter(|e| !e.is_empty());
     if exited && state.oom_killed == Some(true) {
-        error = Some("killed by the kernel: out of memory (memory limit reached)".into());
+        error = Some(super::observed::OOM_ERROR.into());
     }
     if status == ContainerStateStatusEnum::CREATED {
         error = Some("created but never started".into());

@@ -5,6 +5,8 @@
 //! reports [`RuntimeEvent::EngineAvailable`] when the engine answers again. Each subscription asks
 //! the engine to replay from the last event seen (`since`), so a container that dies while the
 //! stream is being re-established is still reported; replayed duplicates are skipped by time.
+//! Every event reaches the runtime's [`Observed`] before it is published, so the `list` it
+//! triggers needs not ask the engine about the container again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use futures_util::StreamExt;
 use tokio::sync::broadcast;
 
 use super::body::{error_chain, replica_of, LABEL_NODE};
+use super::observed::Observed;
 use super::Client;
 use crate::runtime::RuntimeEvent;
 
@@ -31,8 +34,13 @@ pub(crate) async fn pump(
     client: Arc<Client>,
     node: String,
     events: broadcast::Sender<RuntimeEvent>,
+    observed: Arc<Observed>,
     backoff: Backoff,
 ) {
+    let publish = |event: RuntimeEvent| {
+        observed.hear(&event);
+        let _ = events.send(event);
+    };
     // Nanoseconds since the epoch of the last event delivered; replay starts there.
     let mut last_ns = wall_clock_ns();
     let mut down = false;
@@ -43,7 +51,7 @@ pub(crate) async fn pump(
             Err(e) => {
                 if !down {
                     down = true;
-                    let _ = events.send(RuntimeEvent::EngineUnavailable {
+                    publish(RuntimeEvent::EngineUnavailable {
                         reason: e.to_string(),
                     });
                 }
@@ -53,7 +61,7 @@ pub(crate) async fn pump(
             }
         };
         if std::mem::take(&mut down) {
-            let _ = events.send(RuntimeEvent::EngineAvailable);
+            publish(RuntimeEvent::EngineAvailable);
         }
         delay = backoff.initial;
         let filters = subscription_filters(&node);
@@ -71,8 +79,10 @@ pub(crate) async fn pump(
                         continue; // replayed, already delivered
                     }
                     last_ns = last_ns.max(at_ns);
-                    if let Some(event) = to_runtime_event(&message, &node) {
-                        let _ = events.send(event);
+                    if let Some(handle) = oom_of(&message, &node) {
+                        observed.hear_oom(&handle);
+                    } else if let Some(event) = to_runtime_event(&message, &node) {
+                        publish(event);
                     }
                 }
                 Some(Err(e)) => break error_chain(&e),
@@ -82,16 +92,17 @@ pub(crate) async fn pump(
         tracing::warn!(%reason, "docker event stream lost; reconnecting");
         client.invalidate().await;
         down = true;
-        let _ = events.send(RuntimeEvent::EngineUnavailable { reason });
+        publish(RuntimeEvent::EngineUnavailable { reason });
         tokio::time::sleep(backoff.initial).await;
     }
 }
 
-/// Container starts, deaths and health changes of this node's containers.
+/// Container starts, deaths (and out-of-memory kills) and health changes of this node's
+/// containers.
 fn subscription_filters(node: &str) -> HashMap<String, Vec<String>> {
     let mut filters = super::body::node_filters(node);
     filters.insert("type".into(), vec!["container".into()]);
-    let actions = ["start", "die", "health_status"];
+    let actions = ["start", "die", "oom", "health_status"];
     filters.insert(
         "event".into(),
         actions.iter().map(|a| a.to_string()).collect(),
@@ -124,6 +135,18 @@ pub(crate) fn to_runtime_event(message: &EventMessage, node: &str) -> Option<Run
         }),
         _ => None,
     }
+}
+
+/// The container an `oom` event is about, if it is one of this node's.
+fn oom_of(message: &EventMessage, node: &str) -> Option<String> {
+    let actor = message.actor.as_ref()?;
+    let ours = actor
+        .attributes
+        .as_ref()?
+        .get(LABEL_NODE)
+        .map(String::as_str)
+        == Some(node);
+    (message.action.as_deref() == Some("oom") && ours).then(|| actor.id.clone())?
 }
 
 fn wall_clock_ns() -> u128 {
@@ -179,6 +202,9 @@ mod tests {
             })
         );
         assert_eq!(to_runtime_event(&message("die", "n2"), "n1"), None);
+        assert_eq!(oom_of(&message("oom", "n1"), "n1").as_deref(), Some("abc"));
+        assert_eq!(oom_of(&message("oom", "n2"), "n1"), None);
+        assert_eq!(oom_of(&message("die", "n1"), "n1"), None);
         assert_eq!(to_runtime_event(&message("attach", "n1"), "n1"), None);
     }
 }

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use super::exit::watch_child;
 use super::state::{self, InstanceState};
-use super::{watch_child, Entry, Inner, DEFAULT_PATH};
+use super::{Entry, Inner, DEFAULT_PATH};
 use crate::core::instance::RuntimeInstance;
 use crate::core::spec::{ProcessSpec, Run};
 use crate::runtime::{instance_env, wall_clock_ms, RuntimeError, RuntimeEvent, StartRequest};
