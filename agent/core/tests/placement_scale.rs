@@ -72,9 +72,15 @@ fn no_scale_step_moves_a_replica_that_stays() {
             for from in 0..at.len() {
                 for to in from + 1..at.len() {
                     let up = moved(&at[from], &at[to]);
-                    assert!(up.is_empty(), "{count} hosts {spread:?} {from}->{to}: {up:?}");
+                    assert!(
+                        up.is_empty(),
+                        "{count} hosts {spread:?} {from}->{to}: {up:?}"
+                    );
                     let down = moved(&at[to], &at[from]);
-                    assert!(down.is_empty(), "{count} hosts {spread:?} {to}->{from}: {down:?}");
+                    assert!(
+                        down.is_empty(),
+                        "{count} hosts {spread:?} {to}->{from}: {down:?}"
+                    );
                 }
             }
         }
@@ -103,6 +109,72 @@ fn scaling_among_other_workloads_moves_nothing_of_its_own() {
         for r in 0..3 {
             let id = ReplicaId::new("web", r);
             assert_eq!(small.assigned[&id], large.assigned[&id], "{spread:?} {id}");
+        }
+    }
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+    use shoal_core::constraint::Constraint;
+
+    fn arb_nodes() -> impl Strategy<Value = Vec<Node>> {
+        prop::collection::vec((1u64..=16, 0u32..4, any::<bool>()), 1..24).prop_map(|v| {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, (cores, zone, ssd))| Node {
+                    id: format!("n{i}"),
+                    capacity: Resources::new(cores * 1000, cores * 4 * GIB),
+                    labels: [("disk".into(), if ssd { "ssd" } else { "hdd" }.into())].into(),
+                    zone: format!("z{zone}"),
+                    draining: false,
+                    down: false,
+                })
+                .collect()
+        })
+    }
+
+    fn arb_workloads() -> impl Strategy<Value = Vec<Workload>> {
+        prop::collection::vec((0u32..8, any::<bool>(), any::<bool>(), -1i32..2), 1..6).prop_map(
+            |v| {
+                v.into_iter()
+                    .enumerate()
+                    .map(|(i, (replicas, zone, ssd, priority))| Workload {
+                        id: format!("w{i}"),
+                        replicas,
+                        // Tiny: capacity never decides.
+                        request: Resources::new(1, 1 << 20),
+                        spread: if zone { Spread::Zone } else { Spread::Node },
+                        constraints: if ssd {
+                            vec![Constraint::parse("disk == ssd").expect("valid")]
+                        } else {
+                            Vec::new()
+                        },
+                        exclusive: false,
+                        priority,
+                    })
+                    .collect()
+            },
+        )
+    }
+
+    proptest! {
+        /// With room everywhere, scaling one workload from `a` to `b` replicas (up or down,
+        /// through stacking layers when it outgrows its nodes) leaves every replica below
+        /// `min(a, b)` where it was, and moves no replica of any other workload either.
+        #[test]
+        fn scaling_moves_no_replica_that_stays(
+            nodes in arb_nodes(),
+            workloads in arb_workloads(),
+            pick in any::<usize>(),
+            to in 0u32..30,
+        ) {
+            let pick = pick % workloads.len();
+            let before = place_stacked(&nodes, &workloads);
+            let mut scaled = workloads.clone();
+            scaled[pick].replicas = to;
+            let after = place_stacked(&nodes, &scaled);
+            prop_assert_eq!(moved(&before, &after), Vec::<String>::new());
         }
     }
 }

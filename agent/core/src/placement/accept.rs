@@ -1,4 +1,4 @@
-//! The capacity pass (algorithm version 3): deferred acceptance over the replicas' own lists, then
+//! The capacity pass (algorithm version 4): deferred acceptance over the replicas' own lists, then
 //! guests into the room left, one priority level at a time.
 //!
 //! It runs in two [`Mode`]s. The **ideal** pass treats every known node as up and not draining.
@@ -15,13 +15,16 @@
 //!    among what it holds and its new proposers, strongest [`Claim`] first, keeping each one that
 //!    still fits in every resource; those it does not keep are free for the next round. A round's
 //!    result does not depend on the order proposals are looked at, so neither does the pass.
-//!    Own lists of one workload are disjoint, so siblings never meet at a node here, except in
-//!    the actual pass, where a home may lie in a sibling's own list: the node keeps the stronger.
+//!    Siblings' own lists are independent orders, so two siblings meet at a node now and then:
+//!    the node keeps the one of the lower `(tier, index)` (a replica at home first, then the lower
+//!    index), whatever their ranks. So a replica never loses its node to a sibling of a higher
+//!    index, which is what makes scaling up move nothing.
 //! 2. **Guests.** Replicas no node of their first [`OWN_PROPOSALS`] own nodes kept take, first-fit
 //!    in the canonical order (replica index ascending, workload hash, workload id), the first node
-//!    of their workload's whole order with room left and no sibling (zone spread: first in a zone
-//!    no sibling uses); in the actual pass a guest first tries its home. Guests never displace
-//!    anyone.
+//!    of their workload's whole order with room left and no sibling of a lower index (zone spread:
+//!    first in a zone no lower sibling uses); in the actual pass a guest first tries its home.
+//!    A guest displaces nobody but a sibling of a higher index away from its home, which then
+//!    takes its turn as a guest: what a guest gets never depends on its higher siblings.
 //! 3. **Zone repair.** A zone-spread workload that shares a zone while a zone it does not use has a
 //!    node with room moves its highest-indexed sharing replica there (in the actual pass, one
 //!    away from its home first). Steps 2 and 3 repeat until
@@ -30,7 +33,10 @@
 //! Levels go from the highest priority down; a level's consumption is fixed room for the levels
 //! below, so a lower priority never moves a higher one.
 
-use super::engine::Tracked;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::engine::{Tracked, Which};
 use super::hash::pair_hash;
 use super::model::{Spread, Unschedulable};
 use super::rank::Entry;
@@ -77,6 +83,7 @@ struct Claim {
     affinity: u64,
     /// The workload's position in the canonical order.
     order: u32,
+    /// The replica's index.
     replica: u32,
 }
 
@@ -84,12 +91,18 @@ struct Claim {
 #[derive(Clone, Debug)]
 struct Rep {
     /// The workload's hash.
-    workload_hash: u64,
+    hash: u64,
+    /// Its offset: its own list ranks `pair_hash(hash, node) + offset`, which its claims'
+    /// affinity uses too.
+    offset: u64,
     /// The workload's slot.
     workload: u32,
     /// The workload's position in the canonical order.
     order: u32,
+    /// Its position among the workload's replicas placed here.
     replica: u32,
+    /// Its index (the replica's number in the workload).
+    index: u32,
     request: Resources,
     /// Own-list proposals made so far.
     proposed: u32,
@@ -275,12 +288,15 @@ impl Pass<'_> {
         for (pos, &w) in order.iter().enumerate().take(end).skip(start) {
             first.push(reps.len() as u32);
             let t = workloads[w as usize].as_ref().expect("ordered workload");
-            for replica in 0..t.spec.replicas {
+            for (replica, &index) in t.indices.iter().enumerate() {
+                let replica = replica as u32;
                 reps.push(Rep {
-                    workload_hash: t.hash,
+                    hash: t.hash,
+                    offset: t.offset(replica as usize),
                     workload: w,
                     order: pos as u32,
                     replica,
+                    index,
                     request: t.spec.request,
                     proposed: 0,
                     node: NONE,
@@ -371,9 +387,10 @@ impl Pass<'_> {
                     let claim = Claim {
                         tier,
                         rank,
-                        affinity: !pair_hash(rep.workload_hash, self.nodes.hashes[node as usize]),
+                        affinity: !pair_hash(rep.hash, self.nodes.hashes[node as usize])
+                            .wrapping_add(rep.offset),
                         order: rep.order,
-                        replica: rep.replica,
+                        replica: rep.index,
                     };
                     proposals.push((node, Held { claim, rep: x }));
                 }
@@ -415,16 +432,13 @@ impl Pass<'_> {
         if rep.proposed >= OWN_PROPOSALS {
             return None;
         }
-        let (scan, ranking, _) = t.parts(self.nodes, self.classes);
+        let (scan, ranking, _) = t.parts(
+            self.nodes,
+            self.classes,
+            Which::Replica(rep.replica as usize),
+        );
         loop {
-            let entry = loop {
-                if let Some(&e) = ranking.list(rep.replica).get(rep.proposed as usize) {
-                    break e;
-                }
-                if !ranking.extend(&scan) {
-                    return None;
-                }
-            };
+            let entry = ranking.get(&scan, rep.proposed as usize)?;
             let rank = rep.proposed;
             rep.proposed += 1;
             // A node that is down or draining keeps its rank but takes no proposal.
@@ -455,13 +469,13 @@ impl Pass<'_> {
             a.saturating_add(&reps[h.rep as usize].request)
         });
         let weakest_held = held.last().map(|h| h.claim);
-        // In the actual pass a replica's home may be in a sibling's own list, so two replicas
-        // of one workload can meet here: the node then keeps the stronger only (below).
-        let siblings_meet = self.ideal.is_some()
-            && buf[..proposers].iter().enumerate().any(|(i, p)| {
-                let same = |h: &Held| h.claim.order == p.claim.order;
-                held.iter().any(same) || buf[..i].iter().any(same)
-            });
+        // Own lists of siblings overlap (each replica ranks every node), and in the actual pass a
+        // home may be anywhere, so two replicas of one workload can meet here: the node then
+        // keeps the one of the lowest index (a replica at home before one away), below.
+        let siblings_meet = buf[..proposers].iter().enumerate().any(|(i, p)| {
+            let same = |h: &Held| h.claim.order == p.claim.order;
+            held.iter().any(same) || buf[..i].iter().any(same)
+        });
         if !siblings_meet && total.fits_in(&self.room[n]) {
             // Everything fits next to what the node holds: keep it all.
             self.room[n] = self.room[n].saturating_sub(&total);
@@ -501,43 +515,45 @@ impl Pass<'_> {
         first: &[u32],
         reps: &mut [Rep],
     ) -> bool {
-        let mut waiting: Vec<(u32, u32, u32)> = reps
+        let mut waiting: BinaryHeap<Reverse<(u32, u32, u32)>> = reps
             .iter()
             .enumerate()
             .filter(|(_, r)| r.node == NONE)
-            .map(|(x, r)| (r.replica, r.order, x as u32))
+            .map(|(x, r)| Reverse((r.index, r.order, x as u32)))
             .collect();
         if waiting.is_empty() {
             return false;
         }
-        waiting.sort_unstable();
         // Per workload (by position in the level): where the walk for any node with room and the
-        // walk for one in a zone no sibling uses go on from, or None once they found nothing.
-        // Room only shrinks and siblings only add up during this step, so a node that would not
-        // do for one guest will not do for the workload's next.
+        // walk for one in a zone no lower sibling uses go on from, or None once they found
+        // nothing. Guests of a workload come in index order; room only shrinks, and the lower
+        // siblings of a later guest include those of an earlier one, so a node that would not do
+        // for one guest will not do for the workload's next.
         let mut cursor: Vec<(Option<usize>, Option<usize>)> =
             vec![(Some(0), Some(0)); first.len() - 1];
         // (constraint class, request) of guests that found no node with room at all: a later guest
         // of the same class asking at least as much finds none either.
         let mut no_room: Vec<(u32, Resources)> = Vec::new();
-        // Per workload: the nodes its replicas hold, sorted (built when first needed).
-        let mut taken_by: Vec<Option<Vec<u32>>> = vec![None; first.len() - 1];
-        let mut placed = false;
-        for (_, _, x) in waiting {
+        // Per workload: (node, position, at home) of its placed replicas, sorted by node (built
+        // when first needed).
+        let mut taken_by: Vec<Option<Vec<(u32, u32, bool)>>> = vec![None; first.len() - 1];
+        let mut placed = 0i64;
+        while let Some(Reverse((_, _, x))) = waiting.pop() {
             let i = reps[x as usize].order as usize - start;
             let Some(any_from) = cursor[i].0 else {
                 continue;
             };
             let taken = taken_by[i].get_or_insert_with(|| {
-                let mut taken: Vec<u32> = reps[first[i] as usize..first[i + 1] as usize]
+                let mut taken: Vec<(u32, u32, bool)> = reps
+                    [first[i] as usize..first[i + 1] as usize]
                     .iter()
-                    .map(|s| s.node)
-                    .filter(|&n| n != NONE)
+                    .filter(|s| s.node != NONE)
+                    .map(|s| (s.node, s.replica, s.node == s.home))
                     .collect();
                 taken.sort_unstable();
                 taken
             });
-            let request = reps[x as usize].request;
+            let (request, me) = (reps[x as usize].request, reps[x as usize].replica);
             let t = workloads[reps[x as usize].workload as usize]
                 .as_mut()
                 .expect("ordered workload");
@@ -552,19 +568,25 @@ impl Pass<'_> {
             let room = &self.room;
             let usable = &self.usable;
             let blocked = std::cell::Cell::new(false);
+            // A node with room, or one a sibling of a higher index holds away from its home (it
+            // gives way, and has the same request): so what a guest takes does not depend on its
+            // higher siblings, and a replica at home stays there.
             let fits = |e: &Entry| {
                 usable[e.node as usize]
-                    && request.fits_in(&room[e.node as usize])
-                    && (taken.binary_search(&e.node).is_err() || {
-                        blocked.set(true);
-                        false
-                    })
+                    && match taken.binary_search_by_key(&e.node, |h| h.0) {
+                        Ok(at) if taken[at].1 < me || taken[at].2 => {
+                            blocked.set(true);
+                            false
+                        }
+                        Ok(_) => true,
+                        Err(_) => request.fits_in(&room[e.node as usize]),
+                    }
             };
             // A replica whose home had no room for it in the acceptance takes it if it has now.
             let home = reps[x as usize].home;
             let mut found = (home != NONE && fits(&Entry::at(home))).then_some((usize::MAX, home));
             let zones = match t.spec.spread {
-                Spread::Zone => sibling_zones(self.nodes, taken),
+                Spread::Zone => lower_sibling_zones(self.nodes, taken, me),
                 Spread::Node => Vec::new(),
             };
             if zones.len() >= self.classes.get(t.class).zones as usize {
@@ -588,16 +610,26 @@ impl Pass<'_> {
                 }
                 continue;
             };
-            self.room[node as usize] = self.room[node as usize].saturating_sub(&request);
-            self.touch(node);
+            placed += 1;
             reps[x as usize].node = node;
-            let at = taken
-                .binary_search(&node)
-                .expect_err("guest on a sibling's node");
-            taken.insert(at, node);
-            placed = true;
+            match taken.binary_search_by_key(&node, |h| h.0) {
+                Ok(at) => {
+                    // A higher sibling gives way and waits its turn again.
+                    let s = first[i] + taken[at].1;
+                    taken[at] = (node, me, node == home);
+                    let sibling = &mut reps[s as usize];
+                    sibling.node = NONE;
+                    waiting.push(Reverse((sibling.index, sibling.order, s)));
+                    placed -= 1;
+                }
+                Err(at) => {
+                    taken.insert(at, (node, me, node == home));
+                    self.room[node as usize] = self.room[node as usize].saturating_sub(&request);
+                    self.touch(node);
+                }
+            }
         }
-        placed
+        placed > 0
     }
 
     /// Step 3: zone-spread workloads of the level that share a zone while a zone they do not use
@@ -678,10 +710,11 @@ impl Pass<'_> {
 
     /// Why the workload's unplaced replicas have no node, as of the end of its level.
     fn diagnose(&self, t: &mut Tracked, siblings: &[Rep], node_epoch: u64) -> Unschedulable {
-        let (scan, ranking, empty_reason) = t.parts(self.nodes, self.classes);
+        let constraints = &self.classes.get(t.class).constraints;
+        let (scan, ranking, empty_reason) = t.parts(self.nodes, self.classes, Which::Order);
         while ranking.extend(&scan) {}
         let eligible_count = ranking
-            .merged()
+            .entries()
             .iter()
             .filter(|e| self.usable[e.node as usize])
             .count();
@@ -692,8 +725,7 @@ impl Pass<'_> {
             return match empty_reason {
                 Some((k, reason)) if *k == key => reason.clone(),
                 _ => {
-                    let reason =
-                        why_no_eligible_node(scan.nodes, scan.constraints, scan.request, ideal);
+                    let reason = why_no_eligible_node(scan.nodes, constraints, scan.request, ideal);
                     *empty_reason = Some((key, reason.clone()));
                     reason
                 }
@@ -707,7 +739,7 @@ impl Pass<'_> {
         taken.sort_unstable();
         let request = scan.request;
         let (mut candidates, mut cpu_short, mut memory_short) = (0u32, 0u32, 0u32);
-        for e in ranking.merged() {
+        for e in ranking.entries() {
             if !self.usable[e.node as usize] || taken.binary_search(&e.node).is_ok() {
                 continue;
             }
@@ -738,10 +770,10 @@ fn find(
     from: usize,
     accept: impl Fn(&Entry) -> bool,
 ) -> Option<(usize, u32)> {
-    let (scan, ranking, _) = t.parts(nodes, classes);
+    let (scan, ranking, _) = t.parts(nodes, classes, Which::Order);
     let mut i = from;
     loop {
-        let merged = ranking.merged();
+        let merged = ranking.entries();
         if let Some(at) = merged.get(i..).and_then(|m| m.iter().position(&accept)) {
             return Some((i + at, merged[i + at].node));
         }
@@ -752,9 +784,11 @@ fn find(
     }
 }
 
-/// Keeps, strongest first, each of `buf[from..]` that fits in `room` (and, with `one_per_workload`,
-/// whose workload has none kept yet), compacting the kept ones to `buf[from..end]`; the others
-/// are pushed to `free`. Returns `end`.
+/// Keeps, strongest first, each of `buf[from..]` that fits in `room`, compacting the kept ones
+/// to `buf[from..end]`; the others are pushed to `free`. Returns `end`. With `siblings_meet`,
+/// a replica with a sibling of a lower `(tier, index)` among `buf[from..]` is not kept, fit or
+/// not: so a replica never loses its node to a sibling of a higher index (scaling up moves no
+/// replica), nor one at home to one away from home.
 fn keep_fitting(
     node: u32,
     buf: &mut [Held],
@@ -762,17 +796,27 @@ fn keep_fitting(
     room: &mut Resources,
     reps: &mut [Rep],
     free: &mut Vec<u32>,
-    one_per_workload: bool,
+    siblings_meet: bool,
 ) -> usize {
+    let yields: Vec<bool> = if siblings_meet {
+        let rank = |h: &Held| (h.claim.tier, h.claim.replica);
+        buf[from..]
+            .iter()
+            .map(|h| {
+                buf[from..]
+                    .iter()
+                    .any(|x| x.claim.order == h.claim.order && rank(x) < rank(h))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut kept = from;
     for k in from..buf.len() {
         let h = buf[k];
-        let sibling_kept = one_per_workload
-            && buf[from..kept]
-                .iter()
-                .any(|x| x.claim.order == h.claim.order);
         let rep = &mut reps[h.rep as usize];
-        if !sibling_kept && rep.request.fits_in(room) {
+        let yields = siblings_meet && yields[k - from];
+        if !yields && rep.request.fits_in(room) {
             *room = room.saturating_sub(&rep.request);
             rep.node = node;
             buf[kept] = h;
@@ -800,9 +844,14 @@ fn merge_into(buf: &mut Vec<Held>, proposers: usize, held: &[Held]) {
     }
 }
 
-/// The zones of these nodes, sorted and deduplicated.
-fn sibling_zones(nodes: &NodeTable, taken: &[u32]) -> Vec<u32> {
-    let mut zones: Vec<u32> = taken.iter().map(|&n| nodes.zone[n as usize]).collect();
+/// The zones of the nodes that siblings placed below position `me` hold, sorted and
+/// deduplicated.
+fn lower_sibling_zones(nodes: &NodeTable, taken: &[(u32, u32, bool)], me: u32) -> Vec<u32> {
+    let mut zones: Vec<u32> = taken
+        .iter()
+        .filter(|h| h.1 < me)
+        .map(|h| nodes.zone[h.0 as usize])
+        .collect();
     zones.sort_unstable();
     zones.dedup();
     zones
