@@ -19,16 +19,23 @@
 //!    the node keeps the one of the lower `(tier, index)` (a replica at home first, then the lower
 //!    index), whatever their ranks. So a replica never loses its node to a sibling of a higher
 //!    index, which is what makes scaling up move nothing.
-//! 2. **Guests.** Replicas no node of their first [`OWN_PROPOSALS`] own nodes kept take, first-fit
-//!    in the canonical order (replica index ascending, workload hash, workload id), the first node
-//!    of their workload's whole order with room left and no sibling of a lower index (zone spread:
-//!    first in a zone no lower sibling uses); in the actual pass a guest first tries its home.
-//!    A guest displaces nobody but a sibling of a higher index away from its home, which then
-//!    takes its turn as a guest: what a guest gets never depends on its higher siblings.
-//! 3. **Zone repair.** A zone-spread workload that shares a zone while a zone it does not use has a
-//!    node with room moves its highest-indexed sharing replica there (in the actual pass, one
-//!    away from its home first). Steps 2 and 3 repeat until
-//!    neither changes anything (each change places a replica or adds a used zone, so this ends).
+//! 2. **Guests.** Replicas no node of their first [`OWN_PROPOSALS`] own nodes kept take, in the
+//!    canonical order (strength: replicas the acceptance left at home first, then replica index
+//!    ascending, so every workload's replica 0 before any replica 1; then workload hash and id),
+//!    the first node of their workload's whole order with room left, or holding a weaker sibling
+//!    away from its home, and no stronger sibling (zone spread: first in a zone no stronger
+//!    sibling uses); in the actual pass a guest first tries its home. The weaker sibling gives
+//!    way and takes its turn as a guest: what a guest gets never depends on weaker siblings.
+//! 3. **Zone repair.** Ideal pass: strongest first, a replica of a zone-spread workload that
+//!    shares its zone with a stronger sibling moves to a node with room in a zone no stronger
+//!    sibling uses (a weaker sibling away from home there gives way), so a replica's zone
+//!    depends on its lower siblings only and scaling moves none that stays. Actual pass: as in
+//!    version 3, a workload sharing a zone while a zone it does not use has a node with room
+//!    moves a sharing replica there, one away from its home first, so replicas at home stay.
+//!    Steps 2 and 3 repeat until neither changes anything: every change places a replica or
+//!    clears one of sharing with stronger ones (ideal) or adds a used zone (actual), and touches
+//!    only weaker replicas besides, so this ends (a bound of four rounds per replica makes
+//!    sure).
 //!
 //! Levels go from the highest priority down; a level's consumption is fixed room for the levels
 //! below, so a lower priority never moves a higher one.
@@ -42,6 +49,9 @@ use super::model::{Spread, Unschedulable};
 use super::rank::Entry;
 use super::table::{eligible, ClassTable, NodeTable};
 use crate::resources::Resources;
+
+/// A guest's place in line: its strength, its workload's canonical position, its slot.
+type GuestKey = ((u8, u32), u32, u32);
 
 /// What became of one replica in a pass.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,6 +122,22 @@ struct Rep {
     home: u32,
     /// It has proposed to its home (first, before its own list).
     tried_home: bool,
+    /// 0 when the acceptance left it at its home (actual pass), else 1: with the index, its
+    /// strength among its siblings for the rest of the level (`strength`).
+    tier: u8,
+}
+
+impl Rep {
+    /// Smaller is stronger: replicas the acceptance left at home, then by index. Fixed for the
+    /// guest and repair steps of a level, so that every move there improves the mover and
+    /// touches only weaker siblings, which is why those steps end.
+    fn strength(&self) -> (u8, u32) {
+        (self.tier, self.index)
+    }
+
+    fn at_home(&self) -> bool {
+        self.home != NONE && self.node == self.home
+    }
 }
 
 /// A replica a node holds or is proposed, with its claim there.
@@ -301,6 +327,7 @@ impl Pass<'_> {
                     proposed: 0,
                     node: NONE,
                     tried_home: false,
+                    tier: 1,
                     home: match self.ideal.and_then(|i| i[w as usize].get(replica as usize)) {
                         Some(Outcome::Assigned { slot, .. }) => *slot,
                         _ => NONE,
@@ -311,7 +338,11 @@ impl Pass<'_> {
         first.push(reps.len() as u32);
 
         self.accept(workloads, &mut reps);
-        loop {
+        for r in &mut reps {
+            r.tier = u8::from(!r.at_home());
+        }
+        // Ends long before the bound (see the module doc); the bound only makes sure of it.
+        for _ in 0..4 * reps.len() + 16 {
             let placed = self.guests(workloads, start, &first, &mut reps);
             let moved = self.zone_repair(workloads, order, start, &first, &mut reps);
             if !placed && !moved {
@@ -505,9 +536,11 @@ impl Pass<'_> {
         self.held.set(node, &buf[proposers..kept]);
     }
 
-    /// Step 2: unplaced replicas, in canonical order, take the first node of their workload's
-    /// order with room left and no sibling; zone spread: first in a zone no sibling uses. True
-    /// if any was placed.
+    /// Step 2: unplaced replicas, strongest first (then workload hash and id: every workload's
+    /// replica 0 before any replica 1), take the first node of their workload's order with room
+    /// left, or holding a weaker sibling away from its home (which gives way and takes its turn
+    /// as a guest), and no stronger sibling; zone spread: first in a zone no stronger sibling
+    /// uses. True if any was placed.
     fn guests(
         &mut self,
         workloads: &mut [Option<Tracked>],
@@ -515,18 +548,19 @@ impl Pass<'_> {
         first: &[u32],
         reps: &mut [Rep],
     ) -> bool {
-        let mut waiting: BinaryHeap<Reverse<(u32, u32, u32)>> = reps
+        let key = |x: usize, r: &Rep| Reverse((r.strength(), r.order, x as u32));
+        let mut waiting: BinaryHeap<Reverse<GuestKey>> = reps
             .iter()
             .enumerate()
             .filter(|(_, r)| r.node == NONE)
-            .map(|(x, r)| Reverse((r.index, r.order, x as u32)))
+            .map(|(x, r)| key(x, r))
             .collect();
         if waiting.is_empty() {
             return false;
         }
         // Per workload (by position in the level): where the walk for any node with room and the
-        // walk for one in a zone no lower sibling uses go on from, or None once they found
-        // nothing. Guests of a workload come in index order; room only shrinks, and the lower
+        // walk for one in a zone no stronger sibling uses go on from, or None once they found
+        // nothing. Guests of a workload come strongest first; room only shrinks, and the stronger
         // siblings of a later guest include those of an earlier one, so a node that would not do
         // for one guest will not do for the workload's next.
         let mut cursor: Vec<(Option<usize>, Option<usize>)> =
@@ -534,27 +568,25 @@ impl Pass<'_> {
         // (constraint class, request) of guests that found no node with room at all: a later guest
         // of the same class asking at least as much finds none either.
         let mut no_room: Vec<(u32, Resources)> = Vec::new();
-        // Per workload: (node, position, at home) of its placed replicas, sorted by node (built
-        // when first needed).
-        let mut taken_by: Vec<Option<Vec<(u32, u32, bool)>>> = vec![None; first.len() - 1];
+        // Per workload: (node, replica) of its placed replicas, sorted (built when first needed).
+        let mut taken_by: Vec<Option<Vec<(u32, u32)>>> = vec![None; first.len() - 1];
         let mut placed = 0i64;
         while let Some(Reverse((_, _, x))) = waiting.pop() {
-            let i = reps[x as usize].order as usize - start;
+            let x = x as usize;
+            let i = reps[x].order as usize - start;
             let Some(any_from) = cursor[i].0 else {
                 continue;
             };
             let taken = taken_by[i].get_or_insert_with(|| {
-                let mut taken: Vec<(u32, u32, bool)> = reps
-                    [first[i] as usize..first[i + 1] as usize]
-                    .iter()
-                    .filter(|s| s.node != NONE)
-                    .map(|s| (s.node, s.replica, s.node == s.home))
+                let mut taken: Vec<(u32, u32)> = (first[i]..first[i + 1])
+                    .filter(|&s| reps[s as usize].node != NONE)
+                    .map(|s| (reps[s as usize].node, s))
                     .collect();
                 taken.sort_unstable();
                 taken
             });
-            let (request, me) = (reps[x as usize].request, reps[x as usize].replica);
-            let t = workloads[reps[x as usize].workload as usize]
+            let (request, me) = (reps[x].request, reps[x].strength());
+            let t = workloads[reps[x].workload as usize]
                 .as_mut()
                 .expect("ordered workload");
             if no_room
@@ -568,25 +600,36 @@ impl Pass<'_> {
             let room = &self.room;
             let usable = &self.usable;
             let blocked = std::cell::Cell::new(false);
-            // A node with room, or one a sibling of a higher index holds away from its home (it
-            // gives way, and has the same request): so what a guest takes does not depend on its
-            // higher siblings, and a replica at home stays there.
+            let sibling = |s: u32| &reps[s as usize];
+            // A node with room, or one a weaker sibling holds away from its home (it gives way,
+            // and has the same request): what a guest takes does not depend on weaker siblings,
+            // and a replica at home stays there.
             let fits = |e: &Entry| {
                 usable[e.node as usize]
                     && match taken.binary_search_by_key(&e.node, |h| h.0) {
-                        Ok(at) if taken[at].1 < me || taken[at].2 => {
-                            blocked.set(true);
-                            false
+                        Ok(at) => {
+                            let holder = sibling(taken[at].1);
+                            let yields = holder.strength() > me && !holder.at_home();
+                            blocked.set(blocked.get() || !yields);
+                            yields
                         }
-                        Ok(_) => true,
                         Err(_) => request.fits_in(&room[e.node as usize]),
                     }
             };
             // A replica whose home had no room for it in the acceptance takes it if it has now.
-            let home = reps[x as usize].home;
+            let home = reps[x].home;
             let mut found = (home != NONE && fits(&Entry::at(home))).then_some((usize::MAX, home));
             let zones = match t.spec.spread {
-                Spread::Zone => lower_sibling_zones(self.nodes, taken, me),
+                Spread::Zone => {
+                    let mut zones: Vec<u32> = taken
+                        .iter()
+                        .filter(|h| sibling(h.1).strength() < me)
+                        .map(|h| self.nodes.zone[h.0 as usize])
+                        .collect();
+                    zones.sort_unstable();
+                    zones.dedup();
+                    zones
+                }
                 Spread::Node => Vec::new(),
             };
             if zones.len() >= self.classes.get(t.class).zones as usize {
@@ -611,19 +654,18 @@ impl Pass<'_> {
                 continue;
             };
             placed += 1;
-            reps[x as usize].node = node;
+            reps[x].node = node;
             match taken.binary_search_by_key(&node, |h| h.0) {
                 Ok(at) => {
-                    // A higher sibling gives way and waits its turn again.
-                    let s = first[i] + taken[at].1;
-                    taken[at] = (node, me, node == home);
-                    let sibling = &mut reps[s as usize];
-                    sibling.node = NONE;
-                    waiting.push(Reverse((sibling.index, sibling.order, s)));
+                    // A weaker sibling gives way and waits its turn again.
+                    let s = taken[at].1 as usize;
+                    taken[at].1 = x as u32;
+                    reps[s].node = NONE;
+                    waiting.push(key(s, &reps[s]));
                     placed -= 1;
                 }
                 Err(at) => {
-                    taken.insert(at, (node, me, node == home));
+                    taken.insert(at, (node, x as u32));
                     self.room[node as usize] = self.room[node as usize].saturating_sub(&request);
                     self.touch(node);
                 }
@@ -632,10 +674,112 @@ impl Pass<'_> {
         placed > 0
     }
 
-    /// Step 3: zone-spread workloads of the level that share a zone while a zone they do not use
-    /// has a node with room move their highest-indexed sharing replica there, one at a time. True
-    /// if any moved.
+    /// Step 3: zone repair, by the rule of the pass (below). True if any replica moved.
     fn zone_repair(
+        &mut self,
+        workloads: &mut [Option<Tracked>],
+        order: &[u32],
+        start: usize,
+        first: &[u32],
+        reps: &mut [Rep],
+    ) -> bool {
+        if self.ideal.is_some() {
+            self.zone_repair_actual(workloads, order, start, first, reps)
+        } else {
+            self.zone_repair_ideal(workloads, order, start, first, reps)
+        }
+    }
+
+    /// Step 3 in the ideal pass: in each zone-spread workload of the level, strongest first
+    /// (by index), a replica that shares its zone with a stronger sibling
+    /// moves to the first node of the workload's order in a zone no stronger sibling uses that
+    /// has room for it (or holds a weaker sibling away from its home, which gives way and waits
+    /// its turn as a guest). What a replica does depends on stronger siblings only, so scaling
+    /// moves none that stays and a replica at home stays; when nothing moves any more, two
+    /// replicas share a zone only if no zone the workload does not use has room. True if any
+    /// moved.
+    fn zone_repair_ideal(
+        &mut self,
+        workloads: &mut [Option<Tracked>],
+        order: &[u32],
+        start: usize,
+        first: &[u32],
+        reps: &mut [Rep],
+    ) -> bool {
+        let mut changed = false;
+        for i in 0..first.len() - 1 {
+            let t = workloads[order[start + i] as usize]
+                .as_mut()
+                .expect("ordered workload");
+            if t.spec.spread != Spread::Zone || first[i + 1] - first[i] < 2 {
+                continue;
+            }
+            let zones = self.classes.get(t.class).zones as usize;
+            let request = t.spec.request;
+            let siblings = first[i] as usize..first[i + 1] as usize;
+            let mut strength: Vec<usize> = siblings.clone().collect();
+            strength.sort_by_key(|&x| reps[x].strength());
+            for (rank, &me) in strength.iter().enumerate() {
+                let node = reps[me].node;
+                if node == NONE {
+                    continue;
+                }
+                let mut lower: Vec<u32> = strength[..rank]
+                    .iter()
+                    .map(|&x| reps[x].node)
+                    .filter(|&n| n != NONE)
+                    .map(|n| self.nodes.zone[n as usize])
+                    .collect();
+                lower.sort_unstable();
+                lower.dedup();
+                let zone = self.nodes.zone[node as usize];
+                if lower.binary_search(&zone).is_err() || lower.len() >= zones {
+                    continue;
+                }
+                // Nodes of weaker siblings, and whether each is at home there.
+                let higher: Vec<(u32, usize, bool)> = {
+                    let mut v: Vec<(u32, usize, bool)> = strength[rank + 1..]
+                        .iter()
+                        .filter(|&&x| reps[x].node != NONE)
+                        .map(|&x| (reps[x].node, x, reps[x].at_home()))
+                        .collect();
+                    v.sort_unstable();
+                    v
+                };
+                let (room, usable, nodes) = (&self.room, &self.usable, self.nodes);
+                let target = find(self.nodes, self.classes, t, 0, |e| {
+                    usable[e.node as usize]
+                        && lower.binary_search(&nodes.zone[e.node as usize]).is_err()
+                        && match higher.binary_search_by_key(&e.node, |h| h.0) {
+                            Ok(at) => !higher[at].2,
+                            Err(_) => request.fits_in(&room[e.node as usize]),
+                        }
+                });
+                let Some((_, to)) = target else {
+                    continue;
+                };
+                match higher.binary_search_by_key(&to, |h| h.0) {
+                    Ok(at) => reps[higher[at].1].node = NONE,
+                    Err(_) => {
+                        self.room[to as usize] = self.room[to as usize].saturating_sub(&request);
+                    }
+                }
+                self.room[node as usize] = self.room[node as usize].saturating_add(&request);
+                reps[me].node = to;
+                self.touch(node);
+                self.touch(to);
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// Step 3 in the actual pass: zone-spread workloads of the level that share a zone while a
+    /// zone they do not use has a node with room move a sharing replica there, one at a time:
+    /// one away from its home first, the highest index first. Replicas at home are where the
+    /// ideal pass put them, so a node going down moves the replicas that had to leave, not those
+    /// that stayed. True if any moved.
+    fn zone_repair_actual(
         &mut self,
         workloads: &mut [Option<Tracked>],
         order: &[u32],
@@ -842,19 +986,6 @@ fn merge_into(buf: &mut Vec<Held>, proposers: usize, held: &[Held]) {
             a += 1;
         }
     }
-}
-
-/// The zones of the nodes that siblings placed below position `me` hold, sorted and
-/// deduplicated.
-fn lower_sibling_zones(nodes: &NodeTable, taken: &[(u32, u32, bool)], me: u32) -> Vec<u32> {
-    let mut zones: Vec<u32> = taken
-        .iter()
-        .filter(|h| h.1 < me)
-        .map(|h| nodes.zone[h.0 as usize])
-        .collect();
-    zones.sort_unstable();
-    zones.dedup();
-    zones
 }
 
 /// Why no node at all is eligible: no nodes, a constraint, or the request's size.
