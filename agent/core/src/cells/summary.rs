@@ -233,18 +233,18 @@ impl CellSummary {
         }
         let members = u64::from(self.members);
         let cap = self.capacity;
+        // Members may all be draining (no capacity); capacity needs a member.
+        if self.members == 0 && cap != Resources::default() {
+            return Err(SummaryError::MembersDisagree {
+                members: self.members,
+                capacity: cap,
+            });
+        }
         if self.members > CELL_MEMBERS_MAX
             || cap.cpu_millis > members.saturating_mul(NODE_CPU_MILLIS_MAX)
             || cap.memory_bytes > members.saturating_mul(NODE_MEMORY_BYTES_MAX)
         {
             return Err(SummaryError::Absurd {
-                members: self.members,
-                capacity: cap,
-            });
-        }
-        // Members may all be draining (no capacity); capacity needs a member.
-        if self.members == 0 && cap != Resources::default() {
-            return Err(SummaryError::MembersDisagree {
                 members: self.members,
                 capacity: cap,
             });
