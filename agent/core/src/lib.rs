@@ -10,6 +10,7 @@
 // path; printing goes through std's macros, which it cannot see, hence these lints.
 #![warn(clippy::print_stdout, clippy::print_stderr, clippy::dbg_macro)]
 
+pub mod cells;
 pub mod constraint;
 pub mod hlc;
 pub mod instance;

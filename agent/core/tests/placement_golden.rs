@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use shoal_core::constraint::Constraint;
 use shoal_core::placement::hash::{
-    jump, key, node_hash, pair_hash, replica_class, unit, workload_hash, RequestScale,
+    key, node_hash, pair_hash, replica_offset, unit, workload_hash, RequestScale,
 };
 use shoal_core::placement::{
     place, InputError, Node, PlacementEngine, ReplicaId, Resource, Spread, Unschedulable, Workload,
@@ -41,7 +41,7 @@ fn workload(id: &str, replicas: u32, cpu: u64, mib: u64) -> Workload {
 
 #[test]
 fn version() {
-    assert_eq!(PLACEMENT_ALGORITHM_VERSION, 3);
+    assert_eq!(PLACEMENT_ALGORITHM_VERSION, 4);
 }
 
 #[test]
@@ -78,18 +78,17 @@ fn golden_keys() {
     assert!(unit(0) > 0.0 && unit(u64::MAX) < 1.0);
 }
 
+/// Version 4: replica `i` ranks node `n` by `pair_hash(workload, n) + replica_offset(i)`, its
+/// own weighted-rendezvous order (replica 0's offset is 0: the workload's order). Version 3 split
+/// one workload order into own lists by jump hash over the replica count (`jump`,
+/// `replica_class`; their golden vectors were `[0, 3, 5, 3, 2, 6, 2, 6]` and `[1, 2, 2, 2]`).
 #[test]
-fn golden_classes() {
-    let got: Vec<u32> = (0..8u64)
-        .map(|i| jump(i.wrapping_mul(0x9e37_79b9_7f4a_7c15), 10))
-        .collect();
-    let classes: Vec<u32> = ["a", "b", "c", "d"]
-        .iter()
-        .map(|n| replica_class(pair_hash(workload_hash("web"), node_hash(n)), 3))
-        .collect();
-    println!("jump {got:?} classes {classes:?}");
-    assert_eq!(got, GOLDEN_JUMP);
-    assert_eq!(classes, GOLDEN_CLASSES);
+fn golden_replica_offsets() {
+    let web = workload_hash("web");
+    let got: Vec<u64> = (0..4).map(|i| replica_offset(web, i)).collect();
+    println!("replica offsets {got:#018x?}");
+    assert_eq!(got[0], 0, "replica 0 ranks by the workload's own order");
+    assert_eq!(got, GOLDEN_REPLICA_OFFSETS);
 }
 
 #[test]
@@ -168,17 +167,20 @@ const GOLDEN_KEYS: [u64; 7] = [
     0x3ca0_0000_0000_0000,
 ];
 /// Version 1 (first-fit in canonical order) gave w2/1=n5, w2/2=n0, w4/1=n0, w5/1=n4, w5/2=n1,
-/// w7/1=n3 here.
+/// w7/1=n3 here. Version 3 (versions 2 and 3 agreed) gave w2/1=n0, w4/0=n5, w4/1=n4: w4/0 now
+/// ranks w4's whole order, whose first node (n4) version 3 had put in replica 1's own list, and
+/// w4/1 ranks by its own offset; w2/1 (zone spread) ranks its home zone by its own offset and
+/// takes n5 there. Everything else is unchanged; w6/0 still waits for CPU.
 const GOLDEN_CONTENDED: [&str; 15] = [
     "w0/0=n3",
     "w1/0=n0",
     "w1/1=n4",
     "w2/0=n4",
-    "w2/1=n0",
+    "w2/1=n5",
     "w2/2=n3",
     "w3/0=n1",
-    "w4/0=n5",
-    "w4/1=n4",
+    "w4/0=n4",
+    "w4/1=n0",
     "w5/0=n2",
     "w5/1=n1",
     "w5/2=n3",
@@ -186,18 +188,26 @@ const GOLDEN_CONTENDED: [&str; 15] = [
     "w7/1=n5",
     "w6/0!no room: of 6 candidate nodes, 6 lack CPU and 0 lack memory",
 ];
-const GOLDEN_JUMP: [u32; 8] = [0, 3, 5, 3, 2, 6, 2, 6];
-const GOLDEN_CLASSES: [u32; 4] = [1, 2, 2, 2];
+const GOLDEN_REPLICA_OFFSETS: [u64; 4] = [
+    0x0000_0000_0000_0000,
+    0x699e_95e1_1659_9802,
+    0x8992_90b5_42bd_cb42,
+    0x7241_d555_dc8c_8db5,
+];
+/// Version 3 gave cache/0=node-b, cache/1=node-c, web/1=node-e, web/2=node-b. In version 4
+/// cache/0 ranks its workload's whole order, whose first node (node-c) version 3 had put in
+/// replica 1's own list, and cache/1, web/1 and web/2 rank by their own offsets: the two pairs
+/// swap their nodes. The replicas 0 of batch, db and web, and db/1, keep theirs.
 const GOLDEN_ASSIGNMENT: [&str; 9] = [
     "batch/0=node-b",
     "batch/1=node-c",
-    "cache/0=node-b",
-    "cache/1=node-c",
+    "cache/0=node-c",
+    "cache/1=node-b",
     "db/0=node-e",
     "db/1=node-c",
     "web/0=node-c",
-    "web/1=node-e",
-    "web/2=node-b",
+    "web/1=node-b",
+    "web/2=node-e",
 ];
 
 #[test]

@@ -1,4 +1,4 @@
-//! The capacity pass (algorithm version 3): deferred acceptance over the replicas' own lists, then
+//! The capacity pass (algorithm version 4): deferred acceptance over the replicas' own lists, then
 //! guests into the room left, one priority level at a time.
 //!
 //! It runs in two [`Mode`]s. The **ideal** pass treats every known node as up and not draining.
@@ -15,27 +15,43 @@
 //!    among what it holds and its new proposers, strongest [`Claim`] first, keeping each one that
 //!    still fits in every resource; those it does not keep are free for the next round. A round's
 //!    result does not depend on the order proposals are looked at, so neither does the pass.
-//!    Own lists of one workload are disjoint, so siblings never meet at a node here, except in
-//!    the actual pass, where a home may lie in a sibling's own list: the node keeps the stronger.
-//! 2. **Guests.** Replicas no node of their first [`OWN_PROPOSALS`] own nodes kept take, first-fit
-//!    in the canonical order (replica index ascending, workload hash, workload id), the first node
-//!    of their workload's whole order with room left and no sibling (zone spread: first in a zone
-//!    no sibling uses); in the actual pass a guest first tries its home. Guests never displace
-//!    anyone.
-//! 3. **Zone repair.** A zone-spread workload that shares a zone while a zone it does not use has a
-//!    node with room moves its highest-indexed sharing replica there (in the actual pass, one
-//!    away from its home first). Steps 2 and 3 repeat until
-//!    neither changes anything (each change places a replica or adds a used zone, so this ends).
+//!    Siblings' own lists are independent orders, so two siblings meet at a node now and then:
+//!    the node keeps the one of the lower `(tier, index)` (a replica at home first, then the lower
+//!    index), whatever their ranks. So a replica never loses its node to a sibling of a higher
+//!    index, which is what makes scaling up move nothing.
+//! 2. **Guests.** Replicas no node of their first [`OWN_PROPOSALS`] own nodes kept take, in the
+//!    canonical order (strength: replicas the acceptance left at home first, then replica index
+//!    ascending, so every workload's replica 0 before any replica 1; then workload hash and id),
+//!    the first node of their workload's whole order with room left, or holding a weaker sibling
+//!    away from its home, and no stronger sibling (zone spread: first in a zone no stronger
+//!    sibling uses); in the actual pass a guest first tries its home. The weaker sibling gives
+//!    way and takes its turn as a guest: what a guest gets never depends on weaker siblings.
+//! 3. **Zone repair.** Ideal pass: strongest first, a replica of a zone-spread workload that
+//!    shares its zone with a stronger sibling moves to a node with room in a zone no stronger
+//!    sibling uses (a weaker sibling away from home there gives way), so a replica's zone
+//!    depends on its lower siblings only and scaling moves none that stays. Actual pass: as in
+//!    version 3, a workload sharing a zone while a zone it does not use has a node with room
+//!    moves a sharing replica there, one away from its home first, so replicas at home stay.
+//!    Steps 2 and 3 repeat until neither changes anything: every change places a replica or
+//!    clears one of sharing with stronger ones (ideal) or adds a used zone (actual), and touches
+//!    only weaker replicas besides, so this ends (a bound of four rounds per replica makes
+//!    sure).
 //!
 //! Levels go from the highest priority down; a level's consumption is fixed room for the levels
 //! below, so a lower priority never moves a higher one.
 
-use super::engine::Tracked;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::engine::{Tracked, Which};
 use super::hash::pair_hash;
 use super::model::{Spread, Unschedulable};
 use super::rank::Entry;
 use super::table::{eligible, ClassTable, NodeTable};
 use crate::resources::Resources;
+
+/// A guest's place in line: its strength, its workload's canonical position, its slot.
+type GuestKey = ((u8, u32), u32, u32);
 
 /// What became of one replica in a pass.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,6 +93,7 @@ struct Claim {
     affinity: u64,
     /// The workload's position in the canonical order.
     order: u32,
+    /// The replica's index.
     replica: u32,
 }
 
@@ -84,12 +101,18 @@ struct Claim {
 #[derive(Clone, Debug)]
 struct Rep {
     /// The workload's hash.
-    workload_hash: u64,
+    hash: u64,
+    /// Its offset: its own list ranks `pair_hash(hash, node) + offset`, which its claims'
+    /// affinity uses too.
+    offset: u64,
     /// The workload's slot.
     workload: u32,
     /// The workload's position in the canonical order.
     order: u32,
+    /// Its position among the workload's replicas placed here.
     replica: u32,
+    /// Its index (the replica's number in the workload).
+    index: u32,
     request: Resources,
     /// Own-list proposals made so far.
     proposed: u32,
@@ -99,6 +122,22 @@ struct Rep {
     home: u32,
     /// It has proposed to its home (first, before its own list).
     tried_home: bool,
+    /// 0 when the acceptance left it at its home (actual pass), else 1: with the index, its
+    /// strength among its siblings for the rest of the level (`strength`).
+    tier: u8,
+}
+
+impl Rep {
+    /// Smaller is stronger: replicas the acceptance left at home, then by index. Fixed for the
+    /// guest and repair steps of a level, so that every move there improves the mover and
+    /// touches only weaker siblings, which is why those steps end.
+    fn strength(&self) -> (u8, u32) {
+        (self.tier, self.index)
+    }
+
+    fn at_home(&self) -> bool {
+        self.home != NONE && self.node == self.home
+    }
 }
 
 /// A replica a node holds or is proposed, with its claim there.
@@ -275,16 +314,20 @@ impl Pass<'_> {
         for (pos, &w) in order.iter().enumerate().take(end).skip(start) {
             first.push(reps.len() as u32);
             let t = workloads[w as usize].as_ref().expect("ordered workload");
-            for replica in 0..t.spec.replicas {
+            for (replica, &index) in t.indices.iter().enumerate() {
+                let replica = replica as u32;
                 reps.push(Rep {
-                    workload_hash: t.hash,
+                    hash: t.hash,
+                    offset: t.offset(replica as usize),
                     workload: w,
                     order: pos as u32,
                     replica,
+                    index,
                     request: t.spec.request,
                     proposed: 0,
                     node: NONE,
                     tried_home: false,
+                    tier: 1,
                     home: match self.ideal.and_then(|i| i[w as usize].get(replica as usize)) {
                         Some(Outcome::Assigned { slot, .. }) => *slot,
                         _ => NONE,
@@ -295,7 +338,11 @@ impl Pass<'_> {
         first.push(reps.len() as u32);
 
         self.accept(workloads, &mut reps);
-        loop {
+        for r in &mut reps {
+            r.tier = u8::from(!r.at_home());
+        }
+        // Ends long before the bound (see the module doc); the bound only makes sure of it.
+        for _ in 0..4 * reps.len() + 16 {
             let placed = self.guests(workloads, start, &first, &mut reps);
             let moved = self.zone_repair(workloads, order, start, &first, &mut reps);
             if !placed && !moved {
@@ -371,9 +418,10 @@ impl Pass<'_> {
                     let claim = Claim {
                         tier,
                         rank,
-                        affinity: !pair_hash(rep.workload_hash, self.nodes.hashes[node as usize]),
+                        affinity: !pair_hash(rep.hash, self.nodes.hashes[node as usize])
+                            .wrapping_add(rep.offset),
                         order: rep.order,
-                        replica: rep.replica,
+                        replica: rep.index,
                     };
                     proposals.push((node, Held { claim, rep: x }));
                 }
@@ -415,16 +463,13 @@ impl Pass<'_> {
         if rep.proposed >= OWN_PROPOSALS {
             return None;
         }
-        let (scan, ranking, _) = t.parts(self.nodes, self.classes);
+        let (scan, ranking, _) = t.parts(
+            self.nodes,
+            self.classes,
+            Which::Replica(rep.replica as usize),
+        );
         loop {
-            let entry = loop {
-                if let Some(&e) = ranking.list(rep.replica).get(rep.proposed as usize) {
-                    break e;
-                }
-                if !ranking.extend(&scan) {
-                    return None;
-                }
-            };
+            let entry = ranking.get(&scan, rep.proposed as usize)?;
             let rank = rep.proposed;
             rep.proposed += 1;
             // A node that is down or draining keeps its rank but takes no proposal.
@@ -455,13 +500,13 @@ impl Pass<'_> {
             a.saturating_add(&reps[h.rep as usize].request)
         });
         let weakest_held = held.last().map(|h| h.claim);
-        // In the actual pass a replica's home may be in a sibling's own list, so two replicas
-        // of one workload can meet here: the node then keeps the stronger only (below).
-        let siblings_meet = self.ideal.is_some()
-            && buf[..proposers].iter().enumerate().any(|(i, p)| {
-                let same = |h: &Held| h.claim.order == p.claim.order;
-                held.iter().any(same) || buf[..i].iter().any(same)
-            });
+        // Own lists of siblings overlap (each replica ranks every node), and in the actual pass a
+        // home may be anywhere, so two replicas of one workload can meet here: the node then
+        // keeps the one of the lowest index (a replica at home before one away), below.
+        let siblings_meet = buf[..proposers].iter().enumerate().any(|(i, p)| {
+            let same = |h: &Held| h.claim.order == p.claim.order;
+            held.iter().any(same) || buf[..i].iter().any(same)
+        });
         if !siblings_meet && total.fits_in(&self.room[n]) {
             // Everything fits next to what the node holds: keep it all.
             self.room[n] = self.room[n].saturating_sub(&total);
@@ -491,9 +536,11 @@ impl Pass<'_> {
         self.held.set(node, &buf[proposers..kept]);
     }
 
-    /// Step 2: unplaced replicas, in canonical order, take the first node of their workload's
-    /// order with room left and no sibling; zone spread: first in a zone no sibling uses. True
-    /// if any was placed.
+    /// Step 2: unplaced replicas, strongest first (then workload hash and id: every workload's
+    /// replica 0 before any replica 1), take the first node of their workload's order with room
+    /// left, or holding a weaker sibling away from its home (which gives way and takes its turn
+    /// as a guest), and no stronger sibling; zone spread: first in a zone no stronger sibling
+    /// uses. True if any was placed.
     fn guests(
         &mut self,
         workloads: &mut [Option<Tracked>],
@@ -501,44 +548,45 @@ impl Pass<'_> {
         first: &[u32],
         reps: &mut [Rep],
     ) -> bool {
-        let mut waiting: Vec<(u32, u32, u32)> = reps
+        let key = |x: usize, r: &Rep| Reverse((r.strength(), r.order, x as u32));
+        let mut waiting: BinaryHeap<Reverse<GuestKey>> = reps
             .iter()
             .enumerate()
             .filter(|(_, r)| r.node == NONE)
-            .map(|(x, r)| (r.replica, r.order, x as u32))
+            .map(|(x, r)| key(x, r))
             .collect();
         if waiting.is_empty() {
             return false;
         }
-        waiting.sort_unstable();
         // Per workload (by position in the level): where the walk for any node with room and the
-        // walk for one in a zone no sibling uses go on from, or None once they found nothing.
-        // Room only shrinks and siblings only add up during this step, so a node that would not
-        // do for one guest will not do for the workload's next.
+        // walk for one in a zone no stronger sibling uses go on from, or None once they found
+        // nothing. Guests of a workload come strongest first; room only shrinks, and the stronger
+        // siblings of a later guest include those of an earlier one, so a node that would not do
+        // for one guest will not do for the workload's next.
         let mut cursor: Vec<(Option<usize>, Option<usize>)> =
             vec![(Some(0), Some(0)); first.len() - 1];
         // (constraint class, request) of guests that found no node with room at all: a later guest
         // of the same class asking at least as much finds none either.
         let mut no_room: Vec<(u32, Resources)> = Vec::new();
-        // Per workload: the nodes its replicas hold, sorted (built when first needed).
-        let mut taken_by: Vec<Option<Vec<u32>>> = vec![None; first.len() - 1];
-        let mut placed = false;
-        for (_, _, x) in waiting {
-            let i = reps[x as usize].order as usize - start;
+        // Per workload: (node, replica) of its placed replicas, sorted (built when first needed).
+        let mut taken_by: Vec<Option<Vec<(u32, u32)>>> = vec![None; first.len() - 1];
+        let mut placed = 0i64;
+        while let Some(Reverse((_, _, x))) = waiting.pop() {
+            let x = x as usize;
+            let i = reps[x].order as usize - start;
             let Some(any_from) = cursor[i].0 else {
                 continue;
             };
             let taken = taken_by[i].get_or_insert_with(|| {
-                let mut taken: Vec<u32> = reps[first[i] as usize..first[i + 1] as usize]
-                    .iter()
-                    .map(|s| s.node)
-                    .filter(|&n| n != NONE)
+                let mut taken: Vec<(u32, u32)> = (first[i]..first[i + 1])
+                    .filter(|&s| reps[s as usize].node != NONE)
+                    .map(|s| (reps[s as usize].node, s))
                     .collect();
                 taken.sort_unstable();
                 taken
             });
-            let request = reps[x as usize].request;
-            let t = workloads[reps[x as usize].workload as usize]
+            let (request, me) = (reps[x].request, reps[x].strength());
+            let t = workloads[reps[x].workload as usize]
                 .as_mut()
                 .expect("ordered workload");
             if no_room
@@ -552,19 +600,36 @@ impl Pass<'_> {
             let room = &self.room;
             let usable = &self.usable;
             let blocked = std::cell::Cell::new(false);
+            let sibling = |s: u32| &reps[s as usize];
+            // A node with room, or one a weaker sibling holds away from its home (it gives way,
+            // and has the same request): what a guest takes does not depend on weaker siblings,
+            // and a replica at home stays there.
             let fits = |e: &Entry| {
                 usable[e.node as usize]
-                    && request.fits_in(&room[e.node as usize])
-                    && (taken.binary_search(&e.node).is_err() || {
-                        blocked.set(true);
-                        false
-                    })
+                    && match taken.binary_search_by_key(&e.node, |h| h.0) {
+                        Ok(at) => {
+                            let holder = sibling(taken[at].1);
+                            let yields = holder.strength() > me && !holder.at_home();
+                            blocked.set(blocked.get() || !yields);
+                            yields
+                        }
+                        Err(_) => request.fits_in(&room[e.node as usize]),
+                    }
             };
             // A replica whose home had no room for it in the acceptance takes it if it has now.
-            let home = reps[x as usize].home;
+            let home = reps[x].home;
             let mut found = (home != NONE && fits(&Entry::at(home))).then_some((usize::MAX, home));
             let zones = match t.spec.spread {
-                Spread::Zone => sibling_zones(self.nodes, taken),
+                Spread::Zone => {
+                    let mut zones: Vec<u32> = taken
+                        .iter()
+                        .filter(|h| sibling(h.1).strength() < me)
+                        .map(|h| self.nodes.zone[h.0 as usize])
+                        .collect();
+                    zones.sort_unstable();
+                    zones.dedup();
+                    zones
+                }
                 Spread::Node => Vec::new(),
             };
             if zones.len() >= self.classes.get(t.class).zones as usize {
@@ -588,22 +653,133 @@ impl Pass<'_> {
                 }
                 continue;
             };
-            self.room[node as usize] = self.room[node as usize].saturating_sub(&request);
-            self.touch(node);
-            reps[x as usize].node = node;
-            let at = taken
-                .binary_search(&node)
-                .expect_err("guest on a sibling's node");
-            taken.insert(at, node);
-            placed = true;
+            placed += 1;
+            reps[x].node = node;
+            match taken.binary_search_by_key(&node, |h| h.0) {
+                Ok(at) => {
+                    // A weaker sibling gives way and waits its turn again.
+                    let s = taken[at].1 as usize;
+                    taken[at].1 = x as u32;
+                    reps[s].node = NONE;
+                    waiting.push(key(s, &reps[s]));
+                    placed -= 1;
+                }
+                Err(at) => {
+                    taken.insert(at, (node, x as u32));
+                    self.room[node as usize] = self.room[node as usize].saturating_sub(&request);
+                    self.touch(node);
+                }
+            }
         }
-        placed
+        placed > 0
     }
 
-    /// Step 3: zone-spread workloads of the level that share a zone while a zone they do not use
-    /// has a node with room move their highest-indexed sharing replica there, one at a time. True
-    /// if any moved.
+    /// Step 3: zone repair, by the rule of the pass (below). True if any replica moved.
     fn zone_repair(
+        &mut self,
+        workloads: &mut [Option<Tracked>],
+        order: &[u32],
+        start: usize,
+        first: &[u32],
+        reps: &mut [Rep],
+    ) -> bool {
+        if self.ideal.is_some() {
+            self.zone_repair_actual(workloads, order, start, first, reps)
+        } else {
+            self.zone_repair_ideal(workloads, order, start, first, reps)
+        }
+    }
+
+    /// Step 3 in the ideal pass: in each zone-spread workload of the level, strongest first
+    /// (by index), a replica that shares its zone with a stronger sibling
+    /// moves to the first node of the workload's order in a zone no stronger sibling uses that
+    /// has room for it (or holds a weaker sibling away from its home, which gives way and waits
+    /// its turn as a guest). What a replica does depends on stronger siblings only, so scaling
+    /// moves none that stays and a replica at home stays; when nothing moves any more, two
+    /// replicas share a zone only if no zone the workload does not use has room. True if any
+    /// moved.
+    fn zone_repair_ideal(
+        &mut self,
+        workloads: &mut [Option<Tracked>],
+        order: &[u32],
+        start: usize,
+        first: &[u32],
+        reps: &mut [Rep],
+    ) -> bool {
+        let mut changed = false;
+        for i in 0..first.len() - 1 {
+            let t = workloads[order[start + i] as usize]
+                .as_mut()
+                .expect("ordered workload");
+            if t.spec.spread != Spread::Zone || first[i + 1] - first[i] < 2 {
+                continue;
+            }
+            let zones = self.classes.get(t.class).zones as usize;
+            let request = t.spec.request;
+            let siblings = first[i] as usize..first[i + 1] as usize;
+            let mut strength: Vec<usize> = siblings.clone().collect();
+            strength.sort_by_key(|&x| reps[x].strength());
+            for (rank, &me) in strength.iter().enumerate() {
+                let node = reps[me].node;
+                if node == NONE {
+                    continue;
+                }
+                let mut lower: Vec<u32> = strength[..rank]
+                    .iter()
+                    .map(|&x| reps[x].node)
+                    .filter(|&n| n != NONE)
+                    .map(|n| self.nodes.zone[n as usize])
+                    .collect();
+                lower.sort_unstable();
+                lower.dedup();
+                let zone = self.nodes.zone[node as usize];
+                if lower.binary_search(&zone).is_err() || lower.len() >= zones {
+                    continue;
+                }
+                // Nodes of weaker siblings, and whether each is at home there.
+                let higher: Vec<(u32, usize, bool)> = {
+                    let mut v: Vec<(u32, usize, bool)> = strength[rank + 1..]
+                        .iter()
+                        .filter(|&&x| reps[x].node != NONE)
+                        .map(|&x| (reps[x].node, x, reps[x].at_home()))
+                        .collect();
+                    v.sort_unstable();
+                    v
+                };
+                let (room, usable, nodes) = (&self.room, &self.usable, self.nodes);
+                let target = find(self.nodes, self.classes, t, 0, |e| {
+                    usable[e.node as usize]
+                        && lower.binary_search(&nodes.zone[e.node as usize]).is_err()
+                        && match higher.binary_search_by_key(&e.node, |h| h.0) {
+                            Ok(at) => !higher[at].2,
+                            Err(_) => request.fits_in(&room[e.node as usize]),
+                        }
+                });
+                let Some((_, to)) = target else {
+                    continue;
+                };
+                match higher.binary_search_by_key(&to, |h| h.0) {
+                    Ok(at) => reps[higher[at].1].node = NONE,
+                    Err(_) => {
+                        self.room[to as usize] = self.room[to as usize].saturating_sub(&request);
+                    }
+                }
+                self.room[node as usize] = self.room[node as usize].saturating_add(&request);
+                reps[me].node = to;
+                self.touch(node);
+                self.touch(to);
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// Step 3 in the actual pass: zone-spread workloads of the level that share a zone while a
+    /// zone they do not use has a node with room move a sharing replica there, one at a time:
+    /// one away from its home first, the highest index first. Replicas at home are where the
+    /// ideal pass put them, so a node going down moves the replicas that had to leave, not those
+    /// that stayed. True if any moved.
+    fn zone_repair_actual(
         &mut self,
         workloads: &mut [Option<Tracked>],
         order: &[u32],
@@ -678,10 +854,11 @@ impl Pass<'_> {
 
     /// Why the workload's unplaced replicas have no node, as of the end of its level.
     fn diagnose(&self, t: &mut Tracked, siblings: &[Rep], node_epoch: u64) -> Unschedulable {
-        let (scan, ranking, empty_reason) = t.parts(self.nodes, self.classes);
+        let constraints = &self.classes.get(t.class).constraints;
+        let (scan, ranking, empty_reason) = t.parts(self.nodes, self.classes, Which::Order);
         while ranking.extend(&scan) {}
         let eligible_count = ranking
-            .merged()
+            .entries()
             .iter()
             .filter(|e| self.usable[e.node as usize])
             .count();
@@ -692,8 +869,7 @@ impl Pass<'_> {
             return match empty_reason {
                 Some((k, reason)) if *k == key => reason.clone(),
                 _ => {
-                    let reason =
-                        why_no_eligible_node(scan.nodes, scan.constraints, scan.request, ideal);
+                    let reason = why_no_eligible_node(scan.nodes, constraints, scan.request, ideal);
                     *empty_reason = Some((key, reason.clone()));
                     reason
                 }
@@ -707,7 +883,7 @@ impl Pass<'_> {
         taken.sort_unstable();
         let request = scan.request;
         let (mut candidates, mut cpu_short, mut memory_short) = (0u32, 0u32, 0u32);
-        for e in ranking.merged() {
+        for e in ranking.entries() {
             if !self.usable[e.node as usize] || taken.binary_search(&e.node).is_ok() {
                 continue;
             }
@@ -738,10 +914,10 @@ fn find(
     from: usize,
     accept: impl Fn(&Entry) -> bool,
 ) -> Option<(usize, u32)> {
-    let (scan, ranking, _) = t.parts(nodes, classes);
+    let (scan, ranking, _) = t.parts(nodes, classes, Which::Order);
     let mut i = from;
     loop {
-        let merged = ranking.merged();
+        let merged = ranking.entries();
         if let Some(at) = merged.get(i..).and_then(|m| m.iter().position(&accept)) {
             return Some((i + at, merged[i + at].node));
         }
@@ -752,9 +928,11 @@ fn find(
     }
 }
 
-/// Keeps, strongest first, each of `buf[from..]` that fits in `room` (and, with `one_per_workload`,
-/// whose workload has none kept yet), compacting the kept ones to `buf[from..end]`; the others
-/// are pushed to `free`. Returns `end`.
+/// Keeps, strongest first, each of `buf[from..]` that fits in `room`, compacting the kept ones
+/// to `buf[from..end]`; the others are pushed to `free`. Returns `end`. With `siblings_meet`,
+/// a replica with a sibling of a lower `(tier, index)` among `buf[from..]` is not kept, fit or
+/// not: so a replica never loses its node to a sibling of a higher index (scaling up moves no
+/// replica), nor one at home to one away from home.
 fn keep_fitting(
     node: u32,
     buf: &mut [Held],
@@ -762,17 +940,27 @@ fn keep_fitting(
     room: &mut Resources,
     reps: &mut [Rep],
     free: &mut Vec<u32>,
-    one_per_workload: bool,
+    siblings_meet: bool,
 ) -> usize {
+    let yields: Vec<bool> = if siblings_meet {
+        let rank = |h: &Held| (h.claim.tier, h.claim.replica);
+        buf[from..]
+            .iter()
+            .map(|h| {
+                buf[from..]
+                    .iter()
+                    .any(|x| x.claim.order == h.claim.order && rank(x) < rank(h))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut kept = from;
     for k in from..buf.len() {
         let h = buf[k];
-        let sibling_kept = one_per_workload
-            && buf[from..kept]
-                .iter()
-                .any(|x| x.claim.order == h.claim.order);
         let rep = &mut reps[h.rep as usize];
-        if !sibling_kept && rep.request.fits_in(room) {
+        let yields = siblings_meet && yields[k - from];
+        if !yields && rep.request.fits_in(room) {
             *room = room.saturating_sub(&rep.request);
             rep.node = node;
             buf[kept] = h;
@@ -798,14 +986,6 @@ fn merge_into(buf: &mut Vec<Held>, proposers: usize, held: &[Held]) {
             a += 1;
         }
     }
-}
-
-/// The zones of these nodes, sorted and deduplicated.
-fn sibling_zones(nodes: &NodeTable, taken: &[u32]) -> Vec<u32> {
-    let mut zones: Vec<u32> = taken.iter().map(|&n| nodes.zone[n as usize]).collect();
-    zones.sort_unstable();
-    zones.dedup();
-    zones
 }
 
 /// Why no node at all is eligible: no nodes, a constraint, or the request's size.

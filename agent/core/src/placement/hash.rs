@@ -5,6 +5,8 @@
 //! - A (workload, node) pair is mixed from the two id hashes by [`pair_hash`]: xxh3's own 9-16 byte
 //!   step with fixed secret words (a 64x64->128 multiply folded to 64 bits, plus both inputs,
 //!   then xxh3's avalanche). About a nanosecond, and only integer operations.
+//! - Replica `i` of a workload adds its own offset ([`replica_offset`], 0 for replica 0) to the
+//!   pair hash, wrapping: its own rendezvous order, which does not depend on the replica count.
 //! - [`unit`] maps a hash to u strictly inside (0, 1) from its top 52 bits: `(h>>12) + 0.5` is exact
 //!   in an f64, so u ranges over [2^-53, 1 - 2^-53]. (Using 53 bits, `(2^53-1) + 0.5` would round
 //!   up to 2^53 and give u = 1, a zero key.)
@@ -28,8 +30,9 @@ pub const WORKLOAD_SEED: u64 = 0x5348_4f41_4c57_4b4c;
 /// Secret words of the pair mix (xxh3's default secret, bytes 24..40, little-endian).
 const MIX_LO: u64 = 0x1cad_21f7_2c81_017c;
 const MIX_HI: u64 = 0xdb97_9083_e96d_d4de;
-/// Salt that separates the replica-class hash from the key hash of the same pair.
-const CLASS_SALT: u64 = 0x9e37_79b9_7f4a_7c15;
+/// Salt of the replica offsets (`replica_offset`), so that a replica index is never mixed like a
+/// node hash.
+const REPLICA_SALT: u64 = 0x9e37_79b9_7f4a_7c15;
 /// 2^-52, exactly.
 const TWO_POW_MINUS_52: f64 = 1.0 / 4_503_599_627_370_496.0;
 /// Slack on the log-free bounds so that rounding can never make a bound lie.
@@ -125,36 +128,18 @@ impl RequestScale {
     }
 }
 
-/// Jump consistent hash (Lamping & Veach 2014): a bucket in 0..buckets for `key`, moving only
-/// 1/(n+1) of keys when the bucket count grows from n to n+1. Integer steps and correctly rounded
-/// IEEE division and multiplication only.
-pub fn jump(mut key: u64, buckets: u32) -> u32 {
-    let buckets = i64::from(buckets.max(1));
-    let mut b: i64 = -1;
-    let mut j: i64 = 0;
-    while j < buckets {
-        b = j;
-        key = key.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(1);
-        j = ((b + 1) as f64 * ((1u64 << 31) as f64 / ((key >> 33) + 1) as f64)) as i64;
-    }
-    b as u32
-}
-
-/// The replica whose own preference list a node belongs to, for a workload of `replicas` replicas.
+/// The offset of replica `index` of a workload: replica `i` ranks node `n` by the key of
+/// `pair_hash(workload, n) + offset(i)` (wrapping), so every replica has an order of its own, a
+/// weighted rendezvous order in its own right (adding a constant to uniform hashes leaves them
+/// uniform and independent), and one pass over the workload's pair hashes finds the first nodes
+/// of all of them (`rank`). Replica 0's offset is 0: a one-replica workload ranks nodes by the
+/// workload's order. A replica's order depends on its index, never on how many siblings it has:
+/// that is what lets a workload scale without moving the replicas that stay.
 #[inline]
-pub fn replica_class(pair: u64, replicas: u32) -> u32 {
-    jump(avalanche(pair ^ CLASS_SALT), replicas)
-}
-
-/// For a zone-spread workload: the replica whose own list holds a node in the zone ranked
-/// `zone_rank` (0-based) among the workload's `zones` eligible zones, or `replicas` (nobody's) when
-/// that zone is no replica's home. Replica r's home is the zone ranked `r % zones`; the replicas
-/// sharing a home split its nodes by jump hash.
-#[inline]
-pub fn zone_replica_class(pair: u64, replicas: u32, zone_rank: u32, zones: u32) -> u32 {
-    if zone_rank >= replicas || zone_rank >= zones {
-        return replicas;
+pub fn replica_offset(workload: u64, index: u32) -> u64 {
+    if index == 0 {
+        0
+    } else {
+        pair_hash(workload, REPLICA_SALT ^ u64::from(index))
     }
-    let sharing = (replicas - zone_rank).div_ceil(zones);
-    zone_rank + zones * jump(avalanche(pair ^ CLASS_SALT), sharing)
 }

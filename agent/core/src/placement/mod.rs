@@ -6,16 +6,19 @@
 //! Then each runs its own slice.
 //!
 //! How (docs/placement.md has the full story and the measurements):
-//! 1. **Ranking** (`rank`, `hash`): each workload orders its eligible nodes by a weighted
-//!    rendezvous key `-ln(u)/c` (lowest first, ties by node id), where u comes from a stable hash
-//!    of the (workload, node) pair and c is how many copies of the request the node holds. Each
-//!    node of the order belongs to one replica's own preference list (jump consistent hash of the
-//!    pair over the replica count), so replicas rarely contend for a node and a node change moves
-//!    almost only the replicas that were on it.
+//! 1. **Ranking** (`rank`, `hash`): each replica orders its candidate nodes (the workload's
+//!    eligible nodes; for zone spread, those of its home zone) by a weighted rendezvous key
+//!    `-ln(u)/c` (lowest first, ties by node id), where u comes from a stable hash of the
+//!    (workload, node) pair plus the replica's own offset, and c is how many copies of the request
+//!    the node holds: its own preference list. The orders of different replicas are independent
+//!    for all practical purposes, so siblings rarely want one node, and a node change moves almost
+//!    only the replicas that were on it. A replica's list depends on its index, never on the
+//!    replica count: scaling moves no replica that stays.
 //! 2. **Capacity pass** (`accept`), one priority level at a time from the highest: deferred
 //!    acceptance in simultaneous rounds. Free replicas propose to the next node of their own list;
 //!    each node keeps, strongest claim first (rank in the replica's own list, then the pair's
-//!    affinity), what fits in every resource and lets the rest go on to their next node. Replicas
+//!    affinity), what fits in every resource and lets the rest go on to their next node; of two
+//!    siblings it keeps the lower index (a replica at home before one away). Replicas
 //!    no node of their first 32 kept take leftover room first-fit in the canonical order
 //!    (replica index ascending, workload hash, workload id); zone-spread workloads then move a
 //!    replica out of a shared zone when an unused zone has room.
@@ -42,8 +45,8 @@ mod table;
 
 pub use engine::PlacementEngine;
 pub use model::{
-    check_node, check_workload, InputError, Node, Placement, ReplicaId, Resource, Spread,
-    Unschedulable, Workload,
+    check_node, check_share, check_workload, InputError, Node, Placement, ReplicaId, Resource,
+    Share, Spread, Unschedulable, Workload,
 };
 
 /// The version of the placement algorithm. Agents gossip it: two agents on different versions
@@ -51,11 +54,21 @@ pub use model::{
 /// change an output bit (hash, key, weight, order, tie-break, spread rule, reasons).
 /// Version 2: the capacity pass is deferred acceptance (version 1 was first-fit in a canonical
 /// order). Version 3: down and draining nodes keep their place in the rankings; the actual
-/// placement repairs the ideal one (every node up) around them.
-pub const PLACEMENT_ALGORITHM_VERSION: u32 = 3;
+/// placement repairs the ideal one (every node up) around them. Version 4: every replica ranks
+/// the nodes by its own hash (version 3 split one order per workload among the replicas by a
+/// jump hash over the replica count, so scaling moved replicas that stayed), and among siblings
+/// at one node the lowest index wins.
+pub const PLACEMENT_ALGORITHM_VERSION: u32 = 4;
 
 /// The placement of these workloads on these nodes: pure, and independent of the order of both
 /// slices. Invalid or duplicated inputs are left out and listed in [`Placement::rejected`].
 pub fn place(nodes: &[Node], workloads: &[Workload]) -> Placement {
     PlacementEngine::new(nodes, workloads).into_placement()
+}
+
+/// The placement of these shares of workloads (the replicas each names) on these nodes: each
+/// replica is ranked as in [`place`] of the whole workload, and only the shares' replicas compete
+/// for the nodes. Pure, and independent of the order of both slices.
+pub fn place_shares(nodes: &[Node], shares: &[Share]) -> Placement {
+    PlacementEngine::with_shares(nodes, shares).into_placement()
 }

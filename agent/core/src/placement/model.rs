@@ -80,6 +80,39 @@ pub struct Workload {
     pub priority: i32,
 }
 
+/// Some replicas of a workload, to be placed on these nodes: a cell's share of it (see
+/// `cells`), or a stacking layer. [`place`](super::place) places the whole workload, the share of
+/// indices `0..replicas`. A replica's ranking depends on its index (`indices`), never on which
+/// siblings are placed with it, so shares of one workload placed apart rank each replica alike.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Share {
+    /// The workload; its `replicas` is the whole count, `indices` what is placed here.
+    pub workload: Workload,
+    /// The indices of the replicas placed here, strictly ascending, each below
+    /// `workload.replicas`.
+    pub indices: Vec<u32>,
+    /// For a zone-spread workload: the zones its replicas make their homes in, in order (replica
+    /// `i`'s home is `home_zones[i % len]`; a home with no eligible node here leaves the replica
+    /// to find a node as a guest). Empty: the eligible zones of these nodes, ranked by the
+    /// workload's hash of each zone name, which is what [`place`](super::place) uses. At most
+    /// [`HOME_ZONES_MAX`], distinct.
+    pub home_zones: Vec<String>,
+}
+
+/// Most zones a share may name as homes.
+pub const HOME_ZONES_MAX: usize = 256;
+
+impl Share {
+    /// Every replica of the workload, with the zones of the nodes as homes.
+    pub fn whole(workload: Workload) -> Share {
+        Share {
+            indices: (0..workload.replicas).collect(),
+            workload,
+            home_zones: Vec::new(),
+        }
+    }
+}
+
 /// One replica of one workload.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ReplicaId {
@@ -257,6 +290,12 @@ pub enum InputError {
         /// The id.
         id: String,
     },
+    /// A share's indices are not strictly ascending below the workload's replica count, or its
+    /// home zones repeat or are too many.
+    InvalidShare {
+        /// The workload.
+        id: String,
+    },
 }
 
 impl fmt::Display for InputError {
@@ -287,6 +326,11 @@ impl fmt::Display for InputError {
             InputError::UnknownNode { id } => write!(f, "no node {id:?}"),
             InputError::NodeExists { id } => write!(f, "node {id:?} already exists"),
             InputError::UnknownWorkload { id } => write!(f, "no workload {id:?}"),
+            InputError::InvalidShare { id } => write!(
+                f,
+                "the share of workload {id:?} has indices that are not strictly ascending below \
+                 its replica count, or repeated or too many home zones"
+            ),
         }
     }
 }
@@ -327,6 +371,26 @@ pub fn check_workload(workload: &Workload) -> Result<(), InputError> {
         return Err(InputError::TooManyReplicas {
             id: workload.id.clone(),
             replicas: workload.replicas,
+        });
+    }
+    Ok(())
+}
+
+/// Checks one share on its own: the workload, then its indices and home zones.
+pub fn check_share(share: &Share) -> Result<(), InputError> {
+    check_workload(&share.workload)?;
+    let ascending = share.indices.windows(2).all(|p| p[0] < p[1]);
+    let below = share
+        .indices
+        .last()
+        .is_none_or(|&i| i < share.workload.replicas);
+    let mut zones: Vec<&String> = share.home_zones.iter().collect();
+    zones.sort();
+    zones.dedup();
+    if !ascending || !below || zones.len() != share.home_zones.len() || zones.len() > HOME_ZONES_MAX
+    {
+        return Err(InputError::InvalidShare {
+            id: share.workload.id.clone(),
         });
     }
     Ok(())

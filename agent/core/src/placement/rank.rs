@@ -1,93 +1,87 @@
-//! A workload's ranking: an exact prefix of its weighted-rendezvous order over the eligible nodes,
-//! split into one preference list per replica.
+//! Rankings: exact prefixes of weighted-rendezvous orders.
 //!
-//! The full order sorts every eligible node (constraints match, not draining, request fits the
-//! capacity) by `(key, node id)`. The cached prefix holds exactly the nodes at or before `bound` in
-//! that order; `complete` says it holds them all. Each node of the prefix belongs to one replica's
-//! list, chosen by jump consistent hashing of the pair's hash over the replica count, so a replica's
-//! first choices do not collide with its siblings'. When a list runs out the prefix is extended
-//! by the next chunk of the order (one scan of the eligible nodes for keys past `bound`), never
-//! rebuilt. Node changes insert or delete one entry. So the prefix stays exact and the capacity pass
-//! sees the same order whatever its history: incremental and full results are identical.
+//! An order sorts a set of candidate nodes by `(key, node id)`, where the key is `-ln(u) / c`
+//! with u from `pair_hash(workload, node) + offset` (wrapping) and c the node's weight for the
+//! request. Every replica has its own order, its **own list**: the offset is the replica's
+//! (`replica_offset`; 0 for replica 0) and the candidates are the workload's eligible nodes, or
+//! for a zone-spread replica those of its home zone. Each workload also has one order over all its
+//! eligible nodes (offset 0), which guests and zone repair walk.
+//!
+//! A [`Ranking`] caches an exact prefix of one order: every candidate at or before its last entry
+//! (or all of them, once `complete`). When a walk runs out it is extended by the next chunk of the
+//! order (one scan of the candidates for keys past the last entry), never rebuilt. Node changes
+//! insert or delete one entry. So the capacity pass sees the same order whatever the history, and
+//! incremental and full results are identical.
+//!
+//! The orders of a workload's replicas differ only by their offsets, so [`Ranking::build_many`]
+//! starts all of them from one pass over the candidates: it buckets the pair hashes by their top
+//! bits, and each replica walks the buckets down from where its `hash + offset` is largest,
+//! stopping when no node left can beat its last entry. A workload of R replicas costs about one
+//! scan, not R.
 
 use std::cmp::Ordering;
 
-use super::hash::{
-    certainly_above, certainly_below, key, pair_hash, replica_class, unit, zone_replica_class,
-    RequestScale,
-};
-use super::model::Spread;
+use super::hash::{certainly_above, certainly_below, key, pair_hash, unit, RequestScale};
 use super::table::NodeTable;
-use crate::constraint::Constraint;
 use crate::resources::Resources;
+
+/// The end of a bucket's list in [`Scratch`].
+const NO_NODE: u32 = u32::MAX;
+
+/// Buffers [`Ranking::build_many`] reuses from one call to the next (a pass over 10,000 nodes
+/// would otherwise allocate and fault in a few hundred kilobytes per workload).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Scratch {
+    /// The fitting candidates: pair hash, weight, slot.
+    fitting: Vec<(u64, f64, u32)>,
+    /// The next candidate in the same bucket.
+    next: Vec<u32>,
+    /// Each bucket's first candidate.
+    head: Vec<u32>,
+}
 
 /// One node of a ranking.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Entry {
     pub key: f64,
     pub node: u32,
-    /// The replica whose list holds the node.
-    pub replica: u32,
 }
 
 impl Entry {
     /// An entry naming only a node (for a predicate over nodes).
     pub fn at(node: u32) -> Self {
-        Entry {
-            key: 0.0,
-            node,
-            replica: 0,
-        }
+        Entry { key: 0.0, node }
     }
 }
 
-/// What a scan needs of a workload.
+/// What a scan needs: the candidates and how to key them.
 pub(crate) struct Scan<'a> {
     pub nodes: &'a NodeTable,
-    /// Slots of the nodes eligible by constraints and draining.
-    pub eligible: &'a [u32],
-    pub workload_hash: u64,
+    /// Slots of the candidate nodes (eligible by constraints; for a zone-spread replica, those of
+    /// its home zone).
+    pub candidates: &'a [u32],
+    /// The workload's hash.
+    pub hash: u64,
+    /// The replica's offset (0 for the workload's order).
+    pub offset: u64,
     pub request: Resources,
     pub scale: RequestScale,
-    pub replicas: u32,
-    pub spread: Spread,
-    pub constraints: &'a [Constraint],
-    /// For zone spread: each zone number's rank among the workload's eligible zones (u32::MAX
-    /// when not eligible), and how many zones are eligible.
-    pub zone_ranks: &'a [u32],
-    pub zones: u32,
 }
 
 impl Scan<'_> {
-    /// The key of `slot` for this workload, or None when the request does not fit its capacity.
+    /// The key of `slot`, or None when the request does not fit its capacity.
     pub fn key_of(&self, slot: u32) -> Option<f64> {
         let cap = &self.nodes.capacity[slot as usize];
         if !self.request.fits_in(cap) {
             return None;
         }
-        let u = unit(pair_hash(
-            self.workload_hash,
-            self.nodes.hashes[slot as usize],
-        ));
+        let u = unit(self.pair(slot).wrapping_add(self.offset));
         Some(key(u, self.scale.weight(cap)))
     }
 
-    /// The replica whose own list holds `slot` (`replicas` when nobody's).
-    pub fn replica_of(&self, slot: u32) -> u32 {
-        let pair = pair_hash(self.workload_hash, self.nodes.hashes[slot as usize]);
-        match self.spread {
-            Spread::Node => replica_class(pair, self.replicas),
-            Spread::Zone => {
-                let zone = self.nodes.zone[slot as usize] as usize;
-                let rank = self.zone_ranks.get(zone).copied().unwrap_or(u32::MAX);
-                zone_replica_class(pair, self.replicas, rank, self.zones)
-            }
-        }
-    }
-
-    /// The number of lists: one per replica and one for nodes that are nobody's.
-    fn lists(&self) -> usize {
-        self.replicas.max(1) as usize + 1
+    /// The workload's pair hash with a node (before the offset).
+    fn pair(&self, slot: u32) -> u64 {
+        pair_hash(self.hash, self.nodes.hashes[slot as usize])
     }
 
     fn cmp(&self, a: (f64, u32), b: (f64, u32)) -> Ordering {
@@ -95,241 +89,268 @@ impl Scan<'_> {
             .then_with(|| self.nodes.ids[a.1 as usize].cmp(&self.nodes.ids[b.1 as usize]))
     }
 
-    /// The `want` first nodes of the order strictly after `after`, sorted. Fewer means no more.
-    fn next_chunk(&self, after: Option<(f64, &str)>, want: usize) -> Vec<(f64, u32)> {
+    /// The `want` first candidates of the order strictly after `after`, sorted. Fewer means no
+    /// more.
+    fn next_chunk(&self, after: Option<(f64, u32)>, want: usize) -> Vec<(f64, u32)> {
         assert!(want > 0);
-        let mut buf: Vec<(f64, u32)> = Vec::with_capacity(2 * want);
-        let mut threshold = f64::INFINITY;
+        let mut best = Best::new(want);
         let lower = after.map_or(0.0, |a| a.0);
-        for &slot in self.eligible {
+        for &slot in self.candidates {
             let cap = &self.nodes.capacity[slot as usize];
             if !self.request.fits_in(cap) {
                 continue;
             }
             let weight = self.scale.weight(cap);
-            let u = unit(pair_hash(
-                self.workload_hash,
-                self.nodes.hashes[slot as usize],
-            ));
-            if certainly_above(u, weight, threshold) || certainly_below(u, weight, lower) {
+            let u = unit(self.pair(slot).wrapping_add(self.offset));
+            if certainly_above(u, weight, best.threshold) || certainly_below(u, weight, lower) {
                 continue;
             }
             let k = key(u, weight);
-            if k > threshold {
-                continue;
-            }
-            if let Some((after_key, after_id)) = after {
-                if k < after_key
-                    || (k == after_key && self.nodes.ids[slot as usize].as_str() <= after_id)
-                {
+            if let Some(after) = after {
+                if self.cmp((k, slot), after) != Ordering::Greater {
                     continue;
                 }
             }
-            buf.push((k, slot));
-            if buf.len() == 2 * want {
-                buf.select_nth_unstable_by(want - 1, |a, b| self.cmp(*a, *b));
-                buf.truncate(want);
-                threshold = buf[want - 1].0;
-            }
+            best.offer(self, k, slot);
         }
-        buf.sort_unstable_by(|a, b| self.cmp(*a, *b));
-        buf.truncate(want);
-        buf
+        best.into_sorted(self)
     }
 }
 
-/// How many nodes a fresh ranking holds: about four per replica, plus slack.
-fn initial_len(replicas: u32) -> usize {
-    4 * replicas as usize + 16
+/// The `want` smallest (key, node id) seen, kept in a buffer of twice that.
+struct Best {
+    want: usize,
+    buf: Vec<(f64, u32)>,
+    /// No key above this can enter (the want-th smallest once the buffer was trimmed).
+    threshold: f64,
 }
 
-/// An exact prefix of one workload's order, split by replica.
-#[derive(Clone, Debug)]
+impl Best {
+    fn new(want: usize) -> Best {
+        Best {
+            want,
+            buf: Vec::with_capacity(2 * want),
+            threshold: f64::INFINITY,
+        }
+    }
+
+    fn offer(&mut self, scan: &Scan<'_>, k: f64, slot: u32) {
+        if k > self.threshold {
+            return;
+        }
+        self.buf.push((k, slot));
+        if self.buf.len() == 2 * self.want {
+            let want = self.want;
+            self.buf
+                .select_nth_unstable_by(want - 1, |a, b| scan.cmp(*a, *b));
+            self.buf.truncate(want);
+            self.threshold = self.buf[want - 1].0;
+        }
+    }
+
+    fn into_sorted(mut self, scan: &Scan<'_>) -> Vec<(f64, u32)> {
+        self.buf.sort_unstable_by(|a, b| scan.cmp(*a, *b));
+        self.buf.truncate(self.want);
+        self.buf
+    }
+}
+
+/// An exact prefix of one order.
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Ranking {
-    lists: Vec<Vec<Entry>>,
-    len: usize,
-    /// The last (key, node id) a scan admitted; every eligible node at or before it is held.
-    bound: Option<(f64, String)>,
+    /// Every candidate at or before the last entry, in order (all of them once `complete`).
+    /// Holding the bound as the last entry, not as an id, keeps it valid when that node goes:
+    /// the prefix is then every candidate at or before the new last entry.
+    entries: Vec<Entry>,
     complete: bool,
-    /// The whole prefix in order (the lists are its classes).
-    merged: Vec<Entry>,
 }
 
 impl Ranking {
     /// A ranking with nothing cached yet (not complete: the first walk extends it).
     pub fn empty() -> Ranking {
-        Ranking {
-            lists: vec![Vec::new()],
-            len: 0,
-            bound: None,
-            complete: false,
-            merged: Vec::new(),
+        Ranking::default()
+    }
+
+    /// The rankings of the orders of `scan` with each of these offsets (its own `offset` is not
+    /// used), each with its first `want` entries: what `Ranking::extend` from empty gives, from
+    /// one pass over the candidates.
+    ///
+    /// The pass buckets the candidates by the top bits of their pair hash (about four per
+    /// bucket). Each order then walks the buckets down from the one where `hash + offset` is
+    /// largest, so it meets its best nodes first, and stops at the first bucket whose largest u
+    /// cannot beat its last entry even on the heaviest node. The buckets only speed the walk up:
+    /// every node an order skips has a key above its prefix's last.
+    pub fn build_many(
+        scan: &Scan<'_>,
+        offsets: &[u64],
+        want: usize,
+        scratch: &mut Scratch,
+    ) -> Vec<Ranking> {
+        assert!(want > 0);
+        let Scratch {
+            fitting,
+            next,
+            head,
+        } = scratch;
+        fitting.clear();
+        let mut weight_max: f64 = 0.0;
+        for &slot in scan.candidates {
+            let cap = &scan.nodes.capacity[slot as usize];
+            if scan.request.fits_in(cap) {
+                let weight = scan.scale.weight(cap);
+                weight_max = weight_max.max(weight);
+                fitting.push((scan.pair(slot), weight, slot));
+            }
+        }
+        let bits = (fitting.len() / 4).max(1).ilog2().min(16);
+        let bucket = |x: u64| {
+            if bits == 0 {
+                0
+            } else {
+                (x >> (64 - bits)) as usize
+            }
+        };
+        let buckets = 1usize << bits;
+        // Each bucket's nodes as a list threaded through `next` (no node is moved).
+        head.clear();
+        head.resize(buckets, NO_NODE);
+        next.clear();
+        for (i, f) in fitting.iter().enumerate() {
+            let b = bucket(f.0);
+            next.push(head[b]);
+            head[b] = i as u32;
+        }
+        offsets
+            .iter()
+            .map(|&offset| {
+                // The bucket of the hash that `offset` takes to the top comes first, all of it
+                // (its nodes above that hash wrap to the bottom of the order; no matter).
+                let first = bucket(u64::MAX - offset);
+                let mut best = Best::new(want);
+                for step in 0..buckets {
+                    let b = (first + buckets - step) % buckets;
+                    if step > 0 {
+                        // The largest u a node of this bucket, or of any later one, can have.
+                        let bucket_top = ((b as u64 + 1) << (64 - bits)).wrapping_sub(1);
+                        let u_max = unit(bucket_top.wrapping_add(offset));
+                        if certainly_above(u_max, weight_max, best.threshold) {
+                            break;
+                        }
+                    }
+                    let mut i = head[b];
+                    while i != NO_NODE {
+                        let (x, weight, slot) = fitting[i as usize];
+                        let u = unit(x.wrapping_add(offset));
+                        if !certainly_above(u, weight, best.threshold) {
+                            best.offer(scan, key(u, weight), slot);
+                        }
+                        i = next[i as usize];
+                    }
+                }
+                let chunk = best.into_sorted(scan);
+                Ranking {
+                    complete: chunk.len() < want,
+                    entries: chunk
+                        .into_iter()
+                        .map(|(key, node)| Entry { key, node })
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// The cached prefix, in order.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The entry at `at`, extending the prefix as far as needed; None past the end of the order.
+    pub fn get(&mut self, scan: &Scan<'_>, at: usize) -> Option<Entry> {
+        loop {
+            if let Some(&e) = self.entries.get(at) {
+                return Some(e);
+            }
+            if !self.extend(scan) {
+                return None;
+            }
         }
     }
 
-    /// A fresh ranking with its first chunk.
-    pub fn build(scan: &Scan<'_>) -> Ranking {
-        let mut ranking = Ranking {
-            lists: vec![Vec::new(); scan.lists()],
-            len: 0,
-            bound: None,
-            complete: false,
-            merged: Vec::new(),
-        };
-        ranking.extend_by(scan, initial_len(scan.replicas));
-        ranking
-    }
-
-    /// Replica `replica`'s own list (its class of the prefix), in order.
-    pub fn list(&self, replica: u32) -> &[Entry] {
-        &self.lists[replica as usize]
-    }
-
-    /// Every entry of the prefix in order.
-    pub fn merged(&self) -> &[Entry] {
-        &self.merged
-    }
-
-    /// Appends the next chunk of the order. Returns false when the ranking was already complete.
+    /// Appends the next chunk of the order (as long as the prefix, at least 8 entries). Returns
+    /// false when the ranking was already complete.
     pub fn extend(&mut self, scan: &Scan<'_>) -> bool {
         if self.complete {
             return false;
         }
-        let want = self.len.max(initial_len(scan.replicas));
-        self.extend_by(scan, want);
-        true
-    }
-
-    fn extend_by(&mut self, scan: &Scan<'_>, want: usize) {
-        let after = self.bound.as_ref().map(|(k, id)| (*k, id.as_str()));
+        let want = self.entries.len().max(8);
+        let after = self.entries.last().map(|e| (e.key, e.node));
         let chunk = scan.next_chunk(after, want);
         if chunk.len() < want {
             self.complete = true;
         }
-        if let Some(&(k, slot)) = chunk.last() {
-            self.bound = Some((k, scan.nodes.ids[slot as usize].clone()));
-        }
-        for (k, slot) in chunk {
-            let replica = scan.replica_of(slot);
-            let entry = Entry {
-                key: k,
-                node: slot,
-                replica,
-            };
-            self.lists[replica as usize].push(entry);
-            self.merged.push(entry);
-            self.len += 1;
-        }
+        self.entries
+            .extend(chunk.into_iter().map(|(key, node)| Entry { key, node }));
+        true
     }
 
     fn covers(&self, scan: &Scan<'_>, k: f64, slot: u32) -> bool {
-        if self.complete {
-            return true;
-        }
-        match &self.bound {
-            None => false,
-            Some((bk, bid)) => k < *bk || (k == *bk && scan.nodes.ids[slot as usize] <= *bid),
-        }
+        self.complete
+            || self
+                .entries
+                .last()
+                .is_some_and(|e| scan.cmp((k, slot), (e.key, e.node)) == Ordering::Less)
     }
 
-    fn position(&self, scan: &Scan<'_>, list: usize, k: f64, slot: u32) -> Result<usize, usize> {
-        self.lists[list].binary_search_by(|e| scan.cmp((e.key, e.node), (k, slot)))
+    fn position(&self, scan: &Scan<'_>, k: f64, slot: u32) -> Result<usize, usize> {
+        self.entries
+            .binary_search_by(|e| scan.cmp((e.key, e.node), (k, slot)))
     }
 
-    /// Takes in a node that just became eligible (by constraints) if it belongs in the prefix.
+    /// Takes in a node that just became a candidate if it belongs in the prefix.
     pub fn node_added(&mut self, scan: &Scan<'_>, slot: u32) {
         let Some(k) = scan.key_of(slot) else { return };
         if !self.covers(scan, k, slot) {
             return;
         }
-        let replica = scan.replica_of(slot);
-        let entry = Entry {
-            key: k,
-            node: slot,
-            replica,
-        };
-        match self.position(scan, replica as usize, k, slot) {
+        match self.position(scan, k, slot) {
             Ok(_) => panic!("node {} ranked twice", scan.nodes.ids[slot as usize]),
-            Err(at) => self.lists[replica as usize].insert(at, entry),
+            Err(at) => self.entries.insert(at, Entry { key: k, node: slot }),
         }
-        let at = self
-            .merged
-            .binary_search_by(|e| scan.cmp((e.key, e.node), (k, slot)))
-            .expect_err("node ranked twice");
-        self.merged.insert(at, entry);
-        self.len += 1;
     }
 
-    /// Drops a node that is about to stop being eligible (call while its slot is still filled).
+    /// Drops a node that is about to stop being a candidate (call while its slot is still
+    /// filled).
     pub fn node_removed(&mut self, scan: &Scan<'_>, slot: u32) {
         let Some(k) = scan.key_of(slot) else { return };
-        if !self.covers(scan, k, slot) {
-            return;
-        }
-        let replica = scan.replica_of(slot);
-        let at = self
-            .position(scan, replica as usize, k, slot)
-            .unwrap_or_else(|_| {
-                panic!(
-                    "node {} missing from a ranking",
-                    scan.nodes.ids[slot as usize]
-                )
-            });
-        self.lists[replica as usize].remove(at);
-        let at = self
-            .merged
-            .binary_search_by(|e| scan.cmp((e.key, e.node), (k, slot)))
-            .expect("node missing from a ranking");
-        self.merged.remove(at);
-        self.len -= 1;
-    }
-
-    /// Re-splits the prefix for a new replica count (the order itself does not change).
-    pub fn rescale(&mut self, scan: &Scan<'_>) {
-        self.lists = vec![Vec::new(); scan.lists()];
-        for e in &mut self.merged {
-            e.replica = scan.replica_of(e.node);
-            self.lists[e.replica as usize].push(*e);
+        if let Ok(at) = self.position(scan, k, slot) {
+            self.entries.remove(at);
+        } else {
+            assert!(
+                !self.covers(scan, k, slot),
+                "node {} missing from a ranking",
+                scan.nodes.ids[slot as usize]
+            );
         }
     }
 
-    /// Checks that the prefix is exactly the first `len` nodes of a from-scratch order.
+    /// Checks that the prefix is exactly the first entries of a from-scratch order.
     pub fn check_exact(&self, scan: &Scan<'_>) {
         let mut want: Vec<(f64, u32)> = scan
-            .eligible
+            .candidates
             .iter()
             .filter_map(|&s| scan.key_of(s).map(|k| (k, s)))
             .collect();
         want.sort_unstable_by(|a, b| scan.cmp(*a, *b));
-        let mut have: Vec<(f64, u32)> = self
-            .lists
-            .iter()
-            .flatten()
-            .map(|e| (e.key, e.node))
-            .collect();
-        have.sort_unstable_by(|a, b| scan.cmp(*a, *b));
-        assert_eq!(have.len(), self.len, "ranking length out of date");
-        assert_eq!(
-            self.merged
-                .iter()
-                .map(|e| (e.key, e.node))
-                .collect::<Vec<_>>(),
-            have,
-            "merged order out of date"
-        );
+        let have: Vec<(f64, u32)> = self.entries.iter().map(|e| (e.key, e.node)).collect();
         if self.complete {
             assert_eq!(have, want, "complete ranking differs from the full order");
         } else {
+            assert!(have.len() <= want.len(), "ranking longer than its order");
             assert_eq!(
                 have[..],
                 want[..have.len()],
                 "ranking prefix differs from the full order"
             );
-        }
-        for (r, list) in self.lists.iter().enumerate() {
-            assert!(list
-                .iter()
-                .all(|e| e.replica as usize == r && scan.replica_of(e.node) == e.replica));
         }
     }
 }

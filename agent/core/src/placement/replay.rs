@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::accept::{self, Mode, Outcome};
-use super::engine::PlacementEngine;
+use super::engine::{PlacementEngine, Which};
 use super::model::{Placement, ReplicaId, Spread};
 use crate::resources::Resources;
 
@@ -84,7 +84,11 @@ impl PlacementEngine {
             let t = self.workloads[slot as usize]
                 .as_ref()
                 .expect("placed workload");
-            let id = ReplicaId::new(&t.spec.id, replica);
+            // A replica past the end is gone; its id went with the indices it had (`unpublish`).
+            let Some(&index) = t.indices.get(replica as usize) else {
+                continue;
+            };
+            let id = ReplicaId::new(&t.spec.id, index);
             match self.outcomes[slot as usize].get(replica as usize) {
                 None => {
                     self.placement.assigned.remove(&id);
@@ -123,14 +127,14 @@ impl PlacementEngine {
             let outcomes = &self.outcomes[slot];
             assert_eq!(
                 outcomes.len(),
-                t.spec.replicas as usize,
+                t.indices.len(),
                 "{}: replica count",
                 t.spec.id
             );
             expected += outcomes.len();
             let mut nodes_held: Vec<u32> = Vec::new();
             for (replica, o) in outcomes.iter().enumerate() {
-                let id = ReplicaId::new(&t.spec.id, replica as u32);
+                let id = ReplicaId::new(&t.spec.id, t.indices[replica]);
                 let assigned = self.placement.assigned.get(&id);
                 let unschedulable = self.placement.unschedulable.get(&id);
                 // Exclusive or not, a replica has exactly one node or none.
@@ -181,9 +185,11 @@ impl PlacementEngine {
             if count < outcomes.len() {
                 waiting.push((slot, nodes_held));
             }
-            let mut t = t.clone();
-            let (scan, ranking, _) = t.parts(&self.nodes, &self.classes);
-            ranking.check_exact(&scan);
+            t.order
+                .check_exact(&t.scan(&self.nodes, &self.classes, Which::Order));
+            for (p, ranking) in t.rankings.iter().enumerate() {
+                ranking.check_exact(&t.scan(&self.nodes, &self.classes, Which::Replica(p)));
+            }
         }
         for (&n, u) in &used {
             let cap = self.nodes.capacity[n as usize];

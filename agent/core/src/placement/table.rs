@@ -39,6 +39,11 @@ impl NodeTable {
         self.by_id.get(id).copied()
     }
 
+    /// The number of a zone some node has had, by name.
+    pub fn zone_number(&self, name: &str) -> Option<u32> {
+        self.zones.get(name).copied()
+    }
+
     /// Adds a validated node whose id is not present; returns its slot.
     pub fn insert(&mut self, node: Node) -> u32 {
         assert!(
@@ -137,8 +142,9 @@ pub(crate) struct ConstraintClass {
     pub constraints: Vec<Constraint>,
     /// Eligible node slots, in no particular order.
     pub nodes: Vec<u32>,
-    /// Eligible nodes per zone number.
-    zone_nodes: Vec<u32>,
+    /// Eligible node slots per zone number, in no particular order (a zone-spread replica's
+    /// candidates are its home zone's).
+    zone_nodes: Vec<Vec<u32>>,
     /// Zones with at least one eligible node.
     pub zones: u32,
     /// Bumped whenever the set of zones with an eligible node changes.
@@ -151,13 +157,13 @@ impl ConstraintClass {
         self.nodes.push(slot);
         let z = zone as usize;
         if self.zone_nodes.len() <= z {
-            self.zone_nodes.resize(z + 1, 0);
+            self.zone_nodes.resize(z + 1, Vec::new());
         }
-        if self.zone_nodes[z] == 0 {
+        if self.zone_nodes[z].is_empty() {
             self.zones += 1;
             self.zone_epoch += 1;
         }
-        self.zone_nodes[z] += 1;
+        self.zone_nodes[z].push(slot);
     }
 
     /// Zone numbers with at least one eligible node, ascending.
@@ -165,8 +171,15 @@ impl ConstraintClass {
         self.zone_nodes
             .iter()
             .enumerate()
-            .filter(|(_, &c)| c > 0)
+            .filter(|(_, nodes)| !nodes.is_empty())
             .map(|(z, _)| z as u32)
+    }
+
+    /// The eligible nodes of one zone number (none for an unknown zone).
+    pub fn nodes_in_zone(&self, zone: u32) -> &[u32] {
+        self.zone_nodes
+            .get(zone as usize)
+            .map_or(&[], Vec::as_slice)
     }
 
     fn remove(&mut self, slot: u32, zone: u32) -> bool {
@@ -175,9 +188,13 @@ impl ConstraintClass {
             return false;
         };
         self.nodes.swap_remove(at);
-        let z = zone as usize;
-        self.zone_nodes[z] -= 1;
-        if self.zone_nodes[z] == 0 {
+        let in_zone = &mut self.zone_nodes[zone as usize];
+        let at = in_zone
+            .iter()
+            .position(|&n| n == slot)
+            .expect("eligible node missing from its zone");
+        in_zone.swap_remove(at);
+        if in_zone.is_empty() {
             self.zones -= 1;
             self.zone_epoch += 1;
         }

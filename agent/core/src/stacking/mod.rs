@@ -10,22 +10,27 @@
 //!    layers of `K` replicas (the last one shorter), each placed as its own workload on distinct
 //!    nodes. Replica `r` is in layer `r / K`. Counting known nodes, not only the available ones,
 //!    keeps the layers (and so every replica's home in the ideal placement) the same while nodes
-//!    go down and come back.
+//!    go down and come back. Layer 0 keeps the workload's name and every replica keeps its index
+//!    (a layer is a [`Share`]), so scaling past `K` leaves the first `K` replicas where they were.
 //! 2. **Overflow.** Replicas left unschedulable because every available eligible node already
 //!    holds a sibling of their layer (`NotEnoughNodes`: nodes are down or draining) are placed
-//!    again, in overflow layers of as many replicas as there are available eligible nodes, into
-//!    the room the first step left. So 6 replicas on 5 nodes keep running, at most two per node,
+//!    again, in overflow layers of as many replicas as there are available eligible nodes below
+//!    the even level (those already holding `ceil(replicas / available nodes)` of the workload
+//!    take no overflow), into the room the first step left. So 6 replicas on 5 nodes keep running, at most two per node,
 //!    when one node fails; and a node cut off from the rest keeps its own replicas and adds what
 //!    fits, never more than its capacity.
 //!
-//! Layers are named `NAME~K` and overflow layers `NAME~+K`; `~` cannot appear in a workload name (a
-//! DNS label), so these names never collide with real workloads. With `R <= K` and every replica
-//! placed, nothing changes: the result is [`place`]'s.
+//! Layers after the first are named `NAME~K` and overflow layers `NAME~+K`; `~` cannot appear in a
+//! workload name (a DNS label), so these names never collide with real workloads. With `R <= K`
+//! and every replica placed, nothing changes: the result is [`place`](crate::placement::place)'s.
+//!
+//! [`place_stacked_shares`] does the same for shares of workloads (a cell's replicas of each).
 
 use std::collections::BTreeMap;
 
-use crate::placement::model::{Node, ReplicaId, Unschedulable, Workload};
-use crate::placement::{place, Placement};
+use crate::constraint::{Constraint, ConstraintOp};
+use crate::placement::model::{Node, ReplicaId, Share, Unschedulable, Workload};
+use crate::placement::{place_shares, Placement};
 use crate::Resources;
 
 mod placer;
@@ -50,54 +55,66 @@ fn eligible_up_to(nodes: &[Node], w: &Workload, available_only: bool, limit: usi
     nodes
         .iter()
         .filter(|n| !available_only || n.available())
-        .filter(|n| w.request.fits_in(&n.capacity))
-        .filter(|n| {
-            w.constraints
-                .iter()
-                .all(|c| c.matches(&n.labels, &n.zone, &n.id))
-        })
+        .filter(|n| eligible_for(n, w))
         .take(limit)
         .count()
 }
 
-/// [`place`], with workloads that have more replicas than eligible nodes split into layers, and
-/// replicas that the nodes down or draining leave without a node of their own placed in overflow
-/// layers.
-pub fn place_stacked(nodes: &[Node], workloads: &[Workload]) -> Placement {
-    let (layered, origin) = layers(nodes, workloads);
-    let placed = place(nodes, &layered);
-    finish(nodes, workloads, placed, &origin)
+/// The node could hold one replica of `w`: its constraints match and the request fits.
+fn eligible_for(n: &Node, w: &Workload) -> bool {
+    w.request.fits_in(&n.capacity)
+        && w.constraints
+            .iter()
+            .all(|c| c.matches(&n.labels, &n.zone, &n.id))
 }
 
-/// Where a layer's replicas come from: layer id to (workload, its first replica).
-type Origin = BTreeMap<String, (String, u32)>;
+/// [`place`](crate::placement::place), with workloads that have more replicas than eligible
+/// nodes split into layers, and replicas that the nodes down or draining leave without a node of
+/// their own placed in overflow layers.
+pub fn place_stacked(nodes: &[Node], workloads: &[Workload]) -> Placement {
+    let shares: Vec<Share> = workloads.iter().cloned().map(Share::whole).collect();
+    place_stacked_shares(nodes, &shares)
+}
 
-/// Step 1's inputs: every workload, or its layers over the known eligible nodes.
-fn layers(nodes: &[Node], workloads: &[Workload]) -> (Vec<Workload>, Origin) {
-    // `origin[name]` maps a layer id back to (workload, first replica).
-    let mut layered: Vec<Workload> = Vec::with_capacity(workloads.len());
+/// [`place_stacked`] for shares of workloads: only the replicas each share names are placed,
+/// each ranked by its own index as when the whole workload is placed.
+pub fn place_stacked_shares(nodes: &[Node], shares: &[Share]) -> Placement {
+    let (layered, origin) = layers(nodes, shares);
+    let placed = place_shares(nodes, &layered);
+    finish(nodes, shares, placed, &origin)
+}
+
+/// Where a layer's replicas come from: layer id to workload id (layer 0 keeps the workload's).
+type Origin = BTreeMap<String, String>;
+
+/// Step 1's inputs: every share, or its layers over the known eligible nodes.
+fn layers(nodes: &[Node], shares: &[Share]) -> (Vec<Share>, Origin) {
+    let mut layered: Vec<Share> = Vec::with_capacity(shares.len());
     let mut origin: Origin = BTreeMap::new();
-    for w in workloads {
-        let known = eligible_up_to(nodes, w, false, w.replicas as usize) as u32;
-        if known == 0 || w.replicas <= known {
-            layered.push(w.clone());
+    for s in shares {
+        let placed = s.indices.len();
+        let known = eligible_up_to(nodes, &s.workload, false, placed);
+        if known == 0 || placed <= known {
+            layered.push(s.clone());
             continue;
         }
-        for k in 0..w.replicas.div_ceil(known) {
-            let mut layer = w.clone();
-            layer.id = format!("{}{LAYER_SEP}{k}", w.id);
-            layer.replicas = known.min(w.replicas - k * known);
-            origin.insert(layer.id.clone(), (w.id.clone(), k * known));
+        for (k, chunk) in s.indices.chunks(known).enumerate() {
+            let mut layer = s.clone();
+            layer.indices = chunk.to_vec();
+            if k > 0 {
+                layer.workload.id = format!("{}{LAYER_SEP}{k}", s.workload.id);
+                origin.insert(layer.workload.id.clone(), s.workload.id.clone());
+            }
             layered.push(layer);
         }
     }
     (layered, origin)
 }
 
-/// Step 1's placement of the layers back under the workloads' own replica ids, then step 2.
-fn finish(nodes: &[Node], workloads: &[Workload], placed: Placement, origin: &Origin) -> Placement {
+/// Step 1's placement of the layers back under the workloads' own names, then step 2.
+fn finish(nodes: &[Node], shares: &[Share], placed: Placement, origin: &Origin) -> Placement {
     let unlayer = |id: ReplicaId| match origin.get(&id.workload) {
-        Some((name, first)) => ReplicaId::new(name, first + id.replica),
+        Some(name) => ReplicaId::new(name, id.replica),
         None => id,
     };
     let mut out = Placement {
@@ -115,9 +132,9 @@ fn finish(nodes: &[Node], workloads: &[Workload], placed: Placement, origin: &Or
     };
 
     // Step 2: overflow, into the room step 1 left.
-    let mut overflow: Vec<Workload> = Vec::new();
-    let mut overflow_origin: BTreeMap<String, (String, Vec<u32>)> = BTreeMap::new();
-    // The replicas waiting for a node of their own, by workload, in replica order (one pass over
+    let mut overflow: Vec<Share> = Vec::new();
+    let mut overflow_origin: Origin = BTreeMap::new();
+    // The replicas waiting for a node of their own, by workload, in index order (one pass over
     // what is unschedulable, not one search per replica of every workload).
     let mut waiting_of: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
     for (id, why) in &out.unschedulable {
@@ -128,33 +145,68 @@ fn finish(nodes: &[Node], workloads: &[Workload], placed: Placement, origin: &Or
                 .push(id.replica);
         }
     }
-    for w in workloads {
+    // How many replicas of each of those workloads every node holds.
+    let mut held: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for (id, node) in &out.assigned {
+        if waiting_of.contains_key(id.workload.as_str()) {
+            *held
+                .entry((id.workload.as_str(), node.as_str()))
+                .or_default() += 1;
+        }
+    }
+    for s in shares {
+        let w = &s.workload;
         let Some(waiting) = waiting_of.get(w.id.as_str()) else {
             continue;
         };
         let waiting: Vec<u32> = waiting
             .iter()
             .copied()
-            .filter(|&r| r < w.replicas)
+            .filter(|r| s.indices.binary_search(r).is_ok())
             .collect();
-        let available = eligible_nodes(nodes, w, true);
-        if waiting.is_empty() || available == 0 {
+        let available: Vec<&Node> = nodes
+            .iter()
+            .filter(|n| n.available() && eligible_for(n, w))
+            .collect();
+        if waiting.is_empty() || available.is_empty() {
             continue;
         }
-        for (k, chunk) in waiting.chunks(available).enumerate() {
-            let mut layer = w.clone();
-            layer.id = format!("{}{LAYER_SEP}{OVERFLOW}{k}", w.id);
-            layer.replicas = chunk.len() as u32;
-            overflow_origin.insert(layer.id.clone(), (w.id.clone(), chunk.to_vec()));
+        // Double up evenly: nodes that already hold the level every node would reach take no
+        // overflow (a constraint on the built-in `node` key).
+        let count = |n: &Node| {
+            held.get(&(w.id.as_str(), n.id.as_str()))
+                .copied()
+                .unwrap_or(0)
+        };
+        let total = available.iter().map(|n| count(n)).sum::<usize>() + waiting.len();
+        let level = total.div_ceil(available.len());
+        let mut full: Vec<String> = available
+            .iter()
+            .filter(|n| count(n) >= level)
+            .map(|n| n.id.clone())
+            .collect();
+        full.sort();
+        let open = available.len() - full.len();
+        for (k, chunk) in waiting.chunks(open.max(1)).enumerate() {
+            let mut layer = s.clone();
+            layer.workload.id = format!("{}{LAYER_SEP}{OVERFLOW}{k}", s.workload.id);
+            layer.indices = chunk.to_vec();
+            if !full.is_empty() {
+                layer.workload.constraints.push(Constraint {
+                    key: "node".into(),
+                    op: ConstraintOp::NotIn(full.clone()),
+                });
+            }
+            overflow_origin.insert(layer.workload.id.clone(), s.workload.id.clone());
             overflow.push(layer);
         }
     }
     if overflow.is_empty() {
         return out;
     }
-    let requests: BTreeMap<&str, Resources> = workloads
+    let requests: BTreeMap<&str, Resources> = shares
         .iter()
-        .map(|w| (w.id.as_str(), w.request))
+        .map(|s| (s.workload.id.as_str(), s.workload.request))
         .collect();
     let mut used: BTreeMap<&str, Resources> = BTreeMap::new();
     for (id, node) in &out.assigned {
@@ -171,11 +223,8 @@ fn finish(nodes: &[Node], workloads: &[Workload], placed: Placement, origin: &Or
             (n.capacity.cpu_millis > 0 && n.capacity.memory_bytes > 0).then_some(n)
         })
         .collect();
-    let extra = place(&left, &overflow);
-    let back = |id: &ReplicaId| {
-        let (name, replicas) = &overflow_origin[&id.workload];
-        ReplicaId::new(name, replicas[id.replica as usize])
-    };
+    let extra = place_shares(&left, &overflow);
+    let back = |id: &ReplicaId| ReplicaId::new(&overflow_origin[&id.workload], id.replica);
     for (id, node) in &extra.assigned {
         let id = back(id);
         out.unschedulable.remove(&id);
@@ -246,6 +295,7 @@ mod tests {
 
     #[test]
     fn enough_nodes_is_plain_placement() {
+        use crate::placement::place;
         let nodes: Vec<Node> = (1..=5).map(|i| node(&format!("n{i}"))).collect();
         assert_eq!(
             place_stacked(&nodes, &[workload(5)]),
@@ -297,7 +347,9 @@ mod tests {
         let mut web = workload(12);
         web.request = Resources::new(500, 512 << 20);
         let before = place_stacked(&nodes, std::slice::from_ref(&web));
-        let alone = "n9";
+        // The node of replica 0 (placement version 3 had one on n9; version 4 has none there).
+        let alone = before.assigned[&ReplicaId::new("web", 0)].clone();
+        let alone = alone.as_str();
         let own: Vec<&ReplicaId> = before
             .assigned
             .iter()

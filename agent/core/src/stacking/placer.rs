@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::placement::model::{Node, Workload};
+use crate::placement::model::{Node, Share, Workload};
 use crate::placement::{Placement, PlacementEngine};
 
 use super::{finish, layers};
@@ -24,8 +24,8 @@ pub struct StackedPlacer {
     engine: Option<PlacementEngine>,
     /// The nodes the engine holds, by id.
     nodes: BTreeMap<String, Node>,
-    /// The layered workloads the engine holds, by id.
-    layered: BTreeMap<String, Workload>,
+    /// The layered shares the engine holds, by workload id.
+    layered: BTreeMap<String, Share>,
 }
 
 impl StackedPlacer {
@@ -37,20 +37,27 @@ impl StackedPlacer {
     /// The stacked placement of these inputs: what
     /// [`place_stacked(nodes, workloads)`](super::place_stacked) returns.
     pub fn update(&mut self, nodes: &[Node], workloads: &[Workload]) -> Placement {
-        let (layered, origin) = layers(nodes, workloads);
+        let shares: Vec<Share> = workloads.iter().cloned().map(Share::whole).collect();
+        self.update_shares(nodes, &shares)
+    }
+
+    /// The stacked placement of these shares: what
+    /// [`place_stacked_shares(nodes, shares)`](super::place_stacked_shares) returns.
+    pub fn update_shares(&mut self, nodes: &[Node], shares: &[Share]) -> Placement {
+        let (layered, origin) = layers(nodes, shares);
         let placed = match self.apply(nodes, &layered) {
             Some(placed) => placed,
             None => self.rebuild(nodes, &layered),
         };
-        finish(nodes, workloads, placed, &origin)
+        finish(nodes, shares, placed, &origin)
     }
 
     /// Feeds the engine the differences from the last inputs; `None` (engine dropped) when there
     /// is no engine, an input is duplicated, or the engine refuses a change.
-    fn apply(&mut self, nodes: &[Node], layered: &[Workload]) -> Option<Placement> {
+    fn apply(&mut self, nodes: &[Node], layered: &[Share]) -> Option<Placement> {
         let engine = self.engine.as_mut()?;
         let fresh_nodes = by_id(nodes, |n| &n.id);
-        let fresh_layered = by_id(layered, |w| &w.id);
+        let fresh_layered = by_id(layered, |s| &s.workload.id);
         let (Some(fresh_nodes), Some(fresh_layered)) = (fresh_nodes, fresh_layered) else {
             self.engine = None;
             return None;
@@ -77,9 +84,9 @@ impl StackedPlacer {
         {
             ok &= engine.handle_workload_removed(id).is_ok();
         }
-        for (id, w) in &fresh_layered {
-            if self.layered.get(*id) != Some(*w) {
-                ok &= engine.handle_workload_upserted((*w).clone()).is_ok();
+        for (id, s) in &fresh_layered {
+            if self.layered.get(*id) != Some(*s) {
+                ok &= engine.handle_share_upserted((*s).clone()).is_ok();
             }
         }
         if !ok {
@@ -93,12 +100,15 @@ impl StackedPlacer {
     }
 
     /// A full pass; the engine is kept for the next update when nothing was rejected.
-    fn rebuild(&mut self, nodes: &[Node], layered: &[Workload]) -> Placement {
-        let mut engine = PlacementEngine::new(nodes, layered);
+    fn rebuild(&mut self, nodes: &[Node], layered: &[Share]) -> Placement {
+        let mut engine = PlacementEngine::with_shares(nodes, layered);
         let placed = engine.placement().clone();
         if placed.rejected.is_empty() {
             self.nodes = nodes.iter().map(|n| (n.id.clone(), n.clone())).collect();
-            self.layered = layered.iter().map(|w| (w.id.clone(), w.clone())).collect();
+            self.layered = layered
+                .iter()
+                .map(|s| (s.workload.id.clone(), s.clone()))
+                .collect();
             self.engine = Some(engine);
         } else {
             self.engine = None;

@@ -1,0 +1,39 @@
+//! Cells: one Shoal mesh of many gossip domains, placed in two levels.
+//!
+//! A mesh of thousands of hosts is split into **cells** of about a hundred, each its own gossip
+//! domain. Cells exchange only a [`CellSummary`] each (live members, ranked capacity in total,
+//! per zone and per label value, what is free, a few contact addresses, a version). Placement is
+//! then two levels, both deterministic on every agent:
+//!
+//! 1. **Cell level** ([`place_cells`], every agent, every replica): weighted rendezvous over the
+//!    cells, capacity-aware through the summaries, honouring constraints and zone spread; a full
+//!    cell spills to the next in the replica's ranking; a down cell's replicas go to the cells
+//!    ranked next and come back with it. `assign` states the rules.
+//! 2. **Node level** (each agent, its own cell only): single-level placement
+//!    ([`place_stacked_shares`](crate::stacking::place_stacked_shares)) of the replicas the cell
+//!    level gave the cell ([`CellPlacement::shares`]) on the cell's members. A replica keeps its
+//!    index, so it ranks nodes as if its whole workload were placed there.
+//!
+//! [`place_mesh`] is one agent's whole computation; [`CellPlacer`] keeps it up to date, redoing
+//! the cell level only when summaries or specs change. A mesh of one cell places exactly as
+//! single-level placement does. Envoys build their cell's summary with [`summarize`].
+//!
+//! The module is pure like the rest of the core: no I/O, no clock. Which cells are down, and
+//! which summary version is the latest, are the shell's to decide and to feed in.
+
+mod assign;
+mod local;
+mod model;
+mod offer;
+mod publish;
+mod summary;
+
+pub use assign::{cell_hash, place_cells, CELL_FILL_PERMILLE, CELL_SEED};
+pub use local::{place_mesh, CellPlacer, MeshPlacement};
+pub use model::{Cell, CellInputError, CellPlacement, CellUnschedulable};
+pub use publish::{summarize, RANKED_DRIFT_DIVISOR};
+pub use summary::{
+    CellSummary, LabelOffer, SummaryError, ZoneOffer, CELL_CONTACTS_MAX, CELL_CONTACT_LEN_MAX,
+    CELL_LABELS_MAX, CELL_MEMBERS_MAX, CELL_NAME_LEN_MAX, CELL_SUMMARY_BYTES_MAX,
+    CELL_TOKEN_LEN_MAX, CELL_ZONES_MAX,
+};
