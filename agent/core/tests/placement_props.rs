@@ -590,8 +590,8 @@ fn infeasible_requests_are_reported() {
         p.unschedulable[&ReplicaId::new("fat", 0)],
         Unschedulable::RequestTooLarge { .. }
     ));
-    // Six replicas, four nodes in two zones: four run, two per zone (which four follows their own
-    // lists, not their indices); the other two wait for nodes.
+    // Six replicas, four nodes in two zones: four run, two per zone; the other two wait for
+    // nodes.
     let many: Vec<ReplicaId> = (0..6).map(|r| ReplicaId::new("many", r)).collect();
     let running: Vec<&String> = many.iter().filter_map(|r| p.assigned.get(r)).collect();
     assert_eq!(running.len(), 4);

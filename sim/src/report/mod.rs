@@ -56,6 +56,9 @@ pub struct Report {
     pub forced_moves: u64,
     /// Live hosts declared dead while nothing explained it.
     pub false_dead: u64,
+    /// Latest any agent up at the end served a reconciler timer after its deadline, ms of
+    /// simulated time (the host loop wakes at `Reconciler::poll_timeout`).
+    pub timer_late_max_ms: u64,
     /// Ack to every live agent.
     pub spec_propagation: Dist,
     /// Gossip messages per host per simulated second.
@@ -180,6 +183,13 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
         moves: c.moves,
         forced_moves: c.forced_moves,
         false_dead: c.false_dead,
+        timer_late_max_ms: world
+            .hosts
+            .iter()
+            .filter_map(|h| h.running.as_ref())
+            .map(|a| a.host().stats().timer_late_max_ms)
+            .max()
+            .unwrap_or(0),
         spec_propagation: Dist::of(&c.propagation_ms),
         gossip_messages_per_node_per_s: round3(per(&|t| t.gossip_messages)),
         gossip_bytes_per_node_per_s: round3(per(&|t| t.gossip_bytes)),
@@ -282,6 +292,10 @@ impl Report {
             self.duplicate_longest_ms
         );
         s += &format!("  replica-seconds missing {:.1}, extra {:.1}; moves {} ({} forced) over {} membership changes\n", self.missing_replica_seconds, self.extra_replica_seconds, self.moves, self.forced_moves, self.membership_changes);
+        s += &format!(
+            "  reconciler timers served at most {} ms late\n",
+            self.timer_late_max_ms
+        );
         s += &format!("  false dead verdicts: {}; gossip {:.1} msg/s, {:.0} B/s per host; rpc {:.0} B/s per host\n", self.false_dead, self.gossip_messages_per_node_per_s, self.gossip_bytes_per_node_per_s, self.rpc_bytes_per_node_per_s);
         for v in &self.violations {
             s += &format!(

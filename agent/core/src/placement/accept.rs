@@ -719,59 +719,80 @@ impl Pass<'_> {
             let siblings = first[i] as usize..first[i + 1] as usize;
             let mut strength: Vec<usize> = siblings.clone().collect();
             strength.sort_by_key(|&x| reps[x].strength());
+            // Zones of the stronger siblings placed so far, sorted (each replica adds its own
+            // once its turn is over).
+            let mut lower: Vec<u32> = Vec::new();
             for (rank, &me) in strength.iter().enumerate() {
                 let node = reps[me].node;
                 if node == NONE {
                     continue;
                 }
-                let mut lower: Vec<u32> = strength[..rank]
-                    .iter()
-                    .map(|&x| reps[x].node)
-                    .filter(|&n| n != NONE)
-                    .map(|n| self.nodes.zone[n as usize])
-                    .collect();
-                lower.sort_unstable();
-                lower.dedup();
                 let zone = self.nodes.zone[node as usize];
-                if lower.binary_search(&zone).is_err() || lower.len() >= zones {
-                    continue;
-                }
-                // Nodes of weaker siblings, and whether each is at home there.
-                let higher: Vec<(u32, usize, bool)> = {
-                    let mut v: Vec<(u32, usize, bool)> = strength[rank + 1..]
-                        .iter()
-                        .filter(|&&x| reps[x].node != NONE)
-                        .map(|&x| (reps[x].node, x, reps[x].at_home()))
-                        .collect();
-                    v.sort_unstable();
-                    v
-                };
-                let (room, usable, nodes) = (&self.room, &self.usable, self.nodes);
-                let target = find(self.nodes, self.classes, t, 0, |e| {
-                    usable[e.node as usize]
-                        && lower.binary_search(&nodes.zone[e.node as usize]).is_err()
-                        && match higher.binary_search_by_key(&e.node, |h| h.0) {
-                            Ok(at) => !higher[at].2,
-                            Err(_) => request.fits_in(&room[e.node as usize]),
-                        }
-                });
-                let Some((_, to)) = target else {
-                    continue;
-                };
-                match higher.binary_search_by_key(&to, |h| h.0) {
-                    Ok(at) => reps[higher[at].1].node = NONE,
-                    Err(_) => {
-                        self.room[to as usize] = self.room[to as usize].saturating_sub(&request);
+                if lower.binary_search(&zone).is_ok() && lower.len() < zones {
+                    if let Some(to) = self.repair_target(t, &strength[rank + 1..], &lower, reps) {
+                        self.repair_move(me, to, request, &mut reps[siblings.clone()], first[i]);
+                        changed = true;
                     }
                 }
-                self.room[node as usize] = self.room[node as usize].saturating_add(&request);
-                reps[me].node = to;
-                self.touch(node);
-                self.touch(to);
-                changed = true;
+                let zone = self.nodes.zone[reps[me].node as usize];
+                if let Err(at) = lower.binary_search(&zone) {
+                    lower.insert(at, zone);
+                }
             }
         }
         changed
+    }
+
+    /// Where a replica sharing a zone with a stronger sibling can go: the first node of the
+    /// workload's order in a zone none of `lower` is, with room, or holding a sibling of `weaker`
+    /// away from its home.
+    fn repair_target(
+        &self,
+        t: &mut Tracked,
+        weaker: &[usize],
+        lower: &[u32],
+        reps: &[Rep],
+    ) -> Option<u32> {
+        let mut held: Vec<(u32, bool)> = weaker
+            .iter()
+            .filter(|&&x| reps[x].node != NONE)
+            .map(|&x| (reps[x].node, reps[x].at_home()))
+            .collect();
+        held.sort_unstable();
+        let (room, usable, nodes) = (&self.room, &self.usable, self.nodes);
+        let request = t.spec.request;
+        find(self.nodes, self.classes, t, 0, |e| {
+            usable[e.node as usize]
+                && lower.binary_search(&nodes.zone[e.node as usize]).is_err()
+                && match held.binary_search_by_key(&e.node, |h| h.0) {
+                    Ok(at) => !held[at].1,
+                    Err(_) => request.fits_in(&room[e.node as usize]),
+                }
+        })
+        .map(|(_, node)| node)
+    }
+
+    /// Moves replica `me` (a slot of the level) to `to`; a weaker sibling there gives way (it
+    /// waits its turn as a guest) and leaves its room to `me`.
+    /// `siblings` are the workload's replicas, the first of them at `first` in the level.
+    fn repair_move(
+        &mut self,
+        me: usize,
+        to: u32,
+        request: Resources,
+        siblings: &mut [Rep],
+        first: u32,
+    ) {
+        let me = me - first as usize;
+        let from = siblings[me].node;
+        match siblings.iter_mut().find(|r| r.node == to) {
+            Some(weaker) => weaker.node = NONE,
+            None => self.room[to as usize] = self.room[to as usize].saturating_sub(&request),
+        }
+        self.room[from as usize] = self.room[from as usize].saturating_add(&request);
+        siblings[me].node = to;
+        self.touch(from);
+        self.touch(to);
     }
 
     /// Step 3 in the actual pass: zone-spread workloads of the level that share a zone while a
