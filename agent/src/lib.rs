@@ -5,6 +5,7 @@
 pub use shoal_core as core;
 
 pub mod agent;
+pub mod cells;
 pub mod dispatch;
 pub mod gossip;
 pub mod guard;

@@ -40,6 +40,10 @@ pub struct AgentOptions {
     pub pki_dir: PathBuf,
     /// Members to join through.
     pub seeds: Vec<SocketAddr>,
+    /// The cell, a DNS label ([`crate::cells::DEFAULT_CELL`] for a mesh of one cell).
+    pub cell: String,
+    /// API addresses of agents of other cells to learn the mesh's cells from.
+    pub cell_seeds: Vec<SocketAddr>,
     /// Declared CPU capacity.
     pub cpu_millis: u64,
     /// Declared memory capacity.
@@ -171,6 +175,8 @@ pub async fn run_agent(
         record,
         tuning: opts.tuning.clone(),
         cluster_id: cluster,
+        cell: opts.cell.clone(),
+        cell_seeds: opts.cell_seeds.clone(),
     };
     let clock = system_clock();
     let running = start_node(setup, store, &transport, rpc_client, clock.clone(), false).await?;

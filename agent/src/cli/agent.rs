@@ -36,6 +36,14 @@ pub struct Args {
     /// rejoins through the peers it last knew.
     #[arg(long = "seed", value_name = "IP:PORT")]
     seeds: Vec<SocketAddr>,
+    /// The cell: this agent's gossip domain (a DNS label; every --seed must be of the same
+    /// cell). A mesh of one cell needs none.
+    #[arg(long, default_value = shoal::cells::DEFAULT_CELL)]
+    cell: String,
+    /// The API address of an agent of another cell, to learn the mesh's other cells from when
+    /// this cell knows none yet (repeatable).
+    #[arg(long = "cell-seed", value_name = "IP:PORT")]
+    cell_seeds: Vec<SocketAddr>,
     /// Declared CPU capacity (default: this machine's CPUs).
     #[arg(long)]
     cpu: Option<String>,
@@ -122,6 +130,7 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
         labels.insert(k.trim().to_string(), v.trim().to_string());
     }
     shoal::pki::validate_name(&args.name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+    shoal::cells::check_cell_name(&args.cell).map_err(|e| anyhow::anyhow!("--cell: {e}"))?;
     Ok(AgentOptions {
         name: args.name.clone(),
         gossip_addr: args.gossip,
@@ -129,6 +138,8 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
         data_dir: args.data_dir.clone(),
         pki_dir: args.pki.clone(),
         seeds: args.seeds.clone(),
+        cell: args.cell.clone(),
+        cell_seeds: args.cell_seeds.clone(),
         cpu_millis,
         memory_bytes,
         zone: args.zone.clone(),

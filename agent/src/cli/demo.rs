@@ -246,7 +246,7 @@ cpu = "200m"
 memory = "64Mi"
 [health]
 interval = "2s"
-timeout = "2s"
+timeout = "5s"
 failure_threshold = 3
 start_grace = "20s"
 [health.exec]

@@ -7,22 +7,31 @@ use serde::Serialize;
 use shoal::mesh::api::{Request, Response};
 use shoal_core::resources::{format_cpu_millis, format_memory_bytes};
 
+use shoal::cells::CellView;
+use shoal::mesh::api::NodeView;
+
 use super::connect::{call, ClientOpts, Output};
 
 /// Arguments of `shoal nodes`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  shoal nodes\n  shoal nodes -o json --agent 10.0.0.5:7001")]
+#[command(
+    after_help = "Examples:\n  shoal nodes\n  shoal nodes --cell eu-2\n  shoal nodes -o json --agent 10.0.0.5:7001"
+)]
 pub struct Args {
     #[command(flatten)]
     client: ClientOpts,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t)]
     output: Output,
+    /// List the nodes of this cell instead of the agent's own (asked of one of its envoys).
+    #[arg(long)]
+    cell: Option<String>,
 }
 
 #[derive(Serialize)]
 struct Row<'a> {
     name: &'a str,
+    cell: &'a str,
     alive: bool,
     zone: &'a str,
     cpu_millis: u64,
@@ -32,16 +41,64 @@ struct Row<'a> {
     api_addr: Option<&'a str>,
 }
 
-/// Lists nodes.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let Response::Nodes(nodes) = call(&args.client, Request::Nodes)? else {
-        bail!("unexpected answer from the agent");
+/// The cells the agent knows (an agent of an older version knows none).
+fn cells(client: &ClientOpts) -> anyhow::Result<Vec<CellView>> {
+    match call(client, Request::CellList)? {
+        Response::CellList(cells) => Ok(cells),
+        _ => bail!("unexpected answer from the agent to a cell list"),
+    }
+}
+
+/// Where to ask for the nodes of `cell`: the agent itself for its own cell, else one of the
+/// cell's envoys as its summary lists them (the first that answers).
+fn nodes_of(args: &Args, known: &[CellView]) -> anyhow::Result<(String, Vec<NodeView>)> {
+    let own = known
+        .iter()
+        .find(|c| c.own)
+        .map_or(shoal::cells::DEFAULT_CELL, |c| c.summary.cell.as_str());
+    let want = args.cell.as_deref().unwrap_or(own);
+    if want == own {
+        let Response::Nodes(nodes) = call(&args.client, Request::Nodes)? else {
+            bail!("unexpected answer from the agent");
+        };
+        return Ok((own.to_string(), nodes));
+    }
+    let Some(cell) = known.iter().find(|c| c.summary.cell == want) else {
+        let names: Vec<&str> = known.iter().map(|c| c.summary.cell.as_str()).collect();
+        bail!(
+            "--cell {want}: the agent at {} knows no such cell (it knows: {})",
+            args.client.agent,
+            names.join(", ")
+        );
     };
+    let mut last = anyhow::anyhow!("cell {want} lists no contact");
+    for contact in &cell.summary.contacts {
+        let Some((_, addr)) = shoal::cells::parse_contact(contact) else {
+            continue;
+        };
+        let client = ClientOpts {
+            agent: addr,
+            ..args.client.clone()
+        };
+        match call(&client, Request::Nodes) {
+            Ok(Response::Nodes(nodes)) => return Ok((want.to_string(), nodes)),
+            Ok(_) => last = anyhow::anyhow!("unexpected answer from {contact}"),
+            Err(e) => last = e.context(format!("asking {contact}, an envoy of cell {want}")),
+        }
+    }
+    Err(last)
+}
+
+/// Lists nodes (and, in a mesh of several cells, the cells).
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let known = cells(&args.client)?;
+    let (cell, nodes) = nodes_of(&args, &known)?;
     if args.output == Output::Json {
         let rows: Vec<Row> = nodes
             .iter()
             .map(|n| Row {
                 name: &n.name,
+                cell: &cell,
                 alive: n.alive,
                 zone: &n.zone,
                 cpu_millis: n.cpu_millis,
@@ -53,6 +110,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(ExitCode::SUCCESS);
+    }
+    if known.len() > 1 {
+        print_cells(&known);
+        println!();
+        println!("NODES OF CELL {cell}");
     }
     println!(
         "{:<24} {:<6} {:<12} {:>8} {:>10}  GOSSIP",
@@ -75,4 +137,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The cells table: name, state, live members, ranked capacity and what is free.
+fn print_cells(cells: &[CellView]) {
+    println!(
+        "{:<20} {:<5} {:>7} {:>9} {:>11} {:>9} {:>11}",
+        "CELL", "STATE", "MEMBERS", "CPU", "MEMORY", "FREE CPU", "FREE MEMORY"
+    );
+    for c in cells {
+        let s = &c.summary;
+        let state = match (c.own, c.down) {
+            (true, _) => "own",
+            (false, true) => "down",
+            (false, false) => "up",
+        };
+        println!(
+            "{:<20} {:<5} {:>7} {:>9} {:>11} {:>9} {:>11}",
+            s.cell,
+            state,
+            s.members,
+            format_cpu_millis(s.capacity.cpu_millis),
+            format_memory_bytes(s.capacity.memory_bytes),
+            format_cpu_millis(s.free.cpu_millis),
+            format_memory_bytes(s.free.memory_bytes),
+        );
+    }
 }

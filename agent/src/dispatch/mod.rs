@@ -67,6 +67,18 @@ impl Api {
                 let live = members.iter().any(|m| m.alive && m.name == peer_name.0);
                 Ok(Response::Hears { live })
             }
+            Request::Cells { cell, known } => handle_cells(&node, cell, known).await,
+            Request::CellsPush { entries } => {
+                if entries.len() > shoal_core::cells::CELLS_MAX {
+                    Err(too_many("CellsPush entries"))
+                } else {
+                    let outcome = node.cells.merge(entries, (node.clock)(), &peer_name.0);
+                    Ok(Response::CellsPushed {
+                        refused: outcome.refused.len() as u32,
+                    })
+                }
+            }
+            Request::CellList => Ok(Response::CellList(node.cells.list())),
             Request::Digest => {
                 let digest = node.with_store(|s| s.digest().encode()).await;
                 Ok(Response::Digest(digest))
@@ -103,5 +115,40 @@ fn request_kind(req: &Request) -> &'static str {
         Request::Drain { .. } => "drain",
         Request::Clock => "clock",
         Request::Hears => "hears",
+        Request::Cells { .. } => "cells",
+        Request::CellsPush { .. } => "cells-push",
+        Request::CellList => "cell-list",
     }
+}
+
+fn too_many(what: &str) -> crate::mesh::api::ApiError {
+    crate::mesh::api::ApiError::new(
+        crate::mesh::api::ErrorKind::Invalid,
+        format!(
+            "{what}: more than {} cells in one message",
+            shoal_core::cells::CELLS_MAX
+        ),
+    )
+}
+
+/// A peer's pull of the cells table: what it lacks, what this agent holds, and its store digest
+/// summary (an envoy of another cell pulls the store when it differs).
+async fn handle_cells(
+    node: &MeshNode,
+    cell: String,
+    known: Vec<shoal_core::cells::Known>,
+) -> Result<Response, crate::mesh::api::ApiError> {
+    if known.len() > shoal_core::cells::CELLS_MAX {
+        return Err(too_many("Cells known"));
+    }
+    tracing::trace!(from_cell = %cell, "cells pull");
+    let store = node
+        .with_store(|s| crate::mesh::sync::to_hex(&s.digest().summary().encode()))
+        .await;
+    Ok(Response::Cells {
+        cell: node.cells.own().to_string(),
+        entries: node.cells.newer_than(&known),
+        known: node.cells.known(),
+        store,
+    })
 }

@@ -157,7 +157,10 @@ impl Api {
         // The mesh's own issues (clock skew) live under their own key; this node's, fresh.
         let mut clock: BTreeMap<String, (bool, Vec<Issue>)> = self.gossiped(CLOCK_ISSUE_KEY).await;
         let members = self.node.members().await;
-        let mine = self.node.clock_issue(&members).await.into_iter().collect();
+        let mine = crate::mesh::skew::current_issue(&self.node, &members)
+            .await
+            .into_iter()
+            .collect();
         clock.insert(self.node.name.clone(), (true, mine));
         let mut issues: Vec<Issue> = by_node
             .into_values()

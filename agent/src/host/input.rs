@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use chitchat::{Chitchat, ChitchatId};
+use shoal_core::cells::{Cell, CellPlacer};
 use shoal_core::placement::Placement;
 use shoal_core::reconcile::{InstanceStatus, Membership, ReconcileInput, SpecEntry};
 use shoal_core::stacking::StackedPlacer;
@@ -37,6 +38,10 @@ pub struct ShellState {
     /// Keeps the placement up to date incrementally (a full pass costs about a second at
     /// 10,000 nodes; a node going down or a spec change, tens of milliseconds).
     placer: StackedPlacer,
+    /// The same in a mesh of several cells: the cell level, then this cell's node level.
+    cell_placer: CellPlacer,
+    /// The cells placed over last (`None`: one cell, single-level placement).
+    cells: Option<Vec<Cell>>,
     /// Peers' observed state that failed to decode, counted.
     pub statuses_rejected: u64,
     /// The input of the last round, updated in place.
@@ -96,8 +101,22 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
     if specs_moved {
         shell.input.specs = shell.specs.clone();
     }
-    // The placement is a function of the members and the specs only.
-    if members_moved || specs_moved {
+    // The placement is a function of the members, the specs and the cells only.
+    let cells = node.cells.placement_cells();
+    let cells_moved = cells != shell.cells;
+    if cells_moved {
+        shell.input.exclusive_unsupported = cells.as_ref().map(|c| {
+            format!(
+                "this mesh has {} cells, and an exclusive replica's fencing across cells is not \
+                 built yet (a cell cut off from the others could keep its copy while another \
+                 cell starts one); run exclusive workloads in a mesh of one cell",
+                c.len()
+            )
+        });
+        shell.cells = cells;
+        shell.placement_key = None;
+    }
+    if members_moved || specs_moved || cells_moved {
         let before = shell.placement.clone();
         let members = std::mem::take(&mut shell.members);
         refresh_placement(host, shell, members.members());
@@ -285,8 +304,24 @@ fn refresh_placement(host: &Host, shell: &mut ShellState, members: &[Member]) {
         .values()
         .map(|e| view::placement_workload(&e.spec))
         .collect();
-    shell.placement = Arc::new(shell.placer.update(&nodes, &workloads));
+    shell.placement = match &shell.cells {
+        Some(cells) => {
+            let own = host.node.cells.own();
+            Arc::new(
+                shell
+                    .cell_placer
+                    .update(own, cells, &nodes, &workloads)
+                    .local
+                    .clone(),
+            )
+        }
+        None => Arc::new(shell.placer.update(&nodes, &workloads)),
+    };
     shell.placement_key = Some(key);
+    host.node.cells.set_local(crate::cells::LocalPlacement {
+        placement: shell.placement.clone(),
+        workloads: Arc::new(workloads),
+    });
     host.stats.lock().expect("stats lock").placement_last_us = began.elapsed().as_micros() as u64;
 }
 

@@ -79,6 +79,20 @@ pub enum Request {
     /// Agent to agent: does your failure detector hold me (the caller, by its certificate) live?
     /// An owner of exclusive replicas keeps them only while a majority says yes.
     Hears,
+    /// Agent to agent: the cells table entries newer than what the caller holds.
+    Cells {
+        /// The caller's cell.
+        cell: String,
+        /// What the caller holds (at most [`shoal_core::cells::CELLS_MAX`]).
+        known: Vec<shoal_core::cells::Known>,
+    },
+    /// Agent to agent (an envoy): take these entries, newer than what the callee said it holds.
+    CellsPush {
+        /// At most [`shoal_core::cells::CELLS_MAX`].
+        entries: Vec<shoal_core::cells::CellEntry>,
+    },
+    /// The cells this agent knows, for `shoal nodes`.
+    CellList,
 }
 
 /// An agent's answer.
@@ -141,6 +155,24 @@ pub enum Response {
         /// It does.
         live: bool,
     },
+    /// The callee's cells table entries newer than the caller's.
+    Cells {
+        /// The callee's cell.
+        cell: String,
+        /// Entries the caller lacks.
+        entries: Vec<shoal_core::cells::CellEntry>,
+        /// What the callee holds (so the caller can push what the callee lacks).
+        known: Vec<shoal_core::cells::Known>,
+        /// The callee's store digest summary (hex), to compare across cells.
+        store: String,
+    },
+    /// Entries taken; how many were refused.
+    CellsPushed {
+        /// Entries refused (and counted).
+        refused: u32,
+    },
+    /// The cells this agent knows, by name.
+    CellList(Vec<crate::cells::CellView>),
 }
 
 /// A failure, with a kind the CLI maps to a message and exit code.

@@ -68,6 +68,8 @@ pub fn mem_setup(i: usize, subnet: u8, zone: &str) -> MeshSetup {
         },
         tuning: crate::gossip::GossipTuning::default(),
         cluster_id: "test".into(),
+        cell: crate::cells::DEFAULT_CELL.to_string(),
+        cell_seeds: Vec::new(),
     }
 }
 

@@ -25,7 +25,7 @@ pub async fn mesh_families(
             (live, s.core().len() - live, newer_refused)
         })
         .await;
-    let verdict = node.clock_verdict(&members);
+    let verdict = node.skew.verdict(&members);
     let (refused_offset, refused_newer) = node.skew.refused();
     let (g, a) = (gossip.snapshot(), api.snapshot());
     let labelled = |pairs: Vec<(&'static str, &'static str, u64)>| {

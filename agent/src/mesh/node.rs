@@ -59,6 +59,8 @@ pub struct MeshNode {
     pub(crate) record: Mutex<Option<NodeRecord>>,
     /// Peers' clock samples and the writes refused for clock skew.
     pub(crate) skew: ClockSkew,
+    /// This agent's cell and every cell it knows.
+    pub cells: crate::cells::CellState,
     /// The membership as last read: re-read per node only when its chitchat keys moved.
     members: Mutex<view::MemberCache>,
     /// Where an operator's drain is kept across restarts (`DATA_DIR/draining`), when on disk.
@@ -75,6 +77,8 @@ impl MeshNode {
         clock: WallClock,
     ) -> Self {
         MeshNode {
+            skew: ClockSkew::new(Default::default(), name.clone(), clock.clone(), rpc.clone()),
+            cells: crate::cells::CellState::new(crate::cells::DEFAULT_CELL),
             name,
             store: Arc::new(Mutex::new(store)),
             gossip,
@@ -84,10 +88,15 @@ impl MeshNode {
             inline_store: AtomicBool::new(false),
             synced_once: AtomicBool::new(false),
             record: Mutex::new(None),
-            skew: ClockSkew::new(Default::default()),
             members: Mutex::new(view::MemberCache::default()),
             drain_marker: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The same node in `cell` (checked by the caller), before it is shared.
+    pub fn in_cell(mut self, cell: &str) -> Self {
+        self.cells = crate::cells::CellState::new(cell);
+        self
     }
 
     /// The record this node gossips.
@@ -199,7 +208,8 @@ impl MeshNode {
         if !problems.is_empty() {
             return Err(ApiError::new(ErrorKind::Invalid, problems.join("\n")));
         }
-        self.refuse_write_if_skewed("apply").await?;
+        let members = self.members().await;
+        self.skew.refuse_write_if_skewed("apply", &members)?;
         let mut results = Vec::new();
         for spec in specs {
             let body = view::encode_spec(&spec);
@@ -222,7 +232,8 @@ impl MeshNode {
     }
 
     pub(crate) async fn handle_delete(self: Arc<Self>, name: String) -> Result<Response, ApiError> {
-        self.refuse_write_if_skewed("delete").await?;
+        let members = self.members().await;
+        self.skew.refuse_write_if_skewed("delete", &members)?;
         let now = (self.clock)();
         let key = name.clone();
         let entry = self

@@ -41,6 +41,11 @@ pub struct MeshSetup {
     pub tuning: GossipTuning,
     /// Cluster id (derived from the CA).
     pub cluster_id: String,
+    /// The cell (a DNS label; [`crate::cells::DEFAULT_CELL`] for a one-cell mesh): its own
+    /// gossip domain.
+    pub cell: String,
+    /// API addresses of agents of other cells to learn the mesh's cells from.
+    pub cell_seeds: Vec<SocketAddr>,
 }
 
 /// A started mesh node and its background tasks.
@@ -112,12 +117,14 @@ pub async fn start_node(
         }
     }
     let summary = to_hex(&store.digest().summary().encode());
+    crate::cells::check_cell_name(&setup.cell).map_err(anyhow::Error::msg)?;
+    let gossip_cluster = crate::cells::gossip_cluster_id(&setup.cluster_id, &setup.cell);
     let config = chitchat_config_tuned(
         &setup.name,
         generation,
         setup.gossip_addr,
         &seeds,
-        &setup.cluster_id,
+        &gossip_cluster,
         &setup.tuning,
     );
     let mut kvs = vec![
@@ -132,7 +139,7 @@ pub async fn start_node(
         .with_context(|| format!("starting gossip on {}", setup.gossip_addr))?;
     tracing::info!(
         name = %setup.name, gossip = %setup.gossip_addr, api = %setup.record.api_addr, generation,
-        seeds = ?seeds, cluster = %setup.cluster_id, "agent started"
+        seeds = ?seeds, cluster = %setup.cluster_id, cell = %setup.cell, "agent started"
     );
     if !seeds.is_empty() {
         if let Some(other) = wait_for_name_conflict(&gossip, setup.tuning.gossip_interval).await {
@@ -144,21 +151,19 @@ pub async fn start_node(
             );
         }
     }
-    let node = Arc::new(MeshNode::new(
-        setup.name.clone(),
-        store,
-        gossip,
-        rpc_client,
-        clock,
-    ));
+    let node = Arc::new(
+        MeshNode::new(setup.name.clone(), store, gossip, rpc_client, clock).in_cell(&setup.cell),
+    );
+    node.cells.set_seeds(setup.cell_seeds.clone());
     node.stale
         .store(stale, std::sync::atomic::Ordering::Relaxed);
     node.inline_store
         .store(inline_store, std::sync::atomic::Ordering::Relaxed);
     *node.record.lock().expect("record lock") = Some(setup.record.clone());
     let tasks = vec![
-        tokio::spawn(node.clone().run_sync()),
+        tokio::spawn(super::sync::AntiEntropy::new(node.clone()).run()),
         tokio::spawn(watch_seeds(node.clone(), seeds)),
+        tokio::spawn(crate::cells::exchange::CellExchange::new(node.clone()).run()),
     ];
     Ok(RunningNode { node, tasks })
 }

@@ -15,9 +15,9 @@ use shoal_core::reconcile::{issue_id, Issue, IssueKind, Layer};
 use shoal_core::store::skew::{SkewConfig, SkewMonitor, SkewVerdict};
 
 use super::api::{ApiError, ErrorKind, Request, Response};
-use super::node::MeshNode;
+use super::node::{MeshNode, WallClock};
 use super::view::Member;
-use crate::rpc;
+use crate::rpc::{self, RpcClient};
 
 /// Anti-entropy rounds between two clock samples (one peer each, in turn).
 pub const CLOCK_PROBE_EVERY_ROUNDS: u64 = 3;
@@ -38,8 +38,13 @@ pub enum Refusal {
     NewerVersion,
 }
 
-/// The clock-skew state of one agent.
+/// The clock-skew part of one agent: its peers' clock samples and the writes refused. Its
+/// dependencies are explicit: the node's name, its wall clock and the RPC client it samples
+/// peers with; membership and the store's refusals are passed in.
 pub struct ClockSkew {
+    name: String,
+    clock: WallClock,
+    rpc: Arc<dyn RpcClient>,
     monitor: Mutex<SkewMonitor>,
     mono_start: tokio::time::Instant,
     refused_offset: AtomicU64,
@@ -49,8 +54,16 @@ pub struct ClockSkew {
 
 impl ClockSkew {
     /// A monitor with no samples yet.
-    pub fn new(config: SkewConfig) -> Self {
+    pub fn new(
+        config: SkewConfig,
+        name: String,
+        clock: WallClock,
+        rpc: Arc<dyn RpcClient>,
+    ) -> Self {
         ClockSkew {
+            name,
+            clock,
+            rpc,
             monitor: Mutex::new(SkewMonitor::new(config)),
             mono_start: tokio::time::Instant::now(),
             refused_offset: AtomicU64::new(0),
@@ -79,29 +92,26 @@ impl ClockSkew {
             self.refused_newer.load(Ordering::Relaxed),
         )
     }
-}
 
-fn live_peers(members: &[Member], me: &str) -> usize {
-    members.iter().filter(|m| m.alive && m.name != me).count()
-}
-
-impl MeshNode {
     /// The skew verdict now, given the membership.
-    pub fn clock_verdict(&self, members: &[Member]) -> SkewVerdict {
+    pub fn verdict(&self, members: &[Member]) -> SkewVerdict {
         let wall = (self.clock)();
-        let mono = self.skew.mono_ms();
-        let monitor = self.skew.monitor.lock().expect("skew lock");
+        let mono = self.mono_ms();
+        let monitor = self.monitor.lock().expect("skew lock");
         monitor.verdict(wall, mono, live_peers(members, &self.name))
     }
 
     /// Refuses a write (and counts it) while this agent's clock disagrees with its peers'.
-    pub(crate) async fn refuse_write_if_skewed(&self, what: &str) -> Result<(), ApiError> {
-        let members = self.members().await;
-        let verdict = self.clock_verdict(&members);
+    pub(crate) fn refuse_write_if_skewed(
+        &self,
+        what: &str,
+        members: &[Member],
+    ) -> Result<(), ApiError> {
+        let verdict = self.verdict(members);
         if !verdict.skewed {
             return Ok(());
         }
-        self.skew.count(Refusal::ClockOffset);
+        self.count(Refusal::ClockOffset);
         tracing::warn!(what, offset_ms = ?verdict.offset_ms, "write refused: clock skew");
         Err(ApiError::new(
             ErrorKind::ClockSkew,
@@ -130,38 +140,24 @@ impl MeshNode {
     }
 
     /// One clock round, from the anti-entropy loop: sample one live peer in turn every
-    /// [`CLOCK_PROBE_EVERY_ROUNDS`] rounds, then publish or clear the issue.
-    pub(crate) async fn clock_round(self: Arc<Self>, round: u64, members: &[Member]) {
-        if round.is_multiple_of(CLOCK_PROBE_EVERY_ROUNDS) {
-            let peers: Vec<_> = members
-                .iter()
-                .filter(|m| m.alive && m.name != self.name)
-                .filter_map(|m| m.record.as_ref().map(|r| (m.name.clone(), r.api_addr)))
-                .collect();
-            if !peers.is_empty() {
-                let (peer, addr) =
-                    &peers[(round / CLOCK_PROBE_EVERY_ROUNDS) as usize % peers.len()];
-                self.sample_clock(peer, *addr).await;
-            }
+    /// [`CLOCK_PROBE_EVERY_ROUNDS`] rounds.
+    pub(crate) async fn sample_round(&self, round: u64, members: &[Member]) {
+        if !round.is_multiple_of(CLOCK_PROBE_EVERY_ROUNDS) {
+            return;
         }
-        let issue = self.clock_issue(members).await;
-        let text = issue
-            .as_ref()
-            .map(|i| serde_json::to_string(&[i]).unwrap_or_default());
-        let chitchat = self.gossip.chitchat();
-        let mut guard = chitchat.lock().await;
-        let state = guard.self_node_state();
-        match text {
-            Some(text) if state.get(CLOCK_ISSUE_KEY) != Some(text.as_str()) => {
-                state.set(CLOCK_ISSUE_KEY, &text);
-            }
-            None if state.get(CLOCK_ISSUE_KEY).is_some() => state.delete(CLOCK_ISSUE_KEY),
-            _ => {}
+        let peers: Vec<_> = members
+            .iter()
+            .filter(|m| m.alive && m.name != self.name)
+            .filter_map(|m| m.record.as_ref().map(|r| (m.name.clone(), r.api_addr)))
+            .collect();
+        if !peers.is_empty() {
+            let (peer, addr) = &peers[(round / CLOCK_PROBE_EVERY_ROUNDS) as usize % peers.len()];
+            self.sample_clock(peer, *addr).await;
         }
     }
 
     async fn sample_clock(&self, peer: &str, addr: std::net::SocketAddr) {
-        let sent = self.skew.mono_ms();
+        let sent = self.mono_ms();
         let answer: Result<Response, _> = rpc::call_with(
             self.rpc.as_ref(),
             addr,
@@ -170,10 +166,10 @@ impl MeshNode {
             CLOCK_CALL_TIMEOUT,
         )
         .await;
-        let received = self.skew.mono_ms();
+        let received = self.mono_ms();
         match answer {
             Ok(Response::Clock { now_ms }) => {
-                let mut monitor = self.skew.monitor.lock().expect("skew lock");
+                let mut monitor = self.monitor.lock().expect("skew lock");
                 monitor.handle_sample(peer, now_ms, sent, received);
             }
             other => tracing::debug!(%peer, answer = ?other, "clock sample failed"),
@@ -181,18 +177,15 @@ impl MeshNode {
     }
 
     /// This node's clock-skew issue, if any: its clock disagrees with its peers', or it refuses
-    /// newer writes as too far ahead of its clock.
-    pub(crate) async fn clock_issue(&self, members: &[Member]) -> Option<Issue> {
-        let verdict = self.clock_verdict(members);
-        let now = (self.clock)();
-        let refused: Vec<(String, String, u64)> = self
-            .with_store(move |s| {
-                s.core()
-                    .refused_newer_all(now)
-                    .map(|(n, v)| (n.to_owned(), v.human(), v.hlc.wall_ms))
-                    .collect()
-            })
-            .await;
+    /// newer writes as too far ahead of its clock (`refused`: workload, version as shown, its
+    /// wall time, from the store's `refused_newer_all`).
+    pub(crate) fn issue(
+        &self,
+        members: &[Member],
+        now: u64,
+        refused: &[(String, String, u64)],
+    ) -> Option<Issue> {
+        let verdict = self.verdict(members);
         let mut parts = Vec::new();
         if verdict.skewed {
             parts.push(format!(
@@ -215,7 +208,7 @@ impl MeshNode {
                 named.join("; ")
             ));
         }
-        let mut since = self.skew.issue_since_ms.lock().expect("issue lock");
+        let mut since = self.issue_since_ms.lock().expect("issue lock");
         if parts.is_empty() {
             *since = None;
             return None;
@@ -236,5 +229,38 @@ impl MeshNode {
             approved: false,
             since_ms,
         })
+    }
+}
+
+fn live_peers(members: &[Member], me: &str) -> usize {
+    members.iter().filter(|m| m.alive && m.name != me).count()
+}
+
+/// `node`'s clock-skew issue now (reads the store's refusals).
+pub(crate) async fn current_issue(node: &MeshNode, members: &[Member]) -> Option<Issue> {
+    let now = (node.clock)();
+    let refused: Vec<(String, String, u64)> = node
+        .with_store(move |s| {
+            s.core()
+                .refused_newer_all(now)
+                .map(|(n, v)| (n.to_owned(), v.human(), v.hlc.wall_ms))
+                .collect()
+        })
+        .await;
+    node.skew.issue(members, now, &refused)
+}
+
+/// Publishes `issue` under [`CLOCK_ISSUE_KEY`] in `node`'s gossip state, or clears the key.
+pub(crate) async fn publish_issue(node: &MeshNode, issue: Option<&Issue>) {
+    let text = issue.map(|i| serde_json::to_string(&[i]).unwrap_or_default());
+    let chitchat = node.gossip.chitchat();
+    let mut guard = chitchat.lock().await;
+    let state = guard.self_node_state();
+    match text {
+        Some(text) if state.get(CLOCK_ISSUE_KEY) != Some(text.as_str()) => {
+            state.set(CLOCK_ISSUE_KEY, &text);
+        }
+        None if state.get(CLOCK_ISSUE_KEY).is_some() => state.delete(CLOCK_ISSUE_KEY),
+        _ => {}
     }
 }

@@ -1,7 +1,7 @@
 //! Anti-entropy: every round, publish this node's digest summary in gossip; pull the differing
 //! buckets from a live peer whose summary differs. Both sides do it, so both converge. Also keeps
 //! the peer list on disk fresh (for rejoining without --seed), purges old tombstones, and runs
-//! the clock-skew round ([`super::skew`]).
+//! the clock-skew round ([`super::skew`]). A part over its node: the node does not hold it.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -32,54 +32,80 @@ pub fn to_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-impl MeshNode {
-    /// Runs anti-entropy forever (cancel the task to stop it).
-    pub async fn run_sync(self: Arc<Self>) {
-        let mut round: u64 = 0;
-        let mut saved_peers: Vec<SocketAddr> = Vec::new();
-        loop {
-            tokio::time::sleep(SYNC_INTERVAL).await;
-            round += 1;
-            self.clone().sync_round(round).await;
-            if round % HOUSEKEEPING_EVERY_ROUNDS == 1 {
-                self.housekeeping(&mut saved_peers).await;
-            }
+/// The anti-entropy part of one agent: a task over its node.
+pub struct AntiEntropy {
+    node: Arc<MeshNode>,
+    round: u64,
+    /// The peer list last saved to the store.
+    saved_peers: Vec<SocketAddr>,
+}
+
+impl AntiEntropy {
+    /// Anti-entropy for `node`, no round run yet.
+    pub fn new(node: Arc<MeshNode>) -> Self {
+        AntiEntropy {
+            node,
+            round: 0,
+            saved_peers: Vec::new(),
         }
     }
 
-    /// One round: publish the summary, pull from peers that differ.
-    pub async fn sync_round(self: Arc<Self>, round: u64) {
-        if self.stale.load(Ordering::Relaxed) && !self.clone().resync_if_possible().await {
+    /// Runs anti-entropy forever (cancel the task to stop it).
+    pub async fn run(mut self) {
+        loop {
+            tokio::time::sleep(SYNC_INTERVAL).await;
+            self.round().await;
+        }
+    }
+
+    /// One round: publish the summary, pull from peers that differ (and now and then, the
+    /// housekeeping).
+    pub async fn round(&mut self) {
+        self.round += 1;
+        let round = self.round;
+        self.sync_round(round).await;
+        if round % HOUSEKEEPING_EVERY_ROUNDS == 1 {
+            let mut saved = std::mem::take(&mut self.saved_peers);
+            self.housekeeping(&mut saved).await;
+            self.saved_peers = saved;
+        }
+    }
+
+    async fn sync_round(&self, round: u64) {
+        let node = &self.node;
+        if node.stale.load(Ordering::Relaxed) && !self.resync_if_possible().await {
             return;
         }
-        let mine = self.with_store(|s| s.digest()).await;
+        let mine = node.with_store(|s| s.digest()).await;
         let summary = to_hex(&mine.summary().encode());
         {
-            let chitchat = self.gossip.chitchat();
+            let chitchat = node.gossip.chitchat();
             let mut guard = chitchat.lock().await;
             if guard.self_node_state().get(DIGEST_KEY) != Some(summary.as_str()) {
                 guard.self_node_state().set(DIGEST_KEY, &summary);
             }
         }
-        let members = self.members().await;
-        self.clone().clock_round(round, &members).await;
+        let members = node.members().await;
+        node.skew.sample_round(round, &members).await;
+        let issue = super::skew::current_issue(node, &members).await;
+        super::skew::publish_issue(node, issue.as_ref()).await;
         let differing: Vec<(String, SocketAddr)> = members
             .iter()
-            .filter(|m| m.alive && m.name != self.name)
+            .filter(|m| m.alive && m.name != node.name)
             .filter(|m| m.digest.as_deref().is_some_and(|d| d != summary))
             .filter_map(|m| m.record.as_ref().map(|r| (m.name.clone(), r.api_addr)))
             .collect();
         if differing.is_empty() {
             let has_peer = members
                 .iter()
-                .any(|m| m.alive && m.name != self.name && m.digest.is_some());
+                .any(|m| m.alive && m.name != node.name && m.digest.is_some());
             if has_peer {
-                self.synced_once.store(true, Ordering::Relaxed);
+                node.synced_once.store(true, Ordering::Relaxed);
             }
             // Recorded now and then, not every round: each write is an fsync.
             if has_peer && round.is_multiple_of(HOUSEKEEPING_EVERY_ROUNDS) {
-                let now = (self.clock)();
-                let _ = self.with_store(move |s| s.mark_synced(now)).await;
+                let now = (node.clock)();
+                let _ = node.with_store(move |s| s.mark_synced(now)).await;
             }
             return;
         }
@@ -87,7 +113,7 @@ impl MeshNode {
         let start = (round as usize) % differing.len();
         for i in 0..differing.len().min(SYNC_PEERS_PER_ROUND) {
             let (peer, addr) = &differing[(start + i) % differing.len()];
-            if let Err(e) = self.clone().pull_from(peer, *addr, &mine).await {
+            if let Err(e) = pull_from(&self.node, peer, *addr, &mine).await {
                 tracing::debug!(%peer, error = %e, "anti-entropy pull failed");
             }
         }
@@ -96,19 +122,20 @@ impl MeshNode {
     /// A stale node drops its entries once a live peer that is not stale can give it the
     /// current state; while every node is stale (the whole mesh was down), everyone keeps theirs.
     /// Returns true when the node is no longer stale.
-    async fn resync_if_possible(self: Arc<Self>) -> bool {
-        let members = self.members().await;
+    async fn resync_if_possible(&self) -> bool {
+        let node = &self.node;
+        let members = node.members().await;
         let fresh_peer = members
             .iter()
-            .any(|m| m.alive && m.name != self.name && !m.stale && m.digest.is_some());
+            .any(|m| m.alive && m.name != node.name && !m.stale && m.digest.is_some());
         if !fresh_peer {
             return false;
         }
-        match self.with_store(|s| s.discard_all()).await {
+        match node.with_store(|s| s.discard_all()).await {
             Ok(dropped) => {
                 tracing::warn!(dropped, "stale store discarded: resynchronizing from peers");
-                self.stale.store(false, Ordering::Relaxed);
-                let chitchat = self.gossip.chitchat();
+                node.stale.store(false, Ordering::Relaxed);
+                let chitchat = node.gossip.chitchat();
                 chitchat.lock().await.self_node_state().delete(STALE_KEY);
                 true
             }
@@ -119,86 +146,88 @@ impl MeshNode {
         }
     }
 
-    async fn pull_from(
-        self: Arc<Self>,
-        peer: &str,
-        addr: SocketAddr,
-        mine: &Digest,
-    ) -> Result<(), String> {
-        let answer: Response = rpc::call_with(
-            self.rpc.as_ref(),
-            addr,
-            peer,
-            &Request::Digest,
-            SYNC_CALL_TIMEOUT,
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-        let Response::Digest(bytes) = answer else {
-            return Err(format!("unexpected answer to Digest: {answer:?}"));
-        };
-        let theirs = Digest::decode(&bytes).map_err(|e| e.to_string())?;
-        let buckets = mine.diff_buckets(&theirs);
-        if buckets.is_empty() {
-            return Ok(());
-        }
-        let mut after = None;
-        for _ in 0..SYNC_PAGES_PER_PEER_MAX {
-            let req = Request::Pull {
-                buckets: buckets.clone(),
-                after: after.take(),
-            };
-            let answer: Response =
-                rpc::call_with(self.rpc.as_ref(), addr, peer, &req, SYNC_CALL_TIMEOUT)
-                    .await
-                    .map_err(|e| e.to_string())?;
-            let Response::Entries {
-                entries,
-                next_after,
-            } = answer
-            else {
-                return Err(format!("unexpected answer to Pull: {answer:?}"));
-            };
-            let now = (self.clock)();
-            let outcome = self
-                .with_store(move |s| s.merge_remote(entries, now))
-                .await
-                .map_err(|e| e.to_string())?;
-            if !outcome.changed.is_empty() {
-                tracing::info!(%peer, changed = ?outcome.changed, "anti-entropy caught up");
-            }
-            for rejected in outcome.rejected {
-                tracing::warn!(%peer, ?rejected, "pulled entry refused");
-            }
-            match next_after {
-                Some(next) => after = Some(next),
-                None => return Ok(()),
-            }
-        }
-        Ok(())
-    }
-
     async fn housekeeping(&self, saved: &mut Vec<SocketAddr>) {
-        let members = self.members().await;
+        let node = &self.node;
+        let members = node.members().await;
         let mut peers: Vec<SocketAddr> = members
             .iter()
-            .filter(|m| m.alive && m.name != self.name)
+            .filter(|m| m.alive && m.name != node.name)
             .map(|m| m.id.gossip_advertise_addr)
             .collect();
         peers.sort();
         peers.truncate(crate::store_db::PEERS_MAX);
         if !peers.is_empty() && peers != *saved {
             let to_save = peers.clone();
-            match self.with_store(move |s| s.peers_save(&to_save)).await {
+            match node.with_store(move |s| s.peers_save(&to_save)).await {
                 Ok(()) => *saved = peers,
                 Err(e) => tracing::warn!(error = %e, "saving the peer list failed"),
             }
         }
-        let now = (self.clock)();
-        match self.with_store(move |s| s.gc(now)).await {
+        let now = (node.clock)();
+        match node.with_store(move |s| s.gc(now)).await {
             Ok(purged) if !purged.is_empty() => tracing::info!(?purged, "purged old tombstones"),
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "tombstone purge failed"),
         }
     }
+}
+
+/// Pulls from `peer` the entries of the buckets where its digest differs from `mine`.
+pub(crate) async fn pull_from(
+    node: &MeshNode,
+    peer: &str,
+    addr: SocketAddr,
+    mine: &Digest,
+) -> Result<(), String> {
+    let answer: Response = rpc::call_with(
+        node.rpc.as_ref(),
+        addr,
+        peer,
+        &Request::Digest,
+        SYNC_CALL_TIMEOUT,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let Response::Digest(bytes) = answer else {
+        return Err(format!("unexpected answer to Digest: {answer:?}"));
+    };
+    let theirs = Digest::decode(&bytes).map_err(|e| e.to_string())?;
+    let buckets = mine.diff_buckets(&theirs);
+    if buckets.is_empty() {
+        return Ok(());
+    }
+    let mut after = None;
+    for _ in 0..SYNC_PAGES_PER_PEER_MAX {
+        let req = Request::Pull {
+            buckets: buckets.clone(),
+            after: after.take(),
+        };
+        let answer: Response =
+            rpc::call_with(node.rpc.as_ref(), addr, peer, &req, SYNC_CALL_TIMEOUT)
+                .await
+                .map_err(|e| e.to_string())?;
+        let Response::Entries {
+            entries,
+            next_after,
+        } = answer
+        else {
+            return Err(format!("unexpected answer to Pull: {answer:?}"));
+        };
+        let now = (node.clock)();
+        let outcome = node
+            .with_store(move |s| s.merge_remote(entries, now))
+            .await
+            .map_err(|e| e.to_string())?;
+        if !outcome.changed.is_empty() {
+            tracing::info!(%peer, changed = ?outcome.changed, "anti-entropy caught up");
+        }
+        for rejected in outcome.rejected {
+            tracing::warn!(%peer, ?rejected, "pulled entry refused");
+        }
+        match next_after {
+            Some(next) => after = Some(next),
+            None => return Ok(()),
+        }
+    }
+    Ok(())
 }

@@ -142,6 +142,12 @@ impl Checker {
             .held_since_ms
             .filter(|_| passed)
             .map(|t| t - live.started_ms);
+        if let (false, true, Some(since)) = (passed, live.gaps.is_empty(), live.held_since_ms) {
+            live.gaps.push(format!(
+                "whole for only {} ms of the {LIVENESS_HOLD_MS} ms required",
+                now.saturating_sub(since)
+            ));
+        }
         live.gaps.truncate(GAPS_SHOWN_MAX);
         let line = match passed {
             true => format!(

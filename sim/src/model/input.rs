@@ -97,6 +97,7 @@ pub(super) fn build(
         instances: host.runtime.values().cloned().collect(),
         runtime_unavailable: None,
         exclusive_guard_unavailable: None,
+        exclusive_unsupported: None,
         supports_containers: true,
         supports_processes: true,
         peers,

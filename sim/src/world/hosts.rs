@@ -157,6 +157,8 @@ impl World {
             record: host.record.clone(),
             tuning: self.tuning.clone(),
             cluster_id: "shoal-sim".into(),
+            cell: shoal::cells::DEFAULT_CELL.to_string(),
+            cell_seeds: Vec::new(),
         };
         let (net, disk, clock) = (self.net.clone(), host.disk.clone(), host.clock.wall_clock());
         host.starting = Some(tokio::spawn(async move {

@@ -27,6 +27,7 @@ mod model;
 mod offer;
 mod publish;
 mod summary;
+mod table;
 
 pub use assign::{cell_hash, place_cells, CELL_FILL_PERMILLE, CELL_SEED};
 pub use local::{place_mesh, CellPlacer, MeshPlacement};
@@ -36,4 +37,8 @@ pub use summary::{
     CellSummary, LabelOffer, SummaryError, ZoneOffer, CELL_CONTACTS_MAX, CELL_CONTACT_LEN_MAX,
     CELL_LABELS_MAX, CELL_MEMBERS_MAX, CELL_NAME_LEN_MAX, CELL_SUMMARY_BYTES_MAX,
     CELL_TOKEN_LEN_MAX, CELL_ZONES_MAX,
+};
+pub use table::{
+    content_version, CellEntry, CellTable, EntryRefusal, Known, MergeOutcome, CELLS_MAX,
+    CELL_DOWN_MS, CELL_FORGET_MS, STAMP_AHEAD_MAX_MS,
 };

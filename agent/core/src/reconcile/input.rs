@@ -36,6 +36,10 @@ pub struct ReconcileInput {
     /// shell's guard process cannot start or cannot be renewed), so exclusive replicas are not
     /// started here; the text says why. Instances already running are left to the usual rules.
     pub exclusive_guard_unavailable: Option<String>,
+    /// When set, the mesh cannot keep an exclusive replica to one copy here (for now: a mesh of
+    /// several cells, whose fencing across cells is not built), so exclusive replicas are not
+    /// started here; the text says why. Instances already running are left to the usual rules.
+    pub exclusive_unsupported: Option<String>,
     /// The peers' observed instances, as they gossip [`Reconciler::observed`](super::Reconciler::observed),
     /// by node name. A node present with an empty list has published that it runs nothing; a node
     /// absent has published nothing yet. Keep a peer's last state after it goes unreachable or

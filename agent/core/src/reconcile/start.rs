@@ -55,6 +55,14 @@ pub(crate) fn plan_start(
         );
         return;
     }
+    if let (Some(why), true) = (
+        ctx.input.exclusive_unsupported.as_ref(),
+        entry.spec.placement.exclusive,
+    ) {
+        let msg = format!("exclusive replica not started: {why}");
+        plan.issue(IssueKind::Unsupported, Some(replica), msg);
+        return;
+    }
     if let Some(why) = ctx.input.exclusive_guard_unavailable.as_ref() {
         if entry.spec.placement.exclusive {
             let msg = format!(

@@ -360,6 +360,7 @@ impl Cluster {
             instances,
             runtime_unavailable: None,
             exclusive_guard_unavailable: agent.guard_unavailable.clone(),
+            exclusive_unsupported: None,
             supports_containers: agent.supports_containers,
             supports_processes: true,
             peers,

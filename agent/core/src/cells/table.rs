@@ -1,0 +1,354 @@
+//! [`CellTable`]: what one agent knows of every cell of the mesh, merged from what envoys
+//! exchange. Pure: time arrives as arguments (`now_mono` for freshness, `now_wall` only to refuse
+//! stamps from the future), and the shell moves the bytes.
+//!
+//! Each cell's envoys publish its summary with a **stamp** (the publishing envoy's wall clock, ms)
+//! and a **version** (a hash of the summary's content, so two envoys of one cell publishing the
+//! same content publish the same version, and a receiver already holding it is not sent the body
+//! again). A higher stamp replaces a lower one. A cell whose stamp has not grown for
+//! [`CELL_DOWN_MS`] of this agent's monotonic time is **down** (its envoys failed or are cut
+//! off); this agent's own cell never is. Entries relay an **age** (how long ago the relaying agent
+//! heard the stamp first), so an agent that learns of a cell second-hand does not think it fresher
+//! than it is.
+//!
+//! Nothing received can make the table panic or grow without bound: at most [`CELLS_MAX`] cells,
+//! every summary validated ([`CellSummary::validate`]), a version that does not match its content,
+//! a stamp from the future or a body for another cell refused and counted.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::model::Cell;
+use super::summary::CellSummary;
+
+/// Most cells a table holds; more are refused and counted.
+pub const CELLS_MAX: usize = 1024;
+/// A cell whose stamp has not grown for this long (monotonic ms) is down.
+pub const CELL_DOWN_MS: u64 = 8_000;
+/// A cell down this long is forgotten (its replicas stop waiting for it).
+pub const CELL_FORGET_MS: u64 = 60 * 60 * 1000;
+/// A stamp further ahead of this agent's wall clock than this is refused (a clock that far off is
+/// an issue of its own; a stamp at `u64::MAX` would otherwise pin a cell up forever).
+pub const STAMP_AHEAD_MAX_MS: u64 = 60_000;
+
+/// One cell as exchanged between agents.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellEntry {
+    /// The cell.
+    pub cell: String,
+    /// [`content_version`] of the summary.
+    pub version: u64,
+    /// The publishing envoy's wall clock when it published, ms.
+    pub stamp: u64,
+    /// How long ago (ms) the sender first held this stamp.
+    pub age_ms: u64,
+    /// The summary, left out when the receiver already holds this version.
+    pub summary: Option<CellSummary>,
+}
+
+/// What an agent holds of one cell, as it tells a peer (so the peer sends only what is newer).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Known {
+    /// The cell.
+    pub cell: String,
+    /// The version held.
+    pub version: u64,
+    /// The stamp held.
+    pub stamp: u64,
+}
+
+/// Why a received entry was not taken.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum EntryRefusal {
+    /// The summary failed [`CellSummary::validate`].
+    Invalid(String),
+    /// The summary names another cell than the entry.
+    WrongCell,
+    /// The version is not the hash of the summary's content.
+    VersionMismatch,
+    /// The stamp is more than [`STAMP_AHEAD_MAX_MS`] ahead of this agent's clock.
+    FromTheFuture,
+    /// A newer stamp of a version this agent does not hold, without its body.
+    MissingBody,
+    /// The table already holds [`CELLS_MAX`] cells.
+    TableFull,
+}
+
+/// What [`CellTable::merge`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MergeOutcome {
+    /// Cells whose entry changed (a newer stamp or content).
+    pub updated: Vec<String>,
+    /// Entries refused, with why.
+    pub refused: Vec<(String, EntryRefusal)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Held {
+    summary: CellSummary,
+    version: u64,
+    stamp: u64,
+    /// When this agent first held `stamp` (or heard of it, back-dated by the relayed age).
+    heard_mono: u64,
+}
+
+/// The version of a summary: a hash of its content with `version` set to 0.
+pub fn content_version(summary: &CellSummary) -> u64 {
+    let mut s = summary.clone();
+    s.version = 0;
+    let bytes = serde_json::to_vec(&s).expect("a summary always serializes");
+    xxhash_rust::xxh3::xxh3_64(&bytes)
+}
+
+/// One agent's table of cells.
+#[derive(Clone, Debug, Default)]
+pub struct CellTable {
+    own: String,
+    cells: BTreeMap<String, Held>,
+    refused_total: u64,
+}
+
+impl CellTable {
+    /// A table for an agent of cell `own`, knowing no cell yet.
+    pub fn new(own: &str) -> CellTable {
+        CellTable {
+            own: own.to_string(),
+            ..CellTable::default()
+        }
+    }
+
+    /// This agent's cell.
+    pub fn own(&self) -> &str {
+        &self.own
+    }
+
+    /// Cells held.
+    pub fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// Whether no cell is held.
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    /// Entries refused since the table was made.
+    pub fn refused_total(&self) -> u64 {
+        self.refused_total
+    }
+
+    /// An envoy of this agent's cell publishes `summary` (its `version` is replaced by
+    /// [`content_version`]) at `now_wall`, or just after the newest stamp held for the cell when
+    /// that is later (another envoy's clock ahead of this one's): the cell's stamps keep growing
+    /// while any of its envoys publishes. Returns the stamp used.
+    pub fn publish(&mut self, mut summary: CellSummary, now_wall: u64, now_mono: u64) -> u64 {
+        let held = self.cells.get(&summary.cell).map_or(0, |h| h.stamp);
+        let stamp = now_wall.max(held.saturating_add(1));
+        summary.version = 0;
+        summary.version = content_version(&summary);
+        let entry = CellEntry {
+            cell: summary.cell.clone(),
+            version: summary.version,
+            stamp,
+            age_ms: 0,
+            summary: Some(summary),
+        };
+        // The agent's own publication: its own clock, no refusal for the future.
+        let outcome = self.merge(vec![entry], now_mono, u64::MAX - STAMP_AHEAD_MAX_MS);
+        debug_assert!(outcome.refused.is_empty(), "{:?}", outcome.refused);
+        stamp
+    }
+
+    /// What this agent holds, for a peer to answer with only what is newer.
+    pub fn known(&self) -> Vec<Known> {
+        self.cells
+            .iter()
+            .map(|(cell, h)| Known {
+                cell: cell.clone(),
+                version: h.version,
+                stamp: h.stamp,
+            })
+            .collect()
+    }
+
+    /// The entries a peer that holds `known` lacks: every cell whose stamp here is newer than the
+    /// peer's (or that the peer does not know), with the body when the peer's version differs.
+    pub fn newer_than(&self, known: &[Known], now_mono: u64) -> Vec<CellEntry> {
+        let theirs: BTreeMap<&str, &Known> = known.iter().map(|k| (k.cell.as_str(), k)).collect();
+        self.cells
+            .iter()
+            .filter_map(|(cell, h)| {
+                let peer = theirs.get(cell.as_str());
+                if peer.is_some_and(|k| k.stamp >= h.stamp) {
+                    return None;
+                }
+                Some(CellEntry {
+                    cell: cell.clone(),
+                    version: h.version,
+                    stamp: h.stamp,
+                    age_ms: now_mono.saturating_sub(h.heard_mono),
+                    summary: match peer {
+                        Some(k) if k.version == h.version => None,
+                        _ => Some(h.summary.clone()),
+                    },
+                })
+            })
+            .collect()
+    }
+
+    /// Takes the entries newer than what the table holds. Never panics; what it refuses it
+    /// counts and returns.
+    pub fn merge(&mut self, entries: Vec<CellEntry>, now_mono: u64, now_wall: u64) -> MergeOutcome {
+        let mut outcome = MergeOutcome::default();
+        for entry in entries {
+            match self.merge_one(entry.clone(), now_mono, now_wall) {
+                Ok(true) => outcome.updated.push(entry.cell),
+                Ok(false) => {}
+                Err(why) => {
+                    self.refused_total += 1;
+                    outcome.refused.push((cut(&entry.cell), why));
+                }
+            }
+        }
+        outcome
+    }
+
+    fn merge_one(
+        &mut self,
+        entry: CellEntry,
+        now_mono: u64,
+        now_wall: u64,
+    ) -> Result<bool, EntryRefusal> {
+        if entry.stamp > now_wall.saturating_add(STAMP_AHEAD_MAX_MS) {
+            return Err(EntryRefusal::FromTheFuture);
+        }
+        // Never more recent than now, never older than the down bound allows to matter.
+        let heard = now_mono.saturating_sub(entry.age_ms.min(CELL_FORGET_MS));
+        if let Some(summary) = &entry.summary {
+            summary
+                .validate()
+                .map_err(|e| EntryRefusal::Invalid(e.to_string()))?;
+            if summary.cell != entry.cell {
+                return Err(EntryRefusal::WrongCell);
+            }
+            if content_version(summary) != entry.version {
+                return Err(EntryRefusal::VersionMismatch);
+            }
+        }
+        match self.cells.get_mut(&entry.cell) {
+            Some(held) if entry.stamp < held.stamp => Ok(false),
+            Some(held) if entry.stamp == held.stamp => {
+                // The same publication relayed along a fresher path.
+                held.heard_mono = held.heard_mono.max(heard);
+                Ok(false)
+            }
+            Some(held) => {
+                let summary = match entry.summary {
+                    Some(s) => s,
+                    None if entry.version == held.version => held.summary.clone(),
+                    None => return Err(EntryRefusal::MissingBody),
+                };
+                *held = Held {
+                    summary,
+                    version: entry.version,
+                    stamp: entry.stamp,
+                    heard_mono: heard.max(held.heard_mono),
+                };
+                Ok(true)
+            }
+            None => {
+                let Some(summary) = entry.summary else {
+                    return Err(EntryRefusal::MissingBody);
+                };
+                if self.cells.len() >= CELLS_MAX {
+                    return Err(EntryRefusal::TableFull);
+                }
+                self.cells.insert(
+                    entry.cell,
+                    Held {
+                        summary,
+                        version: entry.version,
+                        stamp: entry.stamp,
+                        heard_mono: heard,
+                    },
+                );
+                Ok(true)
+            }
+        }
+    }
+
+    /// Whether `cell` is down at `now_mono`: held, not this agent's own, and not heard from for
+    /// [`CELL_DOWN_MS`].
+    pub fn is_down(&self, cell: &str, now_mono: u64) -> bool {
+        cell != self.own
+            && self
+                .cells
+                .get(cell)
+                .is_some_and(|h| now_mono.saturating_sub(h.heard_mono) > CELL_DOWN_MS)
+    }
+
+    /// The summary held for `cell`.
+    pub fn summary(&self, cell: &str) -> Option<&CellSummary> {
+        self.cells.get(cell).map(|h| &h.summary)
+    }
+
+    /// Every cell held, by name, with its summary, whether it is down, and how long ago it was
+    /// last heard from (ms).
+    pub fn list(&self, now_mono: u64) -> Vec<(&CellSummary, bool, u64)> {
+        self.cells
+            .iter()
+            .map(|(cell, h)| {
+                (
+                    &h.summary,
+                    self.is_down(cell, now_mono),
+                    now_mono.saturating_sub(h.heard_mono),
+                )
+            })
+            .collect()
+    }
+
+    /// The cells as the cell level places over them, by name: each summary's ranked figures only
+    /// (`version`, `free` and `contacts` cleared: placement never reads them, and clearing them
+    /// keeps the cell level from being redone when only they change), with its down flag.
+    pub fn placement_cells(&self, now_mono: u64) -> Vec<Cell> {
+        self.cells
+            .iter()
+            .map(|(cell, h)| {
+                let mut summary = h.summary.clone();
+                summary.version = 0;
+                summary.free = Default::default();
+                summary.contacts.clear();
+                Cell {
+                    summary,
+                    down: self.is_down(cell, now_mono),
+                }
+            })
+            .collect()
+    }
+
+    /// Forgets cells down for more than [`CELL_FORGET_MS`]; returns their names.
+    pub fn forget_old(&mut self, now_mono: u64) -> Vec<String> {
+        let old: Vec<String> = self
+            .cells
+            .iter()
+            .filter(|(cell, h)| {
+                **cell != self.own && now_mono.saturating_sub(h.heard_mono) > CELL_FORGET_MS
+            })
+            .map(|(cell, _)| cell.clone())
+            .collect();
+        for cell in &old {
+            self.cells.remove(cell);
+        }
+        old
+    }
+}
+
+/// A cell name as quoted in a refusal: at most 64 bytes of it.
+fn cut(name: &str) -> String {
+    let mut end = name.len().min(64);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name[..end].to_string()
+}

@@ -1,0 +1,219 @@
+//! The cell table: what envoys exchange converges (only what is newer travels, bodies only when
+//! the content changed), a cell not heard from is down (never the agent's own), stamps keep
+//! growing when envoys' clocks disagree, and nothing received can make it panic or grow past
+//! its bound.
+
+use proptest::prelude::*;
+use shoal_core::cells::{
+    content_version, summarize, CellEntry, CellSummary, CellTable, EntryRefusal, CELLS_MAX,
+    CELL_DOWN_MS, STAMP_AHEAD_MAX_MS,
+};
+use shoal_core::placement::{Node, Placement};
+use shoal_core::resources::Resources;
+
+const GIB: u64 = 1 << 30;
+const WALL: u64 = 1_800_000_000_000;
+
+fn summary(cell: &str, members: usize) -> CellSummary {
+    let nodes: Vec<Node> = (0..members)
+        .map(|i| Node {
+            id: format!("{cell}-n{i}"),
+            capacity: Resources::new(4000, 8 * GIB),
+            labels: Default::default(),
+            zone: "a".into(),
+            draining: false,
+            down: false,
+        })
+        .collect();
+    summarize(
+        cell,
+        0,
+        &[format!("10.0.0.{members}:7001")],
+        &nodes,
+        &Placement::default(),
+        &[],
+        None,
+    )
+}
+
+/// One pull: `to` asks `from` for what it lacks.
+fn pull(to: &mut CellTable, from: &CellTable, now_mono: u64) -> usize {
+    let entries = from.newer_than(&to.known(), now_mono);
+    let n = entries.len();
+    let outcome = to.merge(entries, now_mono, WALL);
+    assert!(outcome.refused.is_empty(), "{:?}", outcome.refused);
+    n
+}
+
+#[test]
+fn what_one_envoy_publishes_reaches_another_and_only_news_travel() {
+    let mut a = CellTable::new("c1");
+    let mut b = CellTable::new("c2");
+    a.publish(summary("c1", 3), WALL, 0);
+    b.publish(summary("c2", 5), WALL, 0);
+    assert_eq!(pull(&mut a, &b, 10), 1);
+    assert_eq!(pull(&mut b, &a, 10), 1);
+    assert_eq!(a.known(), b.known(), "both hold both cells");
+    assert_eq!(pull(&mut a, &b, 20), 0, "nothing newer: nothing sent");
+
+    // Same content, later stamp: the stamp travels, the body does not.
+    a.publish(summary("c1", 3), WALL + 1000, 1000);
+    let entries = a.newer_than(&b.known(), 1000);
+    assert_eq!(entries.len(), 1);
+    assert!(entries[0].summary.is_none(), "b holds this version already");
+    assert_eq!(b.merge(entries, 1000, WALL).updated, vec!["c1".to_string()]);
+
+    // New content: the body travels.
+    a.publish(summary("c1", 4), WALL + 2000, 2000);
+    let entries = a.newer_than(&b.known(), 2000);
+    assert_eq!(entries[0].summary.as_ref().map(|s| s.members), Some(4));
+    b.merge(entries, 2000, WALL);
+    assert_eq!(b.summary("c1").map(|s| s.members), Some(4));
+}
+
+#[test]
+fn a_cell_not_heard_from_is_down_and_the_own_cell_never_is() {
+    let mut a = CellTable::new("c1");
+    let mut b = CellTable::new("c2");
+    a.publish(summary("c1", 3), WALL, 0);
+    b.publish(summary("c2", 3), WALL, 0);
+    pull(&mut a, &b, 0);
+    assert!(!a.is_down("c2", CELL_DOWN_MS));
+    assert!(a.is_down("c2", CELL_DOWN_MS + 1));
+    assert!(!a.is_down("c1", 10 * CELL_DOWN_MS), "its own cell");
+    let cells = a.placement_cells(CELL_DOWN_MS + 1);
+    assert_eq!(
+        cells.iter().map(|c| c.down).collect::<Vec<_>>(),
+        [false, true]
+    );
+    // A fresh stamp brings it back.
+    b.publish(summary("c2", 3), WALL + 9000, 9000);
+    pull(&mut a, &b, CELL_DOWN_MS + 1);
+    assert!(!a.is_down("c2", CELL_DOWN_MS + 1));
+}
+
+#[test]
+fn a_relayed_entry_is_as_old_as_its_relay_says() {
+    let mut a = CellTable::new("c1");
+    let mut relay = CellTable::new("c2");
+    let mut c = CellTable::new("c3");
+    c.publish(summary("c3", 3), WALL, 0);
+    pull(&mut relay, &c, 0);
+    // a hears of c3 through the relay 6 s after the relay did: 2 s more and c3 is down.
+    pull(&mut a, &relay, 6000);
+    assert!(!a.is_down("c3", 6000 + CELL_DOWN_MS - 6000));
+    assert!(a.is_down("c3", 6000 + CELL_DOWN_MS - 6000 + 1));
+}
+
+#[test]
+fn stamps_keep_growing_when_the_envoy_with_the_fastest_clock_dies() {
+    let mut fast = CellTable::new("c1");
+    let mut slow = CellTable::new("c1");
+    let mut other = CellTable::new("c2");
+    // fast's clock is 30 s ahead of slow's.
+    fast.publish(summary("c1", 3), WALL + 30_000, 0);
+    pull(&mut slow, &fast, 0);
+    pull(&mut other, &fast, 0);
+    // fast dies; slow keeps publishing with its own clock, behind: its stamps still grow.
+    for t in 1..=20u64 {
+        let stamp = slow.publish(summary("c1", 3), WALL + t * 1000, t * 1000);
+        assert!(stamp > WALL + 30_000);
+        pull(&mut other, &slow, t * 1000);
+        assert!(!other.is_down("c1", t * 1000), "c1 publishes at {t} s");
+    }
+}
+
+#[test]
+fn placement_cells_carry_only_what_the_cell_level_reads() {
+    let mut a = CellTable::new("c1");
+    a.publish(summary("c1", 3), WALL, 0);
+    let cells = a.placement_cells(0);
+    let s = &cells[0].summary;
+    assert_eq!(
+        (s.version, s.free, s.contacts.len()),
+        (0, Resources::default(), 0)
+    );
+    assert_eq!(s.capacity, summary("c1", 3).capacity);
+}
+
+fn entry(summary: CellSummary, stamp: u64) -> CellEntry {
+    CellEntry {
+        cell: summary.cell.clone(),
+        version: content_version(&summary),
+        stamp,
+        age_ms: 0,
+        summary: Some(summary),
+    }
+}
+
+#[test]
+fn what_a_peer_may_not_send_is_refused_and_counted() {
+    let mut t = CellTable::new("c1");
+    let good = summary("c2", 3);
+    let mut wrong_version = entry(good.clone(), WALL);
+    wrong_version.version ^= 1;
+    let mut wrong_cell = entry(good.clone(), WALL);
+    wrong_cell.cell = "c9".into();
+    let future = entry(good.clone(), WALL + STAMP_AHEAD_MAX_MS + 1);
+    let mut invalid = good.clone();
+    invalid.cell = "Not A Label".into();
+    let invalid = entry(invalid, WALL);
+    let mut no_body = entry(good.clone(), WALL);
+    no_body.summary = None;
+    let outcome = t.merge(
+        vec![wrong_version, wrong_cell, future, invalid, no_body],
+        0,
+        WALL,
+    );
+    let why: Vec<_> = outcome.refused.iter().map(|(_, w)| w.clone()).collect();
+    assert!(matches!(why[0], EntryRefusal::VersionMismatch));
+    assert!(matches!(why[1], EntryRefusal::WrongCell));
+    assert!(matches!(why[2], EntryRefusal::FromTheFuture));
+    assert!(matches!(why[3], EntryRefusal::Invalid(_)));
+    assert!(matches!(why[4], EntryRefusal::MissingBody));
+    assert_eq!(t.refused_total(), 5);
+    assert!(t.is_empty(), "nothing refused was kept");
+
+    // Full: the next new cell is refused, the table stays at its bound.
+    let many: Vec<CellEntry> = (0..CELLS_MAX + 3)
+        .map(|i| entry(summary(&format!("x{i}"), 1), WALL))
+        .collect();
+    let outcome = t.merge(many, 0, WALL);
+    assert_eq!(t.len(), CELLS_MAX);
+    assert_eq!(outcome.refused.len(), 3);
+    assert!(outcome
+        .refused
+        .iter()
+        .all(|(_, w)| *w == EntryRefusal::TableFull));
+}
+
+proptest! {
+    /// Arbitrary entries (names, versions, stamps, ages, bodies or none) never panic the table
+    /// and never take it past its bound; every entry is taken, ignored as older, or refused.
+    #[test]
+    fn arbitrary_entries_never_panic(
+        raw in proptest::collection::vec(
+            ("[a-z0-9-]{0,8}|.{0,8}", any::<u64>(), any::<u64>(), any::<u64>(), any::<bool>(), 0usize..4),
+            0..40,
+        )
+    ) {
+        let mut t = CellTable::new("c1");
+        let entries: Vec<CellEntry> = raw
+            .into_iter()
+            .map(|(cell, version, stamp, age_ms, body, members)| {
+                let body = body.then(|| {
+                    let mut s = summary("c2", members);
+                    s.cell = cell.clone();
+                    s
+                });
+                CellEntry { cell, version, stamp, age_ms, summary: body }
+            })
+            .collect();
+        let n = entries.len();
+        let outcome = t.merge(entries, 5000, WALL);
+        prop_assert!(t.len() <= n);
+        prop_assert!(outcome.refused.len() + outcome.updated.len() <= n);
+        let _ = t.placement_cells(u64::MAX);
+        let _ = t.newer_than(&[], u64::MAX);
+    }
+}

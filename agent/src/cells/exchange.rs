@@ -1,0 +1,222 @@
+//! The cell exchange: a task over one agent's node (the node does not hold it). See the module
+//! above for what envoys and members do each round.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use shoal_core::cells::{summarize, CellSummary};
+
+use super::{
+    contact_text, parse_contact, CELLS_CALL_TIMEOUT, CELLS_INTERVAL, CELL_PEERS_PER_ROUND,
+    ENVOYS_PER_CELL,
+};
+use crate::mesh::api::{Request, Response};
+use crate::mesh::node::MeshNode;
+use crate::mesh::sync::{pull_from, to_hex};
+use crate::mesh::view::{self, Member};
+use crate::rpc;
+use crate::tls::ANY_MEMBER;
+
+/// A peer to exchange with: its certificate's name (or [`ANY_MEMBER`]) and API address.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Peer {
+    name: String,
+    addr: SocketAddr,
+}
+
+/// The envoys of `cell` among `members`: its live members with a record, ranked by a hash of the
+/// cell and their name (the same ranking on every member), the first [`ENVOYS_PER_CELL`].
+pub fn envoys(cell: &str, members: &[Member]) -> Vec<(String, SocketAddr)> {
+    let mut ranked: Vec<(u64, String, SocketAddr)> = members
+        .iter()
+        .filter(|m| m.alive)
+        .filter_map(|m| {
+            let r = m.record.as_ref()?;
+            let key = format!("{cell}/{}", m.name);
+            Some((
+                xxhash_rust::xxh3::xxh3_64(key.as_bytes()),
+                m.name.clone(),
+                r.api_addr,
+            ))
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    ranked
+        .into_iter()
+        .take(ENVOYS_PER_CELL)
+        .map(|(_, name, addr)| (name, addr))
+        .collect()
+}
+
+/// The exchange task of one agent.
+pub struct CellExchange {
+    node: Arc<MeshNode>,
+    round: u64,
+    /// The summary this agent published last (hysteresis of the ranked figures).
+    published: Option<CellSummary>,
+}
+
+impl CellExchange {
+    /// The exchange of `node`, no round run yet.
+    pub fn new(node: Arc<MeshNode>) -> Self {
+        CellExchange {
+            node,
+            round: 0,
+            published: None,
+        }
+    }
+
+    /// Runs forever (cancel the task to stop it).
+    pub async fn run(mut self) {
+        loop {
+            tokio::time::sleep(CELLS_INTERVAL).await;
+            self.round().await;
+        }
+    }
+
+    /// One round: an envoy publishes and exchanges, a member pulls from an envoy.
+    pub async fn round(&mut self) {
+        self.round += 1;
+        let node = self.node.clone();
+        let cells = &node.cells;
+        let members = node.members().await;
+        let envoys = envoys(cells.own(), &members);
+        let me = envoys.iter().any(|(name, _)| *name == node.name);
+        if me {
+            let contacts: Vec<String> = envoys
+                .iter()
+                .map(|(name, addr)| contact_text(name, *addr))
+                .collect();
+            self.publish(&members, &contacts);
+            let peers = self.envoy_peers(&envoys);
+            let n = peers.len();
+            for k in 0..n.min(CELL_PEERS_PER_ROUND) {
+                let peer = &peers[(self.round as usize * CELL_PEERS_PER_ROUND + k) % n];
+                self.exchange(peer, true).await;
+            }
+        } else if !envoys.is_empty() {
+            let (name, addr) = &envoys[self.round as usize % envoys.len()];
+            let peer = Peer {
+                name: name.clone(),
+                addr: *addr,
+            };
+            self.exchange(&peer, false).await;
+        } else {
+            // No envoy known yet (the cell is forming): ask the seeds.
+            for addr in cells.seeds() {
+                let peer = Peer {
+                    name: ANY_MEMBER.to_string(),
+                    addr,
+                };
+                self.exchange(&peer, false).await;
+            }
+        }
+    }
+
+    /// Publishes this cell's summary from the membership and the host loop's last placement.
+    fn publish(&mut self, members: &[Member], contacts: &[String]) {
+        let node = &self.node;
+        let nodes = view::placement_nodes(members);
+        let local = node.cells.local();
+        let summary = summarize(
+            node.cells.own(),
+            0,
+            contacts,
+            &nodes,
+            &local.placement,
+            &local.workloads,
+            self.published.as_ref(),
+        );
+        self.published = Some(summary.clone());
+        node.cells.publish(summary, (node.clock)());
+    }
+
+    /// Whom an envoy exchanges with: the other envoys of its cell, the contacts of every other
+    /// cell it knows, and the seeds while it knows no other cell; sorted, without itself.
+    fn envoy_peers(&self, envoys: &[(String, SocketAddr)]) -> Vec<Peer> {
+        let node = &self.node;
+        let mut peers: Vec<Peer> = envoys
+            .iter()
+            .filter(|(name, _)| *name != node.name)
+            .map(|(name, addr)| Peer {
+                name: name.clone(),
+                addr: *addr,
+            })
+            .collect();
+        for cell in node.cells.list() {
+            if cell.own {
+                continue;
+            }
+            peers.extend(cell.summary.contacts.iter().filter_map(|c| {
+                let (name, addr) = parse_contact(c)?;
+                Some(Peer { name, addr })
+            }));
+        }
+        if !node.cells.multi() {
+            peers.extend(node.cells.seeds().into_iter().map(|addr| Peer {
+                name: ANY_MEMBER.to_string(),
+                addr,
+            }));
+        }
+        peers.sort();
+        peers.dedup();
+        peers
+    }
+
+    /// Pulls what `peer` holds that is newer; an envoy pushes back what the peer lacks and,
+    /// when the peer is of another cell and its store differs, pulls the differing entries.
+    async fn exchange(&self, peer: &Peer, envoy: bool) {
+        let node = &self.node;
+        let req = Request::Cells {
+            cell: node.cells.own().to_string(),
+            known: node.cells.known(),
+        };
+        let answer: Result<Response, _> = rpc::call_with(
+            node.rpc.as_ref(),
+            peer.addr,
+            &peer.name,
+            &req,
+            CELLS_CALL_TIMEOUT,
+        )
+        .await;
+        let (cell, entries, known, store) = match answer {
+            Ok(Response::Cells {
+                cell,
+                entries,
+                known,
+                store,
+            }) => (cell, entries, known, store),
+            other => {
+                tracing::debug!(peer = %peer.name, addr = %peer.addr, answer = ?other, "cell exchange failed");
+                return;
+            }
+        };
+        node.cells.merge(entries, (node.clock)(), &peer.name);
+        if !envoy {
+            return;
+        }
+        let lacking = node.cells.newer_than(&known);
+        if !lacking.is_empty() {
+            let push = Request::CellsPush { entries: lacking };
+            let answer: Result<Response, _> = rpc::call_with(
+                node.rpc.as_ref(),
+                peer.addr,
+                &peer.name,
+                &push,
+                CELLS_CALL_TIMEOUT,
+            )
+            .await;
+            if let Err(e) = answer {
+                tracing::debug!(peer = %peer.name, error = %e, "cell push failed");
+            }
+        }
+        if cell != node.cells.own() {
+            let mine = node.with_store(|s| s.digest()).await;
+            if to_hex(&mine.summary().encode()) != store {
+                if let Err(e) = pull_from(node, &peer.name, peer.addr, &mine).await {
+                    tracing::debug!(peer = %peer.name, error = %e, "cross-cell pull failed");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! Cells in the shell: an agent's cell (`shoal agent --cell NAME`) is its gossip domain (the
+//! chitchat cluster id carries the cell's name, so agents of two cells never gossip with each
+//! other), and what crosses cells is one summary per cell, held in a [`CellTable`]
+//! (`shoal_core::cells`).
+//!
+//! - [`CellState`], a part of every [`MeshNode`](crate::mesh::node::MeshNode): the agent's cell,
+//!   its table, and what its host loop last placed (for the summary's `free`).
+//! - [`exchange::CellExchange`], a task over the node: every [`CELLS_INTERVAL`], the cell's
+//!   **envoys** (its [`ENVOYS_PER_CELL`] live members ranked first by a hash of the cell and the
+//!   member's name: no election) publish the cell's summary and exchange tables with envoys of
+//!   other cells and of their own (push and pull, only what is newer); every other member pulls
+//!   the table from one of its cell's envoys. Envoys also compare store digests across cells
+//!   and pull what differs, so desired state reaches every cell.
+//!
+//! A mesh of one cell (the default, `default`) sees no other cell in its table and places
+//! exactly as before; the host loop uses two-level placement only once another cell is known.
+
+pub mod exchange;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use shoal_core::cells::{
+    Cell, CellEntry, CellSummary, CellTable, Known, MergeOutcome, CELL_NAME_LEN_MAX,
+};
+use shoal_core::placement::{Placement, Workload};
+
+/// The cell of an agent started without `--cell`.
+pub const DEFAULT_CELL: &str = "default";
+/// Live members of a cell that publish its summary and exchange tables with other cells.
+pub const ENVOYS_PER_CELL: usize = 3;
+/// Time between two rounds of the cell exchange.
+pub const CELLS_INTERVAL: Duration = Duration::from_secs(1);
+/// Longest wait for one exchange call.
+pub const CELLS_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// Peers an envoy exchanges with per round.
+pub const CELL_PEERS_PER_ROUND: usize = 2;
+
+/// Checks that `name` can name a cell: a DNS label (1 to 63 of `a-z`, `0-9` and `-`, neither
+/// first nor last a `-`).
+pub fn check_cell_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= CELL_NAME_LEN_MAX
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    match ok {
+        true => Ok(()),
+        false => Err(format!(
+            "cell name {name:?} is not a DNS label: 1 to {CELL_NAME_LEN_MAX} of a-z, 0-9 and \
+             '-', not starting or ending with '-' (e.g. --cell eu-1)"
+        )),
+    }
+}
+
+/// The chitchat cluster id of `cell` in the cluster `cluster_id`: the cluster's own for the
+/// default cell (a one-cell mesh gossips exactly as before), `CLUSTER/CELL` otherwise.
+pub fn gossip_cluster_id(cluster_id: &str, cell: &str) -> String {
+    match cell == DEFAULT_CELL {
+        true => cluster_id.to_string(),
+        false => format!("{cluster_id}/{cell}"),
+    }
+}
+
+/// An envoy's address as its cell's summary lists it: `NAME@IP:PORT` (its API).
+pub fn contact_text(name: &str, api: SocketAddr) -> String {
+    format!("{name}@{api}")
+}
+
+/// Reads a contact written by [`contact_text`]; `None` for anything else.
+pub fn parse_contact(text: &str) -> Option<(String, SocketAddr)> {
+    let (name, addr) = text.split_once('@')?;
+    Some((name.to_string(), addr.parse().ok()?))
+}
+
+/// What the host loop placed last, for the summary's `free`.
+#[derive(Clone, Default)]
+pub struct LocalPlacement {
+    /// The node-level placement of this agent's cell.
+    pub placement: Arc<Placement>,
+    /// The workloads it placed.
+    pub workloads: Arc<Vec<Workload>>,
+}
+
+/// A cell as `shoal nodes` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CellView {
+    /// Its summary, as last published.
+    pub summary: CellSummary,
+    /// This agent's view holds it down.
+    pub down: bool,
+    /// Since this agent last heard of it, ms.
+    pub heard_ms_ago: u64,
+    /// It is this agent's own cell.
+    pub own: bool,
+}
+
+/// One agent's cells: its own and the table of every cell it knows.
+pub struct CellState {
+    own: String,
+    table: Mutex<CellTable>,
+    mono_start: tokio::time::Instant,
+    local: Mutex<LocalPlacement>,
+    /// API addresses given with `--cell-seed`, asked until another cell is known.
+    seeds: Mutex<Vec<SocketAddr>>,
+}
+
+impl CellState {
+    /// The state of an agent of `cell` (checked by the caller), knowing no cell yet.
+    pub fn new(cell: &str) -> CellState {
+        CellState {
+            own: cell.to_string(),
+            table: Mutex::new(CellTable::new(cell)),
+            mono_start: tokio::time::Instant::now(),
+            local: Mutex::new(LocalPlacement::default()),
+            seeds: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// This agent's cell.
+    pub fn own(&self) -> &str {
+        &self.own
+    }
+
+    /// Milliseconds since this state was made, on the (tokio, so pausable) monotonic clock.
+    pub fn mono_ms(&self) -> u64 {
+        self.mono_start.elapsed().as_millis() as u64
+    }
+
+    /// API addresses of agents of other cells to ask first.
+    pub fn set_seeds(&self, seeds: Vec<SocketAddr>) {
+        *self.seeds.lock().expect("cells lock") = seeds;
+    }
+
+    pub(crate) fn seeds(&self) -> Vec<SocketAddr> {
+        self.seeds.lock().expect("cells lock").clone()
+    }
+
+    /// Whether the table holds a cell other than this agent's: the mesh places in two levels.
+    pub fn multi(&self) -> bool {
+        let table = self.table.lock().expect("cells lock");
+        table.len() > 1 || (table.len() == 1 && table.summary(&self.own).is_none())
+    }
+
+    /// The cells to place over, by name, with their down flags, when the mesh has more than one
+    /// and this agent's own is among them (its envoys published it); `None` otherwise.
+    pub fn placement_cells(&self) -> Option<Vec<Cell>> {
+        let now = self.mono_ms();
+        let table = self.table.lock().expect("cells lock");
+        if table.len() < 2 || table.summary(&self.own).is_none() {
+            return None;
+        }
+        Some(table.placement_cells(now))
+    }
+
+    /// Cells held, with how many of them this agent holds down.
+    pub fn counts(&self) -> (usize, usize) {
+        let now = self.mono_ms();
+        let table = self.table.lock().expect("cells lock");
+        let list = table.list(now);
+        let down = list.iter().filter(|(_, down, _)| *down).count();
+        (list.len(), down)
+    }
+
+    /// Every cell held, by name.
+    pub fn list(&self) -> Vec<CellView> {
+        let now = self.mono_ms();
+        let table = self.table.lock().expect("cells lock");
+        table
+            .list(now)
+            .into_iter()
+            .map(|(summary, down, heard)| CellView {
+                own: summary.cell == self.own,
+                summary: summary.clone(),
+                down,
+                heard_ms_ago: heard,
+            })
+            .collect()
+    }
+
+    /// The summary held for `cell`.
+    pub fn summary(&self, cell: &str) -> Option<CellSummary> {
+        let table = self.table.lock().expect("cells lock");
+        table.summary(cell).cloned()
+    }
+
+    /// Entries refused since start.
+    pub fn refused_total(&self) -> u64 {
+        self.table.lock().expect("cells lock").refused_total()
+    }
+
+    /// The host loop's last placement of this cell.
+    pub fn set_local(&self, local: LocalPlacement) {
+        *self.local.lock().expect("cells lock") = local;
+    }
+
+    pub(crate) fn local(&self) -> LocalPlacement {
+        self.local.lock().expect("cells lock").clone()
+    }
+
+    pub(crate) fn publish(&self, summary: CellSummary, now_wall: u64) {
+        let now = self.mono_ms();
+        let mut table = self.table.lock().expect("cells lock");
+        table.publish(summary, now_wall, now);
+        table.forget_old(now);
+    }
+
+    /// What this agent holds, for a peer.
+    pub fn known(&self) -> Vec<Known> {
+        self.table.lock().expect("cells lock").known()
+    }
+
+    /// What a peer holding `known` lacks.
+    pub fn newer_than(&self, known: &[Known]) -> Vec<CellEntry> {
+        let now = self.mono_ms();
+        self.table
+            .lock()
+            .expect("cells lock")
+            .newer_than(known, now)
+    }
+
+    /// Takes what a peer sent; logs what was refused (the table counts it).
+    pub fn merge(&self, entries: Vec<CellEntry>, now_wall: u64, from: &str) -> MergeOutcome {
+        let now = self.mono_ms();
+        let outcome = self
+            .table
+            .lock()
+            .expect("cells lock")
+            .merge(entries, now, now_wall);
+        for (cell, why) in &outcome.refused {
+            tracing::warn!(%from, %cell, ?why, "cell entry refused");
+        }
+        outcome
+    }
+}
