@@ -106,12 +106,13 @@ impl QuicOptions {
         }
     }
 
-    /// Options for the gossip endpoint: one uni stream per message.
+    /// Options for the gossip endpoint: one uni stream per message, and one bidirectional stream
+    /// at a time for a directory ask.
     pub fn gossip() -> Self {
         QuicOptions {
             idle_timeout: Duration::from_secs(60),
             keep_alive_interval: Some(Duration::from_secs(10)),
-            bidi_streams_max: 0,
+            bidi_streams_max: 1, // the directory (crate::gossip::directory), one ask at a time
             uni_streams_max: 32,
             stream_window_bytes: 1 << 20,
             connection_window_bytes: 4 << 20,

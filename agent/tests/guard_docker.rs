@@ -17,7 +17,7 @@ use shoal::runtime::docker::{ensure_busybox_image, DockerConfig, DockerRuntime};
 use shoal::runtime::Runtime;
 
 const NODE: &str = "dt-guard";
-const LEASE_MS: u64 = 1_500;
+const LEASE_MS: u64 = 3_000;
 
 fn container(name: &str) -> std::sync::Arc<shoal::core::spec::WorkloadSpec> {
     spec(&format!(

@@ -135,6 +135,44 @@ async fn start_guard(opts: &AgentOptions) -> GuardLink {
     link
 }
 
+/// Answers agents joining through this one from another cell, and joins through seeds of other
+/// cells while this agent hears no member of its own ([`crate::gossip::directory`]).
+fn serve_directory(
+    opts: &AgentOptions,
+    transport: &QuicTransport,
+    node: &Arc<crate::mesh::node::MeshNode>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let weak = Arc::downgrade(node);
+    transport.set_directory(Arc::new(move |ask| {
+        let weak = weak.clone();
+        Box::pin(async move {
+            match weak.upgrade() {
+                Some(node) => crate::cells::exchange::directory_answer(&node, ask).await,
+                None => crate::gossip::directory::Answer {
+                    cell: String::new(),
+                    api: ask.gossip,
+                    peers: Vec::new(),
+                },
+            }
+        })
+    }));
+    let identity = Arc::new(
+        crate::pki::load_identity(&opts.pki_dir, &opts.name)
+            .with_context(|| format!("loading the identity of {:?}", opts.name))?,
+    );
+    let quic = QuicOptions::gossip();
+    let ask = move |seed, question| {
+        let (identity, quic) = (identity.clone(), quic.clone());
+        async move { crate::gossip::directory::ask(&identity, &quic, seed, &question).await }
+    };
+    Ok(tokio::spawn(crate::cells::exchange::join_across_cells(
+        Arc::downgrade(node),
+        opts.seeds.clone(),
+        opts.gossip_addr,
+        ask,
+    )))
+}
+
 /// Runs an agent over QUIC until `shutdown` resolves, then leaves the mesh gracefully.
 pub async fn run_agent(
     opts: AgentOptions,
@@ -181,6 +219,7 @@ pub async fn run_agent(
     let clock = system_clock();
     let running = start_node(setup, store, &transport, rpc_client, clock.clone(), false).await?;
     running.node.set_drain_marker(drain_marker);
+    let joining = serve_directory(&opts, &transport, &running.node)?;
     let mono = crate::host::clock::monotonic_from(&clock);
     let (host, mut host_loop) = Host::new(
         running.node.clone(),
@@ -216,6 +255,7 @@ pub async fn run_agent(
         })
     });
     shutdown.await;
+    joining.abort();
     tracing::info!("leaving the mesh");
     agent.leave().await;
     server.abort();

@@ -26,8 +26,8 @@ struct Peer {
 
 /// The envoys of `cell` among `members`: its live members with a record, ranked by a hash of the
 /// cell and their name (the same ranking on every member), the first [`ENVOYS_PER_CELL`].
-pub fn envoys(cell: &str, members: &[Member]) -> Vec<(String, SocketAddr)> {
-    let mut ranked: Vec<(u64, String, SocketAddr)> = members
+pub fn envoys(cell: &str, members: &[Member]) -> Vec<(String, SocketAddr, SocketAddr)> {
+    let mut ranked: Vec<(u64, String, SocketAddr, SocketAddr)> = members
         .iter()
         .filter(|m| m.alive)
         .filter_map(|m| {
@@ -37,6 +37,7 @@ pub fn envoys(cell: &str, members: &[Member]) -> Vec<(String, SocketAddr)> {
                 xxhash_rust::xxh3::xxh3_64(key.as_bytes()),
                 m.name.clone(),
                 r.api_addr,
+                m.id.gossip_advertise_addr,
             ))
         })
         .collect();
@@ -44,7 +45,7 @@ pub fn envoys(cell: &str, members: &[Member]) -> Vec<(String, SocketAddr)> {
     ranked
         .into_iter()
         .take(ENVOYS_PER_CELL)
-        .map(|(_, name, addr)| (name, addr))
+        .map(|(_, name, api, gossip)| (name, api, gossip))
         .collect()
 }
 
@@ -81,11 +82,11 @@ impl CellExchange {
         let cells = &node.cells;
         let members = node.members().await;
         let envoys = envoys(cells.own(), &members);
-        let me = envoys.iter().any(|(name, _)| *name == node.name);
+        let me = envoys.iter().any(|(name, _, _)| *name == node.name);
         if me {
             let contacts: Vec<String> = envoys
                 .iter()
-                .map(|(name, addr)| contact_text(name, *addr))
+                .map(|(name, api, gossip)| contact_text(name, *api, *gossip))
                 .collect();
             self.publish(&members, &contacts);
             let peers = self.envoy_peers(&envoys);
@@ -95,7 +96,7 @@ impl CellExchange {
                 self.exchange(peer, true).await;
             }
         } else if !envoys.is_empty() {
-            let (name, addr) = &envoys[self.round as usize % envoys.len()];
+            let (name, addr, _) = &envoys[self.round as usize % envoys.len()];
             let peer = Peer {
                 name: name.clone(),
                 addr: *addr,
@@ -133,12 +134,12 @@ impl CellExchange {
 
     /// Whom an envoy exchanges with: the other envoys of its cell, the contacts of every other
     /// cell it knows, and the seeds while it knows no other cell; sorted, without itself.
-    fn envoy_peers(&self, envoys: &[(String, SocketAddr)]) -> Vec<Peer> {
+    fn envoy_peers(&self, envoys: &[(String, SocketAddr, SocketAddr)]) -> Vec<Peer> {
         let node = &self.node;
         let mut peers: Vec<Peer> = envoys
             .iter()
-            .filter(|(name, _)| *name != node.name)
-            .map(|(name, addr)| Peer {
+            .filter(|(name, _, _)| *name != node.name)
+            .map(|(name, addr, _)| Peer {
                 name: name.clone(),
                 addr: *addr,
             })
@@ -148,8 +149,11 @@ impl CellExchange {
                 continue;
             }
             peers.extend(cell.summary.contacts.iter().filter_map(|c| {
-                let (name, addr) = parse_contact(c)?;
-                Some(Peer { name, addr })
+                let c = parse_contact(c)?;
+                Some(Peer {
+                    name: c.name,
+                    addr: c.api,
+                })
             }));
         }
         if !node.cells.multi() {
@@ -216,6 +220,91 @@ impl CellExchange {
                 if let Err(e) = pull_from(node, &peer.name, peer.addr, &mine).await {
                     tracing::debug!(peer = %peer.name, error = %e, "cross-cell pull failed");
                 }
+            }
+        }
+    }
+}
+
+/// How this agent's directory answers `ask` ([`crate::gossip::directory`]): its cell and API
+/// address, and gossip addresses of members of the asked cell: its own live members when that is
+/// its cell, else agents of that cell that asked lately and the envoys its table lists.
+pub async fn directory_answer(
+    node: &MeshNode,
+    ask: crate::gossip::directory::Ask,
+) -> crate::gossip::directory::Answer {
+    let own = node.cells.own().to_string();
+    let mut peers: Vec<SocketAddr> = if ask.cell == own {
+        node.members()
+            .await
+            .iter()
+            .filter(|m| m.alive)
+            .map(|m| m.id.gossip_advertise_addr)
+            .collect()
+    } else {
+        node.cells.gossip_addrs_of(&ask.cell)
+    };
+    peers.retain(|a| *a != ask.gossip);
+    peers.truncate(crate::gossip::directory::DIRECTORY_PEERS_MAX);
+    if ask.cell != own && super::check_cell_name(&ask.cell).is_ok() {
+        node.cells.note_asker(&ask.cell, ask.gossip);
+    }
+    crate::gossip::directory::Answer {
+        cell: own,
+        api: node.record().map_or(ask.gossip, |r| r.api_addr),
+        peers,
+    }
+}
+
+/// While this agent hears no member of its cell, asks each seed's directory whom of its cell
+/// it knows and gossips to them; learns the seeds' API addresses for the cell exchange. Ends
+/// with the node. (`ask` is the transport's directory call: QUIC for a real agent.)
+pub async fn join_across_cells<F, Fut>(
+    node: std::sync::Weak<MeshNode>,
+    seeds: Vec<SocketAddr>,
+    own_gossip: SocketAddr,
+    ask: F,
+) where
+    F: Fn(SocketAddr, crate::gossip::directory::Ask) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<crate::gossip::directory::Answer>>,
+{
+    if seeds.is_empty() {
+        return;
+    }
+    let mut first = true;
+    loop {
+        tokio::time::sleep(match first {
+            true => std::time::Duration::from_secs(1),
+            false => CELLS_INTERVAL * 2,
+        })
+        .await;
+        let Some(node) = node.upgrade() else {
+            return;
+        };
+        let alone = node
+            .members()
+            .await
+            .iter()
+            .all(|m| !m.alive || m.name == node.name);
+        if !alone && !first {
+            continue;
+        }
+        first = false;
+        for seed in &seeds {
+            let question = crate::gossip::directory::Ask {
+                name: node.name.clone(),
+                cell: node.cells.own().to_string(),
+                gossip: own_gossip,
+            };
+            match ask(*seed, question).await {
+                Ok(answer) => {
+                    if answer.cell != node.cells.own() {
+                        node.cells.add_seed(answer.api);
+                    }
+                    for peer in answer.peers {
+                        let _ = node.gossip().gossip(peer);
+                    }
+                }
+                Err(e) => tracing::debug!(%seed, error = %e, "directory ask failed"),
             }
         }
     }

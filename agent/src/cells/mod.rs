@@ -65,16 +65,42 @@ pub fn gossip_cluster_id(cluster_id: &str, cell: &str) -> String {
     }
 }
 
-/// An envoy's address as its cell's summary lists it: `NAME@IP:PORT` (its API).
-pub fn contact_text(name: &str, api: SocketAddr) -> String {
-    format!("{name}@{api}")
+/// An envoy's addresses as its cell's summary lists them: `NAME@API@GOSSIP`.
+pub fn contact_text(name: &str, api: SocketAddr, gossip: SocketAddr) -> String {
+    format!("{name}@{api}@{gossip}")
+}
+
+/// A contact read from a summary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Contact {
+    /// The envoy's name (its certificate's).
+    pub name: String,
+    /// Its API address.
+    pub api: SocketAddr,
+    /// Its gossip address.
+    pub gossip: SocketAddr,
 }
 
 /// Reads a contact written by [`contact_text`]; `None` for anything else.
-pub fn parse_contact(text: &str) -> Option<(String, SocketAddr)> {
-    let (name, addr) = text.split_once('@')?;
-    Some((name.to_string(), addr.parse().ok()?))
+pub fn parse_contact(text: &str) -> Option<Contact> {
+    let mut parts = text.split('@');
+    let (name, api, gossip) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || name.is_empty() {
+        return None;
+    }
+    Some(Contact {
+        name: name.to_string(),
+        api: api.parse().ok()?,
+        gossip: gossip.parse().ok()?,
+    })
 }
+
+/// Agents of other cells remembered per cell as having asked this agent's directory.
+const ASKERS_PER_CELL_MAX: usize = 8;
+/// Cells whose askers are remembered at most.
+const ASKER_CELLS_MAX: usize = 64;
+/// How long an asker is remembered, ms.
+const ASKER_KEPT_MS: u64 = 10 * 60 * 1000;
 
 /// What the host loop placed last, for the summary's `free`.
 #[derive(Clone, Default)]
@@ -104,8 +130,11 @@ pub struct CellState {
     table: Mutex<CellTable>,
     mono_start: tokio::time::Instant,
     local: Mutex<LocalPlacement>,
-    /// API addresses given with `--cell-seed`, asked until another cell is known.
+    /// API addresses given with `--cell-seed` (or learned from a seed's directory), asked
+    /// until another cell is known.
     seeds: Mutex<Vec<SocketAddr>>,
+    /// Gossip addresses of agents that asked this agent's directory lately, by cell, with when.
+    askers: Mutex<std::collections::BTreeMap<String, Vec<(SocketAddr, u64)>>>,
 }
 
 impl CellState {
@@ -117,7 +146,58 @@ impl CellState {
             mono_start: tokio::time::Instant::now(),
             local: Mutex::new(LocalPlacement::default()),
             seeds: Mutex::new(Vec::new()),
+            askers: Mutex::default(),
         }
+    }
+
+    /// Adds a seed's API address (learned from its directory), at most 16 kept.
+    pub fn add_seed(&self, api: SocketAddr) {
+        let mut seeds = self.seeds.lock().expect("cells lock");
+        if !seeds.contains(&api) && seeds.len() < 16 {
+            seeds.push(api);
+        }
+    }
+
+    /// Remembers an agent of `cell` that asked this agent's directory (bounded per cell and in
+    /// cells; the oldest go first).
+    pub fn note_asker(&self, cell: &str, gossip: SocketAddr) {
+        let now = self.mono_ms();
+        let mut askers = self.askers.lock().expect("cells lock");
+        askers.retain(|_, list| {
+            list.retain(|(_, at)| now.saturating_sub(*at) < ASKER_KEPT_MS);
+            !list.is_empty()
+        });
+        if !askers.contains_key(cell) && askers.len() >= ASKER_CELLS_MAX {
+            return;
+        }
+        let list = askers.entry(cell.to_string()).or_default();
+        list.retain(|(addr, _)| *addr != gossip);
+        if list.len() >= ASKERS_PER_CELL_MAX {
+            list.remove(0);
+        }
+        list.push((gossip, now));
+    }
+
+    /// Gossip addresses of agents of `cell` this agent knows from its directory and its table.
+    pub fn gossip_addrs_of(&self, cell: &str) -> Vec<SocketAddr> {
+        let mut addrs: Vec<SocketAddr> = self
+            .askers
+            .lock()
+            .expect("cells lock")
+            .get(cell)
+            .map(|l| l.iter().rev().map(|(a, _)| *a).collect())
+            .unwrap_or_default();
+        if let Some(summary) = self.summary(cell) {
+            addrs.extend(
+                summary
+                    .contacts
+                    .iter()
+                    .filter_map(|c| parse_contact(c))
+                    .map(|c| c.gossip),
+            );
+        }
+        addrs.dedup();
+        addrs
     }
 
     /// This agent's cell.

@@ -245,8 +245,8 @@ command = ["sh", "-c", "exec python3 -m http.server $(({port} + SHOAL_REPLICA)) 
 cpu = "200m"
 memory = "64Mi"
 [health]
-interval = "2s"
-timeout = "5s"
+interval = "3s"
+timeout = "3s"
 failure_threshold = 3
 start_grace = "20s"
 [health.exec]

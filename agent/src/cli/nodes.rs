@@ -26,6 +26,10 @@ pub struct Args {
     /// List the nodes of this cell instead of the agent's own (asked of one of its envoys).
     #[arg(long)]
     cell: Option<String>,
+    /// List the cells instead of nodes (with -o json: every cell's summary as the agent holds
+    /// it, whether it is down and how long ago it was heard from).
+    #[arg(long, conflicts_with = "cell")]
+    cells: bool,
 }
 
 #[derive(Serialize)]
@@ -73,11 +77,11 @@ fn nodes_of(args: &Args, known: &[CellView]) -> anyhow::Result<(String, Vec<Node
     };
     let mut last = anyhow::anyhow!("cell {want} lists no contact");
     for contact in &cell.summary.contacts {
-        let Some((_, addr)) = shoal::cells::parse_contact(contact) else {
+        let Some(c) = shoal::cells::parse_contact(contact) else {
             continue;
         };
         let client = ClientOpts {
-            agent: addr,
+            agent: c.api,
             ..args.client.clone()
         };
         match call(&client, Request::Nodes) {
@@ -92,6 +96,13 @@ fn nodes_of(args: &Args, known: &[CellView]) -> anyhow::Result<(String, Vec<Node
 /// Lists nodes (and, in a mesh of several cells, the cells).
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let known = cells(&args.client)?;
+    if args.cells {
+        match args.output {
+            Output::Json => println!("{}", serde_json::to_string_pretty(&known)?),
+            _ => print_cells(&known),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let (cell, nodes) = nodes_of(&args, &known)?;
     if args.output == Output::Json {
         let rows: Vec<Row> = nodes

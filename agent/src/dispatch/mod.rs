@@ -79,6 +79,7 @@ impl Api {
                 }
             }
             Request::CellList => Ok(Response::CellList(node.cells.list())),
+            Request::CellStatus { name } => self.clone().handle_cell_status(name).await,
             Request::Digest => {
                 let digest = node.with_store(|s| s.digest().encode()).await;
                 Ok(Response::Digest(digest))
@@ -118,6 +119,7 @@ fn request_kind(req: &Request) -> &'static str {
         Request::Cells { .. } => "cells",
         Request::CellsPush { .. } => "cells-push",
         Request::CellList => "cell-list",
+        Request::CellStatus { .. } => "cell-status",
     }
 }
 

@@ -53,7 +53,92 @@ impl Api {
         out
     }
 
+    /// A workload's status across the mesh: this cell's replicas from its own gossip, each other
+    /// cell's asked of one of its envoys (a cell that does not answer is marked `unknown`).
     pub(crate) async fn handle_status(self: Arc<Self>, name: String) -> Result<Response, ApiError> {
+        let (mut view, elsewhere) = self.clone().status_here(name.clone()).await?;
+        for (cell, replicas) in elsewhere {
+            let answer = self.ask_cell(&cell, &name).await;
+            match answer {
+                Ok(theirs) => {
+                    view.instances.extend(
+                        theirs
+                            .instances
+                            .into_iter()
+                            .filter(|i| replicas.contains(&i.replica)),
+                    );
+                    view.notes.extend(theirs.notes);
+                }
+                Err(why) => view
+                    .instances
+                    .extend(replicas.iter().map(|&replica| InstanceView {
+                        replica,
+                        node: None,
+                        phase: "unknown".to_string(),
+                        healthy: None,
+                        restarts: 0,
+                        spec_version: None,
+                        since_ms: None,
+                        last_error: None,
+                        reason: Some(format!(
+                            "placed in cell {cell}, which did not answer: {why}"
+                        )),
+                        fence_token: None,
+                    })),
+            }
+        }
+        view.instances.sort_by_key(|i| i.replica);
+        Ok(Response::Status(view))
+    }
+
+    /// The status of `name`'s replicas placed in this agent's cell only.
+    pub(crate) async fn handle_cell_status(
+        self: Arc<Self>,
+        name: String,
+    ) -> Result<Response, ApiError> {
+        let (view, _) = self.status_here(name).await?;
+        Ok(Response::Status(view))
+    }
+
+    /// Asks an envoy of `cell` (the first of its contacts that answers) for its replicas of
+    /// `name`.
+    async fn ask_cell(&self, cell: &str, name: &str) -> Result<StatusView, String> {
+        let summary = self
+            .node
+            .cells
+            .summary(cell)
+            .ok_or_else(|| format!("cell {cell} is not known here"))?;
+        let mut last = format!("cell {cell} lists no contact");
+        for contact in summary
+            .contacts
+            .iter()
+            .filter_map(|c| crate::cells::parse_contact(c))
+        {
+            let req = Request::CellStatus {
+                name: name.to_string(),
+            };
+            let answer: Result<Response, _> = rpc::call_with(
+                self.node.rpc.as_ref(),
+                contact.api,
+                &contact.name,
+                &req,
+                FORWARD_TIMEOUT,
+            )
+            .await;
+            match answer {
+                Ok(Response::Status(view)) => return Ok(view),
+                Ok(other) => last = format!("{}: unexpected answer {other:?}", contact.name),
+                Err(e) => last = format!("{}: {e}", contact.name),
+            }
+        }
+        Err(last)
+    }
+
+    /// This cell's part of the status, and the replicas placed in other cells, by cell.
+    async fn status_here(
+        self: Arc<Self>,
+        name: String,
+    ) -> Result<(StatusView, BTreeMap<String, Vec<u32>>), ApiError> {
         let (specs, _) = self
             .node
             .with_store(|s| view::live_specs(s.list_live()))
@@ -67,7 +152,18 @@ impl Api {
             .iter()
             .map(|(s, _)| view::placement_workload(s))
             .collect();
-        let placed = shoal_core::stacking::place_stacked(&nodes, &workloads);
+        let own_cell = self.node.cells.own().to_string();
+        let (placed, cell_of) = match self.node.cells.placement_cells() {
+            Some(cells) => {
+                let mesh = shoal_core::cells::place_mesh(&own_cell, &cells, &nodes, &workloads);
+                (mesh.local, Some(mesh.cells))
+            }
+            None => (
+                shoal_core::stacking::place_stacked(&nodes, &workloads),
+                None,
+            ),
+        };
+        let mut elsewhere: BTreeMap<String, Vec<u32>> = BTreeMap::new();
         let mut observed: BTreeMap<String, (bool, Vec<InstanceStatus>)> =
             self.gossiped(INSTANCES_KEY).await;
         if let Some(host) = &self.host {
@@ -77,6 +173,11 @@ impl Api {
         let mut instances = Vec::new();
         for replica in 0..spec.replicas {
             let id = ReplicaId::new(&name, replica);
+            let cell = cell_of.as_ref().and_then(|c| c.assigned.get(&id));
+            if let Some(cell) = cell.filter(|c| **c != own_cell) {
+                elsewhere.entry(cell.clone()).or_default().push(replica);
+                continue;
+            }
             let owner = placed.assigned.get(&id).cloned();
             let mut found = false;
             for (node, (alive, list)) in &observed {
@@ -140,13 +241,14 @@ impl Api {
                 notes.push(format!("{}: {note}", member.name));
             }
         }
-        Ok(Response::Status(StatusView {
+        let view = StatusView {
             name,
             desired: spec.replicas,
             version,
             instances,
             notes,
-        }))
+        };
+        Ok((view, elsewhere))
     }
 
     pub(crate) async fn handle_issues(self: Arc<Self>) -> Result<Response, ApiError> {

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use chitchat::{ChitchatConfig, ChitchatId, FailureDetectorConfig};
 
+pub mod directory;
 pub mod mem;
 pub mod quic;
 

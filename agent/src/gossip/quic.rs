@@ -27,6 +27,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::canonical;
+use super::directory::{self, Lookup};
 use crate::pki::Identity;
 use crate::rpc::TransportStats;
 use crate::tls::{self, PeerName, QuicOptions, ALPN_GOSSIP, ANY_MEMBER};
@@ -85,6 +86,7 @@ pub struct QuicTransport {
     config: QuicGossipConfig,
     stats: Arc<TransportStats>,
     peer_names: Arc<Mutex<HashMap<SocketAddr, PeerName>>>,
+    directory: Arc<std::sync::OnceLock<Lookup>>,
 }
 
 impl QuicTransport {
@@ -95,7 +97,14 @@ impl QuicTransport {
             config,
             stats: Arc::new(TransportStats::default()),
             peer_names: Arc::default(),
+            directory: Arc::default(),
         }
+    }
+
+    /// How this endpoint's directory answers agents joining through it from another cell
+    /// ([`super::directory`]); until set, directory streams are refused.
+    pub fn set_directory(&self, lookup: Lookup) {
+        let _ = self.directory.set(lookup);
     }
 
     /// The transport's counters.
@@ -125,6 +134,7 @@ impl Transport for QuicTransport {
             peer_names: self.peer_names.clone(),
             connection_slots: Arc::new(Semaphore::new(self.config.connections_max)),
             inbound_tx,
+            directory: self.directory.clone(),
         });
         let accept_task = tokio::spawn(accept_loop(shared.clone()));
         Ok(Box::new(QuicSocket {
@@ -146,6 +156,7 @@ struct Shared {
     peer_names: Arc<Mutex<HashMap<SocketAddr, PeerName>>>,
     connection_slots: Arc<Semaphore>,
     inbound_tx: mpsc::Sender<(SocketAddr, ChitchatMessage)>,
+    directory: Arc<std::sync::OnceLock<Lookup>>,
 }
 
 struct QuicSocket {
@@ -243,7 +254,20 @@ async fn run_reader(
         .insert(peer, conn.clone());
     shared.peer_names.lock().expect("lock").insert(peer, name);
     let limit = LENGTH_PREFIX_BYTES + GOSSIP_FRAME_MAX_BYTES;
-    while let Ok(mut stream) = conn.accept_uni().await {
+    loop {
+        let mut stream = tokio::select! {
+            uni = conn.accept_uni() => match uni {
+                Ok(stream) => stream,
+                Err(_) => break,
+            },
+            bi = conn.accept_bi() => match bi {
+                Ok((send, recv)) => {
+                    answer_directory(&shared, peer, send, recv).await;
+                    continue;
+                }
+                Err(_) => break,
+            },
+        };
         let read = tokio::time::timeout(shared.config.stream_timeout, stream.read_to_end(limit));
         let frame = match read.await {
             Ok(Ok(frame)) => frame,
@@ -271,6 +295,25 @@ async fn run_reader(
         }
     }
     forget_connection(&shared, peer, &conn);
+}
+
+/// Answers one directory stream (served one at a time per connection: it bounds the work one
+/// peer can ask for); refused and counted when no directory is set or the ask is bad.
+async fn answer_directory(
+    shared: &Shared,
+    peer: SocketAddr,
+    send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+) {
+    let Some(lookup) = shared.directory.get() else {
+        TransportStats::bump(&shared.stats.frames_rejected);
+        let _ = recv.stop(1u32.into());
+        return;
+    };
+    if let Err(why) = directory::serve(lookup, send, recv, shared.config.stream_timeout).await {
+        TransportStats::bump(&shared.stats.frames_rejected);
+        tracing::debug!(%peer, %why, "directory ask refused");
+    }
 }
 
 fn forget_connection(shared: &Shared, peer: SocketAddr, conn: &quinn::Connection) {

@@ -93,6 +93,12 @@ pub enum Request {
     },
     /// The cells this agent knows, for `shoal nodes`.
     CellList,
+    /// A workload's replicas placed in the callee's cell only (what `Status` asks each other
+    /// cell's envoy).
+    CellStatus {
+        /// The workload.
+        name: String,
+    },
 }
 
 /// An agent's answer.
