@@ -1,0 +1,437 @@
+//! An exclusive replica never runs in two places, checked with real `shoal agent` processes, each in
+//! a network namespace of its own (common/netns.rs), against what really runs: the test scans
+//! /proc every 100 ms for the workload's processes (`sleep <marker>`) and the namespace each is in.
+//!
+//! From a converged mesh of three agents with exactly one copy, the owner
+//! - cannot send (iptables DROP on its OUTPUT) or cannot receive (DROP on its INPUT) until the others
+//!   have started a replacement, then heals;
+//! - is frozen (SIGSTOP of its agent alone, not its guard or instances) for 30 s, then thawed;
+//! - dies with its host (agent, guard and instances SIGKILLed): the replacement must run within
+//!   `fencing_delay_ms` + 2 s of the death.
+//!
+//! In every case: never two copies at once, and after recovery exactly one, back on the owner.
+//! Agents run with the default timings (`shoal agent` has no flags for them): a 20 s fencing delay,
+//! 10 s self-fencing, a failure detector that confirms a death in about 2 s. Needs root, iproute2,
+//! iptables and nsenter; `SHOAL_SKIP_NETNS_TESTS=1` skips. docs/reconcile.md, "Tested with real
+//! processes", has the figures.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use common::netns::{self, Cut, Hosts};
+use common::*;
+
+const AGENTS: usize = 3;
+/// The longest a cut is held waiting for the others to start a replacement: a confirmed death
+/// (about 2 s) plus the 20 s fencing delay, with room for a loaded machine.
+const HOLD_MAX: Duration = Duration::from_secs(40);
+/// How long after the fault ends the mesh may take to settle on one copy on the owner again: the
+/// replacement stops once its node sees the owner live, the owner claims for 3 s and starts.
+const RECOVERY_MAX: Duration = Duration::from_secs(30);
+/// A copy counts as settled once the same process has run this long.
+const SETTLED: Duration = Duration::from_secs(3);
+
+/// One running process of the workload and the host whose namespace it is in (None: none of them).
+#[derive(Clone, Debug, PartialEq)]
+struct Copy {
+    pid: i32,
+    host: Option<usize>,
+}
+
+/// The live (not zombie) processes whose command line is `sleep <marker>`, with their hosts.
+fn copies(marker: u64, inodes: &[u64]) -> Vec<Copy> {
+    let want = format!("sleep\0{marker}\0");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        if std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default() != want.as_bytes() {
+            continue;
+        }
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |s| s[s.rfind(')').unwrap() + 2..].starts_with('Z'));
+        if zombie {
+            continue;
+        }
+        let host = std::fs::read_link(format!("/proc/{pid}/ns/net"))
+            .ok()
+            .and_then(|l| {
+                let l = l.to_string_lossy().into_owned();
+                l.strip_prefix("net:[")?
+                    .strip_suffix(']')?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .and_then(|inode| inodes.iter().position(|i| *i == inode));
+        found.push(Copy { pid, host });
+    }
+    found
+}
+
+/// What the sampler saw at one moment, in ms since the fault.
+struct Sample {
+    at_ms: i64,
+    copies: Vec<Copy>,
+}
+
+/// Scans /proc every 100 ms on a thread of its own until finished.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Vec<Sample>>,
+}
+
+impl Sampler {
+    /// Samples with times relative to `origin`.
+    fn start(marker: u64, inodes: Vec<u64>, origin: Instant) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut samples = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                let now = Instant::now();
+                let at_ms = if now >= origin {
+                    (now - origin).as_millis() as i64
+                } else {
+                    -((origin - now).as_millis() as i64)
+                };
+                samples.push(Sample {
+                    at_ms,
+                    copies: copies(marker, &inodes),
+                });
+                std::thread::sleep(Duration::from_millis(100).saturating_sub(now.elapsed()));
+            }
+            samples
+        });
+        Sampler { stop, thread }
+    }
+
+    fn finish(self) -> Timeline {
+        self.stop.store(true, Ordering::Relaxed);
+        Timeline(self.thread.join().expect("the sampler panicked"))
+    }
+}
+
+/// Every sample of a case.
+struct Timeline(Vec<Sample>);
+
+impl Timeline {
+    /// The most copies seen at once.
+    fn most(&self) -> usize {
+        self.0.iter().map(|s| s.copies.len()).max().unwrap_or(0)
+    }
+
+    /// The first moment (ms since the fault) when `f` held, at or after `from_ms`.
+    fn first(&self, from_ms: i64, f: impl Fn(&[Copy]) -> bool) -> Option<i64> {
+        self.0
+            .iter()
+            .find(|s| s.at_ms >= from_ms && f(&s.copies))
+            .map(|s| s.at_ms)
+    }
+
+    /// The samples where what ran changed, one line each.
+    fn changes(&self, names: &[String]) -> String {
+        let mut out = format!("{} samples; changes (s since the fault):\n", self.0.len());
+        let mut last = None;
+        for s in &self.0 {
+            if last == Some(&s.copies) {
+                continue;
+            }
+            last = Some(&s.copies);
+            let running: Vec<String> = s
+                .copies
+                .iter()
+                .map(|c| {
+                    let host = c.host.map_or("outside the hosts", |h| names[h].as_str());
+                    format!("pid {} on {host}", c.pid)
+                })
+                .collect();
+            out += &format!("  {:>7.1}: {:?}\n", s.at_ms as f64 / 1000.0, running);
+        }
+        out
+    }
+}
+
+/// Three agents, each in its own namespace, running one exclusive `sleep <marker>` between them.
+struct Mesh {
+    // Dropped first: the agents, then every process left in the namespaces and the namespaces.
+    c: Cluster,
+    hosts: Hosts,
+    marker: u64,
+    inodes: Vec<u64>,
+    /// The agents' names, by host index.
+    names: Vec<String>,
+}
+
+impl Mesh {
+    /// A converged mesh with one copy running, or None when the test is skipped.
+    fn start(tag: &str, subnet: u8, case: u64) -> Option<Mesh> {
+        if !netns::require() {
+            return None;
+        }
+        let hosts = Hosts::new(tag, AGENTS, subnet);
+        let mut c = Cluster::new();
+        let names: Vec<String> = (1..=AGENTS).map(|i| format!("n{i}")).collect();
+        for (i, name) in names.iter().enumerate() {
+            let ip = hosts.ip(i);
+            c.add_at(
+                name,
+                SocketAddr::new(ip, 7000),
+                SocketAddr::new(ip, 7001),
+                Some(hosts.names[i].clone()),
+            );
+        }
+        let inodes = (0..AGENTS).map(|i| hosts.inode(i)).collect();
+        // Unique to this test process and case, so that no other test's processes are counted.
+        let marker = 50_000_000 + u64::from(std::process::id()) * 8 + case;
+        let mut mesh = Mesh {
+            c,
+            hosts,
+            marker,
+            inodes,
+            names,
+        };
+        mesh.c.wait_members(AGENTS, Duration::from_secs(30));
+        let spec = mesh.c.dir.path().join("db.toml");
+        std::fs::write(
+            &spec,
+            format!(
+                "name = \"db\"\nreplicas = 1\n[process]\ncommand = [\"sleep\", \"{marker}\"]\n\
+                 [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n[restart]\n\
+                 backoff_initial = \"1s\"\n[placement]\nexclusive = true\n"
+            ),
+        )
+        .unwrap();
+        let out = mesh.c.cli(0, &["apply", "-f", spec.to_str().unwrap()]);
+        assert!(out.status.success(), "apply failed: {}", stderr(&out));
+        assert!(
+            mesh.settled(None, Duration::from_secs(60)).is_some(),
+            "the exclusive replica did not start once: {:?}\n{}",
+            mesh.copies(),
+            mesh.c.logs()
+        );
+        Some(mesh)
+    }
+
+    fn copies(&self) -> Vec<Copy> {
+        copies(self.marker, &self.inodes)
+    }
+
+    /// The host running the only copy.
+    fn owner(&self) -> usize {
+        let now = self.copies();
+        assert_eq!(now.len(), 1, "{now:?}");
+        now[0].host.expect("the copy runs on one of the hosts")
+    }
+
+    /// Waits until one copy (on `on`, if given) has run for [`SETTLED`] and every agent sees every
+    /// agent live; returns how long that took, or None after `within`.
+    fn settled(&self, on: Option<usize>, within: Duration) -> Option<Duration> {
+        let t0 = Instant::now();
+        let mut since: Option<(i32, Instant)> = None;
+        while t0.elapsed() < within {
+            let now = self.copies();
+            let one =
+                (now.len() == 1 && on.is_none_or(|h| now[0].host == Some(h))).then(|| now[0].pid);
+            since = match (one, since) {
+                (Some(pid), Some((same, at))) if pid == same => Some((same, at)),
+                (Some(pid), _) => Some((pid, Instant::now())),
+                (None, _) => None,
+            };
+            if since.is_some_and(|(_, at)| at.elapsed() >= SETTLED)
+                && (0..AGENTS).all(|i| self.c.alive_nodes(i).is_some_and(|v| v.len() == AGENTS))
+            {
+                return Some(t0.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        None
+    }
+
+    /// Waits until a copy runs on a host other than `owner`; returns when, or None after `within`.
+    fn replaced(&self, owner: usize, within: Duration) -> Option<Instant> {
+        let mut at = None;
+        wait_until(within, || {
+            let elsewhere = self.copies().iter().any(|c| c.host != Some(owner));
+            if elsewhere {
+                at = Some(Instant::now());
+            }
+            elsewhere
+        });
+        at
+    }
+
+    /// Fails with the timeline and the agents' logs if two copies ever ran at once.
+    fn assert_never_two(&self, timeline: &Timeline) {
+        assert!(
+            timeline.most() <= 1,
+            "two copies of the exclusive replica ran at once\n{}\n{}",
+            timeline.changes(&self.names),
+            self.c.logs()
+        );
+    }
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+fn ms(at_ms: Option<i64>) -> String {
+    at_ms.map_or("never".into(), |m| format!("{:.1} s", m as f64 / 1000.0))
+}
+
+/// The owner's packets are dropped one way until the others run a replacement, then it heals.
+fn one_way_cut(tag: &str, subnet: u8, case: u64, cut: Cut) {
+    let Some(mut m) = Mesh::start(tag, subnet, case) else {
+        return;
+    };
+    let owner = m.owner();
+    let fault = Instant::now();
+    let sampler = Sampler::start(m.marker, m.inodes.clone(), fault);
+    m.hosts.cut(owner, cut);
+    let replaced = m.replaced(owner, HOLD_MAX);
+    // The replacement runs a moment longer while the owner is still cut off.
+    std::thread::sleep(Duration::from_secs(2));
+    m.hosts.heal(owner, cut);
+    let healed = fault.elapsed();
+    let recovered = m.settled(Some(owner), RECOVERY_MAX);
+    let timeline = sampler.finish();
+    eprintln!(
+        "{cut:?} cut on {}: its copy gone at {}, replacement at {}, healed at {}, one copy on {} \
+         again {} after healing\n{}",
+        m.names[owner],
+        ms(timeline.first(0, |c| c.iter().all(|c| c.host != Some(owner)))),
+        replaced.map_or("never".into(), |at| secs(at - fault)),
+        secs(healed),
+        m.names[owner],
+        recovered.map_or("never".into(), secs),
+        timeline.changes(&m.names)
+    );
+    m.assert_never_two(&timeline);
+    assert!(
+        replaced.is_some(),
+        "no replacement within {HOLD_MAX:?} of the {cut:?} cut\n{}",
+        m.c.logs()
+    );
+    assert!(
+        recovered.is_some(),
+        "not one copy on {} within {RECOVERY_MAX:?} of healing: {:?}\n{}",
+        m.names[owner],
+        m.copies(),
+        m.c.logs()
+    );
+}
+
+#[test]
+fn an_owner_that_cannot_send_is_fenced_before_its_replacement_starts() {
+    one_way_cut("send", 61, 1, Cut::Send);
+}
+
+#[test]
+fn an_owner_that_cannot_receive_is_fenced_before_its_replacement_starts() {
+    one_way_cut("recv", 62, 2, Cut::Receive);
+}
+
+fn signal(pid: u32, signal: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).expect("signal");
+}
+
+#[test]
+fn an_owner_frozen_for_30_s_is_fenced_by_its_guard_and_replaced_once() {
+    let Some(m) = Mesh::start("stop", 63, 3) else {
+        return;
+    };
+    let owner = m.owner();
+    let agent = m.c.agents[owner].child.as_ref().unwrap().id();
+    let cmdline = std::fs::read(format!("/proc/{agent}/cmdline")).unwrap();
+    assert!(
+        cmdline.split(|b| *b == 0).nth(1) == Some(b"agent"),
+        "nsenter executed the agent in place: the child is the agent"
+    );
+    let fault = Instant::now();
+    let sampler = Sampler::start(m.marker, m.inodes.clone(), fault);
+    signal(agent, nix::sys::signal::Signal::SIGSTOP);
+    let replaced = m.replaced(owner, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(30).saturating_sub(fault.elapsed()));
+    signal(agent, nix::sys::signal::Signal::SIGCONT);
+    let thawed = fault.elapsed();
+    let recovered = m.settled(Some(owner), RECOVERY_MAX);
+    let timeline = sampler.finish();
+    eprintln!(
+        "{} frozen: its copy killed at {}, replacement at {}, thawed at {}, one copy on {} again \
+         {} after the thaw\n{}",
+        m.names[owner],
+        ms(timeline.first(0, |c| c.iter().all(|c| c.host != Some(owner)))),
+        replaced.map_or("never".into(), |at| secs(at - fault)),
+        secs(thawed),
+        m.names[owner],
+        recovered.map_or("never".into(), secs),
+        timeline.changes(&m.names)
+    );
+    m.assert_never_two(&timeline);
+    assert!(
+        replaced.is_some(),
+        "no replacement while {} was frozen for 30 s\n{}",
+        m.names[owner],
+        m.c.logs()
+    );
+    assert!(
+        recovered.is_some(),
+        "not one copy on {} within {RECOVERY_MAX:?} of the thaw: {:?}\n{}",
+        m.names[owner],
+        m.copies(),
+        m.c.logs()
+    );
+}
+
+#[test]
+fn after_a_host_dies_its_exclusive_replica_runs_elsewhere_within_the_fencing_delay_and_2_s() {
+    let Some(mut m) = Mesh::start("death", 64, 4) else {
+        return;
+    };
+    let fencing_delay = Duration::from_millis(
+        shoal::host::HostConfig::default()
+            .reconcile
+            .fencing_delay_ms,
+    );
+    let bound = fencing_delay + Duration::from_secs(2);
+    let owner = m.owner();
+    let death = Instant::now();
+    let sampler = Sampler::start(m.marker, m.inodes.clone(), death);
+    // The whole host dies at once: its agent, its guard and its instance.
+    let killed = m.hosts.kill_all(owner);
+    if let Some(mut child) = m.c.agents[owner].child.take() {
+        let _ = child.wait();
+    }
+    let mut replaced = None;
+    wait_until(bound + Duration::from_secs(15), || {
+        let elsewhere = m.copies().iter().any(|c| c.host != Some(owner));
+        if elsewhere {
+            replaced = Some(death.elapsed());
+        }
+        elsewhere
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let timeline = sampler.finish();
+    let took = replaced.map_or("never".into(), secs);
+    eprintln!(
+        "host {} died (pids {killed:?} killed): its replica ran elsewhere {took} later; \
+         bound fencing_delay_ms {} + 2 s = {}\n{}",
+        m.names[owner],
+        fencing_delay.as_millis(),
+        secs(bound),
+        timeline.changes(&m.names)
+    );
+    m.assert_never_two(&timeline);
+    let took = replaced.unwrap_or_else(|| panic!("no replacement\n{}", m.c.logs()));
+    assert!(
+        took <= bound,
+        "the replacement took {took:?}, more than fencing_delay_ms + 2 s = {bound:?}\n{}",
+        m.c.logs()
+    );
+}
