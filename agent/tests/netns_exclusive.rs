@@ -2,7 +2,8 @@
 //! a network namespace of its own (common/netns.rs), against what really runs: the test scans
 //! /proc every 100 ms for the workload's processes (`sleep <marker>`) and the namespace each is in.
 //!
-//! From a converged mesh of three agents with exactly one copy, the owner
+//! From a converged mesh of three agents (`SHOAL_NETNS_AGENTS=5` for five) with exactly one copy,
+//! the owner
 //! - cannot send (iptables DROP on its OUTPUT) or cannot receive (DROP on its INPUT) until the others
 //!   have started a replacement, then heals;
 //! - is frozen (SIGSTOP of its agent alone, not its guard or instances) for 30 s, then thawed;
@@ -26,7 +27,17 @@ use std::time::{Duration, Instant};
 use common::netns::{self, Cut, Hosts};
 use common::*;
 
-const AGENTS: usize = 3;
+/// Agents per mesh: 3, or `SHOAL_NETNS_AGENTS` (3 to 9; the cut owner is then a smaller minority).
+fn agents() -> usize {
+    let Ok(text) = std::env::var("SHOAL_NETNS_AGENTS") else {
+        return 3;
+    };
+    let n: usize = text
+        .parse()
+        .unwrap_or_else(|_| panic!("SHOAL_NETNS_AGENTS={text:?}: expected a number of agents"));
+    assert!((3..=9).contains(&n), "SHOAL_NETNS_AGENTS={n}: use 3 to 9");
+    n
+}
 /// The longest a cut is held waiting for the others to start a replacement: a confirmed death
 /// (about 2 s) plus the 20 s fencing delay, with room for a loaded machine.
 const HOLD_MAX: Duration = Duration::from_secs(40);
@@ -157,7 +168,7 @@ impl Timeline {
     }
 }
 
-/// Three agents, each in its own namespace, running one exclusive `sleep <marker>` between them.
+/// [`agents`] agents, each in its own namespace, running one exclusive `sleep <marker>` between them.
 struct Mesh {
     // Dropped first: the agents, then every process left in the namespaces and the namespaces.
     c: Cluster,
@@ -174,9 +185,10 @@ impl Mesh {
         if !netns::require() {
             return None;
         }
-        let hosts = Hosts::new(tag, AGENTS, subnet);
+        let n = agents();
+        let hosts = Hosts::new(tag, n, subnet);
         let mut c = Cluster::new();
-        let names: Vec<String> = (1..=AGENTS).map(|i| format!("n{i}")).collect();
+        let names: Vec<String> = (1..=n).map(|i| format!("n{i}")).collect();
         for (i, name) in names.iter().enumerate() {
             let ip = hosts.ip(i);
             c.add_at(
@@ -186,7 +198,7 @@ impl Mesh {
                 Some(hosts.names[i].clone()),
             );
         }
-        let inodes = (0..AGENTS).map(|i| hosts.inode(i)).collect();
+        let inodes = (0..n).map(|i| hosts.inode(i)).collect();
         // Unique to this test process and case, so that no other test's processes are counted.
         let marker = 50_000_000 + u64::from(std::process::id()) * 8 + case;
         let mut mesh = Mesh {
@@ -196,7 +208,7 @@ impl Mesh {
             inodes,
             names,
         };
-        mesh.c.wait_members(AGENTS, Duration::from_secs(30));
+        mesh.c.wait_members(n, Duration::from_secs(30));
         let spec = mesh.c.dir.path().join("db.toml");
         std::fs::write(
             &spec,
@@ -244,7 +256,11 @@ impl Mesh {
                 (None, _) => None,
             };
             if since.is_some_and(|(_, at)| at.elapsed() >= SETTLED)
-                && (0..AGENTS).all(|i| self.c.alive_nodes(i).is_some_and(|v| v.len() == AGENTS))
+                && (0..self.names.len()).all(|i| {
+                    self.c
+                        .alive_nodes(i)
+                        .is_some_and(|v| v.len() == self.names.len())
+                })
             {
                 return Some(t0.elapsed());
             }
@@ -302,13 +318,16 @@ fn one_way_cut(tag: &str, subnet: u8, case: u64, cut: Cut) {
     let recovered = m.settled(Some(owner), RECOVERY_MAX);
     let timeline = sampler.finish();
     eprintln!(
-        "{cut:?} cut on {}: its copy gone at {}, replacement at {}, healed at {}, one copy on {} \
-         again {} after healing\n{}",
+        "{cut:?} cut on {} of {}: its copy gone at {}, replacement at {}, healed at {}, its copy \
+         back at {} (settled {} after healing)\n{}",
         m.names[owner],
+        m.names.len(),
         ms(timeline.first(0, |c| c.iter().all(|c| c.host != Some(owner)))),
         replaced.map_or("never".into(), |at| secs(at - fault)),
         secs(healed),
-        m.names[owner],
+        ms(timeline.first(healed.as_millis() as i64, |c| {
+            c.iter().any(|c| c.host == Some(owner))
+        })),
         recovered.map_or("never".into(), secs),
         timeline.changes(&m.names)
     );
@@ -363,13 +382,16 @@ fn an_owner_frozen_for_30_s_is_fenced_by_its_guard_and_replaced_once() {
     let recovered = m.settled(Some(owner), RECOVERY_MAX);
     let timeline = sampler.finish();
     eprintln!(
-        "{} frozen: its copy killed at {}, replacement at {}, thawed at {}, one copy on {} again \
-         {} after the thaw\n{}",
+        "{} of {} frozen: its copy killed at {}, replacement at {}, thawed at {}, its copy back \
+         at {} (settled {} after the thaw)\n{}",
         m.names[owner],
+        m.names.len(),
         ms(timeline.first(0, |c| c.iter().all(|c| c.host != Some(owner)))),
         replaced.map_or("never".into(), |at| secs(at - fault)),
         secs(thawed),
-        m.names[owner],
+        ms(timeline.first(thawed.as_millis() as i64, |c| {
+            c.iter().any(|c| c.host == Some(owner))
+        })),
         recovered.map_or("never".into(), secs),
         timeline.changes(&m.names)
     );
@@ -420,9 +442,10 @@ fn after_a_host_dies_its_exclusive_replica_runs_elsewhere_within_the_fencing_del
     let timeline = sampler.finish();
     let took = replaced.map_or("never".into(), secs);
     eprintln!(
-        "host {} died (pids {killed:?} killed): its replica ran elsewhere {took} later; \
+        "host {} of {} died (pids {killed:?} killed): its replica ran elsewhere {took} later; \
          bound fencing_delay_ms {} + 2 s = {}\n{}",
         m.names[owner],
+        m.names.len(),
         fencing_delay.as_millis(),
         secs(bound),
         timeline.changes(&m.names)
