@@ -147,7 +147,10 @@ impl Timeline {
 
     /// The samples where what ran changed, one line each.
     fn changes(&self, names: &[String]) -> String {
-        let mut out = format!("{} samples; changes (s since the fault):\n", self.0.len());
+        let mut out = format!(
+            "{} samples; changes (s since the first fault):\n",
+            self.0.len()
+        );
         let mut last = None;
         for s in &self.0 {
             if last == Some(&s.copies) {
@@ -181,11 +184,10 @@ struct Mesh {
 
 impl Mesh {
     /// A converged mesh with one copy running, or None when the test is skipped.
-    fn start(tag: &str, subnet: u8, case: u64) -> Option<Mesh> {
+    fn start(tag: &str, subnet: u8, case: u64, n: usize) -> Option<Mesh> {
         if !netns::require() {
             return None;
         }
-        let n = agents();
         let hosts = Hosts::new(tag, n, subnet);
         let mut c = Cluster::new();
         let names: Vec<String> = (1..=n).map(|i| format!("n{i}")).collect();
@@ -303,7 +305,7 @@ fn ms(at_ms: Option<i64>) -> String {
 
 /// The owner's packets are dropped one way until the others run a replacement, then it heals.
 fn one_way_cut(tag: &str, subnet: u8, case: u64, cut: Cut) {
-    let Some(mut m) = Mesh::start(tag, subnet, case) else {
+    let Some(mut m) = Mesh::start(tag, subnet, case, agents()) else {
         return;
     };
     let owner = m.owner();
@@ -356,13 +358,87 @@ fn an_owner_that_cannot_receive_is_fenced_before_its_replacement_starts() {
     one_way_cut("recv", 62, 2, Cut::Receive);
 }
 
+/// The owner is heard again just before the others' fencing delay ends: its successor may still
+/// hold it dead and start the replica while the peers that already hear it again confirm so, which
+/// would let the owner start too if its claim, published all through the cut but seen by nobody,
+/// counted (docs/reconcile.md, rule 6). Needs five agents and a successor whose name is above the
+/// owner's (the lower name wins a claim tie otherwise): `db` on n1..n5 is owned by n3, then n4.
+/// A first cut measures when the successor starts; the next ones heal that long after the cut,
+/// less a lead.
+#[test]
+fn an_owner_heard_again_just_before_its_replacement_starts_does_not_start_a_second_copy() {
+    let Some(mut m) = Mesh::start("heal", 65, 5, agents().max(5)) else {
+        return;
+    };
+    let owner = m.owner();
+    let origin = Instant::now();
+    let sampler = Sampler::start(m.marker, m.inodes.clone(), origin);
+    m.hosts.cut(owner, Cut::Send);
+    let first = m.replaced(owner, HOLD_MAX);
+    let successor = m
+        .copies()
+        .iter()
+        .find_map(|c| c.host.filter(|h| *h != owner));
+    m.hosts.heal(owner, Cut::Send);
+    let takes = first.expect("the others took over") - origin;
+    let successor = successor.expect("a copy on another host");
+    assert!(
+        m.names[successor] > m.names[owner],
+        "the successor {} is below the owner {}: this case needs another workload name",
+        m.names[successor],
+        m.names[owner]
+    );
+    let mut rounds = vec![format!(
+        "cut: {} started it {} after the cut",
+        m.names[successor],
+        secs(takes)
+    )];
+    let mut recovered = m.settled(Some(owner), RECOVERY_MAX).is_some();
+    for lead_ms in [200, 500, 800] {
+        if !recovered {
+            break;
+        }
+        let cut = Instant::now();
+        m.hosts.cut(owner, Cut::Send);
+        std::thread::sleep(takes.saturating_sub(Duration::from_millis(lead_ms)));
+        m.hosts.heal(owner, Cut::Send);
+        let healed = cut.elapsed();
+        let settled = m.settled(Some(owner), RECOVERY_MAX);
+        recovered = settled.is_some();
+        rounds.push(format!(
+            "cut at {}, healed {} later (lead {lead_ms} ms), one copy on {} {} after healing",
+            secs(cut - origin),
+            secs(healed),
+            m.names[owner],
+            settled.map_or("never".into(), secs)
+        ));
+    }
+    let timeline = sampler.finish();
+    eprintln!(
+        "{} of {}, successor {}:\n  {}\n{}",
+        m.names[owner],
+        m.names.len(),
+        m.names[successor],
+        rounds.join("\n  "),
+        timeline.changes(&m.names)
+    );
+    m.assert_never_two(&timeline);
+    assert!(
+        recovered,
+        "not one copy on {} within {RECOVERY_MAX:?} of healing: {:?}\n{}",
+        m.names[owner],
+        m.copies(),
+        m.c.logs()
+    );
+}
+
 fn signal(pid: u32, signal: nix::sys::signal::Signal) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).expect("signal");
 }
 
 #[test]
 fn an_owner_frozen_for_30_s_is_fenced_by_its_guard_and_replaced_once() {
-    let Some(m) = Mesh::start("stop", 63, 3) else {
+    let Some(m) = Mesh::start("stop", 63, 3, agents()) else {
         return;
     };
     let owner = m.owner();
@@ -413,7 +489,7 @@ fn an_owner_frozen_for_30_s_is_fenced_by_its_guard_and_replaced_once() {
 
 #[test]
 fn after_a_host_dies_its_exclusive_replica_runs_elsewhere_within_the_fencing_delay_and_2_s() {
-    let Some(mut m) = Mesh::start("death", 64, 4) else {
+    let Some(mut m) = Mesh::start("death", 64, 4, agents()) else {
         return;
     };
     let fencing_delay = Duration::from_millis(
