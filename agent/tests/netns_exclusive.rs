@@ -85,9 +85,9 @@ fn copies(marker: u64, inodes: &[u64]) -> Vec<Copy> {
     found
 }
 
-/// What the sampler saw at one moment, in ms since the fault.
+/// What the sampler saw at one moment.
 struct Sample {
-    at_ms: i64,
+    at: Instant,
     copies: Vec<Copy>,
 }
 
@@ -98,74 +98,71 @@ struct Sampler {
 }
 
 impl Sampler {
-    /// Samples with times relative to `origin`.
-    fn start(marker: u64, inodes: Vec<u64>, origin: Instant) -> Sampler {
+    fn start(marker: u64, inodes: Vec<u64>) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
             let mut samples = Vec::new();
             while !flag.load(Ordering::Relaxed) {
-                let now = Instant::now();
-                let at_ms = if now >= origin {
-                    (now - origin).as_millis() as i64
-                } else {
-                    -((origin - now).as_millis() as i64)
-                };
-                samples.push(Sample {
-                    at_ms,
-                    copies: copies(marker, &inodes),
-                });
-                std::thread::sleep(Duration::from_millis(100).saturating_sub(now.elapsed()));
+                let at = Instant::now();
+                let copies = copies(marker, &inodes);
+                samples.push(Sample { at, copies });
+                std::thread::sleep(Duration::from_millis(100).saturating_sub(at.elapsed()));
             }
             samples
         });
         Sampler { stop, thread }
     }
 
-    fn finish(self) -> Timeline {
+    /// Every sample so far, with times in ms since `fault` (negative before it).
+    fn finish(self, fault: Instant) -> Timeline {
         self.stop.store(true, Ordering::Relaxed);
-        Timeline(self.thread.join().expect("the sampler panicked"))
+        let samples = self.thread.join().expect("the sampler panicked");
+        let ms = |at: Instant| match at.checked_duration_since(fault) {
+            Some(after) => after.as_millis() as i64,
+            None => -((fault - at).as_millis() as i64),
+        };
+        Timeline(samples.into_iter().map(|s| (ms(s.at), s.copies)).collect())
     }
 }
 
-/// Every sample of a case.
-struct Timeline(Vec<Sample>);
+/// Every sample of a case, from the apply on: (ms since the fault, what ran).
+struct Timeline(Vec<(i64, Vec<Copy>)>);
 
 impl Timeline {
     /// The most copies seen at once.
     fn most(&self) -> usize {
-        self.0.iter().map(|s| s.copies.len()).max().unwrap_or(0)
+        self.0.iter().map(|(_, c)| c.len()).max().unwrap_or(0)
     }
 
     /// The first moment (ms since the fault) when `f` held, at or after `from_ms`.
     fn first(&self, from_ms: i64, f: impl Fn(&[Copy]) -> bool) -> Option<i64> {
         self.0
             .iter()
-            .find(|s| s.at_ms >= from_ms && f(&s.copies))
-            .map(|s| s.at_ms)
+            .find(|(at, c)| *at >= from_ms && f(c))
+            .map(|(at, _)| *at)
     }
 
     /// The samples where what ran changed, one line each.
     fn changes(&self, names: &[String]) -> String {
         let mut out = format!(
-            "{} samples; changes (s since the first fault):\n",
+            "{} samples from the apply on; changes (s since the first fault):\n",
             self.0.len()
         );
         let mut last = None;
-        for s in &self.0 {
-            if last == Some(&s.copies) {
+        for (at, copies) in &self.0 {
+            if last == Some(copies) {
                 continue;
             }
-            last = Some(&s.copies);
-            let running: Vec<String> = s
-                .copies
+            last = Some(copies);
+            let running: Vec<String> = copies
                 .iter()
                 .map(|c| {
                     let host = c.host.map_or("outside the hosts", |h| names[h].as_str());
                     format!("pid {} on {host}", c.pid)
                 })
                 .collect();
-            out += &format!("  {:>7.1}: {:?}\n", s.at_ms as f64 / 1000.0, running);
+            out += &format!("  {:>7.1}: {:?}\n", *at as f64 / 1000.0, running);
         }
         out
     }
@@ -180,6 +177,8 @@ struct Mesh {
     inodes: Vec<u64>,
     /// The agents' names, by host index.
     names: Vec<String>,
+    /// Samples from the apply on.
+    sampler: Option<Sampler>,
 }
 
 impl Mesh {
@@ -209,6 +208,7 @@ impl Mesh {
             marker,
             inodes,
             names,
+            sampler: None,
         };
         mesh.c.wait_members(n, Duration::from_secs(30));
         let spec = mesh.c.dir.path().join("db.toml");
@@ -221,6 +221,7 @@ impl Mesh {
             ),
         )
         .unwrap();
+        mesh.sampler = Some(Sampler::start(marker, mesh.inodes.clone()));
         let out = mesh.c.cli(0, &["apply", "-f", spec.to_str().unwrap()]);
         assert!(out.status.success(), "apply failed: {}", stderr(&out));
         assert!(
@@ -284,6 +285,11 @@ impl Mesh {
         at
     }
 
+    /// Stops sampling; times in the timeline count from `fault`.
+    fn timeline(&mut self, fault: Instant) -> Timeline {
+        self.sampler.take().expect("sampling").finish(fault)
+    }
+
     /// Fails with the timeline and the agents' logs if two copies ever ran at once.
     fn assert_never_two(&self, timeline: &Timeline) {
         assert!(
@@ -292,6 +298,15 @@ impl Mesh {
             timeline.changes(&self.names),
             self.c.logs()
         );
+    }
+}
+
+impl Drop for Mesh {
+    fn drop(&mut self) {
+        // A case that failed before taking its timeline: the sampler stops with it.
+        if let Some(sampler) = &self.sampler {
+            sampler.stop.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -310,7 +325,6 @@ fn one_way_cut(tag: &str, subnet: u8, case: u64, cut: Cut) {
     };
     let owner = m.owner();
     let fault = Instant::now();
-    let sampler = Sampler::start(m.marker, m.inodes.clone(), fault);
     m.hosts.cut(owner, cut);
     let replaced = m.replaced(owner, HOLD_MAX);
     // The replacement runs a moment longer while the owner is still cut off.
@@ -318,7 +332,7 @@ fn one_way_cut(tag: &str, subnet: u8, case: u64, cut: Cut) {
     m.hosts.heal(owner, cut);
     let healed = fault.elapsed();
     let recovered = m.settled(Some(owner), RECOVERY_MAX);
-    let timeline = sampler.finish();
+    let timeline = m.timeline(fault);
     eprintln!(
         "{cut:?} cut on {} of {}: its copy gone at {}, replacement at {}, healed at {}, its copy \
          back at {} (settled {} after healing)\n{}",
@@ -372,7 +386,6 @@ fn an_owner_heard_again_just_before_its_replacement_starts_does_not_start_a_seco
     };
     let owner = m.owner();
     let origin = Instant::now();
-    let sampler = Sampler::start(m.marker, m.inodes.clone(), origin);
     m.hosts.cut(owner, Cut::Send);
     let first = m.replaced(owner, HOLD_MAX);
     let successor = m
@@ -413,7 +426,7 @@ fn an_owner_heard_again_just_before_its_replacement_starts_does_not_start_a_seco
             settled.map_or("never".into(), secs)
         ));
     }
-    let timeline = sampler.finish();
+    let timeline = m.timeline(origin);
     eprintln!(
         "{} of {}, successor {}:\n  {}\n{}",
         m.names[owner],
@@ -438,7 +451,7 @@ fn signal(pid: u32, signal: nix::sys::signal::Signal) {
 
 #[test]
 fn an_owner_frozen_for_30_s_is_fenced_by_its_guard_and_replaced_once() {
-    let Some(m) = Mesh::start("stop", 63, 3, agents()) else {
+    let Some(mut m) = Mesh::start("stop", 63, 3, agents()) else {
         return;
     };
     let owner = m.owner();
@@ -449,14 +462,13 @@ fn an_owner_frozen_for_30_s_is_fenced_by_its_guard_and_replaced_once() {
         "nsenter executed the agent in place: the child is the agent"
     );
     let fault = Instant::now();
-    let sampler = Sampler::start(m.marker, m.inodes.clone(), fault);
     signal(agent, nix::sys::signal::Signal::SIGSTOP);
     let replaced = m.replaced(owner, Duration::from_secs(30));
     std::thread::sleep(Duration::from_secs(30).saturating_sub(fault.elapsed()));
     signal(agent, nix::sys::signal::Signal::SIGCONT);
     let thawed = fault.elapsed();
     let recovered = m.settled(Some(owner), RECOVERY_MAX);
-    let timeline = sampler.finish();
+    let timeline = m.timeline(fault);
     eprintln!(
         "{} of {} frozen: its copy killed at {}, replacement at {}, thawed at {}, its copy back \
          at {} (settled {} after the thaw)\n{}",
@@ -500,7 +512,6 @@ fn after_a_host_dies_its_exclusive_replica_runs_elsewhere_within_the_fencing_del
     let bound = fencing_delay + Duration::from_secs(2);
     let owner = m.owner();
     let death = Instant::now();
-    let sampler = Sampler::start(m.marker, m.inodes.clone(), death);
     // The whole host dies at once: its agent, its guard and its instance.
     let killed = m.hosts.kill_all(owner);
     if let Some(mut child) = m.c.agents[owner].child.take() {
@@ -515,7 +526,7 @@ fn after_a_host_dies_its_exclusive_replica_runs_elsewhere_within_the_fencing_del
         elsewhere
     });
     std::thread::sleep(Duration::from_secs(2));
-    let timeline = sampler.finish();
+    let timeline = m.timeline(death);
     let took = replaced.map_or("never".into(), secs);
     eprintln!(
         "host {} of {} died (pids {killed:?} killed): its replica ran elsewhere {took} later; \
