@@ -397,6 +397,32 @@ fn owner_that_cannot_send_fences_itself_before_the_others_start_a_copy() {
 }
 
 #[test]
+fn owner_heard_again_counts_its_claim_from_then_not_from_when_nobody_heard_it() {
+    // n1 cannot send; n2 and n3 hold it dead and move db to n2, which starts it once the fencing
+    // delay has passed. The links come back one peer at a time, as gossip revives a node on one
+    // peer a moment before another: n3 hears n1 again one step before n2's fencing delay ends,
+    // n2 a step after. n1's claim was published all through the cut but reached nobody; counted
+    // from then, n1 would start as soon as n3 confirms hearing it, in the step n2 starts: two
+    // copies. Counted from when n1 was heard again, n1 waits, sees n2's copy and waits for it.
+    let mut c = three_nodes_with_db();
+    let cut = c.now;
+    c.one_way("n1", &["n2", "n3"]);
+    others_move_db_to_n2(&mut c);
+    let n2_starts = cut + STEP_MS + 3_000 + 20_000; // noticed, confirmed dead, fencing delay
+    c.run_for_checked(n2_starts - STEP_MS - c.now, never_two_db_copies);
+    assert!(c.alive_copies("db", 0).is_empty(), "n1 fenced itself");
+    c.cut.remove(&("n1".to_string(), "n3".to_string()));
+    c.run_for_checked(STEP_MS, never_two_db_copies);
+    assert_eq!(db_start_after(&c, cut), Some(n2_starts), "n2 took over");
+    c.heal();
+    c.owners_of.clear(); // n1 is live everywhere again: db is placed back on n1
+    c.run_for_checked(20_000, never_two_db_copies);
+    let copies = c.alive_copies("db", 0);
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert_eq!(copies[0].0, "n1", "back on its owner");
+}
+
+#[test]
 fn owner_that_cannot_receive_fences_itself_and_nobody_starts_a_copy() {
     // The other direction: the others hear n1 (it stays live for them, so the replica stays
     // placed on n1), n1 hears nobody: it sees no majority and fences.

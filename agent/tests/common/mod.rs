@@ -1,5 +1,8 @@
-//! A cluster of real `shoal agent` processes on loopback, for integration tests.
+//! A cluster of real `shoal agent` processes on loopback (or each in a network namespace of its
+//! own, `netns.rs`), for integration tests.
 #![allow(dead_code)]
+
+pub mod netns;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -33,6 +36,9 @@ pub struct Agent {
     pub log: PathBuf,
     /// Where it serves /metrics, if asked to.
     pub metrics: Option<SocketAddr>,
+    /// The network namespace (a name under /run/netns) it and its CLI calls run in; None: this
+    /// test's own.
+    pub netns: Option<String>,
 }
 
 /// A test cluster: a temp dir with the PKI, data dirs and logs, and its agents.
@@ -64,16 +70,29 @@ impl Cluster {
 
     /// Adds and starts agent `name`, seeded by the first agent if any.
     pub fn add(&mut self, name: &str) -> usize {
+        self.add_at(name, free_addr(), free_addr(), None)
+    }
+
+    /// Adds and starts agent `name` with these addresses, in network namespace `netns` if any
+    /// (its addresses must then be ones that namespace has), seeded by the first agent if any.
+    pub fn add_at(
+        &mut self,
+        name: &str,
+        gossip: SocketAddr,
+        api: SocketAddr,
+        netns: Option<String>,
+    ) -> usize {
         let seed = self.agents.first().map(|a| a.gossip);
         let index = self.agents.len();
         let agent = Agent {
             name: name.to_string(),
-            gossip: free_addr(),
-            api: free_addr(),
+            gossip,
+            api,
             data_dir: self.dir.path().join(format!("data-{index}-{name}")),
             child: None,
             log: self.dir.path().join(format!("{index}-{name}.log")),
             metrics: None,
+            netns,
         };
         self.agents.push(agent);
         let i = self.agents.len() - 1;
@@ -85,7 +104,7 @@ impl Cluster {
     pub fn start(&mut self, i: usize, seed: Option<SocketAddr>) {
         let pki = self.pki.clone();
         let a = &mut self.agents[i];
-        let mut cmd = Command::new(shoal_bin());
+        let mut cmd = shoal_command(a.netns.as_deref());
         assert!(a.child.is_none(), "{} already running", a.name);
         cmd.args(["agent", "--name", &a.name])
             .args([
@@ -150,9 +169,10 @@ impl Cluster {
         }
     }
 
-    /// Runs the CLI against agent `i`.
+    /// Runs the CLI against agent `i` (from its network namespace).
     pub fn cli(&self, i: usize, args: &[&str]) -> Output {
-        run_cli(args, Some((self.agents[i].api, &self.pki)))
+        let a = &self.agents[i];
+        run_cli_in(a.netns.as_deref(), args, Some((a.api, &self.pki)))
     }
 
     /// `get -o json` on agent `i`: workload names, or None when the agent does not answer.
@@ -229,9 +249,34 @@ impl Drop for Cluster {
     }
 }
 
+/// The binary under test, to run in network namespace `netns` if any: through `nsenter`, which
+/// enters the namespace and then executes it (same pid: signals to the child reach the agent),
+/// and unlike `ip netns exec` leaves the mounts alone (/sys/fs/cgroup stays visible).
+pub fn shoal_command(netns: Option<&str>) -> Command {
+    match netns {
+        None => Command::new(shoal_bin()),
+        Some(netns) => {
+            let mut cmd = Command::new("nsenter");
+            cmd.arg(format!("--net=/run/netns/{netns}"))
+                .arg("--")
+                .arg(shoal_bin());
+            cmd
+        }
+    }
+}
+
 /// Runs the CLI with an optional (agent, pki).
 pub fn run_cli(args: &[&str], target: Option<(SocketAddr, &Path)>) -> Output {
-    let mut cmd = Command::new(shoal_bin());
+    run_cli_in(None, args, target)
+}
+
+/// Runs the CLI in network namespace `netns` (None: this one) with an optional (agent, pki).
+pub fn run_cli_in(
+    netns: Option<&str>,
+    args: &[&str],
+    target: Option<(SocketAddr, &Path)>,
+) -> Output {
+    let mut cmd = shoal_command(netns);
     cmd.args(args)
         .env_remove("SHOAL_AGENT")
         .env_remove("SHOAL_PKI");

@@ -9,7 +9,9 @@
 //! 5. every known member that is not live has been confirmed dead for longer than
 //!    `fencing_delay_ms`, counted only from when this node (re)gained its majority: a verdict
 //!    reached while this node was itself cut off says nothing about the peer;
-//! 6. its own claim has been published for `exclusive_claim_ms`.
+//! 6. its own claim has been published for `exclusive_claim_ms`, counted from when this node last
+//!    (re)gained a two-way majority if that is later: a claim published while it could not be
+//!    heard reached nobody.
 //!
 //! (1), (2), (5) and (6) resolve by themselves and are waited for. (3), (4) and a member that is
 //! unreachable but not confirmed dead are what the mesh cannot decide: after

@@ -94,10 +94,16 @@ pub(crate) fn plan_start(
         if !exclusive_allows(ctx, plan, replica, &mut state.undecided_since_ms) {
             return;
         }
-        let settled = state
-            .pending_since_ms
-            .unwrap_or(now)
-            .saturating_add(ctx.config.exclusive_claim_ms);
+        // The claim counts from when the mesh could see it: one published while this node
+        // lacked a two-way majority (its packets lost) reached nobody, and a peer that still
+        // holds this node dead may be about to start the replica. Without a two-way majority
+        // only an approval lets a start through, and then the claim counts from its publication.
+        let claimed = state.pending_since_ms.unwrap_or(now);
+        let heard = ctx
+            .timers
+            .two_way_since_ms
+            .map_or(claimed, |t| t.max(claimed));
+        let settled = heard.saturating_add(ctx.config.exclusive_claim_ms);
         if now < settled {
             let msg =
                 format!("claim published; starts at {settled} unless another node claims it first");

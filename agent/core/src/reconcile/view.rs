@@ -21,6 +21,9 @@ pub(crate) struct MeshTimers {
     /// When this node last had a two-way majority (restored across agent restarts by the shell,
     /// so that a restart does not reset the self-fencing clock).
     pub last_majority_ms: Option<u64>,
+    /// Since when this node has had a two-way majority without interruption. Its claims count
+    /// only from then: one published while its packets were lost reached nobody.
+    pub two_way_since_ms: Option<u64>,
     /// Since when this node has seen a strict majority without interruption. A peer's death is
     /// only trusted from then on: a verdict reached while this node was itself cut off says
     /// nothing about the peer.
@@ -51,8 +54,12 @@ impl MeshTimers {
         if m.has_two_way_majority(node, now_ms, config.heard_window_ms) {
             self.minority_since_ms = None;
             self.last_majority_ms = Some(now_ms);
-        } else if self.minority_since_ms.is_none() {
-            self.minority_since_ms = Some(self.last_majority_ms.unwrap_or(now_ms).min(now_ms));
+            self.two_way_since_ms.get_or_insert(now_ms);
+        } else {
+            self.two_way_since_ms = None;
+            if self.minority_since_ms.is_none() {
+                self.minority_since_ms = Some(self.last_majority_ms.unwrap_or(now_ms).min(now_ms));
+            }
         }
         self.dead_since.retain(|n, _| m.dead.contains(n));
         for n in &m.dead {
