@@ -17,15 +17,18 @@ fn cell_of(i: usize) -> &'static str {
     ["c1", "c2"][i % 2]
 }
 
-/// Replica -> (node, phase, healthy) as `status -o json` on agent `i` shows it.
-fn status(cluster: &Cluster, i: usize) -> Option<BTreeMap<u64, Vec<(String, String, bool)>>> {
+/// Replica -> its instances as (node, phase, healthy).
+type Placed = BTreeMap<u64, Vec<(String, String, bool)>>;
+
+/// What `status -o json` on agent `i` shows.
+fn status(cluster: &Cluster, i: usize) -> Option<Placed> {
     let out = cluster.cli(i, &["status", WORKLOAD, "-o", "json", "--timeout", "8s"]);
     if !out.status.success() {
         eprintln!("status on agent {i}: {}", stderr(&out));
         return None;
     }
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    let mut at: BTreeMap<u64, Vec<(String, String, bool)>> = BTreeMap::new();
+    let mut at: Placed = BTreeMap::new();
     for inst in v["instances"].as_array()? {
         at.entry(inst["replica"].as_u64()?).or_default().push((
             inst["node"].as_str().unwrap_or("-").to_string(),
@@ -37,7 +40,7 @@ fn status(cluster: &Cluster, i: usize) -> Option<BTreeMap<u64, Vec<(String, Stri
 }
 
 /// Every replica of 6 has exactly one instance, running and healthy, on one of `nodes`.
-fn all_running_once_on(at: &BTreeMap<u64, Vec<(String, String, bool)>>, nodes: &[&str]) -> bool {
+fn all_running_once_on(at: &Placed, nodes: &[&str]) -> bool {
     at.len() == 6
         && at.values().all(|list| {
             list.len() == 1
