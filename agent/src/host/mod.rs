@@ -33,7 +33,7 @@ use std::time::Duration;
 use shoal_core::reconcile::{ApproveError, InstanceStatus, Issue, ReconcileConfig, Reconciler};
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use crate::guard::GuardLink;
+use crate::guard::GuardLease;
 use crate::mesh::node::{MeshNode, WallClock};
 use crate::runtime::Runtime;
 use clock::MonoClock;
@@ -162,9 +162,10 @@ pub struct Host {
     started_mono_ms: u64,
     /// Feedback messages dropped because the queue was full.
     pub(crate) feedback_dropped: Arc<std::sync::atomic::AtomicU64>,
-    /// The guard process that stops exclusive instances if this agent freezes (real agents only;
-    /// the loop renews it, a graceful leave releases it).
-    guard: Mutex<Option<GuardLink>>,
+    /// The guard that stops exclusive instances if this agent freezes: the `shoal guard`
+    /// process of a real agent, the simulator's in-memory one, or none (in-memory agents of
+    /// tests). The loop renews it, a graceful leave releases it.
+    guard: Mutex<Option<Box<dyn GuardLease>>>,
 }
 
 /// The loop itself: owns the reconciler and the shell's caches. Run it with [`HostLoop::run`].
@@ -362,8 +363,8 @@ impl Host {
     }
 
     /// Hands the host its guard; the loop renews it from its next round on.
-    pub fn attach_guard(&self, link: GuardLink) {
-        *self.guard.lock().expect("guard lock") = Some(link);
+    pub fn attach_guard(&self, link: impl GuardLease + 'static) {
+        *self.guard.lock().expect("guard lock") = Some(Box::new(link));
     }
 
     /// Releases the guard as the agent leaves (after [`Host::fence_on_leave`]): it stops what
