@@ -189,6 +189,8 @@ pub struct HostLoop {
     majority_saved_wall: Option<u64>,
     /// While this reads true the loop does nothing (the simulator's frozen agent).
     pause: Option<tokio::sync::watch::Receiver<bool>>,
+    /// The member count at a majority saved in the store last.
+    members_saved: Option<usize>,
 }
 
 impl Host {
@@ -238,6 +240,7 @@ impl Host {
             majority_file: None,
             majority_saved_wall: None,
             pause: None,
+            members_saved: None,
         };
         (host, host_loop)
     }
@@ -427,6 +430,7 @@ impl HostLoop {
     /// Runs rounds until the task is aborted: at once when woken, when the reconciler's next
     /// timer is due, and at least every `tick`.
     pub async fn run(mut self) {
+        self.restore_members_known().await;
         let _watchers = self.spawn_watchers().await;
         loop {
             self.wait_while_paused().await;
@@ -447,6 +451,46 @@ impl HostLoop {
                 let mut stats = self.host.stats.lock().expect("stats lock");
                 stats.timer_late_max_ms = stats.timer_late_max_ms.max(woke - due);
             }
+        }
+    }
+
+    /// Hands the reconciler the member count saved at its last majority (the store survives
+    /// restarts), before the first round.
+    async fn restore_members_known(&mut self) {
+        let saved = self.host.node.with_store(|s| s.members_known_load()).await;
+        match saved {
+            Ok(Some(members)) => {
+                let members = usize::try_from(members).unwrap_or(usize::MAX);
+                tracing::info!(
+                    members,
+                    "restored the member count last seen with a majority"
+                );
+                self.reconciler.restore_members_known(members);
+                self.members_saved = Some(members);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the member count saved at a majority")
+            }
+        }
+    }
+
+    /// Saves the member count at a majority when it changed (rarely: the mesh grew or shrank).
+    async fn save_members_known(&mut self) {
+        let Some(members) = self.reconciler.members_known_at_majority() else {
+            return;
+        };
+        if self.members_saved == Some(members) {
+            return;
+        }
+        let saved = self
+            .host
+            .node
+            .with_store(move |s| s.members_known_save(members as u64))
+            .await;
+        match saved {
+            Ok(()) => self.members_saved = Some(members),
+            Err(e) => tracing::warn!(error = %e, "cannot save the member count at a majority"),
         }
     }
 
@@ -538,6 +582,7 @@ impl HostLoop {
         self.start_probes(now);
         let last_majority = self.reconciler.last_majority_ms();
         self.save_majority_time(last_majority);
+        self.save_members_known().await;
         self.publish(issues).await;
         let mut stats = self.host.stats.lock().expect("stats lock");
         stats.rounds += 1;
