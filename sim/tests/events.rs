@@ -174,8 +174,12 @@ liveness_within = \"100ms\"
     let live = &r["liveness"];
     assert_eq!(live["passed"], false, "{r}");
     assert_eq!(live["undone"][0], "n2 restarted", "{r}");
+    // Still joining at the bound, or whole only after it (the join takes about 2 s).
     let gaps = live["gaps"].to_string();
-    assert!(gaps.contains("n2 is"), "{gaps}");
+    assert!(
+        gaps.contains("n2 is") || gaps.contains("whole only from"),
+        "{gaps}"
+    );
 }
 
 #[test]
