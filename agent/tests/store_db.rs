@@ -121,6 +121,17 @@ fn peers_are_remembered_across_restarts() {
 }
 
 #[test]
+fn the_member_count_at_the_last_majority_is_remembered_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path());
+    assert_eq!(store.members_known_load().unwrap(), None);
+    store.members_known_save(9).unwrap();
+    store.members_known_save(12).unwrap();
+    drop(store);
+    assert_eq!(open(dir.path()).members_known_load().unwrap(), Some(12));
+}
+
+#[test]
 fn refusals_change_nothing_on_disk() {
     let dir = tempfile::tempdir().unwrap();
     let config = StoreConfig {

@@ -155,8 +155,8 @@ fn an_event_about_an_unknown_workload_is_refused_before_the_run() {
 
 #[test]
 fn the_liveness_phase_fails_a_run_whose_hosts_do_not_come_back_in_time() {
-    // n2 crashes for good; the liveness phase restarts it, but 100 ms is less than the join
-    // takes, or at least less than the 2 s the mesh must stay whole.
+    // n2 crashes for good; the liveness phase restarts it, but an agent takes longer than 100 ms
+    // to join.
     let text = format!(
         "{MESH}
 [[events]]
@@ -174,10 +174,11 @@ liveness_within = \"100ms\"
     let live = &r["liveness"];
     assert_eq!(live["passed"], false, "{r}");
     assert_eq!(live["undone"][0], "n2 restarted", "{r}");
+    // Still joining at the bound, or whole only after it (the join takes about 2 s).
     let gaps = live["gaps"].to_string();
     assert!(
-        gaps.contains("n2 ") || gaps.contains("whole for only"),
-        "the failure says what was missing: {gaps}"
+        gaps.contains("n2 is") || gaps.contains("whole only from"),
+        "{gaps}"
     );
 }
 

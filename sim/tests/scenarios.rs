@@ -91,3 +91,47 @@ fn writes_through_skewed_clocks_are_refused_and_no_acknowledged_write_is_lost() 
         assert!(line.contains(&format!("refused by {via}")), "{line}");
     }
 }
+
+#[test]
+fn a_paused_owners_guard_kills_its_exclusive_copy_before_the_mesh_starts_another() {
+    let dir = std::env::temp_dir().join(format!("shoal-sim-pause-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for seed in 1..=3 {
+        let out = Command::new(env!("CARGO_BIN_EXE_shoal-sim"))
+            .args(["run", &scenario("paused-owner-exclusive"), "--seed"])
+            .arg(seed.to_string())
+            .args(["--json", "--out"])
+            .arg(&dir)
+            .output()
+            .expect("shoal-sim runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let r: serde_json::Value =
+            serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("report");
+        assert_eq!(r["exclusive_duplicates"], 0, "seed {seed}: {r}");
+        assert_eq!(r["passed"], true, "seed {seed}: {r}");
+        let trace = dir.join(format!("paused-owner-exclusive-seed{seed}.trace.txt"));
+        let trace = std::fs::read_to_string(&trace).expect("trace written");
+        let killed = trace
+            .lines()
+            .find(|l| l.contains("guard of") && l.contains("killed db/0"))
+            .unwrap_or_else(|| panic!("seed {seed}: the guard never acted:\n{trace}"));
+        assert!(killed.contains("did not renew its lease"), "{killed}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_core_bugs_the_swarm_found_stay_fixed() {
+    // scenarios/regress (3 hosts each; docs/sim.md, Findings): an agent restarted alone in a
+    // minority started an exclusive replica; the mass-stop guard held the stops of deleted or
+    // scaled-away replicas. (The handback of swarm-998 is covered by the core's tests.)
+    for (name, seed) in [
+        ("regress/restart-in-minority", 1),
+        ("regress/delete-mass-stop", 1),
+        ("regress/scale-down-mass-stop", 1),
+    ] {
+        let r = run(name, seed);
+        assert_eq!(r["passed"], true, "{name}: {r}");
+        assert_eq!(r["exclusive_duplicates"], 0, "{name}: {r}");
+    }
+}

@@ -472,3 +472,117 @@ fn without_a_guard_exclusive_replicas_do_not_start_and_say_why() {
     assert_eq!(c.starts("db", 0).len(), 1);
     assert!(c.issue("n1", IssueKind::Unsupported).is_none());
 }
+
+#[test]
+fn an_agent_restarted_alone_in_a_minority_does_not_count_itself_a_majority() {
+    // Found by the simulator (scenarios/regress/restart-in-minority.toml): n3 is cut off, its
+    // agent restarts and, its seeds unreachable, hears only itself; its placement puts db/0 on
+    // it while n1 runs it on the majority side.
+    let mut c = three_nodes_with_db();
+    let cut = c.now;
+    c.partition(&["n3"], &["n1", "n2"]);
+    c.run_for(2_000);
+    c.restart_agent("n3");
+    c.knows_only_itself.insert("n3".into());
+    let mut alone = c.owners.clone();
+    alone.insert(ReplicaId::new("db", 0), "n3".into());
+    c.owners_of.insert("n3".into(), alone);
+    c.run_for_checked(60_000, never_two_db_copies);
+    assert_eq!(db_start_after(&c, cut), None, "n3 started db/0 alone");
+    let waiting = c
+        .issue("n3", IssueKind::ExclusiveUndecided)
+        .expect("n3 says why it waits");
+    assert!(waiting.message.contains("1 of 3"), "{}", waiting.message);
+    // The partition heals: n3 learns the mesh again and its placement agrees with the others'.
+    c.heal();
+    c.knows_only_itself.clear();
+    c.owners_of.clear();
+    c.run_for_checked(10_000, never_two_db_copies);
+    assert_eq!(c.alive_copies("db", 0)[0].0, "n1");
+    assert_eq!(c.agent("n3").rec.members_known_at_majority(), Some(3));
+}
+
+#[test]
+fn deleting_or_scaling_away_most_of_a_node_is_not_a_suspicious_move() {
+    // scenarios/regress/delete-mass-stop.toml: five workloads of six running on n1 deleted.
+    let mut c = five_workloads_on_n1("");
+    c.put(spec("keep", 1, ""), "v1");
+    c.place("keep", 0, "n1");
+    c.run_for(2_000);
+    for w in ["a", "b", "c", "d", "e"] {
+        c.specs.remove(w);
+        c.owners.remove(&ReplicaId::new(w, 0));
+    }
+    c.run_for(2_000);
+    let deleted = |a: &Action| {
+        matches!(
+            a,
+            Action::Stop {
+                cause: StopCause::Deleted,
+                ..
+            }
+        )
+    };
+    assert_eq!(c.count("n1", deleted), 5);
+    assert!(c.issue("n1", IssueKind::SuspiciousView).is_none());
+
+    // scale-down-mass-stop.toml: five replicas on n1 scaled to one.
+    let mut c = Cluster::new(&["n1", "n2"]);
+    c.put(spec("w", 5, ""), "v1");
+    for r in 0..5 {
+        c.place("w", r, "n1");
+    }
+    c.run_for(5_000);
+    c.put(spec("w", 1, ""), "v2");
+    for r in 1..5 {
+        c.owners.remove(&ReplicaId::new("w", r));
+    }
+    c.run_for(2_000);
+    let scaled = |a: &Action| {
+        matches!(
+            a,
+            Action::Stop {
+                cause: StopCause::ScaledDown,
+                ..
+            }
+        )
+    };
+    assert_eq!(c.count("n1", scaled), 4);
+    assert_eq!(c.alive_copies("w", 0).len(), 1);
+}
+
+#[test]
+fn exclusive_replicas_taken_over_go_back_when_their_owner_returns() {
+    // scenarios/regress/swarm-998-exclusive-handback.toml: n2 took three exclusive replicas
+    // while n1 was away; when n1 is back and claims them, n2 hands them back instead of
+    // holding the stops as a mass stop.
+    let mut c = Cluster::new(&["n1", "n2", "n3"]);
+    for w in ["a", "b", "c"] {
+        c.put(spec(w, 1, EXCLUSIVE), "v1");
+        c.place(w, 0, "n1");
+    }
+    c.run_for(5_000);
+    c.kill_host("n1");
+    for w in ["a", "b", "c"] {
+        c.place(w, 0, "n2");
+    }
+    c.run_for(30_000);
+    for w in ["a", "b", "c"] {
+        assert_eq!(c.alive_copies(w, 0)[0].0, "n2", "{w} taken over");
+    }
+    c.restart_agent("n1");
+    for w in ["a", "b", "c"] {
+        c.place(w, 0, "n1");
+    }
+    c.run_for_checked(20_000, |c| {
+        for w in ["a", "b", "c"] {
+            assert!(c.alive_copies(w, 0).len() <= 1, "two copies of {w}");
+        }
+    });
+    for w in ["a", "b", "c"] {
+        let copies = c.alive_copies(w, 0);
+        assert_eq!(copies.len(), 1, "{w}: {copies:?}");
+        assert_eq!(copies[0].0, "n1", "{w} handed back");
+    }
+    assert!(c.issue("n2", IssueKind::SuspiciousView).is_none());
+}

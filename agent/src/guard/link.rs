@@ -10,7 +10,7 @@ use shoal_core::reconcile::ReconcileConfig;
 
 use super::fired::{self, Fired};
 use super::lease::{boot_now_ms, Lease};
-use super::{GuardPaths, GuardRuntime};
+use super::{GuardLease, GuardPaths, GuardRuntime};
 
 mod supervise;
 
@@ -262,6 +262,28 @@ impl GuardLink {
                 ));
             }
         }
+    }
+}
+
+impl GuardLease for GuardLink {
+    fn unavailable(&self) -> Option<String> {
+        GuardLink::unavailable(self)
+    }
+
+    fn lease_ms(&self) -> u64 {
+        GuardLink::lease_ms(self)
+    }
+
+    fn renew(&mut self, exclusive: &BTreeSet<String>, handles: BTreeSet<String>, grant_ms: u64) {
+        GuardLink::renew(self, exclusive, handles, grant_ms)
+    }
+
+    fn take_fired(&mut self) -> Vec<Fired> {
+        GuardLink::take_fired(self)
+    }
+
+    fn release(&mut self) {
+        GuardLink::release(self)
     }
 }
 

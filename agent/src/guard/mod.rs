@@ -37,19 +37,42 @@
 mod fired;
 mod lease;
 mod link;
+mod mem;
 mod run;
 mod sweep;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 pub use fired::{Fired, Killed, FIRED_BYTES_MAX};
 pub use lease::{boot_now_ms, GuardInfo, Lease, LeaseError, GUARDED_MAX, LEASE_BYTES_MAX};
 pub use link::{lease_grant_ms, GuardConfig, GuardLink};
+pub use mem::{MemGuard, MemGuardKill};
 pub use run::{run_guard, GuardOptions};
 
 /// How often the guard looks at the lease, in milliseconds. The guard acts at most this long
 /// after the lease ends.
 pub const POLL_MS: u64 = 100;
+
+/// What the host loop holds of its guard and renews every round: the agent's side of the
+/// `shoal guard` process ([`GuardLink`]), or the simulator's in-memory guard ([`MemGuard`]),
+/// which keeps running in simulated time while the agent is paused. Both are granted the same
+/// leases ([`lease_grant_ms`]), so a frozen agent is fenced on the same timetable.
+pub trait GuardLease: Send {
+    /// Why exclusive replicas must not start here now, or `None` when the guard runs and its
+    /// lease is renewed.
+    fn unavailable(&self) -> Option<String>;
+    /// The lease length in use, in milliseconds.
+    fn lease_ms(&self) -> u64;
+    /// Renews the lease for `grant_ms` from now (at most the lease length), guarding the
+    /// `exclusive` workloads and the `handles` of their instances seen alive.
+    fn renew(&mut self, exclusive: &BTreeSet<String>, handles: BTreeSet<String>, grant_ms: u64);
+    /// What the guard did since the last call.
+    fn take_fired(&mut self) -> Vec<Fired>;
+    /// The agent leaves: the guard stops what still runs of the exclusive workloads and exits.
+    /// No renewal after this.
+    fn release(&mut self);
+}
 
 /// Which runtime's instances a guard stops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -20,8 +20,8 @@ use crate::runtime::process::state;
 
 /// After the lease ended, the guard sweeps again this often, for this long: a container the
 /// engine was still creating for a frozen agent shows up late.
-const RESWEEP_EVERY_MS: u64 = 1_000;
-const RESWEEP_FOR_MS: u64 = 60_000;
+pub(super) const RESWEEP_EVERY_MS: u64 = 1_000;
+pub(super) const RESWEEP_FOR_MS: u64 = 60_000;
 /// A lease may end at most this much later than the guard's own maximum allows (the agent
 /// computes the end a moment before the guard reads it).
 const LEASE_SLACK_MS: u64 = 1_000;

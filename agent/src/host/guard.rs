@@ -34,7 +34,8 @@ fn guarded_handles(input: &ReconcileInput, exclusive: &BTreeSet<String>) -> BTre
 
 impl HostLoop {
     /// Why exclusive replicas must not start this round, from the guard's state after the last
-    /// round (`None` also when this host has no guard: in-memory agents and the simulator).
+    /// round (`None` also when this host has no guard: the in-memory agents of tests; the
+    /// simulator's agents have an in-memory one, `MemGuard`).
     pub(super) fn guard_unavailable(&self) -> Option<String> {
         let guard = self.host.guard.lock().expect("guard lock");
         guard.as_ref().and_then(|g| g.unavailable())

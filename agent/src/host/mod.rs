@@ -33,7 +33,7 @@ use std::time::Duration;
 use shoal_core::reconcile::{ApproveError, InstanceStatus, Issue, ReconcileConfig, Reconciler};
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use crate::guard::GuardLink;
+use crate::guard::GuardLease;
 use crate::mesh::node::{MeshNode, WallClock};
 use crate::runtime::Runtime;
 use clock::MonoClock;
@@ -162,9 +162,10 @@ pub struct Host {
     started_mono_ms: u64,
     /// Feedback messages dropped because the queue was full.
     pub(crate) feedback_dropped: Arc<std::sync::atomic::AtomicU64>,
-    /// The guard process that stops exclusive instances if this agent freezes (real agents only;
-    /// the loop renews it, a graceful leave releases it).
-    guard: Mutex<Option<GuardLink>>,
+    /// The guard that stops exclusive instances if this agent freezes: the `shoal guard`
+    /// process of a real agent, the simulator's in-memory one, or none (in-memory agents of
+    /// tests). The loop renews it, a graceful leave releases it.
+    guard: Mutex<Option<Box<dyn GuardLease>>>,
 }
 
 /// The loop itself: owns the reconciler and the shell's caches. Run it with [`HostLoop::run`].
@@ -188,6 +189,8 @@ pub struct HostLoop {
     majority_saved_wall: Option<u64>,
     /// While this reads true the loop does nothing (the simulator's frozen agent).
     pause: Option<tokio::sync::watch::Receiver<bool>>,
+    /// The member count at a majority saved in the store last.
+    members_saved: Option<usize>,
 }
 
 impl Host {
@@ -237,6 +240,7 @@ impl Host {
             majority_file: None,
             majority_saved_wall: None,
             pause: None,
+            members_saved: None,
         };
         (host, host_loop)
     }
@@ -362,8 +366,8 @@ impl Host {
     }
 
     /// Hands the host its guard; the loop renews it from its next round on.
-    pub fn attach_guard(&self, link: GuardLink) {
-        *self.guard.lock().expect("guard lock") = Some(link);
+    pub fn attach_guard(&self, link: impl GuardLease + 'static) {
+        *self.guard.lock().expect("guard lock") = Some(Box::new(link));
     }
 
     /// Releases the guard as the agent leaves (after [`Host::fence_on_leave`]): it stops what
@@ -426,6 +430,7 @@ impl HostLoop {
     /// Runs rounds until the task is aborted: at once when woken, when the reconciler's next
     /// timer is due, and at least every `tick`.
     pub async fn run(mut self) {
+        self.restore_members_known().await;
         let _watchers = self.spawn_watchers().await;
         loop {
             self.wait_while_paused().await;
@@ -446,6 +451,46 @@ impl HostLoop {
                 let mut stats = self.host.stats.lock().expect("stats lock");
                 stats.timer_late_max_ms = stats.timer_late_max_ms.max(woke - due);
             }
+        }
+    }
+
+    /// Hands the reconciler the member count saved at its last majority (the store survives
+    /// restarts), before the first round.
+    async fn restore_members_known(&mut self) {
+        let saved = self.host.node.with_store(|s| s.members_known_load()).await;
+        match saved {
+            Ok(Some(members)) => {
+                let members = usize::try_from(members).unwrap_or(usize::MAX);
+                tracing::info!(
+                    members,
+                    "restored the member count last seen with a majority"
+                );
+                self.reconciler.restore_members_known(members);
+                self.members_saved = Some(members);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the member count saved at a majority")
+            }
+        }
+    }
+
+    /// Saves the member count at a majority when it changed (rarely: the mesh grew or shrank).
+    async fn save_members_known(&mut self) {
+        let Some(members) = self.reconciler.members_known_at_majority() else {
+            return;
+        };
+        if self.members_saved == Some(members) {
+            return;
+        }
+        let saved = self
+            .host
+            .node
+            .with_store(move |s| s.members_known_save(members as u64))
+            .await;
+        match saved {
+            Ok(()) => self.members_saved = Some(members),
+            Err(e) => tracing::warn!(error = %e, "cannot save the member count at a majority"),
         }
     }
 
@@ -537,6 +582,7 @@ impl HostLoop {
         self.start_probes(now);
         let last_majority = self.reconciler.last_majority_ms();
         self.save_majority_time(last_majority);
+        self.save_members_known().await;
         self.publish(issues).await;
         let mut stats = self.host.stats.lock().expect("stats lock");
         stats.rounds += 1;

@@ -91,6 +91,11 @@ impl MemRuntime {
         }
     }
 
+    /// The instant its times count from.
+    pub fn origin(&self) -> Instant {
+        self.origin
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().expect("mem runtime lock")
     }

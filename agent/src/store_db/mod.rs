@@ -239,6 +239,20 @@ impl DesiredStore {
         self.db.put_fact(codec::FACT_PEERS, &peers)
     }
 
+    /// How many members the mesh had when this node last saw a majority of it, as saved by
+    /// [`DesiredStore::members_known_save`] (`None` if never saved).
+    pub fn members_known_load(&self) -> Result<Option<u64>, StoreDbError> {
+        self.db.fact(codec::FACT_MEMBERS_KNOWN)
+    }
+
+    /// Remembers how many members the mesh had when this node last saw a majority of it, so that
+    /// a restarted agent cut off from the mesh does not count itself a majority of the members it
+    /// hears (`Reconciler::restore_members_known`). Durable when it returns.
+    pub fn members_known_save(&mut self, members: u64) -> Result<(), StoreDbError> {
+        self.recover()?;
+        self.db.put_fact(codec::FACT_MEMBERS_KNOWN, &members)
+    }
+
     /// When this node last recorded itself in sync with the mesh ([`DesiredStore::mark_synced`]).
     pub fn synced_at_ms(&self) -> Result<Option<u64>, StoreDbError> {
         self.db.fact(codec::FACT_SYNCED_AT)

@@ -34,14 +34,15 @@ pub struct Violation {
     pub kind: String,
     /// The evidence.
     pub detail: String,
-    /// A known cause, when the evidence matches one (an exclusive duplicate while its owner
-    /// was paused or could not be heard: docs/sim.md).
+    /// For an exclusive duplicate: the fault that kept one of the hosts from being heard when
+    /// it began (a pause, a one-way partition), if any. Context for the reader only: the
+    /// duplicate is a failure either way.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub known: Option<String>,
+    pub during: Option<String>,
 }
 
-/// A fault that kept one host from being heard while it still ran: the known causes of
-/// exclusive duplicates (its owner keeps the copy; the others start another).
+/// A fault that kept one host from being heard while it still ran (a pause, a one-way
+/// partition): named beside an exclusive duplicate that began during it.
 #[derive(Clone, Debug)]
 pub(crate) struct Episode {
     pub host: u32,
@@ -51,9 +52,9 @@ pub(crate) struct Episode {
     pub end_ms: Option<u64>,
 }
 
-/// A duplicate counts as known when it began while its owner's episode lasted or this soon
-/// after it ended.
-const KNOWN_AFTER_MS: u64 = 2_000;
+/// An episode is named beside a duplicate that began while it lasted or this soon after it
+/// ended.
+const EPISODE_AFTER_MS: u64 = 2_000;
 
 /// One point of the timeline plot.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -193,7 +194,7 @@ impl Checker {
             t_ms,
             kind: kind.into(),
             detail,
-            known: None,
+            during: None,
         });
     }
 
@@ -253,18 +254,18 @@ impl Checker {
         }
     }
 
-    /// The known cause of an exclusive duplicate on `hosts` that began at `t_ms`, if any.
-    fn known_cause(&self, hosts: &[u32], t_ms: u64) -> Option<String> {
+    /// The episode in force on one of `hosts` when an exclusive duplicate began at `t_ms`.
+    fn episode_at(&self, hosts: &[u32], t_ms: u64) -> Option<String> {
         let e = self.episodes.iter().find(|e| {
             hosts.contains(&e.host)
                 && e.start_ms <= t_ms
-                && e.end_ms.is_none_or(|end| t_ms <= end + KNOWN_AFTER_MS)
+                && e.end_ms.is_none_or(|end| t_ms <= end + EPISODE_AFTER_MS)
         })?;
         let end = e.end_ms.map_or("still in force".to_string(), |t| {
             format!("to {:.1} s", t as f64 / 1000.0)
         });
         Some(format!(
-            "{} of the owner n{} (from {:.1} s, {end})",
+            "{} of n{} (from {:.1} s, {end})",
             e.kind,
             e.host + 1,
             e.start_ms as f64 / 1000.0
@@ -373,12 +374,12 @@ impl Checker {
                         format!("{r} alive on {}", where_.join(" and ")),
                     );
                     let on: Vec<u32> = list.iter().map(|c| c.host).collect();
-                    let known = self.known_cause(&on, now);
-                    if let Some(k) = &known {
-                        trace.line(now, format!("known cause of that duplicate: {k}"));
+                    let during = self.episode_at(&on, now);
+                    if let Some(k) = &during {
+                        trace.line(now, format!("that duplicate began during the {k}"));
                     }
                     if let Some(v) = self.violations.last_mut() {
-                        v.known = known;
+                        v.during = during;
                     }
                     fresh.push((r.clone(), on));
                 }

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shoal::agent::Agent;
+use shoal::guard::MemGuard;
 use shoal::host::{Host, HostConfig as LoopConfig};
 use shoal::mesh::node::WallClock;
 use shoal::mesh::run::RunningNode;
@@ -73,9 +74,10 @@ pub struct AgentParts {
     pub paused: tokio::sync::watch::Receiver<bool>,
 }
 
-/// Assembles and starts the agent: the same [`Agent`] as `shoal agent`. The monotonic clock is
+/// Assembles and starts the agent: the same [`Agent`] as `shoal agent`, with its guard (returned
+/// too, for the simulator to watch it and to stop it when the host dies). The monotonic clock is
 /// the simulation's (the in-memory runtime dates exits on it too), never the skewed wall clock.
-pub fn start_agent(parts: AgentParts) -> Agent {
+pub fn start_agent(parts: AgentParts) -> (Agent, MemGuard) {
     let config = LoopConfig {
         tick: Duration::from_millis(parts.config.reconcile_interval_ms),
         reconcile: reconcile_config(&parts.config),
@@ -83,6 +85,12 @@ pub fn start_agent(parts: AgentParts) -> Agent {
     };
     let t0 = parts.t0;
     let mono: shoal::host::clock::MonoClock = Arc::new(move || t0.elapsed().as_millis() as u64);
+    // The lease of `shoal agent`'s guard (`GuardConfig::new`): the reconciler's self-fencing time.
+    let guard = MemGuard::start(
+        parts.mem.clone(),
+        config.reconcile.self_fence_ms,
+        parts.clock.clone(),
+    );
     let (host, host_loop) = Host::new(
         parts.running.node.clone(),
         Arc::new(parts.mem),
@@ -90,5 +98,7 @@ pub fn start_agent(parts: AgentParts) -> Agent {
         mono,
         config,
     );
-    Agent::start(parts.running, host, host_loop.with_pause(parts.paused))
+    host.attach_guard(guard.clone());
+    let agent = Agent::start(parts.running, host, host_loop.with_pause(parts.paused));
+    (agent, guard)
 }

@@ -1,7 +1,7 @@
 //! The model's host shell around the real reconciler (`shoal_core::reconcile::Reconciler`, one
 //! per host): when a host runs a round, how its actions are executed on its fake runtime, and
-//! what it publishes. Modelled after the real-code tier's thin shell (`sim/src/host/core.rs`)
-//! and the in-memory runtime it drives.
+//! what it publishes. Modelled after the real-code tier's former thin shell (removed: the real
+//! tier runs the agent's own host loop now) and the in-memory runtime it drives.
 //!
 //! A host runs a round when its view changes (a death at once; a join or a spec epoch at its next
 //! round), when one of its instances starts, fails to start or exits, when a peer's report about

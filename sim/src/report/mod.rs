@@ -77,8 +77,8 @@ pub struct Report {
     pub event_failures: Vec<EventFailure>,
     /// The liveness phase after the timeline.
     pub liveness: Option<LivenessOutcome>,
-    /// What failed, one word each (sorted, distinct): a violation's kind (an exclusive
-    /// duplicate with a known cause as `exclusive-duplicate-known`), `event-failed`,
+    /// What failed, one word each (sorted, distinct): a violation's kind
+    /// (`exclusive-duplicate`, `over-capacity`, `acknowledged-spec-missing`), `event-failed`,
     /// `liveness`, `assertion`.
     pub failure_kinds: Vec<String>,
     /// Refused API calls and failed starts.
@@ -146,7 +146,7 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
         }
     }
     // Over the bound, the duplicates already fail the run as violations (kind
-    // `exclusive-duplicate`, or `exclusive-duplicate-known`); a bound above 0 tolerates some.
+    // `exclusive-duplicate`); a bound above 0 tolerates some.
     let duplicates_over = c.exclusive_duplicates > sc.assert.exclusive_duplicates_max;
     if let (Some(max), Some(p99)) = (sc.assert.replacement_p99_max_ms, everything.p99_ms) {
         if p99 > max {
@@ -226,10 +226,7 @@ fn failure_kinds(
         .iter()
         .filter(|v| duplicates_over || v.kind != "exclusive-duplicate")
     {
-        kinds.insert(match (&v.known, v.kind.as_str()) {
-            (Some(_), "exclusive-duplicate") => "exclusive-duplicate-known".to_string(),
-            _ => v.kind.clone(),
-        });
+        kinds.insert(v.kind.clone());
     }
     if !c.event_failures.is_empty() {
         kinds.insert("event-failed".into());
@@ -304,8 +301,8 @@ impl Report {
                 v.kind,
                 v.detail
             );
-            if let Some(k) = &v.known {
-                s += &format!("    known cause: {k}\n");
+            if let Some(k) = &v.during {
+                s += &format!("    began during the {k}\n");
             }
         }
         if let Some(l) = &self.liveness {

@@ -56,6 +56,8 @@ pub struct Host {
     pub ground: Ground,
     /// The running agent.
     pub running: Option<Agent>,
+    /// The running agent's guard (it dies with the host).
+    pub guard: Option<shoal::guard::MemGuard>,
     /// When the current incarnation came up (sim ms).
     pub up_since_ms: u64,
     /// Incarnations so far.
@@ -95,6 +97,7 @@ impl Host {
             mem,
             ground,
             running: None,
+            guard: None,
             up_since_ms: 0,
             incarnation: 0,
             disk_crashed: false,
@@ -185,7 +188,7 @@ impl World {
             match task.await {
                 Ok(Ok(running)) => {
                     apply_profiles(&host.mem, &self.profiles);
-                    let agent = start_agent(AgentParts {
+                    let (agent, guard) = start_agent(AgentParts {
                         running,
                         mem: host.mem.clone(),
                         clock: host.clock.wall_clock(),
@@ -197,6 +200,7 @@ impl World {
                     self.net
                         .serve_rpc(api, PeerName(host.name.clone()), agent.handler());
                     host.running = Some(agent);
+                    host.guard = Some(guard);
                     host.state = HostState::Up;
                     host.up_since_ms = now;
                     let line = format!("{} up", host.name);
@@ -240,6 +244,9 @@ impl World {
             host.ghost = Some(Arc::downgrade(agent.node()));
             agent.crash();
         }
+        if let Some(guard) = host.guard.take() {
+            guard.stop();
+        }
         self.net.stop_rpc(host_addr(h, API_PORT));
         self.net.set_paused(h, false);
         host.paused.send_replace(false);
@@ -254,6 +261,22 @@ impl World {
         let name = host.name.clone();
         self.checker
             .host_crashed(now, h, &name, generation, held, &self.hosts);
+    }
+
+    /// Traces what the hosts' guards killed since the last call.
+    pub(super) fn trace_guards(&mut self) {
+        for host in &self.hosts {
+            let Some(guard) = host.guard.as_ref() else {
+                continue;
+            };
+            for kill in guard.take_kills() {
+                let line = format!(
+                    "guard of {} killed {} ({}): {}",
+                    host.name, kill.replica, kill.handle, kill.reason
+                );
+                self.trace.line(kill.at_ms, line);
+            }
+        }
     }
 
     pub(super) fn set_paused(&mut self, hosts: &[u32], paused: bool) {

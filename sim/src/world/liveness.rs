@@ -112,6 +112,11 @@ impl World {
             }
         }
         if !healthy.is_empty() {
+            // The runtimes of the hosts that are up take the healthy profiles now (a host
+            // started later takes them when it starts).
+            for host in &self.hosts {
+                crate::host::apply_profiles(&host.mem, &self.profiles);
+            }
             undone.push(format!("instances of {} healthy", healthy.join(",")));
         }
         let down: Vec<u32> = self

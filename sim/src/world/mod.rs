@@ -236,6 +236,7 @@ impl World {
                 self.run_step(step);
             }
             self.poll_hosts().await;
+            self.trace_guards();
             self.drain_api();
             self.bury_zombies(now);
             if now >= *next_tick {

@@ -130,7 +130,19 @@ impl Reconciler {
         let now = self.checked_now(now_ms);
         self.now_ms = now;
         self.ticked = true;
+        // A restarted agent believes the member count it knew until it sees a majority of it.
+        let counted = input.membership.members_known;
+        let floored;
+        let input = if self.timers.members_known(counted) > counted {
+            let mut copy = input.clone();
+            copy.membership.members_known = self.timers.members_known(counted);
+            floored = copy;
+            &floored
+        } else {
+            input
+        };
         self.timers.observe(&self.node, input, &self.config, now);
+        self.timers.settle_members(counted);
         if let Some(why) = self.runtime_problem(input) {
             let plan = Plan {
                 issues: vec![plan::RawIssue {
@@ -217,7 +229,13 @@ impl Reconciler {
             timers: &self.timers,
             approvals: &self.approvals,
             now_ms: now,
-            suspicious: view::suspicious_reasons(&self.node, input, &self.local, &self.config),
+            suspicious: view::suspicious_reasons(
+                &self.node,
+                input,
+                &self.local,
+                &self.config,
+                &self.timers,
+            ),
             fencing_due: self.timers.fencing_due(&self.config, now),
         };
         let mut plan = Plan {
@@ -264,6 +282,23 @@ impl Reconciler {
     pub fn restore_last_majority(&mut self, at_ms: u64) {
         let t = &mut self.timers;
         t.last_majority_ms = Some(t.last_majority_ms.map_or(at_ms, |m| m.max(at_ms)));
+    }
+
+    /// How many members the mesh had when this node last saw a strict majority of it. The shell
+    /// should persist it when it changes and hand it to [`Reconciler::restore_members_known`]
+    /// after an agent restart.
+    pub fn members_known_at_majority(&self) -> Option<usize> {
+        self.timers.majority_members
+    }
+
+    /// Restores [`Reconciler::members_known_at_majority`] from before an agent restart; call it
+    /// before the first tick. Until this node sees a strict majority of that many members, a
+    /// smaller `members_known` is not believed: an agent restarted while cut off hears only
+    /// itself, and must not count itself a majority of one. Once it has seen a majority, the
+    /// shell's count is believed again (members that left while it was down no longer count).
+    pub fn restore_members_known(&mut self, members: usize) {
+        let t = &mut self.timers;
+        t.members_floor = Some(t.members_floor.map_or(members, |f| f.max(members)));
     }
 
     /// Whether [`Reconciler::handle_tick`] has run once. Until then [`Reconciler::observed`] knows

@@ -32,7 +32,22 @@ pub(crate) struct MeshTimers {
     pub dead_since: BTreeMap<String, u64>,
     /// Since when each peer with published state has been neither live nor confirmed dead.
     pub unreachable_since: BTreeMap<String, u64>,
+    /// When each peer last came back (live again after being confirmed dead or unreachable),
+    /// kept for [`RETURN_WINDOW_MS`]: replicas moving back to it are a handback, not a sign that
+    /// this node's view went wrong.
+    pub returned_at: BTreeMap<String, u64>,
+    /// The member count a restarted agent knew when it last saw a majority (restored by the
+    /// shell): until this node sees a strict majority of it, fewer known members are not
+    /// believed. An agent restarted while cut off hears only itself and would otherwise count
+    /// a majority of one.
+    pub members_floor: Option<usize>,
+    /// The member count (as the shell counted it) at the last tick with a strict majority: what
+    /// the shell persists for [`MeshTimers::members_floor`].
+    pub majority_members: Option<usize>,
 }
+
+/// How long after a peer came back moves of replicas to it are taken for a handback (ms).
+pub(crate) const RETURN_WINDOW_MS: u64 = 60_000;
 
 impl MeshTimers {
     /// Updates the timers from this tick's membership.
@@ -61,6 +76,13 @@ impl MeshTimers {
                 self.minority_since_ms = Some(self.last_majority_ms.unwrap_or(now_ms).min(now_ms));
             }
         }
+        for n in &m.live {
+            if self.dead_since.contains_key(n) || self.unreachable_since.contains_key(n) {
+                self.returned_at.insert(n.clone(), now_ms);
+            }
+        }
+        self.returned_at
+            .retain(|_, at| now_ms < at.saturating_add(RETURN_WINDOW_MS));
         self.dead_since.retain(|n, _| m.dead.contains(n));
         for n in &m.dead {
             if !self.dead_since.contains_key(n) {
@@ -76,6 +98,21 @@ impl MeshTimers {
             if !self.unreachable_since.contains_key(n) {
                 self.unreachable_since.insert(n.to_string(), now_ms);
             }
+        }
+    }
+
+    /// The member count to believe this tick: the shell's, or the restored floor while this node
+    /// has not seen a strict majority of it since its restart.
+    pub fn members_known(&self, counted: usize) -> usize {
+        self.members_floor.map_or(counted, |f| f.max(counted))
+    }
+
+    /// After [`MeshTimers::observe`]: remembers the count at a majority, and drops the floor once
+    /// a majority of it was seen (from then on, the shell's count is the mesh's).
+    pub fn settle_members(&mut self, counted: usize) {
+        if self.majority_since_ms.is_some() {
+            self.members_floor = None;
+            self.majority_members = Some(counted);
         }
     }
 
@@ -231,6 +268,7 @@ pub(crate) fn suspicious_reasons(
     input: &ReconcileInput,
     local: &Local,
     config: &ReconcileConfig,
+    timers: &MeshTimers,
 ) -> Vec<String> {
     let mut reasons = Vec::new();
     if let Some(why) = &input.view_suspect {
@@ -258,7 +296,7 @@ pub(crate) fn suspicious_reasons(
     }
     let orphans = alive
         .iter()
-        .filter(|r| input.owners.get(**r).is_none_or(|n| n != node))
+        .filter(|r| unexplained_move(node, input, timers, r))
         .count();
     if !input.draining && orphans >= config.mass_stop_min && 2 * orphans > alive.len() {
         reasons.push(format!(
@@ -267,4 +305,33 @@ pub(crate) fn suspicious_reasons(
         ));
     }
     reasons
+}
+
+/// Whether a replica running here counts as moved elsewhere for the mass-stop guard: it is still
+/// desired (a deleted workload or a replica scaled away is no longer wanted anywhere: its stop
+/// is the operator's decision, not a move), it is not placed here, and the move is not a
+/// handback to a peer that just came back and claims it (after a partition heals or a host
+/// restarts, what was taken over while it was away goes back: a membership change explains it).
+fn unexplained_move(
+    node: &str,
+    input: &ReconcileInput,
+    timers: &MeshTimers,
+    r: &ReplicaId,
+) -> bool {
+    if !input.replica_exists(r) {
+        return false;
+    }
+    let Some(owner) = input.owners.get(r) else {
+        return true;
+    };
+    if owner == node {
+        return false;
+    }
+    let handback = timers.returned_at.contains_key(owner)
+        && input.membership.live.contains(owner)
+        && input
+            .peers
+            .get(owner)
+            .is_some_and(|list| list.iter().any(|s| &s.replica == r));
+    !handback
 }

@@ -203,6 +203,9 @@ pub struct Cluster {
     pub fence_token_floor: u64,
     /// Hand every agent the current time as its floor instead, as the agent does.
     pub fence_token_floor_is_now: bool,
+    /// Agents whose gossip knows no other member (restarted while cut off: their seeds are
+    /// unreachable): they see themselves alone, one known member, no peer state.
+    pub knows_only_itself: BTreeSet<String>,
 }
 
 impl Cluster {
@@ -226,6 +229,7 @@ impl Cluster {
             shuffle_lists: false,
             fence_token_floor: 0,
             fence_token_floor_is_now: false,
+            knows_only_itself: BTreeSet::new(),
         };
         for n in nodes {
             let agent = Agent {
@@ -350,6 +354,14 @@ impl Cluster {
             membership.heard_at.insert(n.clone(), now);
         }
         membership.members_known = names.len() + self.fake_peers.len();
+        if self.knows_only_itself.contains(node) {
+            membership = Membership {
+                live: [node.to_string()].into(),
+                members_known: 1,
+                ..Membership::default()
+            };
+            peers.clear();
+        }
         let mut instances: Vec<RuntimeInstance> = agent.rt.instances.values().cloned().collect();
         if self.shuffle_lists {
             instances.reverse();
@@ -471,10 +483,15 @@ impl Cluster {
         }
         let agent = self.agent_mut(node);
         let last_majority = agent.rec.last_majority_ms();
+        let members = agent.rec.members_known_at_majority();
         agent.rec = Reconciler::new(node, config);
         agent.published = None;
+        // The shell persists both.
         if let Some(at) = last_majority {
-            agent.rec.restore_last_majority(at); // the shell persists it
+            agent.rec.restore_last_majority(at);
+        }
+        if let Some(members) = members {
+            agent.rec.restore_members_known(members);
         }
         agent.up = true;
     }
