@@ -55,6 +55,12 @@ pub fn host_families(host: &Host) -> Vec<Family> {
                 .collect(),
         },
         Family {
+            name: "shoal_reconcile_timer_late_max_milliseconds",
+            help: "Latest the host loop served a reconciler deadline (poll_timeout) since start.",
+            kind: Kind::Gauge,
+            samples: vec![(Vec::new(), stats.timer_late_max_ms as f64)],
+        },
+        Family {
             name: "shoal_issues",
             help: "Current issues on this node, by kind.",
             kind: Kind::Gauge,
