@@ -112,9 +112,11 @@ impl Checker {
             });
         }
         if let Some(generation) = generation {
+            // Only the crashed host's cell gossips with it (every host without cells).
+            let cell = &hosts[h as usize].cell;
             let observers = hosts
                 .iter()
-                .filter(|o| o.serving() && o.index != h)
+                .filter(|o| o.serving() && o.index != h && o.cell == *cell)
                 .map(|o| o.index)
                 .collect();
             self.pending_detections.push(PendingDetection {

@@ -77,7 +77,12 @@ impl Checker {
         if let Some(gap) = &self.convergence_gap {
             gaps.push(format!("running != desired: {gap}"));
         }
-        let all: BTreeSet<u32> = hosts.iter().map(|h| h.index).collect();
+        // An agent's live set holds the hosts of its own cell (every host without cells).
+        let mut cells: std::collections::BTreeMap<&Option<String>, BTreeSet<u32>> =
+            Default::default();
+        for h in hosts {
+            cells.entry(&h.cell).or_default().insert(h.index);
+        }
         for h in hosts.iter().filter(|h| h.serving()) {
             for (w, (version, _)) in &self.latest {
                 let held = holds(h, w).await;
@@ -97,7 +102,7 @@ impl Checker {
                 continue;
             };
             let live = live_set(&guard);
-            let missing: Vec<String> = all
+            let missing: Vec<String> = cells[&h.cell]
                 .difference(&live)
                 .map(|x| format!("n{}", x + 1))
                 .collect();

@@ -7,6 +7,7 @@
 //! - after the last fault, running = desired within the scenario's bound (and stays so).
 
 mod agents;
+mod cells;
 mod liveness;
 pub mod stats;
 mod truth;

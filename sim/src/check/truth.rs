@@ -41,6 +41,10 @@ pub(crate) struct Truth {
     known: BTreeSet<u32>,
     key: u64,
     pub placement: Placement,
+    /// A mesh of cells: each cell's view of the cells, and what is wrong with the target the
+    /// views give (`cells.rs`).
+    views: super::cells::Views,
+    pub(super) cell_gaps: Vec<String>,
 }
 
 /// Every alive copy on every host at `now` (exclusive from the acknowledged specs).
@@ -119,7 +123,8 @@ impl Checker {
             key_text.push_str(&format!("{w}@{v:?};"));
         }
         let key = xxhash_rust::xxh3::xxh3_64(key_text.as_bytes());
-        if key == self.truth.key {
+        let views = super::cells::views(hosts);
+        if key == self.truth.key && views == self.truth.views {
             return;
         }
         let nodes: Vec<_> = hosts
@@ -137,8 +142,15 @@ impl Checker {
             .filter_map(|(v, s)| v.as_ref().and(s.as_ref()))
             .map(placement_workload)
             .collect();
-        // As the agents place: more replicas than eligible hosts stack (docs/placement.md).
-        let placement = place_stacked(&nodes, &workloads);
+        // As the agents place: more replicas than eligible hosts stack (docs/placement.md); in
+        // a mesh of cells, each cell's node level from its own view of the cells.
+        let (placement, cell_gaps) = match hosts.iter().any(|h| h.cell.is_some()) {
+            false => (place_stacked(&nodes, &workloads), Vec::new()),
+            true => {
+                let t = super::cells::target(hosts, &known, &up, &workloads, &views);
+                (t.placement, t.gaps)
+            }
+        };
         if up != self.truth.hosts && !self.truth.hosts.is_empty() {
             let (mut moves, mut forced) = (0u64, 0u64);
             for (r, old) in &self.truth.placement.assigned {
@@ -170,6 +182,8 @@ impl Checker {
             known,
             key,
             placement,
+            views,
+            cell_gaps,
         };
     }
 
@@ -185,7 +199,10 @@ impl Checker {
     }
 
     /// The first way running differs from desired, in replica order (None: they are equal).
-    fn first_gap(&self, copies: &Copies, hosts: &[Host]) -> Option<String> {
+    pub(super) fn first_gap(&self, copies: &Copies, hosts: &[Host]) -> Option<String> {
+        if let Some(gap) = self.truth.cell_gaps.first() {
+            return Some(gap.clone());
+        }
         let assigned = &self.truth.placement.assigned;
         if let Some((r, list)) = copies.iter().find(|(r, _)| !assigned.contains_key(*r)) {
             return Some(format!(

@@ -55,6 +55,16 @@ pub struct Mesh {
     pub memory_bytes: u64,
     /// Hosts joined per simulated second at start (0: all at once).
     pub join_rate: u32,
+    /// Cells `c1..cN`, given to hosts round-robin (host index `i` is in cell `i % cells`); 0:
+    /// no cells, every host in the default cell (a mesh of one gossip domain, as before).
+    pub cells: u32,
+}
+
+impl Mesh {
+    /// The cell of host `index`, when the scenario has cells.
+    pub fn cell_of(&self, index: u32) -> Option<String> {
+        (self.cells > 0).then(|| format!("c{}", index % self.cells + 1))
+    }
 }
 
 /// Gossip tuning overrides (None: the agent's default).

@@ -64,6 +64,8 @@ struct RawMesh {
     memory: Option<String>,
     #[serde(default)]
     join_rate: u32,
+    #[serde(default)]
+    cells: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -165,6 +167,8 @@ struct Check<'a> {
     file: &'a str,
     text: &'a str,
     errors: Vec<String>,
+    /// The scenario's cells (0: none), for `cell=` selectors.
+    cells: u32,
 }
 
 impl Check<'_> {
@@ -196,7 +200,7 @@ impl Check<'_> {
     }
 
     fn selector(&mut self, offset: usize, field: &str, v: &Option<String>, n: u32) -> Selector {
-        match v.as_deref().map(|t| Selector::parse(t, n)) {
+        match v.as_deref().map(|t| Selector::parse(t, n, self.cells)) {
             None => Selector::One,
             Some(Ok(s)) => s,
             Some(Err(e)) => {
@@ -244,6 +248,9 @@ impl Check<'_> {
     }
 }
 
+/// The most hosts the real-code tier runs.
+const MESH_NODES_MAX: u32 = 10_000;
+
 /// Parses and checks a scenario; `file` only labels the messages.
 pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, ScenarioError> {
     let raw: RawScenario = toml::from_str(text).map_err(|e| {
@@ -258,13 +265,26 @@ pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, ScenarioError>
         file,
         text,
         errors: Vec::new(),
+        cells: 0,
     };
     let n = raw.mesh.nodes;
-    if n == 0 || n > 5000 {
+    if n == 0 || n > MESH_NODES_MAX {
         c.at(
             0,
-            format!("mesh.nodes: {n} hosts; the real-code tier runs 1 to 5000"),
+            format!("mesh.nodes: {n} hosts; the real-code tier runs 1 to {MESH_NODES_MAX}"),
         );
+    }
+    if let Some(cells) = &raw.mesh.cells {
+        match u32::try_from(*cells.get_ref()) {
+            Ok(k) if k >= 1 && k <= n => c.cells = k,
+            _ => c.at(
+                cells.span().start,
+                format!(
+                    "mesh.cells: {} cells for {n} hosts; give 1 to {n} (each cell needs a host)",
+                    cells.get_ref()
+                ),
+            ),
+        }
     }
     let duration_ms = c.ms(
         raw.duration.span().start,
@@ -374,6 +394,7 @@ pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, ScenarioError>
         cpu_millis,
         memory_bytes,
         join_rate: raw.mesh.join_rate,
+        cells: c.cells,
     };
     Ok(Scenario {
         name: raw.name,

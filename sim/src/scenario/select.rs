@@ -6,6 +6,7 @@
 //! | `3` | three, at random |
 //! | `10%` | ten percent (at least one), at random |
 //! | `zone=eu-1a` | every host of a zone |
+//! | `cell=c3` | every host of a cell (scenarios with `[mesh] cells`) |
 //! | `node=n3,n7` | those hosts |
 //! | `owner=db` | the hosts running a copy of workload `db` (replica 0 first) |
 //! | `minority` / `majority` | a random strict minority / majority |
@@ -28,6 +29,14 @@ pub enum Selector {
     Percent(u32),
     /// Every host of the zone.
     Zone(String),
+    /// Every host of cell `c{cell + 1}` of a scenario with `cells` cells (host `i` is in cell
+    /// `i % cells`).
+    Cell {
+        /// The cell's index (c1 is 0).
+        cell: u32,
+        /// How many cells the scenario has.
+        cells: u32,
+    },
     /// These hosts (indices, from `node=n1,n2`: n1 is index 0).
     Nodes(Vec<u32>),
     /// The hosts running a copy of this workload.
@@ -48,6 +57,7 @@ impl std::fmt::Display for Selector {
             Selector::Count(n) => write!(f, "{n}"),
             Selector::Percent(p) => write!(f, "{p}%"),
             Selector::Zone(z) => write!(f, "zone={z}"),
+            Selector::Cell { cell, .. } => write!(f, "cell=c{}", cell + 1),
             Selector::Nodes(list) => f.write_str(&Selector::concrete(list)),
             Selector::Owner(w) => write!(f, "owner={w}"),
             Selector::Minority => f.write_str("minority"),
@@ -70,13 +80,14 @@ pub struct Pool<'a> {
 }
 
 impl Selector {
-    /// Parses the text form (see the module doc).
-    pub fn parse(text: &str, mesh_size: u32) -> Result<Selector, String> {
+    /// Parses the text form (see the module doc) for a mesh of `mesh_size` hosts in `cells`
+    /// cells (0: no cells).
+    pub fn parse(text: &str, mesh_size: u32, cells: u32) -> Result<Selector, String> {
         let text = text.trim();
         let bad = || {
             format!(
-                "{text:?} is not a selector (one, 3, 10%, zone=NAME, node=n1,n2, owner=WORKLOAD, \
-                 minority, majority, all)"
+                "{text:?} is not a selector (one, 3, 10%, zone=NAME, cell=cN, node=n1,n2, \
+                 owner=WORKLOAD, minority, majority, all)"
             )
         };
         Ok(match text {
@@ -96,6 +107,8 @@ impl Selector {
                         return Err(format!("{text:?}: the mesh has {mesh_size} hosts"));
                     }
                     Selector::Count(n)
+                } else if let Some(cell) = text.strip_prefix("cell=") {
+                    parse_cell(cell.trim(), cells)?
                 } else if let Some(zone) = text.strip_prefix("zone=") {
                     Selector::Zone(zone.trim().to_string())
                 } else if let Some(w) = text.strip_prefix("owner=") {
@@ -131,6 +144,12 @@ impl Selector {
                 .iter()
                 .copied()
                 .filter(|h| (pool.zone_of)(*h) == *z)
+                .collect(),
+            Selector::Cell { cell, cells } => pool
+                .hosts
+                .iter()
+                .copied()
+                .filter(|h| h % cells == *cell)
                 .collect(),
             Selector::Nodes(list) => list
                 .iter()
@@ -187,6 +206,20 @@ pub fn resolve_static(sel: &Selector, mesh_size: u32, rng: &mut impl Rng) -> Vec
     }
 }
 
+fn parse_cell(name: &str, cells: u32) -> Result<Selector, String> {
+    if cells == 0 {
+        return Err(format!(
+            "cell={name}: the scenario has no cells (set `[mesh] cells = N`)"
+        ));
+    }
+    match name.strip_prefix('c').and_then(|n| n.parse::<u32>().ok()) {
+        Some(k) if k >= 1 && k <= cells => Ok(Selector::Cell { cell: k - 1, cells }),
+        _ => Err(format!(
+            "cell={name}: the scenario's cells are c1 .. c{cells}"
+        )),
+    }
+}
+
 fn parse_nodes(list: &str, mesh_size: u32) -> Result<Vec<u32>, String> {
     let mut out = Vec::new();
     for part in list.split(',') {
@@ -212,17 +245,30 @@ mod tests {
 
     #[test]
     fn parses_every_form_and_refuses_nonsense() {
-        assert_eq!(Selector::parse("one", 5), Ok(Selector::One));
-        assert_eq!(Selector::parse("3", 5), Ok(Selector::Count(3)));
-        assert_eq!(Selector::parse("20%", 5), Ok(Selector::Percent(20)));
+        assert_eq!(Selector::parse("one", 5, 0), Ok(Selector::One));
+        assert_eq!(Selector::parse("3", 5, 0), Ok(Selector::Count(3)));
+        assert_eq!(Selector::parse("20%", 5, 0), Ok(Selector::Percent(20)));
         assert_eq!(
-            Selector::parse("node=n2,n1", 5),
+            Selector::parse("node=n2,n1", 5, 0),
             Ok(Selector::Nodes(vec![0, 1]))
         );
-        assert_eq!(Selector::parse("zone=a", 5), Ok(Selector::Zone("a".into())));
-        assert!(Selector::parse("9", 5).is_err());
-        assert!(Selector::parse("node=n9", 5).is_err());
-        assert!(Selector::parse("some", 5)
+        assert_eq!(
+            Selector::parse("zone=a", 5, 0),
+            Ok(Selector::Zone("a".into()))
+        );
+        assert_eq!(
+            Selector::parse("cell=c2", 5, 2),
+            Ok(Selector::Cell { cell: 1, cells: 2 })
+        );
+        assert!(Selector::parse("cell=c3", 5, 2)
+            .unwrap_err()
+            .contains("c1 .. c2"));
+        assert!(Selector::parse("cell=c1", 5, 0)
+            .unwrap_err()
+            .contains("no cells"));
+        assert!(Selector::parse("9", 5, 0).is_err());
+        assert!(Selector::parse("node=n9", 5, 0).is_err());
+        assert!(Selector::parse("some", 5, 0)
             .unwrap_err()
             .contains("not a selector"));
     }
@@ -242,5 +288,7 @@ mod tests {
         assert_eq!(Selector::Minority.resolve(&pool, &mut rng).len(), 3);
         assert_eq!(Selector::Majority.resolve(&pool, &mut rng).len(), 4);
         assert_eq!(Selector::Percent(10).resolve(&pool, &mut rng).len(), 1);
+        let c2 = Selector::Cell { cell: 1, cells: 3 };
+        assert_eq!(c2.resolve(&pool, &mut rng), vec![1, 4]);
     }
 }

@@ -16,9 +16,10 @@ use crate::clock::SimClock;
 use crate::host::{apply_profiles, start_agent, AgentParts};
 use crate::net::{host_addr, SimNet, API_PORT, GOSSIP_PORT};
 use crate::runtime::Ground;
-use crate::scenario::Scenario;
+use crate::scenario::{Mesh, Scenario};
 use rand::SeedableRng;
 use shoal::runtime::mem::MemRuntime;
+use std::net::SocketAddr;
 
 /// Hosts every agent names as seeds.
 const SEED_HOSTS: u32 = 3;
@@ -40,6 +41,8 @@ pub struct Host {
     pub index: u32,
     /// Node name.
     pub name: String,
+    /// Its cell (`c1`..), when the scenario has cells.
+    pub cell: Option<String>,
     /// Where it is in its life.
     pub state: HostState,
     /// Its agent is paused (frozen: its loop and gossip stop, its instances run on).
@@ -89,6 +92,7 @@ impl Host {
         Host {
             index,
             name,
+            cell: sc.mesh.cell_of(index),
             state: HostState::Down,
             paused: tokio::sync::watch::Sender::new(false),
             record,
@@ -141,6 +145,30 @@ pub async fn start_sim_node(
     start_node(setup, store, &net.transport(), rpc, clock, true).await
 }
 
+/// Host `h`'s cell, gossip seeds and cell seeds: without cells, the mesh's first hosts; with
+/// cells, the first hosts of its own cell, and the API address of cell c1's first host to learn
+/// the other cells from (c1's hosts need none).
+fn seeds_of(mesh: &Mesh, h: u32) -> (String, Vec<SocketAddr>, Vec<SocketAddr>) {
+    let Some(cell) = mesh.cell_of(h) else {
+        let seeds = (0..SEED_HOSTS.min(mesh.nodes))
+            .filter(|s| *s != h)
+            .map(|s| host_addr(s, GOSSIP_PORT))
+            .collect();
+        return (shoal::cells::DEFAULT_CELL.to_string(), seeds, Vec::new());
+    };
+    let first = h % mesh.cells;
+    let seeds = (0..SEED_HOSTS)
+        .map(|k| first + k * mesh.cells)
+        .filter(|s| *s < mesh.nodes && *s != h)
+        .map(|s| host_addr(s, GOSSIP_PORT))
+        .collect();
+    let cell_seeds = match first {
+        0 => Vec::new(),
+        _ => vec![host_addr(0, API_PORT)],
+    };
+    (cell, seeds, cell_seeds)
+}
+
 impl World {
     pub(super) fn start_host(&mut self, h: u32) {
         let host = &mut self.hosts[h as usize];
@@ -149,10 +177,7 @@ impl World {
             host.disk_crashed = false;
         }
         host.incarnation += 1;
-        let seeds = (0..SEED_HOSTS.min(self.scenario.mesh.nodes))
-            .filter(|s| *s != h)
-            .map(|s| host_addr(s, GOSSIP_PORT))
-            .collect();
+        let (cell, seeds, cell_seeds) = seeds_of(&self.scenario.mesh, h);
         let setup = MeshSetup {
             name: host.name.clone(),
             gossip_addr: host_addr(h, GOSSIP_PORT),
@@ -160,8 +185,8 @@ impl World {
             record: host.record.clone(),
             tuning: self.tuning.clone(),
             cluster_id: "shoal-sim".into(),
-            cell: shoal::cells::DEFAULT_CELL.to_string(),
-            cell_seeds: Vec::new(),
+            cell,
+            cell_seeds,
         };
         let (net, disk, clock) = (self.net.clone(), host.disk.clone(), host.clock.wall_clock());
         host.starting = Some(tokio::spawn(async move {

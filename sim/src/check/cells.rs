@@ -1,0 +1,290 @@
+//! The target placement of a mesh of cells, computed as its agents compute it. Each agent
+//! places in two levels from its own table of the cells (`MeshNode::cells.placement_cells()`):
+//! the cell level over its view, then the node level of its own cell's share on its cell's
+//! members; while it knows no other cell, single-level placement of every workload on its
+//! cell's members (what its host loop then does). An agent runs what its own placement gives
+//! its host, so the target is, for each host that is up, the replicas its agent's view places
+//! on it. The target itself is judged: a replica two agents' views place on themselves, or one
+//! no view places on an up host and none declares unschedulable, is a gap, so a disagreement
+//! between views can never pass as converged.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use shoal_core::cells::{place_cells, Cell, CellPlacement};
+use shoal_core::instance::ReplicaId;
+use shoal_core::placement::model::{Node, Placement, Workload};
+use shoal_core::stacking::{place_stacked, place_stacked_shares};
+
+use crate::world::{Host, HostState};
+
+/// Each up agent's view of the mesh's cells, by host index (`None` inside: it places in one
+/// level).
+pub type Views = BTreeMap<u32, Option<Vec<Cell>>>;
+
+/// The views of the up agents of `hosts` (empty when the scenario has no cells).
+pub fn views(hosts: &[Host]) -> Views {
+    hosts
+        .iter()
+        .filter(|h| h.state == HostState::Up && h.cell.is_some())
+        .filter_map(|h| Some((h.index, h.node()?.cells.placement_cells())))
+        .collect()
+}
+
+/// The merged target and what is wrong with it.
+#[derive(Default)]
+pub struct CellTarget {
+    /// Replica to the host whose agent places it on itself (the lowest such host when two do).
+    pub placement: Placement,
+    /// Replicas placed on two hosts, or on none (and not unschedulable), in replica order.
+    pub gaps: Vec<String>,
+}
+
+/// The target for the known hosts of a mesh of cells (`up`: those up now).
+pub fn target(
+    hosts: &[Host],
+    known: &BTreeSet<u32>,
+    up: &BTreeSet<u32>,
+    workloads: &[Workload],
+    views: &Views,
+) -> CellTarget {
+    let mut members: BTreeMap<String, Vec<Node>> = BTreeMap::new();
+    for h in hosts.iter().filter(|h| known.contains(&h.index)) {
+        let Some(cell) = &h.cell else { continue };
+        let mut node = h.record.placement_node(&h.name);
+        node.down = !up.contains(&h.index);
+        members.entry(cell.clone()).or_default().push(node);
+    }
+    let agents: Vec<Agent<'_>> = hosts
+        .iter()
+        .filter_map(|h| {
+            Some(Agent {
+                name: &h.name,
+                cell: h.cell.as_deref()?,
+                view: views.get(&h.index)?.as_ref(),
+            })
+        })
+        .collect();
+    merge(&members, workloads, &agents)
+}
+
+/// One up agent: its host's name, its cell and its view of the cells.
+pub struct Agent<'a> {
+    /// Its host's node name.
+    pub name: &'a str,
+    /// Its cell.
+    pub cell: &'a str,
+    /// Its view of the cells (`None`: it knows no other cell and places in one level).
+    pub view: Option<&'a Vec<Cell>>,
+}
+
+/// A cell and one view of the cells: agents sharing both place alike.
+type ViewKey<'a> = (&'a str, Option<&'a Vec<Cell>>);
+
+/// Places as every agent does (pure; see the module doc) and merges what each places on itself.
+pub fn merge(
+    members: &BTreeMap<String, Vec<Node>>,
+    workloads: &[Workload],
+    agents: &[Agent<'_>],
+) -> CellTarget {
+    // Agents of a cell usually hold the same view: each distinct (cell, view) is placed once,
+    // and each distinct view's cell level once.
+    let mut cell_levels: Vec<(&Vec<Cell>, CellPlacement)> = Vec::new();
+    let mut placed: Vec<(ViewKey<'_>, Placement)> = Vec::new();
+    let mut unschedulable: BTreeSet<ReplicaId> = BTreeSet::new();
+    let mut target = CellTarget::default();
+    for a in agents {
+        let key = (a.cell, a.view);
+        let at = match placed.iter().position(|(k, _)| *k == key) {
+            Some(at) => at,
+            None => {
+                let nodes = members.get(a.cell).map_or(&[][..], |n| n.as_slice());
+                let local = match a.view {
+                    None => place_stacked(nodes, workloads),
+                    Some(cells) => {
+                        let at = match cell_levels.iter().position(|(v, _)| *v == cells) {
+                            Some(at) => at,
+                            None => {
+                                cell_levels.push((cells, place_cells(cells, workloads)));
+                                cell_levels.len() - 1
+                            }
+                        };
+                        let level = &cell_levels[at].1;
+                        unschedulable.extend(level.unschedulable.keys().cloned());
+                        place_stacked_shares(nodes, &level.shares(a.cell, workloads))
+                    }
+                };
+                unschedulable.extend(local.unschedulable.keys().cloned());
+                placed.push((key, local));
+                placed.len() - 1
+            }
+        };
+        for (r, node) in &placed[at].1.assigned {
+            if node != a.name {
+                continue;
+            }
+            match target.placement.assigned.get(r) {
+                Some(first) => target.gaps.push(format!(
+                    "{r} is placed on two hosts: {first} and {node} each place it on themselves"
+                )),
+                None => {
+                    target.placement.assigned.insert(r.clone(), node.clone());
+                }
+            }
+        }
+    }
+    for w in workloads {
+        for i in 0..w.replicas {
+            let r = ReplicaId::new(&w.id, i);
+            if !target.placement.assigned.contains_key(&r) && !unschedulable.contains(&r) {
+                target.gaps.push(format!(
+                    "{r} is placed on no host (no up agent's view places it on itself)"
+                ));
+            }
+        }
+    }
+    target.gaps.sort();
+    target
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::truth::{Copies, Copy};
+    use crate::check::Checker;
+    use shoal::mesh::view::placement_workload;
+    use shoal_core::cells::summarize;
+    use shoal_core::instance::Phase;
+    use shoal_core::resources::Resources;
+    use shoal_core::spec::WorkloadSpec;
+
+    fn spec() -> WorkloadSpec {
+        let text = "name = \"web\"\nreplicas = 4\n[process]\ncommand = [\"sleep\", \"9\"]\n\
+                    [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n";
+        WorkloadSpec::from_toml_str(text, "test.toml").unwrap()
+    }
+
+    /// Two cells of two hosts: c1 = n1, n3; c2 = n2, n4.
+    fn members() -> BTreeMap<String, Vec<Node>> {
+        let node = |i: u32| Node {
+            id: format!("n{i}"),
+            capacity: Resources::new(4000, 8 << 30),
+            labels: BTreeMap::new(),
+            zone: "z1".into(),
+            draining: false,
+            down: false,
+        };
+        BTreeMap::from([
+            ("c1".to_string(), vec![node(1), node(3)]),
+            ("c2".to_string(), vec![node(2), node(4)]),
+        ])
+    }
+
+    fn cells(members: &BTreeMap<String, Vec<Node>>) -> Vec<Cell> {
+        members
+            .iter()
+            .map(|(c, nodes)| Cell {
+                summary: summarize(c, 1, &[], nodes, &Placement::default(), &[], None),
+                down: false,
+            })
+            .collect()
+    }
+
+    /// The agents n1, n3 (c1, viewing `c1`) and n2, n4 (c2, viewing `c2`).
+    fn agents<'a>(c1: Option<&'a Vec<Cell>>, c2: Option<&'a Vec<Cell>>) -> Vec<Agent<'a>> {
+        [
+            ("n1", "c1", c1),
+            ("n3", "c1", c1),
+            ("n2", "c2", c2),
+            ("n4", "c2", c2),
+        ]
+        .into_iter()
+        .map(|(name, cell, view)| Agent { name, cell, view })
+        .collect()
+    }
+
+    #[test]
+    fn agreeing_cells_place_every_replica_once() {
+        let m = members();
+        let w = vec![placement_workload(&spec())];
+        let view = cells(&m);
+        let t = merge(&m, &w, &agents(Some(&view), Some(&view)));
+        assert_eq!(t.gaps, Vec::<String>::new());
+        assert_eq!(t.placement.assigned.len(), 4);
+    }
+
+    #[test]
+    fn a_cell_placing_alone_or_a_cell_without_agents_is_a_gap() {
+        let m = members();
+        let w = vec![placement_workload(&spec())];
+        let view = cells(&m);
+        // c1 knows no other cell: it places all four replicas itself, c2 places its share.
+        let t = merge(&m, &w, &agents(None, Some(&view)));
+        assert!(
+            t.gaps.iter().any(|g| g.contains("placed on two hosts")),
+            "{:?}",
+            t.gaps
+        );
+        // No agent of c1 is up and c2 has not seen c1 down: c1's share is placed nowhere.
+        let only_c2: Vec<Agent<'_>> = agents(None, Some(&view)).into_iter().skip(2).collect();
+        let t = merge(&m, &w, &only_c2);
+        assert!(
+            t.gaps.iter().any(|g| g.contains("placed on no host")),
+            "{:?}",
+            t.gaps
+        );
+    }
+
+    /// The checker over a correct cell target: a replica running twice, a replica running
+    /// nowhere and a replica of a deleted workload each fail running = desired.
+    #[test]
+    fn the_checker_fails_a_replica_twice_nowhere_or_deleted() {
+        let m = members();
+        let spec = spec();
+        let w = vec![placement_workload(&spec)];
+        let view = cells(&m);
+        let t = merge(&m, &w, &agents(Some(&view), Some(&view)));
+        let mut checker = Checker::default();
+        checker
+            .latest
+            .insert("web".into(), (Some("v1".into()), Some(spec)));
+        checker.truth.placement = t.placement.clone();
+        let copy = |host: u32| Copy {
+            host,
+            phase: Phase::Running,
+            ready_ms: 0,
+            version: "v1".into(),
+            exclusive: false,
+        };
+        let host_of = |node: &str| node[1..].parse::<u32>().unwrap() - 1;
+        let good: Copies = t
+            .placement
+            .assigned
+            .iter()
+            .map(|(r, n)| (r.clone(), vec![copy(host_of(n))]))
+            .collect();
+        assert_eq!(checker.first_gap(&good, &[]), None);
+
+        let mut twice = good.clone();
+        let r0 = ReplicaId::new("web", 0);
+        let other = (host_of(&t.placement.assigned[&r0]) + 1) % 4;
+        twice.get_mut(&r0).unwrap().push(copy(other));
+        let gap = checker.first_gap(&twice, &[]).unwrap();
+        assert!(gap.starts_with("web/0 placed on"), "{gap}");
+
+        let mut nowhere = good.clone();
+        nowhere.remove(&ReplicaId::new("web", 2));
+        let gap = checker.first_gap(&nowhere, &[]).unwrap();
+        assert!(gap.contains("runs on nowhere"), "{gap}");
+
+        let mut deleted = good.clone();
+        deleted.insert(ReplicaId::new("db", 0), vec![copy(1)]);
+        let gap = checker.first_gap(&deleted, &[]).unwrap();
+        assert!(gap.contains("db/0 is not desired"), "{gap}");
+
+        checker.truth.cell_gaps = vec!["web/1 is placed on two hosts".into()];
+        assert_eq!(
+            checker.first_gap(&good, &[]).as_deref(),
+            Some("web/1 is placed on two hosts")
+        );
+    }
+}
