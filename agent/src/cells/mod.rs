@@ -236,15 +236,6 @@ impl CellState {
         Some(table.placement_cells(now))
     }
 
-    /// Cells held, with how many of them this agent holds down.
-    pub fn counts(&self) -> (usize, usize) {
-        let now = self.mono_ms();
-        let table = self.table.lock().expect("cells lock");
-        let list = table.list(now);
-        let down = list.iter().filter(|(_, down, _)| *down).count();
-        (list.len(), down)
-    }
-
     /// Every cell held, by name.
     pub fn list(&self) -> Vec<CellView> {
         let now = self.mono_ms();

@@ -82,6 +82,12 @@ pub async fn mesh_families(
             ]),
         },
         Family::single(
+            "shoal_cell_entries_refused",
+            "Cell table entries from peers refused (invalid, mismatched, from the future, over the bound).",
+            Kind::Counter,
+            node.cells.refused_total() as f64,
+        ),
+        Family::single(
             "shoal_api_requests",
             "API requests answered.",
             Kind::Counter,
