@@ -61,8 +61,11 @@ impl Drop for Demo {
     }
 }
 
-fn free_udp() -> anyhow::Result<SocketAddr> {
-    Ok(std::net::UdpSocket::bind("127.0.0.1:0")?.local_addr()?)
+/// Two distinct free UDP ports on loopback (both held while the second is chosen, then released).
+fn free_udp_pair() -> anyhow::Result<(SocketAddr, SocketAddr)> {
+    let a = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    let b = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    Ok((a.local_addr()?, b.local_addr()?))
 }
 
 fn step(text: &str) {
@@ -114,7 +117,8 @@ async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
     ));
     let exe = std::env::current_exe().context("finding the shoal binary")?;
     for i in 0..AGENTS {
-        let (name, gossip, api) = (format!("n{}", i + 1), free_udp()?, free_udp()?);
+        let name = format!("n{}", i + 1);
+        let (gossip, api) = free_udp_pair()?;
         let mut cmd = Command::new(&exe);
         cmd.args([
             "agent",

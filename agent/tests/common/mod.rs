@@ -14,16 +14,41 @@ pub fn shoal_bin() -> &'static str {
     env!("CARGO_BIN_EXE_shoal")
 }
 
-/// A free TCP port on loopback (bound, then released).
+/// A free port on loopback, for TCP (see `free_port`).
 pub fn free_tcp_addr() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local addr")
+    free_port()
 }
 
-/// A free UDP port on loopback (bound, then released).
+/// A free port on loopback, for UDP (see `free_port`).
 pub fn free_addr() -> SocketAddr {
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    socket.local_addr().expect("local addr")
+    free_port()
+}
+
+/// A port on loopback that is free for both UDP and TCP now, chosen below the kernel's ephemeral
+/// range (32768-60999 on Linux). A port bound at 0 and released comes from that range, and the
+/// agents' own outgoing QUIC endpoints take ports from it too, so such a port could be taken again
+/// before the agent binds it (CI saw "Address already in use" that way). Ports here are handed out
+/// once per test process, starting at an offset taken from the pid so concurrent processes rarely
+/// probe the same ones.
+pub fn free_port() -> SocketAddr {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        (std::process::id().wrapping_mul(2_654_435_761)) % SPAN,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..SPAN {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        if UdpSocket::bind(addr).is_ok() && std::net::TcpListener::bind(addr).is_ok() {
+            return addr;
+        }
+    }
+    panic!("no free loopback port in {LOW}..{}", LOW + SPAN);
 }
 
 /// One agent process and its addresses.
