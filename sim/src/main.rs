@@ -211,6 +211,10 @@ fn write_outputs(dir: &Path, report: &Report) -> anyhow::Result<()> {
         report::timeline_svg(report),
     )?;
     std::fs::write(
+        dir.join(format!("{stem}.series.json")),
+        serde_json::to_string(&report.series)?,
+    )?;
+    std::fs::write(
         dir.join(format!("{stem}.trace.txt")),
         report.trace.join("\n") + "\n",
     )?;

@@ -13,10 +13,12 @@ fn scenario(name: &str) -> String {
 }
 
 #[test]
-#[ignore = "fails on the agent, not the simulator: docs/sim.md, \"Cells\", finding 1"]
 fn a_lost_cell_runs_in_the_others() {
+    let dir = tempfile::tempdir().unwrap();
     let out = sim()
         .args(["run", &scenario("cells-small"), "--seed", "1", "--json"])
+        .arg("--out")
+        .arg(dir.path())
         .output()
         .expect("shoal-sim runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -45,7 +47,10 @@ fn a_lost_cell_runs_in_the_others() {
     assert!(cell_crash.trim_start().starts_with("40."), "{cell_crash}");
     // Every desired replica healthy again well before the timeline's end, with c2 still down:
     // c2's replicas run in c1 and c3.
-    let samples = r["series"].as_array().unwrap();
+    let series = std::fs::read_to_string(dir.path().join("cells-small-seed1.series.json"))
+        .expect("--out writes the series");
+    let series: serde_json::Value = serde_json::from_str(&series).unwrap();
+    let samples = series.as_array().unwrap();
     let late: Vec<&serde_json::Value> = samples
         .iter()
         .filter(|s| (70_000..=80_000).contains(&s["t_ms"].as_u64().unwrap()))
@@ -56,13 +61,17 @@ fn a_lost_cell_runs_in_the_others() {
         assert_eq!(s["healthy"], 36, "{s}");
     }
     assert_eq!(r["converged"], true, "{r}");
-    // c2's replicas were replaced after the cell was held down (8 s unheard), not sooner.
+    // c2's replicas were replaced after the cell was held down (8 s unheard), not sooner: its
+    // summary was last heard up to about two exchange rounds (1 s each) before the crash, so
+    // no sooner than 6 s after it, and within the 15 s the cells issue asks for.
     let replacement = &r["replacement"];
     assert!(replacement["count"].as_u64().unwrap() >= 8, "{replacement}");
-    assert!(
-        replacement["max_ms"].as_u64().unwrap() >= 8_000,
-        "{replacement}"
-    );
+    let max_ms = replacement["max_ms"].as_u64().unwrap();
+    assert!((6_000..=15_000).contains(&max_ms), "{replacement}");
+    // A move between cells hands off as a move inside a cell does: the old copy stops once
+    // the new cell reports its copy serving, well before the 10 s handoff bound.
+    let longest = r["duplicate_longest_ms"].as_u64();
+    assert!(longest.is_some_and(|ms| ms < 10_000), "{r}");
 }
 
 #[test]

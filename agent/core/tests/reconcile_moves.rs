@@ -5,7 +5,8 @@ mod reconcile_support;
 
 use reconcile_support::*;
 use shoal_core::instance::Phase;
-use shoal_core::reconcile::{Action, IssueKind, StopCause};
+use shoal_core::instance::ReplicaId;
+use shoal_core::reconcile::{Action, CellHandoff, IssueKind, StopCause};
 
 const NODES: [&str; 4] = ["n1", "n2", "n3", "n4"];
 
@@ -209,6 +210,104 @@ fn orphan_stops_after_the_handoff_bound_when_the_new_owner_never_gets_healthy() 
         )
     });
     assert_eq!(stops, 1);
+}
+
+/// Moves every replica of `web` off `node` to cell `cell` (the cell level placed them there;
+/// this cell's placement has no owner for them), as not serving there yet.
+fn move_to_cell(c: &mut Cluster, node: &str, cell: &str) -> Vec<ReplicaId> {
+    let moved: Vec<ReplicaId> = c
+        .owners
+        .iter()
+        .filter(|(_, n)| n.as_str() == node)
+        .map(|(r, _)| r.clone())
+        .collect();
+    for r in &moved {
+        c.owners.remove(r);
+        let handoff = CellHandoff {
+            cell: cell.to_string(),
+            serving: false,
+        };
+        c.agent_mut(node).moved_to_cells.insert(r.clone(), handoff);
+    }
+    moved
+}
+
+#[test]
+fn a_replica_moved_to_another_cell_runs_until_that_cell_serves_it() {
+    let mut c = four_nodes("");
+    let moved = move_to_cell(&mut c, "n1", "c2");
+    assert_eq!(moved, [ReplicaId::new("web", 0)]);
+    c.run_for(5_000);
+    assert_eq!(
+        c.alive_copies("web", 0).len(),
+        1,
+        "no gap while c2 starts it"
+    );
+    let issue = c.issue("n1", IssueKind::Orphan).expect("an orphan issue");
+    assert!(issue.message.contains("cell c2"), "{}", issue.message);
+    // c2 reports its copy serving: the copy here stops as a planned handoff.
+    c.agent_mut("n1")
+        .moved_to_cells
+        .get_mut(&moved[0])
+        .unwrap()
+        .serving = true;
+    c.run_for(3_000);
+    assert!(c.alive_copies("web", 0).is_empty());
+    let stop = c
+        .log
+        .iter()
+        .find(|(_, n, a)| n == "n1" && matches!(a, Action::Stop { .. }))
+        .unwrap();
+    match &stop.2 {
+        Action::Stop { cause, reason, .. } => {
+            assert_eq!(*cause, StopCause::Handoff);
+            assert!(reason.contains("cell c2"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_node_whose_every_replica_moved_to_a_serving_cell_hands_them_all_off() {
+    // One node runs all four replicas, then learns of a second cell that takes them all (what
+    // an agent sees when it placed alone before it learned the other cells): without the other
+    // cell's word that would be a mass stop, held; with it, each is a planned handoff.
+    let mut c = Cluster::new(&["n1"]);
+    c.put(spec("web", 4, ""), "v1");
+    for r in 0..4 {
+        c.place("web", r, "n1");
+    }
+    c.run_for(3_000);
+    assert_eq!(c.serving("web"), 4);
+    let moved = move_to_cell(&mut c, "n1", "c2");
+    c.run_for(70_000);
+    assert_eq!(
+        c.agent("n1")
+            .rt
+            .instances
+            .values()
+            .filter(|i| i.phase.may_be_alive())
+            .count(),
+        4,
+        "not served elsewhere: the mass-stop guard holds even the handoff bound's stops"
+    );
+    for r in &moved {
+        c.agent_mut("n1").moved_to_cells.get_mut(r).unwrap().serving = true;
+    }
+    c.run_for(3_000);
+    for r in 0..4 {
+        assert!(c.alive_copies("web", r).is_empty(), "web/{r} still runs");
+    }
+    assert_eq!(
+        c.count("n1", |a| matches!(
+            a,
+            Action::Stop {
+                cause: StopCause::Handoff,
+                ..
+            }
+        )),
+        4
+    );
 }
 
 #[test]

@@ -112,6 +112,7 @@ impl CellExchange {
                 self.exchange(&peer, false).await;
             }
         }
+        super::handoff::ask(&node, self.round).await;
     }
 
     /// Publishes this cell's summary from the membership and the host loop's last placement.

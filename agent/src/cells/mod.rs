@@ -11,11 +11,14 @@
 //!   other cells and of their own (push and pull, only what is newer); every other member pulls
 //!   the table from one of its cell's envoys. Envoys also compare store digests across cells
 //!   and pull what differs, so desired state reaches every cell.
+//! - [`handoff`]: an instance whose replica moved to another cell stops once that cell says its
+//!   copy serves (the exchange asks it each round).
 //!
 //! A mesh of one cell (the default, `default`) sees no other cell in its table and places
 //! exactly as before; the host loop uses two-level placement only once another cell is known.
 
 pub mod exchange;
+pub mod handoff;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -133,6 +136,8 @@ pub struct CellState {
     /// API addresses given with `--cell-seed` (or learned from a seed's directory), asked
     /// until another cell is known.
     seeds: Mutex<Vec<SocketAddr>>,
+    /// What this agent runs that moved to other cells, and whether those cells serve it.
+    pub handoffs: handoff::Handoffs,
     /// Gossip addresses of agents that asked this agent's directory lately, by cell, with when.
     askers: Mutex<std::collections::BTreeMap<String, Vec<(SocketAddr, u64)>>>,
 }
@@ -146,6 +151,7 @@ impl CellState {
             mono_start: tokio::time::Instant::now(),
             local: Mutex::new(LocalPlacement::default()),
             seeds: Mutex::new(Vec::new()),
+            handoffs: handoff::Handoffs::default(),
             askers: Mutex::default(),
         }
     }

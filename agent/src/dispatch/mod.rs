@@ -80,6 +80,13 @@ impl Api {
             }
             Request::CellList => Ok(Response::CellList(node.cells.list())),
             Request::CellStatus { name } => self.clone().handle_cell_status(name).await,
+            Request::CellServing { replicas } => {
+                if replicas.len() > crate::cells::handoff::SERVING_ASK_MAX {
+                    Err(too_many("CellServing replicas"))
+                } else {
+                    Ok(self.handle_cell_serving(replicas).await)
+                }
+            }
             Request::Digest => {
                 let digest = node.with_store(|s| s.digest().encode()).await;
                 Ok(Response::Digest(digest))
@@ -120,6 +127,7 @@ fn request_kind(req: &Request) -> &'static str {
         Request::CellsPush { .. } => "cells-push",
         Request::CellList => "cell-list",
         Request::CellStatus { .. } => "cell-status",
+        Request::CellServing { .. } => "cell-serving",
     }
 }
 

@@ -141,6 +141,7 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
     };
     shell.input.instances = instances;
     shell.input.runtime_unavailable = runtime_unavailable;
+    refresh_handoffs(host, shell);
     shell.input.view_suspect = if node.is_stale() {
         Some("the store is resynchronizing after a long absence".to_string())
     } else if !node.synced_once() && now < host.started_mono_ms() + START_SUSPECT_MS {
@@ -152,6 +153,33 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         shell.input.supports_containers,
         shell.input.supports_processes,
     ) = support_flags(&host.runtime);
+}
+
+/// In a mesh of several cells: tells the cell exchange which instances here run a replica the
+/// cell level placed in another cell (it asks those cells whether their copies serve), and hands
+/// the reconciler the answers.
+fn refresh_handoffs(host: &Host, shell: &mut ShellState) {
+    let cells = &host.node.cells;
+    if shell.cells.is_none() {
+        if !shell.input.moved_to_cells.is_empty() {
+            cells.handoffs.set_moved(BTreeMap::new());
+            shell.input.moved_to_cells.clear();
+        }
+        return;
+    }
+    let assigned = &shell.cell_placer.last().cells.assigned;
+    let moved: BTreeMap<_, _> = shell
+        .input
+        .instances
+        .iter()
+        .filter(|i| i.phase.may_be_alive() && !shell.input.owners.contains_key(&i.replica))
+        .filter_map(|i| {
+            let cell = assigned.get(&i.replica)?;
+            (cell != cells.own()).then(|| (i.replica.clone(), cell.clone()))
+        })
+        .collect();
+    cells.handoffs.set_moved(moved);
+    shell.input.moved_to_cells = cells.handoffs.view(cells.mono_ms());
 }
 
 /// The failure detector's facts from the members and the dead identities' names.

@@ -99,6 +99,12 @@ pub enum Request {
         /// The workload.
         name: String,
     },
+    /// Agent to agent (across cells): which of these replicas does your cell's placement put on
+    /// a live member that gossips a serving copy? (A handoff to the callee's cell.)
+    CellServing {
+        /// At most [`crate::cells::handoff::SERVING_ASK_MAX`].
+        replicas: Vec<shoal_core::instance::ReplicaId>,
+    },
 }
 
 /// An agent's answer.
@@ -179,6 +185,11 @@ pub enum Response {
     },
     /// The cells this agent knows, by name.
     CellList(Vec<crate::cells::CellView>),
+    /// Of the replicas asked, those whose copy serves in the callee's cell.
+    Serving {
+        /// The replicas.
+        replicas: Vec<shoal_core::instance::ReplicaId>,
+    },
 }
 
 /// A failure, with a kind the CLI maps to a message and exit code.

@@ -98,6 +98,7 @@ pub(super) fn build(
         runtime_unavailable: None,
         exclusive_guard_unavailable: None,
         exclusive_unsupported: None,
+        moved_to_cells: BTreeMap::new(),
         supports_containers: true,
         supports_processes: true,
         peers,

@@ -123,4 +123,9 @@ impl CellPlacer {
         self.result.local = self.placer.update_shares(nodes, &self.shares);
         &self.result
     }
+
+    /// The result of the last [`update`](CellPlacer::update) (empty before the first).
+    pub fn last(&self) -> &MeshPlacement {
+        &self.result
+    }
 }

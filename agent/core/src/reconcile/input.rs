@@ -40,6 +40,12 @@ pub struct ReconcileInput {
     /// several cells, whose fencing across cells is not built), so exclusive replicas are not
     /// started here; the text says why. Instances already running are left to the usual rules.
     pub exclusive_unsupported: Option<String>,
+    /// In a mesh of several cells: the replicas this node runs that the cell level places in
+    /// another cell, with that cell and whether it reports the replica's copy serving on the node
+    /// it placed it on (the shell asks it: this cell never gossips with another's members). A
+    /// replica listed here hands off as a move inside the cell does: it keeps running until its
+    /// copy there serves, or until the handoff bound. Empty in a mesh of one cell.
+    pub moved_to_cells: BTreeMap<ReplicaId, CellHandoff>,
     /// The peers' observed instances, as they gossip [`Reconciler::observed`](super::Reconciler::observed),
     /// by node name. A node present with an empty list has published that it runs nothing; a node
     /// absent has published nothing yet. Keep a peer's last state after it goes unreachable or
@@ -62,6 +68,15 @@ pub struct ReconcileInput {
     /// (a full restart, the last owner's gossip gone) still issues a larger one, as long as the
     /// clocks are sane. `0` sets no floor. docs/reconcile.md, "Fencing tokens".
     pub fence_token_floor: u64,
+}
+
+/// Where a replica running here went, when the cell level moved it to another cell.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CellHandoff {
+    /// The cell it is placed in now.
+    pub cell: String,
+    /// That cell reported, lately, that its copy serves on the node it placed it on.
+    pub serving: bool,
 }
 
 /// A live workload spec and the store version it has.

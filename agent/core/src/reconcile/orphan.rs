@@ -3,7 +3,8 @@
 //! A deleted workload or a replica scaled away stops at once. An exclusive replica stops at once
 //! (stop before start: the new owner waits for this copy to be gone). A normal replica keeps
 //! running until gossip shows the new owner's copy serving (no gap in planned moves), or until
-//! `orphan_handoff_max_ms` has passed. Stops decided on this node's view alone (deleted, scaled
+//! `orphan_handoff_max_ms` has passed; one the cell level moved to another cell, until that cell
+//! reports its copy serving (`ReconcileInput::moved_to_cells`). Stops decided on this node's view alone (deleted, scaled
 //! down, exclusive moved, handoff timeout) are held while the view is suspicious. Whatever the
 //! view, an exclusive instance is fenced when this node has lacked a majority too long.
 
@@ -45,6 +46,16 @@ pub(crate) fn plan_orphan(ctx: &Ctx<'_>, plan: &mut Plan, handle: &str, t: &Trac
         return;
     }
     let owner = ctx.input.owners.get(replica);
+    let moved = ctx
+        .input
+        .moved_to_cells
+        .get(replica)
+        .filter(|_| owner.is_none());
+    let where_to = match (owner, moved) {
+        (Some(o), _) => o.clone(),
+        (None, Some(m)) => format!("cell {}", m.cell),
+        (None, None) => "no node".to_string(),
+    };
     let since = t.orphan_since_ms.unwrap_or(ctx.now_ms);
     let deadline = since.saturating_add(ctx.config.orphan_handoff_max_ms);
     let (cause, reason) = match ctx.input.spec(&replica.workload) {
@@ -61,28 +72,27 @@ pub(crate) fn plan_orphan(ctx: &Ctx<'_>, plan: &mut Plan, handle: &str, t: &Trac
         ),
         Some(_) if exclusive => (
             StopCause::ExclusiveMoved,
-            format!(
-                "exclusive replica placed on {}: stop before it starts there",
-                owner.map_or("no node", |n| n)
-            ),
+            format!("exclusive replica placed on {where_to}: stop before it starts there"),
         ),
         Some(_) => match owner.filter(|o| successor_serves(ctx, replica, o)) {
             Some(o) => (
                 StopCause::Handoff,
                 format!("moved to {o}, whose copy is healthy"),
             ),
+            None if moved.is_some_and(|m| m.serving) => (
+                StopCause::Handoff,
+                format!("moved to {where_to}, whose copy is healthy"),
+            ),
             None if ctx.now_ms >= deadline => (
                 StopCause::HandoffTimeout,
                 format!(
-                    "placed on {} but no healthy copy there after {} ms",
-                    owner.map_or("no node", |n| n),
+                    "placed on {where_to} but no healthy copy there after {} ms",
                     ctx.config.orphan_handoff_max_ms
                 ),
             ),
             None => {
                 let msg = format!(
-                    "placed on {}; keeps running until a copy there is healthy (at most until {deadline})",
-                    owner.map_or("no node", |n| n)
+                    "placed on {where_to}; keeps running until a copy there is healthy (at most until {deadline})"
                 );
                 plan.issue(IssueKind::Orphan, Some(replica), msg);
                 plan.wake_at(deadline);

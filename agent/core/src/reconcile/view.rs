@@ -311,7 +311,8 @@ pub(crate) fn suspicious_reasons(
 /// desired (a deleted workload or a replica scaled away is no longer wanted anywhere: its stop
 /// is the operator's decision, not a move), it is not placed here, and the move is not a
 /// handback to a peer that just came back and claims it (after a partition heals or a host
-/// restarts, what was taken over while it was away goes back: a membership change explains it).
+/// restarts, what was taken over while it was away goes back: a membership change explains it),
+/// nor a move to another cell that reports its copy serving.
 fn unexplained_move(
     node: &str,
     input: &ReconcileInput,
@@ -322,7 +323,8 @@ fn unexplained_move(
         return false;
     }
     let Some(owner) = input.owners.get(r) else {
-        return true;
+        // Moved to another cell: explained once that cell reports its copy serving.
+        return !input.moved_to_cells.get(r).is_some_and(|m| m.serving);
     };
     if owner == node {
         return false;

@@ -174,6 +174,8 @@ pub struct Agent {
     pub guard_unavailable: Option<String>,
     /// What it gossips: `observed()` after its last round (nothing before its first).
     pub published: Option<Vec<InstanceStatus>>,
+    /// Replicas it runs that the cell level moved to another cell, as its shell reports them.
+    pub moved_to_cells: BTreeMap<ReplicaId, shoal_core::reconcile::CellHandoff>,
     /// Since when each other node has been unreachable from here.
     unreachable_since: BTreeMap<String, u64>,
 }
@@ -243,6 +245,7 @@ impl Cluster {
                 supports_containers: true,
                 guard_unavailable: None,
                 published: None,
+                moved_to_cells: BTreeMap::new(),
                 unreachable_since: BTreeMap::new(),
             };
             c.agents.insert(n.to_string(), agent);
@@ -373,6 +376,7 @@ impl Cluster {
             runtime_unavailable: None,
             exclusive_guard_unavailable: agent.guard_unavailable.clone(),
             exclusive_unsupported: None,
+            moved_to_cells: agent.moved_to_cells.clone(),
             supports_containers: agent.supports_containers,
             supports_processes: true,
             peers,
