@@ -16,9 +16,17 @@
 //! measurement of the same thing is `measure_failure_detection_over_quic` in
 //! agent/tests/transport_gossip.rs.
 //!
+//! With `--cells K`, agent i is in cell `c(i mod K + 1)` (every agent joins through the first,
+//! across cells through its directory), "formed" means every agent holds its own cell's members
+//! alive and knows all K cells up, and the survivors asked are the victim's cell's (no other cell
+//! gossips with its members; they learn of it through the cell summary). Before the kill, the
+//! run applies a workload (`--replicas` sleeping processes) through the first agent, waits until
+//! every replica runs healthy, and checks that `status` of it reads the same from every agent
+//! (replica, node, phase, health); the JSON gains `status_agreed_ms` (from the apply).
+//!
 //! Per-run lines go to stderr; the last stdout line is one JSON object
-//! `{agents, runs, detect_all_ms_median, detect_all_ms_worst, ...}`. The target is 3000 ms; the
-//! figures are in docs/measurements.md.
+//! `{agents, runs, detect_all_ms_median, detect_all_ms_worst, ...}`. The target is 3000 ms (2000
+//! ms within a cell, issue 13); the figures are in docs/measurements.md.
 
 use std::fs::File;
 use std::net::SocketAddr;
@@ -59,6 +67,12 @@ struct Args {
     /// The release binary to run.
     #[arg(long, default_value = "target/release/shoal")]
     shoal: PathBuf,
+    /// Cells to spread the agents over (0: one cell, no `--cell` flag).
+    #[arg(long, default_value_t = 0)]
+    cells: usize,
+    /// Replicas of the workload whose status must agree on every agent (0: no workload).
+    #[arg(long, default_value_t = 0)]
+    replicas: u32,
     /// Print only the JSON line on stdout.
     #[arg(long)]
     json: bool,
@@ -68,6 +82,8 @@ struct Args {
 struct RunResult {
     first_ms: u64,
     all_ms: u64,
+    status_agreed_ms: Option<u64>,
+    survivors: usize,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -105,7 +121,7 @@ async fn run_all(args: &Args) -> anyhow::Result<Vec<RunResult>> {
             run + 1,
             args.runs,
             result.first_ms,
-            args.agents - 1,
+            result.survivors,
             result.all_ms
         );
         results.push(result);
@@ -113,17 +129,28 @@ async fn run_all(args: &Args) -> anyhow::Result<Vec<RunResult>> {
     Ok(results)
 }
 
+/// The cell of agent `i` (`None`: one cell).
+fn cell_of(args: &Args, i: usize) -> Option<String> {
+    (args.cells > 0).then(|| format!("c{}", i % args.cells + 1))
+}
+
 async fn one_run(args: &Args, run: usize) -> anyhow::Result<RunResult> {
-    let mut mesh = Mesh::start(&args.shoal, args.agents)?;
+    let mut mesh = Mesh::start(args)?;
     let client = Client::new(&mesh.dir.path().join("pki"))?;
     let everyone: Vec<usize> = (0..args.agents).collect();
+    let cell_size = |i: usize| {
+        (0..args.agents)
+            .filter(|&j| cell_of(args, j) == cell_of(args, i))
+            .count()
+    };
     let start = Instant::now();
     loop {
         let views = client.views(&mesh, &everyone).await;
-        if views
+        let members_seen = views
             .iter()
-            .all(|v| v.as_ref().is_ok_and(|v| v.len() == args.agents))
-        {
+            .enumerate()
+            .all(|(i, v)| v.as_ref().is_ok_and(|v| v.len() == cell_size(i)));
+        if members_seen && client.cells_up(&mesh, &everyone, args.cells).await {
             break;
         }
         if start.elapsed() > STAGE_TIMEOUT {
@@ -145,11 +172,18 @@ async fn one_run(args: &Args, run: usize) -> anyhow::Result<RunResult> {
         start.elapsed().as_secs_f64()
     );
     tokio::time::sleep(Duration::from_secs(args.settle_secs)).await;
+    let status_agreed_ms = match args.replicas {
+        0 => None,
+        n => Some(client.status_agrees(&mesh, &everyone, n).await?),
+    };
 
     // Not the seed, and not always the same one.
     let victim = 1 + (run * 7) % (args.agents - 1);
     let victim_name = mesh.agents[victim].name.clone();
-    let survivors: Vec<usize> = everyone.into_iter().filter(|&i| i != victim).collect();
+    let survivors: Vec<usize> = everyone
+        .into_iter()
+        .filter(|&i| i != victim && cell_of(args, i) == cell_of(args, victim))
+        .collect();
     let killed_at = mesh.kill(victim);
     let mut seen_dead: Vec<Option<Duration>> = vec![None; survivors.len()];
     while seen_dead.iter().any(Option::is_none) {
@@ -172,6 +206,8 @@ async fn one_run(args: &Args, run: usize) -> anyhow::Result<RunResult> {
     Ok(RunResult {
         first_ms: times.iter().min().expect("survivors").as_millis() as u64,
         all_ms: times.iter().max().expect("survivors").as_millis() as u64,
+        status_agreed_ms,
+        survivors: survivors.len(),
     })
 }
 
@@ -187,6 +223,9 @@ fn report(args: &Args, results: &[RunResult]) {
         "detect_first_ms_all": first,
         "settle_secs": args.settle_secs,
         "poll_ms": args.poll_ms,
+        "cells": args.cells,
+        "replicas": args.replicas,
+        "status_agreed_ms_all": results.iter().map(|r| r.status_agreed_ms).collect::<Vec<_>>(),
     });
     if !args.json {
         println!(
@@ -234,6 +273,95 @@ impl Client {
     }
 }
 
+/// The workload whose status is compared.
+const WORKLOAD: &str = "sleepers";
+
+impl Client {
+    /// Whether every one of `agents` knows `cells` cells, none down (always true for 0 cells).
+    async fn cells_up(&self, mesh: &Mesh, agents: &[usize], cells: usize) -> bool {
+        if cells == 0 {
+            return true;
+        }
+        let answers = join_all(agents.iter().map(|&i| {
+            let api = mesh.agents[i].api;
+            self.rpc
+                .call(api, ANY_MEMBER, &Request::CellList, CALL_TIMEOUT)
+        }))
+        .await;
+        answers.into_iter().all(|a| {
+            matches!(a, Ok(Response::CellList(list))
+                if list.len() == cells && list.iter().all(|c| !c.down))
+        })
+    }
+
+    /// Applies `replicas` sleeping processes through the first agent, waits until every replica
+    /// runs healthy, then until `status` reads the same from every agent; returns ms since the
+    /// apply.
+    async fn status_agrees(
+        &self,
+        mesh: &Mesh,
+        agents: &[usize],
+        replicas: u32,
+    ) -> anyhow::Result<u64> {
+        let text = format!(
+            "name = \"{WORKLOAD}\"\nreplicas = {replicas}\n[process]\ncommand = [\"sleep\", \"3600\"]\n\
+             [resources]\ncpu = \"10m\"\nmemory = \"8Mi\"\n"
+        );
+        let spec = shoal::core::spec::WorkloadSpec::from_toml_str(&text, "bench.toml")
+            .map_err(|e| anyhow::anyhow!("bench spec: {e:?}"))?;
+        let apply = Request::Apply { specs: vec![spec] };
+        let first = mesh.agents[0].api;
+        match self
+            .rpc
+            .call(first, ANY_MEMBER, &apply, Duration::from_secs(10))
+            .await
+        {
+            Ok(Response::Applied(_)) => {}
+            other => bail!("apply: {other:?}"),
+        }
+        let applied = Instant::now();
+        let mut last = String::new();
+        while applied.elapsed() < STAGE_TIMEOUT {
+            let req = Request::Status {
+                name: WORKLOAD.to_string(),
+            };
+            let views = join_all(agents.iter().map(|&i| {
+                let api = mesh.agents[i].api;
+                self.rpc
+                    .call(api, ANY_MEMBER, &req, Duration::from_secs(10))
+            }))
+            .await;
+            let mut seen: Vec<Vec<(u32, Option<String>, String, Option<bool>)>> = Vec::new();
+            for view in views {
+                match view {
+                    Ok(Response::Status(v)) => seen.push(
+                        v.instances
+                            .into_iter()
+                            .map(|i| (i.replica, i.node, i.phase, i.healthy))
+                            .collect(),
+                    ),
+                    other => {
+                        last = format!("{other:?}");
+                        seen.clear();
+                        break;
+                    }
+                }
+            }
+            let healthy = |v: &Vec<(u32, Option<String>, String, Option<bool>)>| {
+                v.len() == replicas as usize && v.iter().all(|i| i.3 == Some(true))
+            };
+            if !seen.is_empty() && seen.iter().all(healthy) && seen.iter().all(|v| *v == seen[0]) {
+                return Ok(applied.elapsed().as_millis() as u64);
+            }
+            if let Some(v) = seen.first() {
+                last = format!("first agent's view: {v:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        bail!("status did not agree on every agent within {STAGE_TIMEOUT:?}; {last}")
+    }
+}
+
 struct Agent {
     name: String,
     api: SocketAddr,
@@ -247,7 +375,8 @@ struct Mesh {
 }
 
 impl Mesh {
-    fn start(shoal: &Path, n: usize) -> anyhow::Result<Mesh> {
+    fn start(args: &Args) -> anyhow::Result<Mesh> {
+        let (shoal, n) = (&args.shoal, args.agents);
         let dir = tempfile::Builder::new().prefix("shoal-detect-").tempdir()?;
         let mut mesh = Mesh {
             dir,
@@ -275,6 +404,9 @@ impl Mesh {
                 .args(["--cpu", "4", "--memory", "8Gi"]);
             if i > 0 {
                 cmd.args(["--seed", &addrs[0].to_string()]);
+            }
+            if let Some(cell) = cell_of(args, i) {
+                cmd.args(["--cell", &cell]);
             }
             let log = File::create(mesh.dir.path().join(format!("{name}.log")))?;
             cmd.stdin(Stdio::null())

@@ -63,9 +63,11 @@ pub struct TransportStats {
     pub messages_received: AtomicU64,
     /// Messages dropped because a bounded queue was full or a peer was unreachable (gossip).
     pub messages_dropped: AtomicU64,
-    /// Frame bytes written, prefix included (gossip).
+    /// Frame bytes written, prefix included (gossip; on the API endpoint, requests sent and
+    /// answers served).
     pub bytes_sent: AtomicU64,
-    /// Frame bytes received, prefix included (gossip).
+    /// Frame bytes received, prefix included (gossip; on the API endpoint, requests served and
+    /// answers received).
     pub bytes_received: AtomicU64,
 }
 
@@ -249,6 +251,12 @@ async fn serve_stream<Req, Resp>(
             }
         };
     let frame = answer_frame(&handler, &bytes, peer, config.handler_timeout, &stats).await;
+    stats
+        .bytes_received
+        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    stats
+        .bytes_sent
+        .fetch_add(frame.len() as u64, Ordering::Relaxed);
     write_answer(&mut send, &frame).await;
 }
 
@@ -450,11 +458,20 @@ impl QuicRpcClient {
         let stream_err = |e: &dyn std::fmt::Display| RpcError::Stream(e.to_string());
         send.write_all(frame).await.map_err(|e| stream_err(&e))?;
         send.finish().map_err(|e| stream_err(&e))?;
+        let stats = &self.stats;
+        stats
+            .bytes_sent
+            .fetch_add(frame.len() as u64, Ordering::Relaxed);
         match recv
             .read_to_end(LENGTH_PREFIX_BYTES + API_FRAME_MAX_BYTES)
             .await
         {
-            Ok(answer) => Ok(answer),
+            Ok(answer) => {
+                stats
+                    .bytes_received
+                    .fetch_add(answer.len() as u64, Ordering::Relaxed);
+                Ok(answer)
+            }
             Err(quinn::ReadToEndError::TooLong) => Err(WireError::TooLarge {
                 len: API_FRAME_MAX_BYTES + 1,
                 max: API_FRAME_MAX_BYTES,

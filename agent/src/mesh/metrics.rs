@@ -87,6 +87,16 @@ pub async fn mesh_families(
             Kind::Counter,
             node.cells.refused_total() as f64,
         ),
+        Family {
+            name: "shoal_api_bytes",
+            help: "API frame bytes on the wire, requests and answers, served and sent: CLI calls, \
+                   the store's replication and anti-entropy, and the cell exchange.",
+            kind: Kind::Counter,
+            samples: labelled(vec![
+                ("direction", "in", a.bytes_received),
+                ("direction", "out", a.bytes_sent),
+            ]),
+        },
         Family::single(
             "shoal_api_requests",
             "API requests answered.",
