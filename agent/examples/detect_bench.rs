@@ -276,6 +276,9 @@ impl Client {
 /// The workload whose status is compared.
 const WORKLOAD: &str = "sleepers";
 
+/// One agent's status of it: (replica, node, phase, healthy) per instance.
+type StatusRows = Vec<(u32, Option<String>, String, Option<bool>)>;
+
 impl Client {
     /// Whether every one of `agents` knows `cells` cells, none down (always true for 0 cells).
     async fn cells_up(&self, mesh: &Mesh, agents: &[usize], cells: usize) -> bool {
@@ -331,7 +334,7 @@ impl Client {
                     .call(api, ANY_MEMBER, &req, Duration::from_secs(10))
             }))
             .await;
-            let mut seen: Vec<Vec<(u32, Option<String>, String, Option<bool>)>> = Vec::new();
+            let mut seen: Vec<StatusRows> = Vec::new();
             for view in views {
                 match view {
                     Ok(Response::Status(v)) => seen.push(
@@ -347,7 +350,7 @@ impl Client {
                     }
                 }
             }
-            let healthy = |v: &Vec<(u32, Option<String>, String, Option<bool>)>| {
+            let healthy = |v: &StatusRows| {
                 v.len() == replicas as usize && v.iter().all(|i| i.3 == Some(true))
             };
             if !seen.is_empty() && seen.iter().all(healthy) && seen.iter().all(|v| *v == seen[0]) {
