@@ -1,6 +1,7 @@
 //! A mesh of cells in the real-code tier: `scenarios/cells-small.toml` (30 hosts in 3 cells, a
 //! host crash, then all of cell c2) passes for one seed, and the lost cell's replicas run
-//! healthy in the other cells while every host of c2 is down. Scenario errors about cells.
+//! healthy in the other cells while every host of c2 is down; `cells-exclusive.toml` (the cell
+//! of three exclusive replicas cut off) never runs one twice. Scenario errors about cells.
 
 use std::process::Command;
 
@@ -12,23 +13,27 @@ fn scenario(name: &str) -> String {
     format!("{}/../scenarios/{name}.toml", env!("CARGO_MANIFEST_DIR"))
 }
 
-#[test]
-fn a_lost_cell_runs_in_the_others() {
-    let dir = tempfile::tempdir().unwrap();
+/// Runs scenario `name` with seed 1, its files written to `dir`; returns the JSON report.
+fn run(name: &str, dir: &std::path::Path) -> serde_json::Value {
     let out = sim()
-        .args(["run", &scenario("cells-small"), "--seed", "1", "--json"])
+        .args(["run", &scenario(name), "--seed", "1", "--json"])
         .arg("--out")
-        .arg(dir.path())
+        .arg(dir)
         .output()
         .expect("shoal-sim runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let r: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| {
-            panic!(
-                "no JSON report ({e}); stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|e| {
+        panic!(
+            "no JSON report ({e}); stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn a_lost_cell_runs_in_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = run("cells-small", dir.path());
     assert_eq!(r["passed"], true, "{r}");
     assert_eq!(r["invariant_violations"], 0, "{r}");
     // The whole of c2 (hosts n2, n5, .. n29) crashed at 40 s and stays down to the timeline's
@@ -72,6 +77,47 @@ fn a_lost_cell_runs_in_the_others() {
     // the new cell reports its copy serving, well before the 10 s handoff bound.
     let longest = r["duplicate_longest_ms"].as_u64();
     assert!(longest.is_some_and(|ms| ms < 10_000), "{r}");
+}
+
+#[test]
+fn an_exclusive_replica_in_a_cell_cut_off_from_the_others_never_runs_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = run("cells-exclusive", dir.path());
+    assert_eq!(r["passed"], true, "{r}");
+    assert_eq!(r["exclusive_duplicates"], 0, "{r}");
+    assert_eq!(r["invariant_violations"], 0, "{r}");
+    // db ran in c2, stopped there after c2 was cut off (30 s), ran in another cell only 30 s
+    // after the others held c2 down (about 38 s), and went back after the heal (90 s).
+    let trace =
+        std::fs::read_to_string(dir.path().join("cells-exclusive-seed1.trace.txt")).unwrap();
+    let db0: Vec<(f64, &str)> = trace
+        .lines()
+        .filter(|l| l.contains("copy db/0 on"))
+        .map(|l| {
+            let t: f64 = l.trim().split('s').next().unwrap().parse().unwrap();
+            (t, l.trim())
+        })
+        .collect();
+    let c2 = |l: &str| {
+        ["n2 ", "n5 ", "n8 ", "n11", "n14"]
+            .iter()
+            .any(|n| l.contains(&format!("on {n}")))
+    };
+    let stopped_in_c2 = db0
+        .iter()
+        .find(|(t, l)| *t > 30.0 && c2(l) && l.ends_with("gone"))
+        .unwrap_or_else(|| panic!("db/0 never stopped in c2: {db0:?}"));
+    let started_elsewhere = db0
+        .iter()
+        .find(|(t, l)| *t > 30.0 && !c2(l) && l.ends_with("running"))
+        .unwrap_or_else(|| panic!("db/0 never ran outside c2: {db0:?}"));
+    assert!(stopped_in_c2.0 < started_elsewhere.0, "{db0:?}");
+    assert!(started_elsewhere.0 >= 30.0 + 8.0 + 25.0, "{db0:?}");
+    assert!(
+        db0.iter()
+            .any(|(t, l)| *t > 90.0 && c2(l) && l.ends_with("running")),
+        "{db0:?}"
+    );
 }
 
 #[test]

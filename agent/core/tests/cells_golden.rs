@@ -65,6 +65,7 @@ fn cell(words: &[&str]) -> Cell {
         zones: Vec::new(),
         labels: Vec::new(),
         contacts: vec![format!("{}.envoy:7100", words[0])],
+        sees: Vec::new(),
     };
     let (mut largest, mut free, mut down) = (None, None, false);
     for w in &words[1..] {

@@ -284,6 +284,7 @@ fn arb_summary() -> impl Strategy<Value = CellSummary> {
                     })
                     .collect(),
                 contacts,
+                sees: Vec::new(),
             },
         )
 }

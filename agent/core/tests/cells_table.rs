@@ -217,3 +217,76 @@ proptest! {
         let _ = t.newer_than(&[], u64::MAX);
     }
 }
+
+/// A summary of `cell` that holds `sees` up.
+fn seeing(cell: &str, sees: &[&str]) -> CellSummary {
+    let mut s = summary(cell, 3);
+    s.sees = sees.iter().map(|c| c.to_string()).collect();
+    s
+}
+
+#[test]
+fn a_cell_counts_toward_the_quorum_only_while_up_and_holding_this_cell_up() {
+    let mut a = CellTable::new("c1");
+    a.publish(seeing("c1", &["c2", "c3"]), WALL, 0);
+    let mut b = CellTable::new("c2");
+    b.publish(seeing("c2", &["c1", "c3"]), WALL, 0);
+    let mut c = CellTable::new("c3");
+    // c3 hears c1's packets no more (a one-way partition): it holds only c2 up.
+    c.publish(seeing("c3", &["c2"]), WALL, 0);
+    pull(&mut a, &b, 0);
+    pull(&mut a, &c, 0);
+    let q = a.quorum(0, 0);
+    assert_eq!((q.known, q.with_us, q.incomplete.clone()), (3, 2, None));
+    assert!(q.holds(), "c1 and c2: 2 of 3");
+    assert_eq!(a.up_cells(0), ["c2", "c3"]);
+
+    // c2 stops being heard: down after CELL_DOWN_MS, and no longer counted.
+    let later = CELL_DOWN_MS + 1;
+    let q = a.quorum(later, 0);
+    assert_eq!((q.known, q.with_us), (3, 1));
+    assert!(!q.holds());
+    assert!(
+        q.why_not().unwrap().contains("1 of the 3"),
+        "{:?}",
+        q.why_not()
+    );
+    assert!(a.up_cells(later).is_empty());
+
+    // The floor saved at the last quorum keeps a cell that forgot the others a minority.
+    let alone = CellTable::new("c1");
+    assert!(alone.quorum(0, 0).holds(), "a lone cell of a mesh of one");
+    assert!(!alone.quorum(0, 3).holds(), "one of three known before");
+}
+
+#[test]
+fn a_summary_naming_a_cell_this_agent_does_not_know_makes_the_view_incomplete() {
+    let mut a = CellTable::new("c1");
+    a.publish(seeing("c1", &["c2"]), WALL, 0);
+    let mut b = CellTable::new("c2");
+    b.publish(seeing("c2", &["c1", "c4"]), WALL, 0);
+    pull(&mut a, &b, 0);
+    let q = a.quorum(0, 0);
+    assert_eq!(q.with_us, 2);
+    assert!(!q.holds());
+    let why = q.incomplete.expect("incomplete");
+    assert!(why.contains("c4"), "{why}");
+}
+
+#[test]
+fn sees_must_be_sorted_valid_names_other_than_the_cell_itself() {
+    for (sees, bad) in [
+        (vec!["c2", "c1"], "sorted"),
+        (vec!["c1"], "its own name"),
+        (vec!["C2"], "not a DNS label"),
+    ] {
+        let mut s = summary("c1", 3);
+        s.sees = sees.iter().map(|c| c.to_string()).collect();
+        assert!(s.validate().is_err(), "{bad}: {sees:?}");
+    }
+    let mut s = summary("c1", 3);
+    s.sees = (0..=CELLS_MAX).map(|i| format!("x{i:05}")).collect();
+    assert!(s.validate().is_err(), "more than CELLS_MAX");
+    s.sees.truncate(2);
+    assert_eq!(s.validate(), Ok(()));
+}

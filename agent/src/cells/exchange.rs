@@ -129,6 +129,8 @@ impl CellExchange {
             &local.workloads,
             self.published.as_ref(),
         );
+        let mut summary = summary;
+        summary.sees = node.cells.up_cells();
         self.published = Some(summary.clone());
         node.cells.publish(summary, (node.clock)());
     }

@@ -1,16 +1,23 @@
-//! Handoffs across cells. An instance whose replica the cell level moved to another cell keeps
-//! running until that cell's copy serves (as a move inside a cell waits for the successor's
-//! gossip), but this cell never gossips with the other's members. So the host loop lists what it
-//! runs that went elsewhere ([`Handoffs::set_moved`]), the cell exchange asks each such cell
-//! ([`ask`], `Request::CellServing`) which of those replicas its own placement puts on a live
-//! member that gossips a serving copy, and the answers, while fresh, reach the reconciler as
-//! `ReconcileInput::moved_to_cells`.
+//! What this agent asks other cells about the replicas it runs or owns.
+//!
+//! - **Handoffs.** An instance whose replica the cell level moved to another cell keeps running
+//!   until that cell's copy serves (as a move inside a cell waits for the successor's gossip),
+//!   but this cell never gossips with the other's members. So the host loop lists what it runs
+//!   that went elsewhere ([`Handoffs::set_moved`]) and the reconciler gets whether that cell
+//!   said its copy serves (`ReconcileInput::moved_to_cells`).
+//! - **Exclusive replicas.** Before an exclusive replica placed on this agent starts, every
+//!   other cell that is up must say it runs no copy that may be alive and does not claim it
+//!   with a name that sorts first ([`Handoffs::set_exclusive`], `ReconcileInput::cell_copies`).
+//!
+//! The cell exchange asks each round ([`ask`], `Request::CellCopies`): the cells of moved
+//! replicas (a few per round), and every cell that is up while this agent owns an exclusive
+//! replica that does not run here.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use shoal_core::instance::ReplicaId;
-use shoal_core::reconcile::{CellHandoff, InstanceStatus};
+use shoal_core::reconcile::{CellCopies, CellHandoff, InstanceStatus};
 
 use super::{parse_contact, CellState, CELLS_CALL_TIMEOUT};
 use crate::mesh::api::{Request, Response};
@@ -19,23 +26,51 @@ use crate::rpc;
 
 /// Most replicas asked of one cell in one request (and accepted in one).
 pub const SERVING_ASK_MAX: usize = 1024;
-/// Most cells asked in one round of the exchange.
+/// Most cells asked about moved replicas in one round of the exchange.
 pub const SERVING_CELLS_PER_ROUND: usize = 8;
-/// How long a "serving" answer counts, ms (the exchange asks every second).
-pub const SERVING_FRESH_MS: u64 = 5_000;
+/// How long an answer counts, ms (the exchange asks every second). `cell_live_claim_ms` must
+/// exceed twice this plus a cell's gossip spread (docs/reconcile.md).
+pub const SERVING_FRESH_MS: u64 = 3_000;
+/// Cells asked at once.
+const ASKS_IN_FLIGHT: usize = 32;
 
-/// What this agent runs that the cell level placed in another cell, and what those cells said.
+/// Of the replicas asked, what one cell said (`Response::CellCopies`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CopiesAnswer {
+    /// Placed by the cell on a live member that gossips a serving copy.
+    pub serving: Vec<ReplicaId>,
+    /// With a copy that may be alive (starting, running, stopping) on any member of the cell
+    /// whose last state reached the answering agent.
+    pub alive: Vec<ReplicaId>,
+    /// Placed in the cell by the answering agent's cell level.
+    pub claimed: Vec<ReplicaId>,
+}
+
+/// What this agent runs that the cell level placed in another cell, the exclusive replicas
+/// placed on it, and what the other cells said.
 #[derive(Default)]
 pub struct Handoffs {
     inner: Mutex<Inner>,
+}
+
+/// What one cell said of one exclusive replica, and when (the cells' monotonic ms).
+#[derive(Clone, Copy, Debug)]
+struct Said {
+    at: u64,
+    alive: bool,
+    claimed: bool,
 }
 
 #[derive(Default)]
 struct Inner {
     /// Replica -> the cell it is placed in now.
     moved: BTreeMap<ReplicaId, String>,
-    /// Replica -> when (the cells' monotonic ms) its cell last said its copy serves.
+    /// Replica -> when its cell last said its copy serves.
     serving: BTreeMap<ReplicaId, u64>,
+    /// Exclusive replicas placed on this agent with no copy alive here.
+    exclusive: BTreeSet<ReplicaId>,
+    /// (replica, cell) -> what that cell said of it.
+    said: BTreeMap<(ReplicaId, String), Said>,
 }
 
 impl Handoffs {
@@ -44,6 +79,13 @@ impl Handoffs {
         let mut inner = self.inner.lock().expect("handoffs lock");
         inner.serving.retain(|r, _| moved.contains_key(r));
         inner.moved = moved;
+    }
+
+    /// The host loop's list of exclusive replicas placed on this agent that do not run here.
+    pub fn set_exclusive(&self, exclusive: BTreeSet<ReplicaId>) {
+        let mut inner = self.inner.lock().expect("handoffs lock");
+        inner.said.retain(|(r, _), _| exclusive.contains(r));
+        inner.exclusive = exclusive;
     }
 
     /// The reconciler's view at `now` (monotonic ms): each moved replica, its cell and whether
@@ -67,9 +109,37 @@ impl Handoffs {
             .collect()
     }
 
-    /// The moved replicas by cell, at most [`SERVING_CELLS_PER_ROUND`] cells (rotated by
-    /// `round`) and [`SERVING_ASK_MAX`] replicas each.
-    fn to_ask(&self, round: u64) -> Vec<(String, Vec<ReplicaId>)> {
+    /// For each exclusive replica placed here, what the cells up now (`up`, other than `own`)
+    /// said within [`SERVING_FRESH_MS`]: a copy alive, a claim by a cell whose name sorts before
+    /// `own`, or nothing lately.
+    pub fn copies(&self, now: u64, own: &str, up: &[String]) -> BTreeMap<ReplicaId, CellCopies> {
+        let inner = self.inner.lock().expect("handoffs lock");
+        let mut out = BTreeMap::new();
+        for r in &inner.exclusive {
+            let mut copies = CellCopies::default();
+            for cell in up.iter().filter(|c| c.as_str() != own) {
+                let said = inner
+                    .said
+                    .get(&(r.clone(), cell.clone()))
+                    .filter(|s| now.saturating_sub(s.at) <= SERVING_FRESH_MS);
+                match said {
+                    None => copies.unanswered.push(cell.clone()),
+                    Some(s) if s.alive => copies.alive_in.push(cell.clone()),
+                    Some(s) if s.claimed && cell.as_str() < own => {
+                        copies.claimed_by.push(cell.clone())
+                    }
+                    Some(_) => {}
+                }
+            }
+            out.insert(r.clone(), copies);
+        }
+        out
+    }
+
+    /// What to ask this round, by cell: every cell in `up` while an exclusive replica waits
+    /// (those replicas, and the cell's moved ones), else at most [`SERVING_CELLS_PER_ROUND`]
+    /// cells of moved replicas (rotated by `round`); at most [`SERVING_ASK_MAX`] replicas each.
+    fn to_ask(&self, round: u64, up: &[String]) -> Vec<(String, Vec<ReplicaId>)> {
         let inner = self.inner.lock().expect("handoffs lock");
         let mut by_cell: BTreeMap<&str, Vec<ReplicaId>> = BTreeMap::new();
         for (r, cell) in &inner.moved {
@@ -77,6 +147,17 @@ impl Handoffs {
             if list.len() < SERVING_ASK_MAX {
                 list.push(r.clone());
             }
+        }
+        if !inner.exclusive.is_empty() {
+            return up
+                .iter()
+                .map(|cell| {
+                    let mut list = by_cell.remove(cell.as_str()).unwrap_or_default();
+                    let room = SERVING_ASK_MAX.saturating_sub(list.len());
+                    list.extend(inner.exclusive.iter().take(room).cloned());
+                    (cell.clone(), list)
+                })
+                .collect();
         }
         let mut all: Vec<(String, Vec<ReplicaId>)> = by_cell
             .into_iter()
@@ -90,75 +171,111 @@ impl Handoffs {
         all
     }
 
-    /// Records a cell's answer at `now`: `serving` of the `asked` replicas serve there.
-    fn answered(&self, asked: &[ReplicaId], serving: &[ReplicaId], now: u64) {
+    /// Records `cell`'s answer at `now` about the `asked` replicas.
+    fn answered(&self, cell: &str, asked: &[ReplicaId], answer: &CopiesAnswer, now: u64) {
         let mut inner = self.inner.lock().expect("handoffs lock");
+        let Inner {
+            moved,
+            serving,
+            exclusive,
+            said,
+        } = &mut *inner;
         for r in asked {
-            inner.serving.remove(r);
-        }
-        for r in serving.iter().filter(|r| asked.contains(r)) {
-            if inner.moved.contains_key(r) {
-                inner.serving.insert(r.clone(), now);
+            if moved.get(r).is_some_and(|c| c == cell) {
+                match answer.serving.contains(r) {
+                    true => serving.insert(r.clone(), now),
+                    false => serving.remove(r),
+                };
+            }
+            if exclusive.contains(r) {
+                let s = Said {
+                    at: now,
+                    alive: answer.alive.contains(r),
+                    claimed: answer.claimed.contains(r),
+                };
+                said.insert((r.clone(), cell.to_string()), s);
             }
         }
     }
 }
 
-/// Asks the cells that hold replicas running here which of them serve there (one round; a cell
-/// that does not answer leaves its replicas waiting, up to the handoff bound).
+/// One round of questions to other cells (a cell that does not answer leaves its moved replicas
+/// waiting, up to the handoff bound, and the exclusive replicas waiting).
 pub async fn ask(node: &MeshNode, round: u64) {
     let cells: &CellState = &node.cells;
-    for (cell, replicas) in cells.handoffs.to_ask(round) {
-        let Some(summary) = cells.summary(&cell) else {
-            continue;
-        };
-        let req = Request::CellServing {
-            replicas: replicas.clone(),
-        };
-        for contact in summary.contacts.iter().filter_map(|c| parse_contact(c)) {
-            let answer: Result<Response, _> = rpc::call_with(
-                node.rpc.as_ref(),
-                contact.api,
-                &contact.name,
-                &req,
-                CELLS_CALL_TIMEOUT,
-            )
-            .await;
-            match answer {
-                Ok(Response::Serving { replicas: serving }) => {
-                    cells
-                        .handoffs
-                        .answered(&replicas, &serving, cells.mono_ms());
-                    break;
-                }
-                other => {
-                    tracing::debug!(%cell, contact = %contact.name, answer = ?other, "serving ask failed");
-                }
+    let questions = cells.handoffs.to_ask(round, &cells.up_cells());
+    for chunk in questions.chunks(ASKS_IN_FLIGHT) {
+        let asks = chunk
+            .iter()
+            .map(|(cell, replicas)| ask_cell(node, cell, replicas));
+        futures_util::future::join_all(asks).await;
+    }
+}
+
+/// Asks `cell`'s contacts in turn until one answers.
+async fn ask_cell(node: &MeshNode, cell: &str, replicas: &[ReplicaId]) {
+    let cells: &CellState = &node.cells;
+    let Some(summary) = cells.summary(cell) else {
+        return;
+    };
+    let req = Request::CellCopies {
+        replicas: replicas.to_vec(),
+    };
+    for contact in summary.contacts.iter().filter_map(|c| parse_contact(c)) {
+        let answer: Result<Response, _> = rpc::call_with(
+            node.rpc.as_ref(),
+            contact.api,
+            &contact.name,
+            &req,
+            CELLS_CALL_TIMEOUT,
+        )
+        .await;
+        match answer {
+            Ok(Response::CellCopies(answer)) => {
+                cells
+                    .handoffs
+                    .answered(cell, replicas, &answer, cells.mono_ms());
+                return;
+            }
+            other => {
+                tracing::debug!(%cell, contact = %contact.name, answer = ?other, "copies ask failed");
             }
         }
     }
 }
 
-/// The answer to `Request::CellServing` on an agent: of `asked`, the replicas its cell's
-/// placement (`placed`: replica -> member) puts on a member that is live and gossips a serving
-/// copy (`observed`: member -> (live, its instances)).
-pub fn serving_answer(
+/// The answer to `Request::CellCopies` on an agent: of `asked`, those its cell's placement
+/// (`placed`: replica -> member) puts on a member that is live and gossips a serving copy, those
+/// with a copy that may be alive on any member (`observed`: member -> (live, its instances)), and
+/// those its cell level puts in its cell (`claimed`).
+pub fn copies_answer(
     asked: &[ReplicaId],
     placed: &BTreeMap<ReplicaId, String>,
     observed: &BTreeMap<String, (bool, Vec<InstanceStatus>)>,
-) -> Vec<ReplicaId> {
-    asked
-        .iter()
-        .filter(|r| {
-            placed
-                .get(*r)
-                .and_then(|owner| observed.get(owner))
-                .is_some_and(|(live, list)| {
-                    *live && list.iter().any(|s| &s.replica == *r && s.serves())
-                })
-        })
-        .cloned()
-        .collect()
+    claimed: impl Fn(&ReplicaId) -> bool,
+) -> CopiesAnswer {
+    let mut answer = CopiesAnswer::default();
+    for r in asked {
+        let serving = placed
+            .get(r)
+            .and_then(|owner| observed.get(owner))
+            .is_some_and(|(live, list)| {
+                *live && list.iter().any(|s| &s.replica == r && s.serves())
+            });
+        if serving {
+            answer.serving.push(r.clone());
+        }
+        let alive = observed
+            .values()
+            .any(|(_, list)| list.iter().any(|s| &s.replica == r && s.may_be_alive()));
+        if alive {
+            answer.alive.push(r.clone());
+        }
+        if claimed(r) {
+            answer.claimed.push(r.clone());
+        }
+    }
+    answer
 }
 
 #[cfg(test)]
@@ -210,8 +327,12 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        let asked = [a.clone(), b, c, d];
-        assert_eq!(serving_answer(&asked, &placed, &observed), vec![a]);
+        let asked = [a.clone(), b.clone(), c.clone(), d.clone()];
+        let answer = copies_answer(&asked, &placed, &observed, |r| placed.contains_key(r));
+        assert_eq!(answer.serving, vec![a.clone()]);
+        // Alive on any member, live or not, placed or not (c: running, unhealthy).
+        assert_eq!(answer.alive, vec![a.clone(), b.clone(), c.clone(), d]);
+        assert_eq!(answer.claimed, vec![a, b, c]);
     }
 
     #[test]
@@ -220,19 +341,19 @@ mod tests {
         let (a, b) = (ReplicaId::new("api", 0), ReplicaId::new("api", 1));
         let moved = [(a.clone(), "c2".to_string()), (b.clone(), "c3".to_string())];
         h.set_moved(moved.into_iter().collect());
-        assert_eq!(h.to_ask(0).len(), 2);
+        assert_eq!(h.to_ask(0, &[]).len(), 2);
         // c2 says a serves (and names b, which was not asked of it).
-        h.answered(std::slice::from_ref(&a), &[a.clone(), b.clone()], 1_000);
+        h.answered("c2", std::slice::from_ref(&a), &serving(&[&a, &b]), 1_000);
         let v = h.view(1_000 + SERVING_FRESH_MS);
         assert!(v[&a].serving);
         assert_eq!(v[&a].cell, "c2");
         assert!(!v[&b].serving);
         assert!(!h.view(1_001 + SERVING_FRESH_MS)[&a].serving);
         // A later answer without it withdraws it.
-        h.answered(std::slice::from_ref(&a), &[], 2_000);
+        h.answered("c2", std::slice::from_ref(&a), &serving(&[]), 2_000);
         assert!(!h.view(2_000)[&a].serving);
         // A replica no longer moved is forgotten.
-        h.answered(std::slice::from_ref(&a), std::slice::from_ref(&a), 3_000);
+        h.answered("c2", std::slice::from_ref(&a), &serving(&[&a]), 3_000);
         h.set_moved(std::iter::once((b.clone(), "c3".to_string())).collect());
         assert!(!h.view(3_000).contains_key(&a));
     }
@@ -242,11 +363,55 @@ mod tests {
         let h = Handoffs::default();
         let moved = (0..20).map(|i| (ReplicaId::new("w", i), format!("c{:02}", i % 10)));
         h.set_moved(moved.collect());
-        let first: Vec<String> = h.to_ask(0).into_iter().map(|(c, _)| c).collect();
-        let second: Vec<String> = h.to_ask(3).into_iter().map(|(c, _)| c).collect();
+        let first: Vec<String> = h.to_ask(0, &[]).into_iter().map(|(c, _)| c).collect();
+        let second: Vec<String> = h.to_ask(3, &[]).into_iter().map(|(c, _)| c).collect();
         assert_eq!(first.len(), SERVING_CELLS_PER_ROUND);
         assert_eq!(first[0], "c00");
         assert_eq!(second[0], "c03");
-        assert!(h.to_ask(0).iter().all(|(_, list)| list.len() == 2));
+        assert!(h.to_ask(0, &[]).iter().all(|(_, list)| list.len() == 2));
+    }
+
+    fn serving(replicas: &[&ReplicaId]) -> CopiesAnswer {
+        CopiesAnswer {
+            serving: replicas.iter().map(|r| (*r).clone()).collect(),
+            ..CopiesAnswer::default()
+        }
+    }
+
+    #[test]
+    fn exclusive_replicas_are_asked_of_every_up_cell_and_judged_by_fresh_answers() {
+        let h = Handoffs::default();
+        let db = ReplicaId::new("db", 0);
+        h.set_exclusive(std::iter::once(db.clone()).collect());
+        let up = ["c1".to_string(), "c3".to_string(), "c4".to_string()];
+        let asked: Vec<String> = h.to_ask(0, &up).into_iter().map(|(c, _)| c).collect();
+        assert_eq!(asked, up, "every up cell, every round");
+        let copies = h.copies(0, "c2", &up);
+        assert_eq!(copies[&db].unanswered, up, "nobody answered yet");
+
+        let one = std::slice::from_ref(&db);
+        let claimed = CopiesAnswer {
+            claimed: vec![db.clone()],
+            ..CopiesAnswer::default()
+        };
+        let alive = CopiesAnswer {
+            alive: vec![db.clone()],
+            ..CopiesAnswer::default()
+        };
+        h.answered("c1", one, &claimed, 1_000);
+        h.answered("c3", one, &claimed, 1_000);
+        h.answered("c4", one, &alive, 1_000);
+        let copies = h.copies(1_000, "c2", &up);
+        // c1 sorts before c2: its claim counts; c3's does not.
+        assert_eq!(copies[&db].claimed_by, ["c1"]);
+        assert_eq!(copies[&db].alive_in, ["c4"]);
+        assert!(copies[&db].unanswered.is_empty());
+        // Answers age out; a cell no longer up is not waited for.
+        let later = 1_001 + SERVING_FRESH_MS;
+        let copies = h.copies(later, "c2", &up[..1]);
+        assert_eq!(copies[&db].unanswered, ["c1"]);
+        // Placed elsewhere now: forgotten.
+        h.set_exclusive(BTreeSet::new());
+        assert!(h.copies(later, "c2", &up).is_empty());
     }
 }

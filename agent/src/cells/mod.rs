@@ -136,8 +136,12 @@ pub struct CellState {
     /// API addresses given with `--cell-seed` (or learned from a seed's directory), asked
     /// until another cell is known.
     seeds: Mutex<Vec<SocketAddr>>,
-    /// What this agent runs that moved to other cells, and whether those cells serve it.
+    /// What this agent runs that moved to other cells, and whether those cells serve it; what
+    /// they said of the exclusive replicas placed on it.
     pub handoffs: handoff::Handoffs,
+    /// The count of cells known when this agent's cell last held its quorum of cells (saved in
+    /// the store, restored at start; 0: never).
+    known_floor: std::sync::atomic::AtomicUsize,
     /// Gossip addresses of agents that asked this agent's directory lately, by cell, with when.
     askers: Mutex<std::collections::BTreeMap<String, Vec<(SocketAddr, u64)>>>,
 }
@@ -152,6 +156,7 @@ impl CellState {
             local: Mutex::new(LocalPlacement::default()),
             seeds: Mutex::new(Vec::new()),
             handoffs: handoff::Handoffs::default(),
+            known_floor: std::sync::atomic::AtomicUsize::new(0),
             askers: Mutex::default(),
         }
     }
@@ -240,6 +245,49 @@ impl CellState {
             return None;
         }
         Some(table.placement_cells(now))
+    }
+
+    /// Whether this agent is in a mesh of cells for the exclusive rules: it knows another cell,
+    /// or its cell knew others before (a saved count above one), or it was given cell seeds.
+    pub fn is_mesh_of_cells(&self) -> bool {
+        self.multi() || self.known_floor() > 1 || !self.seeds.lock().expect("cells lock").is_empty()
+    }
+
+    /// This agent's cell's quorum of cells (`None` outside a mesh of cells). Given cell seeds
+    /// but knowing no other cell yet, it counts at least two cells known: no quorum until it
+    /// learns them.
+    pub fn quorum(&self) -> Option<shoal_core::reconcile::CellQuorum> {
+        if !self.is_mesh_of_cells() {
+            return None;
+        }
+        let now = self.mono_ms();
+        let seeded = !self.seeds.lock().expect("cells lock").is_empty();
+        let floor = self.known_floor().max(if seeded { 2 } else { 0 });
+        Some(self.table.lock().expect("cells lock").quorum(now, floor))
+    }
+
+    /// The cells held, this agent's own counted.
+    pub fn held(&self) -> usize {
+        let table = self.table.lock().expect("cells lock");
+        table.len() + usize::from(table.summary(&self.own).is_none())
+    }
+
+    /// The other cells held up now, by name.
+    pub fn up_cells(&self) -> Vec<String> {
+        let now = self.mono_ms();
+        self.table.lock().expect("cells lock").up_cells(now)
+    }
+
+    /// The saved count of cells known at the last quorum.
+    pub fn known_floor(&self) -> usize {
+        self.known_floor.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sets the count of cells known at the last quorum (restored from the store at start, then
+    /// each time the quorum holds with another count).
+    pub fn set_known_floor(&self, cells: usize) {
+        self.known_floor
+            .store(cells, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Every cell held, by name.

@@ -80,11 +80,11 @@ impl Api {
             }
             Request::CellList => Ok(Response::CellList(node.cells.list())),
             Request::CellStatus { name } => self.clone().handle_cell_status(name).await,
-            Request::CellServing { replicas } => {
+            Request::CellCopies { replicas } => {
                 if replicas.len() > crate::cells::handoff::SERVING_ASK_MAX {
-                    Err(too_many("CellServing replicas"))
+                    Err(too_many("CellCopies replicas"))
                 } else {
-                    Ok(self.handle_cell_serving(replicas).await)
+                    Ok(self.handle_cell_copies(replicas).await)
                 }
             }
             Request::Digest => {
@@ -127,7 +127,7 @@ fn request_kind(req: &Request) -> &'static str {
         Request::CellsPush { .. } => "cells-push",
         Request::CellList => "cell-list",
         Request::CellStatus { .. } => "cell-status",
-        Request::CellServing { .. } => "cell-serving",
+        Request::CellCopies { .. } => "cell-copies",
     }
 }
 

@@ -100,17 +100,20 @@ impl Api {
         Ok(Response::Status(view))
     }
 
-    /// Which of `replicas` serve in this agent's cell, by its host loop's last placement and its
-    /// cell's gossip (`Request::CellServing`).
-    pub(crate) async fn handle_cell_serving(&self, replicas: Vec<ReplicaId>) -> Response {
+    /// What this agent's cell serves, runs and claims of `replicas`, by its host loop's last
+    /// placement and its cell's gossip (`Request::CellCopies`).
+    pub(crate) async fn handle_cell_copies(&self, replicas: Vec<ReplicaId>) -> Response {
         let placed = self.node.cells.local().placement;
         let mut observed: BTreeMap<String, (bool, Vec<InstanceStatus>)> =
             self.gossiped(INSTANCES_KEY).await;
         if let Some(host) = &self.host {
             observed.insert(self.node.name.clone(), (true, host.observed()));
         }
-        let serving = crate::cells::handoff::serving_answer(&replicas, &placed.assigned, &observed);
-        Response::Serving { replicas: serving }
+        let answer =
+            crate::cells::handoff::copies_answer(&replicas, &placed.assigned, &observed, |r| {
+                placed.assigned.contains_key(r)
+            });
+        Response::CellCopies(answer)
     }
 
     /// Asks an envoy of `cell` (the first of its contacts that answers) for its replicas of

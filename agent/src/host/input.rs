@@ -105,14 +105,6 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
     let cells = node.cells.placement_cells();
     let cells_moved = cells != shell.cells;
     if cells_moved {
-        shell.input.exclusive_unsupported = cells.as_ref().map(|c| {
-            format!(
-                "this mesh has {} cells, and an exclusive replica's fencing across cells is not \
-                 built yet (a cell cut off from the others could keep its copy while another \
-                 cell starts one); run exclusive workloads in a mesh of one cell",
-                c.len()
-            )
-        });
         shell.cells = cells;
         shell.placement_key = None;
     }
@@ -156,10 +148,45 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
 }
 
 /// In a mesh of several cells: tells the cell exchange which instances here run a replica the
-/// cell level placed in another cell (it asks those cells whether their copies serve), and hands
-/// the reconciler the answers.
+/// cell level placed in another cell, and which exclusive replicas placed here do not run yet
+/// (it asks the other cells about them), and hands the reconciler the answers and this cell's
+/// quorum of cells.
 fn refresh_handoffs(host: &Host, shell: &mut ShellState) {
     let cells = &host.node.cells;
+    shell.input.membership.cells = cells.quorum();
+    let exclusive: BTreeSet<_> = match shell.input.membership.cells {
+        Some(_) => shell
+            .input
+            .owners
+            .iter()
+            .filter(|(r, owner)| {
+                **owner == host.node.name
+                    && shell
+                        .specs
+                        .get(&r.workload)
+                        .is_some_and(|e| e.spec.placement.exclusive)
+                    && !shell
+                        .input
+                        .instances
+                        .iter()
+                        .any(|i| &i.replica == *r && i.phase.may_be_alive())
+            })
+            .map(|(r, _)| r.clone())
+            .collect(),
+        None => BTreeSet::new(),
+    };
+    if exclusive.is_empty() {
+        if !shell.input.cell_copies.is_empty() {
+            cells.handoffs.set_exclusive(BTreeSet::new());
+            shell.input.cell_copies.clear();
+        }
+    } else {
+        cells.handoffs.set_exclusive(exclusive);
+        shell.input.cell_copies =
+            cells
+                .handoffs
+                .copies(cells.mono_ms(), cells.own(), &cells.up_cells());
+    }
     if shell.cells.is_none() {
         if !shell.input.moved_to_cells.is_empty() {
             cells.handoffs.set_moved(BTreeMap::new());
@@ -211,6 +238,7 @@ fn membership(members: &[Member], dead: BTreeSet<String>) -> Membership {
         unreachable,
         members_known,
         heard_at: Default::default(),
+        cells: None,
     }
 }
 

@@ -191,6 +191,8 @@ pub struct HostLoop {
     pause: Option<tokio::sync::watch::Receiver<bool>>,
     /// The member count at a majority saved in the store last.
     members_saved: Option<usize>,
+    /// The count of cells last saved at a quorum of cells.
+    cells_saved: Option<usize>,
 }
 
 impl Host {
@@ -241,6 +243,7 @@ impl Host {
             majority_saved_wall: None,
             pause: None,
             members_saved: None,
+            cells_saved: None,
         };
         (host, host_loop)
     }
@@ -431,6 +434,7 @@ impl HostLoop {
     /// timer is due, and at least every `tick`.
     pub async fn run(mut self) {
         self.restore_members_known().await;
+        self.restore_cells_known().await;
         let _watchers = self.spawn_watchers().await;
         loop {
             self.wait_while_paused().await;
@@ -491,6 +495,45 @@ impl HostLoop {
         match saved {
             Ok(()) => self.members_saved = Some(members),
             Err(e) => tracing::warn!(error = %e, "cannot save the member count at a majority"),
+        }
+    }
+
+    /// Hands the cells the count of cells saved at their last quorum (a restarted agent of a
+    /// cell cut off from the others is then no majority of the cells it hears).
+    async fn restore_cells_known(&mut self) {
+        let saved = self.host.node.with_store(|s| s.cells_known_load()).await;
+        match saved {
+            Ok(Some(cells)) => {
+                let cells = usize::try_from(cells).unwrap_or(usize::MAX);
+                tracing::info!(cells, "restored the cell count last seen with a quorum");
+                self.host.node.cells.set_known_floor(cells);
+                self.cells_saved = Some(cells);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot read the cell count saved at a quorum"),
+        }
+    }
+
+    /// Saves the count of cells held while this cell holds its quorum, when it changed.
+    async fn save_cells_known(&mut self) {
+        let cells = &self.host.node.cells;
+        // The count held now, not the floor: cells forgotten (down for an hour) stop counting
+        // once the rest hold a quorum without them.
+        let Some(known) = cells.quorum().filter(|q| q.holds()).map(|_| cells.held()) else {
+            return;
+        };
+        if self.cells_saved == Some(known) {
+            return;
+        }
+        cells.set_known_floor(known);
+        let saved = self
+            .host
+            .node
+            .with_store(move |s| s.cells_known_save(known as u64))
+            .await;
+        match saved {
+            Ok(()) => self.cells_saved = Some(known),
+            Err(e) => tracing::warn!(error = %e, "cannot save the cell count at a quorum"),
         }
     }
 
@@ -583,6 +626,7 @@ impl HostLoop {
         let last_majority = self.reconciler.last_majority_ms();
         self.save_majority_time(last_majority);
         self.save_members_known().await;
+        self.save_cells_known().await;
         self.publish(issues).await;
         let mut stats = self.host.stats.lock().expect("stats lock");
         stats.rounds += 1;

@@ -99,9 +99,9 @@ pub enum Request {
         /// The workload.
         name: String,
     },
-    /// Agent to agent (across cells): which of these replicas does your cell's placement put on
-    /// a live member that gossips a serving copy? (A handoff to the callee's cell.)
-    CellServing {
+    /// Agent to agent (across cells): what of these replicas does your cell serve, run or claim?
+    /// (A handoff to the callee's cell; an exclusive replica the caller's cell would start.)
+    CellCopies {
         /// At most [`crate::cells::handoff::SERVING_ASK_MAX`].
         replicas: Vec<shoal_core::instance::ReplicaId>,
     },
@@ -185,11 +185,8 @@ pub enum Response {
     },
     /// The cells this agent knows, by name.
     CellList(Vec<crate::cells::CellView>),
-    /// Of the replicas asked, those whose copy serves in the callee's cell.
-    Serving {
-        /// The replicas.
-        replicas: Vec<shoal_core::instance::ReplicaId>,
-    },
+    /// Of the replicas asked, what the callee's cell serves, runs and claims.
+    CellCopies(crate::cells::handoff::CopiesAnswer),
 }
 
 /// A failure, with a kind the CLI maps to a message and exit code.

@@ -4,7 +4,8 @@
 //! ```text
 //! entries: workload name -> bincode(shoal_core::store::Entry)
 //! facts:   "schema" -> u32, "hlc_high_water" -> Hlc, "generation" -> u64,
-//!          "peers" -> Vec<SocketAddr>, "synced_at_ms" -> u64, "members_known" -> u64
+//!          "peers" -> Vec<SocketAddr>, "synced_at_ms" -> u64, "members_known" -> u64,
+//!          "cells_known" -> u64
 //! ```
 
 use redb::TableDefinition;
@@ -30,6 +31,8 @@ pub(super) const FACT_PEERS: &str = "peers";
 pub(super) const FACT_SYNCED_AT: &str = "synced_at_ms";
 /// Fact: how many members the mesh had when this node last saw a majority of it.
 pub(super) const FACT_MEMBERS_KNOWN: &str = "members_known";
+/// Fact: how many cells the mesh had when this node's cell last held its quorum of cells.
+pub(super) const FACT_CELLS_KNOWN: &str = "cells_known";
 
 /// The layout this build writes and reads.
 pub(super) const SCHEMA: u32 = 1;

@@ -253,6 +253,20 @@ impl DesiredStore {
         self.db.put_fact(codec::FACT_MEMBERS_KNOWN, &members)
     }
 
+    /// How many cells the mesh had when this node's cell last held its quorum of cells, as saved
+    /// by [`DesiredStore::cells_known_save`] (`None` if never saved).
+    pub fn cells_known_load(&self) -> Result<Option<u64>, StoreDbError> {
+        self.db.fact(codec::FACT_CELLS_KNOWN)
+    }
+
+    /// Remembers how many cells the mesh had when this node's cell last held its quorum of
+    /// cells, so that a restarted agent of a cell cut off from the others does not count its
+    /// cell a majority of the cells it knows (`CellState::quorum`). Durable when it returns.
+    pub fn cells_known_save(&mut self, cells: u64) -> Result<(), StoreDbError> {
+        self.recover()?;
+        self.db.put_fact(codec::FACT_CELLS_KNOWN, &cells)
+    }
+
     /// When this node last recorded itself in sync with the mesh ([`DesiredStore::mark_synced`]).
     pub fn synced_at_ms(&self) -> Result<Option<u64>, StoreDbError> {
         self.db.fact(codec::FACT_SYNCED_AT)

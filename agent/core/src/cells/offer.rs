@@ -149,6 +149,7 @@ mod tests {
                 },
             ],
             contacts: vec![],
+            sees: Vec::new(),
         }
     }
 

@@ -58,6 +58,7 @@ pub fn summarize(
             .take(CELL_CONTACTS_MAX)
             .cloned()
             .collect(),
+        sees: Vec::new(),
     };
     let mut zones: BTreeMap<&str, Resources> = BTreeMap::new();
     let mut labels: BTreeMap<(&str, &str), Resources> = BTreeMap::new();

@@ -79,6 +79,11 @@ pub struct CellSummary {
     pub labels: Vec<LabelOffer>,
     /// Where to reach the cell's envoys (for forwarded requests), at most [`CELL_CONTACTS_MAX`].
     pub contacts: Vec<String>,
+    /// The other cells the publishing envoy holds up, sorted by name (at most
+    /// [`CELLS_MAX`](super::CELLS_MAX)): a cell counts another toward its quorum of cells only
+    /// when that one holds it up too (two ways, as members are counted inside a cell).
+    #[serde(default)]
+    pub sees: Vec<String>,
 }
 
 /// Why a summary was refused. Validation changes nothing: the summary is simply left out of
@@ -215,6 +220,20 @@ impl CellSummary {
         }
         for c in &self.contacts {
             length("contact", c, 1, CELL_CONTACT_LEN_MAX)?;
+        }
+        count("sees", self.sees.len(), super::CELLS_MAX)?;
+        if let Some(bad) = self
+            .sees
+            .iter()
+            .find(|c| !valid_name(c) || **c == self.cell)
+        {
+            let name = bad.chars().take(64).collect();
+            return Err(SummaryError::NameInvalid { name });
+        }
+        if !self.sees.windows(2).all(|p| p[0] < p[1]) {
+            return Err(SummaryError::NotCanonical {
+                field: "sees".into(),
+            });
         }
         if !self.zones.windows(2).all(|p| p[0].zone < p[1].zone) {
             return Err(SummaryError::NotCanonical {

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::model::Cell;
 use super::summary::CellSummary;
+use crate::reconcile::CellQuorum;
 
 /// Most cells a table holds; more are refused and counted.
 pub const CELLS_MAX: usize = 1024;
@@ -309,7 +310,7 @@ impl CellTable {
     }
 
     /// The cells as the cell level places over them, by name: each summary's ranked figures only
-    /// (`version`, `free` and `contacts` cleared: placement never reads them, and clearing them
+    /// (`version`, `free`, `contacts` and `sees` cleared: placement never reads them, and clearing them
     /// keeps the cell level from being redone when only they change), with its down flag.
     pub fn placement_cells(&self, now_mono: u64) -> Vec<Cell> {
         self.cells
@@ -319,12 +320,65 @@ impl CellTable {
                 summary.version = 0;
                 summary.free = Default::default();
                 summary.contacts.clear();
+                summary.sees.clear();
                 Cell {
                     summary,
                     down: self.is_down(cell, now_mono),
                 }
             })
             .collect()
+    }
+
+    /// The other cells held up at `now_mono`, by name: what this agent publishes as its cell's
+    /// `sees` when it is an envoy.
+    pub fn up_cells(&self, now_mono: u64) -> Vec<String> {
+        self.cells
+            .keys()
+            .filter(|c| **c != self.own && !self.is_down(c, now_mono))
+            .cloned()
+            .collect()
+    }
+
+    /// This agent's cell's quorum of cells at `now_mono`. Known cells: those held (its own
+    /// counted), or `floor` if more (the count saved when the quorum last held, so that a
+    /// cell cut off and restarted, or one that forgot the others, is no majority of itself).
+    /// With it: its own cell, and each other cell up here whose latest summary holds this cell
+    /// up. Incomplete: a cell up here holds up a cell this agent does not know. Newest down: how
+    /// long ago the last cell to go down went down.
+    pub fn quorum(&self, now_mono: u64, floor: usize) -> CellQuorum {
+        let held = self.cells.len() + usize::from(!self.cells.contains_key(&self.own));
+        let mut with_us = 1;
+        let mut incomplete = None;
+        let mut newest_down_ms: Option<u64> = None;
+        for (cell, h) in &self.cells {
+            if *cell == self.own {
+                continue;
+            }
+            if self.is_down(cell, now_mono) {
+                let down = now_mono.saturating_sub(h.heard_mono.saturating_add(CELL_DOWN_MS));
+                newest_down_ms = Some(newest_down_ms.map_or(down, |d| d.min(down)));
+                continue;
+            }
+            if h.summary.sees.binary_search(&self.own).is_ok() {
+                with_us += 1;
+            }
+            let unknown = h
+                .summary
+                .sees
+                .iter()
+                .find(|c| **c != self.own && !self.cells.contains_key(*c));
+            if let (Some(other), None) = (unknown, &incomplete) {
+                incomplete = Some(format!(
+                    "cell {cell} holds cell {other} up, which this agent does not know yet"
+                ));
+            }
+        }
+        CellQuorum {
+            known: held.max(floor),
+            with_us,
+            incomplete,
+            newest_down_ms,
+        }
     }
 
     /// Forgets cells down for more than [`CELL_FORGET_MS`]; returns their names.

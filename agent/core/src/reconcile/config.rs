@@ -50,6 +50,17 @@ pub struct ReconcileConfig {
     /// nodes that both believe they own it (placement views differ while membership changes) see
     /// each other's claim first, and only the lower node name proceeds.
     pub exclusive_claim_ms: u64,
+    /// In a mesh of several cells, how long after a cell went down (in this agent's view) an
+    /// exclusive replica may start (default 30 s): that cell may still run a copy until it
+    /// notices it lost its quorum of cells (up to [`CELL_NOTICE_MS`]), then `self_fence_ms` and
+    /// `fence_stop_grace_ms`; it must exceed their sum.
+    pub cell_claim_ms: u64,
+    /// In a mesh of several cells, how long a node publishes its claim on an exclusive replica
+    /// before starting it (default 12 s; replaces `exclusive_claim_ms` there). The other cells
+    /// see the claim in their answers, which count for 3 s (the shell asks every second): two
+    /// cells that both claim it must each see the other's claim, or its copy, before either
+    /// starts, so it must exceed twice that plus a cell's gossip spread (docs/reconcile.md).
+    pub cell_live_claim_ms: u64,
     /// Most orphans (instances here no longer placed here) that may be stopped on the reconciler's
     /// own authority when they are more than half of this node's live instances (default 3; a
     /// draining node is exempt). At or above it the view is suspicious and such stops are held.
@@ -78,6 +89,8 @@ impl Default for ReconcileConfig {
             fencing_delay_ms: 20_000,
             exclusive_undecided_max_ms: 30_000,
             exclusive_claim_ms: 3_000,
+            cell_claim_ms: 30_000,
+            cell_live_claim_ms: 12_000,
             mass_stop_min: 3,
             reload_timeout_ms: 30_000,
             reload_retry_ms: 10_000,
@@ -107,7 +120,28 @@ pub enum ConfigError {
         /// `heard_window_ms + self_fence_ms + fence_stop_grace_ms`.
         fence_total_ms: u64,
     },
+    /// The claim delay across cells does not exceed the time a cut-off cell takes to notice and
+    /// fence its copy.
+    #[error(
+        "cell_claim_ms ({cell_claim_ms}) must exceed the cells' notice bound + self_fence_ms + \
+         fence_stop_grace_ms ({cell_total_ms}); raise cell_claim_ms or lower self_fence_ms"
+    )]
+    CellClaimTooShort {
+        /// The configured claim delay across cells.
+        cell_claim_ms: u64,
+        /// `CELL_NOTICE_MS + self_fence_ms + fence_stop_grace_ms`.
+        cell_total_ms: u64,
+    },
 }
+
+/// How long after another cell holds this node's cell down (its summary unheard for
+/// [`CELL_DOWN_MS`](crate::cells::CELL_DOWN_MS)) this node learns that it lost that cell, at
+/// most, when the other cell can still reach it: that cell's next summary (published every
+/// second, without this cell among those it holds up) reaches this cell's envoys and then this
+/// node within a few exchange rounds; when it cannot, this node holds that cell down itself
+/// [`CELL_DOWN_MS`](crate::cells::CELL_DOWN_MS) after its last summary. `cell_claim_ms` must
+/// exceed it plus self-fencing.
+pub const CELL_NOTICE_MS: u64 = crate::cells::CELL_DOWN_MS + 2_000;
 
 impl ReconcileConfig {
     /// Checks the rules the reconciler relies on. [`Reconciler::new`](super::Reconciler::new)
@@ -133,6 +167,15 @@ impl ReconcileConfig {
             return Err(ConfigError::FencingDelayTooShort {
                 fencing_delay_ms: self.fencing_delay_ms,
                 fence_total_ms,
+            });
+        }
+        let cell_total_ms = CELL_NOTICE_MS
+            .saturating_add(self.self_fence_ms)
+            .saturating_add(self.fence_stop_grace_ms);
+        if self.cell_claim_ms <= cell_total_ms {
+            return Err(ConfigError::CellClaimTooShort {
+                cell_claim_ms: self.cell_claim_ms,
+                cell_total_ms,
             });
         }
         Ok(())

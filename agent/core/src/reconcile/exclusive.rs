@@ -13,6 +13,12 @@
 //!    (re)gained a two-way majority if that is later: a claim published while it could not be
 //!    heard reached nobody.
 //!
+//! In a mesh of several cells, also: 7. no other cell reports a copy that may be alive or claims
+//! it with a name that sorts first, and every cell up in this agent's table answered that
+//! lately (`ReconcileInput::cell_copies`); 3 includes the cell's quorum of cells
+//! (`Membership::cells`); and the claim of (6) lasts `cell_claim_ms`, so that a copy in a cell
+//! held down has fenced itself first (docs/reconcile.md, "Exclusive replicas across cells").
+//!
 //! (1), (2), (5) and (6) resolve by themselves and are waited for. (3), (4) and a member that is
 //! unreachable but not confirmed dead are what the mesh cannot decide: after
 //! `exclusive_undecided_max_ms` they become an issue held for `shoal approve`, and an approval
@@ -94,6 +100,9 @@ pub(crate) fn start_guard(
             };
         }
     }
+    if let Some(guard) = across_cells(replica, input) {
+        return guard;
+    }
     let majority = m.has_majority(node);
     let mut uncertain = Vec::new();
     if !majority {
@@ -101,6 +110,8 @@ pub(crate) fn start_guard(
         uncertain.push(format!(
             "sees {live} of {known} known members, no strict majority"
         ));
+    } else if let Some(why) = m.cells.as_ref().and_then(|c| c.why_not()) {
+        uncertain.push(why);
     } else if !m.heard_by_majority(node, now_ms, config.heard_window_ms) {
         let known = m.members_known.max(m.live_count(node));
         uncertain.push(format!(
@@ -152,6 +163,39 @@ pub(crate) fn start_guard(
     } else {
         Guard::Uncertain { reasons: uncertain }
     }
+}
+
+/// The rule across cells (a mesh of several cells only): no other cell reports a copy that may
+/// be alive or claims the replica with a name that sorts first, and every cell that is up has
+/// answered lately. `None`: nothing to wait for (or a mesh of one cell).
+fn across_cells(replica: &ReplicaId, input: &ReconcileInput) -> Option<Guard> {
+    input.membership.cells.as_ref()?;
+    let wait = |reason: String| {
+        Some(Guard::Wait {
+            reason,
+            until_ms: None,
+        })
+    };
+    let Some(copies) = input.cell_copies.get(replica) else {
+        return wait("the other cells have not been asked whether they run a copy yet".to_string());
+    };
+    if let Some(cell) = copies.alive_in.first() {
+        return wait(format!(
+            "cell {cell} reports a copy that may be alive; waiting for it to stop"
+        ));
+    }
+    if let Some(cell) = copies.claimed_by.first() {
+        return wait(format!(
+            "cell {cell} also claims it (the cells' views differ); the lower cell name goes first"
+        ));
+    }
+    if !copies.unanswered.is_empty() {
+        return wait(format!(
+            "cells {} have not said lately whether they run a copy",
+            copies.unanswered.join(", ")
+        ));
+    }
+    None
 }
 
 /// Known members other than `node` that are not live: dead, unreachable, or peers with published
@@ -216,6 +260,7 @@ mod tests {
                 unreachable: BTreeSet::new(),
                 members_known: known,
                 heard_at: BTreeMap::new(),
+                cells: None,
             },
             ..ReconcileInput::default()
         }

@@ -36,16 +36,16 @@ pub struct ReconcileInput {
     /// shell's guard process cannot start or cannot be renewed), so exclusive replicas are not
     /// started here; the text says why. Instances already running are left to the usual rules.
     pub exclusive_guard_unavailable: Option<String>,
-    /// When set, the mesh cannot keep an exclusive replica to one copy here (for now: a mesh of
-    /// several cells, whose fencing across cells is not built), so exclusive replicas are not
-    /// started here; the text says why. Instances already running are left to the usual rules.
-    pub exclusive_unsupported: Option<String>,
     /// In a mesh of several cells: the replicas this node runs that the cell level places in
     /// another cell, with that cell and whether it reports the replica's copy serving on the node
     /// it placed it on (the shell asks it: this cell never gossips with another's members). A
     /// replica listed here hands off as a move inside the cell does: it keeps running until its
     /// copy there serves, or until the handoff bound. Empty in a mesh of one cell.
     pub moved_to_cells: BTreeMap<ReplicaId, CellHandoff>,
+    /// In a mesh of several cells: for each exclusive replica placed on this node, what the other
+    /// cells said of it (see [`CellCopies`]). An exclusive replica missing here does not start
+    /// while `membership.cells` is set. Empty in a mesh of one cell.
+    pub cell_copies: BTreeMap<ReplicaId, CellCopies>,
     /// The peers' observed instances, as they gossip [`Reconciler::observed`](super::Reconciler::observed),
     /// by node name. A node present with an empty list has published that it runs nothing; a node
     /// absent has published nothing yet. Keep a peer's last state after it goes unreachable or
@@ -110,6 +110,64 @@ pub struct Membership {
     /// gather it while this node owns or runs an exclusive replica; without it, such replicas
     /// neither start nor keep running.
     pub heard_at: BTreeMap<String, u64>,
+    /// In a mesh of several cells: this node's cell's standing among the cells. A node keeps or
+    /// starts exclusive replicas only while it [holds](CellQuorum::holds), as it needs a
+    /// two-way majority of its cell's members (docs/reconcile.md, "Exclusive replicas across
+    /// cells"). `None` in a mesh of one cell.
+    pub cells: Option<CellQuorum>,
+}
+
+/// A cell's standing among the cells, as one agent's cell table shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CellQuorum {
+    /// Cells known, this node's own included.
+    pub known: usize,
+    /// Cells with this node's cell, two ways: its own, and each other cell that is up in this
+    /// agent's table and whose latest summary holds this node's cell up.
+    pub with_us: usize,
+    /// Why this agent's view of the cells is not to be trusted (a summary names a cell this
+    /// agent does not know: the cell level may place differently elsewhere), if so.
+    pub incomplete: Option<String>,
+    /// How long ago (ms) the known cell that went down last went down, if one is down now. A
+    /// copy in a cell held down may still run until that cell noticed it lost its quorum and
+    /// fenced it (`cell_claim_ms` after it went down, at most).
+    pub newest_down_ms: Option<u64>,
+}
+
+impl CellQuorum {
+    /// A strict majority of the known cells, two ways, over a complete view.
+    pub fn holds(&self) -> bool {
+        self.incomplete.is_none() && 2 * self.with_us > self.known
+    }
+
+    /// Why it does not hold, if it does not.
+    pub fn why_not(&self) -> Option<String> {
+        if let Some(why) = &self.incomplete {
+            return Some(why.clone());
+        }
+        (!self.holds()).then(|| {
+            format!(
+                "{} of the {} known cells (its own included) hold this node's cell up both ways, \
+                 no strict majority",
+                self.with_us, self.known
+            )
+        })
+    }
+}
+
+/// What the other cells said of an exclusive replica this node owns, for the start rule across
+/// cells: a copy alive there, a claim by a cell whose name sorts first, or no fresh answer from a
+/// cell that is up. Cells held down are not asked: their copies fence themselves within
+/// `cell_claim_ms` (docs/reconcile.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CellCopies {
+    /// Cells that report a copy that may be alive (starting, running, stopping).
+    pub alive_in: Vec<String>,
+    /// Cells whose placement puts the replica there too and whose name sorts before this
+    /// node's cell: the lower name goes first, as between two nodes.
+    pub claimed_by: Vec<String>,
+    /// Cells up in this agent's table that have not answered lately.
+    pub unanswered: Vec<String>,
 }
 
 impl ReconcileInput {
@@ -165,10 +223,13 @@ impl Membership {
         2 * (heard + 1) > known
     }
 
-    /// Both directions: `node` sees a strict majority and a strict majority hears it. What an
-    /// exclusive replica needs to start or keep running.
+    /// Both directions: `node` sees a strict majority and a strict majority hears it (and, in a
+    /// mesh of cells, its cell's quorum holds). What an exclusive replica needs to start or keep
+    /// running.
     pub fn has_two_way_majority(&self, node: &str, now_ms: u64, window_ms: u64) -> bool {
-        self.has_majority(node) && self.heard_by_majority(node, now_ms, window_ms)
+        self.has_majority(node)
+            && self.heard_by_majority(node, now_ms, window_ms)
+            && self.cells.as_ref().is_none_or(CellQuorum::holds)
     }
 }
 
@@ -183,6 +244,7 @@ mod tests {
             unreachable: BTreeSet::new(),
             members_known: known,
             heard_at: BTreeMap::new(),
+            cells: None,
         }
     }
 

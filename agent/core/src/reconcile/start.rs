@@ -55,14 +55,6 @@ pub(crate) fn plan_start(
         );
         return;
     }
-    if let (Some(why), true) = (
-        ctx.input.exclusive_unsupported.as_ref(),
-        entry.spec.placement.exclusive,
-    ) {
-        let msg = format!("exclusive replica not started: {why}");
-        plan.issue(IssueKind::Unsupported, Some(replica), msg);
-        return;
-    }
     if let Some(why) = ctx.input.exclusive_guard_unavailable.as_ref() {
         if entry.spec.placement.exclusive {
             let msg = format!(
@@ -103,7 +95,22 @@ pub(crate) fn plan_start(
             .timers
             .two_way_since_ms
             .map_or(claimed, |t| t.max(claimed));
-        let settled = heard.saturating_add(ctx.config.exclusive_claim_ms);
+        let cells = ctx.input.membership.cells.as_ref();
+        let claim_ms = match cells {
+            Some(_) => ctx
+                .config
+                .cell_live_claim_ms
+                .max(ctx.config.exclusive_claim_ms),
+            None => ctx.config.exclusive_claim_ms,
+        };
+        // A cell that went down lately may still run a copy: it fences it within
+        // `cell_claim_ms` of going down.
+        let fenced_in = cells
+            .and_then(|c| c.newest_down_ms)
+            .map_or(0, |down| ctx.config.cell_claim_ms.saturating_sub(down));
+        let settled = heard
+            .saturating_add(claim_ms)
+            .max(now.saturating_add(fenced_in));
         if now < settled {
             let msg =
                 format!("claim published; starts at {settled} unless another node claims it first");

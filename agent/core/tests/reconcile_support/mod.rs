@@ -176,6 +176,10 @@ pub struct Agent {
     pub published: Option<Vec<InstanceStatus>>,
     /// Replicas it runs that the cell level moved to another cell, as its shell reports them.
     pub moved_to_cells: BTreeMap<ReplicaId, shoal_core::reconcile::CellHandoff>,
+    /// Its cell's quorum of cells, as its shell computes it (None: a mesh of one cell).
+    pub cell_quorum: Option<shoal_core::reconcile::CellQuorum>,
+    /// What the other cells said of its exclusive replicas.
+    pub cell_copies: BTreeMap<ReplicaId, shoal_core::reconcile::CellCopies>,
     /// Since when each other node has been unreachable from here.
     unreachable_since: BTreeMap<String, u64>,
 }
@@ -246,6 +250,8 @@ impl Cluster {
                 guard_unavailable: None,
                 published: None,
                 moved_to_cells: BTreeMap::new(),
+                cell_quorum: None,
+                cell_copies: BTreeMap::new(),
                 unreachable_since: BTreeMap::new(),
             };
             c.agents.insert(n.to_string(), agent);
@@ -365,6 +371,7 @@ impl Cluster {
             };
             peers.clear();
         }
+        membership.cells = agent.cell_quorum.clone();
         let mut instances: Vec<RuntimeInstance> = agent.rt.instances.values().cloned().collect();
         if self.shuffle_lists {
             instances.reverse();
@@ -375,8 +382,8 @@ impl Cluster {
             instances,
             runtime_unavailable: None,
             exclusive_guard_unavailable: agent.guard_unavailable.clone(),
-            exclusive_unsupported: None,
             moved_to_cells: agent.moved_to_cells.clone(),
+            cell_copies: agent.cell_copies.clone(),
             supports_containers: agent.supports_containers,
             supports_processes: true,
             peers,
