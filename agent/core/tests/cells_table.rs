@@ -290,3 +290,33 @@ fn sees_must_be_sorted_valid_names_other_than_the_cell_itself() {
     s.sees.truncate(2);
     assert_eq!(s.validate(), Ok(()));
 }
+
+#[test]
+fn a_summary_of_the_own_cell_claiming_more_than_its_members_records_is_refused_and_counted() {
+    let mut a = CellTable::new("c1");
+    a.set_own_bound(shoal_core::cells::OwnBound {
+        members: 3,
+        capacity: Resources::new(3 * 4000, 3 * 8 * GIB),
+        largest: Resources::new(4000, 8 * GIB),
+    });
+    let mut liar = CellTable::new("c2");
+    // A peer publishes a summary of c1 with 50 members (what three records cannot account for;
+    // a few more than known would pass: views differ while hosts join).
+    liar.publish(summary("c1", 50), WALL, 0);
+    let outcome = a.merge(liar.newer_than(&a.known(), 0), 0, WALL);
+    assert_eq!(outcome.refused.len(), 1, "{outcome:?}");
+    assert!(matches!(
+        outcome.refused[0].1,
+        shoal_core::cells::EntryRefusal::OwnCellOverclaimed(_)
+    ));
+    assert_eq!(a.refused_total(), 1);
+    assert!(a.summary("c1").is_none());
+    // The truth (3 members of 4 CPUs) is taken; so is any summary of another cell.
+    let mut honest = CellTable::new("c2");
+    honest.publish(summary("c1", 3), WALL, 0);
+    honest.publish(summary("c2", 50), WALL, 0);
+    let outcome = a.merge(honest.newer_than(&a.known(), 0), 0, WALL);
+    assert!(outcome.refused.is_empty(), "{outcome:?}");
+    assert_eq!(a.summary("c1").map(|s| s.members), Some(3));
+    assert_eq!(a.summary("c2").map(|s| s.members), Some(50));
+}

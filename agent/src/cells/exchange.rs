@@ -49,6 +49,21 @@ pub fn envoys(cell: &str, members: &[Member]) -> Vec<(String, SocketAddr, Socket
         .collect()
 }
 
+/// What `members` (this agent's cell, live or not) add up to by their records.
+fn own_bound(members: &[Member]) -> shoal_core::cells::OwnBound {
+    let mut bound = shoal_core::cells::OwnBound::default();
+    for r in members.iter().filter_map(|m| m.record.as_ref()) {
+        let capacity = shoal_core::Resources::new(r.cpu_millis, r.memory_bytes);
+        bound.members += 1;
+        bound.capacity = bound.capacity.saturating_add(&capacity);
+        bound.largest = shoal_core::Resources::new(
+            bound.largest.cpu_millis.max(capacity.cpu_millis),
+            bound.largest.memory_bytes.max(capacity.memory_bytes),
+        );
+    }
+    bound
+}
+
 /// The exchange task of one agent.
 pub struct CellExchange {
     node: Arc<MeshNode>,
@@ -81,6 +96,7 @@ impl CellExchange {
         let node = self.node.clone();
         let cells = &node.cells;
         let members = node.members().await;
+        cells.set_own_bound(own_bound(&members));
         let envoys = envoys(cells.own(), &members);
         let me = envoys.iter().any(|(name, _, _)| *name == node.name);
         if me {

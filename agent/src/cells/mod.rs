@@ -266,6 +266,12 @@ impl CellState {
         Some(self.table.lock().expect("cells lock").quorum(now, floor))
     }
 
+    /// Sets what this cell's members' records add up to: a summary of this cell from a peer
+    /// that claims more is refused and counted.
+    pub fn set_own_bound(&self, bound: shoal_core::cells::OwnBound) {
+        self.table.lock().expect("cells lock").set_own_bound(bound);
+    }
+
     /// The cells held, this agent's own counted.
     pub fn held(&self) -> usize {
         let table = self.table.lock().expect("cells lock");

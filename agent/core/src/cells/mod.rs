@@ -39,6 +39,6 @@ pub use summary::{
     CELL_TOKEN_LEN_MAX, CELL_ZONES_MAX,
 };
 pub use table::{
-    content_version, CellEntry, CellTable, EntryRefusal, Known, MergeOutcome, CELLS_MAX,
+    content_version, CellEntry, CellTable, EntryRefusal, Known, MergeOutcome, OwnBound, CELLS_MAX,
     CELL_DOWN_MS, CELL_FORGET_MS, STAMP_AHEAD_MAX_MS,
 };

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use super::model::Cell;
 use super::summary::CellSummary;
 use crate::reconcile::CellQuorum;
+use crate::resources::Resources;
 
 /// Most cells a table holds; more are refused and counted.
 pub const CELLS_MAX: usize = 1024;
@@ -74,6 +75,9 @@ pub enum EntryRefusal {
     MissingBody,
     /// The table already holds [`CELLS_MAX`] cells.
     TableFull,
+    /// A summary of this agent's own cell that claims more members or capacity than the
+    /// members' records add up to.
+    OwnCellOverclaimed(String),
 }
 
 /// What [`CellTable::merge`] did.
@@ -108,6 +112,55 @@ pub struct CellTable {
     own: String,
     cells: BTreeMap<String, Held>,
     refused_total: u64,
+    /// What this agent's own cell can offer at most, from its members' records (every known
+    /// member, live or not): a summary of the own cell from a peer that claims more is refused.
+    own_bound: Option<OwnBound>,
+}
+
+/// What a cell's members' records add up to, as one member sees them: their count, their
+/// capacity summed, and the largest one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OwnBound {
+    /// Members known.
+    pub members: u32,
+    /// Their declared capacity, summed.
+    pub capacity: Resources,
+    /// The largest member's capacity.
+    pub largest: Resources,
+}
+
+impl OwnBound {
+    /// Why `summary` claims more than these records can account for, if it does. Members'
+    /// views differ while hosts join (the envoy may have heard of a few more), and the ranked
+    /// capacity lags by the publication's hysteresis, so the bound is loose: twice the members
+    /// plus 4, twice the capacity plus four of the largest member. It catches a cell inflated
+    /// by orders of magnitude, not a member or two.
+    pub fn exceeded_by(&self, summary: &CellSummary) -> Option<String> {
+        let most_members = self.members.saturating_mul(2).saturating_add(4);
+        let most = |sum: u64, largest: u64| {
+            sum.saturating_mul(2)
+                .saturating_add(largest.saturating_mul(4))
+        };
+        let cap = summary.capacity;
+        if summary.members > most_members {
+            return Some(format!(
+                "{} live members claimed, {} known here",
+                summary.members, self.members
+            ));
+        }
+        if cap.cpu_millis > most(self.capacity.cpu_millis, self.largest.cpu_millis)
+            || cap.memory_bytes > most(self.capacity.memory_bytes, self.largest.memory_bytes)
+        {
+            return Some(format!(
+                "capacity {} mCPU / {} bytes claimed, the members' records add up to {} / {}",
+                cap.cpu_millis,
+                cap.memory_bytes,
+                self.capacity.cpu_millis,
+                self.capacity.memory_bytes
+            ));
+        }
+        None
+    }
 }
 
 impl CellTable {
@@ -117,6 +170,11 @@ impl CellTable {
             own: own.to_string(),
             ..CellTable::default()
         }
+    }
+
+    /// Sets what this agent's cell's members' records add up to (the shell, every round).
+    pub fn set_own_bound(&mut self, bound: OwnBound) {
+        self.own_bound = Some(bound);
     }
 
     /// This agent's cell.
@@ -235,6 +293,13 @@ impl CellTable {
             }
             if content_version(summary) != entry.version {
                 return Err(EntryRefusal::VersionMismatch);
+            }
+            let over = self
+                .own_bound
+                .filter(|_| summary.cell == self.own)
+                .and_then(|bound| bound.exceeded_by(summary));
+            if let Some(why) = over {
+                return Err(EntryRefusal::OwnCellOverclaimed(why));
             }
         }
         match self.cells.get_mut(&entry.cell) {
