@@ -121,6 +121,19 @@ fn an_exclusive_replica_in_a_cell_cut_off_from_the_others_never_runs_twice() {
 }
 
 #[test]
+fn the_seeds_cell_meets_the_others_and_gets_every_spec() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = run("regress/cells-seed-cell", dir.path());
+    assert_eq!(r["passed"], true, "{r}");
+    assert_eq!(r["converged"], true, "{r}");
+    let p99 = r["spec_propagation"]["p99_ms"].as_u64().unwrap();
+    assert!(
+        p99 <= 10_000,
+        "a spec took {p99} ms to reach every agent: {r}"
+    );
+}
+
+#[test]
 fn cells_are_checked_with_their_location() {
     let dir = std::env::temp_dir().join(format!("shoal-sim-cells-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

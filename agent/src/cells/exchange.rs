@@ -64,12 +64,22 @@ fn own_bound(members: &[Member]) -> shoal_core::cells::OwnBound {
     bound
 }
 
+/// An envoy that knows other cells still asks every seed every this many rounds (beside its
+/// peers of the round). A seed's cell
+/// may have published nothing yet when this cell first asked it, and then learned of no other
+/// cell either (its agents joined through their own cell, so they have no seeds): without these
+/// asks, that cell and the rest of the mesh would never meet (found in the simulator: 100 hosts
+/// in 3 cells, the seed's cell never received a spec applied elsewhere).
+const SEEDS_EVERY_ROUNDS: u64 = 10;
+
 /// The exchange task of one agent.
 pub struct CellExchange {
     node: Arc<MeshNode>,
     round: u64,
     /// The summary this agent published last (hysteresis of the ranked figures).
     published: Option<CellSummary>,
+    /// The cell each seed said it is in (at most the seeds' bound, 16).
+    seed_cells: std::collections::BTreeMap<SocketAddr, String>,
 }
 
 impl CellExchange {
@@ -79,6 +89,7 @@ impl CellExchange {
             node,
             round: 0,
             published: None,
+            seed_cells: Default::default(),
         }
     }
 
@@ -110,6 +121,25 @@ impl CellExchange {
             for k in 0..n.min(CELL_PEERS_PER_ROUND) {
                 let peer = &peers[(self.round as usize * CELL_PEERS_PER_ROUND + k) % n];
                 self.exchange(peer, true).await;
+            }
+            if cells.multi() {
+                let every = self.round % SEEDS_EVERY_ROUNDS == 0;
+                for addr in cells.seeds() {
+                    // A seed whose cell this agent does not hold yet is asked every round.
+                    let known = self
+                        .seed_cells
+                        .get(&addr)
+                        .is_some_and(|cell| cells.summary(cell).is_some());
+                    if every || !known {
+                        let peer = Peer {
+                            name: ANY_MEMBER.to_string(),
+                            addr,
+                        };
+                        if let Some(cell) = self.exchange(&peer, true).await {
+                            self.seed_cells.insert(addr, cell);
+                        }
+                    }
+                }
             }
         } else if !envoys.is_empty() {
             let (name, addr, _) = &envoys[self.round as usize % envoys.len()];
@@ -188,7 +218,8 @@ impl CellExchange {
 
     /// Pulls what `peer` holds that is newer; an envoy pushes back what the peer lacks and,
     /// when the peer is of another cell and its store differs, pulls the differing entries.
-    async fn exchange(&self, peer: &Peer, envoy: bool) {
+    /// Returns the peer's cell when it answered.
+    async fn exchange(&self, peer: &Peer, envoy: bool) -> Option<String> {
         let node = &self.node;
         let req = Request::Cells {
             cell: node.cells.own().to_string(),
@@ -211,12 +242,12 @@ impl CellExchange {
             }) => (cell, entries, known, store),
             other => {
                 tracing::debug!(peer = %peer.name, addr = %peer.addr, answer = ?other, "cell exchange failed");
-                return;
+                return None;
             }
         };
         node.cells.merge(entries, (node.clock)(), &peer.name);
         if !envoy {
-            return;
+            return Some(cell);
         }
         let lacking = node.cells.newer_than(&known);
         if !lacking.is_empty() {
@@ -241,6 +272,7 @@ impl CellExchange {
                 }
             }
         }
+        Some(cell)
     }
 }
 
