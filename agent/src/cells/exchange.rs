@@ -123,7 +123,7 @@ impl CellExchange {
                 self.exchange(peer, true).await;
             }
             if cells.multi() {
-                let every = self.round % SEEDS_EVERY_ROUNDS == 0;
+                let every = self.round.is_multiple_of(SEEDS_EVERY_ROUNDS);
                 for addr in cells.seeds() {
                     // A seed whose cell this agent does not hold yet is asked every round.
                     let known = self
