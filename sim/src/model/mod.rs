@@ -108,6 +108,15 @@ pub struct ModelReport {
 pub fn main(args: ModelArgs) -> anyhow::Result<i32> {
     let text = std::fs::read_to_string(&args.scenario)?;
     let mut sc = crate::scenario::parse_scenario(&text, &args.scenario.display().to_string())?;
+    if sc.mesh.cells > 0 {
+        anyhow::bail!(
+            "{}: [mesh] cells = {}: the model tier does not model cells (its gossip is one \
+             domain); run it in the real-code tier: shoal-sim run {}",
+            args.scenario.display(),
+            sc.mesh.cells,
+            args.scenario.display()
+        );
+    }
     if let Some(n) = args.nodes {
         sc.mesh.nodes = n;
     }
