@@ -107,6 +107,23 @@ fn two_cells_join_through_one_seed_place_across_and_survive_the_loss_of_one() {
         cluster.logs()
     );
 
+    // An agent of c2 named as a live member of c1 is refused, as inside a cell.
+    cluster.agent_args = vec!["--cell".into(), "c2".into()];
+    let twin = cluster.add("a1");
+    let exited = wait_until(Duration::from_secs(30), || {
+        cluster.agents[twin]
+            .child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_some_and(|s| !s.success()))
+    });
+    let log = std::fs::read_to_string(&cluster.agents[twin].log).unwrap_or_default();
+    assert!(exited, "a second a1 (in c2) still runs:\n{log}");
+    assert!(
+        log.contains("already used by a live agent of cell c1"),
+        "{log}"
+    );
+    cluster.agents[twin].child = None;
+
     // A workload applied in c1 runs once per replica across both cells; status agrees everywhere.
     let spec = write_spec(cluster.dir.path(), WORKLOAD, 6);
     let spec_text = std::fs::read_to_string(&spec)

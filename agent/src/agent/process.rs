@@ -254,7 +254,18 @@ pub async fn run_agent(
             }
         })
     });
-    shutdown.await;
+    // A name in use in another cell stops this agent as a name conflict inside its cell does.
+    let mut names = tokio::spawn(crate::cells::names::watch_names(Arc::downgrade(
+        agent.host().node(),
+    )));
+    let conflict = tokio::select! {
+        _ = shutdown => None,
+        found = &mut names => found.ok().flatten(),
+    };
+    if let Some(conflict) = &conflict {
+        tracing::error!(%conflict, "stopping");
+    }
+    names.abort();
     joining.abort();
     tracing::info!("leaving the mesh");
     agent.leave().await;
@@ -263,5 +274,8 @@ pub async fn run_agent(
         metrics.abort();
     }
     api_endpoint.close(0u32.into(), b"agent leaving");
-    Ok(())
+    match conflict {
+        Some(conflict) => anyhow::bail!(conflict),
+        None => Ok(()),
+    }
 }

@@ -13,12 +13,14 @@
 //!   and pull what differs, so desired state reaches every cell.
 //! - [`handoff`]: an instance whose replica moved to another cell stops once that cell says its
 //!   copy serves (the exchange asks it each round).
+//! - [`names`]: an agent asks every other cell once whether its name is in use there.
 //!
 //! A mesh of one cell (the default, `default`) sees no other cell in its table and places
 //! exactly as before; the host loop uses two-level placement only once another cell is known.
 
 pub mod exchange;
 pub mod handoff;
+pub mod names;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

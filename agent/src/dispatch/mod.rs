@@ -80,6 +80,11 @@ impl Api {
             }
             Request::CellList => Ok(Response::CellList(node.cells.list())),
             Request::CellStatus { name } => self.clone().handle_cell_status(name).await,
+            Request::NameUsed { name } => {
+                let members = node.members().await;
+                let live = members.iter().any(|m| m.alive && m.name == name);
+                Ok(Response::NameUsed { live })
+            }
             Request::CellCopies { replicas } => {
                 if replicas.len() > crate::cells::handoff::SERVING_ASK_MAX {
                     Err(too_many("CellCopies replicas"))
@@ -128,6 +133,7 @@ fn request_kind(req: &Request) -> &'static str {
         Request::CellList => "cell-list",
         Request::CellStatus { .. } => "cell-status",
         Request::CellCopies { .. } => "cell-copies",
+        Request::NameUsed { .. } => "name-used",
     }
 }
 

@@ -105,6 +105,12 @@ pub enum Request {
         /// At most [`crate::cells::handoff::SERVING_ASK_MAX`].
         replicas: Vec<shoal_core::instance::ReplicaId>,
     },
+    /// Agent to agent (across cells): is a live member of your cell named so? (One name per
+    /// host across the mesh.)
+    NameUsed {
+        /// The name.
+        name: String,
+    },
 }
 
 /// An agent's answer.
@@ -187,6 +193,11 @@ pub enum Response {
     CellList(Vec<crate::cells::CellView>),
     /// Of the replicas asked, what the callee's cell serves, runs and claims.
     CellCopies(crate::cells::handoff::CopiesAnswer),
+    /// Whether a live member of the callee's cell has the name asked.
+    NameUsed {
+        /// It does.
+        live: bool,
+    },
 }
 
 /// A failure, with a kind the CLI maps to a message and exit code.
