@@ -75,12 +75,46 @@ enum Command {
 /// command, and turns its outcome into the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.command.prints_for_a_pipe() {
+        quiet_on_closed_pipe();
+    }
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(EXIT_FAILURE)
         }
+    }
+}
+
+/// `shoal nodes | head`: once the reader closes the pipe, the next print fails and Rust's
+/// print macros panic (the process ignores SIGPIPE, and this crate forbids the unsafe call that
+/// would restore it). Such a panic ends the command quietly with 141 (128 + SIGPIPE), what a
+/// shell reports for `ls | head`; every other panic keeps its message.
+fn quiet_on_closed_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let text = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if text.contains("Broken pipe") || text.contains("BrokenPipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
+impl Command {
+    /// Whether the command prints and ends (a closed pipe may end it early). Long-running
+    /// commands (agent, guard, demo) are left alone.
+    fn prints_for_a_pipe(&self) -> bool {
+        !matches!(
+            self,
+            Command::Agent(_) | Command::Guard(_) | Command::Demo(_)
+        )
     }
 }
 
