@@ -209,19 +209,16 @@ fn every_command_has_help_with_examples() {
 
 #[test]
 fn a_reader_that_closes_the_pipe_ends_the_command_quietly() {
-    // `shoal completions bash | head -c 10`: the completion script is far longer than a pipe's
-    // buffer, so the writer meets the closed pipe.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+    // `shoal completions bash | head -c 0`, deterministically: the reading end is closed before
+    // the command starts, so its first write meets the closed pipe.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
         .args(["completions", "bash"])
-        .stdout(Stdio::piped())
+        .stdout(writer)
         .stderr(Stdio::piped())
-        .spawn()
+        .output()
         .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let mut first = [0u8; 10];
-    std::io::Read::read_exact(&mut stdout, &mut first).unwrap();
-    drop(stdout);
-    let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(141), "{stderr}");
