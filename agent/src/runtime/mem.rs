@@ -22,12 +22,15 @@ use tokio::time::{Duration, Instant};
 use crate::core::instance::{Phase, RuntimeInstance};
 use crate::core::spec::{Probe, ReloadHook, Run, WorkloadSpec};
 use crate::runtime::{
-    ProbeOutcome, Runtime, RuntimeError, RuntimeEvent, RuntimeKind, StartRequest, EVENTS_CAPACITY,
+    ProbeOutcome, Runtime, RuntimeError, RuntimeEvent, RuntimeKind, StartRequest,
 };
 
 mod faults;
 
 pub use faults::MemProfile;
+
+/// Events buffered per subscriber of an in-memory runtime (see [`super::EVENTS_CAPACITY`]).
+pub const MEM_EVENTS_CAPACITY: usize = 64;
 
 /// The deterministic in-memory runtime. Cloning shares the same instances.
 #[derive(Clone)]
@@ -71,7 +74,10 @@ impl MemRuntime {
 
     /// A runtime for `node` with its own rng, reporting times in ms since `origin`.
     pub fn with_rng(node: &str, rng: impl Rng + Send + 'static, origin: Instant) -> Self {
-        let (events, _) = broadcast::channel(EVENTS_CAPACITY);
+        // Smaller than a real runtime's buffer: a tokio broadcast channel allocates every slot
+        // up front (about 100 KB at EVENTS_CAPACITY), and the simulator runs thousands of
+        // these; the host loop only needs to be woken (a lagged receiver wakes it too).
+        let (events, _) = broadcast::channel(MEM_EVENTS_CAPACITY);
         let state = State {
             rng: Box::new(rng),
             profiles: BTreeMap::new(),
