@@ -163,7 +163,7 @@ impl CellExchange {
                 self.exchange(&peer, false).await;
             }
         }
-        super::handoff::ask(&node, self.round).await;
+        ask_copies(&node, self.round).await;
     }
 
     /// Publishes this cell's summary from the membership and the host loop's last placement.
@@ -278,6 +278,52 @@ impl CellExchange {
             }
         }
         Some(cell)
+    }
+}
+
+/// One round of questions to other cells about the replicas this agent runs or owns
+/// ([`super::handoff`]) (a cell that does not answer leaves its moved replicas
+/// waiting, up to the handoff bound, and the exclusive replicas waiting).
+pub async fn ask_copies(node: &MeshNode, round: u64) {
+    let cells = &node.cells;
+    let questions = cells.handoffs.to_ask(round, &cells.up_cells());
+    for chunk in questions.chunks(super::handoff::ASKS_IN_FLIGHT) {
+        let asks = chunk
+            .iter()
+            .map(|(cell, replicas)| ask_cell(node, cell, replicas));
+        futures_util::future::join_all(asks).await;
+    }
+}
+
+/// Asks `cell`'s contacts in turn until one answers.
+async fn ask_cell(node: &MeshNode, cell: &str, replicas: &[shoal_core::instance::ReplicaId]) {
+    let cells = &node.cells;
+    let Some(summary) = cells.summary(cell) else {
+        return;
+    };
+    let req = Request::CellCopies {
+        replicas: replicas.to_vec(),
+    };
+    for contact in summary.contacts.iter().filter_map(|c| parse_contact(c)) {
+        let answer: Result<Response, _> = rpc::call_with(
+            node.rpc.as_ref(),
+            contact.api,
+            &contact.name,
+            &req,
+            CELLS_CALL_TIMEOUT,
+        )
+        .await;
+        match answer {
+            Ok(Response::CellCopies(answer)) => {
+                cells
+                    .handoffs
+                    .answered(cell, replicas, &answer, cells.mono_ms());
+                return;
+            }
+            other => {
+                tracing::debug!(%cell, contact = %contact.name, answer = ?other, "copies ask failed");
+            }
+        }
     }
 }
 

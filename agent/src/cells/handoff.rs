@@ -9,7 +9,7 @@
 //!   other cell that is up must say it runs no copy that may be alive and does not claim it
 //!   with a name that sorts first ([`Handoffs::set_exclusive`], `ReconcileInput::cell_copies`).
 //!
-//! The cell exchange asks each round ([`ask`], `Request::CellCopies`): the cells of moved
+//! The cell exchange asks each round (`exchange::ask_copies`, `Request::CellCopies`): the cells of moved
 //! replicas (a few per round), and every cell that is up while this agent owns an exclusive
 //! replica that does not run here.
 
@@ -19,11 +19,6 @@ use std::sync::Mutex;
 use shoal_core::instance::ReplicaId;
 use shoal_core::reconcile::{CellCopies, CellHandoff, InstanceStatus};
 
-use super::{parse_contact, CellState, CELLS_CALL_TIMEOUT};
-use crate::mesh::api::{Request, Response};
-use crate::mesh::node::MeshNode;
-use crate::rpc;
-
 /// Most replicas asked of one cell in one request (and accepted in one).
 pub const SERVING_ASK_MAX: usize = 1024;
 /// Most cells asked about moved replicas in one round of the exchange.
@@ -32,7 +27,7 @@ pub const SERVING_CELLS_PER_ROUND: usize = 8;
 /// exceed twice this plus a cell's gossip spread (docs/reconcile.md).
 pub const SERVING_FRESH_MS: u64 = 3_000;
 /// Cells asked at once.
-const ASKS_IN_FLIGHT: usize = 32;
+pub const ASKS_IN_FLIGHT: usize = 32;
 
 /// Of the replicas asked, what one cell said (`Response::CellCopies`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -139,7 +134,7 @@ impl Handoffs {
     /// What to ask this round, by cell: every cell in `up` while an exclusive replica waits
     /// (those replicas, and the cell's moved ones), else at most [`SERVING_CELLS_PER_ROUND`]
     /// cells of moved replicas (rotated by `round`); at most [`SERVING_ASK_MAX`] replicas each.
-    fn to_ask(&self, round: u64, up: &[String]) -> Vec<(String, Vec<ReplicaId>)> {
+    pub(crate) fn to_ask(&self, round: u64, up: &[String]) -> Vec<(String, Vec<ReplicaId>)> {
         let inner = self.inner.lock().expect("handoffs lock");
         let mut by_cell: BTreeMap<&str, Vec<ReplicaId>> = BTreeMap::new();
         for (r, cell) in &inner.moved {
@@ -172,7 +167,13 @@ impl Handoffs {
     }
 
     /// Records `cell`'s answer at `now` about the `asked` replicas.
-    fn answered(&self, cell: &str, asked: &[ReplicaId], answer: &CopiesAnswer, now: u64) {
+    pub(crate) fn answered(
+        &self,
+        cell: &str,
+        asked: &[ReplicaId],
+        answer: &CopiesAnswer,
+        now: u64,
+    ) {
         let mut inner = self.inner.lock().expect("handoffs lock");
         let Inner {
             moved,
@@ -194,51 +195,6 @@ impl Handoffs {
                     claimed: answer.claimed.contains(r),
                 };
                 said.insert((r.clone(), cell.to_string()), s);
-            }
-        }
-    }
-}
-
-/// One round of questions to other cells (a cell that does not answer leaves its moved replicas
-/// waiting, up to the handoff bound, and the exclusive replicas waiting).
-pub async fn ask(node: &MeshNode, round: u64) {
-    let cells: &CellState = &node.cells;
-    let questions = cells.handoffs.to_ask(round, &cells.up_cells());
-    for chunk in questions.chunks(ASKS_IN_FLIGHT) {
-        let asks = chunk
-            .iter()
-            .map(|(cell, replicas)| ask_cell(node, cell, replicas));
-        futures_util::future::join_all(asks).await;
-    }
-}
-
-/// Asks `cell`'s contacts in turn until one answers.
-async fn ask_cell(node: &MeshNode, cell: &str, replicas: &[ReplicaId]) {
-    let cells: &CellState = &node.cells;
-    let Some(summary) = cells.summary(cell) else {
-        return;
-    };
-    let req = Request::CellCopies {
-        replicas: replicas.to_vec(),
-    };
-    for contact in summary.contacts.iter().filter_map(|c| parse_contact(c)) {
-        let answer: Result<Response, _> = rpc::call_with(
-            node.rpc.as_ref(),
-            contact.api,
-            &contact.name,
-            &req,
-            CELLS_CALL_TIMEOUT,
-        )
-        .await;
-        match answer {
-            Ok(Response::CellCopies(answer)) => {
-                cells
-                    .handoffs
-                    .answered(cell, replicas, &answer, cells.mono_ms());
-                return;
-            }
-            other => {
-                tracing::debug!(%cell, contact = %contact.name, answer = ?other, "copies ask failed");
             }
         }
     }

@@ -275,7 +275,7 @@ impl Api {
         // The mesh's own issues (clock skew) live under their own key; this node's, fresh.
         let mut clock: BTreeMap<String, (bool, Vec<Issue>)> = self.gossiped(CLOCK_ISSUE_KEY).await;
         let members = self.node.members().await;
-        let mine = crate::mesh::skew::current_issue(&self.node, &members)
+        let mine = crate::mesh::sync::current_issue(&self.node, &members)
             .await
             .into_iter()
             .collect();

@@ -27,8 +27,7 @@ pub const REPLICATE_FANOUT: usize = 3;
 /// Bytes per page of a sync answer.
 pub const PULL_PAGE_BYTES: usize = 1 << 20;
 
-/// A wall clock in milliseconds since the Unix epoch; injected so the simulator controls it.
-pub type WallClock = Arc<dyn Fn() -> u64 + Send + Sync>;
+pub use super::skew::WallClock;
 
 /// The real wall clock.
 pub fn system_clock() -> WallClock {

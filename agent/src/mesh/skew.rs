@@ -15,9 +15,12 @@ use shoal_core::reconcile::{issue_id, Issue, IssueKind, Layer};
 use shoal_core::store::skew::{SkewConfig, SkewMonitor, SkewVerdict};
 
 use super::api::{ApiError, ErrorKind, Request, Response};
-use super::node::{MeshNode, WallClock};
 use super::view::Member;
 use crate::rpc::{self, RpcClient};
+
+/// A wall clock in milliseconds since the Unix epoch; injected so the simulator controls it
+/// (what clock skew is about; re-exported as `mesh::node::WallClock`).
+pub type WallClock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// Anti-entropy rounds between two clock samples (one peer each, in turn).
 pub const CLOCK_PROBE_EVERY_ROUNDS: u64 = 3;
@@ -234,33 +237,4 @@ impl ClockSkew {
 
 fn live_peers(members: &[Member], me: &str) -> usize {
     members.iter().filter(|m| m.alive && m.name != me).count()
-}
-
-/// `node`'s clock-skew issue now (reads the store's refusals).
-pub(crate) async fn current_issue(node: &MeshNode, members: &[Member]) -> Option<Issue> {
-    let now = (node.clock)();
-    let refused: Vec<(String, String, u64)> = node
-        .with_store(move |s| {
-            s.core()
-                .refused_newer_all(now)
-                .map(|(n, v)| (n.to_owned(), v.human(), v.hlc.wall_ms))
-                .collect()
-        })
-        .await;
-    node.skew.issue(members, now, &refused)
-}
-
-/// Publishes `issue` under [`CLOCK_ISSUE_KEY`] in `node`'s gossip state, or clears the key.
-pub(crate) async fn publish_issue(node: &MeshNode, issue: Option<&Issue>) {
-    let text = issue.map(|i| serde_json::to_string(&[i]).unwrap_or_default());
-    let chitchat = node.gossip.chitchat();
-    let mut guard = chitchat.lock().await;
-    let state = guard.self_node_state();
-    match text {
-        Some(text) if state.get(CLOCK_ISSUE_KEY) != Some(text.as_str()) => {
-            state.set(CLOCK_ISSUE_KEY, &text);
-        }
-        None if state.get(CLOCK_ISSUE_KEY).is_some() => state.delete(CLOCK_ISSUE_KEY),
-        _ => {}
-    }
 }

@@ -87,8 +87,8 @@ impl AntiEntropy {
         }
         let members = node.members().await;
         node.skew.sample_round(round, &members).await;
-        let issue = super::skew::current_issue(node, &members).await;
-        super::skew::publish_issue(node, issue.as_ref()).await;
+        let issue = current_issue(node, &members).await;
+        publish_issue(node, issue.as_ref()).await;
         let differing: Vec<(String, SocketAddr)> = members
             .iter()
             .filter(|m| m.alive && m.name != node.name)
@@ -230,4 +230,38 @@ pub(crate) async fn pull_from(
         }
     }
     Ok(())
+}
+
+/// `node`'s clock-skew issue now (reads the store's refusals).
+pub(crate) async fn current_issue(
+    node: &MeshNode,
+    members: &[super::view::Member],
+) -> Option<shoal_core::reconcile::Issue> {
+    let now = (node.clock)();
+    let refused: Vec<(String, String, u64)> = node
+        .with_store(move |s| {
+            s.core()
+                .refused_newer_all(now)
+                .map(|(n, v)| (n.to_owned(), v.human(), v.hlc.wall_ms))
+                .collect()
+        })
+        .await;
+    node.skew.issue(members, now, &refused)
+}
+
+/// Publishes `issue` under [`CLOCK_ISSUE_KEY`](super::skew::CLOCK_ISSUE_KEY) in `node`'s gossip state, or clears the key.
+pub(crate) async fn publish_issue(node: &MeshNode, issue: Option<&shoal_core::reconcile::Issue>) {
+    let text = issue.map(|i| serde_json::to_string(&[i]).unwrap_or_default());
+    let chitchat = node.gossip.chitchat();
+    let mut guard = chitchat.lock().await;
+    let state = guard.self_node_state();
+    match text {
+        Some(text) if state.get(super::skew::CLOCK_ISSUE_KEY) != Some(text.as_str()) => {
+            state.set(super::skew::CLOCK_ISSUE_KEY, &text);
+        }
+        None if state.get(super::skew::CLOCK_ISSUE_KEY).is_some() => {
+            state.delete(super::skew::CLOCK_ISSUE_KEY)
+        }
+        _ => {}
+    }
 }
