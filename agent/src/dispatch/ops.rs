@@ -57,8 +57,11 @@ impl Api {
     /// cell's asked of one of its envoys (a cell that does not answer is marked `unknown`).
     pub(crate) async fn handle_status(self: Arc<Self>, name: String) -> Result<Response, ApiError> {
         let (mut view, elsewhere) = self.clone().status_here(name.clone()).await?;
-        for (cell, replicas) in elsewhere {
-            let answer = self.ask_cell(&cell, &name).await;
+        // Every other cell at once: one that does not answer costs its contacts' timeouts, not
+        // the sum over cells.
+        let asks = elsewhere.iter().map(|(cell, _)| self.ask_cell(cell, &name));
+        let answers = futures_util::future::join_all(asks).await;
+        for ((cell, replicas), answer) in elsewhere.into_iter().zip(answers) {
             match answer {
                 Ok(theirs) => {
                     view.instances.extend(
@@ -116,8 +119,8 @@ impl Api {
         Response::CellCopies(answer)
     }
 
-    /// Asks an envoy of `cell` (the first of its contacts that answers) for its replicas of
-    /// `name`.
+    /// Asks an envoy of `cell` (the first of its contacts that answers, each given
+    /// [`CELLS_CALL_TIMEOUT`](crate::cells::CELLS_CALL_TIMEOUT)) for its replicas of `name`.
     async fn ask_cell(&self, cell: &str, name: &str) -> Result<StatusView, String> {
         let summary = self
             .node
@@ -138,7 +141,7 @@ impl Api {
                 contact.api,
                 &contact.name,
                 &req,
-                FORWARD_TIMEOUT,
+                crate::cells::CELLS_CALL_TIMEOUT,
             )
             .await;
             match answer {
