@@ -59,7 +59,7 @@ impl Api {
         let (mut view, elsewhere) = self.clone().status_here(name.clone()).await?;
         // Every other cell at once: one that does not answer costs its contacts' timeouts, not
         // the sum over cells.
-        let asks = elsewhere.iter().map(|(cell, _)| self.ask_cell(cell, &name));
+        let asks = elsewhere.keys().map(|cell| self.ask_cell(cell, &name));
         let answers = futures_util::future::join_all(asks).await;
         for ((cell, replicas), answer) in elsewhere.into_iter().zip(answers) {
             match answer {
