@@ -320,3 +320,31 @@ fn a_summary_of_the_own_cell_claiming_more_than_its_members_records_is_refused_a
     assert_eq!(a.summary("c1").map(|s| s.members), Some(3));
     assert_eq!(a.summary("c2").map(|s| s.members), Some(50));
 }
+
+#[test]
+fn the_placement_key_moves_exactly_when_the_placement_cells_do() {
+    let mut a = CellTable::new("c1");
+    a.publish(summary("c1", 3), WALL, 0);
+    let mut b = CellTable::new("c2");
+    b.publish(summary("c2", 3), WALL, 0);
+    pull(&mut a, &b, 0);
+    let (cells, key) = (a.placement_cells(0), a.placement_key(0));
+    // A later stamp, or a summary differing only in what placement never reads: same key.
+    let mut same = summary("c2", 3);
+    same.contacts = vec!["elsewhere".to_string()];
+    same.sees = vec!["c1".to_string()];
+    b.publish(same, WALL + 1000, 1000);
+    pull(&mut a, &b, 1000);
+    assert_eq!(a.placement_cells(1000), cells);
+    assert_eq!(a.placement_key(1000), key);
+    // New ranked figures: both move.
+    b.publish(summary("c2", 7), WALL + 2000, 2000);
+    pull(&mut a, &b, 2000);
+    assert_ne!(a.placement_cells(2000), cells);
+    assert_ne!(a.placement_key(2000), key);
+    // A cell going down: both move.
+    let (cells, key) = (a.placement_cells(2000), a.placement_key(2000));
+    let later = 2000 + CELL_DOWN_MS + 1;
+    assert_ne!(a.placement_cells(later), cells);
+    assert_ne!(a.placement_key(later), key);
+}

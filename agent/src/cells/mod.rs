@@ -298,6 +298,17 @@ impl CellState {
             .store(cells, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// A hash of what [`CellState::placement_cells`] returns now, without building it (`None`
+    /// when it returns `None`).
+    pub fn placement_key(&self) -> Option<u64> {
+        let now = self.mono_ms();
+        let table = self.table.lock().expect("cells lock");
+        if table.len() < 2 || table.summary(&self.own).is_none() {
+            return None;
+        }
+        Some(table.placement_key(now))
+    }
+
     /// Every cell held, by name.
     pub fn list(&self) -> Vec<CellView> {
         let now = self.mono_ms();

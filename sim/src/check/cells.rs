@@ -30,6 +30,28 @@ pub fn views(hosts: &[Host]) -> Views {
         .collect()
 }
 
+/// A hash of what [`views`] returns for `hosts`, from each agent's
+/// `MeshNode::cells.placement_key()` (no summary copied).
+pub fn views_key(hosts: &[Host]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for host in hosts
+        .iter()
+        .filter(|h| h.state == HostState::Up && h.cell.is_some())
+    {
+        let Some(node) = host.node() else { continue };
+        h.write_u32(host.index);
+        match node.cells.placement_key() {
+            Some(key) => {
+                h.write_u8(1);
+                h.write_u64(key);
+            }
+            None => h.write_u8(0),
+        }
+    }
+    h.finish()
+}
+
 /// The merged target and what is wrong with it.
 #[derive(Default)]
 pub struct CellTarget {

@@ -92,10 +92,30 @@ pub struct MergeOutcome {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Held {
     summary: CellSummary,
+    /// [`placement_hash`] of `summary`.
+    ranked: u64,
     version: u64,
     stamp: u64,
     /// When this agent first held `stamp` (or heard of it, back-dated by the relayed age).
     heard_mono: u64,
+}
+
+/// What of a summary the cell level reads: its ranked figures (`version`, `free`, `contacts`
+/// and `sees` cleared: placement never reads them, and clearing them keeps the cell level from
+/// being redone when only they change).
+fn for_placement(summary: &CellSummary) -> CellSummary {
+    let mut s = summary.clone();
+    s.version = 0;
+    s.free = Default::default();
+    s.contacts.clear();
+    s.sees.clear();
+    s
+}
+
+/// A hash of [`for_placement`] of a summary.
+fn placement_hash(summary: &CellSummary) -> u64 {
+    let bytes = serde_json::to_vec(&for_placement(summary)).expect("a summary always serializes");
+    xxhash_rust::xxh3::xxh3_64(&bytes)
 }
 
 /// The version of a summary: a hash of its content with `version` set to 0.
@@ -310,13 +330,18 @@ impl CellTable {
                 Ok(false)
             }
             Some(held) => {
-                let summary = match entry.summary {
-                    Some(s) => s,
-                    None if entry.version == held.version => held.summary.clone(),
+                let (summary, ranked) = match entry.summary {
+                    Some(s) if entry.version == held.version => (s, held.ranked),
+                    Some(s) => {
+                        let ranked = placement_hash(&s);
+                        (s, ranked)
+                    }
+                    None if entry.version == held.version => (held.summary.clone(), held.ranked),
                     None => return Err(EntryRefusal::MissingBody),
                 };
                 *held = Held {
                     summary,
+                    ranked,
                     version: entry.version,
                     stamp: entry.stamp,
                     heard_mono: heard.max(held.heard_mono),
@@ -333,6 +358,7 @@ impl CellTable {
                 self.cells.insert(
                     entry.cell,
                     Held {
+                        ranked: placement_hash(&summary),
                         summary,
                         version: entry.version,
                         stamp: entry.stamp,
@@ -380,18 +406,25 @@ impl CellTable {
     pub fn placement_cells(&self, now_mono: u64) -> Vec<Cell> {
         self.cells
             .iter()
-            .map(|(cell, h)| {
-                let mut summary = h.summary.clone();
-                summary.version = 0;
-                summary.free = Default::default();
-                summary.contacts.clear();
-                summary.sees.clear();
-                Cell {
-                    summary,
-                    down: self.is_down(cell, now_mono),
-                }
+            .map(|(cell, h)| Cell {
+                summary: for_placement(&h.summary),
+                down: self.is_down(cell, now_mono),
             })
             .collect()
+    }
+
+    /// A hash of what [`CellTable::placement_cells`] returns at `now_mono`, without building it:
+    /// equal keys, equal cells (up to hash collisions). For a caller that only needs to know
+    /// whether the cells moved.
+    pub fn placement_key(&self, now_mono: u64) -> u64 {
+        use std::hash::Hasher;
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        for (cell, held) in &self.cells {
+            h.write(cell.as_bytes());
+            h.write_u64(held.ranked);
+            h.write_u8(u8::from(self.is_down(cell, now_mono)));
+        }
+        h.finish()
     }
 
     /// The other cells held up at `now_mono`, by name: what this agent publishes as its cell's
