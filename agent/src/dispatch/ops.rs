@@ -195,6 +195,26 @@ impl Api {
             let cell = cell_of.as_ref().and_then(|c| c.assigned.get(&id));
             if let Some(cell) = cell.filter(|c| **c != own_cell) {
                 elsewhere.entry(cell.clone()).or_default().push(replica);
+                // A copy still running in this cell hands off to that cell's: shown beside it.
+                for (node, (alive, list)) in &observed {
+                    let moving = list
+                        .iter()
+                        .filter(|s| s.replica == id && s.may_be_alive() && *alive);
+                    for status in moving {
+                        instances.push(InstanceView {
+                            replica,
+                            node: Some(node.clone()),
+                            phase: status.phase.to_string(),
+                            healthy: Some(status.healthy),
+                            restarts: status.restarts,
+                            spec_version: Some(status.spec_version.clone()),
+                            since_ms: Some(status.since_ms),
+                            last_error: status.last_error.clone(),
+                            reason: Some(format!("placed in cell {cell}: handing off")),
+                            fence_token: status.fence_token,
+                        });
+                    }
+                }
                 continue;
             }
             let owner = placed.assigned.get(&id).cloned();
