@@ -295,36 +295,55 @@ pub async fn ask_copies(node: &MeshNode, round: u64) {
     }
 }
 
-/// Asks `cell`'s contacts in turn until one answers.
+/// Asks `cell` what it holds of `replicas` and records the answer.
 async fn ask_cell(node: &MeshNode, cell: &str, replicas: &[shoal_core::instance::ReplicaId]) {
-    let cells = &node.cells;
-    let Some(summary) = cells.summary(cell) else {
-        return;
-    };
     let req = Request::CellCopies {
         replicas: replicas.to_vec(),
     };
+    let accept = |answer| match answer {
+        Response::CellCopies(answer) => Ok(answer),
+        other => Err(other),
+    };
+    match ask_contacts(node, cell, &req, accept).await {
+        Ok(answer) => {
+            let cells = &node.cells;
+            cells
+                .handoffs
+                .answered(cell, replicas, &answer, cells.mono_ms());
+        }
+        Err(why) => tracing::debug!(%cell, %why, "copies ask failed"),
+    }
+}
+
+/// Sends `req` to the contacts of `cell` in turn, each given [`CELLS_CALL_TIMEOUT`], until one
+/// answers with what `accept` takes; the last failure otherwise.
+pub(crate) async fn ask_contacts<T>(
+    node: &MeshNode,
+    cell: &str,
+    req: &Request,
+    accept: impl Fn(Response) -> Result<T, Response>,
+) -> Result<T, String> {
+    let summary = node
+        .cells
+        .summary(cell)
+        .ok_or_else(|| format!("cell {cell} is not known here"))?;
+    let mut last = format!("cell {cell} lists no contact");
     for contact in summary.contacts.iter().filter_map(|c| parse_contact(c)) {
         let answer: Result<Response, _> = rpc::call_with(
             node.rpc.as_ref(),
             contact.api,
             &contact.name,
-            &req,
+            req,
             CELLS_CALL_TIMEOUT,
         )
         .await;
-        match answer {
-            Ok(Response::CellCopies(answer)) => {
-                cells
-                    .handoffs
-                    .answered(cell, replicas, &answer, cells.mono_ms());
-                return;
-            }
-            other => {
-                tracing::debug!(%cell, contact = %contact.name, answer = ?other, "copies ask failed");
-            }
+        match answer.map(&accept) {
+            Ok(Ok(taken)) => return Ok(taken),
+            Ok(Err(other)) => last = format!("{}: unexpected answer {other:?}", contact.name),
+            Err(e) => last = format!("{}: {e}", contact.name),
         }
     }
+    Err(last)
 }
 
 /// How this agent's directory answers `ask` ([`crate::gossip::directory`]): its cell and API

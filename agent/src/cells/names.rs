@@ -8,10 +8,8 @@ use std::collections::BTreeSet;
 use std::sync::Weak;
 use std::time::Duration;
 
-use super::{parse_contact, CELLS_CALL_TIMEOUT};
 use crate::mesh::api::{Request, Response};
 use crate::mesh::node::MeshNode;
-use crate::rpc;
 
 /// Time between two looks for cells not asked yet.
 pub const NAMES_CHECK_INTERVAL: Duration = Duration::from_secs(2);
@@ -28,40 +26,26 @@ pub async fn watch_names(node: Weak<MeshNode>) -> Option<String> {
             if cell.own || cell.down || asked.contains(&name) {
                 continue;
             }
-            match ask(&node, &cell.summary.contacts).await {
-                Some(true) => {
+            let req = Request::NameUsed {
+                name: node.name.clone(),
+            };
+            let accept = |answer| match answer {
+                Response::NameUsed { live } => Ok(live),
+                other => Err(other),
+            };
+            match super::exchange::ask_contacts(&node, &name, &req, accept).await {
+                Ok(true) => {
                     return Some(format!(
                         "the name {:?} is already used by a live agent of cell {name}: choose \
                          another --name (or stop that agent first)",
                         node.name
                     ))
                 }
-                Some(false) => {
+                Ok(false) => {
                     asked.insert(name);
                 }
-                None => {} // Not answered: asked again at the next look.
+                Err(_) => {} // Not answered: asked again at the next look.
             }
         }
     }
-}
-
-/// Whether the cell behind `contacts` has a live member named as `node` (None: no answer).
-async fn ask(node: &MeshNode, contacts: &[String]) -> Option<bool> {
-    let req = Request::NameUsed {
-        name: node.name.clone(),
-    };
-    for contact in contacts.iter().filter_map(|c| parse_contact(c)) {
-        let answer: Result<Response, _> = rpc::call_with(
-            node.rpc.as_ref(),
-            contact.api,
-            &contact.name,
-            &req,
-            CELLS_CALL_TIMEOUT,
-        )
-        .await;
-        if let Ok(Response::NameUsed { live }) = answer {
-            return Some(live);
-        }
-    }
-    None
 }

@@ -122,35 +122,14 @@ impl Api {
     /// Asks an envoy of `cell` (the first of its contacts that answers, each given
     /// [`CELLS_CALL_TIMEOUT`](crate::cells::CELLS_CALL_TIMEOUT)) for its replicas of `name`.
     async fn ask_cell(&self, cell: &str, name: &str) -> Result<StatusView, String> {
-        let summary = self
-            .node
-            .cells
-            .summary(cell)
-            .ok_or_else(|| format!("cell {cell} is not known here"))?;
-        let mut last = format!("cell {cell} lists no contact");
-        for contact in summary
-            .contacts
-            .iter()
-            .filter_map(|c| crate::cells::parse_contact(c))
-        {
-            let req = Request::CellStatus {
-                name: name.to_string(),
-            };
-            let answer: Result<Response, _> = rpc::call_with(
-                self.node.rpc.as_ref(),
-                contact.api,
-                &contact.name,
-                &req,
-                crate::cells::CELLS_CALL_TIMEOUT,
-            )
-            .await;
-            match answer {
-                Ok(Response::Status(view)) => return Ok(view),
-                Ok(other) => last = format!("{}: unexpected answer {other:?}", contact.name),
-                Err(e) => last = format!("{}: {e}", contact.name),
-            }
-        }
-        Err(last)
+        let req = Request::CellStatus {
+            name: name.to_string(),
+        };
+        let accept = |answer| match answer {
+            Response::Status(view) => Ok(view),
+            other => Err(other),
+        };
+        crate::cells::exchange::ask_contacts(&self.node, cell, &req, accept).await
     }
 
     /// This cell's part of the status, and the replicas placed in other cells, by cell.
