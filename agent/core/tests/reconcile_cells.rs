@@ -5,7 +5,7 @@ mod reconcile_support;
 
 use reconcile_support::*;
 use shoal_core::instance::ReplicaId;
-use shoal_core::reconcile::{Action, CellCopies, CellQuorum, IssueKind, StopCause};
+use shoal_core::reconcile::{CellCopies, CellQuorum, IssueKind, StopCause};
 
 const EXCLUSIVE: &str = "[placement]\nexclusive = true\n";
 
@@ -168,25 +168,8 @@ fn a_cell_without_its_quorum_of_cells_does_not_start_and_fences_what_it_runs() {
     c.agent_mut("n1").cell_quorum = Some(quorum(3, 1));
     let lost = c.now;
     c.run_for(c.config.self_fence_ms + 5_000);
-    let fence = c
-        .log
-        .iter()
-        .find(|(_, n, a)| {
-            n == "n1"
-                && matches!(
-                    a,
-                    Action::Stop {
-                        cause: StopCause::Fence,
-                        ..
-                    }
-                )
-        })
-        .expect("fenced");
-    assert!(
-        fence.0 >= lost + c.config.self_fence_ms,
-        "{} vs {lost}",
-        fence.0
-    );
+    let fence = c.first_stop("n1", StopCause::Fence).expect("fenced");
+    assert!(fence >= lost + c.config.self_fence_ms, "{fence} vs {lost}");
     assert!(c.alive_copies("db", 0).is_empty());
 }
 

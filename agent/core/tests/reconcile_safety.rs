@@ -367,20 +367,8 @@ fn owner_that_cannot_send_fences_itself_before_the_others_start_a_copy() {
     others_move_db_to_n2(&mut c);
     c.run_for_checked(40_000, never_two_db_copies);
     let fenced_at = c
-        .log
-        .iter()
-        .find(|(_, n, a)| {
-            n == "n1"
-                && matches!(
-                    a,
-                    Action::Stop {
-                        cause: StopCause::Fence,
-                        ..
-                    }
-                )
-        })
-        .expect("n1 fenced although it sees a majority")
-        .0;
+        .first_stop("n1", StopCause::Fence)
+        .expect("n1 fenced although it sees a majority");
     let config = shoal_core::reconcile::ReconcileConfig::default();
     // The last confirmation is at most one step before the cut; it counts for the window.
     assert!(

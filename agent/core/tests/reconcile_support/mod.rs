@@ -10,7 +10,7 @@ use std::sync::Arc;
 use shoal_core::instance::{Phase, ReplicaId, RuntimeInstance};
 use shoal_core::reconcile::{
     Action, InstanceStatus, Issue, IssueKind, Membership, ReconcileConfig, ReconcileInput,
-    Reconciler, SpecEntry,
+    Reconciler, SpecEntry, StopCause,
 };
 use shoal_core::spec::WorkloadSpec;
 use shoal_core::Resources;
@@ -560,6 +560,16 @@ impl Cluster {
             .filter(|(_, _, a)| matches!(a, Action::Start { replica, .. } if *replica == r))
             .map(|(t, _, _)| *t)
             .collect()
+    }
+
+    /// When `node` first sent a stop with `cause`, if it did.
+    pub fn first_stop(&self, node: &str, cause: StopCause) -> Option<u64> {
+        self.log
+            .iter()
+            .find(|(_, n, a)| {
+                n == node && matches!(a, Action::Stop { cause: c, .. } if *c == cause)
+            })
+            .map(|(t, _, _)| *t)
     }
 
     /// The actions of a kind logged for a node.
