@@ -3,31 +3,13 @@
 //! healthy in the other cells while every host of c2 is down; `cells-exclusive.toml` (the cell
 //! of three exclusive replicas cut off) never runs one twice. Scenario errors about cells.
 
-use std::process::Command;
+mod support;
 
-fn sim() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_shoal-sim"))
-}
-
-fn scenario(name: &str) -> String {
-    format!("{}/../scenarios/{name}.toml", env!("CARGO_MANIFEST_DIR"))
-}
+use support::{scenario, sim};
 
 /// Runs scenario `name` with seed 1, its files written to `dir`; returns the JSON report.
 fn run(name: &str, dir: &std::path::Path) -> serde_json::Value {
-    let out = sim()
-        .args(["run", &scenario(name), "--seed", "1", "--json"])
-        .arg("--out")
-        .arg(dir)
-        .output()
-        .expect("shoal-sim runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|e| {
-        panic!(
-            "no JSON report ({e}); stderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    support::run(name, 1, Some(dir))
 }
 
 #[test]

@@ -1,30 +1,12 @@
 //! The small shipped scenarios on a few seeds (the big ones run by hand: docs/sim.md), and
 //! every shipped scenario file checked.
 
-use std::process::Command;
+mod support;
 
-fn scenario(name: &str) -> String {
-    format!("{}/../scenarios/{name}.toml", env!("CARGO_MANIFEST_DIR"))
-}
+use support::scenario;
 
 fn run(name: &str, seed: u64) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_shoal-sim"))
-        .args([
-            "run",
-            &scenario(name),
-            "--seed",
-            &seed.to_string(),
-            "--json",
-        ])
-        .output()
-        .expect("shoal-sim runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|e| {
-        panic!(
-            "{name} seed {seed}: no JSON report ({e}); stderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    support::run(name, seed, None)
 }
 
 #[test]
@@ -37,11 +19,7 @@ fn every_shipped_scenario_checks() {
         .collect();
     files.sort();
     assert!(files.len() >= 9, "{files:?}");
-    let out = Command::new(env!("CARGO_BIN_EXE_shoal-sim"))
-        .arg("check")
-        .args(&files)
-        .output()
-        .unwrap();
+    let out = support::sim().arg("check").args(&files).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -97,7 +75,7 @@ fn a_paused_owners_guard_kills_its_exclusive_copy_before_the_mesh_starts_another
     let dir = std::env::temp_dir().join(format!("shoal-sim-pause-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for seed in 1..=3 {
-        let out = Command::new(env!("CARGO_BIN_EXE_shoal-sim"))
+        let out = support::sim()
             .args(["run", &scenario("paused-owner-exclusive"), "--seed"])
             .arg(seed.to_string())
             .args(["--json", "--out"])

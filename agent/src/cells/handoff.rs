@@ -203,12 +203,11 @@ impl Handoffs {
 /// The answer to `Request::CellCopies` on an agent: of `asked`, those its cell's placement
 /// (`placed`: replica -> member) puts on a member that is live and gossips a serving copy, those
 /// with a copy that may be alive on any member (`observed`: member -> (live, its instances)), and
-/// those its cell level puts in its cell (`claimed`).
+/// those it places at all (claimed: its cell level put them in its cell).
 pub fn copies_answer(
     asked: &[ReplicaId],
     placed: &BTreeMap<ReplicaId, String>,
     observed: &BTreeMap<String, (bool, Vec<InstanceStatus>)>,
-    claimed: impl Fn(&ReplicaId) -> bool,
 ) -> CopiesAnswer {
     let mut answer = CopiesAnswer::default();
     for r in asked {
@@ -227,7 +226,7 @@ pub fn copies_answer(
         if alive {
             answer.alive.push(r.clone());
         }
-        if claimed(r) {
+        if placed.contains_key(r) {
             answer.claimed.push(r.clone());
         }
     }
@@ -284,7 +283,7 @@ mod tests {
         .into_iter()
         .collect();
         let asked = [a.clone(), b.clone(), c.clone(), d.clone()];
-        let answer = copies_answer(&asked, &placed, &observed, |r| placed.contains_key(r));
+        let answer = copies_answer(&asked, &placed, &observed);
         assert_eq!(answer.serving, vec![a.clone()]);
         // Alive on any member, live or not, placed or not (c: running, unhealthy).
         assert_eq!(answer.alive, vec![a.clone(), b.clone(), c.clone(), d]);

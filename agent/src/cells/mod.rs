@@ -243,10 +243,7 @@ impl CellState {
     pub fn placement_cells(&self) -> Option<Vec<Cell>> {
         let now = self.mono_ms();
         let table = self.table.lock().expect("cells lock");
-        if table.len() < 2 || table.summary(&self.own).is_none() {
-            return None;
-        }
-        Some(table.placement_cells(now))
+        table.places_cells().then(|| table.placement_cells(now))
     }
 
     /// Whether this agent is in a mesh of cells for the exclusive rules: it knows another cell,
@@ -276,8 +273,7 @@ impl CellState {
 
     /// The cells held, this agent's own counted.
     pub fn held(&self) -> usize {
-        let table = self.table.lock().expect("cells lock");
-        table.len() + usize::from(table.summary(&self.own).is_none())
+        self.table.lock().expect("cells lock").held()
     }
 
     /// The other cells held up now, by name.
@@ -303,10 +299,7 @@ impl CellState {
     pub fn placement_key(&self) -> Option<u64> {
         let now = self.mono_ms();
         let table = self.table.lock().expect("cells lock");
-        if table.len() < 2 || table.summary(&self.own).is_none() {
-            return None;
-        }
-        Some(table.placement_key(now))
+        table.places_cells().then(|| table.placement_key(now))
     }
 
     /// Every cell held, by name.

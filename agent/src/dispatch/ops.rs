@@ -112,10 +112,7 @@ impl Api {
         if let Some(host) = &self.host {
             observed.insert(self.node.name.clone(), (true, host.observed()));
         }
-        let answer =
-            crate::cells::handoff::copies_answer(&replicas, &placed.assigned, &observed, |r| {
-                placed.assigned.contains_key(r)
-            });
+        let answer = crate::cells::handoff::copies_answer(&replicas, &placed.assigned, &observed);
         Response::CellCopies(answer)
     }
 

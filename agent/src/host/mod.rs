@@ -517,9 +517,10 @@ impl HostLoop {
     /// Saves the count of cells held while this cell holds its quorum, when it changed.
     async fn save_cells_known(&mut self) {
         let cells = &self.host.node.cells;
-        // The count held now, not the floor: cells forgotten (down for an hour) stop counting
-        // once the rest hold a quorum without them.
-        let Some(known) = cells.quorum().filter(|q| q.holds()).map(|_| cells.held()) else {
+        // This round's quorum (the input built it); the count held now, not the floor: cells
+        // forgotten (down for an hour) stop counting once the rest hold a quorum without them.
+        let quorum = self.shell.input().membership.cells.as_ref();
+        let Some(known) = quorum.filter(|q| q.holds()).map(|_| cells.held()) else {
             return;
         };
         if self.cells_saved == Some(known) {

@@ -427,6 +427,17 @@ impl CellTable {
         h.finish()
     }
 
+    /// The cells held, this agent's own counted even before its envoys published it.
+    pub fn held(&self) -> usize {
+        self.cells.len() + usize::from(!self.cells.contains_key(&self.own))
+    }
+
+    /// Whether the table places in two levels: another cell is held, and this agent's own
+    /// (its envoys published it).
+    pub fn places_cells(&self) -> bool {
+        self.cells.len() >= 2 && self.cells.contains_key(&self.own)
+    }
+
     /// The other cells held up at `now_mono`, by name: what this agent publishes as its cell's
     /// `sees` when it is an envoy.
     pub fn up_cells(&self, now_mono: u64) -> Vec<String> {
@@ -444,7 +455,7 @@ impl CellTable {
     /// up. Incomplete: a cell up here holds up a cell this agent does not know. Newest down: how
     /// long ago the last cell to go down went down.
     pub fn quorum(&self, now_mono: u64, floor: usize) -> CellQuorum {
-        let held = self.cells.len() + usize::from(!self.cells.contains_key(&self.own));
+        let held = self.held();
         let mut with_us = 1;
         let mut incomplete = None;
         let mut newest_down_ms: Option<u64> = None;
