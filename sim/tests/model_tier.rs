@@ -130,3 +130,44 @@ fn an_exclusive_replica_waits_for_the_fencing_delay_and_never_runs_twice() {
         assert!(r.stops >= 1, "seed {seed}: {r:?}");
     }
 }
+
+#[test]
+fn a_lost_cell_runs_in_the_other_cells() {
+    let sc = shipped("cells-small");
+    for seed in 1..=3 {
+        let r = run(&sc, seed);
+        assert_eq!(r.unreplaced, 0, "seed {seed}: {r:?}");
+        assert_eq!(r.missing_at_end, 0, "seed {seed}: {r:?}");
+        // c2 held about a third of the 36 replicas (7 to 9 in these seeds): every one moved,
+        // forced, to c1 and c3, and ran there.
+        assert!(r.replacement.count >= 5, "seed {seed}: {r:?}");
+        assert!(
+            r.forced_moves >= r.replacement.count as u64,
+            "seed {seed}: {r:?}"
+        );
+        let p99 = r.replacement_p99_ms.expect("replacements measured");
+        // The other cells hold c2 down only after CELL_DOWN_MS of silence (8 s), then place its
+        // replicas at once; the target for a lost cell is 15 s.
+        assert!((8_000..=15_000).contains(&p99), "seed {seed}: p99 {p99} ms");
+        // Only c2's own hosts watched their cell's members (10 hosts): per observer, the host
+        // crash at 20 s and the cell's own deaths (seen by none, they died together).
+        assert!(r.detection.count <= 9, "seed {seed}: {r:?}");
+    }
+}
+
+#[test]
+fn exclusive_replicas_across_cells_are_refused_by_the_model_tier() {
+    let path = format!(
+        "{}/../scenarios/cells-exclusive.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shoal-sim"))
+        .arg("model")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("is exclusive in a mesh of"), "{err}");
+    assert!(err.contains("shoal-sim run"), "{err}");
+}

@@ -20,6 +20,20 @@ pub struct Delays {
     /// Time for a host's published observed state to reach the other hosts (gossip of
     /// `Reconciler::observed`), including the round that reads it.
     pub report_ms: u64,
+    /// In a mesh of cells: time for a spec change to reach every host (across cells through the
+    /// envoys' exchanges), spread uniformly up to this.
+    pub spec_cells_spread_ms: f64,
+    /// Time after a cell's last host died before an agent of another cell holds it down, plus a
+    /// spread up to `cell_spread_ms`: the cell table's `CELL_DOWN_MS` of silence counts from
+    /// the last fresh entry the agent heard, which the envoys' 1 s refresh and the exchanges
+    /// make 0.3 to 1.3 s old at the death (fitted to the real tier's replacement of a lost cell
+    /// at 1,000 hosts, docs/sim.md).
+    pub cell_down_ms: f64,
+    /// Spread of cell news across the agents of the other cells (envoy exchanges).
+    pub cell_spread_ms: f64,
+    /// Time after a copy in another cell became ready before that cell answers it serving (the
+    /// copies questions between cells).
+    pub cell_ask_ms: u64,
 }
 
 impl Default for Delays {
@@ -31,6 +45,10 @@ impl Default for Delays {
             join_ms: 2_100.0,
             spec_spread_ms: 700.0,
             report_ms: 500,
+            spec_cells_spread_ms: 3_000.0,
+            cell_down_ms: (shoal_core::cells::CELL_DOWN_MS - 1_300) as f64,
+            cell_spread_ms: 1_000.0,
+            cell_ask_ms: 1_500,
         }
     }
 }
@@ -48,8 +66,23 @@ impl Delays {
         (self.join_ms + rng.random::<f64>() * self.detect_spread_ms) as u64
     }
 
-    /// When one host holds a spec change, after it was applied.
-    pub fn spec(&self, rng: &mut impl rand::Rng) -> u64 {
-        (rng.random::<f64>() * self.spec_spread_ms) as u64
+    /// When one host holds a spec change, after it was applied (in a mesh of `cells` or not).
+    pub fn spec(&self, cells: bool, rng: &mut impl rand::Rng) -> u64 {
+        let spread = match cells {
+            true => self.spec_cells_spread_ms,
+            false => self.spec_spread_ms,
+        };
+        (rng.random::<f64>() * spread) as u64
+    }
+
+    /// When an agent of another cell holds a cell down, after its last host died.
+    pub fn cell_down(&self, rng: &mut impl rand::Rng) -> u64 {
+        (self.cell_down_ms + rng.random::<f64>() * self.cell_spread_ms) as u64
+    }
+
+    /// When an agent of another cell learns a cell's news (back up, a new summary) that its
+    /// envoys published after `published` ms.
+    pub fn cell_news(&self, published: u64, rng: &mut impl rand::Rng) -> u64 {
+        published + (rng.random::<f64>() * self.cell_spread_ms) as u64
     }
 }

@@ -1,7 +1,10 @@
 //! The scenario's faults in the model tier (crashes, restarts, crash flaps, instance profile
 //! changes) and what the delay model makes of them: every up host learns of a death after its
 //! detection delay and of a return after the join delay; the truth's placement diff counts the
-//! moves.
+//! moves. In a mesh of cells only the hosts of the same cell learn of a host; the others learn
+//! of cells: a cell whose last host died is held down after the cell-down delay, a cell back
+//! up after the join and an exchange, and a new generation of summaries when the envoys of a
+//! cell republish a moved ranked figure.
 
 use std::collections::BTreeSet;
 
@@ -45,8 +48,9 @@ impl Model<'_> {
                 ..
             } => {
                 let up = self.up_hosts();
-                for h in self.resolve(target, &up) {
-                    self.crash(now, h);
+                let hosts = self.resolve(target, &up);
+                self.crash(now, &hosts);
+                for h in hosts {
                     if let Some(after) = restart_after_ms {
                         self.push(now + after, Ev::Restart(h));
                     }
@@ -84,12 +88,25 @@ impl Model<'_> {
         }
     }
 
-    /// Host `h` dies with its instances; every up host will learn it after its detection delay.
-    pub fn crash(&mut self, now: u64, h: u32) {
-        if !self.hosts[h as usize].up {
-            return;
-        }
+    /// Hosts `hosts` die at once with their instances: every up host of their domain will learn
+    /// it after its detection delay; then the cells' envoys republish, once.
+    pub fn crash(&mut self, now: u64, hosts: &[u32]) {
         let old = self.truth_key();
+        let mut domain = 0;
+        for &h in hosts {
+            if self.hosts[h as usize].up {
+                self.crash_host(now, h);
+                domain = domain.max(self.domain_size(h));
+            }
+        }
+        if domain > 0 {
+            self.republish(now, domain);
+            self.membership_changed(old);
+        }
+    }
+
+    /// Host `h` (up) dies with its instances.
+    fn crash_host(&mut self, now: u64, h: u32) {
         let key = self.hosts[h as usize].key();
         self.views.leave(&key);
         let host = &mut self.hosts[h as usize];
@@ -110,11 +127,12 @@ impl Model<'_> {
                 .is_some_and(|e| e.spec.placement.exclusive);
             self.m.host_crashed_holding(r, now, ready, exclusive);
         }
-        let observers = self.up_hosts();
+        let observers = self.peers_of(h);
         self.m.crash_observed_by(h, now, observers.len());
         let incarnation = self.hosts[h as usize].incarnation;
+        let domain = self.domain_size(h);
         for o in observers {
-            let at = now + self.d.detection(self.sc.mesh.nodes, &mut self.rng);
+            let at = now + self.d.detection(domain, &mut self.rng);
             let ev = Ev::Learn {
                 observer: o,
                 subject: h,
@@ -123,7 +141,75 @@ impl Model<'_> {
             };
             self.push(at, ev);
         }
-        self.membership_changed(old);
+        if let Some(c) = self.views.cell_of(h) {
+            if self
+                .views
+                .members(c)
+                .iter()
+                .all(|m| !self.hosts[*m as usize].up)
+            {
+                self.cell_changed(now, c, true);
+            }
+        }
+    }
+
+    /// The up hosts that learn of host `h` directly: its cell's (every host's without cells).
+    fn peers_of(&self, h: u32) -> Vec<u32> {
+        let cell = self.views.cell_of(h);
+        self.up_hosts()
+            .into_iter()
+            .filter(|o| *o != h && self.views.cell_of(*o) == cell)
+            .collect()
+    }
+
+    /// The size of host `h`'s gossip domain: its cell, or the mesh.
+    fn domain_size(&self, h: u32) -> u32 {
+        match self.views.cell_of(h) {
+            Some(c) => self.views.members(c).len() as u32,
+            None => self.sc.mesh.nodes,
+        }
+    }
+
+    /// Cell `c` went down (its last host died) or came back: the up hosts of the other cells
+    /// learn it, after the cell-down delay or after the join and an exchange.
+    fn cell_changed(&mut self, now: u64, c: u32, down: bool) {
+        self.cell_changes[c as usize] += 1;
+        let change = self.cell_changes[c as usize];
+        for o in self.up_hosts() {
+            if self.views.cell_of(o) == Some(c) {
+                continue;
+            }
+            let at = match down {
+                true => now + self.d.cell_down(&mut self.rng),
+                false => self.d.cell_news(now + self.d.join_ms as u64, &mut self.rng),
+            };
+            let ev = Ev::LearnCell {
+                observer: o,
+                cell: c,
+                change,
+                down,
+            };
+            self.push(at, ev);
+        }
+    }
+
+    /// The envoys of the cells republish from the live members: a new generation of summaries
+    /// if a ranked figure moved, learned by every up host once the envoys saw the change
+    /// (a detection in a domain of `domain` hosts) and an exchange carried it.
+    fn republish(&mut self, now: u64, domain: u32) {
+        let down = self.down_hosts().into_iter().collect();
+        let Some(generation) = self.views.republish(&down) else {
+            return;
+        };
+        for o in self.up_hosts() {
+            let seen = now + self.d.detection(domain, &mut self.rng);
+            let at = self.d.cell_news(seen, &mut self.rng);
+            let ev = Ev::LearnSummaries {
+                observer: o,
+                generation,
+            };
+            self.push(at, ev);
+        }
     }
 
     /// Host `h` comes back as a new agent that knows the truth (it joins before its first round);
@@ -133,14 +219,25 @@ impl Model<'_> {
             return;
         }
         let old = self.truth_key();
-        let (down, epoch) = self.truth_key();
-        let down = down.into_iter().filter(|d| *d != h).collect();
+        let cell = self.views.cell_of(h);
+        let cell_was_down = cell.is_some_and(|c| old.down_cells.contains(&c));
+        let mut view = old.clone();
+        view.cell = cell;
+        // It joins its cell: it knows its cell's members, and the others through summaries.
+        view.dead
+            .retain(|d| *d != h && self.views.cell_of(*d) == cell);
+        view.down_cells.retain(|c| Some(*c) != cell);
         let config = crate::host::reconcile_config(&self.sc.host);
-        self.hosts[h as usize].restart(down, epoch, config);
+        self.hosts[h as usize].restart(view, now, config);
         self.views.enter(&self.hosts[h as usize].key());
         self.gossip.forget(h);
         let incarnation = self.hosts[h as usize].incarnation;
-        for o in self.up_hosts().into_iter().filter(|o| *o != h) {
+        if let (Some(c), true) = (cell, cell_was_down) {
+            self.cell_changed(now, c, false);
+        }
+        let domain = self.domain_size(h);
+        self.republish(now, domain);
+        for o in self.peers_of(h) {
             let at = now + self.d.join(&mut self.rng);
             let ev = Ev::Learn {
                 observer: o,
@@ -178,6 +275,40 @@ impl Model<'_> {
             let at = if alive { now + self.jitter() } else { now };
             self.request_round(observer, at);
         }
+    }
+
+    /// An agent of another cell learns that cell `c` went down or came back; news of an earlier
+    /// change is dropped.
+    pub fn learn_cell(&mut self, now: u64, observer: u32, c: u32, change: u32, down: bool) {
+        if !self.hosts[observer as usize].up || self.cell_changes[c as usize] != change {
+            return;
+        }
+        let old = self.hosts[observer as usize].key();
+        let host = &mut self.hosts[observer as usize];
+        let changed = match down {
+            true => host.down_cells.insert(c, now).is_none(),
+            false => host.down_cells.remove(&c).is_some(),
+        };
+        if changed {
+            self.views.leave(&old);
+            self.views.enter(&self.hosts[observer as usize].key());
+            let at = if down { now } else { now + self.jitter() };
+            self.request_round(observer, at);
+        }
+    }
+
+    /// A host receives a generation of the cells' summaries (never an older one than it holds).
+    pub fn learn_summaries(&mut self, now: u64, observer: u32, generation: usize) {
+        let host = &self.hosts[observer as usize];
+        if !host.up || generation <= host.summaries {
+            return;
+        }
+        let old = host.key();
+        self.hosts[observer as usize].summaries = generation;
+        self.views.leave(&old);
+        self.views.enter(&self.hosts[observer as usize].key());
+        let at = now + self.jitter();
+        self.request_round(observer, at);
     }
 
     /// A host receives a spec epoch (never an older one than it holds).

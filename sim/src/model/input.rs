@@ -14,6 +14,12 @@
 //!   Only counts in the reconciler's messages differ from a full view;
 //! - `instances`: the host's own runtime list; `specs`: its spec epoch; `capacity`: the mesh's.
 //!
+//! In a mesh of cells, as an agent of a cell sees it: `owners` and `peers` of its own cell only,
+//! `membership` over its cell (the majority is its cell's) with the cells' quorum from the cells
+//! its view holds down, and `moved_to_cells` for the instances it runs that the cell level moved
+//! to another cell, serving once a copy there has been ready for `cell_ask_ms` (the agents ask
+//! the other cell; the model reads the truth, delayed).
+//!
 //! What the restriction changes: a rolling update's budget (`Availability`) would count only the
 //! peers listed here; the model applies specs only as the scenario's initial applies, so no
 //! update runs.
@@ -21,18 +27,22 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use shoal_core::instance::{ReplicaId, RuntimeInstance};
-use shoal_core::reconcile::{Membership, ReconcileInput};
+use shoal_core::reconcile::{CellHandoff, CellQuorum, Membership, ReconcileInput};
 use shoal_core::Resources;
 
 use super::gossip::Gossip;
-use super::views::{Epoch, ViewPlacement};
+use super::views::{Epoch, ViewPlacement, Views};
 
 /// What the model knows of one host that its input needs.
 pub(super) struct HostState<'a> {
     /// Host index.
     pub index: u32,
+    /// Its cell (`None` without cells).
+    pub cell: Option<u32>,
     /// The hosts its view holds dead.
     pub dead: &'a BTreeSet<u32>,
+    /// The cells its view holds down, with when it learned each.
+    pub down_cells: &'a BTreeMap<u32, u64>,
     /// Its runtime's instances, by handle.
     pub runtime: &'a BTreeMap<String, RuntimeInstance>,
     /// Replicas its last observed state mentioned.
@@ -47,16 +57,23 @@ pub(super) struct Mesh<'a> {
     pub gossip: &'a Gossip,
     /// Every host's declared capacity.
     pub capacity: Resources,
+    /// The cells, and their members.
+    pub views: &'a Views,
+    /// The truth: alive copies of each replica, host to when it became ready.
+    pub copies: &'a BTreeMap<ReplicaId, BTreeMap<u32, u64>>,
+    /// How long after a copy in another cell became ready its cell answers it serving.
+    pub cell_ask_ms: u64,
 }
 
-/// Builds host `host`'s input at `now` from its view's placement and spec epoch.
+/// Builds host `host`'s input at `now` from its view's placement and spec epoch, with the time
+/// a handoff to another cell will show serving, if one is waiting for that.
 pub(super) fn build(
     host: &HostState<'_>,
     view: &ViewPlacement,
     epoch: &Epoch,
     mesh: &Mesh<'_>,
     now: u64,
-) -> ReconcileInput {
+) -> (ReconcileInput, Option<u64>) {
     let h = host.index;
     let mut replicas: BTreeSet<&ReplicaId> = BTreeSet::new();
     replicas.extend(view.by_host.get(&h).into_iter().flatten());
@@ -72,6 +89,8 @@ pub(super) fn build(
         concerned.extend(mesh.gossip.reporters(r));
     }
     concerned.remove(&h);
+    // An agent sees the members of its own cell only.
+    concerned.retain(|p| mesh.views.cell_of(*p) == host.cell);
     let mut live = BTreeSet::from([mesh.names[h as usize].clone()]);
     let mut peers = BTreeMap::new();
     for p in concerned {
@@ -88,16 +107,30 @@ pub(super) fn build(
         .iter()
         .map(|d| mesh.names[*d as usize].clone())
         .collect();
-    let members_known = members_known(mesh.names.len(), host.dead.len(), live.len());
+    let cell_size = match host.cell {
+        Some(c) => mesh.views.members(c).len(),
+        None => mesh.names.len(),
+    };
+    let members_known = members_known(cell_size, host.dead.len(), live.len());
+    let cells = host.cell.map(|_| {
+        let known = mesh.views.cell_count() as usize;
+        CellQuorum {
+            known,
+            with_us: known - host.down_cells.len(),
+            incomplete: None,
+            newest_down_ms: host.down_cells.values().max().map(|t| now - t),
+        }
+    });
+    let (moved_to_cells, wake) = moved_to_cells(host, view, mesh, &owners, now);
     // The model's gossip is symmetric: every live peer in this host's view hears it.
     let heard_at = live.iter().map(|n| (n.clone(), now)).collect();
-    ReconcileInput {
+    let input = ReconcileInput {
         specs: epoch.entries.clone(),
         owners,
         instances: host.runtime.values().cloned().collect(),
         runtime_unavailable: None,
         exclusive_guard_unavailable: None,
-        moved_to_cells: BTreeMap::new(),
+        moved_to_cells,
         cell_copies: BTreeMap::new(),
         supports_containers: true,
         supports_processes: true,
@@ -108,14 +141,59 @@ pub(super) fn build(
             unreachable: BTreeSet::new(),
             members_known,
             heard_at,
-            cells: None,
+            cells,
         },
         draining: false,
         capacity: Some(mesh.capacity),
         view_suspect: None,
         // The model's time stands in for every host's wall clock.
         fence_token_floor: now,
+    };
+    (input, wake)
+}
+
+/// The instances host `host` runs whose replica the cell level of its view placed in another
+/// cell, each serving there once a copy in that cell has been ready `cell_ask_ms`; and when the
+/// next of those not serving yet will be.
+fn moved_to_cells(
+    host: &HostState<'_>,
+    view: &ViewPlacement,
+    mesh: &Mesh<'_>,
+    owners: &BTreeMap<ReplicaId, String>,
+    now: u64,
+) -> (BTreeMap<ReplicaId, CellHandoff>, Option<u64>) {
+    let mut moved = BTreeMap::new();
+    let mut wake: Option<u64> = None;
+    let Some(level) = &view.level else {
+        return (moved, wake);
+    };
+    for i in host.runtime.values().filter(|i| i.phase.may_be_alive()) {
+        let r = &i.replica;
+        if owners.contains_key(r) || moved.contains_key(r) {
+            continue;
+        }
+        let Some(cell) = level.assigned.get(r) else {
+            continue;
+        };
+        let ready = mesh
+            .copies
+            .get(r)
+            .into_iter()
+            .flatten()
+            .filter(|(h, _)| mesh.views.cell_of(**h).map(|c| mesh.views.cell_name(c)) == Some(cell))
+            .map(|(_, at)| at + mesh.cell_ask_ms)
+            .min();
+        let serving = ready.is_some_and(|at| at <= now);
+        if let Some(at) = ready.filter(|at| *at > now) {
+            wake = Some(wake.map_or(at, |w| w.min(at)));
+        }
+        let handoff = CellHandoff {
+            cell: cell.clone(),
+            serving,
+        };
+        moved.insert(r.clone(), handoff);
     }
+    (moved, wake)
 }
 
 /// `members_known` for a membership listing `listed` live hosts (this one included) of a mesh of

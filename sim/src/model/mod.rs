@@ -108,14 +108,18 @@ pub struct ModelReport {
 pub fn main(args: ModelArgs) -> anyhow::Result<i32> {
     let text = std::fs::read_to_string(&args.scenario)?;
     let mut sc = crate::scenario::parse_scenario(&text, &args.scenario.display().to_string())?;
-    if sc.mesh.cells > 0 {
-        anyhow::bail!(
-            "{}: [mesh] cells = {}: the model tier does not model cells (its gossip is one \
-             domain); run it in the real-code tier: shoal-sim run {}",
-            args.scenario.display(),
-            sc.mesh.cells,
-            args.scenario.display()
-        );
+    if let Some(w) = sc.workloads.iter().find(|w| w.spec.placement.exclusive) {
+        if sc.mesh.cells > 0 {
+            anyhow::bail!(
+                "{}: workload {} is exclusive in a mesh of {} cells: the model tier does not \
+                 model the copies questions between cells that exclusive replicas wait for; run \
+                 it in the real-code tier: shoal-sim run {}",
+                args.scenario.display(),
+                w.spec.name,
+                sc.mesh.cells,
+                args.scenario.display()
+            );
+        }
     }
     if let Some(n) = args.nodes {
         sc.mesh.nodes = n;

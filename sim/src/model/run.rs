@@ -38,6 +38,19 @@ pub(super) enum Ev {
         observer: u32,
         epoch: usize,
     },
+    /// A host (of another cell) learns that `cell` went down or came back; news of an earlier
+    /// change of the cell (`change`) is dropped.
+    LearnCell {
+        observer: u32,
+        cell: u32,
+        change: u32,
+        down: bool,
+    },
+    /// A host receives the generation `generation` of the cells' summaries.
+    LearnSummaries {
+        observer: u32,
+        generation: usize,
+    },
     Apply(Vec<WorkloadSpec>),
     /// A host's reconcile round.
     Round {
@@ -107,6 +120,8 @@ pub(super) struct Model<'a> {
     pub copies: BTreeMap<ReplicaId, BTreeMap<u32, u64>>,
     pub profiles: BTreeMap<String, InstanceProfile>,
     pub capacity: Resources,
+    /// Per cell: how many times it went down or came back (to drop stale news).
+    pub cell_changes: Vec<u32>,
     pub m: Metrics,
 }
 
@@ -125,12 +140,34 @@ impl Model<'_> {
             .collect()
     }
 
-    /// The truth: the hosts down now and the newest spec epoch.
-    pub fn truth_key(&self) -> ViewKey {
-        let down = (0..self.hosts.len() as u32)
+    /// The hosts down now.
+    pub fn down_hosts(&self) -> Vec<u32> {
+        (0..self.hosts.len() as u32)
             .filter(|h| !self.hosts[*h as usize].up)
-            .collect();
-        (down, self.views.latest())
+            .collect()
+    }
+
+    /// The cells with no host up now.
+    pub fn down_cells(&self) -> Vec<u32> {
+        (0..self.views.cell_count())
+            .filter(|c| {
+                self.views
+                    .members(*c)
+                    .iter()
+                    .all(|h| !self.hosts[*h as usize].up)
+            })
+            .collect()
+    }
+
+    /// The truth: every host down now, every cell down now, the newest summaries and spec epoch.
+    pub fn truth_key(&self) -> ViewKey {
+        ViewKey {
+            cell: None,
+            dead: self.down_hosts(),
+            down_cells: self.down_cells(),
+            summaries: self.views.latest_summaries(),
+            epoch: self.views.latest(),
+        }
     }
 
     /// Up to a random round interval (a join or spec change waits for the agent's next round).
@@ -143,7 +180,7 @@ impl Model<'_> {
         self.m.events += 1;
         match ev {
             Ev::Fault(i) => self.fault(now, i),
-            Ev::Crash(h) => self.crash(now, h),
+            Ev::Crash(h) => self.crash(now, &[h]),
             Ev::Restart(h) => self.restart(now, h),
             Ev::Learn {
                 observer,
@@ -152,10 +189,21 @@ impl Model<'_> {
                 alive,
             } => self.learn(now, observer, subject, incarnation, alive),
             Ev::LearnSpecs { observer, epoch } => self.learn_specs(now, observer, epoch),
+            Ev::LearnCell {
+                observer,
+                cell,
+                change,
+                down,
+            } => self.learn_cell(now, observer, cell, change, down),
+            Ev::LearnSummaries {
+                observer,
+                generation,
+            } => self.learn_summaries(now, observer, generation),
             Ev::Apply(specs) => {
                 let epoch = self.views.push_epoch(specs);
+                let cells = self.views.cell_count() > 0;
                 for o in 0..self.hosts.len() as u32 {
-                    let at = now + self.d.spec(&mut self.rng);
+                    let at = now + self.d.spec(cells, &mut self.rng);
                     self.push(at, Ev::LearnSpecs { observer: o, epoch });
                 }
             }
@@ -214,10 +262,11 @@ pub fn simulate(sc: &Scenario, seed: u64, d: &Delays) -> ModelReport {
         })
         .collect();
     let config = crate::host::reconcile_config(&sc.host);
+    let views = Views::new(nodes, sc.mesh.cells);
     let hosts = names
         .iter()
         .enumerate()
-        .map(|(i, name)| Host::new(i as u32, name, config.clone()))
+        .map(|(i, name)| Host::new(i as u32, name, views.cell_of(i as u32), config.clone()))
         .collect();
     let mut m = Model {
         sc,
@@ -227,7 +276,8 @@ pub fn simulate(sc: &Scenario, seed: u64, d: &Delays) -> ModelReport {
         seq: 0,
         hosts,
         names,
-        views: Views::new(nodes),
+        cell_changes: vec![0; views.cell_count() as usize],
+        views,
         gossip: Gossip::new(n as usize),
         copies: BTreeMap::new(),
         profiles: sc

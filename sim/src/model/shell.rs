@@ -31,8 +31,14 @@ pub(super) struct Host {
     pub up: bool,
     /// Bumped at every restart; events of an earlier incarnation are dropped.
     pub incarnation: u32,
-    /// The hosts its view holds dead.
+    /// Its cell (`None` without cells).
+    pub cell: Option<u32>,
+    /// The hosts its view holds dead (of its own cell only, in a mesh of cells).
     pub dead: BTreeSet<u32>,
+    /// The cells its view holds down, with when it learned each.
+    pub down_cells: BTreeMap<u32, u64>,
+    /// The generation of cell summaries it holds.
+    pub summaries: usize,
     /// The spec epoch it holds.
     pub epoch: usize,
     rec: Reconciler,
@@ -46,14 +52,17 @@ pub(super) struct Host {
 }
 
 impl Host {
-    /// A fresh host, up, knowing nothing.
-    pub fn new(index: u32, name: &str, config: ReconcileConfig) -> Host {
+    /// A fresh host of `cell`, up, knowing nothing.
+    pub fn new(index: u32, name: &str, cell: Option<u32>, config: ReconcileConfig) -> Host {
         Host {
             index,
             name: name.to_string(),
             up: true,
             incarnation: 0,
+            cell,
             dead: BTreeSet::new(),
+            down_cells: BTreeMap::new(),
+            summaries: 0,
             epoch: 0,
             rec: Reconciler::new(name, config),
             runtime: BTreeMap::new(),
@@ -64,20 +73,29 @@ impl Host {
     }
 
     /// The host comes back after a crash: a new agent (a fresh reconciler), an empty runtime
-    /// (its instances died with it), and the view it joins with.
-    pub fn restart(&mut self, dead: BTreeSet<u32>, epoch: usize, config: ReconcileConfig) {
+    /// (its instances died with it), and the view it joins with (`view`'s dead hosts, down
+    /// cells, summaries and epoch) at `now`.
+    pub fn restart(&mut self, view: ViewKey, now: u64, config: ReconcileConfig) {
         *self = Host {
             incarnation: self.incarnation + 1,
-            dead,
-            epoch,
+            dead: view.dead.into_iter().collect(),
+            down_cells: view.down_cells.into_iter().map(|c| (c, now)).collect(),
+            summaries: view.summaries,
+            epoch: view.epoch,
             handles_issued: self.handles_issued,
-            ..Host::new(self.index, &self.name, config)
+            ..Host::new(self.index, &self.name, self.cell, config)
         };
     }
 
     /// Its view.
     pub fn key(&self) -> ViewKey {
-        (self.dead.iter().copied().collect(), self.epoch)
+        ViewKey {
+            cell: self.cell,
+            dead: self.dead.iter().copied().collect(),
+            down_cells: self.down_cells.keys().copied().collect(),
+            summaries: self.summaries,
+            epoch: self.epoch,
+        }
     }
 }
 
@@ -116,7 +134,9 @@ impl Model<'_> {
         let host = &self.hosts[h as usize];
         let state = HostState {
             index: h,
+            cell: host.cell,
             dead: &host.dead,
+            down_cells: &host.down_cells,
             runtime: &host.runtime,
             claims: &host.claims,
         };
@@ -124,8 +144,12 @@ impl Model<'_> {
             names: &self.names,
             gossip: &self.gossip,
             capacity: self.capacity,
+            views: &self.views,
+            copies: &self.copies,
+            cell_ask_ms: self.d.cell_ask_ms,
         };
-        let input = input::build(&state, &view, &self.views.epochs[host.epoch], &mesh, now);
+        let epoch = &self.views.epochs[host.epoch];
+        let (input, handoff_wake) = input::build(&state, &view, epoch, &mesh, now);
         let actions = self.hosts[h as usize].rec.handle_tick(&input, now);
         for action in actions {
             self.execute(now, h, action);
@@ -165,6 +189,9 @@ impl Model<'_> {
             } else {
                 now + interval
             };
+            self.request_round(h, at);
+        }
+        if let Some(at) = handoff_wake {
             self.request_round(h, at);
         }
     }

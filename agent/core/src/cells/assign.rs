@@ -1,8 +1,9 @@
 //! The cell level: which cell each replica goes to, from the cells' summaries and the specs.
 //!
-//! 1. **Ranking.** Replica `i` of workload `w` ranks the cells by weighted rendezvous, as the node
-//!    level ranks nodes: key `-ln(u) / c` with u from `pair_hash(w, cell) + replica_offset(w, i)`
-//!    and c the copies of the request that the cell's eligible capacity holds ([`offer`]: its
+//! 1. **Ranking.** Replica `i` of workload `w` ranks the cells by weighted rendezvous: key
+//!    `-ln(u) / c` with u from `replica_pair(pair_hash(w, cell), replica_offset(w, i))`, a hash
+//!    of its own for every (replica, cell), so that replicas spread over the cells in proportion
+//!    to their weights (`replica_pair` says why the node level's sum is not enough here), and c the copies of the request that the cell's eligible capacity holds ([`offer`]: its
 //!    ranked capacity, or for constraints the capacity of the members that could satisfy them).
 //!    Ranked capacities change only when the envoys republish them (more than 1/16 off), never
 //!    with free capacity, so agents with summaries a version apart rank alike.
@@ -40,7 +41,8 @@ use super::model::{Cell, CellInputError, CellPlacement, CellUnschedulable};
 use super::offer::{eligible_capacity, zone_allowed, zone_eligible};
 use crate::constraint::Constraint;
 use crate::placement::hash::{
-    certainly_above, key, pair_hash, replica_offset, unit, workload_hash, zone_hash, RequestScale,
+    certainly_above, key, pair_hash, replica_offset, replica_pair, unit, workload_hash, zone_hash,
+    RequestScale,
 };
 use crate::placement::model::{check_workload, InputError, ReplicaId, Spread, Workload};
 use crate::resources::Resources;
@@ -234,7 +236,10 @@ fn best(
         if !ok(c) {
             continue;
         }
-        let u = unit(pair_hash(workload_hash, hashes[c.cell as usize]).wrapping_add(offset));
+        let u = unit(replica_pair(
+            pair_hash(workload_hash, hashes[c.cell as usize]),
+            offset,
+        ));
         if best.is_some_and(|(k, _)| certainly_above(u, c.weight, k)) {
             continue;
         }
