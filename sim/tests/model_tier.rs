@@ -140,15 +140,18 @@ fn a_lost_cell_runs_in_the_other_cells() {
         assert_eq!(r.missing_at_end, 0, "seed {seed}: {r:?}");
         // c2 held about a third of the 36 replicas (7 to 9 in these seeds): every one moved,
         // forced, to c1 and c3, and ran there.
-        assert!(r.replacement.count >= 5, "seed {seed}: {r:?}");
-        assert!(
-            r.forced_moves >= r.replacement.count as u64,
-            "seed {seed}: {r:?}"
-        );
-        let p99 = r.replacement_p99_ms.expect("replacements measured");
-        // The other cells hold c2 down only after CELL_DOWN_MS of silence (8 s), then place its
-        // replicas at once; the target for a lost cell is 15 s.
-        assert!((8_000..=15_000).contains(&p99), "seed {seed}: p99 {p99} ms");
+        let lost = &r.replacement_cell_lost;
+        assert!(lost.count >= 5, "seed {seed}: {r:?}");
+        assert!(r.forced_moves >= lost.count as u64, "seed {seed}: {r:?}");
+        // The other cells hold c2 down only after CELL_DOWN_MS of silence counted from their
+        // last fresh entry (8 s, less the entry's age), then place its replicas at once; the
+        // issue's target for a lost cell is 15 s.
+        let p99 = lost.p99_ms.expect("replacements measured");
+        assert!((6_500..=15_000).contains(&p99), "seed {seed}: p99 {p99} ms");
+        // A host crash inside a cell that survives is replaced as in a mesh of one cell.
+        if let Some(p99) = r.replacement_host.p99_ms {
+            assert!(p99 <= 3_000, "seed {seed}: {r:?}");
+        }
         // Only c2's own hosts watched their cell's members (10 hosts): per observer, the host
         // crash at 20 s and the cell's own deaths (seen by none, they died together).
         assert!(r.detection.count <= 9, "seed {seed}: {r:?}");

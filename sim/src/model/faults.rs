@@ -93,9 +93,21 @@ impl Model<'_> {
     pub fn crash(&mut self, now: u64, hosts: &[u32]) {
         let old = self.truth_key();
         let mut domain = 0;
+        let batch: BTreeSet<u32> = hosts.iter().copied().collect();
+        let lost = |c: u32| {
+            self.views
+                .members(c)
+                .iter()
+                .all(|m| !self.hosts[*m as usize].up || batch.contains(m))
+        };
+        let lost_cells: BTreeSet<u32> = (0..self.views.cell_count()).filter(|c| lost(*c)).collect();
         for &h in hosts {
             if self.hosts[h as usize].up {
-                self.crash_host(now, h);
+                let cell_lost = self
+                    .views
+                    .cell_of(h)
+                    .is_some_and(|c| lost_cells.contains(&c));
+                self.crash_host(now, h, cell_lost);
                 domain = domain.max(self.domain_size(h));
             }
         }
@@ -105,8 +117,8 @@ impl Model<'_> {
         }
     }
 
-    /// Host `h` (up) dies with its instances.
-    fn crash_host(&mut self, now: u64, h: u32) {
+    /// Host `h` (up) dies with its instances (and with it its whole cell when `cell_lost`).
+    fn crash_host(&mut self, now: u64, h: u32, cell_lost: bool) {
         let key = self.hosts[h as usize].key();
         self.views.leave(&key);
         let host = &mut self.hosts[h as usize];
@@ -125,7 +137,8 @@ impl Model<'_> {
                 .entries
                 .get(&r.workload)
                 .is_some_and(|e| e.spec.placement.exclusive);
-            self.m.host_crashed_holding(r, now, ready, exclusive);
+            self.m
+                .host_crashed_holding(r, now, ready, exclusive, cell_lost);
         }
         let observers = self.peers_of(h);
         self.m.crash_observed_by(h, now, observers.len());

@@ -14,6 +14,8 @@ struct Pending {
     replica: ReplicaId,
     crash_ms: u64,
     exclusive: bool,
+    /// The crash took the host's whole cell.
+    cell_lost: bool,
 }
 
 /// Counters and samples of one run.
@@ -23,6 +25,9 @@ pub(super) struct Metrics {
     detection_all: Vec<u64>,
     replacement: Vec<u64>,
     replacement_exclusive: Vec<u64>,
+    /// Of both, the replicas of hosts whose cell survived, and of cells lost whole.
+    replacement_host: Vec<u64>,
+    replacement_cell: Vec<u64>,
     pending: Vec<Pending>,
     /// Per crashed host: crash time and observers that have not detected it yet.
     crashes: BTreeMap<u32, (u64, usize)>,
@@ -40,18 +45,21 @@ pub(super) struct Metrics {
 
 impl Metrics {
     /// A crashed host held an alive copy of `replica`; `ready` is when the earliest other alive
-    /// copy became ready, if one runs (its replacement then took no time).
+    /// copy became ready, if one runs (its replacement then took no time); `cell_lost` when the
+    /// crash took the host's whole cell.
     pub fn host_crashed_holding(
         &mut self,
         replica: ReplicaId,
         now: u64,
         ready: Option<u64>,
         exclusive: bool,
+        cell_lost: bool,
     ) {
         let p = Pending {
             replica,
             crash_ms: now,
             exclusive,
+            cell_lost,
         };
         match ready {
             Some(t) => self.replaced(&p, t),
@@ -64,6 +72,10 @@ impl Metrics {
         match p.exclusive {
             true => self.replacement_exclusive.push(ms),
             false => self.replacement.push(ms),
+        }
+        match p.cell_lost {
+            true => self.replacement_cell.push(ms),
+            false => self.replacement_host.push(ms),
         }
     }
 
@@ -136,6 +148,8 @@ impl Metrics {
             replacement: Dist::of(&all),
             replacement_p99_ms: Dist::of(&all).p99_ms,
             replacement_exclusive: Dist::of(&self.replacement_exclusive),
+            replacement_host: Dist::of(&self.replacement_host),
+            replacement_cell_lost: Dist::of(&self.replacement_cell),
             unreplaced: self.pending.iter().filter(|p| desired(&p.replica)).count() as u64,
             membership_changes: self.changes,
             moves: self.moves,

@@ -11,6 +11,12 @@
 //! its round (`gossip.rs`). Each host's reconciler input is restricted to the replicas that
 //! concern it (`input.rs`), so a round costs what the host's slice costs.
 //!
+//! A mesh of cells (`[mesh] cells`) is modelled as agents see it: two-level placement per view
+//! (`views.rs`), deaths learned inside the cell only, other cells through news of cells held
+//! down (`Delays::cell_down`), back up and republished summaries, and instances handed off to
+//! another cell once a copy there serves (`input.rs`). Exclusive workloads in a mesh of cells
+//! are refused (the copies questions between cells are not modelled).
+//!
 //! Modelled events: crashes, restarts, crash flaps and instance profile changes; the others
 //! (partitions, pauses, links, clocks, spec changes after the scenario's initial applies, drains)
 //! are listed as ignored. Probes always pass.
@@ -73,6 +79,10 @@ pub struct ModelReport {
     pub replacement_p99_ms: Option<u64>,
     /// The same for exclusive replicas only (they wait for the fencing delay).
     pub replacement_exclusive: Dist,
+    /// Of all replacements, those of hosts whose cell (or mesh) survived the crash.
+    pub replacement_host: Dist,
+    /// Of all replacements, those of cells lost whole (to other cells).
+    pub replacement_cell_lost: Dist,
     /// Replicas of crashed hosts still desired and without a copy at the end.
     pub unreplaced: u64,
     /// Membership changes.
@@ -135,6 +145,7 @@ pub fn main(args: ModelArgs) -> anyhow::Result<i32> {
     let summary = format!(
         "model {} seed {seed}: {} hosts, {} replicas, {:.0} sim s in {:.2} wall s\n  \
          detection (per observer): {}\n  detection (all observers): {}\n  replacement: {}\n  \
+         replacement after a host crash: {}\n  replacement of a lost cell: {}\n  \
          moves {} ({} forced) over {} membership changes; starts {}, stops {}\n  \
          exclusive duplicates {}, unreplaced {}, missing at the end {}; {} rounds\n  \
          converged after the last fault: {}; ignored events: {}\n",
@@ -146,6 +157,8 @@ pub fn main(args: ModelArgs) -> anyhow::Result<i32> {
         report.detection.show(),
         report.detection_all.show(),
         report.replacement.show(),
+        report.replacement_host.show(),
+        report.replacement_cell_lost.show(),
         report.moves,
         report.forced_moves,
         report.membership_changes,
