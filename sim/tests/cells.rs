@@ -139,17 +139,3 @@ fn cells_are_checked_with_their_location() {
         "{err}"
     );
 }
-
-#[test]
-fn the_model_tier_refuses_cells_rather_than_running_them_as_one() {
-    let out = sim()
-        .args(["model", &scenario("cells-small")])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("cells = 3: the model tier does not model cells"),
-        "{err}"
-    );
-}

@@ -251,6 +251,7 @@ impl CellExchange {
             }
         };
         node.cells.merge(entries, (node.clock)(), &peer.name);
+        node.cells.table_pulled();
         if !envoy {
             return Some(cell);
         }

@@ -146,6 +146,10 @@ pub struct CellState {
     known_floor: std::sync::atomic::AtomicUsize,
     /// Gossip addresses of agents that asked this agent's directory lately, by cell, with when.
     askers: Mutex<std::collections::BTreeMap<String, Vec<(SocketAddr, u64)>>>,
+    /// A new agent of a named cell that joined through seeds and has not had an answer to a
+    /// cell exchange yet: it cannot tell a mesh of one cell from one whose other cells it has
+    /// not heard of, so its view of the cells is incomplete until then.
+    awaiting_table: std::sync::atomic::AtomicBool,
 }
 
 impl CellState {
@@ -160,7 +164,22 @@ impl CellState {
             handoffs: handoff::Handoffs::default(),
             known_floor: std::sync::atomic::AtomicUsize::new(0),
             askers: Mutex::default(),
+            awaiting_table: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// This agent joins through seeds: in a named cell, its view of the cells is incomplete
+    /// until a cell exchange is answered ([`CellState::table_pulled`]).
+    pub fn joins_through_seeds(&self) {
+        let named = self.own != DEFAULT_CELL;
+        self.awaiting_table
+            .store(named, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A cell exchange was answered: this agent holds the cells' table as another agent does.
+    pub fn table_pulled(&self) {
+        self.awaiting_table
+            .store(false, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Adds a seed's API address (learned from its directory), at most 16 kept.
@@ -255,7 +274,26 @@ impl CellState {
     /// This agent's cell's quorum of cells (`None` outside a mesh of cells). Given cell seeds
     /// but knowing no other cell yet, it counts at least two cells known: no quorum until it
     /// learns them.
+    ///
+    /// A new agent of a named cell that has not had a cell exchange answered yet has no quorum
+    /// (its view is incomplete): it may be in a mesh of cells it has not heard of, where a
+    /// single-cell rule could start an exclusive replica that another cell runs.
     pub fn quorum(&self) -> Option<shoal_core::reconcile::CellQuorum> {
+        if self
+            .awaiting_table
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            let why = format!(
+                "this agent of cell {} has not pulled the cells' table from another agent yet",
+                self.own
+            );
+            return Some(shoal_core::reconcile::CellQuorum {
+                known: self.held().max(2),
+                with_us: 1,
+                incomplete: Some(why),
+                newest_down_ms: None,
+            });
+        }
         if !self.is_mesh_of_cells() {
             return None;
         }
@@ -371,5 +409,40 @@ impl CellState {
             tracing::warn!(%from, %cell, ?why, "cell entry refused");
         }
         outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_agent_of_a_named_cell_has_no_quorum_until_it_pulls_the_table() {
+        let cells = CellState::new("c2");
+        assert_eq!(
+            cells.quorum(),
+            None,
+            "the first agent of a mesh: nothing to pull"
+        );
+        cells.joins_through_seeds();
+        let q = cells
+            .quorum()
+            .expect("a quorum that says why it does not hold");
+        assert!(!q.holds(), "{q:?}");
+        assert!(
+            q.why_not()
+                .is_some_and(|w| w.contains("has not pulled the cells' table")),
+            "{q:?}"
+        );
+        cells.table_pulled();
+        // Its exchange answered with no other cell: a mesh of one (named) cell, as before.
+        assert_eq!(cells.quorum(), None);
+    }
+
+    #[test]
+    fn an_agent_of_the_default_cell_joining_through_seeds_keeps_the_single_cell_rules() {
+        let cells = CellState::new(DEFAULT_CELL);
+        cells.joins_through_seeds();
+        assert_eq!(cells.quorum(), None);
     }
 }

@@ -155,6 +155,9 @@ pub async fn start_node(
         MeshNode::new(setup.name.clone(), store, gossip, rpc_client, clock).in_cell(&setup.cell),
     );
     node.cells.set_seeds(setup.cell_seeds.clone());
+    if !seeds.is_empty() {
+        node.cells.joins_through_seeds();
+    }
     node.stale
         .store(stale, std::sync::atomic::Ordering::Relaxed);
     node.inline_store
