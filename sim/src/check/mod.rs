@@ -166,6 +166,9 @@ pub struct Checker {
     /// The spec behind each (workload, version) the simulator learned of: a copy made from an
     /// older version whose process and resources the newer one keeps is current (a scale).
     pub(crate) made_from: BTreeMap<(String, String), WorkloadSpec>,
+    /// Every spec the simulator sent for each workload: a version the checker never heard of
+    /// (its answer lost, or an error that did not name it) was made from one of them.
+    pub(crate) sent_specs: BTreeMap<String, Vec<WorkloadSpec>>,
     pub(crate) episodes: Vec<Episode>,
     pub(crate) acks: Vec<Ack>,
     pub(crate) latest: BTreeMap<String, (Option<String>, Option<WorkloadSpec>)>,
@@ -227,6 +230,14 @@ impl Checker {
                 .insert((workload.to_string(), v.clone()), s.clone());
         }
         self.latest.insert(workload.into(), (version, spec));
+    }
+
+    /// The simulator sends `spec` to an agent (an apply, scale or update).
+    pub fn spec_sent(&mut self, spec: &WorkloadSpec) {
+        let sent = self.sent_specs.entry(spec.name.clone()).or_default();
+        if !sent.contains(spec) {
+            sent.push(spec.clone());
+        }
     }
 
     /// A write the agent stored but did not acknowledge (it may still spread): copies made

@@ -269,13 +269,59 @@ impl Checker {
         if acked == version {
             return true;
         }
-        let made = self
-            .made_from
-            .get(&(r.workload.clone(), version.to_string()));
-        made.is_some_and(|old| {
+        let keeps = |old: &WorkloadSpec| {
             old.run == spec.run
                 && old.resources == spec.resources
                 && (old.settings == spec.settings || spec.reload.is_some())
-        })
+        };
+        match self
+            .made_from
+            .get(&(r.workload.clone(), version.to_string()))
+        {
+            Some(old) => keeps(old),
+            // A version whose answer never reached the simulator (lost, or an error that did not
+            // name it) was made from a spec the simulator sent: current if every such spec is.
+            None => self
+                .sent_specs
+                .get(&r.workload)
+                .is_some_and(|sent| sent.iter().all(keeps)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::check::Checker;
+    use shoal_core::instance::ReplicaId;
+    use shoal_core::spec::WorkloadSpec;
+
+    fn spec(command: &str) -> WorkloadSpec {
+        let text = format!(
+            "name = \"api\"\nreplicas = 2\n[process]\ncommand = [\"{command}\"]\n\
+             [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n"
+        );
+        WorkloadSpec::from_toml_str(&text, "test.toml").unwrap()
+    }
+
+    #[test]
+    fn a_version_the_simulator_never_heard_of_is_judged_by_the_specs_it_sent() {
+        let r = ReplicaId::new("api", 0);
+        let mut c = Checker::default();
+        // Sent twice with the same content; the first answer was lost (its version unknown),
+        // the second acknowledged.
+        c.spec_sent(&spec("api"));
+        c.spec_sent(&spec("api"));
+        c.acknowledged(2_000, "api", Some("v2".into()), Some(spec("api")));
+        assert!(c.current(&r, "v2"));
+        assert!(
+            c.current(&r, "v1"),
+            "made from the same spec, whichever write it was"
+        );
+        // Once another spec was sent, an unknown version may be made from either: not current.
+        c.spec_sent(&spec("api-2"));
+        c.acknowledged(3_000, "api", Some("v3".into()), Some(spec("api-2")));
+        assert!(!c.current(&r, "v1"));
+        assert!(!c.current(&r, "v2"), "v2 is known, and its command changed");
+        assert!(c.current(&r, "v3"));
     }
 }

@@ -463,6 +463,7 @@ impl World {
         ));
         self.specs.insert(name.clone(), spec.clone());
         self.sent.insert(name.clone());
+        self.checker.spec_sent(&spec);
         let req = Request::Apply {
             specs: vec![spec.clone()],
         };
