@@ -5,7 +5,7 @@
 
 mod support;
 
-use support::{scenario, sim};
+use support::sim;
 
 /// Runs scenario `name` with seed 1, its files written to `dir`; returns the JSON report.
 fn run(name: &str, dir: &std::path::Path) -> serde_json::Value {
