@@ -157,9 +157,9 @@ async fn lifecycle_limits_labels_and_exit_events() {
         "",
     );
     let p = rt.start(request(&polite, 0, node)).await.unwrap();
-    let t0 = Instant::now();
     rt.stop(&p.handle, Duration::from_secs(10)).await.unwrap();
-    assert!(t0.elapsed() < Duration::from_secs(5));
+    // Exit code 3 is the trap's: the polite signal stopped it (a kill after the grace would be
+    // 137). No bound on the time: the engine took over 5 s under load in CI once.
     assert_eq!(exit_of(&mut events, &p.handle, EVENT_WAIT).await, Some(3));
 
     assert!(matches!(rt.remove(&inst.handle).await, Ok(())));
