@@ -6,7 +6,8 @@
 //! agents sharing one engine never see each other's. It inspects only the containers whose change
 //! it has not already heard of on the event stream (`docker/observed.rs`): inspecting one that
 //! just died waits for the engine's cleanup. The engine's restart policy is `no`: the agent
-//! restarts, with its own backoff. CPU and memory are enforced as `nano_cpus` and `memory`.
+//! restarts, with its own backoff, and each replica keeps a created standby container for that
+//! restart (`docker/standby.rs`). CPU and memory are enforced as `nano_cpus` and `memory`.
 //!
 //! The engine may vanish at any time: calls then fail with [`RuntimeError::EngineUnavailable`]
 //! (the caller retries with backoff), the event task reports it once and reconnects, and after
@@ -40,6 +41,7 @@ mod events;
 mod exec;
 mod image;
 mod observed;
+mod standby;
 
 use body::{engine_error, instance_from_inspect};
 pub(crate) use body::{node_filters, replica_of, status_of};
@@ -48,6 +50,7 @@ pub(crate) use client::Client;
 pub use client::DockerConfig;
 pub use image::{ensure_busybox_image, BUSYBOX_APPLETS, BUSYBOX_PATHS};
 use observed::Observed;
+pub use standby::LABEL_STANDBY;
 
 /// Why the docker runtime refuses process specs.
 const PROCESS_ON_DOCKER: &str =
@@ -169,6 +172,39 @@ impl DockerRuntime {
             _ => false,
         }
     }
+
+    /// The instance of container `id`, just started from `body`; then, in the background, the
+    /// replica's next standby (`standby_hash` is `None` when it gets none).
+    async fn started(
+        &self,
+        docker: &Docker,
+        id: &str,
+        body: bollard::models::ContainerCreateBody,
+        standby_hash: Option<String>,
+    ) -> Result<RuntimeInstance, RuntimeError> {
+        let inspected = self.inspect(docker, id).await?;
+        let instance = instance_from_inspect(&inspected).ok_or_else(|| RuntimeError::Engine {
+            operation: "inspect container",
+            detail: format!("container {id} lost its shoal labels"),
+        })?;
+        self.observed.remember(&instance);
+        if let Some(hash) = standby_hash {
+            let docker = docker.clone();
+            let name = container_name(&instance.replica);
+            tokio::spawn(async move { standby::create(&docker, &name, body, hash).await });
+        }
+        Ok(instance)
+    }
+}
+
+/// A fresh container name for `replica`: `shoal-WORKLOAD-REPLICA-SUFFIX`.
+fn container_name(replica: &crate::core::instance::ReplicaId) -> String {
+    let suffix =
+        xxhash_rust::xxh3::xxh3_64(format!("{:?}", std::time::SystemTime::now()).as_bytes()) as u32;
+    format!(
+        "shoal-{}-{}-{suffix:08x}",
+        replica.workload, replica.replica
+    )
 }
 
 impl Drop for DockerRuntime {
@@ -205,18 +241,30 @@ impl Runtime for DockerRuntime {
         };
         let docker = self.client.get().await?;
         let replica = &request.replica;
-        let suffix =
-            xxhash_rust::xxh3::xxh3_64(format!("{:?}", std::time::SystemTime::now()).as_bytes())
-                as u32;
-        let name = format!(
-            "shoal-{}-{}-{suffix:08x}",
-            replica.workload, replica.replica
-        );
-        let options = CreateContainerOptionsBuilder::new().name(&name).build();
-        let created = match docker
-            .create_container(Some(options), body::create_body(&request, spec))
-            .await
-        {
+        let body = body::create_body(&request, spec);
+        // Exclusive replicas get a fencing token per start, which no standby made earlier has; a
+        // fixed host port is held by the dead container until the engine's cleanup, which a
+        // standby started at once would race.
+        let fixed_port = spec.ports.iter().any(|p| p.host.is_some());
+        let standby_hash = (self.config.standby && request.fence_token.is_none() && !fixed_port)
+            .then(|| standby::body_hash(&body));
+        if let Some(hash) = &standby_hash {
+            let node = &self.config.node;
+            if let Some(id) = standby::find(&docker, node, replica, hash, &spec.image).await {
+                match docker.start_container(&id, None).await {
+                    Ok(()) => return self.started(&docker, &id, body, standby_hash).await,
+                    Err(e) => {
+                        let error = e.to_string();
+                        tracing::info!(%id, %error, "standby did not start; creating a container");
+                        standby::remove(&docker, &id).await;
+                    }
+                }
+            }
+        }
+        let options = CreateContainerOptionsBuilder::new()
+            .name(&container_name(replica))
+            .build();
+        let created = match docker.create_container(Some(options), body.clone()).await {
             Err(e) if status_of(&e) == Some(404) => {
                 return Err(RuntimeError::ImageMissing {
                     image: spec.image.clone(),
@@ -244,13 +292,7 @@ impl Runtime for DockerRuntime {
             }
             return self.call(Err(e), "start container").await;
         }
-        let inspected = self.inspect(&docker, &id).await?;
-        let instance = instance_from_inspect(&inspected).ok_or_else(|| RuntimeError::Engine {
-            operation: "inspect container",
-            detail: format!("container {id} lost its shoal labels"),
-        })?;
-        self.observed.remember(&instance);
-        Ok(instance)
+        self.started(&docker, &id, body, standby_hash).await
     }
 
     async fn stop(&self, handle: &str, grace: Duration) -> Result<(), RuntimeError> {
@@ -285,6 +327,20 @@ impl Runtime for DockerRuntime {
                 "list containers",
             )
             .await?;
+        let now_s = (crate::runtime::wall_clock_ms() / 1000) as i64;
+        let (standbys, stale) = standby::sort_out(&summaries, now_s);
+        if !stale.is_empty() {
+            let docker = docker.clone();
+            tokio::spawn(async move {
+                for id in stale {
+                    standby::remove(&docker, &id).await;
+                }
+            });
+        }
+        let summaries: Vec<_> = summaries
+            .into_iter()
+            .filter(|s| s.id.as_ref().is_some_and(|id| !standbys.contains(id)))
+            .collect();
         let listed = summaries.iter().filter_map(|s| s.id.clone()).collect();
         self.observed.retain(&listed);
         let mut instances = Vec::with_capacity(summaries.len());

@@ -24,11 +24,13 @@ pub struct DockerConfig {
     pub reconnect_initial: Duration,
     /// Longest delay between reconnection attempts.
     pub reconnect_max: Duration,
+    /// Keep a created standby container per replica for its next restart (`docker/standby.rs`).
+    pub standby: bool,
 }
 
 impl DockerConfig {
     /// The defaults for a node: local engine, 60 s requests, 10 s kill wait, reconnect from
-    /// 250 ms up to 5 s.
+    /// 250 ms up to 5 s, standby containers.
     pub fn new(node: &str) -> Self {
         DockerConfig {
             node: node.to_string(),
@@ -37,6 +39,7 @@ impl DockerConfig {
             kill_wait: Duration::from_secs(10),
             reconnect_initial: Duration::from_millis(250),
             reconnect_max: Duration::from_secs(5),
+            standby: true,
         }
     }
 }
