@@ -403,3 +403,93 @@ async fn an_engine_outage_is_reported_and_survived() {
     );
     cleanup(&direct, node).await;
 }
+
+/// The standby containers of `node` (created, never started), by id.
+async fn standbys(rt: &DockerRuntime, node: &str) -> Vec<String> {
+    let docker = rt.docker().await.unwrap();
+    let filters = std::collections::HashMap::from([(
+        "label".to_string(),
+        vec![
+            format!("shoal.node={node}"),
+            shoal::runtime::docker::LABEL_STANDBY.to_string(),
+        ],
+    )]);
+    let options = ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let mut ids: Vec<String> = docker
+        .list_containers(Some(options))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|c| c.state == Some(bollard::models::ContainerSummaryStateEnum::CREATED))
+        .filter_map(|c| c.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test]
+async fn a_restart_starts_the_replicas_standby_which_list_never_shows() {
+    let node = "dt-standby";
+    let Some(rt) = setup(node).await else { return };
+    let spec = container_spec("standby", IMAGE, "exec sleep 30", "");
+    let first = rt.start(request(&spec, 0, node)).await.expect("start");
+    // The standby is made in the background after the start.
+    let deadline = Instant::now() + EVENT_WAIT;
+    let standby = loop {
+        if let [id] = standbys(&rt, node).await.as_slice() {
+            break id.clone();
+        }
+        assert!(Instant::now() < deadline, "no standby made after a start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_ne!(standby, first.handle);
+    assert_eq!(
+        rt.list().await.unwrap(),
+        vec![first.clone()],
+        "a standby is no instance"
+    );
+
+    // The crash, then the restart of the same replica and version: the standby runs.
+    rt.stop(&first.handle, Duration::from_millis(100))
+        .await
+        .unwrap();
+    let second = rt.start(request(&spec, 0, node)).await.expect("restart");
+    let docker = rt.docker().await.unwrap();
+    let inspected = docker.inspect_container(&standby, None).await.unwrap();
+    assert_eq!(inspected.state.and_then(|s| s.running), Some(true));
+    assert!(
+        second.handle == standby
+            || inspected.name.as_deref() == Some(&format!("/{}", second.handle)),
+        "the restart started {} rather than the standby {standby}",
+        second.handle
+    );
+
+    // Another version of the spec gets a fresh container, not the old version's standby.
+    let deadline = Instant::now() + EVENT_WAIT;
+    while standbys(&rt, node).await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "no standby made after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let kept = standbys(&rt, node).await;
+    rt.stop(&second.handle, Duration::from_millis(100))
+        .await
+        .unwrap();
+    let mut v2 = request(&spec, 0, node);
+    v2.spec_version = "v2".to_string();
+    let third = rt.start(v2).await.expect("start of v2");
+    let third_id = docker
+        .inspect_container(&third.handle, None)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    assert!(!kept.contains(&third_id), "v2 started v1's standby");
+    assert_eq!(third.spec_version, "v2");
+    cleanup(&rt, node).await;
+}
