@@ -101,15 +101,17 @@ impl Model<'_> {
                 .all(|m| !self.hosts[*m as usize].up || batch.contains(m))
         };
         let lost_cells: BTreeSet<u32> = (0..self.views.cell_count()).filter(|c| lost(*c)).collect();
+        let mut went_down = BTreeSet::new();
         for &h in hosts {
             if self.hosts[h as usize].up {
-                let cell_lost = self
-                    .views
-                    .cell_of(h)
-                    .is_some_and(|c| lost_cells.contains(&c));
-                self.crash_host(now, h, cell_lost);
+                let lost_cell = self.views.cell_of(h).filter(|c| lost_cells.contains(c));
+                self.crash_host(now, h, lost_cell.is_some());
+                went_down.extend(lost_cell);
                 domain = domain.max(self.domain_size(h));
             }
+        }
+        for c in went_down {
+            self.cell_changed(now, c, true);
         }
         if domain > 0 {
             self.republish(now, domain);
@@ -153,16 +155,6 @@ impl Model<'_> {
                 alive: false,
             };
             self.push(at, ev);
-        }
-        if let Some(c) = self.views.cell_of(h) {
-            if self
-                .views
-                .members(c)
-                .iter()
-                .all(|m| !self.hosts[*m as usize].up)
-            {
-                self.cell_changed(now, c, true);
-            }
         }
     }
 
@@ -282,11 +274,8 @@ impl Model<'_> {
             dead.insert(subject)
         };
         if changed {
-            self.views.leave(&old);
-            self.views.enter(&self.hosts[observer as usize].key());
             // A death wakes the agent at once; a join waits for its next round.
-            let at = if alive { now + self.jitter() } else { now };
-            self.request_round(observer, at);
+            self.view_changed(now, observer, &old, !alive);
         }
     }
 
@@ -303,10 +292,7 @@ impl Model<'_> {
             false => host.down_cells.remove(&c).is_some(),
         };
         if changed {
-            self.views.leave(&old);
-            self.views.enter(&self.hosts[observer as usize].key());
-            let at = if down { now } else { now + self.jitter() };
-            self.request_round(observer, at);
+            self.view_changed(now, observer, &old, down);
         }
     }
 
@@ -318,10 +304,7 @@ impl Model<'_> {
         }
         let old = host.key();
         self.hosts[observer as usize].summaries = generation;
-        self.views.leave(&old);
-        self.views.enter(&self.hosts[observer as usize].key());
-        let at = now + self.jitter();
-        self.request_round(observer, at);
+        self.view_changed(now, observer, &old, false);
     }
 
     /// A host receives a spec epoch (never an older one than it holds).
@@ -332,9 +315,15 @@ impl Model<'_> {
         }
         let old = host.key();
         self.hosts[observer as usize].epoch = epoch;
-        self.views.leave(&old);
+        self.view_changed(now, observer, &old, false);
+    }
+
+    /// Host `observer`'s view moved from `old` to what it holds now: the views in use follow, and
+    /// it runs a round, at once when `urgent` (a death), else at its next round.
+    fn view_changed(&mut self, now: u64, observer: u32, old: &ViewKey, urgent: bool) {
+        self.views.leave(old);
         self.views.enter(&self.hosts[observer as usize].key());
-        let at = now + self.jitter();
+        let at = if urgent { now } else { now + self.jitter() };
         self.request_round(observer, at);
     }
 
