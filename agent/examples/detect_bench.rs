@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Parser;
 use futures_util::future::join_all;
-use shoal::mesh::api::{Request, Response};
+use shoal::mesh::api::{Request, Response, PAGE_ITEMS_MAX};
 use shoal::rpc::QuicRpcClient;
 use shoal::tls::ANY_MEMBER;
 
@@ -257,11 +257,17 @@ impl Client {
     async fn views(&self, mesh: &Mesh, agents: &[usize]) -> Vec<anyhow::Result<Vec<String>>> {
         join_all(agents.iter().map(|&i| async move {
             let api = mesh.agents[i].api;
-            let answer = self
-                .rpc
-                .call(api, ANY_MEMBER, &Request::Nodes, CALL_TIMEOUT);
+            // One page: a bench mesh has fewer members than a page holds.
+            let req = Request::Nodes {
+                after: None,
+                limit: PAGE_ITEMS_MAX,
+            };
+            let answer = self.rpc.call(api, ANY_MEMBER, &req, CALL_TIMEOUT);
             match answer.await.map_err(skew_hint)? {
-                Response::Nodes(nodes) => Ok(nodes
+                Response::Nodes {
+                    nodes,
+                    next_after: None,
+                } => Ok(nodes
                     .into_iter()
                     .filter(|n| n.alive)
                     .map(|n| n.name)
@@ -285,14 +291,17 @@ impl Client {
         if cells == 0 {
             return true;
         }
+        let req = Request::CellList {
+            after: None,
+            limit: PAGE_ITEMS_MAX,
+        };
         let answers = join_all(agents.iter().map(|&i| {
             let api = mesh.agents[i].api;
-            self.rpc
-                .call(api, ANY_MEMBER, &Request::CellList, CALL_TIMEOUT)
+            self.rpc.call(api, ANY_MEMBER, &req, CALL_TIMEOUT)
         }))
         .await;
         answers.into_iter().all(|a| {
-            matches!(a, Ok(Response::CellList(list))
+            matches!(a, Ok(Response::CellList { cells: list, .. })
                 if list.len() == cells && list.iter().all(|c| !c.down))
         })
     }
@@ -325,8 +334,11 @@ impl Client {
         let applied = Instant::now();
         let mut last = String::new();
         while applied.elapsed() < STAGE_TIMEOUT {
+            // One page: the whole status, up to PAGE_ITEMS_MAX replicas (more fail the bench).
             let req = Request::Status {
                 name: WORKLOAD.to_string(),
+                after: None,
+                limit: PAGE_ITEMS_MAX,
             };
             let views = join_all(agents.iter().map(|&i| {
                 let api = mesh.agents[i].api;
@@ -337,8 +349,11 @@ impl Client {
             let mut seen: Vec<StatusRows> = Vec::new();
             for view in views {
                 match view {
-                    Ok(Response::Status(v)) => seen.push(
-                        v.instances
+                    Ok(Response::Status {
+                        view,
+                        next_after: None,
+                    }) => seen.push(
+                        view.instances
                             .into_iter()
                             .map(|i| (i.replica, i.node, i.phase, i.healthy))
                             .collect(),

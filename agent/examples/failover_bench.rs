@@ -41,7 +41,7 @@ use futures_util::future::join_all;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use shoal::core::spec::WorkloadSpec;
-use shoal::mesh::api::{Request, Response, StatusView};
+use shoal::mesh::api::{Request, Response, StatusView, PAGE_ITEMS_MAX};
 use shoal::rpc::QuicRpcClient;
 use shoal::tls::ANY_MEMBER;
 
@@ -366,8 +366,16 @@ impl Client {
 
     /// Names of the nodes `api` holds alive.
     async fn alive(&self, api: SocketAddr) -> anyhow::Result<BTreeSet<String>> {
-        match self.call(api, Request::Nodes).await? {
-            Response::Nodes(nodes) => Ok(nodes
+        // One page: a bench mesh has fewer members than a page holds.
+        let req = Request::Nodes {
+            after: None,
+            limit: PAGE_ITEMS_MAX,
+        };
+        match self.call(api, req).await? {
+            Response::Nodes {
+                nodes,
+                next_after: None,
+            } => Ok(nodes
                 .into_iter()
                 .filter(|n| n.alive)
                 .map(|n| n.name)
@@ -379,9 +387,14 @@ impl Client {
     async fn status(&self, api: SocketAddr) -> anyhow::Result<StatusView> {
         let req = Request::Status {
             name: WORKLOAD.into(),
+            after: None,
+            limit: PAGE_ITEMS_MAX,
         };
         match self.call(api, req).await? {
-            Response::Status(status) => Ok(status),
+            Response::Status {
+                view,
+                next_after: None,
+            } => Ok(view),
             other => bail!("unexpected answer to Status: {other:?}"),
         }
     }

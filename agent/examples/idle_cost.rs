@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Parser;
 use shoal::core::spec::WorkloadSpec;
-use shoal::mesh::api::{Request, Response};
+use shoal::mesh::api::{Request, Response, PAGE_ITEMS_MAX};
 use shoal::rpc::QuicRpcClient;
 use shoal::tls::ANY_MEMBER;
 
@@ -162,8 +162,16 @@ fn workloads(instances: u32, agents: u32, marker: u64) -> anyhow::Result<Vec<Wor
 
 async fn all_healthy(client: &Client, api: SocketAddr, workloads: &[(String, u32)]) -> bool {
     for (name, replicas) in workloads {
-        let req = Request::Status { name: name.clone() };
-        let Ok(Response::Status(status)) = client.call(api, req).await else {
+        let req = Request::Status {
+            name: name.clone(),
+            after: None,
+            limit: PAGE_ITEMS_MAX,
+        };
+        let Ok(Response::Status {
+            view: status,
+            next_after: None,
+        }) = client.call(api, req).await
+        else {
             return false;
         };
         let healthy: BTreeSet<u32> = status
@@ -408,8 +416,12 @@ impl Mesh {
         loop {
             let mut formed = true;
             for agent in &self.agents {
-                let alive = match client.call(agent.api, Request::Nodes).await {
-                    Ok(Response::Nodes(nodes)) => nodes.iter().filter(|n| n.alive).count(),
+                let req = Request::Nodes {
+                    after: None,
+                    limit: PAGE_ITEMS_MAX,
+                };
+                let alive = match client.call(agent.api, req).await {
+                    Ok(Response::Nodes { nodes, .. }) => nodes.iter().filter(|n| n.alive).count(),
                     _ => 0,
                 };
                 formed &= alive == self.agents.len();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use shoal::agent::Agent;
 use shoal::gossip::mem::MemNetwork;
 use shoal::host::{Host, HostConfig};
-use shoal::mesh::api::{Request, Response};
+use shoal::mesh::api::{Request, Response, PAGE_ITEMS_MAX};
 use shoal::mesh::mem::{join_mem_node, mem_setup, tokio_clock};
 use shoal::runtime::mem::MemRuntime;
 use shoal::runtime::Runtime;
@@ -89,8 +89,12 @@ async fn an_agent_runs_its_slice_and_frees_everything_when_dropped() {
     }
     assert_eq!(total, 3, "every replica runs once across the mesh");
     // The API answers for the host from its snapshot: status shows three running replicas.
-    let Response::Status(status) = call(&agents[1].0, Request::Status { name: "web".into() }).await
-    else {
+    let req = Request::Status {
+        name: "web".into(),
+        after: None,
+        limit: PAGE_ITEMS_MAX,
+    };
+    let Response::Status { view: status, .. } = call(&agents[1].0, req).await else {
         panic!("status failed");
     };
     let running = status

@@ -10,7 +10,7 @@ use std::time::Duration;
 use shoal::agent::Agent;
 use shoal::gossip::mem::MemNetwork;
 use shoal::host::{Host, HostConfig};
-use shoal::mesh::api::{Request, Response};
+use shoal::mesh::api::{Request, Response, PAGE_ITEMS_MAX};
 use shoal::mesh::mem::{join_mem_node, mem_setup, tokio_clock};
 use shoal::mesh::run::MeshSetup;
 use shoal::runtime::mem::MemRuntime;
@@ -138,10 +138,14 @@ async fn three_cells_place_across_and_a_lost_cell_moves_to_the_others() {
     assert!(matches!(applied, Response::Applied(_)), "{applied:?}");
     tokio::time::sleep(Duration::from_secs(15)).await;
     for a in &agents {
-        let Response::Workloads(w) = call(&a.agent, Request::Get { name: None }).await else {
+        let req = Request::List {
+            after: None,
+            limit: PAGE_ITEMS_MAX,
+        };
+        let Response::Workloads { workloads, .. } = call(&a.agent, req).await else {
             panic!("get failed on {}", a.agent.node().name);
         };
-        assert_eq!(w.len(), 1, "{} holds the spec", a.agent.node().name);
+        assert_eq!(workloads.len(), 1, "{} holds the spec", a.agent.node().name);
     }
     let at = running(&agents).await;
     assert_eq!(at.len(), 12, "every replica runs: {at:?}");

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shoal::gossip::mem::MemNetwork;
-use shoal::mesh::api::{ErrorKind, Request, Response};
+use shoal::mesh::api::{ErrorKind, Request, Response, PAGE_ITEMS_MAX};
 use shoal::mesh::mem::{call, mem_setup, start_mem_node};
 use shoal::mesh::node::WallClock;
 use shoal::mesh::run::{MeshSetup, RunningNode};
@@ -54,15 +54,21 @@ async fn apply(node: &RunningNode, replicas: u32) -> Response {
     call(node, Request::Apply { specs }).await
 }
 
+/// Every issue, in one page (a few nodes raise a few).
+fn issues_request() -> Request {
+    Request::Issues {
+        after: None,
+        limit: PAGE_ITEMS_MAX,
+    }
+}
+
 /// The version of web each node holds.
 async fn versions(nodes: &[RunningNode]) -> Vec<String> {
     let mut out = Vec::new();
     for node in nodes {
-        let req = Request::Get {
-            name: Some("web".into()),
-        };
+        let req = Request::Get { name: "web".into() };
         match call(node, req).await {
-            Response::Workloads(w) => out.push(w[0].version.clone()),
+            Response::Workload(w) => out.push(w.version),
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -130,7 +136,7 @@ async fn a_skewed_agent_refuses_writes_and_no_acknowledged_write_is_lost() {
     };
     // Every agent lists n4's issue, from gossip.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let Response::Issues(issues) = call(&nodes[0], Request::Issues).await else {
+    let Response::Issues { issues, .. } = call(&nodes[0], issues_request()).await else {
         panic!("issues failed");
     };
     let issue = issues
@@ -145,7 +151,7 @@ async fn a_skewed_agent_refuses_writes_and_no_acknowledged_write_is_lost() {
         panic!("a fixed clock was refused");
     };
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let Response::Issues(issues) = call(&nodes[0], Request::Issues).await else {
+    let Response::Issues { issues, .. } = call(&nodes[0], issues_request()).await else {
         panic!("issues failed");
     };
     assert!(

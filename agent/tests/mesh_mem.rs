@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use shoal::gossip::mem::MemNetwork;
-use shoal::mesh::api::{ErrorKind, Request, Response};
+use shoal::mesh::api::{ErrorKind, Request, Response, PAGE_ITEMS_MAX};
 use shoal::mesh::mem::{call, mem_setup, start_mem_node, tokio_clock};
 use shoal::mesh::run::{MeshSetup, RunningNode};
 use shoal::store_db::MemDisk;
@@ -30,8 +30,15 @@ fn spec(name: &str, replicas: u32) -> WorkloadSpec {
 }
 
 async fn names(node: &RunningNode) -> Vec<String> {
-    match call(node, Request::Get { name: None }).await {
-        Response::Workloads(w) => w.into_iter().map(|w| w.name).collect(),
+    let req = Request::List {
+        after: None,
+        limit: PAGE_ITEMS_MAX,
+    };
+    match call(node, req).await {
+        Response::Workloads {
+            workloads,
+            next_after: None,
+        } => workloads.into_iter().map(|w| w.name).collect(),
         other => panic!("unexpected {other:?}"),
     }
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use shoal::mesh::api::{Request, Response};
 use shoal::pki::{self, Identity, CA_KEY_FILE};
+use shoal::rpc::RpcError;
 use shoal::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
+use shoal::wire::{encode_frame, FrameKind, WireError, API_FRAME_MAX_BYTES};
 
 /// Default agent API address.
 pub const AGENT_DEFAULT: &str = "127.0.0.1:7001";
@@ -93,19 +95,70 @@ pub fn call(opts: &ClientOpts, req: Request) -> anyhow::Result<Response> {
 }
 
 pub(super) async fn call_async(opts: &ClientOpts, req: Request) -> anyhow::Result<Response> {
+    // A request over the frame limit is this side's problem, not the agent's: say so first.
+    if let Err(e) = encode_frame(FrameKind::Request, &req, API_FRAME_MAX_BYTES) {
+        bail!("the request is not sent: {e}; send fewer or smaller specs at once");
+    }
     let identity = client_identity(&opts.pki, opts.client_name.as_deref())?;
     let endpoint = tls::client_endpoint(opts.agent, &identity, ALPN_API, &QuicOptions::api())?;
-    let answer: Response = shoal::rpc::call(&endpoint, opts.agent, ANY_MEMBER, &req, opts.timeout)
-        .await
-        .with_context(|| {
-            format!(
-                "no answer from the agent at {} (is it running? set --agent or SHOAL_AGENT)",
-                opts.agent
-            )
-        })?;
+    let answer = shoal::rpc::call(&endpoint, opts.agent, ANY_MEMBER, &req, opts.timeout).await;
     endpoint.close(0u32.into(), b"done");
-    match answer {
+    match answer.map_err(|e| call_failed(opts.agent, e))? {
         Response::Error(e) => Err(anyhow::anyhow!("{}", e.message)),
         other => Ok(other),
+    }
+}
+
+/// What the user reads when a call to the agent at `agent` fails. Only when no answer came (no
+/// connection, none in time, the connection lost mid-call) may the agent be down; a refusal or
+/// an answer this CLI cannot read came from a running agent and is shown as it is.
+pub(super) fn call_failed(agent: SocketAddr, e: RpcError) -> anyhow::Error {
+    match e {
+        RpcError::Connect { .. } | RpcError::Timeout(_) | RpcError::Stream(_) => {
+            anyhow::Error::new(e).context(format!(
+                "no answer from the agent at {agent} (is it running? set --agent or SHOAL_AGENT)"
+            ))
+        }
+        RpcError::Rejected(reason) => {
+            anyhow::anyhow!("the agent at {agent} refused the request: {reason}")
+        }
+        RpcError::Wire(e @ WireError::Malformed(_)) => anyhow::anyhow!(
+            "the agent at {agent} answered, but the answer cannot be read: {e} (is the agent of \
+             another version than this CLI?)"
+        ),
+        RpcError::Wire(e) => {
+            anyhow::anyhow!("the agent at {agent} answered, but the answer cannot be read: {e}")
+        }
+    }
+}
+
+/// Follows a paged list to its end: asks `ask(after)` from `after = None`, takes the items and
+/// the next `after` out of each answer with `items`, and stops when an answer names no next page.
+/// Refuses an agent whose pages do not move forward (the keys must grow).
+pub fn call_pages<T, K: Ord + Clone>(
+    opts: &ClientOpts,
+    mut ask: impl FnMut(Option<K>) -> Request,
+    mut items: impl FnMut(Response) -> Option<(Vec<T>, Option<K>)>,
+) -> anyhow::Result<Vec<T>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let mut all = Vec::new();
+    let mut after: Option<K> = None;
+    loop {
+        let answer = runtime.block_on(call_async(opts, ask(after.clone())))?;
+        let Some((page, next)) = items(answer) else {
+            bail!("unexpected answer from the agent at {}", opts.agent);
+        };
+        all.extend(page);
+        match next {
+            None => return Ok(all),
+            Some(next) if after.as_ref().is_some_and(|a| next <= *a) => bail!(
+                "the agent at {} sent a page that does not move forward; nothing printed",
+                opts.agent
+            ),
+            next => after = next,
+        }
     }
 }

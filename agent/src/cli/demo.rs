@@ -7,7 +7,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use shoal::mesh::api::{Request, Response, StatusView};
+use shoal::mesh::api::{Request, Response, StatusView, PAGE_ITEMS_MAX};
 use shoal_core::hlc::format_version;
 use shoal_core::spec::format_duration_ms;
 
@@ -159,8 +159,8 @@ async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
         || async {
             let mut all = true;
             for i in 0..AGENTS {
-                let alive = match call_async(&client(demo, i), Request::Nodes).await {
-                    Ok(Response::Nodes(nodes)) => nodes.iter().filter(|n| n.alive).count(),
+                let alive = match call_async(&client(demo, i), nodes_request()).await {
+                    Ok(Response::Nodes { nodes, .. }) => nodes.iter().filter(|n| n.alive).count(),
                     _ => 0,
                 };
                 all &= alive == AGENTS;
@@ -201,8 +201,8 @@ async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
         STAGE_TIMEOUT,
         "the mesh to declare the host dead",
         || async {
-            matches!(call_async(&client(demo, 0), Request::Nodes).await,
-            Ok(Response::Nodes(nodes)) if nodes.iter().any(|n| n.name == dead_name && !n.alive))
+            matches!(call_async(&client(demo, 0), nodes_request()).await,
+            Ok(Response::Nodes { nodes, .. }) if nodes.iter().any(|n| n.name == dead_name && !n.alive))
         },
     )
     .await?;
@@ -280,13 +280,31 @@ where
     bail!("gave up after {within} waiting for {what}; the agents' logs are in the demo directory")
 }
 
+/// The members, in one page: the demo's five fit.
+fn nodes_request() -> Request {
+    Request::Nodes {
+        after: None,
+        limit: PAGE_ITEMS_MAX,
+    }
+}
+
+/// The status of `web`, in one page: its replicas fit.
+fn status_request() -> Request {
+    Request::Status {
+        name: "web".into(),
+        after: None,
+        limit: PAGE_ITEMS_MAX,
+    }
+}
+
 /// Waits until every replica has a running, healthy instance on a live node other than `off`.
 async fn wait_healthy(demo: &Demo, agent: usize, off: Option<&str>) -> anyhow::Result<StatusView> {
     let start = Instant::now();
     let mut last = None;
     while start.elapsed() < STAGE_TIMEOUT {
-        let req = Request::Status { name: "web".into() };
-        if let Ok(Response::Status(status)) = call_async(&client(demo, agent), req).await {
+        if let Ok(Response::Status { view: status, .. }) =
+            call_async(&client(demo, agent), status_request()).await
+        {
             let ok = (0..REPLICAS).all(|r| {
                 status.instances.iter().any(|i| {
                     i.replica == r
@@ -391,8 +409,9 @@ async fn answer_http(
     let port = port_base + replica as u16;
     let mut last_error = anyhow::anyhow!("no healthy copy of replica {replica} in status");
     for _ in 0..20 {
-        let req = Request::Status { name: "web".into() };
-        if let Ok(Response::Status(status)) = call_async(&client(demo, 0), req).await {
+        if let Ok(Response::Status { view: status, .. }) =
+            call_async(&client(demo, 0), status_request()).await
+        {
             let owner = status.instances.iter().find(|i| {
                 i.replica == replica
                     && i.phase == "running"

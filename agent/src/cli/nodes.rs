@@ -4,13 +4,13 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 use serde::Serialize;
-use shoal::mesh::api::{Request, Response};
+use shoal::mesh::api::{Request, Response, PAGE_ITEMS_MAX};
 use shoal_core::resources::{format_cpu_millis, format_memory_bytes};
 
 use shoal::cells::CellView;
 use shoal::mesh::api::NodeView;
 
-use super::connect::{call, ClientOpts, Output};
+use super::connect::{call_pages, ClientOpts, Output};
 
 /// Arguments of `shoal nodes`.
 #[derive(Debug, clap::Args)]
@@ -45,12 +45,34 @@ struct Row<'a> {
     api_addr: Option<&'a str>,
 }
 
-/// The cells the agent knows (an agent of an older version knows none).
+/// The cells the agent knows, every page.
 fn cells(client: &ClientOpts) -> anyhow::Result<Vec<CellView>> {
-    match call(client, Request::CellList)? {
-        Response::CellList(cells) => Ok(cells),
-        _ => bail!("unexpected answer from the agent to a cell list"),
-    }
+    call_pages(
+        client,
+        |after| Request::CellList {
+            after,
+            limit: PAGE_ITEMS_MAX,
+        },
+        |answer| match answer {
+            Response::CellList { cells, next_after } => Some((cells, next_after)),
+            _ => None,
+        },
+    )
+}
+
+/// The members as the agent at `client.agent` sees them, every page.
+fn nodes(client: &ClientOpts) -> anyhow::Result<Vec<NodeView>> {
+    call_pages(
+        client,
+        |after| Request::Nodes {
+            after,
+            limit: PAGE_ITEMS_MAX,
+        },
+        |answer| match answer {
+            Response::Nodes { nodes, next_after } => Some((nodes, next_after)),
+            _ => None,
+        },
+    )
 }
 
 /// Where to ask for the nodes of `cell`: the agent itself for its own cell, else one of the
@@ -62,10 +84,7 @@ fn nodes_of(args: &Args, known: &[CellView]) -> anyhow::Result<(String, Vec<Node
         .map_or(shoal::cells::DEFAULT_CELL, |c| c.summary.cell.as_str());
     let want = args.cell.as_deref().unwrap_or(own);
     if want == own {
-        let Response::Nodes(nodes) = call(&args.client, Request::Nodes)? else {
-            bail!("unexpected answer from the agent");
-        };
-        return Ok((own.to_string(), nodes));
+        return Ok((own.to_string(), nodes(&args.client)?));
     }
     let Some(cell) = known.iter().find(|c| c.summary.cell == want) else {
         let names: Vec<&str> = known.iter().map(|c| c.summary.cell.as_str()).collect();
@@ -84,9 +103,8 @@ fn nodes_of(args: &Args, known: &[CellView]) -> anyhow::Result<(String, Vec<Node
             agent: c.api,
             ..args.client.clone()
         };
-        match call(&client, Request::Nodes) {
-            Ok(Response::Nodes(nodes)) => return Ok((want.to_string(), nodes)),
-            Ok(_) => last = anyhow::anyhow!("unexpected answer from {contact}"),
+        match nodes(&client) {
+            Ok(nodes) => return Ok((want.to_string(), nodes)),
             Err(e) => last = e.context(format!("asking {contact}, an envoy of cell {want}")),
         }
     }

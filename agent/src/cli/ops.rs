@@ -4,10 +4,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::bail;
-use shoal::mesh::api::{Request, Response};
+use shoal::mesh::api::{Request, Response, PAGE_ITEMS_MAX};
 use shoal_core::reconcile::Layer;
 
-use super::connect::{call, ClientOpts, Output};
+use super::connect::{call, call_pages, ClientOpts, Output};
 
 /// Arguments of `shoal issues`.
 #[derive(Debug, clap::Args)]
@@ -80,9 +80,17 @@ fn layer_name(layer: Layer) -> &'static str {
 
 /// Lists every node's issues.
 pub fn issues(args: IssuesArgs) -> anyhow::Result<ExitCode> {
-    let Response::Issues(issues) = call(&args.client, Request::Issues)? else {
-        bail!("unexpected answer from the agent");
-    };
+    let issues = call_pages(
+        &args.client,
+        |after| Request::Issues {
+            after,
+            limit: PAGE_ITEMS_MAX,
+        },
+        |answer| match answer {
+            Response::Issues { issues, next_after } => Some((issues, next_after)),
+            _ => None,
+        },
+    )?;
     if args.output == Output::Json {
         println!("{}", serde_json::to_string_pretty(&issues)?);
         return Ok(ExitCode::SUCCESS);

@@ -3,14 +3,14 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use serde::Serialize;
-use shoal::mesh::api::{Request, Response};
+use shoal::mesh::api::{Request, Response, StatusView, WorkloadSummary, PAGE_ITEMS_MAX};
 use shoal_core::hlc::format_version;
 use shoal_core::resources::{format_cpu_millis, format_memory_bytes};
 use shoal_core::spec::format_duration_ms;
 
-use super::connect::{call, ClientOpts, Output};
+use super::connect::{call, call_pages, ClientOpts, Output};
 use super::EXIT_FAILURE;
 
 /// Arguments of `shoal apply`.
@@ -129,9 +129,7 @@ fn wait_rollout(
     let shown_version = format_version(version);
     let mut last_line = String::new();
     loop {
-        let Response::Status(status) = call(client, Request::Status { name: name.into() })? else {
-            bail!("unexpected answer from the agent");
-        };
+        let status = status_pages(client, name)?;
         let ready: std::collections::BTreeSet<u32> = status
             .instances
             .iter()
@@ -189,10 +187,35 @@ struct GetRow<'a> {
     version: &'a str,
 }
 
-/// Lists workloads.
+/// Lists workloads: every page of the list, or the one named.
 pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
-    let Response::Workloads(views) = call(&args.client, Request::Get { name: args.name })? else {
-        bail!("unexpected answer from the agent");
+    let views = match args.name {
+        Some(name) => {
+            let Response::Workload(w) = call(&args.client, Request::Get { name })? else {
+                bail!("unexpected answer from the agent");
+            };
+            vec![WorkloadSummary {
+                name: w.name,
+                replicas: w.replicas,
+                version: w.version,
+                cpu_millis: w.spec.resources.cpu_millis,
+                memory_bytes: w.spec.resources.memory_bytes,
+            }]
+        }
+        None => call_pages(
+            &args.client,
+            |after| Request::List {
+                after,
+                limit: PAGE_ITEMS_MAX,
+            },
+            |answer| match answer {
+                Response::Workloads {
+                    workloads,
+                    next_after,
+                } => Some((workloads, next_after)),
+                _ => None,
+            },
+        )?,
     };
     if args.output == Output::Json {
         let rows: Vec<GetRow> = views
@@ -215,8 +238,8 @@ pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
             "{:<32} {:>8} {:>8} {:>10}  {}",
             v.name,
             v.replicas,
-            format_cpu_millis(v.spec.resources.cpu_millis),
-            format_memory_bytes(v.spec.resources.memory_bytes),
+            format_cpu_millis(v.cpu_millis),
+            format_memory_bytes(v.memory_bytes),
             format_version(&v.version)
         );
     }
@@ -242,11 +265,37 @@ pub fn delete(args: NameArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A workload's status: every page, in one view (name, desired and version as the first page
+/// has them; each note once).
+fn status_pages(client: &ClientOpts, name: &str) -> anyhow::Result<StatusView> {
+    let pages = call_pages(
+        client,
+        |after| Request::Status {
+            name: name.to_string(),
+            after,
+            limit: PAGE_ITEMS_MAX,
+        },
+        |answer| match answer {
+            Response::Status { view, next_after } => Some((vec![view], next_after)),
+            _ => None,
+        },
+    )?;
+    let mut pages = pages.into_iter();
+    let mut status = pages.next().context("the agent sent no status")?;
+    for page in pages {
+        status.instances.extend(page.instances);
+        for note in page.notes {
+            if !status.notes.contains(&note) {
+                status.notes.push(note);
+            }
+        }
+    }
+    Ok(status)
+}
+
 /// Shows where a workload's replicas are.
 pub fn status(args: NameArgs) -> anyhow::Result<ExitCode> {
-    let Response::Status(status) = call(&args.client, Request::Status { name: args.name })? else {
-        bail!("unexpected answer from the agent");
-    };
+    let status = status_pages(&args.client, &args.name)?;
     if args.output == Output::Json {
         print_json(&status);
         return Ok(ExitCode::SUCCESS);

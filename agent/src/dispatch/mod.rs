@@ -3,16 +3,18 @@
 //! issues and events) and depends on them; neither knows the API.
 //!
 //! Writes and the store's sync requests are the node's ([`MeshNode`]); reads of the host loops
-//! across the mesh (status, issues, approve, events, drain) are in [`ops`].
+//! across the mesh (issues, approve, events, drain) are in [`ops`], status in [`status`]; the
+//! membership and cells lists, a page at a time, in [`pages`].
 
 mod ops;
+mod pages;
+mod status;
 
 use std::sync::Arc;
 
 use crate::host::Host;
 use crate::mesh::api::{Request, Response};
 use crate::mesh::node::{MeshNode, PULL_PAGE_BYTES};
-use crate::mesh::view;
 use crate::rpc;
 use crate::tls::PeerName;
 
@@ -52,10 +54,13 @@ impl Api {
             Request::Apply { specs } => node.handle_apply(specs).await,
             Request::Delete { name } => node.handle_delete(name).await,
             Request::Get { name } => node.handle_get(name).await,
-            Request::Nodes => Ok(Response::Nodes(view::node_views(&node.members().await))),
-            Request::Status { name } => self.handle_status(name).await,
+            Request::List { after, limit } => node.handle_list(after, limit).await,
+            Request::Nodes { after, limit } => Ok(self.handle_nodes(after, limit).await),
+            Request::Status { name, after, limit } => {
+                self.clone().handle_status(name, after, limit).await
+            }
             Request::Replicate { entries } => node.handle_replicate(entries).await,
-            Request::Issues => self.handle_issues().await,
+            Request::Issues { after, limit } => Ok(self.handle_issues(after, limit).await),
             Request::Approve { id, node } => self.handle_approve(id, node).await,
             Request::Events { after, limit } => Ok(self.handle_events(after, limit)),
             Request::Drain { node, draining } => self.handle_drain(node, draining).await,
@@ -78,8 +83,10 @@ impl Api {
                     })
                 }
             }
-            Request::CellList => Ok(Response::CellList(node.cells.list())),
-            Request::CellStatus { name } => self.clone().handle_cell_status(name).await,
+            Request::CellList { after, limit } => Ok(self.handle_cell_list(after, limit)),
+            Request::CellStatus { name, after, limit } => {
+                self.clone().handle_cell_status(name, after, limit).await
+            }
             Request::NameUsed { name } => {
                 let members = node.members().await;
                 let live = members.iter().any(|m| m.alive && m.name == name);
@@ -116,13 +123,14 @@ fn request_kind(req: &Request) -> &'static str {
     match req {
         Request::Apply { .. } => "apply",
         Request::Get { .. } => "get",
+        Request::List { .. } => "list",
         Request::Delete { .. } => "delete",
-        Request::Nodes => "nodes",
+        Request::Nodes { .. } => "nodes",
         Request::Status { .. } => "status",
         Request::Replicate { .. } => "replicate",
         Request::Digest => "digest",
         Request::Pull { .. } => "pull",
-        Request::Issues => "issues",
+        Request::Issues { .. } => "issues",
         Request::Approve { .. } => "approve",
         Request::Events { .. } => "events",
         Request::Drain { .. } => "drain",
@@ -130,7 +138,7 @@ fn request_kind(req: &Request) -> &'static str {
         Request::Hears => "hears",
         Request::Cells { .. } => "cells",
         Request::CellsPush { .. } => "cells-push",
-        Request::CellList => "cell-list",
+        Request::CellList { .. } => "cell-list",
         Request::CellStatus { .. } => "cell-status",
         Request::CellCopies { .. } => "cell-copies",
         Request::NameUsed { .. } => "name-used",

@@ -4,6 +4,11 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
+/// Longest text of an event (its reason, who asked), in bytes: a runtime's error or a list of
+/// specs can be long, and the 1,000 events one `events` call returns must fit one frame
+/// (`agent/tests/api_limits.rs` checks the largest).
+pub const EVENT_TEXT_BYTES_MAX: usize = 1024;
+
 /// One recorded action or outcome.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
@@ -60,7 +65,7 @@ impl EventLog {
             node: node.to_string(),
             kind: kind.to_string(),
             replica,
-            reason,
+            reason: crate::mesh::page::cut_text(reason, EVENT_TEXT_BYTES_MAX),
         });
         self.next_seq += 1;
     }

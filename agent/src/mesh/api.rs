@@ -1,11 +1,15 @@
 //! The API spoken over QUIC between the CLI and agents, and between agents for store sync.
 //!
 //! Frames are the versioned bincode envelope of [`crate::wire`]; these enums are its payload.
+//! Every list answer is a page (see [`super::page`]), so that no store or mesh makes an answer
+//! larger than a frame.
 //! Output types double as the stable `-o json` shapes documented in docs/cli.md.
 
 use serde::{Deserialize, Serialize};
 use shoal_core::spec::WorkloadSpec;
 use shoal_core::store::Entry;
+
+pub use super::page::PAGE_ITEMS_MAX;
 
 /// Most specs in one `apply`.
 pub const APPLY_SPECS_MAX: usize = 256;
@@ -20,25 +24,39 @@ pub enum Request {
         /// The specs, validated again on arrival.
         specs: Vec<WorkloadSpec>,
     },
-    /// List workloads (all, or the one named).
+    /// One workload with its whole spec (`List` pages the summaries of all).
     Get {
-        /// Only this workload.
-        name: Option<String>,
+        /// The workload.
+        name: String,
     },
     /// Delete a workload (a tombstone, replicated like an apply).
     Delete {
         /// The workload.
         name: String,
     },
-    /// The membership as this agent sees it.
-    Nodes,
-    /// Where a workload's replicas are.
+    /// A page of the membership as this agent sees it, by node name.
+    Nodes {
+        /// Resume after this node (the previous page's `next_after`).
+        after: Option<String>,
+        /// At most this many (clamped to 1..=[`PAGE_ITEMS_MAX`]).
+        limit: u32,
+    },
+    /// Where a workload's replicas are: a page of them, by replica index.
     Status {
         /// The workload.
         name: String,
+        /// Resume after this replica (the previous page's `next_after`).
+        after: Option<u32>,
+        /// At most this many replicas (clamped to 1..=[`PAGE_ITEMS_MAX`]).
+        limit: u32,
     },
-    /// Issues raised by every node's reconciler (as gossiped).
-    Issues,
+    /// A page of the issues raised by every node's reconciler (as gossiped), by node then id.
+    Issues {
+        /// Resume after this issue (the previous page's `next_after`).
+        after: Option<IssueKey>,
+        /// At most this many (clamped to 1..=[`PAGE_ITEMS_MAX`]).
+        limit: u32,
+    },
     /// Approve a held issue; forwarded to the node that raised it.
     Approve {
         /// The issue id.
@@ -91,13 +109,22 @@ pub enum Request {
         /// At most [`shoal_core::cells::CELLS_MAX`].
         entries: Vec<shoal_core::cells::CellEntry>,
     },
-    /// The cells this agent knows, for `shoal nodes`.
-    CellList,
-    /// A workload's replicas placed in the callee's cell only (what `Status` asks each other
-    /// cell's envoy).
+    /// A page of the cells this agent knows, by name, for `shoal nodes`.
+    CellList {
+        /// Resume after this cell (the previous page's `next_after`).
+        after: Option<String>,
+        /// At most this many (clamped to 1..=[`PAGE_ITEMS_MAX`]).
+        limit: u32,
+    },
+    /// A page of a workload's replicas placed in the callee's cell only (what `Status` asks
+    /// each other cell's envoy, for the same replicas).
     CellStatus {
         /// The workload.
         name: String,
+        /// Resume after this replica.
+        after: Option<u32>,
+        /// At most this many replicas (clamped to 1..=[`PAGE_ITEMS_MAX`]).
+        limit: u32,
     },
     /// Agent to agent (across cells): what of these replicas does your cell serve, run or claim?
     /// (A handoff to the callee's cell; an exclusive replica the caller's cell would start.)
@@ -111,6 +138,13 @@ pub enum Request {
         /// The name.
         name: String,
     },
+    /// A page of the workloads, by name: summaries (`Get` has a whole spec).
+    List {
+        /// Resume after this workload (the previous page's `next_after`).
+        after: Option<String>,
+        /// At most this many (clamped to 1..=[`PAGE_ITEMS_MAX`]).
+        limit: u32,
+    },
 }
 
 /// An agent's answer.
@@ -118,14 +152,29 @@ pub enum Request {
 pub enum Response {
     /// Specs stored.
     Applied(Vec<Applied>),
-    /// Workloads.
-    Workloads(Vec<WorkloadView>),
+    /// A page of the workload list.
+    Workloads {
+        /// Summaries, by name.
+        workloads: Vec<WorkloadSummary>,
+        /// The last name of this page when more follow (ask again with it as `after`).
+        next_after: Option<String>,
+    },
     /// Deleted.
     Deleted(Applied),
-    /// Membership.
-    Nodes(Vec<NodeView>),
-    /// One workload's replicas.
-    Status(StatusView),
+    /// A page of the membership.
+    Nodes {
+        /// Members, by name.
+        nodes: Vec<NodeView>,
+        /// The last name of this page when more follow.
+        next_after: Option<String>,
+    },
+    /// A page of one workload's replicas.
+    Status {
+        /// The workload and the instances of this page's replicas.
+        view: StatusView,
+        /// The last replica of this page when more follow.
+        next_after: Option<u32>,
+    },
     /// Entries persisted by the callee.
     Replicated {
         /// How many entries changed the callee's store.
@@ -143,8 +192,13 @@ pub enum Response {
         /// Where the next page starts, if any.
         next_after: Option<String>,
     },
-    /// Issues, by node then id.
-    Issues(Vec<shoal_core::reconcile::Issue>),
+    /// A page of the issues.
+    Issues {
+        /// Issues, by node then id.
+        issues: Vec<shoal_core::reconcile::Issue>,
+        /// The last issue of this page when more follow.
+        next_after: Option<IssueKey>,
+    },
     /// The issue was approved on `node`.
     Approved {
         /// The issue id.
@@ -189,8 +243,13 @@ pub enum Response {
         /// Entries refused (and counted).
         refused: u32,
     },
-    /// The cells this agent knows, by name.
-    CellList(Vec<crate::cells::CellView>),
+    /// A page of the cells this agent knows.
+    CellList {
+        /// Cells, by name.
+        cells: Vec<crate::cells::CellView>,
+        /// The last name of this page when more follow.
+        next_after: Option<String>,
+    },
     /// Of the replicas asked, what the callee's cell serves, runs and claims.
     CellCopies(crate::cells::handoff::CopiesAnswer),
     /// Whether a live member of the callee's cell has the name asked.
@@ -198,6 +257,8 @@ pub enum Response {
         /// It does.
         live: bool,
     },
+    /// One workload with its whole spec (boxed: a spec is large beside the other answers).
+    Workload(Box<WorkloadView>),
 }
 
 /// A failure, with a kind the CLI maps to a message and exit code.
@@ -260,7 +321,42 @@ pub struct Applied {
     pub changed: bool,
 }
 
-/// A workload as `get` shows it.
+/// A workload as `shoal get` lists it (the spec stays on the agent: a list of thousands of
+/// specs of up to 256 KiB each would be gigabytes).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadSummary {
+    /// The workload.
+    pub name: String,
+    /// Desired replicas.
+    pub replicas: u32,
+    /// The spec version.
+    pub version: String,
+    /// CPU reserved per replica, in millicores.
+    pub cpu_millis: u64,
+    /// Memory reserved per replica, in bytes.
+    pub memory_bytes: u64,
+}
+
+/// Where a page of issues ends: the last issue's node and id (issues sort by node, then id).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct IssueKey {
+    /// The node that raised it.
+    pub node: String,
+    /// Its id.
+    pub id: String,
+}
+
+impl IssueKey {
+    /// The key of `issue`.
+    pub fn of(issue: &shoal_core::reconcile::Issue) -> Self {
+        IssueKey {
+            node: issue.node.clone(),
+            id: issue.id.clone(),
+        }
+    }
+}
+
+/// A workload with its whole spec, as `Get` answers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkloadView {
     /// The workload.

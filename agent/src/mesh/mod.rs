@@ -2,9 +2,11 @@
 //! agent process that wires them over QUIC.
 
 pub mod api;
+mod get;
 pub mod mem;
 pub mod metrics;
 pub mod node;
+pub mod page;
 pub mod record;
 pub mod run;
 pub mod skew;

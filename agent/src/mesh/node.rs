@@ -11,8 +11,7 @@ use shoal_core::hlc::format_version;
 use shoal_core::store::Entry;
 
 use super::api::{
-    ApiError, Applied, ErrorKind, Request, Response, WorkloadView, APPLY_SPECS_MAX,
-    ENTRIES_PER_MESSAGE_MAX,
+    ApiError, Applied, ErrorKind, Request, Response, APPLY_SPECS_MAX, ENTRIES_PER_MESSAGE_MAX,
 };
 use super::record::NodeRecord;
 use super::skew::{ClockSkew, Refusal};
@@ -398,33 +397,6 @@ impl MeshNode {
             changed: outcome.changed.len(),
             newer,
         })
-    }
-
-    pub(crate) async fn handle_get(
-        self: Arc<Self>,
-        name: Option<String>,
-    ) -> Result<Response, ApiError> {
-        let (specs, errors) = self.with_store(|s| view::live_specs(s.list_live())).await;
-        for e in errors {
-            tracing::warn!(error = %e, "stored spec does not decode");
-        }
-        let views: Vec<WorkloadView> = specs
-            .into_iter()
-            .filter(|(spec, _)| name.as_deref().is_none_or(|n| n == spec.name))
-            .map(|(spec, version)| WorkloadView {
-                name: spec.name.clone(),
-                replicas: spec.replicas,
-                version,
-                spec,
-            })
-            .collect();
-        if let (Some(name), true) = (&name, views.is_empty()) {
-            return Err(ApiError::new(
-                ErrorKind::NotFound,
-                format!("no workload named {name:?}"),
-            ));
-        }
-        Ok(Response::Workloads(views))
     }
 }
 

@@ -281,26 +281,23 @@ pub fn live_peer_apis(members: &[Member], me: &str) -> Vec<(String, SocketAddr)>
         .collect()
 }
 
-/// The `nodes` answer.
-pub fn node_views(members: &[Member]) -> Vec<NodeView> {
-    members
-        .iter()
-        .map(|m| NodeView {
-            name: m.name.clone(),
-            alive: m.alive,
-            zone: m
-                .record
-                .as_ref()
-                .map(|r| r.zone.clone())
-                .unwrap_or_default(),
-            cpu_millis: m.record.as_ref().map_or(0, |r| r.cpu_millis),
-            memory_bytes: m.record.as_ref().map_or(0, |r| r.memory_bytes),
-            draining: m.record.as_ref().is_some_and(|r| r.draining),
-            gossip_addr: m.id.gossip_advertise_addr.to_string(),
-            api_addr: m.record.as_ref().map(|r| r.api_addr.to_string()),
-            agent_version: m.record.as_ref().map(|r| r.agent_version.clone()),
-        })
-        .collect()
+/// One member as the `nodes` answer lists it.
+pub fn node_view(m: &Member) -> NodeView {
+    NodeView {
+        name: m.name.clone(),
+        alive: m.alive,
+        zone: m
+            .record
+            .as_ref()
+            .map(|r| r.zone.clone())
+            .unwrap_or_default(),
+        cpu_millis: m.record.as_ref().map_or(0, |r| r.cpu_millis),
+        memory_bytes: m.record.as_ref().map_or(0, |r| r.memory_bytes),
+        draining: m.record.as_ref().is_some_and(|r| r.draining),
+        gossip_addr: m.id.gossip_advertise_addr.to_string(),
+        api_addr: m.record.as_ref().map(|r| r.api_addr.to_string()),
+        agent_version: m.record.as_ref().map(|r| r.agent_version.clone()),
+    }
 }
 
 /// Encodes a spec as a store body.

@@ -79,10 +79,10 @@ pub(super) fn live_set(chitchat: &Chitchat) -> BTreeSet<u32> {
 pub(super) async fn holds(host: &Host, workload: &str) -> Option<Option<String>> {
     let api = host.running.as_ref()?.api().clone();
     let req = Request::Get {
-        name: Some(workload.to_string()),
+        name: workload.to_string(),
     };
     match api.handle_request(req, PeerName("shoal-sim".into())).await {
-        Response::Workloads(list) => Some(list.into_iter().next().map(|w| w.version)),
+        Response::Workload(w) => Some(Some(w.version)),
         _ => Some(None),
     }
 }

@@ -56,10 +56,16 @@ impl World {
         };
         let answer = api
             .clone()
-            .handle_request(Request::Issues, PeerName("shoal-sim".into()))
+            .handle_request(
+                Request::Issues {
+                    after: None,
+                    limit: ISSUES_TRACED_MAX as u32,
+                },
+                PeerName("shoal-sim".into()),
+            )
             .await;
         let now = self.now_ms();
-        let Response::Issues(issues) = answer else {
+        let Response::Issues { issues, .. } = answer else {
             return;
         };
         for i in issues.iter().take(ISSUES_TRACED_MAX) {

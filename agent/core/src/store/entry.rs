@@ -175,14 +175,23 @@ pub enum Rejection {
         /// The bound.
         max: usize,
     },
-    /// The store holds its maximum number of entries (live and tombstones): delete workloads first.
-    #[error("the store is full ({max} entries): delete workloads first")]
+    /// The store holds its maximum number of entries (live and tombstones): delete workloads first
+    /// (a deleted workload's entry is freed when its tombstone is purged).
+    #[error(
+        "the store is full: it holds its bound of {max} entries (workloads, and deleted ones \
+         until their tombstones are purged after the grace period); delete workloads no longer \
+         needed"
+    )]
     TooManyEntries {
         /// The bound.
         max: usize,
     },
-    /// The store's payloads would exceed their total size bound: delete workloads first.
-    #[error("the store's payloads would total {total} bytes, over the bound of {max} bytes")]
+    /// The store's payloads would exceed their total size bound: delete workloads first (a
+    /// tombstone has no payload: a delete frees its bytes at once).
+    #[error(
+        "the stored specs would total {total} bytes, over the store's bound of {max} bytes; \
+         delete workloads no longer needed (their bytes are freed at once) or make specs smaller"
+    )]
     TooManyBytes {
         /// What the total would have become.
         total: usize,

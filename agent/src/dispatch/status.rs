@@ -1,0 +1,320 @@
+//! `status`: where a workload's replicas are and how they run, wherever they run, a page of
+//! replicas at a time. Ten thousand replicas with a 256-byte last error each take more than a
+//! frame, so a page covers a window of replica indices (at most [`PAGE_ITEMS_MAX`]) and ends at
+//! a whole replica within the page budget ([`crate::mesh::page`]). The agent asked answers its
+//! own cell's replicas of the window from its gossip and asks one envoy of each other cell
+//! holding some for the same window; when an envoy's page ends early, so does the answer.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use shoal_core::placement::model::ReplicaId;
+use shoal_core::reconcile::InstanceStatus;
+
+use super::Api;
+use crate::host::INSTANCES_KEY;
+use crate::mesh::api::{ApiError, ErrorKind, InstanceView, Request, Response, StatusView};
+use crate::mesh::page::{self, PAGE_ITEMS_MAX};
+use crate::mesh::view;
+
+/// Most notes in one page (one per node with instances in it that has one).
+const NOTES_MAX: usize = 64;
+/// Longest note, in bytes (a node's record may carry up to 16 KiB).
+const NOTE_BYTES_MAX: usize = 512;
+
+/// Observed instances by node name, with whether the node is live.
+type Observed = BTreeMap<String, (bool, Vec<InstanceStatus>)>;
+
+fn not_found(name: &str) -> ApiError {
+    ApiError::new(
+        ErrorKind::NotFound,
+        format!("no workload named {name:?}; `shoal get` lists them"),
+    )
+}
+
+/// The replicas a page asked for `after` and `limit` covers, before the workload's own bound.
+fn window(after: Option<u32>, limit: u32) -> Range<u32> {
+    let first = after.map_or(0, |a| a.saturating_add(1));
+    first..first.saturating_add(page::items_max(limit) as u32)
+}
+
+impl Api {
+    /// A page of a workload's status across the mesh: this cell's replicas from its own gossip,
+    /// each other cell's asked of one of its envoys (a cell that does not answer is marked
+    /// `unknown`).
+    pub(crate) async fn handle_status(
+        self: Arc<Self>,
+        name: String,
+        after: Option<u32>,
+        limit: u32,
+    ) -> Result<Response, ApiError> {
+        let asked = window(after, limit);
+        let (mut view, elsewhere) = self
+            .clone()
+            .status_here(name.clone(), asked.clone())
+            .await?;
+        let mut covered = asked.end.min(view.desired);
+        // Every other cell at once: one that does not answer costs its contacts' timeouts, not
+        // the sum over cells.
+        let asks = elsewhere
+            .keys()
+            .map(|cell| self.ask_cell(cell, &name, after, limit));
+        let answers = futures_util::future::join_all(asks).await;
+        for ((cell, replicas), answer) in elsewhere.into_iter().zip(answers) {
+            match answer {
+                Ok((theirs, next_after)) => {
+                    // That cell's page ended early: so does this one.
+                    // (Never before the first replica asked: each page makes progress.)
+                    if let Some(last) = next_after {
+                        covered =
+                            covered.min(last.saturating_add(1).max(asked.start.saturating_add(1)));
+                    }
+                    view.instances.extend(
+                        theirs
+                            .instances
+                            .into_iter()
+                            .filter(|i| replicas.contains(&i.replica)),
+                    );
+                    view.notes.extend(theirs.notes);
+                }
+                Err(why) => view
+                    .instances
+                    .extend(replicas.iter().map(|&replica| InstanceView {
+                        replica,
+                        node: None,
+                        phase: "unknown".to_string(),
+                        healthy: None,
+                        restarts: 0,
+                        spec_version: None,
+                        since_ms: None,
+                        last_error: None,
+                        reason: Some(format!(
+                            "placed in cell {cell}, which did not answer: {why}"
+                        )),
+                        fence_token: None,
+                    })),
+            }
+        }
+        view.instances.retain(|i| i.replica < covered);
+        view.instances.sort_by_key(|i| i.replica);
+        let next_after = end_page(&mut view, covered);
+        Ok(Response::Status { view, next_after })
+    }
+
+    /// A page of the status of `name`'s replicas placed in this agent's cell only.
+    pub(crate) async fn handle_cell_status(
+        self: Arc<Self>,
+        name: String,
+        after: Option<u32>,
+        limit: u32,
+    ) -> Result<Response, ApiError> {
+        let asked = window(after, limit);
+        let (mut view, _) = self.status_here(name, asked.clone()).await?;
+        let covered = asked.end.min(view.desired);
+        let next_after = end_page(&mut view, covered);
+        Ok(Response::Status { view, next_after })
+    }
+
+    /// Asks an envoy of `cell` (the first of its contacts that answers, each given
+    /// [`CELLS_CALL_TIMEOUT`](crate::cells::CELLS_CALL_TIMEOUT)) for its replicas of `name` in
+    /// the same page.
+    async fn ask_cell(
+        &self,
+        cell: &str,
+        name: &str,
+        after: Option<u32>,
+        limit: u32,
+    ) -> Result<(StatusView, Option<u32>), String> {
+        let req = Request::CellStatus {
+            name: name.to_string(),
+            after,
+            limit,
+        };
+        let accept = |answer| match answer {
+            Response::Status { view, next_after } => Ok((view, next_after)),
+            other => Err(other),
+        };
+        crate::cells::exchange::ask_contacts(&self.node, cell, &req, accept).await
+    }
+
+    /// This cell's part of the status for the replicas in `asked`, and those of them placed in
+    /// other cells, by cell.
+    async fn status_here(
+        self: Arc<Self>,
+        name: String,
+        asked: Range<u32>,
+    ) -> Result<(StatusView, BTreeMap<String, Vec<u32>>), ApiError> {
+        let (specs, _) = self
+            .node
+            .with_store(|s| view::live_specs(s.list_live()))
+            .await;
+        let Some((spec, version)) = specs.iter().find(|(s, _)| s.name == name).cloned() else {
+            return Err(not_found(&name));
+        };
+        let members = self.node.members().await;
+        let nodes = view::placement_nodes(&members);
+        let workloads: Vec<_> = specs
+            .iter()
+            .map(|(s, _)| view::placement_workload(s))
+            .collect();
+        let own_cell = self.node.cells.own().to_string();
+        let (placed, cell_of) = match self.node.cells.placement_cells() {
+            Some(cells) => {
+                let mesh = shoal_core::cells::place_mesh(&own_cell, &cells, &nodes, &workloads);
+                (mesh.local, Some(mesh.cells))
+            }
+            None => (
+                shoal_core::stacking::place_stacked(&nodes, &workloads),
+                None,
+            ),
+        };
+        let mut elsewhere: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        let mut observed: Observed = self.gossiped(INSTANCES_KEY).await;
+        if let Some(host) = &self.host {
+            observed.insert(self.node.name.clone(), (true, host.observed()));
+        }
+        let hosts_known = !observed.is_empty();
+        let mut instances = Vec::new();
+        for replica in asked.start..asked.end.min(spec.replicas) {
+            let id = ReplicaId::new(&name, replica);
+            let cell = cell_of.as_ref().and_then(|c| c.assigned.get(&id));
+            if let Some(cell) = cell.filter(|c| **c != own_cell) {
+                elsewhere.entry(cell.clone()).or_default().push(replica);
+                instances.extend(handing_off(&id, cell, &observed));
+                continue;
+            }
+            let owner = placed.assigned.get(&id).cloned();
+            let before = instances.len();
+            instances.extend(observed_here(&id, owner.as_deref(), &observed));
+            if instances.len() == before {
+                let reason = placed.unschedulable.get(&id).map(|u| u.to_string());
+                let phase = match (&owner, hosts_known) {
+                    (None, _) => "unschedulable",
+                    (Some(_), true) => "pending",
+                    (Some(_), false) => "assigned",
+                };
+                instances.push(InstanceView {
+                    replica,
+                    node: owner,
+                    phase: phase.to_string(),
+                    healthy: None,
+                    restarts: 0,
+                    spec_version: None,
+                    since_ms: None,
+                    last_error: None,
+                    reason,
+                    fence_token: None,
+                });
+            }
+        }
+        let mut notes = Vec::new();
+        for member in members.iter() {
+            let here = instances
+                .iter()
+                .any(|i| i.node.as_deref() == Some(member.name.as_str()));
+            if let (true, Some(note)) = (
+                here,
+                member.record.as_ref().and_then(|r| r.limits_note.clone()),
+            ) {
+                notes.push(format!("{}: {note}", member.name));
+            }
+        }
+        let view = StatusView {
+            name,
+            desired: spec.replicas,
+            version,
+            instances,
+            notes,
+        };
+        Ok((view, elsewhere))
+    }
+}
+
+/// The copies of `id` still running in this cell while it is placed in `cell`: each hands off to
+/// that cell's copy, shown beside it.
+fn handing_off(id: &ReplicaId, cell: &str, observed: &Observed) -> Vec<InstanceView> {
+    let mut out = Vec::new();
+    for (node, (alive, list)) in observed {
+        let moving = list
+            .iter()
+            .filter(|s| s.replica == *id && s.may_be_alive() && *alive);
+        for status in moving {
+            out.push(InstanceView {
+                replica: id.replica,
+                node: Some(node.clone()),
+                phase: status.phase.to_string(),
+                healthy: Some(status.healthy),
+                restarts: status.restarts,
+                spec_version: Some(status.spec_version.clone()),
+                since_ms: Some(status.since_ms),
+                last_error: status.last_error.clone(),
+                reason: Some(format!("placed in cell {cell}: handing off")),
+                fence_token: status.fence_token,
+            });
+        }
+    }
+    out
+}
+
+/// Every instance of `id` this cell's nodes report, `owner` being where placement puts it.
+fn observed_here(id: &ReplicaId, owner: Option<&str>, observed: &Observed) -> Vec<InstanceView> {
+    let mut out = Vec::new();
+    for (node, (alive, list)) in observed {
+        for status in list.iter().filter(|s| s.replica == *id) {
+            let misplaced = owner != Some(node.as_str());
+            // A node that is not live cannot vouch for its instances: their state is unknown.
+            let phase = if *alive {
+                status.phase.to_string()
+            } else {
+                "unknown".to_string()
+            };
+            out.push(InstanceView {
+                replica: id.replica,
+                node: Some(node.clone()),
+                phase,
+                healthy: Some(status.healthy && *alive),
+                restarts: status.restarts,
+                spec_version: Some(status.spec_version.clone()),
+                since_ms: Some(status.since_ms),
+                last_error: status.last_error.clone(),
+                reason: match (alive, misplaced) {
+                    (false, _) => Some(format!("node {node} is not live")),
+                    (true, true) => Some("no longer placed here: handing off".to_string()),
+                    _ => None,
+                },
+                fence_token: status.fence_token,
+            });
+        }
+    }
+    out
+}
+
+/// Ends `view` (its instances sorted by replica, all below `covered`) at a whole replica within
+/// the page budget, bounds its notes, and returns the last replica of the page when more of the
+/// workload's follow.
+fn end_page(view: &mut StatusView, covered: u32) -> Option<u32> {
+    let mut groups: Vec<Vec<InstanceView>> = Vec::new();
+    for instance in std::mem::take(&mut view.instances) {
+        match groups.last_mut() {
+            Some(group) if group[0].replica == instance.replica => group.push(instance),
+            _ => groups.push(vec![instance]),
+        }
+    }
+    // At most PAGE_ITEMS_MAX replicas were asked: only the byte budget can end the page here.
+    let (groups, cut) = page::take_page(groups, PAGE_ITEMS_MAX, |g| g[0].replica);
+    view.instances = groups.into_iter().flatten().collect();
+    let mut notes = std::mem::take(&mut view.notes);
+    notes.sort();
+    notes.dedup();
+    view.notes = notes
+        .into_iter()
+        .filter(|n| {
+            let node = n.split(": ").next();
+            view.instances.iter().any(|i| i.node.as_deref() == node)
+        })
+        .take(NOTES_MAX)
+        .map(|n| page::cut_text(n, NOTE_BYTES_MAX))
+        .collect();
+    cut.or_else(|| (covered < view.desired).then(|| covered - 1))
+}

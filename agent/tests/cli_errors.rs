@@ -1,0 +1,108 @@
+//! What `shoal` prints when a call fails, as a user reads it: the built binary against a stand-in
+//! agent on loopback QUIC. An agent that answers, even with a refusal, is not "not running".
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use shoal::mesh::api::{Request, Response};
+use shoal::pki;
+use shoal::rpc::{self, Handler, RpcServerConfig, TransportStats};
+use shoal::tls::{self, QuicOptions, ALPN_API};
+use shoal::wire::API_FRAME_MAX_BYTES;
+
+/// Runs `shoal ARGS --agent AGENT --pki DIR --client-name operator` off the async runtime.
+async fn shoal(args: &[&str], agent: SocketAddr, pki: &Path) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal"));
+    cmd.args(args)
+        .args(["--agent", &agent.to_string(), "--timeout", "3s"])
+        .arg("--pki")
+        .arg(pki)
+        .args(["--client-name", "operator"]);
+    tokio::task::spawn_blocking(move || cmd.output().expect("run shoal"))
+        .await
+        .unwrap()
+}
+
+/// A stand-in agent whose every answer is `answer`, on a loopback port.
+fn serve(pki: &Path, answer: Response) -> SocketAddr {
+    pki::issue(pki, "n1", &["127.0.0.1".parse().unwrap()]).unwrap();
+    let identity = pki::load_identity(pki, "n1").unwrap();
+    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let endpoint = tls::bind_endpoint(loopback, &identity, ALPN_API, &QuicOptions::api()).unwrap();
+    let addr = endpoint.local_addr().unwrap();
+    let handler: Handler<Request, Response> = Arc::new(move |_, _| {
+        let answer = answer.clone();
+        Box::pin(async move { answer })
+    });
+    let stats = Arc::new(TransportStats::default());
+    tokio::spawn(rpc::serve(
+        endpoint,
+        handler,
+        RpcServerConfig::default(),
+        stats,
+    ));
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_over_the_frame_limit_reads_as_the_agents_refusal() {
+    let dir = tempfile::tempdir().unwrap();
+    pki::init(dir.path()).unwrap();
+    pki::issue(dir.path(), "operator", &[]).unwrap();
+    // What `get` did with 60 specs of 248 KB: an answer larger than a frame, which the agent
+    // refuses to send.
+    let agent = serve(dir.path(), Response::Digest(vec![0; API_FRAME_MAX_BYTES]));
+    let out = shoal(&["get"], agent, dir.path()).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the agent at {agent} refused the request: response not sent"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("exceeds the {API_FRAME_MAX_BYTES}-byte limit")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("is it running"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_agent_at_the_address_keeps_the_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    pki::init(dir.path()).unwrap();
+    pki::issue(dir.path(), "operator", &[]).unwrap();
+    // A port nobody serves: bound, noted, closed.
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let nobody = socket.local_addr().unwrap();
+    drop(socket);
+    let out = shoal(&["get"], nobody, dir.path()).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "no answer from the agent at {nobody} (is it running?"
+        )),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_of_the_wrong_kind_is_not_a_stopped_agent_either() {
+    let dir = tempfile::tempdir().unwrap();
+    pki::init(dir.path()).unwrap();
+    pki::issue(dir.path(), "operator", &[]).unwrap();
+    // An agent that answers `get` with something else entirely.
+    let agent = serve(dir.path(), Response::Clock { now_ms: 0 });
+    let out = shoal(&["get"], agent, dir.path()).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("unexpected answer from the agent at {agent}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("is it running"), "{stderr}");
+}
