@@ -441,6 +441,7 @@ impl Mesh {
                 .args(["--gossip", &gossip.to_string(), "--api", &api.to_string()])
                 .arg("--data-dir")
                 .arg(mesh.dir.path().join(format!("data-{name}")))
+                .env("SHOAL_SELF_ISSUE", "true")
                 .arg("--pki")
                 .arg(&pki)
                 .args(["--cpu", "4", "--memory", "8Gi"]);

@@ -384,6 +384,7 @@ impl Mesh {
                 .args(["--metrics", &metrics.to_string()])
                 .arg("--data-dir")
                 .arg(mesh.dir.path().join(format!("data-{name}")))
+                .env("SHOAL_SELF_ISSUE", "true")
                 .arg("--pki")
                 .arg(&pki)
                 .args(["--cpu", "4", "--memory", "8Gi"]);

@@ -696,6 +696,7 @@ impl Agent {
             .args(["--gossip", &self.gossip, "--api", &self.api])
             .arg("--data-dir")
             .arg(&self.data_dir)
+            .env("SHOAL_SELF_ISSUE", "true")
             .arg("--pki")
             .arg(&self.pki)
             .args(["--cpu", "4", "--memory", "8Gi"])
@@ -716,6 +717,7 @@ impl Agent {
         loop {
             let out = Command::new(&self.shoal)
                 .args(["status", WORKLOAD, "--agent", &self.api, "--timeout", "2s"])
+                .env("SHOAL_SELF_ISSUE", "true")
                 .arg("--pki")
                 .arg(&self.pki)
                 .output()?;
@@ -738,6 +740,7 @@ impl Agent {
             let out = Command::new(&self.shoal)
                 .args(["apply", "--agent", &self.api, "--timeout", "3s", "-f"])
                 .arg(&file)
+                .env("SHOAL_SELF_ISSUE", "true")
                 .arg("--pki")
                 .arg(&self.pki)
                 .output()?;

@@ -4,7 +4,9 @@
 
 pub use shoal_core as core;
 
+pub mod admission;
 pub mod agent;
+pub mod authority;
 pub mod cells;
 pub mod dispatch;
 pub mod gossip;

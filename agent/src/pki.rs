@@ -6,7 +6,13 @@
 //! leaves the key out.
 //!
 //! Certificates carry the name both as the subject CN and as a DNS SAN, so TLS can check that a
-//! peer is the node it claims to be ([`crate::tls::peer_name`]), plus any IP SANs asked for.
+//! peer is the node it claims to be ([`crate::tls::peer_name`]), plus any IP SANs asked for, and
+//! the holder's [`Role`] as a URI SAN `shoal://ROLE/NAME` ([`role_uri`]): a node may gossip and call
+//! the agent-to-agent requests, a client may read and write the desired state, a read-only client
+//! may only read. A certificate without a role is refused everywhere.
+//!
+//! Leaf certificates live [`LEAF_VALIDITY_DAYS_DEFAULT`] days unless asked otherwise; `shoal pki
+//! renew` replaces one in place and a running agent picks it up ([`crate::authority`]).
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -30,7 +36,14 @@ pub const CA_KEY_FILE: &str = "ca.key";
 pub const NAME_LEN_MAX: usize = 63;
 
 const CA_VALIDITY_DAYS: i64 = 20 * 365;
-const LEAF_VALIDITY_DAYS: i64 = 5 * 365;
+/// Default life of a node or client certificate: one year, as kubeadm's and `nomad tls cert
+/// create`'s. Short enough that a lost key does not stay valid for years; long enough that a
+/// yearly `shoal pki renew` is the only chore. Revocation ([`crate::authority`]) covers the rest.
+pub const LEAF_VALIDITY_DAYS_DEFAULT: u32 = 365;
+/// Longest life `--days` accepts for a node or client certificate.
+pub const LEAF_VALIDITY_DAYS_MAX: u32 = 5 * 365;
+/// Scheme of the role URI SAN.
+const ROLE_URI_SCHEME: &str = "shoal://";
 /// Certificates start one hour in the past so that small clock skews between hosts do not matter.
 const NOT_BEFORE_SKEW_HOURS: i64 = 1;
 
@@ -81,9 +94,103 @@ pub enum PkiError {
         /// Why it was rejected.
         reason: &'static str,
     },
+    /// An issuing option is out of range.
+    #[error("{0}")]
+    Option(String),
     /// Certificate generation failed.
     #[error("certificate generation failed: {0}")]
     Generate(#[from] rcgen::Error),
+}
+
+/// What a certificate's holder may do.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub enum Role {
+    /// An agent: gossip, the agent-to-agent requests, reads, and forwarded operations.
+    Node,
+    /// An operator or a tool: reads and writes of the desired state, approvals, drains.
+    Client,
+    /// A read-only client: get, status, nodes, issues, events, cells.
+    Reader,
+}
+
+impl Role {
+    /// The role's tag in the certificate's URI SAN.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Role::Node => "node",
+            Role::Client => "client",
+            Role::Reader => "client-read-only",
+        }
+    }
+
+    /// The role of a tag, `None` for a tag this agent does not know.
+    pub fn from_tag(tag: &str) -> Option<Role> {
+        [Role::Node, Role::Client, Role::Reader]
+            .into_iter()
+            .find(|r| r.tag() == tag)
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.tag())
+    }
+}
+
+/// The URI SAN that carries a certificate's role and name: `shoal://ROLE/NAME`.
+pub fn role_uri(role: Role, name: &str) -> String {
+    format!("{ROLE_URI_SCHEME}{}/{name}", role.tag())
+}
+
+/// The role and name of a role URI SAN, or why it is not one this agent accepts. `Ok(None)` for a
+/// URI that is not Shoal's.
+pub fn parse_role_uri(uri: &str) -> Result<Option<(Role, &str)>, String> {
+    let Some(rest) = uri.strip_prefix(ROLE_URI_SCHEME) else {
+        return Ok(None);
+    };
+    let Some((tag, name)) = rest.split_once('/') else {
+        return Err(format!("role URI {uri:?} is not shoal://ROLE/NAME"));
+    };
+    match Role::from_tag(tag) {
+        Some(role) => Ok(Some((role, name))),
+        None => Err(format!(
+            "unknown role {tag:?} in {uri:?} (this agent knows node, client, client-read-only)"
+        )),
+    }
+}
+
+/// How a certificate is issued: its role, extra IP SANs and life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssueOptions {
+    /// What the holder may do.
+    pub role: Role,
+    /// Extra IP SANs.
+    pub ips: Vec<IpAddr>,
+    /// Life in days (1 to [`LEAF_VALIDITY_DAYS_MAX`]).
+    pub days: u32,
+}
+
+impl IssueOptions {
+    /// A certificate for `role`, no IP SANs, the default life.
+    pub fn new(role: Role) -> Self {
+        IssueOptions {
+            role,
+            ips: Vec::new(),
+            days: LEAF_VALIDITY_DAYS_DEFAULT,
+        }
+    }
+}
+
+/// Whether [`load_identity`] may issue a missing certificate from a CA key in the directory, and
+/// with which role. Off by default: the CA key belongs off the hosts (docs/operations.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelfIssue {
+    /// Never: a missing certificate is an error that says how to issue one.
+    No,
+    /// Issue it with this role when the directory holds `ca.key` (`--self-issue`).
+    As(Role),
 }
 
 /// A node's (or client's) TLS identity: its certificate chain, its private key and the cluster's
@@ -91,6 +198,8 @@ pub enum PkiError {
 pub struct Identity {
     /// The certificate name (CN and DNS SAN).
     pub name: String,
+    /// The certificate's role.
+    pub role: Role,
     /// The certificate chain, end-entity first.
     pub cert_chain: Vec<CertificateDer<'static>>,
     /// The private key matching the end-entity certificate.
@@ -103,6 +212,7 @@ impl Clone for Identity {
     fn clone(&self) -> Self {
         Identity {
             name: self.name.clone(),
+            role: self.role,
             cert_chain: self.cert_chain.clone(),
             key: self.key.clone_key(),
             ca_certs: self.ca_certs.clone(),
@@ -114,6 +224,7 @@ impl std::fmt::Debug for Identity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Identity")
             .field("name", &self.name)
+            .field("role", &self.role)
             .field("cert_chain_len", &self.cert_chain.len())
             .field("key", &"<redacted>")
             .field("ca_certs_len", &self.ca_certs.len())
@@ -185,28 +296,121 @@ pub fn init(dir: &Path) -> Result<(), PkiError> {
     Ok(())
 }
 
-/// Issues a certificate for `name`, signed by the CA in `dir` (which must hold `ca.key`), with
-/// `ips` as extra IP SANs. Writes `NAME.crt` and `NAME.key`; refuses to overwrite them.
-pub fn issue(dir: &Path, name: &str, ips: &[IpAddr]) -> Result<IssuedFiles, PkiError> {
-    validate_name(name)?;
-    let files = IssuedFiles {
-        cert: dir.join(format!("{name}.crt")),
-        key: dir.join(format!("{name}.key")),
-    };
+/// Issues a certificate for `name`, signed by the CA in `dir` (which must hold `ca.key`), as
+/// `options` say. Writes `NAME.crt` and `NAME.key`; refuses to overwrite them.
+pub fn issue(dir: &Path, name: &str, options: &IssueOptions) -> Result<IssuedFiles, PkiError> {
+    let files = issued_files(dir, name)?;
     for path in [&files.cert, &files.key] {
         if path.exists() {
             return Err(PkiError::AlreadyExists {
                 path: path.clone(),
-                hint:
-                    "a certificate was already issued under this name; remove both files to reissue",
+                hint: "a certificate was already issued under this name; `shoal pki renew` \
+                       replaces it",
             });
         }
     }
+    write_leaf(dir, name, options, &files)?;
+    tracing::info!(name, role = %options.role, dir = %dir.display(), "issued certificate");
+    Ok(files)
+}
+
+/// Replaces `name`'s certificate and key in `dir` with new ones of the same role and IP SANs,
+/// living `days` (the default when `None`). A running agent whose --pki is `dir` switches to them
+/// within its reload interval, without a restart ([`crate::authority`]).
+pub fn renew(dir: &Path, name: &str, days: Option<u32>) -> Result<IssuedFiles, PkiError> {
+    let files = issued_files(dir, name)?;
+    if !files.cert.exists() {
+        return Err(PkiError::Missing {
+            path: files.cert,
+            hint: format!("nothing to renew; issue it with `shoal pki issue --name {name}`"),
+        });
+    }
+    let certs = read_certs(&files.cert)?;
+    let (role, _, ips) = leaf_role_and_ips(&certs[0])
+        .map_err(|reason| invalid(&files.cert, "Shoal certificate", reason))?;
+    let options = IssueOptions {
+        role,
+        ips,
+        days: days.unwrap_or(LEAF_VALIDITY_DAYS_DEFAULT),
+    };
+    write_leaf(dir, name, &options, &files)?;
+    tracing::info!(name, role = %role, dir = %dir.display(), "renewed certificate");
+    Ok(files)
+}
+
+fn issued_files(dir: &Path, name: &str) -> Result<IssuedFiles, PkiError> {
+    validate_name(name)?;
+    Ok(IssuedFiles {
+        cert: dir.join(format!("{name}.crt")),
+        key: dir.join(format!("{name}.key")),
+    })
+}
+
+/// The role, role name and IP SANs of a Shoal leaf certificate.
+fn leaf_role_and_ips(cert: &CertificateDer<'_>) -> Result<(Role, String, Vec<IpAddr>), String> {
+    use x509_parser::extensions::GeneralName;
+    let (_, parsed) =
+        x509_parser::parse_x509_certificate(cert.as_ref()).map_err(|e| e.to_string())?;
+    let mut role = None;
+    let mut ips = Vec::new();
+    if let Ok(Some(ext)) = parsed.subject_alternative_name() {
+        for general in &ext.value.general_names {
+            match general {
+                GeneralName::URI(uri) => {
+                    if let Some((r, n)) = parse_role_uri(uri)? {
+                        if role.is_some() {
+                            return Err("more than one shoal://ROLE/NAME URI".into());
+                        }
+                        role = Some((r, n.to_string()));
+                    }
+                }
+                GeneralName::IPAddress(bytes) => match bytes.len() {
+                    4 => ips.push(IpAddr::from(<[u8; 4]>::try_from(*bytes).expect("4 bytes"))),
+                    16 => ips.push(IpAddr::from(
+                        <[u8; 16]>::try_from(*bytes).expect("16 bytes"),
+                    )),
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+    }
+    let (role, name) =
+        role.ok_or("no shoal://ROLE/NAME URI (issued before roles; issue a new one)")?;
+    Ok((role, name, ips))
+}
+
+fn write_leaf(
+    dir: &Path,
+    name: &str,
+    options: &IssueOptions,
+    files: &IssuedFiles,
+) -> Result<(), PkiError> {
+    if options.days == 0 || options.days > LEAF_VALIDITY_DAYS_MAX {
+        return Err(PkiError::Option(format!(
+            "--days {} is out of range (1 to {LEAF_VALIDITY_DAYS_MAX})",
+            options.days
+        )));
+    }
+    let issuer = load_issuer(dir)?;
+    let key = KeyPair::generate()?;
+    let cert = leaf_params(name, options)?.signed_by(&key, &issuer)?;
+    // Key and certificate in one file each, each replaced atomically; a reader between the two
+    // renames sees a pair that does not match, which loading refuses (and an agent retries).
+    write_atomic(&files.key, key.serialize_pem().as_bytes(), 0o600)?;
+    write_atomic(&files.cert, cert.pem().as_bytes(), 0o644)?;
+    let serial = crate::authority::crl::serial_of(cert.der()).unwrap_or_default();
+    append_issued(dir, &serial, name, options.role)
+}
+
+/// The CA of `dir` as an issuer (needs `ca.key`).
+fn load_issuer(dir: &Path) -> Result<Issuer<'static, KeyPair>, PkiError> {
     let ca_key_path = dir.join(CA_KEY_FILE);
     if !ca_key_path.exists() {
         return Err(PkiError::Missing {
             path: ca_key_path,
-            hint: "issue certificates where the CA key is (create one with `shoal pki init`)"
+            hint: "issue and revoke certificates where the CA key is (create one with \
+                   `shoal pki init`)"
                 .into(),
         });
     }
@@ -222,17 +426,152 @@ pub fn issue(dir: &Path, name: &str, ips: &[IpAddr]) -> Result<IssuedFiles, PkiE
         what: "PEM CA certificate",
         reason: e.to_string(),
     })?;
-    let key = KeyPair::generate()?;
-    let cert = leaf_params(name, ips)?.signed_by(&key, &issuer)?;
-    write_atomic(&files.key, key.serialize_pem().as_bytes(), 0o600)?;
-    write_atomic(&files.cert, cert.pem().as_bytes(), 0o644)?;
-    tracing::info!(name, dir = %dir.display(), "issued certificate");
-    Ok(files)
+    Ok(issuer)
 }
 
-/// Loads `name`'s identity from `dir`. If `NAME.crt` is missing and `dir` holds the CA key, issues
-/// it first (a convenience for small clusters); otherwise says which file to provide.
-pub fn load_identity(dir: &Path, name: &str) -> Result<Identity, PkiError> {
+/// The log of issued certificates in a PKI directory: one line `SERIAL-HEX NAME ROLE` each, so
+/// that `revoke --name` reaches every certificate ever issued under a name, renewed ones too.
+pub const ISSUED_LOG: &str = "issued.log";
+
+fn append_issued(dir: &Path, serial: &[u8], name: &str, role: Role) -> Result<(), PkiError> {
+    let path = dir.join(ISSUED_LOG);
+    let line = format!("{} {name} {role}\n", hex(serial));
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o644)
+        .open(&path)
+        .map_err(|source| io_err("opening", &path, source))?;
+    file.write_all(line.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|source| io_err("appending to", &path, source))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// What [`revoke`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revoked {
+    /// `DIR/crl.pem`.
+    pub crl: PathBuf,
+    /// The new list's CRL number.
+    pub number: u64,
+    /// Serials (hex) newly revoked.
+    pub added: Vec<String>,
+    /// Serials (hex) in the list in all.
+    pub total: usize,
+}
+
+/// Revokes every certificate issued under `name` in `dir` (from [`ISSUED_LOG`] and `NAME.crt`):
+/// writes `DIR/crl.pem`, signed by the CA, numbered one above the list it replaces and keeping
+/// its entries. Give it to any agent (`shoal pki publish-crl`) to spread it.
+pub fn revoke(dir: &Path, name: &str) -> Result<Revoked, PkiError> {
+    validate_name(name)?;
+    let issuer = load_issuer(dir)?;
+    let ca_certs = read_certs(&dir.join(CA_CERT_FILE))?;
+    let crl_path = dir.join(crate::authority::crl::CRL_FILE);
+    let previous = if crl_path.exists() {
+        let bytes = fs::read(&crl_path).map_err(|source| io_err("reading", &crl_path, source))?;
+        let crl = crate::authority::crl::der_from_pem_or_der(&bytes)
+            .and_then(|der| crate::authority::crl::Crl::parse_verified(&der, &ca_certs))
+            .map_err(|reason| invalid(&crl_path, "CRL of this CA", reason))?;
+        Some(crl)
+    } else {
+        None
+    };
+    let mut serials: Vec<Vec<u8>> = Vec::new();
+    let log = dir.join(ISSUED_LOG);
+    if log.exists() {
+        for line in read_string(&log)?.lines() {
+            let mut parts = line.split_whitespace();
+            if let (Some(serial), Some(n)) = (parts.next(), parts.next()) {
+                if n == name {
+                    serials.extend(unhex(serial));
+                }
+            }
+        }
+    }
+    let cert_path = dir.join(format!("{name}.crt"));
+    if cert_path.exists() {
+        for cert in read_certs(&cert_path)? {
+            serials.extend(crate::authority::crl::serial_of(&cert));
+        }
+    }
+    serials.sort();
+    serials.dedup();
+    if serials.is_empty() {
+        return Err(PkiError::Missing {
+            path: log,
+            hint: format!("no certificate issued under {name:?} is known in this directory"),
+        });
+    }
+    let now = OffsetDateTime::now_utc();
+    let mut revoked: Vec<rcgen::RevokedCertParams> = Vec::new();
+    let mut held: std::collections::BTreeSet<Vec<u8>> = Default::default();
+    if let Some(previous) = &previous {
+        let (_, parsed) = x509_parser::parse_x509_crl(&previous.der)
+            .map_err(|e| invalid(&crl_path, "CRL", e.to_string()))?;
+        for r in parsed.iter_revoked_certificates() {
+            let serial = r.raw_serial().to_vec();
+            held.insert(crate::authority::crl::serial_of_raw(&serial));
+            revoked.push(rcgen::RevokedCertParams {
+                serial_number: SerialNumber::from_slice(&serial),
+                revocation_time: r.revocation_date.to_datetime(),
+                reason_code: None,
+                invalidity_date: None,
+            });
+        }
+    }
+    let mut added = Vec::new();
+    for serial in serials {
+        if held.insert(serial.clone()) {
+            added.push(hex(&serial));
+            revoked.push(rcgen::RevokedCertParams {
+                serial_number: SerialNumber::from_slice(&serial),
+                revocation_time: now,
+                reason_code: Some(rcgen::RevocationReason::Unspecified),
+                invalidity_date: None,
+            });
+        }
+    }
+    let number = previous.as_ref().map_or(1, |p| p.number + 1);
+    let params = rcgen::CertificateRevocationListParams {
+        this_update: now - TimeDuration::hours(NOT_BEFORE_SKEW_HOURS),
+        // Agents do not expire lists (a newer number replaces one); the field must be later.
+        next_update: now + TimeDuration::days(CA_VALIDITY_DAYS),
+        crl_number: SerialNumber::from(number),
+        issuing_distribution_point: None,
+        revoked_certs: revoked,
+        key_identifier_method: rcgen::KeyIdMethod::Sha256,
+    };
+    let crl = params.signed_by(&issuer)?;
+    let total = held.len();
+    write_atomic(&crl_path, crl.pem()?.as_bytes(), 0o644)?;
+    tracing::info!(name, number, total, "revocation list written");
+    Ok(Revoked {
+        crl: crl_path,
+        number,
+        added,
+        total,
+    })
+}
+
+/// Loads `name`'s identity from `dir`. If `NAME.crt` is missing, `self_issue` allows it and `dir`
+/// holds the CA key, issues it first (a convenience for a sandbox); otherwise says which file to
+/// provide.
+pub fn load_identity(dir: &Path, name: &str, self_issue: SelfIssue) -> Result<Identity, PkiError> {
     validate_name(name)?;
     let ca_path = dir.join(CA_CERT_FILE);
     if !ca_path.exists() {
@@ -244,16 +583,24 @@ pub fn load_identity(dir: &Path, name: &str) -> Result<Identity, PkiError> {
     let cert_path = dir.join(format!("{name}.crt"));
     let key_path = dir.join(format!("{name}.key"));
     if !cert_path.exists() {
-        if dir.join(CA_KEY_FILE).exists() && !key_path.exists() {
-            issue(dir, name, &[])?;
-        } else {
-            return Err(PkiError::Missing {
-                path: cert_path,
-                hint: format!(
-                    "issue it with `shoal pki issue --dir DIR --name {name}` where the CA key is, \
-                     and copy {name}.crt and {name}.key here"
-                ),
-            });
+        match self_issue {
+            SelfIssue::As(role) if dir.join(CA_KEY_FILE).exists() && !key_path.exists() => {
+                issue(dir, name, &IssueOptions::new(role))?;
+            }
+            _ => {
+                let also = if dir.join(CA_KEY_FILE).exists() {
+                    " (or pass --self-issue to issue it from the ca.key found here)"
+                } else {
+                    ""
+                };
+                return Err(PkiError::Missing {
+                    path: cert_path,
+                    hint: format!(
+                        "issue it with `shoal pki issue --dir DIR --name {name} --role ROLE` \
+                         where the CA key is, and copy {name}.crt and {name}.key here{also}"
+                    ),
+                });
+            }
         }
     }
     if !key_path.exists() {
@@ -262,9 +609,20 @@ pub fn load_identity(dir: &Path, name: &str) -> Result<Identity, PkiError> {
             hint: format!("copy {name}.key, issued along with {name}.crt, here"),
         });
     }
+    let cert_chain = read_certs(&cert_path)?;
+    let (role, cert_name, _) = leaf_role_and_ips(&cert_chain[0])
+        .map_err(|reason| invalid(&cert_path, "Shoal certificate", reason))?;
+    if cert_name != name {
+        return Err(invalid(
+            &cert_path,
+            "certificate for this name",
+            format!("it was issued for {cert_name:?}, not {name:?}"),
+        ));
+    }
     Ok(Identity {
         name: name.to_string(),
-        cert_chain: read_certs(&cert_path)?,
+        role,
+        cert_chain,
         key: read_key(&key_path)?,
         ca_certs: read_certs(&ca_path)?,
     })
@@ -286,11 +644,13 @@ fn ca_params() -> Result<CertificateParams, PkiError> {
     Ok(params)
 }
 
-fn leaf_params(name: &str, ips: &[IpAddr]) -> Result<CertificateParams, PkiError> {
+fn leaf_params(name: &str, options: &IssueOptions) -> Result<CertificateParams, PkiError> {
     let mut params = CertificateParams::new(vec![name.to_string()])?;
     params
         .subject_alt_names
-        .extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
+        .extend(options.ips.iter().map(|ip| SanType::IpAddress(*ip)));
+    let uri = rcgen::string::Ia5String::try_from(role_uri(options.role, name))?;
+    params.subject_alt_names.push(SanType::URI(uri));
     params.distinguished_name = rcgen::DistinguishedName::new();
     params.distinguished_name.push(DnType::CommonName, name);
     params.is_ca = IsCa::ExplicitNoCa;
@@ -300,7 +660,7 @@ fn leaf_params(name: &str, ips: &[IpAddr]) -> Result<CertificateParams, PkiError
         ExtendedKeyUsagePurpose::ClientAuth,
     ];
     params.use_authority_key_identifier_extension = true;
-    set_validity(&mut params, LEAF_VALIDITY_DAYS);
+    set_validity(&mut params, i64::from(options.days));
     Ok(params)
 }
 
@@ -419,18 +779,27 @@ mod tests {
         let dir = tempdir("basic");
         init(&dir).unwrap();
         assert!(matches!(init(&dir), Err(PkiError::AlreadyExists { .. })));
-        let files = issue(&dir, "node-1", &["127.0.0.1".parse().unwrap()]).unwrap();
+        let mut options = IssueOptions::new(Role::Node);
+        options.ips = vec!["127.0.0.1".parse().unwrap()];
+        let files = issue(&dir, "node-1", &options).unwrap();
         let mode = fs::metadata(&files.key).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         assert!(matches!(
-            issue(&dir, "node-1", &[]),
+            issue(&dir, "node-1", &options),
             Err(PkiError::AlreadyExists { .. })
         ));
-        let id = load_identity(&dir, "node-1").unwrap();
+        let id = load_identity(&dir, "node-1", SelfIssue::No).unwrap();
         assert_eq!(id.cert_chain.len(), 1);
+        assert_eq!(id.role, Role::Node);
         assert!(!format!("{id:?}").contains("PRIVATE"));
-        // Convenience: a dir with the CA key issues missing certificates.
-        load_identity(&dir, "node-2").unwrap();
+        // Self-issuing is opt-in: without it, a missing certificate is an error naming the flag.
+        let err = load_identity(&dir, "node-2", SelfIssue::No)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--self-issue"), "{err}");
+        assert!(!dir.join("node-2.key").exists());
+        let id = load_identity(&dir, "node-2", SelfIssue::As(Role::Reader)).unwrap();
+        assert_eq!(id.role, Role::Reader);
         assert!(dir.join("node-2.key").exists());
         fs::remove_dir_all(&dir).unwrap();
     }
@@ -438,16 +807,97 @@ mod tests {
     #[test]
     fn missing_files_name_the_file() {
         let dir = tempdir("missing");
-        let err = load_identity(&dir, "node-1").unwrap_err().to_string();
+        let err = load_identity(&dir, "node-1", SelfIssue::No)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("ca.crt"), "{err}");
         init(&dir).unwrap();
         fs::remove_file(dir.join(CA_KEY_FILE)).unwrap();
-        let err = load_identity(&dir, "node-1").unwrap_err().to_string();
+        let err = load_identity(&dir, "node-1", SelfIssue::As(Role::Node))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("node-1.crt") && err.contains("pki issue"),
             "{err}"
         );
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn roles_are_in_the_certificate_and_bound_to_its_name() {
+        let dir = tempdir("roles");
+        init(&dir).unwrap();
+        for (name, role) in [
+            ("n1", Role::Node),
+            ("alice", Role::Client),
+            ("ro", Role::Reader),
+        ] {
+            issue(&dir, name, &IssueOptions::new(role)).unwrap();
+            let id = load_identity(&dir, name, SelfIssue::No).unwrap();
+            let peer = crate::tls::cert_identity(&id.cert_chain[0]).unwrap();
+            assert_eq!((peer.name.as_str(), peer.role), (name, role));
+        }
+        // A certificate copied under another name is refused: the name is in the certificate.
+        fs::copy(dir.join("n1.crt"), dir.join("n9.crt")).unwrap();
+        fs::copy(dir.join("n1.key"), dir.join("n9.key")).unwrap();
+        let err = load_identity(&dir, "n9", SelfIssue::No)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("issued for \"n1\""), "{err}");
+        // Unknown roles and foreign URIs.
+        assert!(parse_role_uri("shoal://admin/x")
+            .unwrap_err()
+            .contains("unknown role"));
+        assert_eq!(parse_role_uri("https://example.org").unwrap(), None);
+        assert!(matches!(
+            issue(
+                &dir,
+                "x",
+                &IssueOptions {
+                    days: 0,
+                    ..IssueOptions::new(Role::Node)
+                }
+            ),
+            Err(PkiError::Option(_))
+        ));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn renew_keeps_the_role_and_revoke_covers_every_issue_of_a_name() {
+        let dir = tempdir("revoke");
+        init(&dir).unwrap();
+        issue(&dir, "n1", &IssueOptions::new(Role::Node)).unwrap();
+        issue(&dir, "n2", &IssueOptions::new(Role::Node)).unwrap();
+        let first = load_identity(&dir, "n1", SelfIssue::No).unwrap();
+        renew(&dir, "n1", Some(30)).unwrap();
+        let second = load_identity(&dir, "n1", SelfIssue::No).unwrap();
+        assert_eq!(second.role, Role::Node);
+        assert_ne!(first.cert_chain[0], second.cert_chain[0]);
+        let ca = read_certs(&dir.join(CA_CERT_FILE)).unwrap();
+        let revoked = revoke(&dir, "n1").unwrap();
+        assert_eq!((revoked.number, revoked.added.len()), (1, 2));
+        let der =
+            crate::authority::crl::der_from_pem_or_der(&fs::read(&revoked.crl).unwrap()).unwrap();
+        let crl = crate::authority::crl::Crl::parse_verified(&der, &ca).unwrap();
+        let serial = |id: &Identity| crate::authority::crl::serial_of(&id.cert_chain[0]).unwrap();
+        assert!(crl.revokes(&serial(&first)) && crl.revokes(&serial(&second)));
+        let n2 = load_identity(&dir, "n2", SelfIssue::No).unwrap();
+        assert!(!crl.revokes(&serial(&n2)));
+        // The next list keeps the earlier entries and a higher number.
+        let again = revoke(&dir, "n2").unwrap();
+        assert_eq!((again.number, again.total), (2, 3));
+        // A list signed by another CA is refused.
+        let other = tempdir("revoke-other");
+        init(&other).unwrap();
+        issue(&other, "n1", &IssueOptions::new(Role::Node)).unwrap();
+        let foreign = revoke(&other, "n1").unwrap();
+        let der =
+            crate::authority::crl::der_from_pem_or_der(&fs::read(&foreign.crl).unwrap()).unwrap();
+        let err = crate::authority::crl::Crl::parse_verified(&der, &ca).unwrap_err();
+        assert!(err.contains("not signed by this cluster's CA"), "{err}");
+        fs::remove_dir_all(&dir).unwrap();
+        fs::remove_dir_all(&other).unwrap();
     }
 
     #[test]

@@ -3,14 +3,17 @@
 //! A request stream carries one [`FrameKind::Request`] frame, finished; the answer is one
 //! [`FrameKind::Response`] frame, or a [`FrameKind::Reject`] frame when the server refused the
 //! request before its handler saw it (malformed, oversized, too slow). Reads are bounded by
-//! [`API_FRAME_MAX_BYTES`]; concurrent streams per connection are bounded by QUIC flow control
-//! ([`QuicOptions::bidi_streams_max`]); connections by [`RpcServerConfig::connections_max`].
+//! [`API_FRAME_MAX_BYTES`] and, together, by the caller's certificate budget
+//! ([`AdmissionConfig::request_bytes_per_peer_max`]); concurrent streams per connection by QUIC
+//! flow control ([`QuicOptions::bidi_streams_max`]); handshakes and connections, overall, per IP
+//! address and per certificate, by [`RpcServerConfig::admission`] ([`crate::admission`]).
 //!
 //! The request and response types are the caller's: anything `Serialize + DeserializeOwned`.
 //! [`RpcClient`] abstracts the calling side so that the simulator can use the in-memory network
 //! ([`crate::gossip::mem::MemNetwork`]) instead of QUIC.
 //!
 //! [`QuicOptions::bidi_streams_max`]: crate::tls::QuicOptions::bidi_streams_max
+//! [`AdmissionConfig::request_bytes_per_peer_max`]: crate::admission::AdmissionConfig
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -22,9 +25,12 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::sync::Semaphore;
 
-use crate::tls::{peer_name, PeerName};
+use crate::admission::{
+    read_frame, Admission, AdmissionConfig, FrameReadError, PeerSlot, ReadBudget,
+    CONNECTION_REFUSED,
+};
+use crate::tls::Peer;
 use crate::wire::{
     decode_body, decode_frame, encode_frame, FrameKind, WireError, API_FRAME_MAX_BYTES,
     LENGTH_PREFIX_BYTES,
@@ -33,8 +39,8 @@ use crate::wire::{
 /// A boxed future, as returned by handlers.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
-/// A request handler: gets the decoded request and the authenticated name of the caller.
-pub type Handler<Req, Resp> = Arc<dyn Fn(Req, PeerName) -> BoxFuture<Resp> + Send + Sync>;
+/// A request handler: gets the decoded request and the authenticated caller (name and role).
+pub type Handler<Req, Resp> = Arc<dyn Fn(Req, Peer) -> BoxFuture<Resp> + Send + Sync>;
 
 /// Longest reason string sent in a reject frame.
 const REJECT_REASON_MAX_BYTES: usize = 512;
@@ -49,8 +55,31 @@ pub struct TransportStats {
     /// Incoming connections whose TLS handshake failed (no or bad client certificate, wrong
     /// ALPN, no name in the certificate, ...).
     pub handshakes_refused: AtomicU64,
-    /// Incoming connections refused because the endpoint was at its connection limit.
+    /// Authenticated connections closed because the certificate carries no role this endpoint
+    /// accepts (none, an unknown one, or a client certificate on the gossip endpoint).
+    pub roles_refused: AtomicU64,
+    /// Requests refused because the caller's role may not make them (API).
+    pub requests_unauthorized: AtomicU64,
+    /// Incoming connections refused because the endpoint was at its connection limit
+    /// ([`AdmissionConfig::connections_max`]).
     pub connections_refused: AtomicU64,
+    /// QUIC Retry packets sent: attempts from addresses not yet validated, which hold nothing
+    /// until the client echoes the token ([`AdmissionConfig::address_validation`]).
+    pub retries_sent: AtomicU64,
+    /// Handshakes dropped unfinished after [`AdmissionConfig::handshake_timeout`].
+    pub handshakes_timed_out: AtomicU64,
+    /// Attempts that found [`AdmissionConfig::handshakes_max`] handshakes in progress: the
+    /// oldest was dropped for each ([`AdmissionConfig::handshake_make_room`]; off: the attempt
+    /// was refused).
+    pub handshakes_over_max: AtomicU64,
+    /// Attempts from an address with [`AdmissionConfig::handshakes_per_ip_max`] handshakes in
+    /// progress: the address's oldest was dropped for each (or the attempt refused, as above).
+    pub handshakes_over_per_ip: AtomicU64,
+    /// Connections refused at [`AdmissionConfig::connections_per_ip_max`] from one IP address.
+    pub connections_refused_per_ip: AtomicU64,
+    /// Authenticated connections closed at [`AdmissionConfig::connections_per_peer_max`] of the
+    /// same certificate name.
+    pub connections_refused_per_peer: AtomicU64,
     /// Frames dropped as malformed, oversized, of a bad version or kind, or read too slowly.
     pub frames_rejected: AtomicU64,
     /// Requests answered by the handler (RPC server).
@@ -76,7 +105,15 @@ pub struct TransportStats {
 #[allow(missing_docs)] // Same fields as TransportStats.
 pub struct TransportStatsSnapshot {
     pub handshakes_refused: u64,
+    pub roles_refused: u64,
+    pub requests_unauthorized: u64,
     pub connections_refused: u64,
+    pub retries_sent: u64,
+    pub handshakes_timed_out: u64,
+    pub handshakes_over_max: u64,
+    pub handshakes_over_per_ip: u64,
+    pub connections_refused_per_ip: u64,
+    pub connections_refused_per_peer: u64,
     pub frames_rejected: u64,
     pub requests_served: u64,
     pub dials_failed: u64,
@@ -93,7 +130,15 @@ impl TransportStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         TransportStatsSnapshot {
             handshakes_refused: get(&self.handshakes_refused),
+            roles_refused: get(&self.roles_refused),
+            requests_unauthorized: get(&self.requests_unauthorized),
             connections_refused: get(&self.connections_refused),
+            retries_sent: get(&self.retries_sent),
+            handshakes_timed_out: get(&self.handshakes_timed_out),
+            handshakes_over_max: get(&self.handshakes_over_max),
+            handshakes_over_per_ip: get(&self.handshakes_over_per_ip),
+            connections_refused_per_ip: get(&self.connections_refused_per_ip),
+            connections_refused_per_peer: get(&self.connections_refused_per_peer),
             frames_rejected: get(&self.frames_rejected),
             requests_served: get(&self.requests_served),
             dials_failed: get(&self.dials_failed),
@@ -142,26 +187,33 @@ pub enum RpcError {
 /// Server-side bounds.
 #[derive(Debug, Clone)]
 pub struct RpcServerConfig {
-    /// Most connections served at once; further handshakes are refused.
-    pub connections_max: usize,
-    /// Longest time to receive a whole request once its stream is open.
+    /// What handshakes and connections may hold, overall, per IP address and per certificate.
+    pub admission: AdmissionConfig,
+    /// Longest time to receive a whole request once its stream is open (waiting for the
+    /// certificate's request budget included).
     pub request_read_timeout: Duration,
+    /// Longest time to hand an answer to a caller that does not read it.
+    pub answer_write_timeout: Duration,
     /// Longest time a handler may take; past it the caller gets a reject.
     pub handler_timeout: Duration,
+    /// Tracks authenticated connections so that a revocation closes them (an agent's).
+    pub authority: Option<Arc<crate::authority::Authority>>,
 }
 
 impl Default for RpcServerConfig {
     fn default() -> Self {
         RpcServerConfig {
-            connections_max: 256,
+            admission: AdmissionConfig::api(),
             request_read_timeout: Duration::from_secs(10),
+            answer_write_timeout: Duration::from_secs(10),
             handler_timeout: Duration::from_secs(30),
+            authority: None,
         }
     }
 }
 
 /// Serves requests on `endpoint` until it is closed. Each connection's peer must present a
-/// certificate with a name (see [`crate::tls::peer_name`]); the handler gets that name.
+/// certificate with a name and a role (see [`crate::tls::peer`]); the handler gets both.
 pub async fn serve<Req, Resp>(
     endpoint: quinn::Endpoint,
     handler: Handler<Req, Resp>,
@@ -171,38 +223,48 @@ pub async fn serve<Req, Resp>(
     Req: DeserializeOwned + Send + 'static,
     Resp: Serialize + Send + 'static,
 {
-    let slots = Arc::new(Semaphore::new(config.connections_max));
+    let admission = Admission::new("api", config.admission.clone(), stats.clone());
     while let Some(incoming) = endpoint.accept().await {
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            TransportStats::bump(&stats.connections_refused);
-            incoming.refuse();
+        // Decided at once: a Retry, a refusal, or a handshake slot.
+        let Some(handshake) = admission.admit(incoming) else {
             continue;
         };
         let (handler, config, stats) = (handler.clone(), config.clone(), stats.clone());
         tokio::spawn(async move {
-            let _permit = permit;
-            let remote = incoming.remote_address();
-            let conn = match incoming.await {
-                Ok(conn) => conn,
-                Err(err) => {
-                    TransportStats::bump(&stats.handshakes_refused);
-                    tracing::debug!(%remote, error = %err, "API handshake refused");
+            let Some((conn, slot)) = handshake.complete().await else {
+                return;
+            };
+            let remote = conn.remote_address();
+            let peer = match crate::tls::peer(&conn) {
+                Ok(peer) => peer,
+                Err(why) => {
+                    TransportStats::bump(&stats.roles_refused);
+                    tracing::warn!(%remote, %why, "API connection refused: certificate role");
+                    conn.close(STREAM_REFUSED.into(), b"certificate carries no known role");
                     return;
                 }
             };
-            let Some(peer) = peer_name(&conn) else {
-                TransportStats::bump(&stats.handshakes_refused);
-                conn.close(STREAM_REFUSED.into(), b"certificate has no name");
+            let Some(peer_slot) = slot.admit_peer(peer.name.as_str()) else {
+                conn.close(
+                    CONNECTION_REFUSED.into(),
+                    b"too many connections of this certificate",
+                );
                 return;
             };
-            serve_connection(conn, peer, handler, config, stats).await;
+            if let Some(authority) = &config.authority {
+                if !authority.track(&conn) {
+                    return;
+                }
+            }
+            serve_connection(conn, peer, peer_slot, handler, config, stats).await;
         });
     }
 }
 
 async fn serve_connection<Req, Resp>(
     conn: quinn::Connection,
-    peer: PeerName,
+    peer: Peer,
+    peer_slot: PeerSlot,
     handler: Handler<Req, Resp>,
     config: RpcServerConfig,
     stats: Arc<TransportStats>,
@@ -214,14 +276,18 @@ async fn serve_connection<Req, Resp>(
     while let Ok((send, recv)) = conn.accept_bi().await {
         let (handler, config, stats, peer) =
             (handler.clone(), config.clone(), stats.clone(), peer.clone());
-        tokio::spawn(serve_stream(send, recv, peer, handler, config, stats));
+        let budget = peer_slot.budget().cloned();
+        tokio::spawn(serve_stream(
+            send, recv, peer, budget, handler, config, stats,
+        ));
     }
 }
 
 async fn serve_stream<Req, Resp>(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
-    peer: PeerName,
+    peer: Peer,
+    budget: Option<ReadBudget>,
     handler: Handler<Req, Resp>,
     config: RpcServerConfig,
     stats: Arc<TransportStats>,
@@ -229,35 +295,42 @@ async fn serve_stream<Req, Resp>(
     Req: DeserializeOwned + Send + 'static,
     Resp: Serialize + Send + 'static,
 {
-    let limit = LENGTH_PREFIX_BYTES + API_FRAME_MAX_BYTES;
-    let bytes =
-        match tokio::time::timeout(config.request_read_timeout, recv.read_to_end(limit)).await {
-            Ok(Ok(bytes)) => bytes,
-            Ok(Err(quinn::ReadToEndError::TooLong)) => {
-                TransportStats::bump(&stats.frames_rejected);
-                let _ = recv.stop(STREAM_REFUSED.into());
-                let reason = format!("request exceeds {API_FRAME_MAX_BYTES} bytes");
-                return reply_reject(&mut send, &reason).await;
-            }
-            Ok(Err(err)) => {
-                tracing::debug!(%peer, error = %err, "API request stream failed");
-                return;
-            }
-            Err(_) => {
-                TransportStats::bump(&stats.frames_rejected);
-                let _ = recv.stop(STREAM_REFUSED.into());
-                let _ = send.reset(STREAM_REFUSED.into());
-                return;
-            }
-        };
+    let read = read_frame(&mut recv, budget.as_ref(), API_FRAME_MAX_BYTES);
+    let (bytes, permit) = match tokio::time::timeout(config.request_read_timeout, read).await {
+        Ok(Ok(read)) => read,
+        Ok(Err(FrameReadError::Stream(err))) => {
+            tracing::debug!(%peer, error = %err, "API request stream failed");
+            return;
+        }
+        Ok(Err(err)) => {
+            TransportStats::bump(&stats.frames_rejected);
+            let _ = recv.stop(STREAM_REFUSED.into());
+            return reply_reject(&mut send, &err.to_string()).await;
+        }
+        Err(_) => {
+            TransportStats::bump(&stats.frames_rejected);
+            let _ = recv.stop(STREAM_REFUSED.into());
+            let _ = send.reset(STREAM_REFUSED.into());
+            return;
+        }
+    };
     let frame = answer_frame(&handler, &bytes, peer, config.handler_timeout, &stats).await;
     stats
         .bytes_received
         .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    // The request's share of the certificate's budget goes back before the answer waits on a
+    // caller that may not read it; that wait is bounded instead.
+    drop((bytes, permit));
     stats
         .bytes_sent
         .fetch_add(frame.len() as u64, Ordering::Relaxed);
-    write_answer(&mut send, &frame).await;
+    let write = write_answer(&mut send, &frame);
+    if tokio::time::timeout(config.answer_write_timeout, write)
+        .await
+        .is_err()
+    {
+        let _ = send.reset(STREAM_REFUSED.into());
+    }
 }
 
 /// Answers one request frame: the handler's response, or a reject when the frame is bad (counted
@@ -266,7 +339,7 @@ async fn serve_stream<Req, Resp>(
 pub async fn answer_frame<Req, Resp>(
     handler: &Handler<Req, Resp>,
     request_frame: &[u8],
-    peer: PeerName,
+    peer: Peer,
     handler_timeout: Duration,
     stats: &TransportStats,
 ) -> Vec<u8>

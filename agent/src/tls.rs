@@ -15,12 +15,13 @@ use quinn::{EndpointConfig, IdleTimeout, TransportConfig, VarInt};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, ServerName, UnixTime};
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 use x509_parser::extensions::GeneralName;
 
-use crate::pki::Identity;
+use crate::pki::{parse_role_uri, Identity, Role};
 
 /// ALPN protocol of the gossip endpoint.
 pub const ALPN_GOSSIP: &[u8] = b"shoal-gossip/1";
@@ -45,6 +46,9 @@ pub enum TlsError {
     /// A QUIC transport parameter is out of range.
     #[error("QUIC transport option out of range: {0}")]
     Option(String),
+    /// The identity cannot serve here (wrong role, ...).
+    #[error("{0}")]
+    Identity(String),
     /// The UDP socket could not be bound.
     #[error("binding UDP {addr}: {source}")]
     Bind {
@@ -72,6 +76,31 @@ impl std::fmt::Display for PeerName {
     }
 }
 
+/// An authenticated peer: its certificate's name and role.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Peer {
+    /// The certificate's name.
+    pub name: PeerName,
+    /// The certificate's role.
+    pub role: Role,
+}
+
+impl Peer {
+    /// A peer from its parts (the in-memory network and tests, where no handshake happens).
+    pub fn new(name: impl Into<String>, role: Role) -> Self {
+        Peer {
+            name: PeerName(name.into()),
+            role,
+        }
+    }
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.name, self.role)
+    }
+}
+
 /// QUIC transport limits and timers of an endpoint.
 #[derive(Debug, Clone)]
 pub struct QuicOptions {
@@ -84,7 +113,7 @@ pub struct QuicOptions {
     pub bidi_streams_max: u32,
     /// Most unidirectional streams a peer may have open at once on one connection.
     pub uni_streams_max: u32,
-    /// Most bytes buffered for one stream (should exceed the frame size limit).
+    /// Most bytes buffered for one stream before the application reads them.
     pub stream_window_bytes: u32,
     /// Most bytes buffered for one connection over all its streams.
     pub connection_window_bytes: u32,
@@ -94,20 +123,28 @@ pub struct QuicOptions {
 
 impl QuicOptions {
     /// Options for the API endpoint: bidirectional request streams, no uni streams.
+    ///
+    /// What one connection can make the server hold: its requests' frames, up to the caller's
+    /// certificate budget ([`crate::admission::AdmissionConfig::request_bytes_per_peer_max`],
+    /// shared by the certificate's connections), plus what waits unread in QUIC's buffers, at
+    /// most the 1 MiB connection window; answers, at most 8 streams x the 4 MiB frame limit, for
+    /// at most the answer write timeout (docs/operations.md, "Limits before and after the
+    /// handshake"). The windows need not hold a whole frame: the server reads as data arrives.
     pub fn api() -> Self {
         QuicOptions {
             idle_timeout: Duration::from_secs(30),
             keep_alive_interval: None,
-            bidi_streams_max: 16,
+            bidi_streams_max: 8,
             uni_streams_max: 0,
-            stream_window_bytes: 5 << 20,
-            connection_window_bytes: 16 << 20,
+            stream_window_bytes: 1 << 20,
+            connection_window_bytes: 1 << 20,
             mtu_discovery: false,
         }
     }
 
     /// Options for the gossip endpoint: one uni stream per message, and one bidirectional stream
-    /// at a time for a directory ask.
+    /// at a time for a directory ask. A connection's reader takes one stream at a time, so it
+    /// holds at most one 1 MiB frame plus the 2 MiB connection window of unread streams.
     pub fn gossip() -> Self {
         QuicOptions {
             idle_timeout: Duration::from_secs(60),
@@ -115,7 +152,7 @@ impl QuicOptions {
             bidi_streams_max: 1, // the directory (crate::gossip::directory), one ask at a time
             uni_streams_max: 32,
             stream_window_bytes: 1 << 20,
-            connection_window_bytes: 4 << 20,
+            connection_window_bytes: 2 << 20,
             mtu_discovery: false,
         }
     }
@@ -146,8 +183,12 @@ pub fn crypto_provider() -> Arc<CryptoProvider> {
 }
 
 fn roots(identity: &Identity) -> Result<Arc<RootCertStore>, TlsError> {
+    roots_of(&identity.ca_certs)
+}
+
+fn roots_of(ca_certs: &[CertificateDer<'static>]) -> Result<Arc<RootCertStore>, TlsError> {
     let mut roots = RootCertStore::empty();
-    for ca in &identity.ca_certs {
+    for ca in ca_certs {
         roots
             .add(ca.clone())
             .map_err(|e| TlsError::Roots(e.to_string()))?;
@@ -155,12 +196,32 @@ fn roots(identity: &Identity) -> Result<Arc<RootCertStore>, TlsError> {
     Ok(Arc::new(roots))
 }
 
+/// A verifier of client certificates: chained to `ca_certs`, not revoked by `crls`.
+pub fn client_verifier(
+    ca_certs: &[CertificateDer<'static>],
+    crls: &[CertificateRevocationListDer<'static>],
+) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    WebPkiClientVerifier::builder_with_provider(roots_of(ca_certs)?, crypto_provider())
+        .with_crls(crls.iter().cloned())
+        .only_check_end_entity_revocation()
+        .allow_unknown_revocation_status()
+        .build()
+        .map_err(|e| TlsError::Roots(e.to_string()))
+}
+
 /// A TLS 1.3 server configuration that requires a client certificate chained to the cluster CA.
 pub fn server_config(identity: &Identity, alpn: &[u8]) -> Result<rustls::ServerConfig, TlsError> {
+    server_config_with(identity, alpn, &[])
+}
+
+/// [`server_config`], refusing the client certificates `crls` revoke.
+pub fn server_config_with(
+    identity: &Identity,
+    alpn: &[u8],
+    crls: &[CertificateRevocationListDer<'static>],
+) -> Result<rustls::ServerConfig, TlsError> {
     let provider = crypto_provider();
-    let verifier = WebPkiClientVerifier::builder_with_provider(roots(identity)?, provider.clone())
-        .build()
-        .map_err(|e| TlsError::Roots(e.to_string()))?;
+    let verifier = client_verifier(&identity.ca_certs, crls)?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_client_cert_verifier(verifier)
@@ -172,8 +233,20 @@ pub fn server_config(identity: &Identity, alpn: &[u8]) -> Result<rustls::ServerC
 /// A TLS 1.3 client configuration presenting `identity` and verifying the server against the
 /// cluster CA (by name, unless the server name is [`ANY_MEMBER`]).
 pub fn client_config(identity: &Identity, alpn: &[u8]) -> Result<rustls::ClientConfig, TlsError> {
+    client_config_with(identity, alpn, &[])
+}
+
+/// [`client_config`], refusing the server certificates `crls` revoke.
+pub fn client_config_with(
+    identity: &Identity,
+    alpn: &[u8],
+    crls: &[CertificateRevocationListDer<'static>],
+) -> Result<rustls::ClientConfig, TlsError> {
     let provider = crypto_provider();
     let webpki = WebPkiServerVerifier::builder_with_provider(roots(identity)?, provider.clone())
+        .with_crls(crls.iter().cloned())
+        .only_check_end_entity_revocation()
+        .allow_unknown_revocation_status()
         .build()
         .map_err(|e| TlsError::Roots(e.to_string()))?;
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
@@ -271,11 +344,55 @@ pub fn cert_name(cert: &CertificateDer<'_>) -> Option<String> {
     }
 }
 
-/// The authenticated name of the peer of an established connection (its certificate's name).
-pub fn peer_name(conn: &quinn::Connection) -> Option<PeerName> {
+/// The name and role a Shoal certificate was issued for, or why it carries none this agent
+/// accepts: no name, no role URI (issued before roles), an unknown role, two roles, or a role URI
+/// naming someone else than the certificate.
+pub fn cert_identity(cert: &CertificateDer<'_>) -> Result<Peer, String> {
+    let name = cert_name(cert).ok_or("the certificate has no name")?;
+    let (_, parsed) =
+        x509_parser::parse_x509_certificate(cert.as_ref()).map_err(|e| e.to_string())?;
+    let mut role = None;
+    if let Ok(Some(ext)) = parsed.subject_alternative_name() {
+        for general in &ext.value.general_names {
+            let GeneralName::URI(uri) = general else {
+                continue;
+            };
+            let Some((r, uri_name)) = parse_role_uri(uri)? else {
+                continue;
+            };
+            if uri_name != name {
+                return Err(format!("role URI {uri:?} names another than {name:?}"));
+            }
+            if role.replace(r).is_some() {
+                return Err("the certificate carries more than one role".into());
+            }
+        }
+    }
+    let role = role.ok_or_else(|| {
+        format!("the certificate of {name:?} carries no role (issued before roles: reissue it)")
+    })?;
+    Ok(Peer {
+        name: PeerName(name),
+        role,
+    })
+}
+
+/// The end-entity certificate a connection's peer presented.
+pub fn peer_cert(conn: &quinn::Connection) -> Option<CertificateDer<'static>> {
     let identity = conn.peer_identity()?;
     let certs = identity.downcast::<Vec<CertificateDer<'static>>>().ok()?;
-    cert_name(certs.first()?).map(PeerName)
+    certs.first().cloned()
+}
+
+/// The authenticated name and role of the peer of an established connection, or why its
+/// certificate is not accepted (see [`cert_identity`]).
+pub fn peer(conn: &quinn::Connection) -> Result<Peer, String> {
+    cert_identity(&peer_cert(conn).ok_or("no peer certificate")?)
+}
+
+/// The authenticated name of the peer of an established connection (its certificate's name).
+pub fn peer_name(conn: &quinn::Connection) -> Option<PeerName> {
+    cert_name(&peer_cert(conn)?).map(PeerName)
 }
 
 /// A quinn endpoint configuration whose stateless-reset key and connection-id key are derived
@@ -313,12 +430,35 @@ pub fn quic_server_config(
     alpn: &[u8],
     options: &QuicOptions,
 ) -> Result<quinn::ServerConfig, TlsError> {
-    let crypto = QuicServerConfig::try_from(server_config(identity, alpn)?)
+    quic_server_config_with(identity, alpn, options, &[])
+}
+
+fn quic_server_config_with(
+    identity: &Identity,
+    alpn: &[u8],
+    options: &QuicOptions,
+    crls: &[CertificateRevocationListDer<'static>],
+) -> Result<quinn::ServerConfig, TlsError> {
+    let crypto = QuicServerConfig::try_from(server_config_with(identity, alpn, crls)?)
         .map_err(|e| TlsError::Quic(e.to_string()))?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     config.transport_config(options.transport_config()?);
+    // An attempt waits in quinn's queue only until the accept loop decides on it, at once
+    // (crate::admission): a few datagrams each. quinn's defaults (65,536 attempts, 10 MiB each,
+    // 100 MiB in all) are sized for servers that await something before deciding.
+    config
+        .max_incoming(INCOMING_MAX)
+        .incoming_buffer_size(INCOMING_BUFFER_BYTES)
+        .incoming_buffer_size_total(INCOMING_BUFFER_TOTAL_BYTES);
     Ok(config)
 }
+
+/// Most connection attempts waiting for the accept loop; further ones are refused by quinn.
+const INCOMING_MAX: usize = 1024;
+/// Datagrams buffered per waiting attempt after its first one.
+const INCOMING_BUFFER_BYTES: u64 = 16 << 10;
+/// Datagrams buffered for all waiting attempts together.
+const INCOMING_BUFFER_TOTAL_BYTES: u64 = 1 << 20;
 
 /// quinn client configuration for `identity` and `alpn` with `options`.
 pub fn quic_client_config(
@@ -326,11 +466,71 @@ pub fn quic_client_config(
     alpn: &[u8],
     options: &QuicOptions,
 ) -> Result<quinn::ClientConfig, TlsError> {
-    let crypto = QuicClientConfig::try_from(client_config(identity, alpn)?)
+    quic_client_config_with(identity, alpn, options, &[])
+}
+
+fn quic_client_config_with(
+    identity: &Identity,
+    alpn: &[u8],
+    options: &QuicOptions,
+    crls: &[CertificateRevocationListDer<'static>],
+) -> Result<quinn::ClientConfig, TlsError> {
+    let crypto = QuicClientConfig::try_from(client_config_with(identity, alpn, crls)?)
         .map_err(|e| TlsError::Quic(e.to_string()))?;
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
     config.transport_config(options.transport_config()?);
     Ok(config)
+}
+
+/// An endpoint whose TLS configuration an agent keeps current (a renewed certificate, a new
+/// revocation list): see [`crate::authority::Authority::follow`].
+pub struct LiveEndpoint {
+    endpoint: quinn::Endpoint,
+    identity: Identity,
+    alpn: Vec<u8>,
+    options: QuicOptions,
+    /// The endpoint accepts connections (else it only dials).
+    serves: bool,
+}
+
+impl LiveEndpoint {
+    /// Follows `endpoint`, bound with `identity`, `alpn` and `options`.
+    pub fn new(
+        endpoint: quinn::Endpoint,
+        identity: &Identity,
+        alpn: &[u8],
+        options: &QuicOptions,
+        serves: bool,
+    ) -> Self {
+        LiveEndpoint {
+            endpoint,
+            identity: identity.clone(),
+            alpn: alpn.to_vec(),
+            options: options.clone(),
+            serves,
+        }
+    }
+
+    /// Rebuilds the endpoint's server and client configurations with `identity` (when given:
+    /// a renewed certificate) and `crls`. New connections use them; open ones keep theirs (the
+    /// caller closes those of revoked certificates).
+    pub fn refresh(
+        &mut self,
+        identity: Option<&Identity>,
+        crls: &[CertificateRevocationListDer<'static>],
+    ) -> Result<(), TlsError> {
+        if let Some(identity) = identity {
+            self.identity = identity.clone();
+        }
+        let (id, alpn, options) = (&self.identity, &self.alpn, &self.options);
+        if self.serves {
+            let server = quic_server_config_with(id, alpn, options, crls)?;
+            self.endpoint.set_server_config(Some(server));
+        }
+        let client = quic_client_config_with(id, alpn, options, crls)?;
+        self.endpoint.set_default_client_config(client);
+        Ok(())
+    }
 }
 
 /// Binds one endpoint on `addr` that both accepts (mutual TLS, `alpn`) and dials (the same

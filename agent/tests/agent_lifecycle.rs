@@ -10,10 +10,11 @@ use shoal::gossip::mem::MemNetwork;
 use shoal::host::{Host, HostConfig};
 use shoal::mesh::api::{Request, Response, PAGE_ITEMS_MAX};
 use shoal::mesh::mem::{join_mem_node, mem_setup, tokio_clock};
+use shoal::pki::Role;
 use shoal::runtime::mem::MemRuntime;
 use shoal::runtime::Runtime;
 use shoal::store_db::MemDisk;
-use shoal::tls::PeerName;
+use shoal::tls::{Peer, PeerName};
 use shoal_core::spec::WorkloadSpec;
 
 const BASE_MS: u64 = 1_800_000_000_000;
@@ -48,7 +49,7 @@ async fn call(agent: &Agent, req: Request) -> Response {
     agent
         .api()
         .clone()
-        .handle_request(req, PeerName("test".into()))
+        .handle_request(req, Peer::new("test", Role::Client))
         .await
 }
 

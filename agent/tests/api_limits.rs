@@ -20,9 +20,10 @@ use shoal::mesh::page::{encoded_len, PAGE_BYTES_MAX};
 use shoal::mesh::record::NODE_RECORD_BYTES_MAX;
 use shoal::mesh::run::{start_node, RunningNode};
 use shoal::mesh::view::encode_spec;
+use shoal::pki::Role;
 use shoal::rpc::{call_with, RpcError};
 use shoal::store_db::{DesiredStore, MemDisk};
-use shoal::tls::{PeerName, ANY_MEMBER};
+use shoal::tls::{Peer, ANY_MEMBER};
 use shoal::wire::API_FRAME_MAX_BYTES;
 use shoal_core::cells::{
     CellSummary, LabelOffer, ZoneOffer, CELLS_MAX, CELL_CONTACTS_MAX, CELL_CONTACT_LEN_MAX,
@@ -78,7 +79,7 @@ async fn ask(client: &MemRpcClient, api: SocketAddr, req: Request) -> Result<Res
 
 fn operator(net: &MemNetwork) -> MemRpcClient {
     let addr = SocketAddr::from(([10, 0, 9, 1], 40000));
-    net.rpc_client(addr, PeerName("operator".into()))
+    net.rpc_client(addr, Peer::new("operator", Role::Client))
 }
 
 #[tokio::test(start_paused = true)]
@@ -274,7 +275,10 @@ async fn nodes_and_cells_come_in_pages_by_name() {
 async fn node_with_store(net: &MemNetwork, config: StoreConfig) -> RunningNode {
     let setup = mem_setup(0, 0, "z");
     let store = DesiredStore::open_in_memory(&MemDisk::new(), &setup.name, config).unwrap();
-    let rpc = Arc::new(net.rpc_client(setup.record.api_addr, PeerName(setup.name.clone())));
+    let rpc = Arc::new(net.rpc_client(
+        setup.record.api_addr,
+        Peer::new(setup.name.clone(), Role::Node),
+    ));
     start_node(
         setup,
         store,
@@ -475,6 +479,7 @@ fn the_largest_item_of_each_list_fits_a_frame_past_a_full_page() {
         "start-failed",
         Some(format!("{}/{}", long("w", 63), u32::MAX)),
         reason,
+        Some(long("b", 1 << 20)),
     );
     let event = log.after(0, 1).remove(0);
     assert_eq!(event.reason.len(), EVENT_TEXT_BYTES_MAX);

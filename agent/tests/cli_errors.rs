@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 use shoal::mesh::api::{Request, Response};
-use shoal::pki;
+use shoal::pki::{self, Role, SelfIssue};
 use shoal::rpc::{self, Handler, RpcServerConfig, TransportStats};
 use shoal::tls::{self, QuicOptions, ALPN_API};
 use shoal::wire::API_FRAME_MAX_BYTES;
@@ -27,8 +27,7 @@ async fn shoal(args: &[&str], agent: SocketAddr, pki: &Path) -> Output {
 
 /// A stand-in agent whose every answer is `answer`, on a loopback port.
 fn serve(pki: &Path, answer: Response) -> SocketAddr {
-    pki::issue(pki, "n1", &["127.0.0.1".parse().unwrap()]).unwrap();
-    let identity = pki::load_identity(pki, "n1").unwrap();
+    let identity = pki::load_identity(pki, "n1", SelfIssue::As(Role::Node)).unwrap();
     let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let endpoint = tls::bind_endpoint(loopback, &identity, ALPN_API, &QuicOptions::api()).unwrap();
     let addr = endpoint.local_addr().unwrap();
@@ -50,7 +49,7 @@ fn serve(pki: &Path, answer: Response) -> SocketAddr {
 async fn an_answer_over_the_frame_limit_reads_as_the_agents_refusal() {
     let dir = tempfile::tempdir().unwrap();
     pki::init(dir.path()).unwrap();
-    pki::issue(dir.path(), "operator", &[]).unwrap();
+    pki::load_identity(dir.path(), "operator", SelfIssue::As(Role::Client)).unwrap();
     // What `get` did with 60 specs of 248 KB: an answer larger than a frame, which the agent
     // refuses to send.
     let agent = serve(dir.path(), Response::Digest(vec![0; API_FRAME_MAX_BYTES]));
@@ -74,7 +73,7 @@ async fn an_answer_over_the_frame_limit_reads_as_the_agents_refusal() {
 async fn no_agent_at_the_address_keeps_the_hint() {
     let dir = tempfile::tempdir().unwrap();
     pki::init(dir.path()).unwrap();
-    pki::issue(dir.path(), "operator", &[]).unwrap();
+    pki::load_identity(dir.path(), "operator", SelfIssue::As(Role::Client)).unwrap();
     // A port nobody serves: bound, noted, closed.
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let nobody = socket.local_addr().unwrap();
@@ -94,7 +93,7 @@ async fn no_agent_at_the_address_keeps_the_hint() {
 async fn an_answer_of_the_wrong_kind_is_not_a_stopped_agent_either() {
     let dir = tempfile::tempdir().unwrap();
     pki::init(dir.path()).unwrap();
-    pki::issue(dir.path(), "operator", &[]).unwrap();
+    pki::load_identity(dir.path(), "operator", SelfIssue::As(Role::Client)).unwrap();
     // An agent that answers `get` with something else entirely.
     let agent = serve(dir.path(), Response::Clock { now_ms: 0 });
     let out = shoal(&["get"], agent, dir.path()).await;

@@ -18,6 +18,7 @@ fn remote(name: &str, wall_ms: u64, body: &[u8]) -> Entry {
         name: name.into(),
         version: Version::new(Hlc::new(wall_ms, 0), "n2"),
         body: Body::Live(body.to_vec()),
+        proof: Vec::new(),
     }
 }
 
@@ -249,7 +250,7 @@ fn a_corrupt_fact_is_an_error_naming_its_key() {
         open_err(dir.path()),
         StoreDbError::Schema {
             found: 99,
-            expected: 1
+            expected: 2
         }
     ));
 }

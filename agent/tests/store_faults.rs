@@ -36,6 +36,7 @@ fn a_failed_write_is_reported_and_changes_nothing() {
         name: "cache".into(),
         version: Version::new(Hlc::new(1_003, 0), "n2"),
         body: Body::Live(b"v1".to_vec()),
+        proof: Vec::new(),
     };
     assert!(matches!(
         store.merge_remote(vec![peer.clone()], 1_003),

@@ -264,7 +264,7 @@ async fn mem_network_carries_rpc_through_its_faults() {
     let handler: Handler<u32, u32> = std::sync::Arc::new(|x, _peer| Box::pin(async move { x + 1 }));
     let server_stats = net.serve_rpc(server, PeerName("s".into()), handler);
     net.set_delay(Duration::from_millis(50), Duration::from_millis(50));
-    let caller = net.rpc_client(client, PeerName("c".into()));
+    let caller = net.rpc_client(client, shoal::tls::Peer::new("c", shoal::pki::Role::Node));
     let timeout = Duration::from_secs(1);
     let start = Instant::now();
     let answer: u32 = rpc::call_with(&caller, server, "s", &41u32, timeout)

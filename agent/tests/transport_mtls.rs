@@ -41,7 +41,7 @@ fn start_server(pki: &TestPki) -> Server {
             let Req::Echo(text) = req;
             Resp::Echo {
                 text,
-                caller: peer.0,
+                caller: peer.name.0,
             }
         })
     });

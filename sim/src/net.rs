@@ -20,7 +20,7 @@ use rand::{RngExt, SeedableRng};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use shoal::rpc::{self, BoxFuture, Handler, RpcClient, RpcError, TransportStats};
-use shoal::tls::{PeerName, ANY_MEMBER};
+use shoal::tls::{Peer, PeerName, ANY_MEMBER};
 use tokio::sync::mpsc;
 
 /// Messages queued for one socket before new ones are dropped.
@@ -36,7 +36,7 @@ pub const GOSSIP_PORT: u16 = 7000;
 /// API port of every host.
 pub const API_PORT: u16 = 7001;
 
-type FrameHandler = Arc<dyn Fn(Vec<u8>, PeerName) -> BoxFuture<Vec<u8>> + Send + Sync>;
+type FrameHandler = Arc<dyn Fn(Vec<u8>, Peer) -> BoxFuture<Vec<u8>> + Send + Sync>;
 
 /// What can go wrong on a link, besides a block.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -316,7 +316,7 @@ impl SimNet {
     }
 
     /// An RPC client calling from `addr` as the node named `name`.
-    pub fn rpc_client(&self, addr: SocketAddr, name: PeerName) -> SimRpcClient {
+    pub fn rpc_client(&self, addr: SocketAddr, name: Peer) -> SimRpcClient {
         SimRpcClient {
             net: self.clone(),
             addr,
@@ -416,7 +416,7 @@ impl Socket for SimSocket {
 pub struct SimRpcClient {
     net: SimNet,
     addr: SocketAddr,
-    name: PeerName,
+    name: Peer,
 }
 
 #[async_trait::async_trait]

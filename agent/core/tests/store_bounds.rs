@@ -95,6 +95,7 @@ fn merge_refuses_bad_entries_one_by_one() {
         name: name.into(),
         version: Version::new(Hlc::new(wall_ms, 0), node),
         body,
+        proof: Vec::new(),
     };
     let year_ms = 365 * 24 * 3600 * 1000;
     let outcome = store.merge_entries(
@@ -147,6 +148,7 @@ fn hostile_names_are_truncated_in_reports() {
         name: huge,
         version: Version::new(Hlc::new(1, 0), "n2"),
         body: Body::Live(vec![]),
+        proof: Vec::new(),
     };
     let outcome = store.merge_entries([entry], 1);
     assert_eq!(outcome.rejected.len(), 1);
@@ -159,6 +161,7 @@ fn restore_refuses_entries_over_the_bounds() {
         name: format!("w{i}"),
         version: Version::new(Hlc::new(1, 0), "n1"),
         body: Body::Live(vec![]),
+        proof: Vec::new(),
     });
     let err = Store::restore("n1", small(), Hlc::default(), entries).unwrap_err();
     assert!(matches!(

@@ -19,6 +19,7 @@ fn arb_entry() -> impl Strategy<Value = Entry> {
         name,
         version: Version::new(Hlc::new(w, l), node),
         body,
+        proof: Vec::new(),
     })
 }
 

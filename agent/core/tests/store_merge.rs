@@ -11,6 +11,7 @@ fn entry(name: &str, wall_ms: u64, logical: u32, node: &str, body: Body) -> Entr
         name: name.into(),
         version: Version::new(Hlc::new(wall_ms, logical), node),
         body,
+        proof: Vec::new(),
     }
 }
 

@@ -16,6 +16,7 @@ fn remote(name: &str, wall_ms: u64, node: &str) -> Entry {
         name: name.into(),
         version: Version::new(Hlc::new(wall_ms, 0), node),
         body: Body::Live(b"theirs".to_vec()),
+        proof: Vec::new(),
     }
 }
 

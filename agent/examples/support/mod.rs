@@ -12,7 +12,11 @@ use shoal::tls::{self, QuicOptions, ALPN_API};
 /// An RPC client with one QUIC connection per agent, presenting a client certificate it issues
 /// from the CA in `pki`. Must be called inside the tokio runtime (the endpoint needs it).
 pub fn bench_rpc(pki: &Path) -> anyhow::Result<QuicRpcClient> {
-    let identity = shoal::pki::load_identity(pki, "shoal-bench")?;
+    let identity = shoal::pki::load_identity(
+        pki,
+        "shoal-bench",
+        shoal::pki::SelfIssue::As(shoal::pki::Role::Client),
+    )?;
     let any: SocketAddr = "127.0.0.1:0".parse()?;
     let endpoint = tls::client_endpoint(any, &identity, ALPN_API, &QuicOptions::api())?;
     Ok(QuicRpcClient::new(

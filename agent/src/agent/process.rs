@@ -36,8 +36,12 @@ pub struct AgentOptions {
     pub api_addr: SocketAddr,
     /// Data directory (store, peers, generation).
     pub data_dir: PathBuf,
-    /// PKI directory (CA certificate, this node's certificate and key, or the CA key).
+    /// PKI directory (CA certificate, this node's certificate and key; a `crl.pem` there is
+    /// adopted and spread; the certificate is reloaded when renewed).
     pub pki_dir: PathBuf,
+    /// Issue this node's certificate from a `ca.key` in the PKI directory when it is missing
+    /// (a sandbox's convenience; production keeps the CA key off the hosts).
+    pub self_issue: bool,
     /// Members to join through.
     pub seeds: Vec<SocketAddr>,
     /// The cell, a DNS label ([`crate::cells::DEFAULT_CELL`] for a mesh of one cell).
@@ -60,6 +64,10 @@ pub struct AgentOptions {
     pub runtime: RuntimeChoice,
     /// The host loop's timing and bounds.
     pub host: crate::host::HostConfig,
+    /// Admission limits of the API endpoint (handshakes and connections it lets in).
+    pub api_admission: crate::admission::AdmissionConfig,
+    /// Admission limits of the gossip endpoint.
+    pub gossip_admission: crate::admission::AdmissionConfig,
 }
 
 /// The runtime an agent runs its instances with.
@@ -156,10 +164,7 @@ fn serve_directory(
             }
         })
     }));
-    let identity = Arc::new(
-        crate::pki::load_identity(&opts.pki_dir, &opts.name)
-            .with_context(|| format!("loading the identity of {:?}", opts.name))?,
-    );
+    let identity = Arc::new(load_node_identity(opts)?);
     let quic = QuicOptions::gossip();
     let ask = move |seed, question| {
         let (identity, quic) = (identity.clone(), quic.clone());
@@ -173,13 +178,37 @@ fn serve_directory(
     )))
 }
 
+/// This node's identity: a node certificate issued for `--name` (issued on the spot with
+/// `--self-issue` and a CA key).
+fn load_node_identity(opts: &AgentOptions) -> anyhow::Result<crate::pki::Identity> {
+    use crate::pki::{Role, SelfIssue};
+    let self_issue = match opts.self_issue {
+        true => SelfIssue::As(Role::Node),
+        false => SelfIssue::No,
+    };
+    let identity = crate::pki::load_identity(&opts.pki_dir, &opts.name, self_issue)
+        .with_context(|| format!("loading the identity of {:?}", opts.name))?;
+    if identity.role != Role::Node {
+        anyhow::bail!(
+            "{}.crt is a {} certificate: an agent needs a node certificate \
+             (`shoal pki issue --name {} --role node`)",
+            opts.name,
+            identity.role,
+            opts.name
+        );
+    }
+    Ok(identity)
+}
+
 /// Runs an agent over QUIC until `shutdown` resolves, then leaves the mesh gracefully.
 pub async fn run_agent(
     opts: AgentOptions,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let identity = crate::pki::load_identity(&opts.pki_dir, &opts.name)
-        .with_context(|| format!("loading the identity of {:?}", opts.name))?;
+    let identity = load_node_identity(&opts)?;
+    let authority = Arc::new(
+        crate::authority::Authority::certified(&identity).context("loading the node key")?,
+    );
     std::fs::create_dir_all(&opts.data_dir)
         .with_context(|| format!("creating --data-dir {}", opts.data_dir.display()))?;
     let store = DesiredStore::open(&opts.data_dir, &opts.name, StoreConfig::default())
@@ -193,7 +222,19 @@ pub async fn run_agent(
         .with_context(|| format!("binding the API on {}", opts.api_addr))?;
     let api_stats = Arc::new(TransportStats::default());
     let rpc_client = Arc::new(QuicRpcClient::new(api_endpoint.clone(), api_stats.clone()));
-    let transport = QuicTransport::new(identity, QuicGossipConfig::default());
+    authority.follow(tls::LiveEndpoint::new(
+        api_endpoint.clone(),
+        &identity,
+        ALPN_API,
+        &QuicOptions::api(),
+        true,
+    ));
+    let gossip_config = QuicGossipConfig {
+        admission: opts.gossip_admission.clone(),
+        ..QuicGossipConfig::default()
+    };
+    let transport = QuicTransport::new(identity, gossip_config);
+    transport.set_authority(authority.clone());
     let gossip_stats = transport.stats();
     let runtime = open_runtime(opts.runtime, &opts.data_dir, &opts.name).await?;
     // Before joining: the mesh sees this node only once it can serve and guard.
@@ -215,6 +256,7 @@ pub async fn run_agent(
         cluster_id: cluster,
         cell: opts.cell.clone(),
         cell_seeds: opts.cell_seeds.clone(),
+        authority: authority.clone(),
     };
     let clock = system_clock();
     let running = start_node(setup, store, &transport, rpc_client, clock.clone(), false).await?;
@@ -235,8 +277,18 @@ pub async fn run_agent(
     let server = tokio::spawn(rpc::serve(
         api_endpoint.clone(),
         agent.handler(),
-        RpcServerConfig::default(),
+        RpcServerConfig {
+            authority: Some(authority.clone()),
+            admission: opts.api_admission.clone(),
+            ..RpcServerConfig::default()
+        },
         api_stats.clone(),
+    ));
+    let watch = tokio::spawn(crate::authority::watch::watch(
+        Arc::downgrade(agent.host().node()),
+        opts.pki_dir.clone(),
+        opts.data_dir.clone(),
+        opts.name.clone(),
     ));
     let metrics = opts.metrics_addr.map(|addr| {
         let host = agent.host().clone();
@@ -267,6 +319,7 @@ pub async fn run_agent(
     }
     names.abort();
     joining.abort();
+    watch.abort();
     tracing::info!("leaving the mesh");
     agent.leave().await;
     server.abort();

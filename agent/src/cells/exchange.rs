@@ -169,7 +169,7 @@ impl CellExchange {
     /// Publishes this cell's summary from the membership and the host loop's last placement.
     fn publish(&mut self, members: &[Member], contacts: &[String]) {
         let node = &self.node;
-        let nodes = view::placement_nodes(members);
+        let nodes = view::placement_nodes(members, &node.caps());
         let local = node.cells.local();
         let summary = summarize(
             node.cells.own(),

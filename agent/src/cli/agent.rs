@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
+use shoal::admission::AdmissionConfig;
 use shoal::agent::{run_agent, AgentOptions, RuntimeChoice};
 use shoal::gossip::GossipTuning;
 use shoal::host::HostConfig;
@@ -29,9 +30,14 @@ pub struct Args {
     /// Where the desired-state store and node facts live.
     #[arg(long, value_name = "DIR")]
     data_dir: PathBuf,
-    /// PKI directory: ca.crt and NAME.crt/NAME.key, or ca.key to issue them at start.
+    /// PKI directory: ca.crt and NAME.crt/NAME.key (a node certificate for --name); a crl.pem
+    /// there is adopted and spread to the mesh; a renewed NAME.crt is picked up live.
     #[arg(long, value_name = "DIR")]
     pki: PathBuf,
+    /// Issue NAME.crt from a ca.key in --pki when it is missing (a sandbox's convenience; keep
+    /// ca.key off the hosts in production).
+    #[arg(long, env = "SHOAL_SELF_ISSUE")]
+    self_issue: bool,
     /// A live member's gossip address to join through (repeatable). A restarted agent also
     /// rejoins through the peers it last knew.
     #[arg(long = "seed", value_name = "IP:PORT")]
@@ -65,6 +71,11 @@ pub struct Args {
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+    /// Change an admission limit of the api or gossip endpoint (repeatable), e.g.
+    /// `api.handshakes_per_ip_max=32`, `gossip.connections_per_ip_max=2048`; keys and defaults in
+    /// docs/operations.md, "Limits before and after the handshake".
+    #[arg(long = "admission", value_name = "ENDPOINT.KEY=VALUE")]
+    admission: Vec<String>,
 }
 
 /// Instance runtimes.
@@ -131,12 +142,14 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
     }
     shoal::pki::validate_name(&args.name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
     shoal::cells::check_cell_name(&args.cell).map_err(|e| anyhow::anyhow!("--cell: {e}"))?;
+    let (api_admission, gossip_admission) = admission_limits(&args.admission)?;
     Ok(AgentOptions {
         name: args.name.clone(),
         gossip_addr: args.gossip,
         api_addr: args.api,
         data_dir: args.data_dir.clone(),
         pki_dir: args.pki.clone(),
+        self_issue: args.self_issue,
         seeds: args.seeds.clone(),
         cell: args.cell.clone(),
         cell_seeds: args.cell_seeds.clone(),
@@ -151,7 +164,33 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
             Runtime::Docker => RuntimeChoice::Docker,
         },
         host: HostConfig::default(),
+        api_admission,
+        gossip_admission,
     })
+}
+
+/// The endpoints' admission limits: the defaults changed by each `--admission` setting.
+fn admission_limits(settings: &[String]) -> anyhow::Result<(AdmissionConfig, AdmissionConfig)> {
+    let (mut api, mut gossip) = (AdmissionConfig::api(), AdmissionConfig::gossip());
+    for setting in settings {
+        let parts = setting
+            .split_once('=')
+            .and_then(|(path, value)| Some((path.split_once('.')?, value)));
+        let Some(((endpoint, key), value)) = parts else {
+            bail!(
+                "--admission {setting:?}: expected ENDPOINT.KEY=VALUE, e.g. api.handshakes_max=64"
+            );
+        };
+        let config = match endpoint {
+            "api" => &mut api,
+            "gossip" => &mut gossip,
+            _ => bail!("--admission {setting:?}: the endpoint is api or gossip"),
+        };
+        config
+            .set(key, value)
+            .map_err(|e| anyhow::anyhow!("--admission {setting:?}: {e}"))?;
+    }
+    Ok((api, gossip))
 }
 
 async fn shutdown_signal() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use shoal::mesh::api::{Request, Response};
-use shoal::pki::{self, Identity, CA_KEY_FILE};
+use shoal::pki::{self, Identity, Role, SelfIssue, CA_KEY_FILE};
 use shoal::rpc::RpcError;
 use shoal::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
 use shoal::wire::{encode_frame, FrameKind, WireError, API_FRAME_MAX_BYTES};
@@ -29,6 +29,10 @@ pub struct ClientOpts {
     /// Which client certificate in --pki to present (NAME.crt / NAME.key).
     #[arg(long, env = "SHOAL_CLIENT_NAME", global = true)]
     pub client_name: Option<String>,
+    /// Issue the client certificate from a ca.key in --pki when it is missing (a sandbox's
+    /// convenience).
+    #[arg(long, env = "SHOAL_SELF_ISSUE", global = true)]
+    pub self_issue: bool,
     /// How long to wait for the agent.
     #[arg(long, default_value = "10s", value_parser = parse_timeout, global = true)]
     pub timeout: Duration,
@@ -50,14 +54,19 @@ pub enum Output {
     Json,
 }
 
-/// Picks the client identity: the named one; else `shoal-cli` (issued on the spot when the dir
-/// holds the CA key); else the only client certificate in the dir.
-fn client_identity(dir: &Path, name: Option<&str>) -> anyhow::Result<Identity> {
+/// Picks the client identity: the named one; else `shoal-cli` (issued on the spot with
+/// --self-issue when the dir holds the CA key); else the only client certificate in the dir.
+fn client_identity(dir: &Path, name: Option<&str>, self_issue: bool) -> anyhow::Result<Identity> {
+    let self_issue = match self_issue {
+        true => SelfIssue::As(Role::Client),
+        false => SelfIssue::No,
+    };
     if let Some(name) = name {
-        return Ok(pki::load_identity(dir, name)?);
+        return Ok(pki::load_identity(dir, name, self_issue)?);
     }
-    if dir.join(CA_KEY_FILE).exists() || dir.join(format!("{CLIENT_NAME_DEFAULT}.crt")).exists() {
-        return Ok(pki::load_identity(dir, CLIENT_NAME_DEFAULT)?);
+    let default_cert = dir.join(format!("{CLIENT_NAME_DEFAULT}.crt")).exists();
+    if default_cert || (self_issue != SelfIssue::No && dir.join(CA_KEY_FILE).exists()) {
+        return Ok(pki::load_identity(dir, CLIENT_NAME_DEFAULT, self_issue)?);
     }
     let mut found = Vec::new();
     let entries = std::fs::read_dir(dir)
@@ -71,7 +80,7 @@ fn client_identity(dir: &Path, name: Option<&str>) -> anyhow::Result<Identity> {
         }
     }
     match found.as_slice() {
-        [one] => Ok(pki::load_identity(dir, one)?),
+        [one] => Ok(pki::load_identity(dir, one, self_issue)?),
         [] => bail!(
             "no client certificate in {}: run `shoal pki issue --dir DIR --name NAME` and copy \
              NAME.crt, NAME.key and ca.crt there",
@@ -99,10 +108,14 @@ pub(super) async fn call_async(opts: &ClientOpts, req: Request) -> anyhow::Resul
     if let Err(e) = encode_frame(FrameKind::Request, &req, API_FRAME_MAX_BYTES) {
         bail!("the request is not sent: {e}; send fewer or smaller specs at once");
     }
-    let identity = client_identity(&opts.pki, opts.client_name.as_deref())?;
+    let identity = client_identity(&opts.pki, opts.client_name.as_deref(), opts.self_issue)?;
     let endpoint = tls::client_endpoint(opts.agent, &identity, ALPN_API, &QuicOptions::api())?;
     let answer = shoal::rpc::call(&endpoint, opts.agent, ANY_MEMBER, &req, opts.timeout).await;
     endpoint.close(0u32.into(), b"done");
+    // Let the close go out before this process exits: else the agent keeps the connection until
+    // its idle timeout, counted against this certificate's connections (shoal::admission). The
+    // connection's driver sends it as soon as it runs; draining all of it would take 3 PTOs.
+    let _ = tokio::time::timeout(Duration::from_millis(2), endpoint.wait_idle()).await;
     match answer.map_err(|e| call_failed(opts.agent, e))? {
         Response::Error(e) => Err(anyhow::anyhow!("{}", e.message)),
         other => Ok(other),

@@ -100,6 +100,7 @@ fn client(demo: &Demo, agent: usize) -> ClientOpts {
         agent: demo.agents[agent].2,
         pki: demo.dir.join("pki"),
         client_name: None,
+        self_issue: false,
         timeout: Duration::from_secs(5),
     }
 }
@@ -110,7 +111,11 @@ async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
         demo.dir.join("www/index.html"),
         "hello from a shoal replica\n",
     )?;
+    // The demo's agents issue their node certificates from the CA key (a sandbox); the CLI
+    // gets its client certificate here, so that `shoal` commands against the demo find it.
     shoal::pki::init(&demo.dir.join("pki"))?;
+    let client_role = shoal::pki::IssueOptions::new(shoal::pki::Role::Client);
+    shoal::pki::issue(&demo.dir.join("pki"), "shoal-cli", &client_role)?;
     step(&format!(
         "starting {AGENTS} agents on loopback (process runtime, data under {})",
         demo.dir.display()
@@ -133,6 +138,7 @@ async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
         .arg(demo.dir.join(&name))
         .arg("--pki")
         .arg(demo.dir.join("pki"))
+        .arg("--self-issue")
         .args([
             "--cpu",
             "2",

@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod agent;
+mod caps;
 mod completions;
 mod connect;
 mod demo;
@@ -40,11 +41,13 @@ enum Command {
     /// Check workload spec files and print every problem found.
     Validate(validate::Args),
     /// Run the agent on this host (joins the mesh, serves the API).
-    Agent(agent::Args),
+    Agent(Box<agent::Args>),
     /// Stop this node's exclusive instances when the agent stops renewing (started by `agent`).
     Guard(guard::Args),
     /// Manage the cluster CA and certificates.
     Pki(pki::Args),
+    /// Show or set the most capacity one node may declare.
+    Caps(caps::Args),
     /// Store workload specs in the mesh (acknowledged once durable on two agents).
     Apply(workloads::ApplyArgs),
     /// List workloads.
@@ -121,9 +124,10 @@ impl Command {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Validate(args) => validate::run(args),
-        Command::Agent(args) => agent::run(args),
+        Command::Agent(args) => agent::run(*args),
         Command::Guard(args) => guard::run(args),
         Command::Pki(args) => pki::run(args),
+        Command::Caps(args) => caps::run(args),
         Command::Apply(args) => workloads::apply(args),
         Command::Get(args) => workloads::get(args),
         Command::Delete(args) => workloads::delete(args),

@@ -132,6 +132,7 @@ pub fn approve(args: ApproveArgs) -> anyhow::Result<ExitCode> {
         Request::Approve {
             id: args.id,
             node: None,
+            by: None,
         },
     )?
     else {
@@ -146,6 +147,7 @@ pub fn drain(args: DrainArgs, draining: bool) -> anyhow::Result<ExitCode> {
     let req = Request::Drain {
         node: args.node,
         draining,
+        by: None,
     };
     let Response::Drained { node, draining } = call(&args.client, req)? else {
         bail!("unexpected answer from the agent");

@@ -12,11 +12,13 @@ mod status;
 
 use std::sync::Arc;
 
+use crate::authority::roles;
 use crate::host::Host;
 use crate::mesh::api::{Request, Response};
 use crate::mesh::node::{MeshNode, PULL_PAGE_BYTES};
+use crate::pki::Role;
 use crate::rpc;
-use crate::tls::PeerName;
+use crate::tls::Peer;
 
 /// Answers API requests for one agent.
 pub struct Api {
@@ -45,25 +47,69 @@ impl Api {
         })
     }
 
-    /// Answers one API request from `peer`.
-    pub async fn handle_request(self: Arc<Self>, req: Request, peer: PeerName) -> Response {
-        tracing::debug!(%peer, kind = request_kind(&req), "API request");
-        let peer_name = peer.clone();
+    /// Answers one API request from `peer`, if its role allows it (a refusal is counted and
+    /// logged with the peer's name and role).
+    pub async fn handle_request(self: Arc<Self>, req: Request, peer: Peer) -> Response {
+        let kind = request_kind(&req);
+        tracing::debug!(%peer, kind, "API request");
+        let needs = roles::needs(&req);
+        if !roles::allows(peer.role, needs) {
+            self.node.authority.count_unauthorized();
+            tracing::warn!(%peer, kind, "API request refused: role");
+            return Response::Error(crate::mesh::api::ApiError::new(
+                crate::mesh::api::ErrorKind::Unauthorized,
+                roles::refusal(peer.role, needs, kind),
+            ));
+        }
+        // Who asked: the certificate, or for an agent forwarding a client's request, that client.
+        let asked_by = |by: Option<String>| match (peer.role, by) {
+            (Role::Node, Some(by)) => format!("{by} via {}", peer.name),
+            _ => format!("{} ({})", peer.name, peer.role),
+        };
+        let peer_name = peer.name.clone();
         let node = self.node.clone();
         let result = match req {
-            Request::Apply { specs } => node.handle_apply(specs).await,
-            Request::Delete { name } => node.handle_delete(name).await,
+            Request::Apply { specs } => {
+                let by = asked_by(None);
+                let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+                let result = node.handle_apply(specs, by.clone()).await;
+                self.record_write("apply", &names, &result, &by);
+                result
+            }
+            Request::Delete { name } => {
+                let by = asked_by(None);
+                let result = node.handle_delete(name.clone(), by.clone()).await;
+                self.record_write("delete", &[name], &result, &by);
+                result
+            }
             Request::Get { name } => node.handle_get(name).await,
             Request::List { after, limit } => node.handle_list(after, limit).await,
             Request::Nodes { after, limit } => Ok(self.handle_nodes(after, limit).await),
             Request::Status { name, after, limit } => {
                 self.clone().handle_status(name, after, limit).await
             }
-            Request::Replicate { entries } => node.handle_replicate(entries).await,
+            Request::SetCaps { caps } => {
+                let by = asked_by(None);
+                let body = caps.encode();
+                let name = crate::authority::caps::STORE_NAME;
+                let result = node.clone().store_reserved(name, body, by.clone()).await;
+                if let (Ok(_), Some(host)) = (&result, &self.host) {
+                    host.record_asked("set-caps", None, format!("capacity caps {caps:?}"), &by);
+                }
+                result.map(|_| Response::Caps(caps))
+            }
+            Request::Caps => Ok(Response::Caps(node.caps())),
+            Request::PublishCrl { der } => {
+                let by = asked_by(None);
+                self.handle_publish_crl(der, by).await
+            }
+            Request::Replicate { entries } => node.handle_replicate(entries, &peer_name.0).await,
             Request::Issues { after, limit } => Ok(self.handle_issues(after, limit).await),
-            Request::Approve { id, node } => self.handle_approve(id, node).await,
+            Request::Approve { id, node, by } => self.handle_approve(id, node, asked_by(by)).await,
             Request::Events { after, limit } => Ok(self.handle_events(after, limit)),
-            Request::Drain { node, draining } => self.handle_drain(node, draining).await,
+            Request::Drain { node, draining, by } => {
+                self.handle_drain(node, draining, asked_by(by)).await
+            }
             Request::Clock => Ok(Response::Clock {
                 now_ms: (node.clock)(),
             }),
@@ -117,6 +163,71 @@ impl Api {
         };
         result.unwrap_or_else(Response::Error)
     }
+
+    /// Adopts a revocation list given by an operator, writes it to the store (which spreads it)
+    /// and records who gave it.
+    async fn handle_publish_crl(
+        &self,
+        der: Vec<u8>,
+        by: String,
+    ) -> Result<Response, crate::mesh::api::ApiError> {
+        use crate::mesh::api::{ApiError, ErrorKind};
+        if der.len() > crate::authority::crl::CRL_BYTES_MAX {
+            return Err(ApiError::new(ErrorKind::Invalid, "the CRL is too large"));
+        }
+        let adopted = self
+            .node
+            .authority
+            .adopt_crl(&der, &by)
+            .map_err(|why| ApiError::new(ErrorKind::Invalid, format!("CRL refused: {why}")))?;
+        let crl = self.node.authority.crl().ok_or_else(|| {
+            ApiError::new(ErrorKind::Internal, "the CRL was adopted but is not held")
+        })?;
+        self.node
+            .clone()
+            .store_crl(crl.der.clone(), by.clone())
+            .await?;
+        if let Some(host) = &self.host {
+            let reason = format!(
+                "revocation list number {} ({} revoked) {}",
+                crl.number,
+                crl.revoked.len(),
+                if adopted { "adopted" } else { "already held" }
+            );
+            host.record_asked("publish-crl", None, reason, &by);
+        }
+        Ok(Response::CrlPublished {
+            number: crl.number,
+            revoked: crl.revoked.len() as u32,
+            adopted,
+        })
+    }
+
+    /// Records an accepted (or refused) apply or delete in this agent's events, with who asked.
+    fn record_write(
+        &self,
+        kind: &str,
+        names: &[String],
+        result: &Result<Response, crate::mesh::api::ApiError>,
+        by: &str,
+    ) {
+        let Some(host) = &self.host else {
+            tracing::info!(kind, ?names, by, ok = result.is_ok(), "operator write");
+            return;
+        };
+        let reason = match result {
+            Ok(Response::Applied(applied)) => applied
+                .iter()
+                .map(|a| format!("{} stored as version {}", a.name, a.version))
+                .collect::<Vec<_>>()
+                .join("; "),
+            Ok(Response::Deleted(a)) => format!("{} deleted (version {})", a.name, a.version),
+            Ok(_) => "done".to_string(),
+            Err(e) => format!("{} refused: {}", names.join(", "), e.message),
+        };
+        let replica = (names.len() == 1).then(|| names[0].clone());
+        host.record_asked(kind, replica, reason, by);
+    }
 }
 
 fn request_kind(req: &Request) -> &'static str {
@@ -128,6 +239,9 @@ fn request_kind(req: &Request) -> &'static str {
         Request::Nodes { .. } => "nodes",
         Request::Status { .. } => "status",
         Request::Replicate { .. } => "replicate",
+        Request::PublishCrl { .. } => "publish-crl",
+        Request::SetCaps { .. } => "set-caps",
+        Request::Caps => "caps",
         Request::Digest => "digest",
         Request::Pull { .. } => "pull",
         Request::Issues { .. } => "issues",

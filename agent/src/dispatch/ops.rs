@@ -89,6 +89,8 @@ impl Api {
             .chain(clock.into_values())
             .flat_map(|(_, list)| list)
             .collect();
+        // Declarations over the mesh's capacity caps, from the membership and the store.
+        issues.extend(self.node.caps().issues(&members, (self.node.clock)()));
         issues.sort_by(|a, b| (&a.node, &a.id).cmp(&(&b.node, &b.id)));
         issues
     }
@@ -97,6 +99,7 @@ impl Api {
         self: Arc<Self>,
         id: String,
         node: Option<String>,
+        by: String,
     ) -> Result<Response, ApiError> {
         let target = match node {
             Some(node) => node,
@@ -125,6 +128,12 @@ impl Api {
             host.approve(&id)
                 .await
                 .map_err(|e| ApiError::new(ErrorKind::Invalid, e.to_string()))?;
+            host.record_asked(
+                "approve",
+                None,
+                format!("operator approved issue {id}"),
+                &by,
+            );
             return Ok(Response::Approved { id, node: target });
         }
         self.forward(
@@ -132,6 +141,7 @@ impl Api {
             Request::Approve {
                 id,
                 node: Some(target.clone()),
+                by: Some(by),
             },
         )
         .await
@@ -151,6 +161,7 @@ impl Api {
         self: Arc<Self>,
         node: String,
         draining: bool,
+        by: String,
     ) -> Result<Response, ApiError> {
         if node == self.node.name {
             if !self.node.set_draining(draining).await {
@@ -159,7 +170,11 @@ impl Api {
                     "this agent has no record to change",
                 ));
             }
-            tracing::info!(draining, "draining flag changed by an operator");
+            tracing::info!(draining, by, "draining flag changed by an operator");
+            if let Some(host) = &self.host {
+                let what = if draining { "drain" } else { "undrain" };
+                host.record_asked(what, None, format!("{what} of {node}"), &by);
+            }
             if let Err(e) = self.node.persist_draining(draining) {
                 return Err(ApiError::new(
                     ErrorKind::Internal,
@@ -177,6 +192,7 @@ impl Api {
             Request::Drain {
                 node: node.clone(),
                 draining,
+                by: Some(by),
             },
         )
         .await

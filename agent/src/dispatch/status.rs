@@ -153,7 +153,7 @@ impl Api {
             return Err(not_found(&name));
         };
         let members = self.node.members().await;
-        let nodes = view::placement_nodes(&members);
+        let nodes = view::placement_nodes(&members, &self.node.caps());
         let workloads: Vec<_> = specs
             .iter()
             .map(|(s, _)| view::placement_workload(s))

@@ -20,14 +20,14 @@ use tokio::sync::mpsc;
 
 use super::canonical;
 use crate::rpc::{self, BoxFuture, Handler, RpcClient, RpcError, TransportStats};
-use crate::tls::{PeerName, ANY_MEMBER};
+use crate::tls::{Peer, PeerName, ANY_MEMBER};
 
 /// Messages queued for one socket before new ones are dropped.
 const SOCKET_QUEUE_LEN: usize = 1024;
 /// Longest a handler may take on the in-memory network.
 const HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
 
-type FrameHandler = Arc<dyn Fn(Vec<u8>, PeerName) -> BoxFuture<Vec<u8>> + Send + Sync>;
+type FrameHandler = Arc<dyn Fn(Vec<u8>, Peer) -> BoxFuture<Vec<u8>> + Send + Sync>;
 
 /// What happened to messages on the network (gossip and RPC alike).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -212,8 +212,8 @@ impl MemNetwork {
         self.state().rpc_servers.remove(&canonical(addr));
     }
 
-    /// An RPC client calling from `addr` as the node named `name`.
-    pub fn rpc_client(&self, addr: SocketAddr, name: PeerName) -> MemRpcClient {
+    /// An RPC client calling from `addr` as `name` (a node, or a client in tests).
+    pub fn rpc_client(&self, addr: SocketAddr, name: Peer) -> MemRpcClient {
         MemRpcClient {
             net: self.clone(),
             addr: canonical(addr),
@@ -304,7 +304,7 @@ impl Socket for MemSocket {
 pub struct MemRpcClient {
     net: MemNetwork,
     addr: SocketAddr,
-    name: PeerName,
+    name: Peer,
 }
 
 #[async_trait::async_trait]

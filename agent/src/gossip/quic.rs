@@ -11,6 +11,9 @@
 //!   `recv()` through a bounded channel (chitchat cancels `recv()` on every tick, so it must only
 //!   ever wait on a channel).
 //!
+//! Incoming connections pass [`crate::admission`] (address validation, handshake and connection
+//! caps overall, per IP address and per certificate) as on the API endpoint.
+//!
 //! Frames larger than [`QuicGossipConfig::compress_min_bytes`] are zstd-compressed (the Syn digest
 //! grows with the node count and is not compressed by chitchat).
 
@@ -22,13 +25,15 @@ use std::time::Duration;
 use anyhow::Context;
 use chitchat::transport::{Socket, Transport};
 use chitchat::{ChitchatMessage, Deserializable, Serializable};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::canonical;
 use super::directory::{self, Lookup};
-use crate::pki::Identity;
+use crate::admission::{Admission, AdmissionConfig, ConnectionSlot, CONNECTION_REFUSED};
+use crate::authority::Authority;
+use crate::pki::{Identity, Role};
 use crate::rpc::TransportStats;
 use crate::tls::{self, PeerName, QuicOptions, ALPN_GOSSIP, ANY_MEMBER};
 use crate::wire::{self, FrameKind, WireError, GOSSIP_FRAME_MAX_BYTES, LENGTH_PREFIX_BYTES};
@@ -40,8 +45,9 @@ pub struct QuicGossipConfig {
     pub peer_queue_len: usize,
     /// Most peers with a writer task at once; messages to further peers are dropped.
     pub peers_max: usize,
-    /// Most connections (accepted and dialed) at once; further handshakes are refused.
-    pub connections_max: usize,
+    /// What handshakes and connections may hold, overall, per IP address and per certificate
+    /// (its `connections_max` counts accepted and dialed connections).
+    pub admission: AdmissionConfig,
     /// Messages received but not yet taken by chitchat before new ones are dropped.
     pub inbound_queue_len: usize,
     /// Longest wait for a connection to a peer.
@@ -65,7 +71,7 @@ impl Default for QuicGossipConfig {
         QuicGossipConfig {
             peer_queue_len: 16,
             peers_max: 4096,
-            connections_max: 4096,
+            admission: AdmissionConfig::gossip(),
             inbound_queue_len: 1024,
             dial_timeout: Duration::from_secs(2),
             backoff_min: Duration::from_millis(200),
@@ -87,6 +93,7 @@ pub struct QuicTransport {
     stats: Arc<TransportStats>,
     peer_names: Arc<Mutex<HashMap<SocketAddr, PeerName>>>,
     directory: Arc<std::sync::OnceLock<Lookup>>,
+    authority: Arc<std::sync::OnceLock<Arc<Authority>>>,
 }
 
 impl QuicTransport {
@@ -98,7 +105,14 @@ impl QuicTransport {
             stats: Arc::new(TransportStats::default()),
             peer_names: Arc::default(),
             directory: Arc::default(),
+            authority: Arc::default(),
         }
+    }
+
+    /// Has `authority` keep the endpoint's TLS configuration current (renewals, revocations) and
+    /// close the connections of revoked certificates. Set before chitchat opens the transport.
+    pub fn set_authority(&self, authority: Arc<Authority>) {
+        let _ = self.authority.set(authority);
     }
 
     /// How this endpoint's directory answers agents joining through it from another cell
@@ -126,13 +140,25 @@ impl Transport for QuicTransport {
             tls::bind_endpoint(listen_addr, &self.identity, ALPN_GOSSIP, &self.config.quic)
                 .with_context(|| format!("opening the gossip endpoint on {listen_addr}"))?;
         let (inbound_tx, inbound_rx) = mpsc::channel(self.config.inbound_queue_len);
+        let authority = self.authority.get().cloned();
+        if let Some(authority) = &authority {
+            let (id, quic) = (&self.identity, &self.config.quic);
+            authority.follow(tls::LiveEndpoint::new(
+                endpoint.clone(),
+                id,
+                ALPN_GOSSIP,
+                quic,
+                true,
+            ));
+        }
         let shared = Arc::new(Shared {
+            authority,
             endpoint,
             config: self.config.clone(),
             stats: self.stats.clone(),
             connections: Mutex::default(),
             peer_names: self.peer_names.clone(),
-            connection_slots: Arc::new(Semaphore::new(self.config.connections_max)),
+            admission: Admission::new("gossip", self.config.admission.clone(), self.stats.clone()),
             inbound_tx,
             directory: self.directory.clone(),
         });
@@ -148,13 +174,15 @@ impl Transport for QuicTransport {
 
 /// State shared by the socket and its tasks.
 struct Shared {
+    /// Tracks connections for revocation (absent in tests that build a bare transport).
+    authority: Option<Arc<Authority>>,
     endpoint: quinn::Endpoint,
     config: QuicGossipConfig,
     stats: Arc<TransportStats>,
     /// The connection writers use per peer gossip address: the latest established either way.
     connections: Mutex<HashMap<SocketAddr, quinn::Connection>>,
     peer_names: Arc<Mutex<HashMap<SocketAddr, PeerName>>>,
-    connection_slots: Arc<Semaphore>,
+    admission: Arc<Admission>,
     inbound_tx: mpsc::Sender<(SocketAddr, ChitchatMessage)>,
     directory: Arc<std::sync::OnceLock<Lookup>>,
 }
@@ -216,37 +244,48 @@ impl Socket for QuicSocket {
 
 async fn accept_loop(shared: Arc<Shared>) {
     while let Some(incoming) = shared.endpoint.accept().await {
-        let Ok(slot) = shared.connection_slots.clone().try_acquire_owned() else {
-            TransportStats::bump(&shared.stats.connections_refused);
-            incoming.refuse();
+        // Decided at once: a Retry, a refusal, or a handshake slot.
+        let Some(handshake) = shared.admission.admit(incoming) else {
             continue;
         };
         let shared = shared.clone();
         tokio::spawn(async move {
-            let remote = incoming.remote_address();
-            match incoming.await {
-                Ok(conn) => run_reader(shared, conn, slot).await,
-                Err(err) => {
-                    TransportStats::bump(&shared.stats.handshakes_refused);
-                    tracing::debug!(%remote, error = %err, "gossip handshake refused");
-                }
+            if let Some((conn, slot)) = handshake.complete().await {
+                run_reader(shared, conn, slot).await;
             }
         });
     }
 }
 
 /// Registers `conn` and reads its streams until it closes.
-async fn run_reader(
-    shared: Arc<Shared>,
-    conn: quinn::Connection,
-    _slot: tokio::sync::OwnedSemaphorePermit,
-) {
+async fn run_reader(shared: Arc<Shared>, conn: quinn::Connection, slot: ConnectionSlot) {
     let peer = canonical(conn.remote_address());
-    let Some(name) = tls::peer_name(&conn) else {
-        TransportStats::bump(&shared.stats.handshakes_refused);
-        conn.close(1u32.into(), b"certificate has no name");
+    // Gossip is between agents: only node certificates, dialed or accepted.
+    let name = match tls::peer(&conn) {
+        Ok(p) if p.role == Role::Node => p.name,
+        refused => {
+            TransportStats::bump(&shared.stats.roles_refused);
+            let why = match refused {
+                Ok(p) => format!("{p} is not a node certificate"),
+                Err(why) => why,
+            };
+            tracing::warn!(%peer, %why, "gossip connection refused: certificate role");
+            conn.close(1u32.into(), b"gossip takes node certificates only");
+            return;
+        }
+    };
+    let Some(_peer_slot) = slot.admit_peer(name.as_str()) else {
+        conn.close(
+            CONNECTION_REFUSED.into(),
+            b"too many connections of this certificate",
+        );
         return;
     };
+    if let Some(authority) = &shared.authority {
+        if !authority.track(&conn) {
+            return;
+        }
+    }
     shared
         .connections
         .lock()
@@ -386,9 +425,7 @@ async fn connection_to(shared: &Arc<Shared>, peer: SocketAddr) -> Option<quinn::
     if let Some(conn) = cached.filter(|c| c.close_reason().is_none()) {
         return Some(conn);
     }
-    let Ok(slot) = shared.connection_slots.clone().try_acquire_owned() else {
-        return None;
-    };
+    let slot = shared.admission.dial_slot()?;
     let dial = async { shared.endpoint.connect(peer, ANY_MEMBER).ok()?.await.ok() };
     match tokio::time::timeout(shared.config.dial_timeout, dial).await {
         Ok(Some(conn)) => {

@@ -24,6 +24,9 @@ pub struct Event {
     pub replica: Option<String>,
     /// Why, in a sentence.
     pub reason: String,
+    /// Who asked, for an operator's request (`name (role)` of the certificate that made it).
+    #[serde(default)]
+    pub by: Option<String>,
 }
 
 /// The last `capacity` events, oldest first.
@@ -55,6 +58,7 @@ impl EventLog {
         kind: &str,
         replica: Option<String>,
         reason: String,
+        by: Option<String>,
     ) {
         if self.events.len() == self.capacity {
             self.events.pop_front();
@@ -66,6 +70,7 @@ impl EventLog {
             kind: kind.to_string(),
             replica,
             reason: crate::mesh::page::cut_text(reason, EVENT_TEXT_BYTES_MAX),
+            by: by.map(|by| crate::mesh::page::cut_text(by, EVENT_TEXT_BYTES_MAX)),
         });
         self.next_seq += 1;
     }
@@ -89,7 +94,7 @@ mod tests {
     fn keeps_the_newest_and_pages_by_sequence() {
         let mut log = EventLog::new(3);
         for i in 0..5 {
-            log.push(i, "n1", "start", None, format!("e{i}"));
+            log.push(i, "n1", "start", None, format!("e{i}"), None);
         }
         let all = log.after(0, 10);
         assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 4, 5]);

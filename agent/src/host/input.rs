@@ -31,6 +31,8 @@ pub struct ShellState {
     peers_from: BTreeMap<String, (ChitchatId, u64)>,
     /// The store digest the specs were decoded at.
     specs_digest: Option<u64>,
+    /// The mesh's capacity caps, read with the specs.
+    caps: crate::authority::caps::NodeCaps,
     specs: BTreeMap<String, SpecEntry>,
     placement_key: Option<u64>,
     /// The last placement computed.
@@ -307,10 +309,16 @@ async fn refresh_specs(host: &Host, shell: &mut ShellState) -> bool {
     if shell.specs_digest == Some(digest) {
         return false;
     }
-    let (specs, errors) = host
+    let (specs, errors, caps) = host
         .node
-        .with_store(|s| view::live_specs(s.list_live()))
+        .with_store(|s| {
+            use crate::authority::caps::{NodeCaps, STORE_NAME};
+            let (specs, errors) = view::live_specs(s.list_live());
+            let caps = NodeCaps::from_body(s.get(STORE_NAME).and_then(|e| e.body.live()));
+            (specs, errors, caps)
+        })
         .await;
+    shell.caps = caps;
     for e in errors {
         tracing::warn!(error = %e, "a stored spec does not decode; it is left out");
     }
@@ -332,7 +340,7 @@ async fn refresh_specs(host: &Host, shell: &mut ShellState) -> bool {
 
 fn refresh_placement(host: &Host, shell: &mut ShellState, members: &[Member]) {
     use std::hash::Hasher;
-    let nodes = view::placement_nodes(members);
+    let nodes = view::placement_nodes(members, &shell.caps);
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     for n in &nodes {
         h.write(n.id.as_bytes());

@@ -300,9 +300,6 @@ impl Host {
             Ok(outcome) => outcome.map_err(HostApproveError::Reconciler),
             Err(_) => Err(HostApproveError::NotRunning),
         };
-        if outcome.is_ok() {
-            self.record("approve", None, format!("operator approved issue {id}"));
-        }
         outcome
     }
 
@@ -310,7 +307,22 @@ impl Host {
         tracing::info!(kind, replica = replica.as_deref().unwrap_or("-"), %reason, "reconcile");
         let at_ms = (self.clock)();
         let mut events = self.events.lock().expect("events lock");
-        events.push(at_ms, &self.node.name, kind, replica, reason);
+        events.push(at_ms, &self.node.name, kind, replica, reason, None);
+    }
+
+    /// Records an operator's request this agent accepted, with who asked.
+    pub fn record_asked(&self, kind: &str, replica: Option<String>, reason: String, by: &str) {
+        tracing::info!(kind, replica = replica.as_deref().unwrap_or("-"), %reason, by, "operator request");
+        let at_ms = (self.clock)();
+        let mut events = self.events.lock().expect("events lock");
+        events.push(
+            at_ms,
+            &self.node.name,
+            kind,
+            replica,
+            reason,
+            Some(by.to_string()),
+        );
     }
 
     pub(crate) fn count_action(&self, kind: &'static str) {

@@ -63,6 +63,9 @@ pub enum Request {
         id: String,
         /// The node that holds it (set when forwarding).
         node: Option<String>,
+        /// Who asked, when an agent forwards a client's request (ignored from clients: their
+        /// certificate says who they are).
+        by: Option<String>,
     },
     /// This agent's recent reconcile events after a sequence number.
     Events {
@@ -77,6 +80,20 @@ pub enum Request {
         node: String,
         /// Drain (true) or undrain (false).
         draining: bool,
+        /// Who asked, when an agent forwards a client's request (ignored from clients).
+        by: Option<String>,
+    },
+    /// Set the mesh's capacity caps (the most one node may declare); all `None` clears them.
+    SetCaps {
+        /// The caps.
+        caps: crate::authority::caps::NodeCaps,
+    },
+    /// The mesh's capacity caps as the callee's store holds them.
+    Caps,
+    /// Adopt this revocation list (DER, signed by the cluster CA) and spread it to the mesh.
+    PublishCrl {
+        /// The CRL, at most [`crate::authority::crl::CRL_BYTES_MAX`] bytes.
+        der: Vec<u8>,
     },
     /// Agent to agent: persist these entries, answer when durable.
     Replicate {
@@ -174,6 +191,17 @@ pub enum Response {
         view: StatusView,
         /// The last replica of this page when more follow.
         next_after: Option<u32>,
+    },
+    /// The mesh's capacity caps (set, or as held).
+    Caps(crate::authority::caps::NodeCaps),
+    /// The revocation list is in force on the callee and spreading.
+    CrlPublished {
+        /// Its CRL number.
+        number: u64,
+        /// How many certificates it revokes.
+        revoked: u32,
+        /// The callee adopted it now (false: it held it already).
+        adopted: bool,
     },
     /// Entries persisted by the callee.
     Replicated {
@@ -290,6 +318,9 @@ pub enum ErrorKind {
     /// newer write of the workload as too far ahead of its clock, or the peers refused the write
     /// as too far ahead of theirs. Nothing was acknowledged; fix NTP or use another agent.
     ClockSkew,
+    /// The caller's certificate role may not make this request (a read-only client writing, a
+    /// client calling an agent-to-agent request).
+    Unauthorized,
 }
 
 impl ApiError {

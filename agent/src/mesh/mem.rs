@@ -9,8 +9,9 @@ use shoal_core::store::StoreConfig;
 use super::node::WallClock;
 use super::run::{api_handler, start_node, MeshSetup, RunningNode};
 use crate::gossip::mem::MemNetwork;
+use crate::pki::Role;
 use crate::store_db::{DesiredStore, MemDisk};
-use crate::tls::PeerName;
+use crate::tls::{Peer, PeerName};
 
 /// A wall clock that follows tokio's clock (pausable) from `base_ms`.
 pub fn tokio_clock(base_ms: u64) -> WallClock {
@@ -42,7 +43,7 @@ pub async fn join_mem_node(
 ) -> anyhow::Result<RunningNode> {
     let store = DesiredStore::open_in_memory(disk, &setup.name, StoreConfig::default())?;
     let api: SocketAddr = setup.record.api_addr;
-    let rpc = Arc::new(net.rpc_client(api, PeerName(setup.name.clone())));
+    let rpc = Arc::new(net.rpc_client(api, Peer::new(setup.name.clone(), Role::Node)));
     start_node(setup, store, &net.transport(), rpc, clock, true).await
 }
 
@@ -70,12 +71,13 @@ pub fn mem_setup(i: usize, subnet: u8, zone: &str) -> MeshSetup {
         cluster_id: "test".into(),
         cell: crate::cells::DEFAULT_CELL.to_string(),
         cell_seeds: Vec::new(),
+        authority: Default::default(),
     }
 }
 
-/// Hands `req` to `node`'s API handler as the peer `test`.
+/// Hands `req` to `node`'s API handler as the client `test`.
 pub async fn call(node: &RunningNode, req: super::api::Request) -> super::api::Response {
     crate::dispatch::Api::new(node.node.clone(), None)
-        .handle_request(req, PeerName("test".into()))
+        .handle_request(req, Peer::new("test", Role::Client))
         .await
 }

@@ -15,6 +15,7 @@ pub async fn mesh_families(
     api: &TransportStats,
 ) -> Vec<Family> {
     let members = node.members().await;
+    let auth = node.authority.stats();
     let alive = members.iter().filter(|m| m.alive).count() as f64;
     let dead = members.len() as f64 - alive;
     let now = (node.clock)();
@@ -73,6 +74,47 @@ pub async fn mesh_families(
             ]),
         },
         Family {
+            name: "shoal_quic_retries",
+            help: "QUIC Retry packets sent to connection attempts from addresses not yet \
+                   validated (they hold no state until the client echoes the token).",
+            kind: Kind::Counter,
+            samples: labelled(vec![
+                ("endpoint", "gossip", g.retries_sent),
+                ("endpoint", "api", a.retries_sent),
+            ]),
+        },
+        Family {
+            name: "shoal_connections_refused",
+            help: "Connections refused or dropped before being served, by reason: \
+                   handshakes_max and handshakes_per_ip (an attempt at the cap of handshakes \
+                   in progress: the oldest was dropped for it, or it was refused with \
+                   handshake_make_room off), handshake_timeout (unfinished in \
+                   time), connections_max, connections_per_ip and connections_per_peer (a new \
+                   connection refused with established ones at the cap; per_peer: of one \
+                   certificate name).",
+            kind: Kind::Counter,
+            samples: [("gossip", &g), ("api", &a)]
+                .into_iter()
+                .flat_map(|(endpoint, s)| {
+                    [
+                        ("handshakes_max", s.handshakes_over_max),
+                        ("handshakes_per_ip", s.handshakes_over_per_ip),
+                        ("handshake_timeout", s.handshakes_timed_out),
+                        ("connections_max", s.connections_refused),
+                        ("connections_per_ip", s.connections_refused_per_ip),
+                        ("connections_per_peer", s.connections_refused_per_peer),
+                    ]
+                    .map(|(reason, n)| {
+                        let labels = vec![
+                            ("endpoint", endpoint.to_string()),
+                            ("reason", reason.to_string()),
+                        ];
+                        (labels, n as f64)
+                    })
+                })
+                .collect(),
+        },
+        Family {
             name: "shoal_frames_rejected",
             help: "Frames dropped as malformed, oversized or of a wrong version.",
             kind: Kind::Counter,
@@ -81,6 +123,45 @@ pub async fn mesh_families(
                 ("endpoint", "api", a.frames_rejected),
             ]),
         },
+        Family {
+            name: "shoal_roles_refused",
+            help: "Authenticated connections closed because the certificate carries no role the \
+                   endpoint accepts (none, unknown, or a client certificate on gossip).",
+            kind: Kind::Counter,
+            samples: labelled(vec![
+                ("endpoint", "gossip", g.roles_refused),
+                ("endpoint", "api", a.roles_refused),
+            ]),
+        },
+        Family::single(
+            "shoal_requests_unauthorized",
+            "API requests refused because the caller's certificate role may not make them.",
+            Kind::Counter,
+            auth.requests_unauthorized as f64,
+        ),
+        Family::single(
+            "shoal_entries_unverified",
+            "Store entries from peers dropped because their proof of origin failed (no or bad \
+             signature, a certificate not of the CA, revoked, not a node, or another node's name).",
+            Kind::Counter,
+            auth.entries_unverified as f64,
+        ),
+        Family {
+            name: "shoal_crls",
+            help: "Revocation lists adopted, and refused (not signed by the CA, older than the \
+                   one held, malformed).",
+            kind: Kind::Counter,
+            samples: labelled(vec![
+                ("outcome", "adopted", auth.crls_adopted),
+                ("outcome", "refused", auth.crls_refused),
+            ]),
+        },
+        Family::single(
+            "shoal_connections_revoked",
+            "Open connections closed because their peer's certificate was revoked.",
+            Kind::Counter,
+            auth.connections_revoked as f64,
+        ),
         Family::single(
             "shoal_cell_entries_refused",
             "Cell table entries from peers refused (invalid, mismatched, from the future, over the bound).",

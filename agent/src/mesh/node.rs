@@ -23,6 +23,9 @@ use crate::store_db::DesiredStore;
 pub const REPLICATE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Peers asked at once to hold a new entry (the first confirmation acknowledges the apply).
 pub const REPLICATE_FANOUT: usize = 3;
+/// Store names starting so are the mesh's own entries (the revocation list), not workloads.
+pub const RESERVED_PREFIX: &str = "shoal:";
+
 /// Bytes per page of a sync answer.
 pub const PULL_PAGE_BYTES: usize = 1 << 20;
 
@@ -59,6 +62,8 @@ pub struct MeshNode {
     pub(crate) skew: ClockSkew,
     /// This agent's cell and every cell it knows.
     pub cells: crate::cells::CellState,
+    /// Keys, trust and revocations: signs this node's writes, checks its peers'.
+    pub authority: Arc<crate::authority::Authority>,
     /// The membership as last read: re-read per node only when its chitchat keys moved.
     members: Mutex<view::MemberCache>,
     /// Where an operator's drain is kept across restarts (`DATA_DIR/draining`), when on disk.
@@ -77,6 +82,7 @@ impl MeshNode {
         MeshNode {
             skew: ClockSkew::new(Default::default(), name.clone(), clock.clone(), rpc.clone()),
             cells: crate::cells::CellState::new(crate::cells::DEFAULT_CELL),
+            authority: Arc::default(),
             name,
             store: Arc::new(Mutex::new(store)),
             gossip,
@@ -94,6 +100,12 @@ impl MeshNode {
     /// The same node in `cell` (checked by the caller), before it is shared.
     pub fn in_cell(mut self, cell: &str) -> Self {
         self.cells = crate::cells::CellState::new(cell);
+        self
+    }
+
+    /// The same node with `authority`, before it is shared.
+    pub fn with_authority(mut self, authority: Arc<crate::authority::Authority>) -> Self {
+        self.authority = authority;
         self
     }
 
@@ -189,6 +201,7 @@ impl MeshNode {
     pub(crate) async fn handle_apply(
         self: Arc<Self>,
         specs: Vec<shoal_core::spec::WorkloadSpec>,
+        by: String,
     ) -> Result<Response, ApiError> {
         if specs.is_empty() || specs.len() > APPLY_SPECS_MAX {
             let msg = format!(
@@ -213,6 +226,7 @@ impl MeshNode {
             let body = view::encode_spec(&spec);
             let now = (self.clock)();
             let name = spec.name.clone();
+            let (authority, by) = (self.authority.clone(), by.clone());
             let outcome = self
                 .with_store(move |s| {
                     if let Some(e) = s.get(&name) {
@@ -220,7 +234,8 @@ impl MeshNode {
                             return Ok((e.clone(), false));
                         }
                     }
-                    s.apply(&name, body, now).map(|e| (e, true))
+                    let seal = |e: &mut Entry| authority.seal(e, &by);
+                    s.apply_sealed(&name, body, now, seal).map(|e| (e, true))
                 })
                 .await;
             let (entry, changed) = outcome.map_err(|e| self.write_error(e))?;
@@ -229,14 +244,75 @@ impl MeshNode {
         Ok(Response::Applied(results))
     }
 
-    pub(crate) async fn handle_delete(self: Arc<Self>, name: String) -> Result<Response, ApiError> {
+    /// Writes `der` as the mesh's revocation list (see [`crate::authority::crl`]), signed by
+    /// this node on behalf of `by`, and replicates it. Checked by the caller.
+    pub(crate) async fn store_crl(
+        self: Arc<Self>,
+        der: Vec<u8>,
+        by: String,
+    ) -> Result<Applied, ApiError> {
+        self.store_reserved(crate::authority::crl::STORE_NAME, der, by)
+            .await
+    }
+
+    /// The mesh's capacity caps as this node's store holds them (a read of memory: the store's
+    /// lock is held for a lookup).
+    pub fn caps(&self) -> crate::authority::caps::NodeCaps {
+        use crate::authority::caps::{NodeCaps, STORE_NAME};
+        let store = self.store.lock().expect("store lock");
+        NodeCaps::from_body(store.get(STORE_NAME).and_then(|e| e.body.live()))
+    }
+
+    /// Writes `body` under the reserved name `name` (one of the mesh's own entries), signed by
+    /// this node on behalf of `by`, and replicates it. Checked by the caller.
+    pub(crate) async fn store_reserved(
+        self: Arc<Self>,
+        name: &'static str,
+        der: Vec<u8>,
+        by: String,
+    ) -> Result<Applied, ApiError> {
+        debug_assert!(name.starts_with(RESERVED_PREFIX));
+        let members = self.members().await;
+        self.skew.refuse_write_if_skewed("write", &members)?;
+        let now = (self.clock)();
+        let authority = self.authority.clone();
+        let outcome = self
+            .with_store(move |s| {
+                if let Some(e) = s.get(name) {
+                    if e.body.live() == Some(der.as_slice()) {
+                        return Ok((e.clone(), false));
+                    }
+                }
+                let seal = |e: &mut Entry| authority.seal(e, &by);
+                s.apply_sealed(name, der, now, seal).map(|e| (e, true))
+            })
+            .await;
+        let (entry, changed) = outcome.map_err(|e| self.write_error(e))?;
+        self.replicate(entry, changed).await
+    }
+
+    pub(crate) async fn handle_delete(
+        self: Arc<Self>,
+        name: String,
+        by: String,
+    ) -> Result<Response, ApiError> {
+        if name.starts_with(RESERVED_PREFIX) {
+            return Err(ApiError::new(
+                ErrorKind::Invalid,
+                format!("{name:?} is the mesh's own entry, not a workload"),
+            ));
+        }
         let members = self.members().await;
         self.skew.refuse_write_if_skewed("delete", &members)?;
         let now = (self.clock)();
         let key = name.clone();
+        let authority = self.authority.clone();
         let entry = self
             .with_store(move |s| match s.get(&key) {
-                Some(e) if !e.is_tombstone() => s.delete(&key, now).map(Some),
+                Some(e) if !e.is_tombstone() => {
+                    let seal = |e: &mut Entry| authority.seal(e, &by);
+                    s.delete_sealed(&key, now, seal).map(Some)
+                }
                 _ => Ok(None),
             })
             .await
@@ -353,11 +429,25 @@ impl MeshNode {
     pub(crate) async fn handle_replicate(
         self: Arc<Self>,
         entries: Vec<Entry>,
+        from: &str,
     ) -> Result<Response, ApiError> {
         if entries.len() > ENTRIES_PER_MESSAGE_MAX {
             return Err(ApiError::new(
                 ErrorKind::Invalid,
                 "too many entries in one message",
+            ));
+        }
+        let sent = entries.len();
+        let entries = self.authority.verified(entries, from);
+        if entries.len() < sent {
+            // Never acknowledge what was not stored.
+            return Err(ApiError::new(
+                ErrorKind::Invalid,
+                format!(
+                    "{} refused {} of {sent} entries: their proof of origin fails",
+                    self.name,
+                    sent - entries.len()
+                ),
             ));
         }
         let now = (self.clock)();

@@ -46,6 +46,11 @@ pub struct MeshSetup {
     pub cell: String,
     /// API addresses of agents of other cells to learn the mesh's cells from.
     pub cell_seeds: Vec<SocketAddr>,
+    /// Signs this node's writes and checks its peers' ([`Authority::unsigned`] on the in-memory
+    /// network).
+    ///
+    /// [`Authority::unsigned`]: crate::authority::Authority::unsigned
+    pub authority: Arc<crate::authority::Authority>,
 }
 
 /// A started mesh node and its background tasks.
@@ -152,7 +157,9 @@ pub async fn start_node(
         }
     }
     let node = Arc::new(
-        MeshNode::new(setup.name.clone(), store, gossip, rpc_client, clock).in_cell(&setup.cell),
+        MeshNode::new(setup.name.clone(), store, gossip, rpc_client, clock)
+            .in_cell(&setup.cell)
+            .with_authority(setup.authority.clone()),
     );
     node.cells.set_seeds(setup.cell_seeds.clone());
     if !seeds.is_empty() {

@@ -214,6 +214,8 @@ pub(crate) async fn pull_from(
             return Err(format!("unexpected answer to Pull: {answer:?}"));
         };
         let now = (node.clock)();
+        // Entries whose proof of origin fails are dropped here (and counted), not merged.
+        let entries = node.authority.verified(entries, peer);
         let outcome = node
             .with_store(move |s| s.merge_remote(entries, now))
             .await

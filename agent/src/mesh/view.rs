@@ -12,6 +12,7 @@ use shoal_core::store::Entry;
 
 use super::api::NodeView;
 use super::record::{NodeRecord, DIGEST_KEY, NODE_KEY};
+use crate::authority::caps::NodeCaps;
 
 /// Chitchat key an agent sets when it leaves gracefully: peers stop counting it at once.
 pub const LEAVING_KEY: &str = "leaving";
@@ -258,14 +259,16 @@ pub fn name_taken_by(chitchat: &Chitchat, me: &ChitchatId) -> Option<SocketAddr>
 
 /// The placement inputs: every known member with a record, sorted by id; those not alive (failed,
 /// or leaving) are `down`, which keeps their place in the rankings until chitchat forgets them
-/// (`dead_node_grace_period`), so that a failure moves their replicas and little else.
-pub fn placement_nodes(members: &[Member]) -> Vec<Node> {
+/// (`dead_node_grace_period`), so that a failure moves their replicas and little else. Each
+/// node's capacity is the smaller of what it declares and the mesh's `caps`.
+pub fn placement_nodes(members: &[Member], caps: &NodeCaps) -> Vec<Node> {
     members
         .iter()
         .filter_map(|m| {
             m.record.as_ref().map(|r| {
                 let mut node = r.placement_node(&m.name);
                 node.down = !m.alive;
+                caps.clamp(&mut node);
                 node
             })
         })

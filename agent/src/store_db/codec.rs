@@ -34,14 +34,15 @@ pub(super) const FACT_MEMBERS_KNOWN: &str = "members_known";
 /// Fact: how many cells the mesh had when this node's cell last held its quorum of cells.
 pub(super) const FACT_CELLS_KNOWN: &str = "cells_known";
 
-/// The layout this build writes and reads.
-pub(super) const SCHEMA: u32 = 1;
+/// The layout this build writes and reads (2: entries carry a proof of origin).
+pub(super) const SCHEMA: u32 = 2;
 
 /// Decode limit for one entry: the largest payload the store accepts plus room for the name,
 /// version and framing. [`super::DesiredStore`] refuses configs whose payload bound exceeds it.
 pub(super) const ENTRY_BYTES_MAX: usize = 1 << 20;
-/// Room an entry needs besides its payload (name, node id, numbers, tags), generously.
-pub(super) const ENTRY_OVERHEAD_BYTES: usize = 1024;
+/// Room an entry needs besides its payload (name, node id, numbers, tags, its proof of origin),
+/// generously.
+pub(super) const ENTRY_OVERHEAD_BYTES: usize = 1024 + shoal_core::store::PROOF_BYTES_MAX;
 /// Decode limit for a fact.
 pub(super) const FACT_BYTES_MAX: usize = 64 << 10;
 /// Most peers remembered (each at most ~20 bytes encoded: fits [`FACT_BYTES_MAX`]).

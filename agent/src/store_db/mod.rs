@@ -128,19 +128,46 @@ impl DesiredStore {
         Ok(self.core.commit(plan))
     }
 
-    /// Writes `body` under `name`; durable when it returns. Returns the new entry.
+    /// Writes `body` under `name` with no proof of origin; durable when it returns. Returns the
+    /// new entry.
     pub fn apply(&mut self, name: &str, body: Vec<u8>, now_ms: u64) -> Result<Entry, StoreDbError> {
+        self.apply_sealed(name, body, now_ms, |_| {})
+    }
+
+    /// Writes `body` under `name`, the entry sealed by `seal` (its proof of origin); durable
+    /// when it returns. Returns the new entry.
+    pub fn apply_sealed(
+        &mut self,
+        name: &str,
+        body: Vec<u8>,
+        now_ms: u64,
+        seal: impl FnMut(&mut Entry),
+    ) -> Result<Entry, StoreDbError> {
         self.recover()?;
-        let plan = self.core.prepare_local(name, body, now_ms)?;
+        let mut plan = self.core.prepare_local(name, body, now_ms)?;
+        plan.seal_puts(seal);
         let entry = plan.puts()[0].clone();
         self.persist_and_commit(plan)?;
         Ok(entry)
     }
 
-    /// Deletes the live entry `name` (writes a tombstone); durable when it returns.
+    /// Deletes the live entry `name` (writes a tombstone, no proof of origin); durable when it
+    /// returns.
     pub fn delete(&mut self, name: &str, now_ms: u64) -> Result<Entry, StoreDbError> {
+        self.delete_sealed(name, now_ms, |_| {})
+    }
+
+    /// Deletes the live entry `name` (writes a tombstone sealed by `seal`); durable when it
+    /// returns.
+    pub fn delete_sealed(
+        &mut self,
+        name: &str,
+        now_ms: u64,
+        seal: impl FnMut(&mut Entry),
+    ) -> Result<Entry, StoreDbError> {
         self.recover()?;
-        let plan = self.core.prepare_delete(name, now_ms)?;
+        let mut plan = self.core.prepare_delete(name, now_ms)?;
+        plan.seal_puts(seal);
         let entry = plan.puts()[0].clone();
         self.persist_and_commit(plan)?;
         Ok(entry)
@@ -172,9 +199,13 @@ impl DesiredStore {
         self.core.get(name)
     }
 
-    /// Every live entry, by name.
+    /// Every live workload entry, by name: the mesh's own entries (names starting with
+    /// [`crate::mesh::node::RESERVED_PREFIX`], such as the revocation list) are left out; [`Self::get`]
+    /// still reads them.
     pub fn list_live(&self) -> impl Iterator<Item = &Entry> {
-        self.core.live()
+        self.core
+            .live()
+            .filter(|e| !e.name.starts_with(crate::mesh::node::RESERVED_PREFIX))
     }
 
     /// The anti-entropy digest.
@@ -194,7 +225,11 @@ impl DesiredStore {
         let mut bytes = 0;
         let wanted = self.core.entries_in_buckets(buckets);
         for entry in wanted.filter(|e| after.is_none_or(|a| e.name.as_str() > a)) {
-            let size = entry.name.len() + entry.version.node.len() + entry.body.len_bytes() + 32;
+            let size = entry.name.len()
+                + entry.version.node.len()
+                + entry.body.len_bytes()
+                + entry.proof.len()
+                + 32;
             if !page.entries.is_empty() && bytes + size > bytes_max {
                 page.next_after = page.entries.last().map(|e| e.name.clone());
                 break;

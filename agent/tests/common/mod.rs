@@ -277,8 +277,10 @@ impl Drop for Cluster {
 /// The binary under test, to run in network namespace `netns` if any: through `nsenter`, which
 /// enters the namespace and then executes it (same pid: signals to the child reach the agent),
 /// and unlike `ip netns exec` leaves the mounts alone (/sys/fs/cgroup stays visible).
+/// The agents and the CLI of these tests issue their certificates from the test CA's key
+/// (`--self-issue`, through its environment variable).
 pub fn shoal_command(netns: Option<&str>) -> Command {
-    match netns {
+    let mut cmd = match netns {
         None => Command::new(shoal_bin()),
         Some(netns) => {
             let mut cmd = Command::new("nsenter");
@@ -287,7 +289,9 @@ pub fn shoal_command(netns: Option<&str>) -> Command {
                 .arg(shoal_bin());
             cmd
         }
-    }
+    };
+    cmd.env("SHOAL_SELF_ISSUE", "true");
+    cmd
 }
 
 /// Runs the CLI with an optional (agent, pki).

@@ -22,9 +22,14 @@ impl TestPki {
         TestPki { dir }
     }
 
-    /// Loads (issuing on first use) the identity `name`.
+    /// Loads (issuing on first use, as a node) the identity `name`.
     pub fn identity(&self, name: &str) -> Identity {
-        pki::load_identity(&self.dir, name).expect("load identity")
+        self.identity_as(name, pki::Role::Node)
+    }
+
+    /// Loads (issuing on first use with `role`) the identity `name`.
+    pub fn identity_as(&self, name: &str, role: pki::Role) -> Identity {
+        pki::load_identity(&self.dir, name, pki::SelfIssue::As(role)).expect("load identity")
     }
 }
 

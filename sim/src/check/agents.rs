@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 
 use chitchat::Chitchat;
 use shoal::mesh::api::{Request, Response};
-use shoal::tls::PeerName;
+use shoal::pki::Role;
+use shoal::tls::Peer;
 use shoal_core::hlc::format_version;
 use shoal_core::instance::ReplicaId;
 
@@ -44,7 +45,7 @@ pub(super) async fn trace_decisions(
         };
         let answer = api
             .clone()
-            .handle_request(req, PeerName("shoal-sim".into()))
+            .handle_request(req, Peer::new("shoal-sim", Role::Client))
             .await;
         let Response::Events(events) = answer else {
             continue;
@@ -81,7 +82,10 @@ pub(super) async fn holds(host: &Host, workload: &str) -> Option<Option<String>>
     let req = Request::Get {
         name: workload.to_string(),
     };
-    match api.handle_request(req, PeerName("shoal-sim".into())).await {
+    match api
+        .handle_request(req, Peer::new("shoal-sim", Role::Client))
+        .await
+    {
         Response::Workload(w) => Some(Some(w.version)),
         _ => Some(None),
     }

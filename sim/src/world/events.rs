@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use rand::seq::SliceRandom;
 use shoal::mesh::api::Request;
 use shoal::mesh::record::NODE_KEY;
-use shoal::tls::PeerName;
+use shoal::pki::Role;
+use shoal::tls::Peer;
 use shoal_core::spec::{Run, WorkloadSpec};
 
 use super::{ApiAnswer, HostState, Origin, Step, World};
@@ -493,7 +494,9 @@ impl World {
         self.api_pending.insert(id, (label, origin));
         let (tx, sent_ms, what) = (self.api_tx.clone(), self.now_ms(), what.to_string());
         tokio::spawn(async move {
-            let response = api.handle_request(req, PeerName("shoal-sim".into())).await;
+            let response = api
+                .handle_request(req, Peer::new("shoal-sim", Role::Client))
+                .await;
             let _ = tx.send(ApiAnswer {
                 id,
                 sent_ms,

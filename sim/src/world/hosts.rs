@@ -7,8 +7,9 @@ use shoal::agent::Agent;
 use shoal::mesh::node::{MeshNode, WallClock};
 use shoal::mesh::record::NodeRecord;
 use shoal::mesh::run::{start_node, MeshSetup, RunningNode};
+use shoal::pki::Role;
 use shoal::store_db::{DesiredStore, MemDisk};
-use shoal::tls::PeerName;
+use shoal::tls::{Peer, PeerName};
 use shoal_core::store::StoreConfig;
 
 use super::World;
@@ -141,7 +142,7 @@ pub async fn start_sim_node(
 ) -> anyhow::Result<RunningNode> {
     let store = DesiredStore::open_in_memory(disk, &setup.name, StoreConfig::default())?;
     let api = setup.record.api_addr;
-    let rpc = Arc::new(net.rpc_client(api, PeerName(setup.name.clone())));
+    let rpc = Arc::new(net.rpc_client(api, Peer::new(setup.name.clone(), Role::Node)));
     start_node(setup, store, &net.transport(), rpc, clock, true).await
 }
 
@@ -187,6 +188,7 @@ impl World {
             cluster_id: "shoal-sim".into(),
             cell,
             cell_seeds,
+            authority: Default::default(),
         };
         let (net, disk, clock) = (self.net.clone(), host.disk.clone(), host.clock.wall_clock());
         host.starting = Some(tokio::spawn(async move {

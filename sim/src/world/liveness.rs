@@ -6,7 +6,8 @@
 //! [`crate::check::LIVENESS_HOLD_MS`], within the scenario's `liveness_within` (60 s by default).
 
 use shoal::mesh::api::{Request, Response};
-use shoal::tls::PeerName;
+use shoal::pki::Role;
+use shoal::tls::Peer;
 
 use super::{HostState, World};
 
@@ -61,7 +62,7 @@ impl World {
                     after: None,
                     limit: ISSUES_TRACED_MAX as u32,
                 },
-                PeerName("shoal-sim".into()),
+                Peer::new("shoal-sim", Role::Client),
             )
             .await;
         let now = self.now_ms();

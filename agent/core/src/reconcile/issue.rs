@@ -60,13 +60,16 @@ pub enum IssueKind {
     /// ahead of it): it refuses applies and deletes until the clock is fixed. Raised by the mesh,
     /// not the reconciler.
     ClockSkew,
+    /// A node declares more capacity than the mesh's caps allow: placement counts the cap.
+    /// Raised by the mesh, not the reconciler.
+    CapacityCapped,
 }
 
 impl IssueKind {
     /// The issue's layer.
     pub fn layer(self) -> Layer {
         match self {
-            IssueKind::Missing | IssueKind::Orphan => Layer::Placement,
+            IssueKind::Missing | IssueKind::Orphan | IssueKind::CapacityCapped => Layer::Placement,
             IssueKind::Exited | IssueKind::Unhealthy | IssueKind::Outdated => Layer::Process,
             IssueKind::SettingsDiffer => Layer::Application,
             IssueKind::ExclusiveWaiting
@@ -97,6 +100,7 @@ impl IssueKind {
             IssueKind::StartFailing => "start-failing",
             IssueKind::RuntimeUnavailable => "runtime-unavailable",
             IssueKind::ClockSkew => "clock-skew",
+            IssueKind::CapacityCapped => "capacity-capped",
         }
     }
 }

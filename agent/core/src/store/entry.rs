@@ -61,7 +61,14 @@ pub struct Entry {
     pub version: Version,
     /// The payload or the tombstone.
     pub body: Body,
+    /// Proof of who wrote it (the agent signs each local write with its node key and checks
+    /// every entry it receives; see the agent's `authority` module). Opaque to the store: not
+    /// part of [`Entry::content_hash`] or of last-writer-wins, bounded by [`PROOF_BYTES_MAX`].
+    pub proof: Vec<u8>,
 }
+
+/// Longest proof an entry may carry, in bytes (a certificate and a signature).
+pub const PROOF_BYTES_MAX: usize = 8 * 1024;
 
 impl Entry {
     /// True for a tombstone.
@@ -93,10 +100,17 @@ impl Entry {
     /// releases (xxh3 over explicit little-endian, length-prefixed bytes). The digest sums these.
     pub fn content_hash(&self) -> u64 {
         let mut h = Xxh3::new();
-        let mut put = |bytes: &[u8]| {
+        self.canonical_parts(|bytes| {
             h.update(&(bytes.len() as u64).to_le_bytes());
             h.update(bytes);
-        };
+        });
+        h.digest()
+    }
+
+    /// Everything in the entry but its proof, as a fixed sequence of byte strings (name, HLC wall
+    /// and logical as little-endian, node, body tag, body): what [`Self::content_hash`] hashes and
+    /// what a proof of origin signs. Callers length-prefix each part.
+    pub fn canonical_parts(&self, mut put: impl FnMut(&[u8])) {
         put(self.name.as_bytes());
         put(&self.version.hlc.wall_ms.to_le_bytes());
         put(&self.version.hlc.logical.to_le_bytes());
@@ -111,7 +125,6 @@ impl Entry {
                 put(&deleted_at_ms.to_le_bytes());
             }
         }
-        h.digest()
     }
 
     /// Checks the entry's shape against the store's bounds: name, node id and payload sizes.
@@ -122,6 +135,12 @@ impl Entry {
             return Err(Rejection::NodeIdInvalid {
                 len: node_len,
                 max: NODE_ID_BYTES_MAX,
+            });
+        }
+        if self.proof.len() > PROOF_BYTES_MAX {
+            return Err(Rejection::ProofTooLarge {
+                len: self.proof.len(),
+                max: PROOF_BYTES_MAX,
             });
         }
         let len = self.body.len_bytes();
@@ -170,6 +189,14 @@ pub enum Rejection {
     /// The payload is larger than the per-entry bound.
     #[error("payload of {len} bytes exceeds the bound of {max} bytes")]
     BodyTooLarge {
+        /// Its size in bytes.
+        len: usize,
+        /// The bound.
+        max: usize,
+    },
+    /// The proof of origin is larger than its bound.
+    #[error("proof of origin of {len} bytes exceeds the bound of {max} bytes")]
+    ProofTooLarge {
         /// Its size in bytes.
         len: usize,
         /// The bound.

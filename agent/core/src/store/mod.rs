@@ -28,7 +28,7 @@ pub use digest::{
     bucket_of, BucketDigest, Digest, DigestError, DigestSummary, BUCKETS, DIGEST_BYTES_MAX,
     SUMMARY_BYTES_MAX,
 };
-pub use entry::{validate_name, Body, Entry, Rejection};
+pub use entry::{validate_name, Body, Entry, Rejection, PROOF_BYTES_MAX};
 pub use newer::{REFUSED_NEWER_NAMES_MAX, REFUSED_NEWER_TTL_MS};
 pub use plan::{MergeOutcome, Plan};
 

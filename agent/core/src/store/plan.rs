@@ -24,6 +24,14 @@ impl Plan {
         &self.puts
     }
 
+    /// Lets the caller fill in the proof of each entry to write (a local write's signature)
+    /// before the plan is persisted. Nothing else may change: the plan was checked as it is.
+    pub fn seal_puts(&mut self, mut seal: impl FnMut(&mut Entry)) {
+        for entry in &mut self.puts {
+            seal(entry);
+        }
+    }
+
     /// Names of the tombstones to purge.
     pub fn purges(&self) -> impl Iterator<Item = &str> {
         self.purges.iter().map(|(name, _)| name.as_str())
@@ -90,6 +98,7 @@ impl Store {
             name: name.to_owned(),
             version: Version::new(Hlc::default(), &*self.node),
             body,
+            proof: Vec::new(),
         };
         probe.validate(&self.config).map_err(rejected)?;
         self.check_room(&probe, 0, 0).map_err(rejected)?;
@@ -111,6 +120,7 @@ impl Store {
             name: probe.name,
             version: Version::new(hlc, &*self.node),
             body,
+            proof: Vec::new(),
         };
         if let Some(current) = self.get(name) {
             // The clock has seen every stored version (restore raises it, merges observe).
