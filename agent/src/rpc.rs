@@ -80,6 +80,8 @@ pub struct TransportStats {
     /// Authenticated connections closed at [`AdmissionConfig::connections_per_peer_max`] of the
     /// same certificate name.
     pub connections_refused_per_peer: AtomicU64,
+    /// Connections closed to make room for a newer one of the same certificate (at its cap).
+    pub connections_superseded: AtomicU64,
     /// Frames dropped as malformed, oversized, of a bad version or kind, or read too slowly.
     pub frames_rejected: AtomicU64,
     /// Requests answered by the handler (RPC server).
@@ -114,6 +116,7 @@ pub struct TransportStatsSnapshot {
     pub handshakes_over_per_ip: u64,
     pub connections_refused_per_ip: u64,
     pub connections_refused_per_peer: u64,
+    pub connections_superseded: u64,
     pub frames_rejected: u64,
     pub requests_served: u64,
     pub dials_failed: u64,
@@ -139,6 +142,7 @@ impl TransportStats {
             handshakes_over_per_ip: get(&self.handshakes_over_per_ip),
             connections_refused_per_ip: get(&self.connections_refused_per_ip),
             connections_refused_per_peer: get(&self.connections_refused_per_peer),
+            connections_superseded: get(&self.connections_superseded),
             frames_rejected: get(&self.frames_rejected),
             requests_served: get(&self.requests_served),
             dials_failed: get(&self.dials_failed),
@@ -244,7 +248,7 @@ pub async fn serve<Req, Resp>(
                     return;
                 }
             };
-            let Some(peer_slot) = slot.admit_peer(peer.name.as_str()) else {
+            let Some(peer_slot) = slot.admit_peer(peer.name.as_str(), &conn) else {
                 conn.close(
                     CONNECTION_REFUSED.into(),
                     b"too many connections of this certificate",

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use shoal::admission::{AdmissionConfig, CONNECTION_REFUSED};
+use shoal::admission::{AdmissionConfig, CONNECTION_SUPERSEDED};
 use shoal::rpc::{self, Handler, RpcError, RpcServerConfig, TransportStats};
 use shoal::tls::{self, QuicOptions, ALPN_API};
 use shoal::wire::{self, FrameKind};
@@ -218,15 +218,24 @@ async fn one_certificate_holds_a_bounded_number_of_connections() {
     for _ in 0..2 {
         conns.push(cli.connect(server.addr, "server").unwrap().await.unwrap());
     }
-    // The third of cli-1 completes its handshake, then the server closes it.
+    // The third of cli-1 takes the place of its oldest, which the server closes: a peer back
+    // from a partition is not locked out by its own dead connections.
     let third = cli.connect(server.addr, "server").unwrap().await.unwrap();
-    match tokio::time::timeout(Duration::from_secs(3), third.closed()).await {
+    match tokio::time::timeout(Duration::from_secs(3), conns[0].closed()).await {
         Ok(quinn::ConnectionError::ApplicationClosed(close)) => {
-            assert_eq!(close.error_code, CONNECTION_REFUSED.into())
+            assert_eq!(close.error_code, CONNECTION_SUPERSEDED.into())
         }
-        other => panic!("expected a refusal, got {other:?}"),
+        other => panic!("expected the oldest to give way, got {other:?}"),
     }
-    assert_eq!(server.stats.snapshot().connections_refused_per_peer, 1);
+    assert!(third.close_reason().is_none(), "the newest was closed");
+    assert!(
+        conns[1].close_reason().is_none(),
+        "more than the oldest was closed"
+    );
+    assert_eq!(server.stats.snapshot().connections_superseded, 1);
+    assert_eq!(server.stats.snapshot().connections_refused_per_peer, 0);
+    conns.remove(0);
+    conns.push(third);
     // Another certificate is not affected; a closed connection frees its place.
     assert_eq!(echo(&client(&pki, "cli-2"), &server).await.unwrap().0, "hi");
     conns.pop().unwrap().close(0u32.into(), b"done");

@@ -187,6 +187,12 @@ impl Ledger {
         Ok(())
     }
 
+    /// Counts one more connection of certificate `name` past its cap: the caller has just closed
+    /// the oldest of them (newest wins), whose slot is freed when its task ends.
+    pub fn handle_peer_superseding(&mut self, name: &str) {
+        *self.per_peer.entry(name.to_string()).or_default() += 1;
+    }
+
     /// An established connection ended (`ip`: `None` for a dialed one).
     pub fn handle_connection_end(&mut self, ip: Option<IpAddr>) {
         assert!(

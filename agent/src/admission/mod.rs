@@ -32,6 +32,8 @@ use crate::rpc::TransportStats;
 
 /// QUIC application error code when an established connection is refused by a cap.
 pub const CONNECTION_REFUSED: u32 = 2;
+/// QUIC application close code of a connection that gave way to a newer one of its certificate.
+pub const CONNECTION_SUPERSEDED: u32 = 3;
 
 /// The admission state of one endpoint. Shared by its accept loop and the guards it hands out.
 pub struct Admission {
@@ -46,6 +48,9 @@ struct State {
     /// How to abandon each handshake in progress (when it must give way).
     abandon: HashMap<HandshakeId, oneshot::Sender<()>>,
     budgets: HashMap<String, ReadBudget>,
+    /// Accepted connections by certificate name, oldest first: at the per-certificate cap the
+    /// oldest gives way to the new one.
+    held: HashMap<String, std::collections::VecDeque<quinn::Connection>>,
 }
 
 impl Admission {
@@ -62,6 +67,7 @@ impl Admission {
                 ledger: Ledger::new(config.clone()),
                 abandon: HashMap::new(),
                 budgets: HashMap::new(),
+                held: HashMap::new(),
             }),
             config,
             stats,
@@ -279,17 +285,50 @@ pub struct ConnectionSlot {
 }
 
 impl ConnectionSlot {
-    /// Counts the connection among those of certificate `name`. `None` when an accepted
-    /// connection would exceed [`AdmissionConfig::connections_per_peer_max`] (counted and logged;
-    /// the caller closes the connection, with [`CONNECTION_REFUSED`]).
-    pub fn admit_peer(self, name: &str) -> Option<PeerSlot> {
+    /// Counts `conn` among the connections of certificate `name`. An accepted connection past
+    /// [`AdmissionConfig::connections_per_peer_max`] takes the place of the oldest one of that
+    /// certificate, which is closed with [`CONNECTION_SUPERSEDED`] and counted: a peer that
+    /// comes back from a partition must not be locked out by its own dead connections, which
+    /// the agent holds until their idle timeout. `None` (counted and logged; the caller closes
+    /// the connection with [`CONNECTION_REFUSED`]) only when none of the others is left open.
+    pub fn admit_peer(self, name: &str, conn: &quinn::Connection) -> Option<PeerSlot> {
         let admission = self.admission.clone();
         let mut state = admission.state.lock().expect("admission lock");
-        if let Err(cap) = state.ledger.handle_peer(name, self.remote.is_some()) {
-            drop(state);
-            let remote = self.remote.expect("only accepted connections are refused");
-            admission.refused(cap, remote);
-            return None;
+        let accepted = self.remote.is_some();
+        if let Err(cap) = state.ledger.handle_peer(name, accepted) {
+            let oldest = state.held.get_mut(name).and_then(|held| {
+                held.retain(|c| c.close_reason().is_none());
+                held.pop_front()
+            });
+            let Some(oldest) = oldest else {
+                drop(state);
+                let remote = self.remote.expect("only accepted connections are refused");
+                admission.refused(cap, remote);
+                return None;
+            };
+            oldest.close(
+                CONNECTION_SUPERSEDED.into(),
+                b"superseded by a newer connection of this certificate",
+            );
+            state.ledger.handle_peer_superseding(name);
+            admission
+                .stats
+                .connections_superseded
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!(
+                endpoint = admission.endpoint,
+                name,
+                old = %oldest.remote_address(),
+                new = %conn.remote_address(),
+                "a connection gave way to a newer one of the same certificate"
+            );
+        }
+        if accepted {
+            state
+                .held
+                .entry(name.to_string())
+                .or_default()
+                .push_back(conn.clone());
         }
         let budget = admission.config.request_bytes_per_peer_max.map(|bytes| {
             state
@@ -302,6 +341,7 @@ impl ConnectionSlot {
         Some(PeerSlot {
             connection: self,
             name: name.to_string(),
+            id: conn.stable_id(),
             budget,
         })
     }
@@ -318,6 +358,8 @@ impl Drop for ConnectionSlot {
 pub struct PeerSlot {
     connection: ConnectionSlot,
     name: String,
+    /// The connection's `stable_id`, to forget it among the certificate's held ones.
+    id: usize,
     budget: Option<ReadBudget>,
 }
 
@@ -331,6 +373,12 @@ impl PeerSlot {
 impl Drop for PeerSlot {
     fn drop(&mut self) {
         let mut state = self.connection.admission.state.lock().expect("lock");
+        if let Some(held) = state.held.get_mut(&self.name) {
+            held.retain(|c| c.stable_id() != self.id);
+            if held.is_empty() {
+                state.held.remove(&self.name);
+            }
+        }
         if state.ledger.handle_peer_end(&self.name) == 0 {
             state.budgets.remove(&self.name);
         }

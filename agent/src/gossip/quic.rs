@@ -274,7 +274,7 @@ async fn run_reader(shared: Arc<Shared>, conn: quinn::Connection, slot: Connecti
             return;
         }
     };
-    let Some(_peer_slot) = slot.admit_peer(name.as_str()) else {
+    let Some(_peer_slot) = slot.admit_peer(name.as_str(), &conn) else {
         conn.close(
             CONNECTION_REFUSED.into(),
             b"too many connections of this certificate",

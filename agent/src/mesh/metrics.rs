@@ -89,9 +89,11 @@ pub async fn mesh_families(
                    handshakes_max and handshakes_per_ip (an attempt at the cap of handshakes \
                    in progress: the oldest was dropped for it, or it was refused with \
                    handshake_make_room off), handshake_timeout (unfinished in \
-                   time), connections_max, connections_per_ip and connections_per_peer (a new \
-                   connection refused with established ones at the cap; per_peer: of one \
-                   certificate name).",
+                   time), connections_max and connections_per_ip (a new connection refused \
+                   with established ones at the cap), connections_per_peer (one certificate's \
+                   new connection refused: none of its others was left open), \
+                   connections_superseded (one certificate's oldest connection closed to make \
+                   room for its newest).",
             kind: Kind::Counter,
             samples: [("gossip", &g), ("api", &a)]
                 .into_iter()
@@ -103,6 +105,7 @@ pub async fn mesh_families(
                         ("connections_max", s.connections_refused),
                         ("connections_per_ip", s.connections_refused_per_ip),
                         ("connections_per_peer", s.connections_refused_per_peer),
+                        ("connections_superseded", s.connections_superseded),
                     ]
                     .map(|(reason, n)| {
                         let labels = vec![
