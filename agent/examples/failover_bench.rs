@@ -234,6 +234,8 @@ async fn one_run(args: &Args, run: usize) -> anyhow::Result<RunResult> {
         })
         .collect();
     // The start of the victim's replicas' replacements, from the processes' own start times.
+    // Only instances count: an agent's children also include its guard, started long before.
+    let instances_now = pgrep(&["-f", &mesh.instance_pattern]);
     let mut started_boot_s = Some(0.0f64);
     for (replica, _) in placed.iter().filter(|(_, n)| **n == victim_name) {
         let start = after
@@ -247,7 +249,7 @@ async fn one_run(args: &Args, run: usize) -> anyhow::Result<RunResult> {
             })
             .filter_map(|a| a.child.as_ref().map(Child::id))
             .flat_map(|pid| pgrep(&["-P", &pid.to_string()]))
-            .filter(|pid| !instances_before.contains(pid))
+            .filter(|pid| instances_now.contains(pid) && !instances_before.contains(pid))
             .filter_map(process_start_boot_seconds)
             .reduce(f64::min);
         started_boot_s = started_boot_s.zip(start).map(|(a, b)| a.max(b));
