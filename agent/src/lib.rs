@@ -19,4 +19,5 @@ pub mod rpc;
 pub mod runtime;
 pub mod store_db;
 pub mod tls;
+pub mod transport_stats;
 pub mod wire;

@@ -28,7 +28,7 @@ pub use budget::{read_frame, FrameReadError, ReadBudget};
 pub use config::AdmissionConfig;
 use ledger::{Cap, HandshakeId, Ledger};
 
-use crate::rpc::TransportStats;
+use crate::transport_stats::TransportStats;
 
 /// QUIC application error code when an established connection is refused by a cap.
 pub const CONNECTION_REFUSED: u32 = 2;

@@ -11,8 +11,6 @@ use serde::{Deserialize, Serialize};
 use shoal_core::placement::model::Node;
 use shoal_core::reconcile::{issue_id, Issue, IssueKind};
 
-use crate::mesh::view::Member;
-
 /// The store name the caps travel under (not a valid workload name).
 pub const STORE_NAME: &str = "shoal:caps";
 
@@ -68,37 +66,35 @@ impl NodeCaps {
         capped
     }
 
-    /// One `capacity-capped` issue per live member whose declaration exceeds a cap.
-    pub fn issues(&self, members: &[Member], now_ms: u64) -> Vec<Issue> {
+    /// One `capacity-capped` issue per node whose declaration (`declared`: name, cpu millis,
+    /// memory bytes, of the live members) exceeds a cap.
+    pub fn issues<'a>(
+        &self,
+        declared: impl IntoIterator<Item = (&'a str, u64, u64)>,
+        now_ms: u64,
+    ) -> Vec<Issue> {
         let mut issues = Vec::new();
-        for member in members.iter().filter(|m| m.alive) {
-            let Some(record) = &member.record else {
-                continue;
-            };
+        for (name, cpu_millis, memory_bytes) in declared {
             let mut over = Vec::new();
-            if let Some(max) = self.cpu_millis_max.filter(|&m| record.cpu_millis > m) {
-                over.push(format!("cpu {}m over the cap of {max}m", record.cpu_millis));
+            if let Some(max) = self.cpu_millis_max.filter(|&m| cpu_millis > m) {
+                over.push(format!("cpu {cpu_millis}m over the cap of {max}m"));
             }
-            if let Some(max) = self.memory_bytes_max.filter(|&m| record.memory_bytes > m) {
-                over.push(format!(
-                    "memory {} bytes over the cap of {max}",
-                    record.memory_bytes
-                ));
+            if let Some(max) = self.memory_bytes_max.filter(|&m| memory_bytes > m) {
+                over.push(format!("memory {memory_bytes} bytes over the cap of {max}"));
             }
             if over.is_empty() {
                 continue;
             }
             let kind = IssueKind::CapacityCapped;
             issues.push(Issue {
-                id: issue_id(kind, None, &member.name),
+                id: issue_id(kind, None, name),
                 layer: kind.layer(),
                 kind,
                 replica: None,
-                node: member.name.clone(),
+                node: name.to_string(),
                 message: format!(
-                    "{} declares {}: placement counts the cap. Fix the agent's --cpu/--memory, \
+                    "{name} declares {}: placement counts the cap. Fix the agent's --cpu/--memory, \
                      or raise the cap (`shoal caps set`)",
-                    member.name,
                     over.join(", ")
                 ),
                 held: None,

@@ -90,7 +90,11 @@ impl Api {
             .flat_map(|(_, list)| list)
             .collect();
         // Declarations over the mesh's capacity caps, from the membership and the store.
-        issues.extend(self.node.caps().issues(&members, (self.node.clock)()));
+        let declared = members.iter().filter(|m| m.alive).filter_map(|m| {
+            let r = m.record.as_ref()?;
+            Some((m.name.as_str(), r.cpu_millis, r.memory_bytes))
+        });
+        issues.extend(self.node.caps().issues(declared, (self.node.clock)()));
         issues.sort_by(|a, b| (&a.node, &a.id).cmp(&(&b.node, &b.id)));
         issues
     }

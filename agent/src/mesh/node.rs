@@ -23,8 +23,7 @@ use crate::store_db::DesiredStore;
 pub const REPLICATE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Peers asked at once to hold a new entry (the first confirmation acknowledges the apply).
 pub const REPLICATE_FANOUT: usize = 3;
-/// Store names starting so are the mesh's own entries (the revocation list), not workloads.
-pub const RESERVED_PREFIX: &str = "shoal:";
+pub use crate::store_db::RESERVED_PREFIX;
 
 /// Bytes per page of a sync answer.
 pub const PULL_PAGE_BYTES: usize = 1 << 20;

@@ -32,6 +32,10 @@ pub use mem_disk::MemDisk;
 
 /// File name of the database inside the data dir.
 pub const DB_FILE: &str = "desired.redb";
+/// Store names starting so are the mesh's own entries (the revocation list, the capacity caps),
+/// not workloads: a spec name cannot take one (':' is refused) and [`DesiredStore::list_live`]
+/// skips them.
+pub const RESERVED_PREFIX: &str = "shoal:";
 
 /// One page of entries from [`DesiredStore::entries_in_buckets`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -200,12 +204,12 @@ impl DesiredStore {
     }
 
     /// Every live workload entry, by name: the mesh's own entries (names starting with
-    /// [`crate::mesh::node::RESERVED_PREFIX`], such as the revocation list) are left out; [`Self::get`]
+    /// [`RESERVED_PREFIX`], such as the revocation list) are left out; [`Self::get`]
     /// still reads them.
     pub fn list_live(&self) -> impl Iterator<Item = &Entry> {
         self.core
             .live()
-            .filter(|e| !e.name.starts_with(crate::mesh::node::RESERVED_PREFIX))
+            .filter(|e| !e.name.starts_with(RESERVED_PREFIX))
     }
 
     /// The anti-entropy digest.
