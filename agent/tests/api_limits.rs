@@ -328,6 +328,26 @@ async fn apply_past_the_store_entry_bound_names_the_bound_and_what_to_do() {
         message.contains("delete workloads no longer needed"),
         "{message}"
     );
+    // One apply of several specs that fills the store on the way says which it kept.
+    let net = MemNetwork::new(16);
+    let node = node_with_store(
+        &net,
+        StoreConfig {
+            entries_max: 2,
+            ..StoreConfig::default()
+        },
+    )
+    .await;
+    let specs = (0..4).map(|i| spec(&format!("v{i}"), 1)).collect();
+    let Response::Error(e) = call(&node, Request::Apply { specs }).await else {
+        panic!("four specs stored under a bound of two");
+    };
+    assert!(
+        e.message
+            .contains("already stored and kept, from this apply: v0, v1"),
+        "{}",
+        e.message
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -237,8 +237,23 @@ impl MeshNode {
                     s.apply_sealed(&name, body, now, seal).map(|e| (e, true))
                 })
                 .await;
-            let (entry, changed) = outcome.map_err(|e| self.write_error(e))?;
-            results.push(self.clone().replicate(entry, changed).await?);
+            // A failure after some specs were stored says which were: they stay stored.
+            let stored_before = |mut e: ApiError, results: &[Applied]| {
+                if !results.is_empty() {
+                    let names: Vec<&str> = results.iter().map(|a| a.name.as_str()).collect();
+                    e.message = format!(
+                        "{} (already stored and kept, from this apply: {})",
+                        e.message,
+                        names.join(", ")
+                    );
+                }
+                e
+            };
+            let (entry, changed) = outcome
+                .map_err(|e| self.write_error(e))
+                .map_err(|e| stored_before(e, &results))?;
+            let applied = self.clone().replicate(entry, changed).await;
+            results.push(applied.map_err(|e| stored_before(e, &results))?);
         }
         Ok(Response::Applied(results))
     }
