@@ -357,6 +357,8 @@ pub struct QuicRpcClient {
     endpoint: quinn::Endpoint,
     connections: Mutex<HashMap<(SocketAddr, String), quinn::Connection>>,
     stats: Arc<TransportStats>,
+    /// Closes the cached connections to a server whose certificate gets revoked (an agent's).
+    authority: Option<Arc<crate::authority::Authority>>,
 }
 
 impl QuicRpcClient {
@@ -367,7 +369,15 @@ impl QuicRpcClient {
             endpoint,
             connections: Mutex::new(HashMap::new()),
             stats,
+            authority: None,
         }
+    }
+
+    /// The same client, its connections tracked by `authority`: a revocation closes the cached
+    /// connections to the revoked server (new dials are refused by the TLS verifier).
+    pub fn with_authority(mut self, authority: Arc<crate::authority::Authority>) -> Self {
+        self.authority = Some(authority);
+        self
     }
 
     /// Calls `addr` with `req` and decodes the typed response.
@@ -407,6 +417,11 @@ impl QuicRpcClient {
             TransportStats::bump(&self.stats.dials_failed);
             connect_err(err.to_string())
         })?;
+        if let Some(authority) = &self.authority {
+            if !authority.track(&conn) {
+                return Err(connect_err("the server's certificate is revoked".into()));
+            }
+        }
         let mut cache = self.connections.lock().expect("connection cache lock");
         if cache.len() >= CLIENT_CONNECTIONS_MAX {
             cache.retain(|_, c| c.close_reason().is_none());

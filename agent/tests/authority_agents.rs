@@ -360,4 +360,25 @@ async fn a_revocation_given_to_one_agent_reaches_every_agent_and_closes_open_con
     let spec = write_spec(cluster.dir.path(), "after", 1);
     let out = cluster.cli(0, &["apply", "-f", spec.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // A revoked node is cut off both ways: its peers close its connections, refuse new ones and
+    // soon hold it dead.
+    std::fs::copy(agents_pki.join("n3.crt"), admin.join("n3.crt")).unwrap();
+    let cut = pki::revoke(&admin, "n3").unwrap();
+    let out = cluster.cli(
+        0,
+        &["pki", "publish-crl", "--crl", cut.crl.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dead = wait_until(Duration::from_secs(20), || {
+        [0, 1].iter().all(|&i| {
+            cluster
+                .alive_nodes(i)
+                .is_some_and(|alive| !alive.contains(&"n3".to_string()))
+        })
+    });
+    assert!(
+        dead,
+        "n3 still held alive after its revocation:\n{}",
+        cluster.logs()
+    );
 }

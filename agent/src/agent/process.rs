@@ -221,7 +221,10 @@ pub async fn run_agent(
     let api_endpoint = tls::bind_endpoint(opts.api_addr, &identity, ALPN_API, &QuicOptions::api())
         .with_context(|| format!("binding the API on {}", opts.api_addr))?;
     let api_stats = Arc::new(TransportStats::default());
-    let rpc_client = Arc::new(QuicRpcClient::new(api_endpoint.clone(), api_stats.clone()));
+    let rpc_client = Arc::new(
+        QuicRpcClient::new(api_endpoint.clone(), api_stats.clone())
+            .with_authority(authority.clone()),
+    );
     authority.follow(tls::LiveEndpoint::new(
         api_endpoint.clone(),
         &identity,
