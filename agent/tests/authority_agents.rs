@@ -96,6 +96,35 @@ async fn roles_bound_names_and_signed_entries_hold_against_peers_with_valid_cert
         e["kind"] == "apply" && e["by"] == "shoal-cli (client)"
     });
     assert!(asked, "no apply event with who asked: {events}");
+    // The history and undo name who asked, from the signed entries.
+    let spec2 = cluster.dir.path().join("web2.toml");
+    std::fs::write(
+        &spec2,
+        std::fs::read_to_string(&spec)
+            .unwrap()
+            .replace("3600", "3601"),
+    )
+    .unwrap();
+    let out = cluster.cli(0, &["apply", "-f", spec2.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = cluster.cli(1, &["rollout", "undo", "web"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = cluster.cli(1, &["history", "web", "-o", "json"]);
+    let versions: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(versions[0]["runs"], "sleep 3600", "{versions}");
+    assert_eq!(
+        versions[0]["by"],
+        "shoal-cli (client), undo to ".to_string() + versions[2]["version"].as_str().unwrap(),
+        "{versions}"
+    );
+    assert_eq!(versions[1]["by"], "shoal-cli (client)", "{versions}");
+    let out = cluster.cli(1, &["rollout", "undo", "web", "--to", "1.0@nowhere"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("not in web's history"),
+        "{}",
+        stderr(&out)
+    );
 
     // A peer with a valid node certificate cannot forge another node's write, nor an unsigned
     // tombstone; its own signed write is attributed to it.

@@ -38,7 +38,8 @@ pub fn needs(req: &Request) -> Needs {
         | Request::Delete { .. }
         | Request::PublishCrl { .. }
         | Request::SetCaps { .. } => Needs::Write,
-        Request::Caps => Needs::Read,
+        Request::Caps | Request::History { .. } => Needs::Read,
+        Request::Undo { .. } => Needs::Write,
         Request::Approve { .. } | Request::Drain { .. } => Needs::WriteOrForward,
         Request::Replicate { .. }
         | Request::Digest

@@ -18,6 +18,7 @@ mod completions;
 mod connect;
 mod demo;
 mod guard;
+mod history;
 mod nodes;
 mod ops;
 mod pki;
@@ -48,6 +49,10 @@ enum Command {
     Pki(pki::Args),
     /// Show or set the most capacity one node may declare.
     Caps(caps::Args),
+    /// A workload's current version and the ones before it.
+    History(history::HistoryArgs),
+    /// Act on a workload's rollout: undo.
+    Rollout(history::RolloutArgs),
     /// Store workload specs in the mesh (acknowledged once durable on two agents).
     Apply(workloads::ApplyArgs),
     /// List workloads.
@@ -128,6 +133,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Guard(args) => guard::run(args),
         Command::Pki(args) => pki::run(args),
         Command::Caps(args) => caps::run(args),
+        Command::History(args) => history::history(args),
+        Command::Rollout(args) => history::rollout(args),
         Command::Apply(args) => workloads::apply(args),
         Command::Get(args) => workloads::get(args),
         Command::Delete(args) => workloads::delete(args),

@@ -6,6 +6,7 @@
 //! across the mesh (issues, approve, events, drain) are in [`ops`], status in [`status`]; the
 //! membership and cells lists, a page at a time, in [`pages`].
 
+mod history;
 mod ops;
 mod pages;
 mod status;
@@ -99,6 +100,13 @@ impl Api {
                 result.map(|_| Response::Caps(caps))
             }
             Request::Caps => Ok(Response::Caps(node.caps())),
+            Request::History { name } => history::versions(&node, name).await,
+            Request::Undo { name, to } => {
+                let by = asked_by(None);
+                let result = history::undo(&node, name.clone(), to, by.clone()).await;
+                self.record_write("undo", &[name], &result, &by);
+                result
+            }
             Request::PublishCrl { der } => {
                 let by = asked_by(None);
                 self.handle_publish_crl(der, by).await
@@ -242,6 +250,8 @@ fn request_kind(req: &Request) -> &'static str {
         Request::PublishCrl { .. } => "publish-crl",
         Request::SetCaps { .. } => "set-caps",
         Request::Caps => "caps",
+        Request::History { .. } => "history",
+        Request::Undo { .. } => "undo",
         Request::Digest => "digest",
         Request::Pull { .. } => "pull",
         Request::Issues { .. } => "issues",

@@ -83,6 +83,19 @@ pub enum Request {
         /// Who asked, when an agent forwards a client's request (ignored from clients).
         by: Option<String>,
     },
+    /// A workload's current version and the ones before it, newest first.
+    History {
+        /// The workload.
+        name: String,
+    },
+    /// Apply a past version's content again, as a new version (by default the one before the
+    /// current).
+    Undo {
+        /// The workload.
+        name: String,
+        /// The past version (raw, as `History` lists it); `None`: the previous one.
+        to: Option<String>,
+    },
     /// Set the mesh's capacity caps (the most one node may declare); all `None` clears them.
     SetCaps {
         /// The caps.
@@ -191,6 +204,13 @@ pub enum Response {
         view: StatusView,
         /// The last replica of this page when more follow.
         next_after: Option<u32>,
+    },
+    /// A workload's versions, newest (current) first.
+    History {
+        /// The workload.
+        name: String,
+        /// The current version, then the past ones, newest first.
+        versions: Vec<VersionView>,
     },
     /// The mesh's capacity caps (set, or as held).
     Caps(crate::authority::caps::NodeCaps),
@@ -463,4 +483,21 @@ pub struct InstanceView {
     pub reason: Option<String>,
     /// An exclusive replica's fencing token (`SHOAL_FENCE_TOKEN`); `None` otherwise.
     pub fence_token: Option<u64>,
+}
+
+/// One version of a workload, as `shoal history` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionView {
+    /// Its version (raw `wall.logical@node`; `--to` takes it).
+    pub version: String,
+    /// When it was written, ms since the Unix epoch.
+    pub at_ms: u64,
+    /// Who asked for it (`name (role)`, from its proof of origin; `-` when unsigned).
+    pub by: String,
+    /// Its replica count.
+    pub replicas: u32,
+    /// What it runs: the image, or the command (cut to 120 characters).
+    pub runs: String,
+    /// Whether it is the current version.
+    pub current: bool,
 }

@@ -3,6 +3,7 @@
 
 pub mod api;
 mod get;
+pub mod history;
 pub mod mem;
 pub mod metrics;
 pub mod node;

@@ -13,6 +13,7 @@ use shoal_core::store::Entry;
 use super::api::{
     ApiError, Applied, ErrorKind, Request, Response, APPLY_SPECS_MAX, ENTRIES_PER_MESSAGE_MAX,
 };
+use super::history::{self, History};
 use super::record::NodeRecord;
 use super::skew::{ClockSkew, Refusal};
 use super::view::{self, Member};
@@ -228,13 +229,28 @@ impl MeshNode {
             let (authority, by) = (self.authority.clone(), by.clone());
             let outcome = self
                 .with_store(move |s| {
-                    if let Some(e) = s.get(&name) {
+                    let current = s.get(&name).filter(|e| !e.is_tombstone()).cloned();
+                    if let Some(e) = &current {
                         if e.body.live() == Some(body.as_slice()) {
-                            return Ok((e.clone(), false));
+                            return Ok((e.clone(), false, None));
                         }
                     }
                     let seal = |e: &mut Entry| authority.seal(e, &by);
-                    s.apply_sealed(&name, body, now, seal).map(|e| (e, true))
+                    // The replaced version goes to the history first (a crash between the two
+                    // writes leaves it there twice at worst, never lost).
+                    let history = match &current {
+                        Some(replaced) => {
+                            let key = history::store_name(&name);
+                            let held = s.get(&key).and_then(|e| e.body.live());
+                            let bytes_max = s.core().config().body_bytes_max;
+                            let past = History::decode(held).pushed(replaced, bytes_max);
+                            Some(s.apply_sealed(&key, past.encode(), now, seal)?)
+                        }
+                        None => None,
+                    };
+                    let seal = |e: &mut Entry| authority.seal(e, &by);
+                    s.apply_sealed(&name, body, now, seal)
+                        .map(|e| (e, true, history))
                 })
                 .await;
             // A failure after some specs were stored says which were: they stay stored.
@@ -249,9 +265,18 @@ impl MeshNode {
                 }
                 e
             };
-            let (entry, changed) = outcome
+            let (entry, changed, history) = outcome
                 .map_err(|e| self.write_error(e))
                 .map_err(|e| stored_before(e, &results))?;
+            if let Some(history) = history {
+                // Anti-entropy carries it to whoever this misses; the apply waits for its spec.
+                let node = self.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = node.replicate(history, true).await {
+                        tracing::debug!(error = %e.message, "history not yet durable elsewhere");
+                    }
+                });
+            }
             let applied = self.clone().replicate(entry, changed).await;
             results.push(applied.map_err(|e| stored_before(e, &results))?);
         }
@@ -325,7 +350,14 @@ impl MeshNode {
             .with_store(move |s| match s.get(&key) {
                 Some(e) if !e.is_tombstone() => {
                     let seal = |e: &mut Entry| authority.seal(e, &by);
-                    s.delete_sealed(&key, now, seal).map(Some)
+                    let deleted = s.delete_sealed(&key, now, seal)?;
+                    // Its history goes with it (replicated by anti-entropy).
+                    let past = history::store_name(&key);
+                    if s.get(&past).is_some_and(|e| !e.is_tombstone()) {
+                        let seal = |e: &mut Entry| authority.seal(e, &by);
+                        s.delete_sealed(&past, now, seal)?;
+                    }
+                    Ok(Some(deleted))
                 }
                 _ => Ok(None),
             })

@@ -1,0 +1,112 @@
+//! `shoal history` and `shoal rollout undo`: a workload's versions from the store, and a past
+//! version's content applied again as a new version (see [`crate::mesh::history`]).
+
+use std::sync::Arc;
+
+use shoal_core::spec::{Run, WorkloadSpec};
+
+use crate::mesh::api::{ApiError, ErrorKind, Response, VersionView};
+use crate::mesh::history::{self, History, Past};
+use crate::mesh::node::MeshNode;
+use crate::mesh::view;
+
+/// Longest `runs` text in a version view.
+const RUNS_CHARS_MAX: usize = 120;
+
+fn not_found(name: &str) -> ApiError {
+    ApiError::new(
+        ErrorKind::NotFound,
+        format!("no workload named {name:?}; `shoal get` lists them"),
+    )
+}
+
+/// The current version of `name` and its history, as the store holds them.
+async fn read(node: &MeshNode, name: &str) -> Result<(Past, History), ApiError> {
+    let key = name.to_string();
+    let (current, past) = node
+        .with_store(move |s| {
+            let current = s.get(&key).filter(|e| !e.is_tombstone()).and_then(Past::of);
+            let held = s
+                .get(&history::store_name(&key))
+                .and_then(|e| e.body.live());
+            (current, History::decode(held))
+        })
+        .await;
+    Ok((current.ok_or_else(|| not_found(name))?, past))
+}
+
+fn version_view(past: &Past, current: bool) -> VersionView {
+    let (replicas, runs) = match view::decode_spec(&past.spec) {
+        Ok(spec) => {
+            let runs = match &spec.run {
+                Run::Container(c) => c.image.clone(),
+                Run::Process(p) => p.command.join(" "),
+            };
+            (spec.replicas, runs.chars().take(RUNS_CHARS_MAX).collect())
+        }
+        Err(e) => (0, format!("(unreadable: {e})")),
+    };
+    VersionView {
+        version: past.version.clone(),
+        at_ms: past.at_ms(),
+        by: past.by.clone(),
+        replicas,
+        runs,
+        current,
+    }
+}
+
+/// `Request::History`.
+pub(super) async fn versions(node: &MeshNode, name: String) -> Result<Response, ApiError> {
+    let (current, past) = read(node, &name).await?;
+    let mut versions = vec![version_view(&current, true)];
+    versions.extend(past.versions.iter().map(|p| version_view(p, false)));
+    Ok(Response::History { name, versions })
+}
+
+/// `Request::Undo`: applies the content of version `to` (default: the one before the current)
+/// as a new version, through the ordinary apply (so the current one goes to the history).
+pub(super) async fn undo(
+    node: &Arc<MeshNode>,
+    name: String,
+    to: Option<String>,
+    by: String,
+) -> Result<Response, ApiError> {
+    let (current, past) = read(node, &name).await?;
+    let chosen = match &to {
+        None => past.versions.first().ok_or_else(|| {
+            ApiError::new(
+                ErrorKind::Invalid,
+                format!("{name} has no version before the current one to go back to"),
+            )
+        })?,
+        Some(version) if *version == current.version => {
+            return Err(ApiError::new(
+                ErrorKind::Invalid,
+                format!("{version} is {name}'s current version already"),
+            ))
+        }
+        Some(version) => past
+            .versions
+            .iter()
+            .find(|p| p.version == *version)
+            .ok_or_else(|| {
+                ApiError::new(
+                    ErrorKind::Invalid,
+                    format!(
+                        "version {version} is not in {name}'s history (the last {} are kept; \
+                         `shoal history {name}` lists them)",
+                        history::VERSIONS_MAX
+                    ),
+                )
+            })?,
+    };
+    let spec: WorkloadSpec = view::decode_spec(&chosen.spec).map_err(|e| {
+        ApiError::new(
+            ErrorKind::Invalid,
+            format!("version {} of {name} does not decode: {e}", chosen.version),
+        )
+    })?;
+    let by = format!("{by}, undo to {}", chosen.version);
+    node.clone().handle_apply(vec![spec], by).await
+}

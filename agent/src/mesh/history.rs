@@ -1,0 +1,152 @@
+//! The versions a workload had before its current one, kept in the store beside it.
+//!
+//! Each apply that replaces a live spec writes, just before the new spec, the mesh's own entry
+//! `shoal:history:NAME` ([`store_name`]): the replaced version first, then the older ones, at most
+//! [`VERSIONS_MAX`] and at most a store body's bytes (the oldest go first). It is signed and
+//! replicated like the spec, so any agent answers `shoal history NAME`, and `shoal rollout undo`
+//! applies a past version's content as a new version. A delete tombstones the history too.
+//!
+//! Two applies of one workload at once on two agents each write a history from what they held;
+//! the later write wins, so one of the two replaced versions may be missing from it.
+
+use serde::{Deserialize, Serialize};
+use shoal_core::hlc::Version;
+use shoal_core::store::Entry;
+
+use crate::authority::proof::Proof;
+
+/// Prefix of a workload's history entry in the store.
+pub const PREFIX: &str = "shoal:history:";
+/// Most past versions kept per workload.
+pub const VERSIONS_MAX: usize = 10;
+/// Room left in a store body for the history's own framing.
+const FRAMING_BYTES: usize = 1024;
+
+/// The history entry's store name for workload `name`.
+pub fn store_name(name: &str) -> String {
+    format!("{PREFIX}{name}")
+}
+
+/// One past version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Past {
+    /// Its version (raw `wall.logical@node`).
+    pub version: String,
+    /// Who asked for it, as its proof of origin says (`-` when unsigned).
+    pub by: String,
+    /// Its spec, as the store held it (bincode).
+    pub spec: Vec<u8>,
+}
+
+impl Past {
+    /// The past version of a live spec entry.
+    pub fn of(entry: &Entry) -> Option<Past> {
+        Some(Past {
+            version: entry.version.to_string(),
+            by: asked_by(entry),
+            spec: entry.body.live()?.to_vec(),
+        })
+    }
+
+    /// When it was written, ms since the Unix epoch.
+    pub fn at_ms(&self) -> u64 {
+        self.version.parse::<Version>().map_or(0, |v| v.hlc.wall_ms)
+    }
+}
+
+/// Who asked for the write of `entry`, from its proof (`-` when it has none).
+pub fn asked_by(entry: &Entry) -> String {
+    Proof::decode(&entry.proof).map_or_else(|_| "-".to_string(), |p| p.asked_by)
+}
+
+/// Past versions, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct History {
+    /// Newest first.
+    pub versions: Vec<Past>,
+}
+
+impl History {
+    /// Decodes a history body (bounded by the store's body bound); an unreadable one is empty.
+    pub fn decode(bytes: Option<&[u8]>) -> History {
+        let Some(bytes) = bytes else {
+            return History::default();
+        };
+        crate::wire::decode_body::<History, { 1 << 20 }>(bytes).unwrap_or_default()
+    }
+
+    /// The stored form.
+    pub fn encode(&self) -> Vec<u8> {
+        bincode::serde::encode_to_vec(self, crate::wire::bincode_config())
+            .expect("a history always encodes")
+    }
+
+    /// This history once `replaced` (the live spec entry an apply replaces) is pushed in front,
+    /// cut to [`VERSIONS_MAX`] and to `bytes_max` encoded (the oldest go first).
+    pub fn pushed(mut self, replaced: &Entry, bytes_max: usize) -> History {
+        let Some(past) = Past::of(replaced) else {
+            return self;
+        };
+        self.versions.retain(|p| p.version != past.version);
+        self.versions.insert(0, past);
+        self.versions.truncate(VERSIONS_MAX);
+        let budget = bytes_max.saturating_sub(FRAMING_BYTES);
+        let mut used = 0;
+        let keep = self
+            .versions
+            .iter()
+            .take_while(|p| {
+                used += p.spec.len() + p.version.len() + p.by.len() + 16;
+                used <= budget
+            })
+            .count();
+        self.versions.truncate(keep);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_core::hlc::Hlc;
+    use shoal_core::store::Body;
+
+    fn entry(wall_ms: u64, body: &[u8]) -> Entry {
+        Entry {
+            name: "web".into(),
+            version: Version::new(
+                Hlc {
+                    wall_ms,
+                    logical: 0,
+                },
+                "n1",
+            ),
+            body: Body::Live(body.to_vec()),
+            proof: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn newest_first_bounded_by_count_and_bytes() {
+        let mut history = History::default();
+        for i in 0..15u64 {
+            history = history.pushed(&entry(i, b"spec"), 1 << 20);
+        }
+        assert_eq!(history.versions.len(), VERSIONS_MAX);
+        assert_eq!(history.versions[0].at_ms(), 14);
+        assert_eq!(history.versions[0].by, "-");
+        let big = vec![7u8; 100 * 1024];
+        let mut history = History::default();
+        for i in 0..5u64 {
+            history = history.pushed(&entry(i, &big), 256 * 1024);
+        }
+        assert_eq!(history.versions.len(), 2, "two of 100 KiB fit 255 KiB");
+        assert_eq!(History::decode(Some(&history.encode())), history);
+        assert_eq!(History::decode(Some(b"junk")), History::default());
+        let tomb = Entry {
+            body: Body::Tombstone { deleted_at_ms: 1 },
+            ..entry(1, b"")
+        };
+        assert_eq!(history.clone().pushed(&tomb, 1 << 20), history);
+    }
+}
