@@ -125,6 +125,40 @@ async fn roles_bound_names_and_signed_entries_hold_against_peers_with_valid_cert
         "{}",
         stderr(&out)
     );
+    // A paused rollout keeps the running instances on their version; resumed, it goes on.
+    let running_versions = |i: usize| -> Vec<String> {
+        let out = cluster.cli(i, &["status", "web", "-o", "json"]);
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        status["instances"]
+            .as_array()
+            .map(|list| {
+                list.iter()
+                    .filter(|i| i["phase"] == "running")
+                    .filter_map(|i| i["spec_version"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let settled = wait_until(Duration::from_secs(15), || running_versions(0).len() == 1);
+    assert!(settled, "web never ran one instance");
+    let before = running_versions(0);
+    let out = cluster.cli(0, &["rollout", "pause", "web"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = cluster.cli(0, &["apply", "-f", spec2.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        running_versions(0),
+        before,
+        "a paused rollout replaced the instance"
+    );
+    let out = cluster.cli(1, &["rollout", "resume", "web"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let moved = wait_until(Duration::from_secs(15), || {
+        let now = running_versions(0);
+        now.len() == 1 && now != before
+    });
+    assert!(moved, "the resumed rollout did not replace the instance");
 
     // A peer with a valid node certificate cannot forge another node's write, nor an unsigned
     // tombstone; its own signed write is attributed to it.

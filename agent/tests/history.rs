@@ -106,6 +106,27 @@ async fn history_lists_replaced_versions_and_undo_applies_a_past_one() {
     };
     assert_eq!(e.kind, ErrorKind::NotFound);
 
+    // Pause and resume: an unknown workload is refused (the host loops' side, keeping old
+    // instances while paused, is reconcile_moves::a_paused_rollout_keeps_old_instances...).
+    let pause = |name: &str, paused| Request::Pause {
+        name: name.into(),
+        paused,
+    };
+    let Response::Error(e) = call(&nodes[0], pause("nope", true)).await else {
+        panic!("paused an unknown workload");
+    };
+    assert_eq!(e.kind, ErrorKind::NotFound);
+    let answer = call(&nodes[0], pause("web", true)).await;
+    assert!(
+        matches!(answer, Response::Paused { paused: true, .. }),
+        "{answer:?}"
+    );
+    let answer = call(&nodes[0], pause("web", false)).await;
+    assert!(
+        matches!(answer, Response::Paused { paused: false, .. }),
+        "{answer:?}"
+    );
+
     // A delete takes the history with it: a new `web` starts with none.
     let deleted = call(&nodes[0], Request::Delete { name: "web".into() }).await;
     assert!(matches!(deleted, Response::Deleted(_)), "{deleted:?}");

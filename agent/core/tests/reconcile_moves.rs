@@ -82,6 +82,33 @@ fn update_with_surge_never_loses_a_replica() {
 }
 
 #[test]
+fn a_paused_rollout_keeps_old_instances_until_it_resumes() {
+    let mut c = four_nodes("");
+    c.put(spec("web", 4, "[process.env]\nV = \"2\"\n"), "v2");
+    c.pause("web", true);
+    c.run_for(20_000);
+    assert_eq!(
+        versions(&c),
+        ["v1"; 4],
+        "a paused rollout replaced an instance"
+    );
+    assert_eq!(c.serving("web"), 4);
+    let held = c.agent("n1").rec.issues();
+    assert!(
+        held.iter()
+            .any(|i| i.kind == IssueKind::Outdated && i.message.contains("paused")),
+        "{held:?}"
+    );
+    c.pause("web", false);
+    c.run_for(30_000);
+    assert_eq!(
+        versions(&c),
+        ["v2"; 4],
+        "the resumed rollout did not finish"
+    );
+}
+
+#[test]
 fn failing_new_version_stalls_the_rollout() {
     let mut c = four_nodes("");
     c.put(spec("web", 4, "[process.env]\nV = \"2\"\n"), "v2");

@@ -39,7 +39,7 @@ pub fn needs(req: &Request) -> Needs {
         | Request::PublishCrl { .. }
         | Request::SetCaps { .. } => Needs::Write,
         Request::Caps | Request::History { .. } => Needs::Read,
-        Request::Undo { .. } => Needs::Write,
+        Request::Undo { .. } | Request::Pause { .. } => Needs::Write,
         Request::Approve { .. } | Request::Drain { .. } => Needs::WriteOrForward,
         Request::Replicate { .. }
         | Request::Digest

@@ -24,7 +24,7 @@ pub struct HistoryArgs {
 /// Arguments of `shoal rollout`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  shoal rollout undo web\n  shoal rollout undo web --to 1796133000000.0@n2"
+    after_help = "Examples:\n  shoal rollout undo web\n  shoal rollout undo web --to 1796133000000.0@n2\n  shoal rollout pause web; shoal rollout resume web"
 )]
 pub struct RolloutArgs {
     #[command(subcommand)]
@@ -41,6 +41,21 @@ enum RolloutCommand {
         /// The past version to go back to, as `shoal history NAME -o json` spells it.
         #[arg(long)]
         to: Option<String>,
+        #[command(flatten)]
+        client: ClientOpts,
+    },
+    /// Keep the instances of older versions as they are (no replacement) until `resume`;
+    /// missing replicas still start at the desired version.
+    Pause {
+        /// The workload.
+        name: String,
+        #[command(flatten)]
+        client: ClientOpts,
+    },
+    /// Let a paused rollout go on.
+    Resume {
+        /// The workload.
+        name: String,
         #[command(flatten)]
         client: ClientOpts,
     },
@@ -77,25 +92,39 @@ pub fn history(args: HistoryArgs) -> anyhow::Result<ExitCode> {
 
 /// Runs `shoal rollout`.
 pub fn rollout(args: RolloutArgs) -> anyhow::Result<ExitCode> {
-    match args.command {
-        RolloutCommand::Undo { name, to, client } => {
-            let Response::Applied(applied) = call(&client, Request::Undo { name, to })? else {
-                bail!("unexpected answer from the agent");
-            };
-            for a in &applied {
-                let verb = if a.changed {
-                    "rolled back"
-                } else {
-                    "unchanged (the past version's content is the current one)"
-                };
-                println!(
-                    "{}: {verb} (new version {}, durable on {})",
-                    a.name,
-                    format_version(&a.version),
-                    a.durable_on.join(", ")
-                );
-            }
-        }
+    let (name, paused, client) = match args.command {
+        RolloutCommand::Pause { name, client } => (name, true, client),
+        RolloutCommand::Resume { name, client } => (name, false, client),
+        RolloutCommand::Undo { name, to, client } => return undo(name, to, client),
+    };
+    let Response::Paused { name, paused } = call(&client, Request::Pause { name, paused })? else {
+        bail!("unexpected answer from the agent");
+    };
+    match paused {
+        true => println!(
+            "{name}: rollout paused; older instances stay until `shoal rollout resume {name}`"
+        ),
+        false => println!("{name}: rollout resumed"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn undo(name: String, to: Option<String>, client: ClientOpts) -> anyhow::Result<ExitCode> {
+    let Response::Applied(applied) = call(&client, Request::Undo { name, to })? else {
+        bail!("unexpected answer from the agent");
+    };
+    for a in &applied {
+        let verb = if a.changed {
+            "rolled back"
+        } else {
+            "unchanged (the past version's content is the current one)"
+        };
+        println!(
+            "{}: {verb} (new version {}, durable on {})",
+            a.name,
+            format_version(&a.version),
+            a.durable_on.join(", ")
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

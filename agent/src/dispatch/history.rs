@@ -110,3 +110,23 @@ pub(super) async fn undo(
     let by = format!("{by}, undo to {}", chosen.version);
     node.clone().handle_apply(vec![spec], by).await
 }
+
+/// `Request::Pause`: marks the rollout of `name` paused (a store entry every agent's host loop
+/// reads), or tombstones the mark.
+pub(super) async fn pause(
+    node: &Arc<MeshNode>,
+    name: String,
+    paused: bool,
+    by: String,
+) -> Result<Response, ApiError> {
+    read(node, &name).await?;
+    let marker = history::paused_name(&name);
+    if paused {
+        node.clone()
+            .store_reserved(marker, b"paused".to_vec(), by)
+            .await?;
+    } else {
+        node.clone().delete_reserved(marker, by).await?;
+    }
+    Ok(Response::Paused { name, paused })
+}

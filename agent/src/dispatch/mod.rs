@@ -101,6 +101,13 @@ impl Api {
             }
             Request::Caps => Ok(Response::Caps(node.caps())),
             Request::History { name } => history::versions(&node, name).await,
+            Request::Pause { name, paused } => {
+                let by = asked_by(None);
+                let result = history::pause(&node, name.clone(), paused, by.clone()).await;
+                let kind = if paused { "pause" } else { "resume" };
+                self.record_write(kind, &[name], &result, &by);
+                result
+            }
             Request::Undo { name, to } => {
                 let by = asked_by(None);
                 let result = history::undo(&node, name.clone(), to, by.clone()).await;
@@ -252,6 +259,7 @@ fn request_kind(req: &Request) -> &'static str {
         Request::Caps => "caps",
         Request::History { .. } => "history",
         Request::Undo { .. } => "undo",
+        Request::Pause { .. } => "pause",
         Request::Digest => "digest",
         Request::Pull { .. } => "pull",
         Request::Issues { .. } => "issues",

@@ -315,6 +315,14 @@ async fn refresh_specs(host: &Host, shell: &mut ShellState) -> bool {
             use crate::authority::caps::{NodeCaps, STORE_NAME};
             let (specs, errors) = view::live_specs(s.list_live());
             let caps = NodeCaps::from_body(s.get(STORE_NAME).and_then(|e| e.body.live()));
+            let specs: Vec<_> = specs
+                .into_iter()
+                .map(|(spec, version)| {
+                    let marker = crate::mesh::history::paused_name(&spec.name);
+                    let paused = s.get(&marker).is_some_and(|e| !e.is_tombstone());
+                    (spec, version, paused)
+                })
+                .collect();
             (specs, errors, caps)
         })
         .await;
@@ -324,12 +332,13 @@ async fn refresh_specs(host: &Host, shell: &mut ShellState) -> bool {
     }
     shell.specs = specs
         .into_iter()
-        .map(|(spec, version)| {
+        .map(|(spec, version, paused)| {
             (
                 spec.name.clone(),
                 SpecEntry {
                     version,
                     spec: Arc::new(spec),
+                    paused,
                 },
             )
         })

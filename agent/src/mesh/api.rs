@@ -96,6 +96,14 @@ pub enum Request {
         /// The past version (raw, as `History` lists it); `None`: the previous one.
         to: Option<String>,
     },
+    /// Pause (or resume) a workload's rollout: instances of an older version are kept as they
+    /// are until it resumes.
+    Pause {
+        /// The workload.
+        name: String,
+        /// Pause (true) or resume (false).
+        paused: bool,
+    },
     /// Set the mesh's capacity caps (the most one node may declare); all `None` clears them.
     SetCaps {
         /// The caps.
@@ -211,6 +219,13 @@ pub enum Response {
         name: String,
         /// The current version, then the past ones, newest first.
         versions: Vec<VersionView>,
+    },
+    /// The workload's rollout is paused, or resumed.
+    Paused {
+        /// The workload.
+        name: String,
+        /// Its rollout is paused now.
+        paused: bool,
     },
     /// The mesh's capacity caps (set, or as held).
     Caps(crate::authority::caps::NodeCaps),

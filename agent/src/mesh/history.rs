@@ -22,6 +22,15 @@ pub const VERSIONS_MAX: usize = 10;
 /// Room left in a store body for the history's own framing.
 const FRAMING_BYTES: usize = 1024;
 
+/// Prefix of the entry that marks a workload's rollout paused (`shoal rollout pause`): present
+/// and live while paused; resuming or deleting the workload tombstones it.
+pub const PAUSED_PREFIX: &str = "shoal:paused:";
+
+/// The paused marker's store name for workload `name`.
+pub fn paused_name(name: &str) -> String {
+    format!("{PAUSED_PREFIX}{name}")
+}
+
 /// The history entry's store name for workload `name`.
 pub fn store_name(name: &str) -> String {
     format!("{PREFIX}{name}")

@@ -306,10 +306,11 @@ impl MeshNode {
     /// this node on behalf of `by`, and replicates it. Checked by the caller.
     pub(crate) async fn store_reserved(
         self: Arc<Self>,
-        name: &'static str,
+        name: impl Into<String>,
         der: Vec<u8>,
         by: String,
     ) -> Result<Applied, ApiError> {
+        let name: String = name.into();
         debug_assert!(name.starts_with(RESERVED_PREFIX));
         let members = self.members().await;
         self.skew.refuse_write_if_skewed("write", &members)?;
@@ -317,17 +318,45 @@ impl MeshNode {
         let authority = self.authority.clone();
         let outcome = self
             .with_store(move |s| {
-                if let Some(e) = s.get(name) {
+                if let Some(e) = s.get(&name) {
                     if e.body.live() == Some(der.as_slice()) {
                         return Ok((e.clone(), false));
                     }
                 }
                 let seal = |e: &mut Entry| authority.seal(e, &by);
-                s.apply_sealed(name, der, now, seal).map(|e| (e, true))
+                s.apply_sealed(&name, der, now, seal).map(|e| (e, true))
             })
             .await;
         let (entry, changed) = outcome.map_err(|e| self.write_error(e))?;
         self.replicate(entry, changed).await
+    }
+
+    /// Tombstones the reserved entry `name` if it is live, signed on behalf of `by`, and
+    /// replicates the tombstone; nothing when it is not live.
+    pub(crate) async fn delete_reserved(
+        self: Arc<Self>,
+        name: String,
+        by: String,
+    ) -> Result<(), ApiError> {
+        debug_assert!(name.starts_with(RESERVED_PREFIX));
+        let members = self.members().await;
+        self.skew.refuse_write_if_skewed("write", &members)?;
+        let now = (self.clock)();
+        let authority = self.authority.clone();
+        let deleted = self
+            .with_store(move |s| match s.get(&name) {
+                Some(e) if !e.is_tombstone() => {
+                    let seal = |e: &mut Entry| authority.seal(e, &by);
+                    s.delete_sealed(&name, now, seal).map(Some)
+                }
+                _ => Ok(None),
+            })
+            .await
+            .map_err(|e| self.write_error(e))?;
+        if let Some(entry) = deleted {
+            self.replicate(entry, true).await?;
+        }
+        Ok(())
     }
 
     pub(crate) async fn handle_delete(
@@ -351,11 +380,12 @@ impl MeshNode {
                 Some(e) if !e.is_tombstone() => {
                     let seal = |e: &mut Entry| authority.seal(e, &by);
                     let deleted = s.delete_sealed(&key, now, seal)?;
-                    // Its history goes with it (replicated by anti-entropy).
-                    let past = history::store_name(&key);
-                    if s.get(&past).is_some_and(|e| !e.is_tombstone()) {
-                        let seal = |e: &mut Entry| authority.seal(e, &by);
-                        s.delete_sealed(&past, now, seal)?;
+                    // Its history and pause mark go with it (replicated by anti-entropy).
+                    for own in [history::store_name(&key), history::paused_name(&key)] {
+                        if s.get(&own).is_some_and(|e| !e.is_tombstone()) {
+                            let seal = |e: &mut Entry| authority.seal(e, &by);
+                            s.delete_sealed(&own, now, seal)?;
+                        }
                     }
                     Ok(Some(deleted))
                 }

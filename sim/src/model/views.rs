@@ -137,6 +137,7 @@ impl Views {
                     _ => SpecEntry {
                         version: format!("v{epoch}"),
                         spec: Arc::new(s.clone()),
+                        paused: false,
                     },
                 };
                 (s.name.clone(), entry)

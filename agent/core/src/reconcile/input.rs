@@ -86,6 +86,9 @@ pub struct SpecEntry {
     pub version: String,
     /// The spec.
     pub spec: Arc<WorkloadSpec>,
+    /// An operator paused its rollout: instances of an older version are kept as they are (no
+    /// replacement, no reload) until it resumes; missing replicas still start, at this version.
+    pub paused: bool,
 }
 
 /// Membership as the failure detector sees it.

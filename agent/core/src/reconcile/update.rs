@@ -33,6 +33,14 @@ pub(crate) fn plan_outdated(
     handle: &str,
     t: &Tracked,
 ) {
+    if entry.paused {
+        let msg = format!(
+            "runs {}, desired {}; the rollout is paused by an operator (`shoal rollout resume {}`)",
+            t.version, entry.version, replica.workload
+        );
+        plan.issue(IssueKind::Outdated, Some(replica), msg);
+        return;
+    }
     if plan_reload(ctx, plan, replica, entry, handle, t) {
         return;
     }

@@ -263,8 +263,14 @@ impl Cluster {
         let entry = SpecEntry {
             version: version.to_string(),
             spec,
+            paused: false,
         };
         self.specs.insert(entry.spec.name.clone(), entry);
+    }
+
+    /// Pauses (or resumes) the rollout of `workload`, as `shoal rollout pause` does.
+    pub fn pause(&mut self, workload: &str, paused: bool) {
+        self.specs.get_mut(workload).expect("a spec").paused = paused;
     }
 
     pub fn place(&mut self, workload: &str, replica: u32, node: &str) {
