@@ -152,6 +152,13 @@ async fn roles_bound_names_and_signed_entries_hold_against_peers_with_valid_cert
         before,
         "a paused rollout replaced the instance"
     );
+    let rollout = |i: usize| -> serde_json::Value {
+        let out = cluster.cli(i, &["rollout", "status", "web", "-o", "json"]);
+        serde_json::from_slice(&out.stdout).unwrap_or_default()
+    };
+    let paused = rollout(1);
+    assert_eq!(paused["state"], "paused", "{paused}");
+    assert_eq!(paused["updated"], 0, "{paused}");
     let out = cluster.cli(1, &["rollout", "resume", "web"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let moved = wait_until(Duration::from_secs(15), || {
@@ -159,6 +166,8 @@ async fn roles_bound_names_and_signed_entries_hold_against_peers_with_valid_cert
         now.len() == 1 && now != before
     });
     assert!(moved, "the resumed rollout did not replace the instance");
+    let complete = wait_until(Duration::from_secs(15), || rollout(0)["state"] == "complete");
+    assert!(complete, "rollout status never said complete: {}", rollout(0));
 
     // A peer with a valid node certificate cannot forge another node's write, nor an unsigned
     // tombstone; its own signed write is attributed to it.

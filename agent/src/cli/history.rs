@@ -33,6 +33,17 @@ pub struct RolloutArgs {
 
 #[derive(Debug, clap::Subcommand)]
 enum RolloutCommand {
+    /// Where the rollout of the current version stands: complete, in progress or paused, and
+    /// each replica's version and health (from any agent).
+    Status {
+        /// The workload.
+        name: String,
+        #[command(flatten)]
+        client: ClientOpts,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Output,
+    },
     /// Apply a past version's content again, as a new version (default: the one before the
     /// current); the current one joins the history.
     Undo {
@@ -96,6 +107,11 @@ pub fn rollout(args: RolloutArgs) -> anyhow::Result<ExitCode> {
         RolloutCommand::Pause { name, client } => (name, true, client),
         RolloutCommand::Resume { name, client } => (name, false, client),
         RolloutCommand::Undo { name, to, client } => return undo(name, to, client),
+        RolloutCommand::Status {
+            name,
+            client,
+            output,
+        } => return status(name, client, output),
     };
     let Response::Paused { name, paused } = call(&client, Request::Pause { name, paused })? else {
         bail!("unexpected answer from the agent");
@@ -125,6 +141,89 @@ fn undo(name: String, to: Option<String>, client: ClientOpts) -> anyhow::Result<
             format_version(&a.version),
             a.durable_on.join(", ")
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One replica's place in a rollout.
+#[derive(Debug, serde::Serialize)]
+struct ReplicaProgress {
+    replica: u32,
+    /// Versions of its running instances.
+    running: Vec<String>,
+    /// A running instance at the desired version is healthy.
+    updated: bool,
+}
+
+/// `shoal rollout status NAME`.
+#[derive(Debug, serde::Serialize)]
+struct RolloutView {
+    name: String,
+    /// The desired version.
+    version: String,
+    /// `complete`, `in progress` or `paused`.
+    state: &'static str,
+    desired: u32,
+    /// Replicas with a healthy running instance at the desired version.
+    updated: u32,
+    replicas: Vec<ReplicaProgress>,
+}
+
+fn status(name: String, client: ClientOpts, output: Output) -> anyhow::Result<ExitCode> {
+    let req = Request::History { name: name.clone() };
+    let Response::History { paused, .. } = call(&client, req)? else {
+        bail!("unexpected answer from the agent");
+    };
+    let status = super::workloads::status_pages(&client, &name)?;
+    let mut replicas: Vec<ReplicaProgress> = (0..status.desired)
+        .map(|replica| ReplicaProgress {
+            replica,
+            running: Vec::new(),
+            updated: false,
+        })
+        .collect();
+    for i in &status.instances {
+        let (Some(progress), Some(version)) = (
+            replicas.get_mut(i.replica as usize),
+            i.spec_version.as_ref(),
+        ) else {
+            continue;
+        };
+        if i.phase == "running" {
+            progress.running.push(version.clone());
+            progress.updated |= *version == status.version && i.healthy == Some(true);
+        }
+    }
+    let updated = replicas.iter().filter(|r| r.updated).count() as u32;
+    let state = match (paused, updated == status.desired) {
+        (true, _) => "paused",
+        (false, true) => "complete",
+        (false, false) => "in progress",
+    };
+    let view = RolloutView {
+        name,
+        version: status.version.clone(),
+        state,
+        desired: status.desired,
+        updated,
+        replicas,
+    };
+    if output == Output::Json {
+        println!("{}", serde_json::to_string_pretty(&view)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{}: {} ({} of {} replicas updated and healthy at {})",
+        view.name,
+        view.state,
+        view.updated,
+        view.desired,
+        format_version(&view.version)
+    );
+    for r in &view.replicas {
+        let running: Vec<String> = r.running.iter().map(|v| format_version(v)).collect();
+        let mark = if r.updated { "updated" } else { "waiting" };
+        println!("{:>7}  {:<8} {}", r.replica, mark, running.join(", "));
     }
     Ok(ExitCode::SUCCESS)
 }

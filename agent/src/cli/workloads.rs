@@ -267,7 +267,7 @@ pub fn delete(args: NameArgs) -> anyhow::Result<ExitCode> {
 
 /// A workload's status: every page, in one view (name, desired and version as the first page
 /// has them; each note once).
-fn status_pages(client: &ClientOpts, name: &str) -> anyhow::Result<StatusView> {
+pub(super) fn status_pages(client: &ClientOpts, name: &str) -> anyhow::Result<StatusView> {
     let pages = call_pages(
         client,
         |after| Request::Status {

@@ -20,19 +20,23 @@ fn not_found(name: &str) -> ApiError {
     )
 }
 
-/// The current version of `name` and its history, as the store holds them.
-async fn read(node: &MeshNode, name: &str) -> Result<(Past, History), ApiError> {
+/// The current version of `name`, its history and whether its rollout is paused, as the store
+/// holds them.
+async fn read(node: &MeshNode, name: &str) -> Result<(Past, History, bool), ApiError> {
     let key = name.to_string();
-    let (current, past) = node
+    let (current, past, paused) = node
         .with_store(move |s| {
             let current = s.get(&key).filter(|e| !e.is_tombstone()).and_then(Past::of);
             let held = s
                 .get(&history::store_name(&key))
                 .and_then(|e| e.body.live());
-            (current, History::decode(held))
+            let paused = s
+                .get(&history::paused_name(&key))
+                .is_some_and(|e| !e.is_tombstone());
+            (current, History::decode(held), paused)
         })
         .await;
-    Ok((current.ok_or_else(|| not_found(name))?, past))
+    Ok((current.ok_or_else(|| not_found(name))?, past, paused))
 }
 
 fn version_view(past: &Past, current: bool) -> VersionView {
@@ -58,10 +62,14 @@ fn version_view(past: &Past, current: bool) -> VersionView {
 
 /// `Request::History`.
 pub(super) async fn versions(node: &MeshNode, name: String) -> Result<Response, ApiError> {
-    let (current, past) = read(node, &name).await?;
+    let (current, past, paused) = read(node, &name).await?;
     let mut versions = vec![version_view(&current, true)];
     versions.extend(past.versions.iter().map(|p| version_view(p, false)));
-    Ok(Response::History { name, versions })
+    Ok(Response::History {
+        name,
+        versions,
+        paused,
+    })
 }
 
 /// `Request::Undo`: applies the content of version `to` (default: the one before the current)
@@ -72,7 +80,7 @@ pub(super) async fn undo(
     to: Option<String>,
     by: String,
 ) -> Result<Response, ApiError> {
-    let (current, past) = read(node, &name).await?;
+    let (current, past, _) = read(node, &name).await?;
     let chosen = match &to {
         None => past.versions.first().ok_or_else(|| {
             ApiError::new(

@@ -219,6 +219,8 @@ pub enum Response {
         name: String,
         /// The current version, then the past ones, newest first.
         versions: Vec<VersionView>,
+        /// Its rollout is paused (`Request::Pause`).
+        paused: bool,
     },
     /// The workload's rollout is paused, or resumed.
     Paused {
