@@ -166,8 +166,14 @@ async fn roles_bound_names_and_signed_entries_hold_against_peers_with_valid_cert
         now.len() == 1 && now != before
     });
     assert!(moved, "the resumed rollout did not replace the instance");
-    let complete = wait_until(Duration::from_secs(15), || rollout(0)["state"] == "complete");
-    assert!(complete, "rollout status never said complete: {}", rollout(0));
+    let complete = wait_until(Duration::from_secs(15), || {
+        rollout(0)["state"] == "complete"
+    });
+    assert!(
+        complete,
+        "rollout status never said complete: {}",
+        rollout(0)
+    );
 
     // A peer with a valid node certificate cannot forge another node's write, nor an unsigned
     // tombstone; its own signed write is attributed to it.

@@ -1,8 +1,10 @@
 //! The versions a workload had before its current one, kept in the store beside it.
 //!
-//! Each apply that replaces a live spec writes, just before the new spec, the mesh's own entry
+//! Each apply that replaces a live spec writes, just after the new spec, the mesh's own entry
 //! `shoal:history:NAME` ([`store_name`]): the replaced version first, then the older ones, at most
-//! [`VERSIONS_MAX`] and at most a store body's bytes (the oldest go first). It is signed and
+//! [`VERSIONS_MAX`] and at most a store body's bytes (the oldest go first). A history write that
+//! fails (a crash between the two, a history entry refused as too far ahead of this clock) loses
+//! that past version, never the apply. It is signed and
 //! replicated like the spec, so any agent answers `shoal history NAME`, and `shoal rollout undo`
 //! applies a past version's content as a new version. A delete tombstones the history too.
 //!

@@ -236,21 +236,21 @@ impl MeshNode {
                         }
                     }
                     let seal = |e: &mut Entry| authority.seal(e, &by);
-                    // The replaced version goes to the history first (a crash between the two
-                    // writes leaves it there twice at worst, never lost).
-                    let history = match &current {
-                        Some(replaced) => {
-                            let key = history::store_name(&name);
-                            let held = s.get(&key).and_then(|e| e.body.live());
-                            let bytes_max = s.core().config().body_bytes_max;
-                            let past = History::decode(held).pushed(replaced, bytes_max);
-                            Some(s.apply_sealed(&key, past.encode(), now, seal)?)
-                        }
-                        None => None,
-                    };
-                    let seal = |e: &mut Entry| authority.seal(e, &by);
-                    s.apply_sealed(&name, body, now, seal)
-                        .map(|e| (e, true, history))
+                    let written = s.apply_sealed(&name, body, now, seal)?;
+                    // Then the replaced version joins the history. The spec is written first so
+                    // that a refusal names the workload; a history write that fails (or a crash
+                    // in between) loses that one past version, never the apply.
+                    let history = current.and_then(|replaced| {
+                        let key = history::store_name(&name);
+                        let held = s.get(&key).and_then(|e| e.body.live());
+                        let bytes_max = s.core().config().body_bytes_max;
+                        let past = History::decode(held).pushed(&replaced, bytes_max);
+                        let seal = |e: &mut Entry| authority.seal(e, &by);
+                        s.apply_sealed(&key, past.encode(), now, seal)
+                            .map_err(|e| tracing::warn!(error = %e, %key, "history not kept"))
+                            .ok()
+                    });
+                    Ok((written, true, history))
                 })
                 .await;
             // A failure after some specs were stored says which were: they stay stored.
