@@ -7,7 +7,7 @@ mod runtime_support;
 
 use std::time::Duration;
 
-use runtime_support::{exit_of, process_spec, request, spec};
+use runtime_support::{exits_of, process_spec, request, spec};
 use shoal::core::instance::Phase;
 use shoal::runtime::mem::MemRuntime;
 use shoal::runtime::process::{ProcessConfig, ProcessRuntime};
@@ -47,9 +47,10 @@ exclusive = true
     // A normal replica: the spec's own value is dropped, not passed as a token.
     let normal = rt.start(request(&spec, 1, NODE)).await.unwrap();
     assert_eq!(normal.fence_token, None);
-    for handle in [&owner.handle, &normal.handle] {
-        assert_eq!(exit_of(&mut events, handle, EVENT_WAIT).await, Some(0));
-    }
+    // Both exit at once, in either order: wait for the two together.
+    let handles = [owner.handle.as_str(), normal.handle.as_str()];
+    let exits = exits_of(&mut events, &handles, EVENT_WAIT).await;
+    assert!(exits.values().all(|code| *code == Some(0)), "{exits:?}");
     let stdout = |h: &str| std::fs::read_to_string(rt.instance_dir(h).join("stdout.log")).unwrap();
     assert_eq!(stdout(&owner.handle), format!("token={TOKEN}\n"));
     assert_eq!(stdout(&normal.handle), "token=none\n");

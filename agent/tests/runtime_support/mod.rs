@@ -37,6 +37,33 @@ pub fn request(spec: &Arc<WorkloadSpec>, replica: u32, node: &str) -> StartReque
     }
 }
 
+/// Waits for the `Exited` events of every one of `handles`, in whatever order they come (waiting
+/// for one after another would skip, and lose, an exit that came first); panics after `limit`.
+pub async fn exits_of(
+    events: &mut broadcast::Receiver<RuntimeEvent>,
+    handles: &[&str],
+    limit: Duration,
+) -> std::collections::BTreeMap<String, Option<i32>> {
+    let mut seen = std::collections::BTreeMap::new();
+    let wait = async {
+        while seen.len() < handles.len() {
+            match events.recv().await {
+                Ok(RuntimeEvent::Exited {
+                    handle, exit_code, ..
+                }) if handles.contains(&handle.as_str()) => {
+                    seen.insert(handle, exit_code);
+                }
+                Ok(_) => {}
+                Err(e) => panic!("event stream failed: {e}"),
+            }
+        }
+    };
+    if tokio::time::timeout(limit, wait).await.is_err() {
+        panic!("exits of {handles:?} within {limit:?}: only {seen:?}");
+    }
+    seen
+}
+
 /// Waits for the `Exited` event of `handle`, skipping others; panics after `limit`.
 pub async fn exit_of(
     events: &mut broadcast::Receiver<RuntimeEvent>,
