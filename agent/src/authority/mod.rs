@@ -73,6 +73,18 @@ struct Keys {
     ca_certs: Vec<CertificateDer<'static>>,
 }
 
+/// What a checked certificate says of its holder: enough to check its signatures without
+/// parsing it again.
+#[derive(Debug, Clone)]
+struct Signer {
+    name: String,
+    role: Role,
+    /// The subject public key (the bit string of its SPKI).
+    key: Vec<u8>,
+    /// Its validity, ms since the Unix epoch, both ends included.
+    valid_ms: (u64, u64),
+}
+
 /// One agent's authority: see the module documentation.
 pub struct Authority {
     keys: RwLock<Option<Keys>>,
@@ -80,8 +92,8 @@ pub struct Authority {
     crl: RwLock<Option<crl::Crl>>,
     /// Chain checks, rebuilt when the revocations change.
     verifier: RwLock<Option<Arc<dyn ClientCertVerifier>>>,
-    /// Certificates whose chain was checked, by hash of their DER: their name and role.
-    verified: Mutex<HashMap<u64, (String, Role)>>,
+    /// Certificates whose chain was checked, by hash of their DER.
+    verified: Mutex<HashMap<u64, Signer>>,
     /// Open connections by the serial of their peer's certificate (closed on revocation).
     connections: Mutex<Vec<(Vec<u8>, quinn::Connection)>>,
     /// Endpoints whose TLS configuration follows the identity and the revocations.
@@ -225,7 +237,9 @@ impl Authority {
         };
         let proof = Proof::decode(&entry.proof)?;
         let cert = CertificateDer::from(proof.cert.as_slice());
-        let (name, role) = self.chain_checked(&verifier, &cert, entry)?;
+        let Signer {
+            name, role, key, ..
+        } = self.chain_checked(&verifier, &cert, entry)?;
         if role != Role::Node {
             return Err(format!(
                 "signed by {name}, a {role} certificate, not a node"
@@ -244,10 +258,7 @@ impl Authority {
             SignatureScheme::ED25519 => &ring::signature::ED25519,
             other => return Err(format!("signature scheme {other:?} is not accepted")),
         };
-        let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref())
-            .map_err(|e| format!("the signer's certificate does not parse: {e}"))?;
-        let key = parsed.public_key().subject_public_key.data.as_ref();
-        ring::signature::UnparsedPublicKey::new(algorithm, key)
+        ring::signature::UnparsedPublicKey::new(algorithm, &key)
             .verify(&signed_bytes(entry, &proof.asked_by), &proof.signature)
             .map_err(|_| format!("the signature by {name} does not match the entry"))
     }
@@ -278,29 +289,47 @@ impl Authority {
             .collect()
     }
 
-    /// The name and role of `cert` once its chain holds at the entry's write time (remembered).
+    /// The holder of `cert` once its chain holds at the entry's write time. Remembered with the
+    /// certificate's validity: a later entry reuses the check only when written within it.
     fn chain_checked(
         &self,
         verifier: &Arc<dyn ClientCertVerifier>,
         cert: &CertificateDer<'_>,
         entry: &Entry,
-    ) -> Result<(String, Role), String> {
-        let key = xxhash_rust::xxh3::xxh3_64(cert.as_ref());
-        if let Some(known) = self.verified.lock().expect("verified lock").get(&key) {
-            return Ok(known.clone());
+    ) -> Result<Signer, String> {
+        let hash = xxhash_rust::xxh3::xxh3_64(cert.as_ref());
+        let wall_ms = entry.version.hlc.wall_ms;
+        let known = self
+            .verified
+            .lock()
+            .expect("verified lock")
+            .get(&hash)
+            .cloned();
+        if let Some(signer) = known.filter(|s| (s.valid_ms.0..=s.valid_ms.1).contains(&wall_ms)) {
+            return Ok(signer);
         }
-        let at = UnixTime::since_unix_epoch(Duration::from_millis(entry.version.hlc.wall_ms));
+        let at = UnixTime::since_unix_epoch(Duration::from_millis(wall_ms));
         verifier
             .verify_client_cert(cert, &[], at)
             .map_err(|e| format!("the signer's certificate is refused: {e}"))?;
         let peer = crate::tls::cert_identity(cert)?;
-        let found = (peer.name.0, peer.role);
+        let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref())
+            .map_err(|e| format!("the signer's certificate does not parse: {e}"))?;
+        let ms =
+            |t: x509_parser::time::ASN1Time| (t.timestamp().max(0) as u64).saturating_mul(1000);
+        let validity = parsed.validity();
+        let signer = Signer {
+            name: peer.name.0,
+            role: peer.role,
+            key: parsed.public_key().subject_public_key.data.to_vec(),
+            valid_ms: (ms(validity.not_before), ms(validity.not_after)),
+        };
         let mut verified = self.verified.lock().expect("verified lock");
         if verified.len() >= VERIFIED_CERTS_MAX {
             verified.clear();
         }
-        verified.insert(key, found.clone());
-        Ok(found)
+        verified.insert(hash, signer.clone());
+        Ok(signer)
     }
 
     /// Rebuilds the chain verifier from the CA and the revocation list in force, and forgets
@@ -324,6 +353,15 @@ impl Authority {
             .iter()
             .map(|c| CertificateRevocationListDer::from(c.der.clone()))
             .collect()
+    }
+
+    /// The number of the revocation list in force, if any (no copy of the list).
+    pub fn crl_number(&self) -> Option<u64> {
+        self.crl
+            .read()
+            .expect("crl lock")
+            .as_ref()
+            .map(|c| c.number)
     }
 
     /// The revocation list in force, if any.

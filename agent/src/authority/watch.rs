@@ -25,9 +25,14 @@ const KEPT_FILE: &str = "crl.der";
 /// Runs until `node` is dropped.
 pub async fn watch(node: Weak<MeshNode>, pki_dir: PathBuf, data_dir: PathBuf, name: String) {
     let kept = data_dir.join(KEPT_FILE);
+    // The number of the list in the data directory, and (store entry version, number in force)
+    // when the store was last looked at: each round does only what changed since.
+    let mut kept_number = None;
     if let (Some(node), Ok(der)) = (node.upgrade(), std::fs::read(&kept)) {
         let _ = node.authority.adopt_crl(&der, "the data directory");
+        kept_number = node.authority.crl_number();
     }
+    let mut store_seen = None;
     let crl_file = pki_dir.join(CRL_FILE);
     let cert_file = pki_dir.join(format!("{name}.crt"));
     let mut crl_seen = modified(&crl_file);
@@ -43,13 +48,20 @@ pub async fn watch(node: Weak<MeshNode>, pki_dir: PathBuf, data_dir: PathBuf, na
                 from_file(&node, &crl_file).await;
             }
         }
-        // 2. The store's copy.
-        from_store(&node).await;
+        // 2. The store's copy, when it or the list in force moved.
+        let store_now = Some((store_version(&node).await, node.authority.crl_number()));
+        if store_now != store_seen && from_store(&node).await {
+            store_seen = store_now; // a failed write back is tried again next round
+        }
         // 3. Keep what is in force.
-        if let Some(crl) = node.authority.crl() {
-            if std::fs::read(&kept).ok().as_deref() != Some(crl.der.as_slice()) {
-                if let Err(e) = write_kept(&kept, &crl.der) {
-                    tracing::warn!(error = %e, path = %kept.display(), "keeping the CRL failed");
+        let held = node.authority.crl_number();
+        if held.is_some() && held != kept_number {
+            if let Some(crl) = node.authority.crl() {
+                match write_kept(&kept, &crl.der) {
+                    Ok(()) => kept_number = Some(crl.number),
+                    Err(e) => {
+                        tracing::warn!(error = %e, path = %kept.display(), "keeping the CRL failed")
+                    }
                 }
             }
         }
@@ -91,7 +103,14 @@ async fn from_file(node: &Arc<MeshNode>, path: &Path) {
     }
 }
 
-async fn from_store(node: &Arc<MeshNode>) {
+async fn store_version(node: &MeshNode) -> Option<shoal_core::hlc::Version> {
+    node.with_store(|s| s.get(STORE_NAME).map(|e| e.version.clone()))
+        .await
+}
+
+/// Adopts the store's list, or writes a newer one held here back to the store; false when that
+/// write failed.
+async fn from_store(node: &Arc<MeshNode>) -> bool {
     let stored = node
         .with_store(|s| s.get(STORE_NAME).map(|e| e.body.clone()))
         .await;
@@ -102,28 +121,39 @@ async fn from_store(node: &Arc<MeshNode>) {
     };
     if let Some(der) = &stored_der {
         if held.as_ref().is_some_and(|h| &h.der == der) {
-            return;
+            return true;
         }
         // A refusal is counted and logged; a newer list held here is written back below.
         if node.authority.adopt_crl(der, "the store").is_ok() {
-            return;
+            return true;
         }
     }
-    if let Some(held) = held {
-        publish(
-            node,
-            &held.der,
-            &format!("{} (the list it holds)", node.name),
-        )
-        .await;
+    match held {
+        Some(held) => {
+            publish(
+                node,
+                &held.der,
+                &format!("{} (the list it holds)", node.name),
+            )
+            .await
+        }
+        None => true,
     }
 }
 
 /// Writes `der` to the store as the mesh's revocation list, signed by this node, and replicates
-/// it. Failures are logged: the next round tries again.
-pub async fn publish(node: &Arc<MeshNode>, der: &[u8], by: &str) {
-    if let Err(e) = node.clone().store_crl(der.to_vec(), by.to_string()).await {
-        tracing::warn!(error = %e.message, "writing the CRL to the store failed; retrying");
+/// it. Failures are logged (and false): the next round tries again.
+pub async fn publish(node: &Arc<MeshNode>, der: &[u8], by: &str) -> bool {
+    match node
+        .clone()
+        .store_reserved(STORE_NAME, der.to_vec(), by.to_string())
+        .await
+    {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(error = %e.message, "writing the CRL to the store failed; retrying");
+            false
+        }
     }
 }
 

@@ -200,7 +200,11 @@ impl Api {
         })?;
         self.node
             .clone()
-            .store_crl(crl.der.clone(), by.clone())
+            .store_reserved(
+                crate::authority::crl::STORE_NAME,
+                crl.der.clone(),
+                by.clone(),
+            )
             .await?;
         if let Some(host) = &self.host {
             let reason = format!(

@@ -283,17 +283,6 @@ impl MeshNode {
         Ok(Response::Applied(results))
     }
 
-    /// Writes `der` as the mesh's revocation list (see [`crate::authority::crl`]), signed by
-    /// this node on behalf of `by`, and replicates it. Checked by the caller.
-    pub(crate) async fn store_crl(
-        self: Arc<Self>,
-        der: Vec<u8>,
-        by: String,
-    ) -> Result<Applied, ApiError> {
-        self.store_reserved(crate::authority::crl::STORE_NAME, der, by)
-            .await
-    }
-
     /// The mesh's capacity caps as this node's store holds them (a read of memory: the store's
     /// lock is held for a lookup).
     pub fn caps(&self) -> crate::authority::caps::NodeCaps {

@@ -14,6 +14,10 @@
 //! Leaf certificates live [`LEAF_VALIDITY_DAYS_DEFAULT`] days unless asked otherwise; `shoal pki
 //! renew` replaces one in place and a running agent picks it up ([`crate::authority`]).
 
+mod revoke;
+
+pub use revoke::{revoke, Revoked, ISSUED_LOG};
+
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::net::IpAddr;
@@ -326,8 +330,11 @@ pub fn renew(dir: &Path, name: &str, days: Option<u32>) -> Result<IssuedFiles, P
         });
     }
     let certs = read_certs(&files.cert)?;
-    let (role, _, ips) = leaf_role_and_ips(&certs[0])
-        .map_err(|reason| invalid(&files.cert, "Shoal certificate", reason))?;
+    let shoal_cert = |reason| invalid(&files.cert, "Shoal certificate", reason);
+    let role = crate::tls::cert_identity(&certs[0])
+        .map_err(shoal_cert)?
+        .role;
+    let ips = cert_ips(&certs[0]).map_err(shoal_cert)?;
     let options = IssueOptions {
         role,
         ips,
@@ -346,38 +353,27 @@ fn issued_files(dir: &Path, name: &str) -> Result<IssuedFiles, PkiError> {
     })
 }
 
-/// The role, role name and IP SANs of a Shoal leaf certificate.
-fn leaf_role_and_ips(cert: &CertificateDer<'_>) -> Result<(Role, String, Vec<IpAddr>), String> {
+/// The IP SANs of a certificate (what `renew` carries over).
+fn cert_ips(cert: &CertificateDer<'_>) -> Result<Vec<IpAddr>, String> {
     use x509_parser::extensions::GeneralName;
     let (_, parsed) =
         x509_parser::parse_x509_certificate(cert.as_ref()).map_err(|e| e.to_string())?;
-    let mut role = None;
-    let mut ips = Vec::new();
-    if let Ok(Some(ext)) = parsed.subject_alternative_name() {
-        for general in &ext.value.general_names {
-            match general {
-                GeneralName::URI(uri) => {
-                    if let Some((r, n)) = parse_role_uri(uri)? {
-                        if role.is_some() {
-                            return Err("more than one shoal://ROLE/NAME URI".into());
-                        }
-                        role = Some((r, n.to_string()));
-                    }
-                }
-                GeneralName::IPAddress(bytes) => match bytes.len() {
-                    4 => ips.push(IpAddr::from(<[u8; 4]>::try_from(*bytes).expect("4 bytes"))),
-                    16 => ips.push(IpAddr::from(
-                        <[u8; 16]>::try_from(*bytes).expect("16 bytes"),
-                    )),
-                    _ => {}
-                },
-                _ => {}
-            }
-        }
-    }
-    let (role, name) =
-        role.ok_or("no shoal://ROLE/NAME URI (issued before roles; issue a new one)")?;
-    Ok((role, name, ips))
+    let Ok(Some(ext)) = parsed.subject_alternative_name() else {
+        return Ok(Vec::new());
+    };
+    Ok(ext
+        .value
+        .general_names
+        .iter()
+        .filter_map(|general| match general {
+            GeneralName::IPAddress(bytes) => match bytes.len() {
+                4 => <[u8; 4]>::try_from(*bytes).ok().map(IpAddr::from),
+                16 => <[u8; 16]>::try_from(*bytes).ok().map(IpAddr::from),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect())
 }
 
 fn write_leaf(
@@ -400,7 +396,7 @@ fn write_leaf(
     write_atomic(&files.key, key.serialize_pem().as_bytes(), 0o600)?;
     write_atomic(&files.cert, cert.pem().as_bytes(), 0o644)?;
     let serial = crate::authority::crl::serial_of(cert.der()).unwrap_or_default();
-    append_issued(dir, &serial, name, options.role)
+    revoke::append_issued(dir, &serial, name, options.role)
 }
 
 /// The CA of `dir` as an issuer (needs `ca.key`).
@@ -427,145 +423,6 @@ fn load_issuer(dir: &Path) -> Result<Issuer<'static, KeyPair>, PkiError> {
         reason: e.to_string(),
     })?;
     Ok(issuer)
-}
-
-/// The log of issued certificates in a PKI directory: one line `SERIAL-HEX NAME ROLE` each, so
-/// that `revoke --name` reaches every certificate ever issued under a name, renewed ones too.
-pub const ISSUED_LOG: &str = "issued.log";
-
-fn append_issued(dir: &Path, serial: &[u8], name: &str, role: Role) -> Result<(), PkiError> {
-    let path = dir.join(ISSUED_LOG);
-    let line = format!("{} {name} {role}\n", hex(serial));
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o644)
-        .open(&path)
-        .map_err(|source| io_err("opening", &path, source))?;
-    file.write_all(line.as_bytes())
-        .and_then(|()| file.sync_all())
-        .map_err(|source| io_err("appending to", &path, source))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-/// What [`revoke`] wrote.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Revoked {
-    /// `DIR/crl.pem`.
-    pub crl: PathBuf,
-    /// The new list's CRL number.
-    pub number: u64,
-    /// Serials (hex) newly revoked.
-    pub added: Vec<String>,
-    /// Serials (hex) in the list in all.
-    pub total: usize,
-}
-
-/// Revokes every certificate issued under `name` in `dir` (from [`ISSUED_LOG`] and `NAME.crt`):
-/// writes `DIR/crl.pem`, signed by the CA, numbered one above the list it replaces and keeping
-/// its entries. Give it to any agent (`shoal pki publish-crl`) to spread it.
-pub fn revoke(dir: &Path, name: &str) -> Result<Revoked, PkiError> {
-    validate_name(name)?;
-    let issuer = load_issuer(dir)?;
-    let ca_certs = read_certs(&dir.join(CA_CERT_FILE))?;
-    let crl_path = dir.join(crate::authority::crl::CRL_FILE);
-    let previous = if crl_path.exists() {
-        let bytes = fs::read(&crl_path).map_err(|source| io_err("reading", &crl_path, source))?;
-        let crl = crate::authority::crl::der_from_pem_or_der(&bytes)
-            .and_then(|der| crate::authority::crl::Crl::parse_verified(&der, &ca_certs))
-            .map_err(|reason| invalid(&crl_path, "CRL of this CA", reason))?;
-        Some(crl)
-    } else {
-        None
-    };
-    let mut serials: Vec<Vec<u8>> = Vec::new();
-    let log = dir.join(ISSUED_LOG);
-    if log.exists() {
-        for line in read_string(&log)?.lines() {
-            let mut parts = line.split_whitespace();
-            if let (Some(serial), Some(n)) = (parts.next(), parts.next()) {
-                if n == name {
-                    serials.extend(unhex(serial));
-                }
-            }
-        }
-    }
-    let cert_path = dir.join(format!("{name}.crt"));
-    if cert_path.exists() {
-        for cert in read_certs(&cert_path)? {
-            serials.extend(crate::authority::crl::serial_of(&cert));
-        }
-    }
-    serials.sort();
-    serials.dedup();
-    if serials.is_empty() {
-        return Err(PkiError::Missing {
-            path: log,
-            hint: format!("no certificate issued under {name:?} is known in this directory"),
-        });
-    }
-    let now = OffsetDateTime::now_utc();
-    let mut revoked: Vec<rcgen::RevokedCertParams> = Vec::new();
-    let mut held: std::collections::BTreeSet<Vec<u8>> = Default::default();
-    if let Some(previous) = &previous {
-        let (_, parsed) = x509_parser::parse_x509_crl(&previous.der)
-            .map_err(|e| invalid(&crl_path, "CRL", e.to_string()))?;
-        for r in parsed.iter_revoked_certificates() {
-            let serial = r.raw_serial().to_vec();
-            held.insert(crate::authority::crl::serial_of_raw(&serial));
-            revoked.push(rcgen::RevokedCertParams {
-                serial_number: SerialNumber::from_slice(&serial),
-                revocation_time: r.revocation_date.to_datetime(),
-                reason_code: None,
-                invalidity_date: None,
-            });
-        }
-    }
-    let mut added = Vec::new();
-    for serial in serials {
-        if held.insert(serial.clone()) {
-            added.push(hex(&serial));
-            revoked.push(rcgen::RevokedCertParams {
-                serial_number: SerialNumber::from_slice(&serial),
-                revocation_time: now,
-                reason_code: Some(rcgen::RevocationReason::Unspecified),
-                invalidity_date: None,
-            });
-        }
-    }
-    let number = previous.as_ref().map_or(1, |p| p.number + 1);
-    let params = rcgen::CertificateRevocationListParams {
-        this_update: now - TimeDuration::hours(NOT_BEFORE_SKEW_HOURS),
-        // Agents do not expire lists (a newer number replaces one); the field must be later.
-        next_update: now + TimeDuration::days(CA_VALIDITY_DAYS),
-        crl_number: SerialNumber::from(number),
-        issuing_distribution_point: None,
-        revoked_certs: revoked,
-        key_identifier_method: rcgen::KeyIdMethod::Sha256,
-    };
-    let crl = params.signed_by(&issuer)?;
-    let total = held.len();
-    write_atomic(&crl_path, crl.pem()?.as_bytes(), 0o644)?;
-    tracing::info!(name, number, total, "revocation list written");
-    Ok(Revoked {
-        crl: crl_path,
-        number,
-        added,
-        total,
-    })
 }
 
 /// Loads `name`'s identity from `dir`. If `NAME.crt` is missing, `self_issue` allows it and `dir`
@@ -610,8 +467,9 @@ pub fn load_identity(dir: &Path, name: &str, self_issue: SelfIssue) -> Result<Id
         });
     }
     let cert_chain = read_certs(&cert_path)?;
-    let (role, cert_name, _) = leaf_role_and_ips(&cert_chain[0])
+    let holder = crate::tls::cert_identity(&cert_chain[0])
         .map_err(|reason| invalid(&cert_path, "Shoal certificate", reason))?;
+    let (role, cert_name) = (holder.role, holder.name.0);
     if cert_name != name {
         return Err(invalid(
             &cert_path,
