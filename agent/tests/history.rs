@@ -146,3 +146,68 @@ async fn history_lists_replaced_versions_and_undo_applies_a_past_one() {
         "{message}"
     );
 }
+
+/// The mesh's rollback write: the content of a past version in place of exactly the failed one
+/// (a compare-and-set), the failed one in the history as rolled back with why; a second writer
+/// finds the version moved and writes nothing; an apply after it wins and says it stops it.
+#[tokio::test(start_paused = true)]
+async fn a_rollback_is_a_compare_and_set_and_a_newer_apply_stops_it() {
+    let net = MemNetwork::new(43);
+    let disks: Vec<MemDisk> = (0..2).map(|_| MemDisk::new()).collect();
+    let mut nodes = Vec::new();
+    for (i, disk) in disks.iter().enumerate() {
+        let setup = mem_setup(i, 43, "z1");
+        nodes.push(
+            start_mem_node(&net, setup, disk, tokio_clock(BASE_MS))
+                .await
+                .unwrap(),
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for replicas in [1, 2] {
+        let req = Request::Apply {
+            specs: vec![spec(replicas)],
+        };
+        assert!(matches!(call(&nodes[0], req).await, Response::Applied(_)));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let versions = history(&nodes[1]).await.unwrap();
+    let (failed, good) = (versions[0].version.clone(), versions[1].version.clone());
+    let roll_back = |i: usize, from: &str| {
+        nodes[i].node.clone().roll_back(
+            "web".into(),
+            from.to_string(),
+            good.clone(),
+            "1 of 2 replicas failed".into(),
+            "auto-rollback (test)".into(),
+        )
+    };
+    let done = roll_back(1, &failed).await.unwrap().expect("written");
+    let restored = done.entry.version.to_string();
+    // Just above the failed version: its wall time, logical + 1.
+    assert!(
+        restored.starts_with(failed.split('.').next().unwrap()),
+        "{restored} vs {failed}"
+    );
+    // The other agent, once the rollback reached it, finds the version moved.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(roll_back(0, &failed).await.unwrap().is_none());
+    let versions = history(&nodes[0]).await.unwrap();
+    assert_eq!(versions[0].version, restored);
+    assert_eq!(versions[0].replicas, 1, "the good version's content");
+    assert_eq!(versions[1].outcome.as_deref(), Some("rolled back"));
+    assert_eq!(versions[1].reason, "1 of 2 replicas failed");
+    // Not recorded complete: the rollback was still rolling out; a newer apply stops it.
+    let req = Request::Apply {
+        specs: vec![spec(3)],
+    };
+    let Response::Applied(applied) = call(&nodes[0], req).await else {
+        panic!("apply refused");
+    };
+    let note = applied[0].note.as_deref().unwrap_or_default();
+    assert!(note.contains("this newer write stops it"), "{applied:?}");
+    let versions = history(&nodes[0]).await.unwrap();
+    assert_eq!(versions[0].replicas, 3);
+    assert_eq!(versions[1].outcome.as_deref(), Some("superseded"));
+}

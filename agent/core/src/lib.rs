@@ -17,6 +17,7 @@ pub mod instance;
 pub mod placement;
 pub mod reconcile;
 pub mod resources;
+pub mod rollout;
 pub mod spec;
 pub mod stable_hash;
 pub mod stacking;

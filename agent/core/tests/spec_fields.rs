@@ -23,7 +23,10 @@ enum Reader {
     /// identifier names the field (or, for an enum value, the variant).
     Code(&'static str, &'static str),
     /// Nothing reads it yet: validation refuses every value but the default. The TOML line that
-    /// sets another value, and what the refusal says.
+    /// sets another value, and what the refusal says. No field is refused today (the last one,
+    /// `update.auto_rollback`, is implemented); kept for the next field that parses before
+    /// anything acts on it.
+    #[allow(dead_code)]
     Refused(&'static str, &'static str),
 }
 
@@ -143,10 +146,18 @@ const FIELDS: &[(&str, Reader)] = &[
     ),
     (
         "update.auto_rollback",
-        Refused(
-            "[update]\nauto_rollback = true\n",
-            "update.auto_rollback: automatic rollback is not implemented yet",
+        Code("agent/src/host/rollout.rs", "spec.update.auto_rollback"),
+    ),
+    (
+        "update.progress_deadline_ms",
+        Code(
+            "agent/core/src/rollout.rs",
+            "spec.update.progress_deadline_ms",
         ),
+    ),
+    (
+        "update.failure_threshold",
+        Code("agent/core/src/rollout.rs", "spec.update.failure_threshold"),
     ),
     (
         "settings",

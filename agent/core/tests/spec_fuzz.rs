@@ -320,7 +320,7 @@ fn arb_health() -> impl Strategy<Value = HealthCheck> {
         duration.clone(),
         duration,
         1..=HEALTH_FAILURE_THRESHOLD_MAX,
-        0..=DURATION_MS_MAX,
+        0..DURATION_MS_MAX, // a rollout's deadline must be longer
     )
         .prop_map(
             |(probe, a, b, failure_threshold, start_grace_ms)| HealthCheck {
@@ -350,14 +350,30 @@ fn arb_spec() -> impl Strategy<Value = WorkloadSpec> {
             }
         },
     );
-    // `auto_rollback = true` is refused until automatic rollback exists.
-    let update = (0..=REPLICAS_MAX, 0..=REPLICAS_MAX).prop_map(|(max_unavailable, max_surge)| {
-        UpdateStrategy {
-            max_unavailable,
-            max_surge,
-            auto_rollback: false,
-        }
-    });
+    let update = (
+        0..=REPLICAS_MAX,
+        0..=REPLICAS_MAX,
+        any::<bool>(),
+        UPDATE_PROGRESS_DEADLINE_MS_MIN..=DURATION_MS_MAX,
+        0..=REPLICAS_MAX,
+    )
+        .prop_map(
+            |(
+                max_unavailable,
+                max_surge,
+                auto_rollback,
+                progress_deadline_ms,
+                failure_threshold,
+            )| {
+                UpdateStrategy {
+                    max_unavailable,
+                    max_surge,
+                    auto_rollback,
+                    progress_deadline_ms,
+                    failure_threshold,
+                }
+            },
+        );
     let settings = proptest::collection::btree_map("[a-z][a-z0-9_]{0,8}", "[^\u{0}]{0,8}", 0..3);
     let reload = proptest::option::of(prop_oneof![
         prop_oneof![
@@ -397,6 +413,10 @@ fn arb_spec() -> impl Strategy<Value = WorkloadSpec> {
                 }
                 if update.max_unavailable == 0 && update.max_surge == 0 {
                     update.max_unavailable = 1;
+                }
+                if let Some(h) = &health {
+                    update.progress_deadline_ms =
+                        update.progress_deadline_ms.max(h.start_grace_ms + 1);
                 }
                 let reload = if settings.is_empty() {
                     reload

@@ -173,7 +173,9 @@ fn sleeper_example_decodes_with_defaults() {
         UpdateStrategy {
             max_unavailable: 1,
             max_surge: 0,
-            auto_rollback: false
+            auto_rollback: true,
+            progress_deadline_ms: 120_000,
+            failure_threshold: 0,
         }
     );
 }

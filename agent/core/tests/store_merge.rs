@@ -220,3 +220,35 @@ fn a_plan_changes_nothing_until_committed() {
     assert_eq!(store.commit(plan), vec!["web"]);
     assert_eq!(store.get("web").unwrap().version.hlc, Hlc::new(1_000, 1));
 }
+
+/// A write just above a version (an automatic rollback) replaces exactly that version, loses to
+/// any write made after it elsewhere, and keeps the clock ahead of it.
+#[test]
+fn a_write_just_above_a_version_is_a_compare_and_set_that_later_writes_win_over() {
+    let mut a = Store::new("a", StoreConfig::default());
+    let plan = a.prepare_local("web", b"v2".to_vec(), NOW_MS).unwrap();
+    let failed = plan.puts()[0].clone();
+    a.commit(plan);
+    let plan = a
+        .prepare_local_after("web", b"v1".to_vec(), &failed.version, NOW_MS + 5_000)
+        .unwrap();
+    let back = plan.puts()[0].clone();
+    a.commit(plan);
+    assert_eq!(back.version.hlc.wall_ms, failed.version.hlc.wall_ms);
+    assert_eq!(back.version.hlc.logical, failed.version.hlc.logical + 1);
+    assert!(back.supersedes(&failed));
+    // The compare-and-set fails once the version moved, and says what it found.
+    let err = a
+        .prepare_local_after("web", b"v1".to_vec(), &failed.version, NOW_MS + 5_000)
+        .unwrap_err();
+    assert!(err.to_string().contains("expected version"), "{err}");
+    // An apply made a millisecond after the failed version on another node, before the
+    // rollback reached it, wins wherever both meet.
+    let later = entry("web", NOW_MS + 1, 0, "b", live(b"v3"));
+    a.merge_entries(vec![later.clone()], NOW_MS + 5_000);
+    assert_eq!(a.get_live("web"), Some(&b"v3"[..]));
+    // The next local write comes after the rollback.
+    let plan = a.prepare_local("web", b"v4".to_vec(), NOW_MS).unwrap();
+    let next = plan.puts()[0].clone();
+    assert!(next.supersedes(&back) && next.supersedes(&later));
+}

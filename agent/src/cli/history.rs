@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use anyhow::bail;
 use shoal::mesh::api::{Request, Response};
 use shoal_core::hlc::format_version;
+use shoal_core::rollout::{Outcome, RolloutPhase};
 
 use super::connect::{call, ClientOpts, Output};
 
@@ -85,18 +86,26 @@ pub fn history(args: HistoryArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<34} {:<9} {:>8}  {:<28} RUNS",
-        "VERSION", "", "REPLICAS", "BY"
+        "{:<34} {:<11} {:>8}  {:<28} RUNS",
+        "VERSION", "OUTCOME", "REPLICAS", "BY"
     );
     for v in &versions {
+        let outcome = match (&v.outcome, v.current) {
+            (Some(o), _) => o.as_str(),
+            (None, true) => "(current)",
+            (None, false) => "-",
+        };
         println!(
-            "{:<34} {:<9} {:>8}  {:<28} {}",
+            "{:<34} {:<11} {:>8}  {:<28} {}",
             format_version(&v.version),
-            if v.current { "(current)" } else { "" },
+            outcome,
             v.replicas,
             v.by,
             v.runs
         );
+        if !v.reason.is_empty() {
+            println!("    why: {}", v.reason);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -161,19 +170,50 @@ struct RolloutView {
     name: String,
     /// The desired version.
     version: String,
-    /// `complete`, `in progress` or `paused`.
+    /// `in progress`, `paused`, `complete`, `failed` (more than `failure_threshold` replicas
+    /// failed at it: rolled back next if it can be, else for an operator), `rolling back` (the
+    /// current version is an automatic rollback, still rolling out) or `rolled back` (and done).
     state: &'static str,
+    /// The current version is an automatic rollback: from which version, and why.
+    rolled_back_from: Option<RolledBackFrom>,
+    /// Why it failed, when it did.
+    reason: Option<String>,
+    /// The store records the outcome (complete or failed): every agent reads the same.
+    recorded: bool,
     desired: u32,
     /// Replicas with a healthy running instance at the desired version.
     updated: u32,
+    /// Replicas with a failed copy at the desired version, as the answering agent assessed.
+    failed: Vec<shoal_core::rollout::FailedReplica>,
     replicas: Vec<ReplicaProgress>,
+}
+
+/// Where an automatic rollback came from.
+#[derive(Debug, serde::Serialize)]
+struct RolledBackFrom {
+    version: String,
+    reason: String,
 }
 
 fn status(name: String, client: ClientOpts, output: Output) -> anyhow::Result<ExitCode> {
     let req = Request::History { name: name.clone() };
-    let Response::History { paused, .. } = call(&client, req)? else {
+    let Response::History {
+        paused,
+        versions,
+        record,
+        assessment,
+        ..
+    } = call(&client, req)?
+    else {
         bail!("unexpected answer from the agent");
     };
+    let rolled_back_from = versions
+        .get(1)
+        .filter(|v| v.outcome.as_deref() == Some(Outcome::RolledBack.as_str()))
+        .map(|v| RolledBackFrom {
+            version: v.version.clone(),
+            reason: v.reason.clone(),
+        });
     let status = super::workloads::status_pages(&client, &name)?;
     let mut replicas: Vec<ReplicaProgress> = (0..status.desired)
         .map(|replica| ReplicaProgress {
@@ -195,17 +235,40 @@ fn status(name: String, client: ClientOpts, output: Output) -> anyhow::Result<Ex
         }
     }
     let updated = replicas.iter().filter(|r| r.updated).count() as u32;
-    let state = match (paused, updated == status.desired) {
-        (true, _) => "paused",
-        (false, true) => "complete",
-        (false, false) => "in progress",
+    // The store's record settles it; before that, the answering agent's assessment (the same
+    // rules every agent applies), then what the status shows.
+    let assessed = assessment.as_ref().map(|a| a.phase);
+    let (done, reason) = match (&record, paused, assessed) {
+        (_, true, _) => (None, None),
+        (Some(r), _, _) if r.outcome == Outcome::Failed => (Some(false), Some(r.reason.clone())),
+        (Some(_), _, _) => (Some(true), None),
+        (None, _, Some(RolloutPhase::Failed)) => {
+            (Some(false), assessment.as_ref().map(|a| a.reason()))
+        }
+        // The spec's replica count: the status may not have placed them yet.
+        (None, _, _) => {
+            let replicas = versions.first().map_or(status.desired, |v| v.replicas);
+            (Some(updated == replicas && updated == status.desired), None)
+        }
+    };
+    let state = match (paused, done, reason.is_some(), rolled_back_from.is_some()) {
+        (true, ..) => "paused",
+        (false, _, true, _) => "failed",
+        (false, Some(true), false, true) => "rolled back",
+        (false, Some(true), false, false) => "complete",
+        (false, _, false, true) => "rolling back",
+        (false, _, false, false) => "in progress",
     };
     let view = RolloutView {
         name,
         version: status.version.clone(),
         state,
+        rolled_back_from,
+        reason,
+        recorded: record.is_some(),
         desired: status.desired,
         updated,
+        failed: assessment.map(|a| a.failed).unwrap_or_default(),
         replicas,
     };
     if output == Output::Json {
@@ -220,6 +283,19 @@ fn status(name: String, client: ClientOpts, output: Output) -> anyhow::Result<Ex
         view.desired,
         format_version(&view.version)
     );
+    if let Some(from) = &view.rolled_back_from {
+        println!(
+            "  an automatic rollback from version {}: {}",
+            format_version(&from.version),
+            from.reason
+        );
+    }
+    if let Some(reason) = &view.reason {
+        println!("  why: {reason}");
+    }
+    for f in &view.failed {
+        println!("  failed: replica {} on {}: {}", f.replica, f.node, f.why);
+    }
     for r in &view.replicas {
         let running: Vec<String> = r.running.iter().map(|v| format_version(v)).collect();
         let mark = if r.updated { "updated" } else { "waiting" };

@@ -105,6 +105,9 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
                 format_version(&a.version),
                 a.durable_on.join(", ")
             );
+            if let Some(note) = &a.note {
+                println!("  note: {note}");
+            }
         }
     }
     if args.wait {

@@ -5,6 +5,9 @@ use std::sync::Arc;
 
 use shoal_core::spec::{Run, WorkloadSpec};
 
+use shoal_core::rollout::Record;
+
+use crate::host::Host;
 use crate::mesh::api::{ApiError, ErrorKind, Response, VersionView};
 use crate::mesh::history::{self, History, Past};
 use crate::mesh::node::MeshNode;
@@ -20,23 +23,36 @@ fn not_found(name: &str) -> ApiError {
     )
 }
 
-/// The current version of `name`, its history and whether its rollout is paused, as the store
-/// holds them.
-async fn read(node: &MeshNode, name: &str) -> Result<(Past, History, bool), ApiError> {
+/// What the store holds of a workload's versions.
+struct Held {
+    current: Past,
+    past: History,
+    paused: bool,
+    record: Option<Record>,
+}
+
+/// The current version of `name`, its history, whether its rollout is paused and its rollout
+/// record, as the store holds them.
+async fn read(node: &MeshNode, name: &str) -> Result<Held, ApiError> {
     let key = name.to_string();
-    let (current, past, paused) = node
+    let (current, past, paused, record) = node
         .with_store(move |s| {
             let current = s.get(&key).filter(|e| !e.is_tombstone()).and_then(Past::of);
-            let held = s
-                .get(&history::store_name(&key))
-                .and_then(|e| e.body.live());
+            let live = |k: String| s.get(&k).and_then(|e| e.body.live());
+            let held = live(history::store_name(&key));
             let paused = s
                 .get(&history::paused_name(&key))
                 .is_some_and(|e| !e.is_tombstone());
-            (current, History::decode(held), paused)
+            let record = history::decode_record(live(history::rollout_name(&key)));
+            (current, History::decode(held), paused, record)
         })
         .await;
-    Ok((current.ok_or_else(|| not_found(name))?, past, paused))
+    Ok(Held {
+        current: current.ok_or_else(|| not_found(name))?,
+        past,
+        paused,
+        record,
+    })
 }
 
 fn version_view(past: &Past, current: bool) -> VersionView {
@@ -57,18 +73,34 @@ fn version_view(past: &Past, current: bool) -> VersionView {
         replicas,
         runs,
         current,
+        outcome: past.outcome.map(|o| o.as_str().to_string()),
+        reason: past.reason.clone(),
     }
 }
 
-/// `Request::History`.
-pub(super) async fn versions(node: &MeshNode, name: String) -> Result<Response, ApiError> {
-    let (current, past, paused) = read(node, &name).await?;
-    let mut versions = vec![version_view(&current, true)];
-    versions.extend(past.versions.iter().map(|p| version_view(p, false)));
+/// `Request::History`, with the answering agent's assessment of the rollout from `host`.
+pub(super) async fn versions(
+    node: &MeshNode,
+    host: Option<&Host>,
+    name: String,
+) -> Result<Response, ApiError> {
+    let held = read(node, &name).await?;
+    let mut versions = vec![version_view(&held.current, true)];
+    versions.extend(held.past.versions.iter().map(|p| version_view(p, false)));
+    let record = held
+        .record
+        .filter(|r| r.version == held.current.version)
+        .map(Box::new);
+    let assessment = host
+        .and_then(|h| h.snapshot().rollouts.get(&name).cloned())
+        .filter(|a| a.version == held.current.version)
+        .map(Box::new);
     Ok(Response::History {
         name,
         versions,
-        paused,
+        paused: held.paused,
+        record,
+        assessment,
     })
 }
 
@@ -79,8 +111,9 @@ pub(super) async fn undo(
     name: String,
     to: Option<String>,
     by: String,
+    complete: std::collections::BTreeSet<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let (current, past, _) = read(node, &name).await?;
+    let Held { current, past, .. } = read(node, &name).await?;
     let chosen = match &to {
         None => past.versions.first().ok_or_else(|| {
             ApiError::new(
@@ -116,7 +149,7 @@ pub(super) async fn undo(
         )
     })?;
     let by = format!("{by}, undo to {}", chosen.version);
-    node.clone().handle_apply(vec![spec], by).await
+    node.clone().handle_apply(vec![spec], by, complete).await
 }
 
 /// `Request::Pause`: marks the rollout of `name` paused (a store entry every agent's host loop

@@ -73,7 +73,9 @@ impl Api {
             Request::Apply { specs } => {
                 let by = asked_by(None);
                 let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
-                let result = node.handle_apply(specs, by.clone()).await;
+                let result = node
+                    .handle_apply(specs, by.clone(), self.assessed_complete())
+                    .await;
                 self.record_write("apply", &names, &result, &by);
                 result
             }
@@ -100,7 +102,7 @@ impl Api {
                 result.map(|_| Response::Caps(caps))
             }
             Request::Caps => Ok(Response::Caps(node.caps())),
-            Request::History { name } => history::versions(&node, name).await,
+            Request::History { name } => history::versions(&node, self.host.as_deref(), name).await,
             Request::Pause { name, paused } => {
                 let by = asked_by(None);
                 let result = history::pause(&node, name.clone(), paused, by.clone()).await;
@@ -110,7 +112,8 @@ impl Api {
             }
             Request::Undo { name, to } => {
                 let by = asked_by(None);
-                let result = history::undo(&node, name.clone(), to, by.clone()).await;
+                let complete = self.assessed_complete();
+                let result = history::undo(&node, name.clone(), to, by.clone(), complete).await;
                 self.record_write("undo", &[name], &result, &by);
                 result
             }
@@ -222,6 +225,19 @@ impl Api {
         })
     }
 
+    /// The (workload, version) pairs whose rollout this agent's host assessed complete last.
+    pub(crate) fn assessed_complete(&self) -> std::collections::BTreeSet<(String, String)> {
+        let Some(host) = &self.host else {
+            return Default::default();
+        };
+        host.snapshot()
+            .rollouts
+            .iter()
+            .filter(|(_, a)| a.phase == shoal_core::rollout::RolloutPhase::Complete)
+            .map(|(name, a)| (name.clone(), a.version.clone()))
+            .collect()
+    }
+
     /// Records an accepted (or refused) apply or delete in this agent's events, with who asked.
     fn record_write(
         &self,
@@ -237,7 +253,10 @@ impl Api {
         let reason = match result {
             Ok(Response::Applied(applied)) => applied
                 .iter()
-                .map(|a| format!("{} stored as version {}", a.name, a.version))
+                .map(|a| match &a.note {
+                    Some(note) => format!("{} stored as version {} ({note})", a.name, a.version),
+                    None => format!("{} stored as version {}", a.name, a.version),
+                })
                 .collect::<Vec<_>>()
                 .join("; "),
             Ok(Response::Deleted(a)) => format!("{} deleted (version {})", a.name, a.version),

@@ -34,6 +34,9 @@ pub struct ShellState {
     /// The mesh's capacity caps, read with the specs.
     caps: crate::authority::caps::NodeCaps,
     specs: BTreeMap<String, SpecEntry>,
+    /// The rollout records of the live workloads that have one (`shoal:rollout:NAME`), read
+    /// with the specs.
+    records: BTreeMap<String, shoal_core::rollout::Record>,
     placement_key: Option<u64>,
     /// The last placement computed.
     pub placement: Arc<Placement>,
@@ -54,6 +57,11 @@ impl ShellState {
     /// The store digest the specs were last decoded at.
     pub fn specs_digest(&self) -> Option<u64> {
         self.specs_digest
+    }
+
+    /// The rollout records, by workload, as the store held them when the specs were read.
+    pub fn records(&self) -> &BTreeMap<String, shoal_core::rollout::Record> {
+        &self.records
     }
 
     /// The reconciler's input as the last [`build`] left it.
@@ -309,24 +317,31 @@ async fn refresh_specs(host: &Host, shell: &mut ShellState) -> bool {
     if shell.specs_digest == Some(digest) {
         return false;
     }
-    let (specs, errors, caps) = host
+    let (specs, errors, caps, records) = host
         .node
         .with_store(|s| {
             use crate::authority::caps::{NodeCaps, STORE_NAME};
+            use crate::mesh::history;
             let (specs, errors) = view::live_specs(s.list_live());
             let caps = NodeCaps::from_body(s.get(STORE_NAME).and_then(|e| e.body.live()));
+            let mut records = BTreeMap::new();
             let specs: Vec<_> = specs
                 .into_iter()
                 .map(|(spec, version)| {
-                    let marker = crate::mesh::history::paused_name(&spec.name);
+                    let marker = history::paused_name(&spec.name);
                     let paused = s.get(&marker).is_some_and(|e| !e.is_tombstone());
+                    let record = s.get(&history::rollout_name(&spec.name));
+                    if let Some(r) = history::decode_record(record.and_then(|e| e.body.live())) {
+                        records.insert(spec.name.clone(), r);
+                    }
                     (spec, version, paused)
                 })
                 .collect();
-            (specs, errors, caps)
+            (specs, errors, caps, records)
         })
         .await;
     shell.caps = caps;
+    shell.records = records;
     for e in errors {
         tracing::warn!(error = %e, "a stored spec does not decode; it is left out");
     }

@@ -22,6 +22,7 @@ mod guard;
 pub mod heard;
 mod input;
 mod majority;
+mod rollout;
 
 pub mod events;
 pub mod metrics;
@@ -118,6 +119,9 @@ pub struct Snapshot {
     pub issues: Vec<Issue>,
     /// Workloads whose replicas are exclusive, as of the last round (fenced when leaving).
     pub exclusive: BTreeSet<String>,
+    /// This agent's last assessment of each rollout not yet settled (no record for its current
+    /// version), by workload.
+    pub rollouts: BTreeMap<String, shoal_core::rollout::Assessment>,
 }
 
 /// Why an approval did not happen (nothing changed in either case).
@@ -193,6 +197,8 @@ pub struct HostLoop {
     members_saved: Option<usize>,
     /// The count of cells last saved at a quorum of cells.
     cells_saved: Option<usize>,
+    /// Rollout assessments, writes in flight and the issues about them.
+    rollouts: rollout::Rollouts,
 }
 
 impl Host {
@@ -244,6 +250,7 @@ impl Host {
             pause: None,
             members_saved: None,
             cells_saved: None,
+            rollouts: rollout::Rollouts::default(),
         };
         (host, host_loop)
     }
@@ -636,11 +643,13 @@ impl HostLoop {
             self.host.execute(action);
         }
         self.start_probes(now);
+        let observed = self.reconciler.observed();
+        self.tend_rollouts(&observed, now);
         let last_majority = self.reconciler.last_majority_ms();
         self.save_majority_time(last_majority);
         self.save_members_known().await;
         self.save_cells_known().await;
-        self.publish(issues).await;
+        self.publish(observed, issues).await;
         let mut stats = self.host.stats.lock().expect("stats lock");
         stats.rounds += 1;
         stats.round_last_us = began.elapsed().as_micros() as u64;
@@ -722,8 +731,7 @@ impl HostLoop {
     /// Publishes the round's snapshot, and gossips the observed instances and the issues (held
     /// ones first, at most [`ISSUES_GOSSIPED_MAX`]) when they differ from what was gossiped last:
     /// most rounds change nothing, and encoding both every round was measurable at 100 nodes.
-    async fn publish(&mut self, mut issues: Vec<Issue>) {
-        let observed = self.reconciler.observed();
+    async fn publish(&mut self, observed: Vec<InstanceStatus>, mut issues: Vec<Issue>) {
         // Owning or running an exclusive replica (observed lists claims too): ask the peers
         // whether they hear this node.
         let owns_exclusive = observed
@@ -731,10 +739,12 @@ impl HostLoop {
             .any(|s| self.exclusive.contains(&s.replica.workload));
         self.host.heard.set_active(owns_exclusive);
         issues.extend(self.guard_issues().cloned());
+        issues.extend(self.rollout_issues().cloned());
         *self.host.snapshot.lock().expect("snapshot lock") = Arc::new(Snapshot {
             observed: observed.clone(),
             issues: issues.clone(),
             exclusive: self.exclusive.clone(),
+            rollouts: self.rollouts.assessments().clone(),
         });
         issues.sort_by(|a, b| {
             (a.held.is_none(), a.since_ms, &a.id).cmp(&(b.held.is_none(), b.since_ms, &b.id))

@@ -221,6 +221,12 @@ pub enum Response {
         versions: Vec<VersionView>,
         /// Its rollout is paused (`Request::Pause`).
         paused: bool,
+        /// What the store records of the current version's rollout (complete or failed), if
+        /// anything.
+        record: Option<Box<shoal_core::rollout::Record>>,
+        /// The answering agent's last assessment of the rollout, when it is not settled (no
+        /// record for the current version).
+        assessment: Option<Box<shoal_core::rollout::Assessment>>,
     },
     /// The workload's rollout is paused, or resumed.
     Paused {
@@ -387,6 +393,8 @@ pub struct Applied {
     pub durable_on: Vec<String>,
     /// False when the spec equals the stored one (nothing written).
     pub changed: bool,
+    /// Something the operator should know about this write (it stopped an automatic rollback).
+    pub note: Option<String>,
 }
 
 /// A workload as `shoal get` lists it (the spec stays on the agent: a list of thousands of
@@ -517,4 +525,9 @@ pub struct VersionView {
     pub runs: String,
     /// Whether it is the current version.
     pub current: bool,
+    /// What became of its rollout (`complete`, `failed`, `rolled back`, `superseded`); `None`
+    /// for the current version.
+    pub outcome: Option<String>,
+    /// Why it failed or was rolled back (empty otherwise).
+    pub reason: String,
 }

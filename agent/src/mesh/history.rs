@@ -13,6 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 use shoal_core::hlc::Version;
+use shoal_core::rollout::{Outcome, Record};
 use shoal_core::store::Entry;
 
 use crate::authority::proof::Proof;
@@ -27,6 +28,35 @@ const FRAMING_BYTES: usize = 1024;
 /// Prefix of the entry that marks a workload's rollout paused (`shoal rollout pause`): present
 /// and live while paused; resuming or deleting the workload tombstones it.
 pub const PAUSED_PREFIX: &str = "shoal:paused:";
+
+/// Prefix of the entry that records how a workload's current rollout ended (complete, or failed
+/// for good): written once by the writer the live members choose (`host/rollout.rs`); an
+/// apply reads it to give the version it replaces its outcome in the history.
+pub const ROLLOUT_PREFIX: &str = "shoal:rollout:";
+
+/// The rollout record's store name for workload `name`.
+pub fn rollout_name(name: &str) -> String {
+    format!("{ROLLOUT_PREFIX}{name}")
+}
+
+/// Decodes a rollout record body; an unreadable one is none.
+pub fn decode_record(bytes: Option<&[u8]>) -> Option<Record> {
+    crate::wire::decode_body::<Record, 4096>(bytes?).ok()
+}
+
+/// A rollout record's stored form.
+pub fn encode_record(record: &Record) -> Vec<u8> {
+    bincode::serde::encode_to_vec(record, crate::wire::bincode_config())
+        .expect("a rollout record always encodes")
+}
+
+/// The outcome of `replaced` (the live spec an apply replaces) from the rollout record: the
+/// record's verdict if it is about that version, else superseded.
+pub fn outcome_of(replaced: &Entry, record: Option<&Record>) -> Outcome {
+    record
+        .filter(|r| r.version == replaced.version.to_string())
+        .map_or(Outcome::Superseded, |r| r.outcome)
+}
 
 /// The paused marker's store name for workload `name`.
 pub fn paused_name(name: &str) -> String {
@@ -47,15 +77,21 @@ pub struct Past {
     pub by: String,
     /// Its spec, as the store held it (bincode).
     pub spec: Vec<u8>,
+    /// What became of its rollout (`None`: the current version, not yet replaced).
+    pub outcome: Option<Outcome>,
+    /// Why, when it failed or was rolled back.
+    pub reason: String,
 }
 
 impl Past {
-    /// The past version of a live spec entry.
+    /// The past version of a live spec entry (no outcome yet).
     pub fn of(entry: &Entry) -> Option<Past> {
         Some(Past {
             version: entry.version.to_string(),
             by: asked_by(entry),
             spec: entry.body.live()?.to_vec(),
+            outcome: None,
+            reason: String::new(),
         })
     }
 
@@ -92,12 +128,36 @@ impl History {
             .expect("a history always encodes")
     }
 
-    /// This history once `replaced` (the live spec entry an apply replaces) is pushed in front,
-    /// cut to [`VERSIONS_MAX`] and to `bytes_max` encoded (the oldest go first).
-    pub fn pushed(mut self, replaced: &Entry, bytes_max: usize) -> History {
-        let Some(past) = Past::of(replaced) else {
+    /// The current version was written by an automatic rollback: the version it replaced (the
+    /// newest past one) is recorded rolled back.
+    pub fn current_is_rollback(&self) -> bool {
+        self.versions
+            .first()
+            .is_some_and(|p| p.outcome == Some(Outcome::RolledBack))
+    }
+
+    /// The newest past version whose rollout completed.
+    pub fn last_complete(&self) -> Option<&Past> {
+        self.versions
+            .iter()
+            .find(|p| p.outcome == Some(Outcome::Complete))
+    }
+
+    /// This history once `replaced` (the live spec entry an apply replaces) is pushed in front
+    /// with what became of it, cut to [`VERSIONS_MAX`] and to `bytes_max` encoded (the oldest
+    /// go first).
+    pub fn pushed(
+        mut self,
+        replaced: &Entry,
+        outcome: Outcome,
+        reason: &str,
+        bytes_max: usize,
+    ) -> History {
+        let Some(mut past) = Past::of(replaced) else {
             return self;
         };
+        past.outcome = Some(outcome);
+        past.reason = reason.to_string();
         self.versions.retain(|p| p.version != past.version);
         self.versions.insert(0, past);
         self.versions.truncate(VERSIONS_MAX);
@@ -107,7 +167,7 @@ impl History {
             .versions
             .iter()
             .take_while(|p| {
-                used += p.spec.len() + p.version.len() + p.by.len() + 16;
+                used += p.spec.len() + p.version.len() + p.by.len() + p.reason.len() + 18;
                 used <= budget
             })
             .count();
@@ -141,7 +201,7 @@ mod tests {
     fn newest_first_bounded_by_count_and_bytes() {
         let mut history = History::default();
         for i in 0..15u64 {
-            history = history.pushed(&entry(i, b"spec"), 1 << 20);
+            history = history.pushed(&entry(i, b"spec"), Outcome::Complete, "", 1 << 20);
         }
         assert_eq!(history.versions.len(), VERSIONS_MAX);
         assert_eq!(history.versions[0].at_ms(), 14);
@@ -149,7 +209,7 @@ mod tests {
         let big = vec![7u8; 100 * 1024];
         let mut history = History::default();
         for i in 0..5u64 {
-            history = history.pushed(&entry(i, &big), 256 * 1024);
+            history = history.pushed(&entry(i, &big), Outcome::Superseded, "", 256 * 1024);
         }
         assert_eq!(history.versions.len(), 2, "two of 100 KiB fit 255 KiB");
         assert_eq!(History::decode(Some(&history.encode())), history);
@@ -158,6 +218,24 @@ mod tests {
             body: Body::Tombstone { deleted_at_ms: 1 },
             ..entry(1, b"")
         };
-        assert_eq!(history.clone().pushed(&tomb, 1 << 20), history);
+        assert_eq!(
+            history
+                .clone()
+                .pushed(&tomb, Outcome::Complete, "", 1 << 20),
+            history
+        );
+        assert_eq!(history.last_complete(), None);
+        assert!(!history.current_is_rollback());
+        let history = history
+            .pushed(&entry(20, b"good"), Outcome::Complete, "", 1 << 20)
+            .pushed(
+                &entry(21, b"bad"),
+                Outcome::RolledBack,
+                "crash loop",
+                1 << 20,
+            );
+        assert!(history.current_is_rollback());
+        assert_eq!(history.last_complete().map(Past::at_ms), Some(20));
+        assert_eq!(history.versions[0].reason, "crash loop");
     }
 }

@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod node;
 pub mod page;
 pub mod record;
+pub mod rollback;
 pub mod run;
 pub mod skew;
 pub mod sync;

@@ -198,10 +198,14 @@ impl MeshNode {
         cache.members().clone()
     }
 
+    /// Stores `specs` for `by`. `complete` names the (workload, version) pairs whose rollout this
+    /// agent assessed complete last (the host's snapshot): a version replaced before the writer
+    /// recorded its completion still goes to the history as complete.
     pub(crate) async fn handle_apply(
         self: Arc<Self>,
         specs: Vec<shoal_core::spec::WorkloadSpec>,
         by: String,
+        complete: std::collections::BTreeSet<(String, String)>,
     ) -> Result<Response, ApiError> {
         if specs.is_empty() || specs.len() > APPLY_SPECS_MAX {
             let msg = format!(
@@ -227,6 +231,7 @@ impl MeshNode {
             let now = (self.clock)();
             let name = spec.name.clone();
             let (authority, by) = (self.authority.clone(), by.clone());
+            let complete = complete.clone();
             let outcome = self
                 .with_store(move |s| {
                     let current = s.get(&name).filter(|e| !e.is_tombstone()).cloned();
@@ -241,14 +246,14 @@ impl MeshNode {
                     // that a refusal names the workload; a history write that fails (or a crash
                     // in between) loses that one past version, never the apply.
                     let history = current.and_then(|replaced| {
-                        let key = history::store_name(&name);
-                        let held = s.get(&key).and_then(|e| e.body.live());
-                        let bytes_max = s.core().config().body_bytes_max;
-                        let past = History::decode(held).pushed(&replaced, bytes_max);
-                        let seal = |e: &mut Entry| authority.seal(e, &by);
-                        s.apply_sealed(&key, past.encode(), now, seal)
-                            .map_err(|e| tracing::warn!(error = %e, %key, "history not kept"))
-                            .ok()
+                        let assessed = (name.clone(), replaced.version.to_string());
+                        let push = PushPast {
+                            replaced: &replaced,
+                            outcome: complete.contains(&assessed).then_some(Outcome::Complete),
+                            reason: "",
+                            by: &by,
+                        };
+                        push_history(s, &authority, &name, push, now)
                     });
                     Ok((written, true, history))
                 })
@@ -268,7 +273,8 @@ impl MeshNode {
             let (entry, changed, history) = outcome
                 .map_err(|e| self.write_error(e))
                 .map_err(|e| stored_before(e, &results))?;
-            if let Some(history) = history {
+            let note = history.as_ref().and_then(|(_, note)| note.clone());
+            if let Some((history, _)) = history {
                 // Anti-entropy carries it to whoever this misses; the apply waits for its spec.
                 let node = self.clone();
                 tokio::spawn(async move {
@@ -278,7 +284,9 @@ impl MeshNode {
                 });
             }
             let applied = self.clone().replicate(entry, changed).await;
-            results.push(applied.map_err(|e| stored_before(e, &results))?);
+            let mut applied = applied.map_err(|e| stored_before(e, &results))?;
+            applied.note = note;
+            results.push(applied);
         }
         Ok(Response::Applied(results))
     }
@@ -369,8 +377,14 @@ impl MeshNode {
                 Some(e) if !e.is_tombstone() => {
                     let seal = |e: &mut Entry| authority.seal(e, &by);
                     let deleted = s.delete_sealed(&key, now, seal)?;
-                    // Its history and pause mark go with it (replicated by anti-entropy).
-                    for own in [history::store_name(&key), history::paused_name(&key)] {
+                    // Its history, pause mark and rollout record go with it (replicated by
+                    // anti-entropy).
+                    let own_entries = [
+                        history::store_name(&key),
+                        history::paused_name(&key),
+                        history::rollout_name(&key),
+                    ];
+                    for own in own_entries {
                         if s.get(&own).is_some_and(|e| !e.is_tombstone()) {
                             let seal = |e: &mut Entry| authority.seal(e, &by);
                             s.delete_sealed(&own, now, seal)?;
@@ -394,7 +408,11 @@ impl MeshNode {
     /// Sends `entry` to up to [`REPLICATE_FANOUT`] live peers and returns once one confirms it is
     /// durable there (or at once when this node is alone). Slower confirmations finish in the
     /// background; anti-entropy covers peers that missed it.
-    async fn replicate(self: Arc<Self>, entry: Entry, changed: bool) -> Result<Applied, ApiError> {
+    pub(super) async fn replicate(
+        self: Arc<Self>,
+        entry: Entry,
+        changed: bool,
+    ) -> Result<Applied, ApiError> {
         let members = self.members().await;
         let mut peers = view::live_peer_apis(&members, &self.name);
         // Spread the load: rotate the sorted peer list by the entry's name.
@@ -408,6 +426,7 @@ impl MeshNode {
             version: entry.version.to_string(),
             durable_on: vec![self.name.clone()],
             changed,
+            note: None,
         };
         if peers.is_empty() {
             return Ok(applied);
@@ -584,11 +603,59 @@ enum PeerOutcome {
 
 impl MeshNode {
     /// The API error for a failed local write, counting a clock-skew refusal.
-    fn write_error(&self, e: crate::store_db::StoreDbError) -> ApiError {
+    pub(super) fn write_error(&self, e: crate::store_db::StoreDbError) -> ApiError {
         let error = storage_error(e);
         if error.kind == ErrorKind::ClockSkew {
             self.skew.count(Refusal::NewerVersion);
         }
         error
     }
+}
+
+use shoal_core::rollout::Outcome;
+
+/// A live spec an apply (or a rollback) replaced, to push in front of its history.
+pub(super) struct PushPast<'a> {
+    pub replaced: &'a Entry,
+    /// What became of it; `None`: read from the rollout record (complete or failed if the record
+    /// is about it, else superseded).
+    pub outcome: Option<shoal_core::rollout::Outcome>,
+    pub reason: &'a str,
+    pub by: &'a str,
+}
+
+/// Writes the history of `name` with `push.replaced` in front. Returns the written entry (to
+/// replicate) and, when the replaced version was an automatic rollback whose rollout had not
+/// completed, the note that the newer write stops it. A history write that fails is logged:
+/// that one past version is lost, never the write that replaced it.
+pub(super) fn push_history(
+    s: &mut DesiredStore,
+    authority: &crate::authority::Authority,
+    name: &str,
+    push: PushPast<'_>,
+    now: u64,
+) -> Option<(Entry, Option<String>)> {
+    let key = history::store_name(name);
+    let held = History::decode(s.get(&key).and_then(|e| e.body.live()));
+    let record = history::decode_record(
+        s.get(&history::rollout_name(name))
+            .and_then(|e| e.body.live()),
+    );
+    let outcome = push
+        .outcome
+        .unwrap_or_else(|| history::outcome_of(push.replaced, record.as_ref()));
+    let note = (held.current_is_rollback() && outcome != Outcome::Complete).then(|| {
+        format!(
+            "the automatic rollback of {name} (version {}) had not completed: this newer write \
+             stops it",
+            push.replaced.version
+        )
+    });
+    let bytes_max = s.core().config().body_bytes_max;
+    let past = held.pushed(push.replaced, outcome, push.reason, bytes_max);
+    let seal = |e: &mut Entry| authority.seal(e, push.by);
+    s.apply_sealed(&key, past.encode(), now, seal)
+        .map_err(|e| tracing::warn!(error = %e, %key, "history not kept"))
+        .ok()
+        .map(|entry| (entry, note))
 }

@@ -318,11 +318,8 @@ pub fn decode_spec(bytes: &[u8]) -> Result<WorkloadSpec, String> {
             bytes.len()
         ));
     }
-    let mut spec: WorkloadSpec = crate::wire::decode_body::<WorkloadSpec, SPEC_BYTES_MAX>(bytes)
+    let spec: WorkloadSpec = crate::wire::decode_body::<WorkloadSpec, SPEC_BYTES_MAX>(bytes)
         .map_err(|e| e.to_string())?;
-    // Agents before `auto_rollback = true` was refused stored `true`, its old default, in every
-    // spec; nothing ever read it. Stored specs stay valid rather than vanish on upgrade.
-    spec.update.auto_rollback = false;
     spec.validate().map_err(|e| e.to_string())?;
     Ok(spec)
 }
@@ -460,16 +457,5 @@ mod tests {
         assert_eq!(cache.refresh(&chitchat), keys_only, "another key moved");
         assert_eq!(cache.refresh(&chitchat), Moved::default());
         assert!(same(&cache, &chitchat));
-    }
-
-    #[test]
-    fn a_stored_spec_from_before_the_auto_rollback_rule_still_decodes() {
-        let text = "name = \"web\"\n[process]\ncommand = [\"web\"]\n\
-                    [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n";
-        let mut spec = WorkloadSpec::from_toml_str(text, "web.toml").unwrap();
-        spec.update.auto_rollback = true; // the old default, as earlier agents stored it
-        let decoded = decode_spec(&encode_spec(&spec)).unwrap();
-        assert!(!decoded.update.auto_rollback);
-        assert_eq!(decoded.run, spec.run);
     }
 }

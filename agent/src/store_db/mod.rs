@@ -155,6 +155,26 @@ impl DesiredStore {
         Ok(entry)
     }
 
+    /// Writes `body` under `name` in place of exactly version `replaces`, as the version just
+    /// above it (see [`Store::prepare_local_after`]), sealed by `seal`; durable when it returns.
+    pub fn apply_after_sealed(
+        &mut self,
+        name: &str,
+        body: Vec<u8>,
+        replaces: &shoal_core::hlc::Version,
+        now_ms: u64,
+        seal: impl FnMut(&mut Entry),
+    ) -> Result<Entry, StoreDbError> {
+        self.recover()?;
+        let mut plan = self
+            .core
+            .prepare_local_after(name, body, replaces, now_ms)?;
+        plan.seal_puts(seal);
+        let entry = plan.puts()[0].clone();
+        self.persist_and_commit(plan)?;
+        Ok(entry)
+    }
+
     /// Deletes the live entry `name` (writes a tombstone, no proof of origin); durable when it
     /// returns.
     pub fn delete(&mut self, name: &str, now_ms: u64) -> Result<Entry, StoreDbError> {

@@ -155,6 +155,7 @@ mod tests {
             exit_code: None,
             last_error: None,
             fence_token: None,
+            failures: 0,
         }
     }
 

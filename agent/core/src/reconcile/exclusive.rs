@@ -236,6 +236,7 @@ mod tests {
             exit_code: None,
             last_error: None,
             fence_token: None,
+            failures: 0,
         }
     }
 

@@ -63,6 +63,12 @@ pub enum IssueKind {
     /// A node declares more capacity than the mesh's caps allow: placement counts the cap.
     /// Raised by the mesh, not the reconciler.
     CapacityCapped,
+    /// A workload's rollout failed and stays failed (no automatic rollback possible or
+    /// allowed): an operator must apply or undo. Raised by the rollout's writer.
+    RolloutFailed,
+    /// A workload's rollout failed and was rolled back automatically. Raised by the agent that
+    /// wrote the rollback, while the workload runs the restored version.
+    RolledBack,
 }
 
 impl IssueKind {
@@ -70,7 +76,11 @@ impl IssueKind {
     pub fn layer(self) -> Layer {
         match self {
             IssueKind::Missing | IssueKind::Orphan | IssueKind::CapacityCapped => Layer::Placement,
-            IssueKind::Exited | IssueKind::Unhealthy | IssueKind::Outdated => Layer::Process,
+            IssueKind::Exited
+            | IssueKind::Unhealthy
+            | IssueKind::Outdated
+            | IssueKind::RolloutFailed
+            | IssueKind::RolledBack => Layer::Process,
             IssueKind::SettingsDiffer => Layer::Application,
             IssueKind::ExclusiveWaiting
             | IssueKind::ExclusiveUndecided
@@ -101,6 +111,8 @@ impl IssueKind {
             IssueKind::RuntimeUnavailable => "runtime-unavailable",
             IssueKind::ClockSkew => "clock-skew",
             IssueKind::CapacityCapped => "capacity-capped",
+            IssueKind::RolloutFailed => "rollout-failed",
+            IssueKind::RolledBack => "rolled-back",
         }
     }
 }

@@ -126,6 +126,7 @@ impl Reconciler {
                 exit_code: t.exit_code,
                 last_error: last_error.map(|e| truncate(&e, DETAIL_BYTES_MAX)),
                 fence_token: t.fence_token,
+                failures: state.map_or(0, |s| s.failures_of(&t.version)),
             });
         }
         // Claims: a replica placed here without an alive instance (pending), or a start sent and
@@ -150,6 +151,7 @@ impl Reconciler {
                 (None, None) => continue,
             };
             let exit = state.last_exit.as_ref();
+            let failures = state.failures_of(&version);
             out.push(InstanceStatus {
                 replica: replica.clone(),
                 handle: None,
@@ -160,6 +162,7 @@ impl Reconciler {
                 since_ms: state.pending_since_ms.unwrap_or(self.now_ms),
                 exit_code: exit.and_then(|e| e.code),
                 last_error: exit.and_then(|e| e.error.clone()),
+                failures,
                 fence_token,
             });
         }

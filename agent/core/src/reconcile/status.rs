@@ -34,6 +34,15 @@ pub struct InstanceStatus {
     /// claim, and in the gossip of agents that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence_token: Option<u64>,
+    /// Consecutive failures (exits, failed health, failed starts) of the replica at
+    /// `spec_version` on this node: a rollout reads a crash loop of a new version from it. Reset
+    /// once an instance stayed healthy for the restart policy's `backoff_reset`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failures: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl InstanceStatus {

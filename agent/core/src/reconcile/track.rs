@@ -71,6 +71,11 @@ pub(crate) struct ReplicaState {
     pub failures: u32,
     /// Restarts done (shown in status).
     pub restarts: u32,
+    /// Consecutive failures of the version that failed last (reset as `failures` is, and when
+    /// another version fails): what a rollout reads to tell a crash loop of a new version.
+    pub version_failures: u32,
+    /// The version `version_failures` counts.
+    pub failing_version: Option<String>,
     /// No (re)start before this time.
     pub next_start_at_ms: u64,
     /// The last exit asked for a restart: the next start counts as one.
@@ -106,6 +111,16 @@ pub(crate) struct PendingStart {
     pub version: String,
     pub at_ms: u64,
     pub fence_token: Option<u64>,
+}
+
+impl ReplicaState {
+    /// Consecutive failures of the replica at `version`.
+    pub fn failures_of(&self, version: &str) -> u32 {
+        match self.failing_version.as_deref() == Some(version) {
+            true => self.version_failures,
+            false => 0,
+        }
+    }
 }
 
 impl Tracked {
@@ -237,7 +252,9 @@ impl Local {
         now_ms: u64,
     ) {
         let state = self.replicas.entry(replica.clone()).or_default();
-        state.pending_start = None;
+        if let Some(start) = state.pending_start.take() {
+            count_version_failure(state, &start.version);
+        }
         count_failure(state, true);
         state.next_start_at_ms = now_ms.saturating_add(backoff_delay_ms(&policy, state.failures));
         state.last_exit = Some(ExitRecord {
@@ -298,8 +315,10 @@ impl Local {
             .map(|s| exited_ms.saturating_sub(s));
         if healthy_for.is_some_and(|d| d >= policy.backoff_reset_ms) {
             state.failures = 0;
+            state.version_failures = 0;
         }
         count_failure(state, start_failed);
+        count_version_failure(state, &t.version);
         state.next_start_at_ms =
             exited_ms.saturating_add(backoff_delay_ms(&policy, state.failures));
     }
@@ -349,6 +368,15 @@ impl Local {
 fn count_failure(state: &mut ReplicaState, start_failed: bool) {
     let floor = if start_failed { 2 } else { 1 };
     state.failures = state.failures.saturating_add(1).max(floor);
+}
+
+fn count_version_failure(state: &mut ReplicaState, version: &str) {
+    if state.failing_version.as_deref() == Some(version) {
+        state.version_failures = state.version_failures.saturating_add(1);
+    } else {
+        state.failing_version = Some(version.to_string());
+        state.version_failures = 1;
+    }
 }
 
 fn restart_policy(input: &ReconcileInput, replica: &ReplicaId) -> RestartPolicy {

@@ -74,7 +74,12 @@ pub(crate) fn restart(r: &mut Report, p: &RestartPolicy) {
     }
 }
 
-pub(crate) fn update(r: &mut Report, u: &UpdateStrategy, exclusive: bool) {
+pub(crate) fn update(
+    r: &mut Report,
+    u: &UpdateStrategy,
+    health: Option<&HealthCheck>,
+    exclusive: bool,
+) {
     for (name, value) in [
         ("max_unavailable", u.max_unavailable),
         ("max_surge", u.max_surge),
@@ -95,11 +100,27 @@ pub(crate) fn update(r: &mut Report, u: &UpdateStrategy, exclusive: bool) {
             message,
         );
     }
-    // Nothing reads the flag yet; a spec that asks for it must not look as if it had it.
-    if u.auto_rollback {
-        let message = "automatic rollback is not implemented yet: leave `auto_rollback` out \
-                       or set it to false (to roll back, apply the previous spec again)";
-        r.err("update.auto_rollback", message);
+    duration(
+        r,
+        "update.progress_deadline",
+        u.progress_deadline_ms,
+        UPDATE_PROGRESS_DEADLINE_MS_MIN,
+    );
+    if let Some(h) = health.filter(|h| u.progress_deadline_ms <= h.start_grace_ms) {
+        let message = format!(
+            "{} is not longer than health.start_grace ({}): a new copy would fail the rollout \
+             before its probes count (the default deadline is {}; set a longer one)",
+            format_duration_ms(u.progress_deadline_ms),
+            format_duration_ms(h.start_grace_ms),
+            format_duration_ms(UPDATE_PROGRESS_DEADLINE_MS_DEFAULT)
+        );
+        r.err_related("update.progress_deadline", &["health.start_grace"], message);
+    }
+    if u.failure_threshold > REPLICAS_MAX {
+        r.err(
+            "update.failure_threshold",
+            range_message(0, REPLICAS_MAX.into(), u.failure_threshold.into()),
+        );
     }
     if exclusive && u.max_surge > 0 {
         let message = "must be 0 for an exclusive workload: its replicas never run twice at once";

@@ -38,7 +38,16 @@ pub(crate) const SECTIONS: &[(&str, &[&str])] = &[
         "restart",
         &["policy", "backoff_initial", "backoff_max", "backoff_reset"],
     ),
-    ("update", &["max_unavailable", "max_surge", "auto_rollback"]),
+    (
+        "update",
+        &[
+            "max_unavailable",
+            "max_surge",
+            "auto_rollback",
+            "progress_deadline",
+            "failure_threshold",
+        ],
+    ),
     ("reload", &["signal", "command"]),
 ];
 

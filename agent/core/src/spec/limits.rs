@@ -49,5 +49,11 @@ pub const HEALTH_FAILURE_THRESHOLD_MAX: u32 = 100;
 pub const HEALTH_START_GRACE_MS_DEFAULT: u64 = 10_000;
 /// HTTP probe path when absent.
 pub const HEALTH_HTTP_PATH_DEFAULT: &str = "/";
+/// How long a copy at a new version may go without serving before the rollout fails it, when
+/// absent (Nomad's `healthy_deadline` is 5 minutes, Kubernetes' `progressDeadlineSeconds` 10;
+/// Shoal's probes and starts are quicker to judge, and a bad version should not linger).
+pub const UPDATE_PROGRESS_DEADLINE_MS_DEFAULT: u64 = 2 * 60 * 1000;
+/// Shortest `update.progress_deadline`.
+pub const UPDATE_PROGRESS_DEADLINE_MS_MIN: u64 = 1000;
 /// Most live settings.
 pub const SETTINGS_MAX: usize = 64;

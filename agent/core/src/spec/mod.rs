@@ -239,10 +239,16 @@ pub struct UpdateStrategy {
     pub max_unavailable: u32,
     /// Extra replicas that may run at once during an update; always 0 for exclusive workloads.
     pub max_surge: u32,
-    /// Roll back to the previous spec when updated replicas fail their health checks. Not
-    /// implemented yet: validation refuses `true`, so a valid spec always holds `false` (the
-    /// default). Agents before this rule stored `true`, the old default, which nothing read.
+    /// Roll back to the last version whose rollout completed when the rollout of this one
+    /// fails (docs/reconcile.md, "Automatic rollback"). Default true.
     pub auto_rollback: bool,
+    /// How long a replica's copy at the new version may run (or try to start) without serving
+    /// before the rollout counts it as failed, ms. Must be longer than `health.start_grace`.
+    pub progress_deadline_ms: u64,
+    /// The rollout fails when more than this many replicas have a failed copy at the new
+    /// version (crash-looping, or not serving past `progress_deadline`). Default 0: the first
+    /// failed replica fails the rollout.
+    pub failure_threshold: u32,
 }
 
 impl Default for UpdateStrategy {
@@ -250,7 +256,9 @@ impl Default for UpdateStrategy {
         UpdateStrategy {
             max_unavailable: 1,
             max_surge: 0,
-            auto_rollback: false,
+            auto_rollback: true,
+            progress_deadline_ms: limits::UPDATE_PROGRESS_DEADLINE_MS_DEFAULT,
+            failure_threshold: 0,
         }
     }
 }

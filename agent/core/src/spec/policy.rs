@@ -157,6 +157,15 @@ pub(crate) fn update(ctx: &mut Ctx, path: &str, node: &Node) -> UpdateStrategy {
     if let Some((n, p)) = f.get(ctx, "auto_rollback") {
         out.auto_rollback = boolean(ctx, &p, n).unwrap_or(out.auto_rollback);
     }
+    duration_field(
+        ctx,
+        &mut f,
+        "progress_deadline",
+        &mut out.progress_deadline_ms,
+    );
+    if let Some((n, p)) = f.get(ctx, "failure_threshold") {
+        out.failure_threshold = integer(ctx, &p, n, range).unwrap_or(out.failure_threshold);
+    }
     f.finish(ctx, SECTIONS);
     out
 }

@@ -150,6 +150,14 @@ fn to_table(spec: &WorkloadSpec) -> Table {
         ("max_unavailable", Value::Integer(u.max_unavailable.into())),
         ("max_surge", Value::Integer(u.max_surge.into())),
         ("auto_rollback", Value::Boolean(u.auto_rollback)),
+        (
+            "progress_deadline",
+            Value::String(format_duration_ms(u.progress_deadline_ms)),
+        ),
+        (
+            "failure_threshold",
+            Value::Integer(u.failure_threshold.into()),
+        ),
     ]);
     t.insert("update".into(), update);
     if !spec.settings.is_empty() {

@@ -125,7 +125,7 @@ pub(crate) fn check(spec: &WorkloadSpec, r: &mut Report) {
         check_policy::health(r, health);
     }
     check_policy::restart(r, &spec.restart);
-    check_policy::update(r, &spec.update, placement.exclusive);
+    check_policy::update(r, &spec.update, spec.health.as_ref(), placement.exclusive);
     check_policy::settings(r, &spec.settings, spec.reload.as_ref());
 }
 

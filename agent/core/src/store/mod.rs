@@ -102,6 +102,19 @@ pub enum StoreError {
         /// The skew bound in force, in ms.
         drift_ms_max: u64,
     },
+    /// A write meant to replace one version found another (a compare-and-set that lost).
+    #[error(
+        "workload {name:?}: expected version {expected} to replace, found {}",
+        held.as_ref().map_or_else(|| "none".to_string(), |v| v.to_string())
+    )]
+    Moved {
+        /// The workload name.
+        name: String,
+        /// The version the write was to replace.
+        expected: Version,
+        /// The version held instead.
+        held: Option<Version>,
+    },
 }
 
 /// One entry with its cached content hash.

@@ -74,7 +74,34 @@ impl Store {
         body: Vec<u8>,
         now_ms: u64,
     ) -> Result<Plan, StoreError> {
-        self.prepare_own(name, Body::Live(body), now_ms)
+        self.prepare_own(name, Body::Live(body), now_ms, None)
+    }
+
+    /// Prepares a local write of `body` under `name` replacing exactly the stored version
+    /// `replaces`, with the version just above it (same wall time, logical + 1, this node)
+    /// instead of one from the clock: a write that any later write wins over, even one made
+    /// concurrently elsewhere before this one arrived (an automatic rollback must never undo a
+    /// newer apply). Refused with [`StoreError::Moved`] when `name` holds another version.
+    pub fn prepare_local_after(
+        &mut self,
+        name: &str,
+        body: Vec<u8>,
+        replaces: &Version,
+        now_ms: u64,
+    ) -> Result<Plan, StoreError> {
+        let held = self.get(name).map(|e| e.version.clone());
+        if held.as_ref() != Some(replaces) {
+            return Err(StoreError::Moved {
+                name: name.to_owned(),
+                expected: replaces.clone(),
+                held,
+            });
+        }
+        let at = Hlc {
+            wall_ms: replaces.hlc.wall_ms,
+            logical: replaces.hlc.logical.saturating_add(1),
+        };
+        self.prepare_own(name, Body::Live(body), now_ms, Some(at))
     }
 
     /// Prepares the deletion of the live entry `name` (a tombstone) at `now_ms`. Ticks the clock.
@@ -86,10 +113,18 @@ impl Store {
         }
         // The deletion time is the HLC wall time of the delete, filled in below: never earlier
         // than any write it overrides, whatever this node's physical clock says.
-        self.prepare_own(name, Body::Tombstone { deleted_at_ms: 0 }, now_ms)
+        self.prepare_own(name, Body::Tombstone { deleted_at_ms: 0 }, now_ms, None)
     }
 
-    fn prepare_own(&mut self, name: &str, mut body: Body, now_ms: u64) -> Result<Plan, StoreError> {
+    /// A write of this node's own: at the clock's next tick, or at `at` when given (the clock
+    /// raised to it, so later writes still come after it).
+    fn prepare_own(
+        &mut self,
+        name: &str,
+        mut body: Body,
+        now_ms: u64,
+        at: Option<Hlc>,
+    ) -> Result<Plan, StoreError> {
         let rejected = |reason| StoreError::Rejected {
             name: name.to_owned(),
             reason,
@@ -109,7 +144,13 @@ impl Store {
             let held = current.version.hlc;
             self.clock.raise_to(held);
         }
-        let hlc = self.clock.tick(now_ms);
+        let hlc = match at {
+            Some(at) => {
+                self.clock.raise_to(at);
+                at
+            }
+            None => self.clock.tick(now_ms),
+        };
         body = match probe.body {
             Body::Tombstone { .. } => Body::Tombstone {
                 deleted_at_ms: hlc.wall_ms,
@@ -135,7 +176,7 @@ impl Store {
             puts: vec![entry],
             purges: Vec::new(),
             rejected: Vec::new(),
-            hlc_high_water: hlc,
+            hlc_high_water: self.clock.last(),
         })
     }
 

@@ -636,6 +636,7 @@ pub fn peer_status(
         exit_code: None,
         last_error: None,
         fence_token: None,
+        failures: 0,
     }
 }
 
