@@ -54,13 +54,17 @@ impl Drop for Mesh {
         // Instances and guards outlive a killed agent: they carry this run's marker or directory.
         let dir = self.dir.path().display().to_string();
         let _ = Command::new("pkill").args(["-9", "-f", &dir]).status();
-        let _ = Command::new("pkill").args(["-9", "-f", "sleep 359[67]"]).status();
+        let _ = Command::new("pkill")
+            .args(["-9", "-f", "sleep 359[67]"])
+            .status();
     }
 }
 
 impl Mesh {
     fn start(shoal: &Path, n: usize) -> anyhow::Result<Mesh> {
-        let dir = tempfile::Builder::new().prefix("shoal-rollout-").tempdir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("shoal-rollout-")
+            .tempdir()?;
         let pki_dir = dir.path().join("pki");
         pki::init(&pki_dir)?;
         pki::issue(&pki_dir, "shoal-cli", &IssueOptions::new(Role::Client))?;
@@ -140,7 +144,12 @@ impl Mesh {
         replicas.len() as u32
     }
 
-    fn wait_for(&self, what: &str, within: Duration, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
+    fn wait_for(
+        &self,
+        what: &str,
+        within: Duration,
+        mut done: impl FnMut() -> bool,
+    ) -> anyhow::Result<()> {
         let began = Instant::now();
         while began.elapsed() < within {
             if done() {
@@ -148,7 +157,10 @@ impl Mesh {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        bail!("{what}: not within {within:?} (logs in {})", self.dir.path().display())
+        bail!(
+            "{what}: not within {within:?} (logs in {})",
+            self.dir.path().display()
+        )
     }
 }
 
@@ -176,20 +188,29 @@ fn main() -> anyhow::Result<()> {
         }
     }
     let mesh = Mesh::start(&shoal, agents)?;
-    mesh.wait_for("every agent sees the others", Duration::from_secs(60), || {
-        mesh.json(agents - 1, &["nodes", "-o", "json"])
-            .as_array()
-            .is_some_and(|n| n.iter().filter(|m| m["alive"] == true).count() == agents)
-    })?;
+    mesh.wait_for(
+        "every agent sees the others",
+        Duration::from_secs(60),
+        || {
+            mesh.json(agents - 1, &["nodes", "-o", "json"])
+                .as_array()
+                .is_some_and(|n| n.iter().filter(|m| m["alive"] == true).count() == agents)
+        },
+    )?;
 
     // 1. A good version of `replicas` replicas with max_surge = 5.
     let surge = "max_unavailable = 0\nmax_surge = 5";
-    mesh.apply(&spec("fleet", replicas, r#"["sleep", "3596"]"#, surge), "fleet1.toml")?;
+    mesh.apply(
+        &spec("fleet", replicas, r#"["sleep", "3596"]"#, surge),
+        "fleet1.toml",
+    )?;
     let recorded = |via: usize| {
         let r = mesh.rollout(via, "fleet");
         r["state"] == "complete" && r["recorded"] == true
     };
-    mesh.wait_for("fleet's first rollout", Duration::from_secs(180), || recorded(1))?;
+    mesh.wait_for("fleet's first rollout", Duration::from_secs(180), || {
+        recorded(1)
+    })?;
     let applied = Instant::now();
     mesh.apply(
         &spec("fleet", replicas, r#"["sleep", "3596", "3597"]"#, surge),
@@ -211,7 +232,10 @@ fn main() -> anyhow::Result<()> {
 
     // 2. A bad version of a 10-replica workload: rolled back.
     let careful = format!("max_unavailable = 1\nprogress_deadline = \"{DEADLINE_S}s\"");
-    mesh.apply(&spec("bad", BAD_REPLICAS, r#"["sleep", "3596"]"#, &careful), "bad1.toml")?;
+    mesh.apply(
+        &spec("bad", BAD_REPLICAS, r#"["sleep", "3596"]"#, &careful),
+        "bad1.toml",
+    )?;
     mesh.wait_for("bad's first rollout", Duration::from_secs(120), || {
         let r = mesh.rollout(3, "bad");
         r["state"] == "complete" && r["recorded"] == true
@@ -223,12 +247,16 @@ fn main() -> anyhow::Result<()> {
     )?;
     let mut bad_min_serving = BAD_REPLICAS;
     let mut samples = 0u32;
-    mesh.wait_for("bad's rollback", Duration::from_secs(DEADLINE_S + 60), || {
-        bad_min_serving = bad_min_serving.min(mesh.serving(4, "bad"));
-        samples += 1;
-        let r = mesh.rollout(5, "bad");
-        r["state"] == "rolled back" && r["updated"].as_u64() == Some(u64::from(BAD_REPLICAS))
-    })?;
+    mesh.wait_for(
+        "bad's rollback",
+        Duration::from_secs(DEADLINE_S + 60),
+        || {
+            bad_min_serving = bad_min_serving.min(mesh.serving(4, "bad"));
+            samples += 1;
+            let r = mesh.rollout(5, "bad");
+            r["state"] == "rolled back" && r["updated"].as_u64() == Some(u64::from(BAD_REPLICAS))
+        },
+    )?;
     let rolled_back_ms = applied.elapsed().as_millis() as u64;
     let out = serde_json::json!({
         "bench": "rollout",

@@ -158,16 +158,67 @@ pub struct RolloutInput<'a> {
     pub version: &'a str,
     /// An operator paused the rollout.
     pub paused: bool,
-    /// Wall clock, ms since the Unix epoch (as `InstanceStatus::since_ms`).
+    /// The assessing agent's monotonic clock, ms (the clock of its [`Watch`]).
     pub now_ms: u64,
+}
+
+/// Since when the assessing agent has seen each copy `starting` (started, never healthy), on
+/// its own clock: a peer's `InstanceStatus::since_ms` is on the peer's monotonic clock and means
+/// nothing here. An agent that starts watching late only judges later (never sooner).
+#[derive(Clone, Debug, Default)]
+pub struct Watch {
+    /// (workload, replica, node, handle) -> (version, first seen starting).
+    starting: BTreeMap<(String, u32, String, String), (String, u64)>,
+    /// The copies seen in the current pass (the rest are forgotten by [`Watch::sweep`]).
+    seen: BTreeSet<(String, u32, String, String)>,
+}
+
+impl Watch {
+    /// How long this agent has seen `copy` on `node` starting at its version, ms.
+    fn starting_for(&mut self, node: &str, copy: &InstanceStatus, now_ms: u64) -> u64 {
+        let key = (
+            copy.replica.workload.clone(),
+            copy.replica.replica,
+            node.to_string(),
+            copy.handle.clone().unwrap_or_default(),
+        );
+        self.seen.insert(key.clone());
+        let held = self
+            .starting
+            .entry(key)
+            .or_insert_with(|| (copy.spec_version.clone(), now_ms));
+        if held.0 != copy.spec_version {
+            *held = (copy.spec_version.clone(), now_ms);
+        }
+        now_ms.saturating_sub(held.1)
+    }
+
+    /// Forgets the copies not seen starting since the last sweep (healthy, gone, or of a
+    /// workload no longer assessed). Call once per pass, after every [`assess`].
+    pub fn sweep(&mut self) {
+        let seen = std::mem::take(&mut self.seen);
+        self.starting.retain(|key, _| seen.contains(key));
+    }
+
+    /// Copies watched.
+    pub fn len(&self) -> usize {
+        self.starting.len()
+    }
+
+    /// Nothing watched.
+    pub fn is_empty(&self) -> bool {
+        self.starting.is_empty()
+    }
 }
 
 /// Assesses the rollout of `input.version` over `replicas` (the indices this agent answers for)
 /// from `copies`: (node, status) pairs of the workload from live nodes, this one included.
+/// `watch` remembers since when each copy has been starting.
 pub fn assess<'a>(
     input: RolloutInput<'_>,
     replicas: impl IntoIterator<Item = u32>,
     copies: impl IntoIterator<Item = (&'a str, &'a InstanceStatus)>,
+    watch: &mut Watch,
 ) -> Assessment {
     let deadline_ms = input.spec.update.progress_deadline_ms;
     let replicas: BTreeSet<u32> = replicas.into_iter().collect();
@@ -182,14 +233,16 @@ pub fn assess<'a>(
             continue;
         }
         let detail = c.last_error.as_deref().unwrap_or("no detail");
+        let starting_for = match c.phase == Phase::Starting {
+            true => watch.starting_for(node, c, input.now_ms),
+            false => 0,
+        };
         let why = if c.failures >= CRASH_LOOP_FAILURES {
             format!("crash loop, {} consecutive failures: {detail}", c.failures)
-        } else if c.phase == Phase::Starting
-            && input.now_ms.saturating_sub(c.since_ms) >= deadline_ms
-        {
+        } else if c.phase == Phase::Starting && starting_for >= deadline_ms {
             format!(
                 "not healthy {} s after its start (progress_deadline): {detail}",
-                input.now_ms.saturating_sub(c.since_ms) / 1000
+                starting_for / 1000
             )
         } else {
             continue;
@@ -356,13 +409,29 @@ mod tests {
     }
 
     fn run(spec: &WorkloadSpec, now_ms: u64, copies: &[InstanceStatus]) -> Assessment {
+        watched(spec, now_ms, copies, &mut Watch::default())
+    }
+
+    fn watched(
+        spec: &WorkloadSpec,
+        now_ms: u64,
+        copies: &[InstanceStatus],
+        watch: &mut Watch,
+    ) -> Assessment {
         let input = RolloutInput {
             spec,
             version: "v2",
             paused: false,
             now_ms,
         };
-        assess(input, 0..spec.replicas, copies.iter().map(|c| ("n1", c)))
+        let a = assess(
+            input,
+            0..spec.replicas,
+            copies.iter().map(|c| ("n1", c)),
+            watch,
+        );
+        watch.sweep();
+        a
     }
 
     #[test]
@@ -396,16 +465,24 @@ mod tests {
     }
 
     #[test]
-    fn the_deadline_counts_from_the_start_of_a_copy_never_healthy() {
+    fn the_deadline_counts_from_when_this_agent_first_saw_the_copy_starting() {
         let s = spec(2, 0);
-        let starting = copy(0, "v2", Phase::Starting, false);
-        assert_eq!(
-            run(&s, 100_000 + 29_999, std::slice::from_ref(&starting)).failed_count,
-            0
-        );
-        let a = run(&s, 100_000 + 30_000, &[starting]);
+        let mut starting = copy(0, "v2", Phase::Starting, false);
+        // The peer's own clock (since_ms) means nothing here: only this agent's watch counts.
+        starting.since_ms = 0;
+        let one = std::slice::from_ref(&starting);
+        let mut watch = Watch::default();
+        assert_eq!(watched(&s, 5_000, one, &mut watch).failed_count, 0);
+        assert_eq!(watched(&s, 5_000 + 29_999, one, &mut watch).failed_count, 0);
+        let a = watched(&s, 5_000 + 30_000, one, &mut watch);
         assert_eq!(a.phase, RolloutPhase::Failed);
-        assert!(a.reason().contains("progress_deadline"));
+        assert!(a.reason().contains("progress_deadline"), "{}", a.reason());
+        // Once healthy, it is forgotten: starting again later counts from then.
+        let healthy = copy(0, "v2", Phase::Running, true);
+        watched(&s, 40_000, std::slice::from_ref(&healthy), &mut watch);
+        assert!(watch.is_empty());
+        assert_eq!(watched(&s, 50_000, one, &mut watch).failed_count, 0);
+        assert_eq!(watch.len(), 1);
         // Waiting for room or a turn (pending) is not the version's fault.
         let pending = copy(0, "v2", Phase::Pending, false);
         assert_eq!(run(&s, 10_000_000, &[pending]).failed_count, 0);
@@ -437,7 +514,8 @@ mod tests {
             now_ms: 0,
         };
         let copies = [a, b];
-        let got = assess(paused, 0..4, copies.iter().map(|c| ("n1", c)));
+        let watch = &mut Watch::default();
+        let got = assess(paused, 0..4, copies.iter().map(|c| ("n1", c)), watch);
         assert_eq!(got.phase, RolloutPhase::Paused);
         assert_eq!(got.failed_count, 2);
     }

@@ -18,7 +18,7 @@ use shoal_core::instance::ReplicaId;
 use shoal_core::reconcile::{issue_id, InstanceStatus, Issue, IssueKind};
 use shoal_core::rollout::{
     assess, decide, writer_delay_ms, Assessment, Decision, Known, Outcome, Record, RolloutInput,
-    RolloutPhase,
+    RolloutPhase, Watch,
 };
 
 use super::{Host, HostLoop};
@@ -48,6 +48,8 @@ pub(super) struct Rollouts {
     written: Arc<Mutex<Vec<(String, String, String)>>>,
     /// The last assessment of each workload not settled.
     assessments: BTreeMap<String, Assessment>,
+    /// Since when this agent has seen each copy starting (on its monotonic clock).
+    watch: Watch,
     /// Issues this agent raises as the writer: a rollout failed for good, a rollback it wrote.
     issues: BTreeMap<String, RolloutIssue>,
 }
@@ -80,7 +82,6 @@ impl HostLoop {
         }
         self.rollouts.last_ms = Some(now);
         self.tend_rollout_issues(now);
-        let wall_now = (self.host.clock)();
         let me = self.host.node.name.as_str();
         let input = self.shell.input();
         let records = self.shell.records();
@@ -93,6 +94,13 @@ impl HostLoop {
             .filter(|(name, e)| records.get(*name).is_none_or(|r| r.version != e.version))
             .map(|(name, _)| name)
             .collect();
+        if open.is_empty() {
+            // Every rollout settled: no walk over the mesh's instances.
+            self.rollouts.assessments.clear();
+            self.rollouts.waiting.clear();
+            self.rollouts.watch = Watch::default();
+            return;
+        }
         let mut copies: BTreeMap<&str, Vec<(&str, &InstanceStatus)>> = BTreeMap::new();
         for name in &open {
             copies.insert(name.as_str(), Vec::new());
@@ -119,11 +127,13 @@ impl HostLoop {
                 spec: &entry.spec,
                 version: &entry.version,
                 paused: entry.paused,
-                now_ms: wall_now,
+                now_ms: now,
             };
             let list = copies.remove(name.as_str()).unwrap_or_default();
-            assessments.insert(name.clone(), assess(rollout, replicas, list));
+            let watch = &mut self.rollouts.watch;
+            assessments.insert(name.clone(), assess(rollout, replicas, list, watch));
         }
+        self.rollouts.watch.sweep();
         self.rollouts.assessments = assessments;
         let Some(delay) = delay else {
             self.rollouts.waiting.clear();

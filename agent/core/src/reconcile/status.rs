@@ -23,7 +23,8 @@ pub struct InstanceStatus {
     /// The spec version it runs (after a successful reload, the version it was reloaded to); for a
     /// pending replica, the version it will start.
     pub spec_version: String,
-    /// Since when it has been in this phase, ms since the Unix epoch.
+    /// Since when it has been in this phase, on the reporting agent's monotonic clock (ms):
+    /// comparable with that agent's other reports only, never with another agent's clock.
     pub since_ms: u64,
     /// Exit code of the last exit, if it exited.
     pub exit_code: Option<i32>,
