@@ -15,6 +15,8 @@ pub struct Seen {
     pub ready_ms: u64,
     /// Its spec version.
     pub version: String,
+    /// The revision (`SHOAL_SIM_REVISION`) of the spec it was started from; 0 for none.
+    pub revision: u64,
 }
 
 /// The ground truth of a host: the agent's in-memory runtime, whose times are ms since the
@@ -30,9 +32,13 @@ impl Ground {
 
     /// Every instance at `now_ms`.
     pub fn seen(&self, _now_ms: u64) -> Vec<Seen> {
+        let revisions = self.0.revisions();
         list_now(&self.0)
             .into_iter()
             .map(|i| Seen {
+                revision: (revisions.get(&i.handle))
+                    .and_then(|r| r.parse().ok())
+                    .unwrap_or(0),
                 replica: i.replica,
                 phase: i.phase,
                 ready_ms: i.started_at_ms,

@@ -23,13 +23,29 @@ pub fn parse_range(text: &str) -> anyhow::Result<std::ops::Range<u64>> {
 
 /// One seed's line of `shoal-sim seeds`.
 fn seed_line(seed: u64, passed: bool, hash: &str, p99: Option<u64>, report: &Value) -> String {
-    format!(
+    let mut line = format!(
         "seed {seed:>4}: {} trace {hash} replacement p99 {}, exclusive duplicates {}, violations {}",
         if passed { "ok    " } else { "FAILED" },
         show_ms(p99),
         u64_of(report, "exclusive_duplicates").unwrap_or(0),
         u64_of(report, "invariant_violations").unwrap_or(0),
-    )
+    );
+    let rollouts = rollout_ms(report);
+    if !rollouts.is_empty() {
+        let shown: Vec<String> = rollouts.iter().map(|ms| show_ms(*ms)).collect();
+        line += &format!(
+            ", rollbacks {}, rollouts {}",
+            u64_of(report, "rollbacks").unwrap_or(0),
+            shown.join(" / ")
+        );
+    }
+    line
+}
+
+/// A report's `rollout_ms`, one per update (None: not ended).
+fn rollout_ms(report: &Value) -> Vec<Option<u64>> {
+    let list = report.get("rollout_ms").and_then(Value::as_array);
+    list.map_or(Vec::new(), |l| l.iter().map(Value::as_u64).collect())
 }
 
 fn u64_of(v: &Value, key: &str) -> Option<u64> {
@@ -50,6 +66,7 @@ pub fn run_many(
     let (mut p99s, mut detections, mut failing) = (Vec::new(), Vec::new(), Vec::new());
     let (mut exclusive, mut violations, mut false_dead, mut wall, mut sim) = (0, 0, 0, 0.0, 0.0);
     let mut hashes = Vec::new();
+    let (mut rollbacks, mut rollouts) = (0, Vec::new());
     for seed in seeds.clone() {
         let mut cmd = Command::new(&exe);
         cmd.arg("run")
@@ -89,6 +106,8 @@ pub fn run_many(
         exclusive += u64_of(&report, "exclusive_duplicates").unwrap_or(0);
         violations += u64_of(&report, "invariant_violations").unwrap_or(0);
         false_dead += u64_of(&report, "false_dead").unwrap_or(0);
+        rollbacks += u64_of(&report, "rollbacks").unwrap_or(0);
+        rollouts.extend(rollout_ms(&report).into_iter().flatten());
         wall += report
             .get("wall_seconds")
             .and_then(Value::as_f64)
@@ -124,6 +143,8 @@ pub fn run_many(
         "exclusive_duplicates": exclusive,
         "invariant_violations": violations,
         "false_dead": false_dead,
+        "rollbacks": rollbacks,
+        "rollout_ms_across_seeds": Dist::of(&rollouts),
         "sim_seconds": sim,
         "wall_seconds": (wall * 1000.0_f64).round() / 1000.0,
         "trace_hashes": hashes.iter().map(|(s, h)| format!("{s}:{h}")).collect::<Vec<_>>(),
@@ -135,6 +156,12 @@ pub fn run_many(
         seeds.end - seeds.start,
         Dist::of(&p99s).show()
     );
+    if !rollouts.is_empty() || rollbacks > 0 {
+        eprintln!(
+            "  automatic rollbacks {rollbacks}; rollouts ended across seeds: {}",
+            Dist::of(&rollouts).show()
+        );
+    }
     for r in &replays {
         eprintln!("  replay: {r}");
     }

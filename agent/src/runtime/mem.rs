@@ -1,9 +1,10 @@
 //! A deterministic in-memory runtime for the simulator and for tests of the agent loop.
 //!
-//! Instances are records, not processes. Behaviour comes from a [`MemProfile`] per workload: start
-//! latency, starts that fail (always, or with a probability drawn from the injected rng), a crash
-//! loop (running instances exit after a delay), instances that ignore SIGTERM, failing probes.
-//! Tests crash instances on demand, take the engine away, or kill the whole host.
+//! Instances are records, not processes. Behaviour comes from a [`MemProfile`] per workload (and,
+//! optionally, per revision of its spec: [`REVISION_ENV`]): start latency, starts that fail
+//! (always, or with a probability drawn from the injected rng), a crash loop (running instances
+//! exit after a delay), instances that ignore SIGTERM, failing probes. Tests crash instances on
+//! demand, take the engine away, or kill the whole host.
 //!
 //! Time is tokio's clock only (pausable, so a simulated hour takes milliseconds), measured from
 //! the runtime's `origin`: `started_at_ms` and `exited_at_ms` are ms since that origin, not since
@@ -29,6 +30,12 @@ mod faults;
 
 pub use faults::MemProfile;
 
+/// The environment variable that names a spec's revision for the in-memory runtime: an instance
+/// started from a spec whose environment holds it takes the profile set for that revision of its
+/// workload ([`MemRuntime::set_revision_profile`]), if any, else the workload's. The simulator's
+/// `update` events change it, so a bad revision can crash-loop while the others run.
+pub const REVISION_ENV: &str = "SHOAL_SIM_REVISION";
+
 /// Events buffered per subscriber of an in-memory runtime (see [`super::EVENTS_CAPACITY`]).
 pub const MEM_EVENTS_CAPACITY: usize = 64;
 
@@ -44,6 +51,8 @@ pub struct MemRuntime {
 struct State {
     rng: Box<dyn Rng + Send>,
     profiles: BTreeMap<String, MemProfile>,
+    /// Profiles of one revision of a workload ([`REVISION_ENV`]), over the workload's.
+    revision_profiles: BTreeMap<(String, String), MemProfile>,
     instances: BTreeMap<String, MemInstance>,
     handles_issued: u64,
     starts: u64,
@@ -57,6 +66,8 @@ struct MemInstance {
     instance: RuntimeInstance,
     ignores_sigterm: bool,
     reloads: u32,
+    /// The revision of the spec it was started from ([`REVISION_ENV`]), if it names one.
+    revision: Option<String>,
     /// The pending crash-loop exit, cancelled when the instance exits otherwise.
     exit_timer: Option<AbortHandle>,
 }
@@ -81,6 +92,7 @@ impl MemRuntime {
         let state = State {
             rng: Box::new(rng),
             profiles: BTreeMap::new(),
+            revision_profiles: BTreeMap::new(),
             instances: BTreeMap::new(),
             handles_issued: 0,
             starts: 0,
@@ -121,10 +133,9 @@ impl MemRuntime {
         }
     }
 
-    fn profile(&self, workload: &str) -> MemProfile {
+    fn profile(&self, workload: &str, revision: Option<&str>) -> MemProfile {
         self.lock()
-            .profiles
-            .get(workload)
+            .profile(workload, revision)
             .cloned()
             .unwrap_or_default()
     }
@@ -170,6 +181,27 @@ impl MemRuntime {
     }
 }
 
+impl State {
+    /// The profile of `workload`'s instances of `revision`: the revision's own, else the
+    /// workload's.
+    fn profile(&self, workload: &str, revision: Option<&str>) -> Option<&MemProfile> {
+        let own = revision.and_then(|r| {
+            self.revision_profiles
+                .get(&(workload.to_string(), r.to_string()))
+        });
+        own.or_else(|| self.profiles.get(workload))
+    }
+}
+
+/// The revision a spec names in its environment ([`REVISION_ENV`]).
+fn revision_of(spec: &WorkloadSpec) -> Option<String> {
+    let env = match &spec.run {
+        Run::Process(p) => &p.env,
+        Run::Container(c) => &c.env,
+    };
+    env.get(REVISION_ENV).cloned()
+}
+
 #[async_trait]
 impl Runtime for MemRuntime {
     fn kind(&self) -> RuntimeKind {
@@ -198,7 +230,8 @@ impl Runtime for MemRuntime {
                 serving,
             });
         }
-        let profile = self.profile(&request.replica.workload);
+        let revision = revision_of(&request.spec);
+        let profile = self.profile(&request.replica.workload, revision.as_deref());
         tokio::time::sleep(profile.start_latency).await;
         if let Some(reason) = self.start_failure(&profile) {
             return Err(RuntimeError::StartFailed { reason });
@@ -234,6 +267,7 @@ impl Runtime for MemRuntime {
                 instance: instance.clone(),
                 ignores_sigterm: profile.ignores_sigterm,
                 reloads: 0,
+                revision,
                 exit_timer,
             };
             state.instances.insert(handle.clone(), inst);
@@ -327,9 +361,9 @@ impl Runtime for MemRuntime {
         if let Some(outcome) = state.probe_overrides.get(handle) {
             return outcome.clone();
         }
+        let workload = &inst.instance.replica.workload;
         match state
-            .profiles
-            .get(&inst.instance.replica.workload)
+            .profile(workload, inst.revision.as_deref())
             .and_then(|p| p.probe_failure.clone())
         {
             Some(reason) => ProbeOutcome::fail(reason),

@@ -275,6 +275,7 @@ mod tests {
             phase: Phase::Running,
             ready_ms: 0,
             version: "v1".into(),
+            revision: 0,
             exclusive: false,
         };
         let host_of = |node: &str| node[1..].parse::<u32>().unwrap() - 1;

@@ -4,11 +4,15 @@
 //! - never two alive copies of an exclusive replica;
 //! - no host holds more than its declared capacity;
 //! - every acknowledged spec reaches every live agent (checked at the end, timed throughout);
-//! - after the last fault, running = desired within the scenario's bound (and stays so).
+//! - after the last fault, running = desired within the scenario's bound (and stays so);
+//! - a spec version the mesh wrote itself restores content the simulator sent (an automatic
+//!   rollback), and becomes the desired state; every update's rollout is timed.
 
 mod agents;
 mod cells;
 mod liveness;
+mod mesh_specs;
+mod rollouts;
 pub mod stats;
 mod truth;
 
@@ -24,6 +28,8 @@ use crate::trace::Trace;
 use crate::world::Host;
 
 pub use liveness::{EventFailure, LivenessOutcome, LIVENESS_HOLD_MS};
+pub use mesh_specs::{RollbackSeen, WATCH_EVERY_MS};
+pub use rollouts::{Rollout, RolloutStart, ROLLOUT_HOLD_MS};
 pub use truth::Copies;
 
 /// A broken invariant.
@@ -163,6 +169,17 @@ pub struct Checker {
     pub liveness: Option<LivenessOutcome>,
     /// Why running != desired at the last sample (None: it is equal).
     pub convergence_gap: Option<String>,
+    /// Every update's rollout, in the order they were sent.
+    pub rollouts: Vec<Rollout>,
+    /// Automatic rollbacks seen (the mesh wrote an earlier spec's content again).
+    pub rollbacks: Vec<RollbackSeen>,
+    /// Workloads with a spec change sent and not answered yet (set by the driver).
+    pub(crate) in_flight: BTreeSet<String>,
+    /// The spec the simulator sent last for each workload.
+    pub(crate) last_sent: BTreeMap<String, WorkloadSpec>,
+    /// Specs the mesh wrote itself, adopted since the driver last took them.
+    pub(crate) adopted: Vec<WorkloadSpec>,
+    watch_round: u64,
     /// The spec behind each (workload, version) the simulator learned of: a copy made from an
     /// older version whose process and resources the newer one keeps is current (a scale).
     pub(crate) made_from: BTreeMap<(String, String), WorkloadSpec>,
@@ -234,6 +251,7 @@ impl Checker {
 
     /// The simulator sends `spec` to an agent (an apply, scale or update).
     pub fn spec_sent(&mut self, spec: &WorkloadSpec) {
+        self.last_sent.insert(spec.name.clone(), spec.clone());
         let sent = self.sent_specs.entry(spec.name.clone()).or_default();
         if !sent.contains(spec) {
             sent.push(spec.clone());
@@ -321,6 +339,8 @@ impl Checker {
             agents::trace_decisions(now, &r, &on, hosts, trace).await;
         }
         self.check_capacity(now, hosts, &copies, trace);
+        self.watch_mesh_specs(now, hosts, trace).await;
+        self.track_rollouts(now, &copies);
         self.update_truth(now, hosts, trace);
         self.check_replacements(&copies);
         self.check_convergence(now, &copies, hosts);

@@ -25,6 +25,8 @@ pub struct Copy {
     pub ready_ms: u64,
     /// Spec version.
     pub version: String,
+    /// The revision of the spec it was started from (`SHOAL_SIM_REVISION`; 0 for none).
+    pub revision: u64,
     /// Exclusive workload.
     pub exclusive: bool,
 }
@@ -68,6 +70,7 @@ pub fn copies(now: u64, hosts: &[Host], latest: &Latest) -> Copies {
                 phase: i.phase,
                 ready_ms: i.ready_ms,
                 version: i.version,
+                revision: i.revision,
                 exclusive,
             });
         }

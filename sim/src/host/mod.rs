@@ -14,13 +14,46 @@ use shoal::guard::MemGuard;
 use shoal::host::{Host, HostConfig as LoopConfig};
 use shoal::mesh::node::WallClock;
 use shoal::mesh::run::RunningNode;
-use shoal::runtime::mem::{MemProfile, MemRuntime};
+use shoal::runtime::mem::{MemProfile, MemRuntime, REVISION_ENV};
 use shoal_core::reconcile::ReconcileConfig;
+use shoal_core::spec::{Run, WorkloadSpec};
 
 use crate::scenario::{HostConfig, InstanceProfile};
 
-/// Instance behaviour per workload, changed by `instance` events while the run goes on.
-pub type Profiles = Arc<Mutex<BTreeMap<String, InstanceProfile>>>;
+/// Instance behaviour per workload and per revision, changed while the run goes on.
+pub type Profiles = Arc<Mutex<ProfileTable>>;
+
+/// Instance behaviour: per workload (`[[workloads]]`, `instance` events), and per revision of a
+/// workload (an `update` event's faults), which instances started from that revision follow
+/// whatever the workload's says.
+#[derive(Clone, Debug, Default)]
+pub struct ProfileTable {
+    /// Per workload.
+    pub workloads: BTreeMap<String, InstanceProfile>,
+    /// Per (workload, revision).
+    pub revisions: BTreeMap<(String, u64), InstanceProfile>,
+}
+
+/// The revision of a spec: its `SHOAL_SIM_REVISION` ([`REVISION_ENV`]), which `update` events
+/// raise; 0 when it has none (a spec as first applied).
+pub fn revision(spec: &WorkloadSpec) -> u64 {
+    let env = match &spec.run {
+        Run::Process(p) => &p.env,
+        Run::Container(c) => &c.env,
+    };
+    env.get(REVISION_ENV)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Sets a spec's revision: one environment variable changes, so every replica is replaced.
+pub fn set_revision(spec: &mut WorkloadSpec, revision: u64) {
+    let env = match &mut spec.run {
+        Run::Process(p) => &mut p.env,
+        Run::Container(c) => &mut c.env,
+    };
+    env.insert(REVISION_ENV.into(), revision.to_string());
+}
 
 /// How old a peer's confirmation that it hears a host may be, in the simulator: its timers
 /// are shorter than an agent's (fencing delay 5 s), and the host asks every second.
@@ -51,10 +84,14 @@ pub fn mem_profile(p: &InstanceProfile) -> MemProfile {
     }
 }
 
-/// Hands every workload's profile to `mem` (future starts follow it).
+/// Hands every workload's and revision's profile to `mem` (future starts follow it).
 pub fn apply_profiles(mem: &MemRuntime, profiles: &Profiles) {
-    for (w, p) in profiles.lock().expect("profiles").iter() {
+    let table = profiles.lock().expect("profiles");
+    for (w, p) in &table.workloads {
         mem.set_profile(w, mem_profile(p));
+    }
+    for ((w, revision), p) in &table.revisions {
+        mem.set_revision_profile(w, &revision.to_string(), mem_profile(p));
     }
 }
 

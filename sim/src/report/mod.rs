@@ -6,7 +6,9 @@ mod svg;
 use serde::Serialize;
 
 use crate::check::stats::Dist;
-use crate::check::{EventFailure, FaultWindow, LivenessOutcome, Sample, Violation};
+use crate::check::{
+    EventFailure, FaultWindow, LivenessOutcome, RollbackSeen, Rollout, Sample, Violation,
+};
 use crate::world::World;
 
 pub use svg::timeline_svg;
@@ -61,6 +63,15 @@ pub struct Report {
     pub timer_late_max_ms: u64,
     /// Ack to every live agent.
     pub spec_propagation: Dist,
+    /// Automatic rollbacks seen: the mesh wrote an earlier revision's spec again.
+    pub rollbacks: usize,
+    /// Each of them.
+    pub rollback_writes: Vec<RollbackSeen>,
+    /// Per update event, in order: its send to complete or rolled back (None: neither by the
+    /// end of the timeline, or superseded).
+    pub rollout_ms: Vec<Option<u64>>,
+    /// Per update event: its revisions, how its rollout ended and when.
+    pub rollouts: Vec<Rollout>,
     /// Gossip messages per host per simulated second.
     pub gossip_messages_per_node_per_s: f64,
     /// Gossip bytes per host per simulated second.
@@ -158,6 +169,7 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
             failures.push(format!("{} false dead verdicts (max {max})", c.false_dead));
         }
     }
+    rollback_assertions(c, &sc.assert, &mut failures);
     let liveness_failed = c.liveness.as_ref().is_some_and(|l| !l.passed);
     let kinds = failure_kinds(c, duplicates_over, &failures, liveness_failed);
     let passed = kinds.is_empty();
@@ -191,6 +203,10 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
             .max()
             .unwrap_or(0),
         spec_propagation: Dist::of(&c.propagation_ms),
+        rollbacks: c.rollbacks.len(),
+        rollback_writes: c.rollbacks.clone(),
+        rollout_ms: c.rollouts.iter().map(|r| r.rollout_ms).collect(),
+        rollouts: c.rollouts.clone(),
         gossip_messages_per_node_per_s: round3(per(&|t| t.gossip_messages)),
         gossip_bytes_per_node_per_s: round3(per(&|t| t.gossip_bytes)),
         rpc_bytes_per_node_per_s: round3(per(&|t| t.rpc_bytes)),
@@ -212,6 +228,22 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
         windows: c.windows.clone(),
         trace: world.trace.lines().to_vec(),
     }
+}
+
+/// The scenario's bounds on automatic rollbacks and each update's `expect`.
+fn rollback_assertions(
+    c: &crate::check::Checker,
+    a: &crate::scenario::Assertions,
+    failures: &mut Vec<String>,
+) {
+    let seen = c.rollbacks.len() as u64;
+    if let Some(min) = a.rollbacks_min.filter(|min| seen < *min) {
+        failures.push(format!("{seen} automatic rollbacks seen (min {min})"));
+    }
+    if let Some(max) = a.rollbacks_max.filter(|max| seen > *max) {
+        failures.push(format!("{seen} automatic rollbacks seen (max {max})"));
+    }
+    failures.extend(c.rollouts.iter().filter_map(Rollout::unexpected));
 }
 
 fn failure_kinds(
@@ -281,6 +313,7 @@ impl Report {
             self.replacement_exclusive.show()
         );
         s += &format!("  spec propagation: {}\n", self.spec_propagation.show());
+        s += &self.rollouts_summary();
         s += &format!(
             "  exclusive duplicates: {} (longest {} ms); normal duplicates: {} (longest {} ms)\n",
             self.exclusive_duplicates,
@@ -333,6 +366,50 @@ impl Report {
         }
         if !self.passed {
             s += &format!("  replay: {}\n", self.replay);
+        }
+        s
+    }
+}
+
+impl Report {
+    /// The rollouts' and rollbacks' lines of the summary (none without an update).
+    fn rollouts_summary(&self) -> String {
+        let mut s = String::new();
+        for r in &self.rollouts {
+            let to = match r.rolled_back_to {
+                Some(to) => format!(" to revision {to}"),
+                None => String::new(),
+            };
+            let took = match r.rollout_ms {
+                Some(ms) => format!(" in {ms} ms"),
+                None => String::new(),
+            };
+            s += &format!(
+                "  rollout of {} revision {} -> {}: {}{to}{took} ({})\n",
+                r.workload,
+                r.from_revision,
+                r.revision,
+                r.outcome.as_str(),
+                r.event
+            );
+        }
+        if !self.rollouts.is_empty() || self.rollbacks > 0 {
+            let each: Vec<String> = (self.rollback_writes.iter())
+                .map(|b| {
+                    format!(
+                        "{} revision {} -> {} seen at {:.1} s",
+                        b.workload,
+                        b.from_revision,
+                        b.to_revision,
+                        b.seen_ms as f64 / 1000.0
+                    )
+                })
+                .collect();
+            let list = match each.is_empty() {
+                true => String::new(),
+                false => format!(" ({})", each.join("; ")),
+            };
+            s += &format!("  automatic rollbacks: {}{list}\n", self.rollbacks);
         }
         s
     }

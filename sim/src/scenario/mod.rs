@@ -124,6 +124,62 @@ impl Default for InstanceProfile {
     }
 }
 
+/// Instance faults of one revision of a workload (an `update` event's `start`, `start_fail`,
+/// `crash_after`): the fields given replace the workload's profile for the instances started
+/// from that revision only.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RevisionFaults {
+    /// Start latency.
+    pub start_ms: Option<u64>,
+    /// Probability that a start fails.
+    pub start_fail: Option<f64>,
+    /// A running instance exits after this long.
+    pub crash_after_ms: Option<u64>,
+}
+
+impl RevisionFaults {
+    /// No field given: the revision behaves as the workload does.
+    pub fn is_empty(&self) -> bool {
+        *self == RevisionFaults::default()
+    }
+
+    /// The revision's profile: these fields over the workload's `base`.
+    pub fn over(&self, base: InstanceProfile) -> InstanceProfile {
+        InstanceProfile {
+            start_ms: self.start_ms.unwrap_or(base.start_ms),
+            start_fail: self.start_fail.unwrap_or(base.start_fail),
+            crash_after_ms: self.crash_after_ms.or(base.crash_after_ms),
+        }
+    }
+}
+
+/// How the rollout of an `update` ended (docs/sim.md, "Rollouts and automatic rollbacks").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RolloutOutcome {
+    /// Every replica ran healthy at the new revision (and stayed so for the hold).
+    Complete,
+    /// The mesh wrote the content of an earlier revision back, and every replica ran healthy at
+    /// it.
+    RolledBack,
+    /// Another update or a delete of the workload came first.
+    Superseded,
+    /// Neither by the end of the timeline.
+    Unfinished,
+}
+
+impl RolloutOutcome {
+    /// The name in scenario files and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RolloutOutcome::Complete => "complete",
+            RolloutOutcome::RolledBack => "rolled-back",
+            RolloutOutcome::Superseded => "superseded",
+            RolloutOutcome::Unfinished => "unfinished",
+        }
+    }
+}
+
 /// A workload and when it is applied.
 #[derive(Clone, Debug)]
 pub struct WorkloadEntry {
@@ -243,12 +299,17 @@ pub enum Action {
         /// The agent that receives it.
         via: Selector,
     },
-    /// A new spec version (a changed environment): every replica is replaced.
+    /// A new spec version (a changed environment, `SHOAL_SIM_REVISION`): every replica is
+    /// replaced.
     Update {
         /// The workload.
         workload: String,
         /// The agent that receives it.
         via: Selector,
+        /// How the new revision's instances fail (none: as the workload's).
+        faults: RevisionFaults,
+        /// How its rollout must end (`expect`), checked at the end of the run.
+        expect: Option<RolloutOutcome>,
     },
     /// `shoal delete`.
     Delete {
@@ -344,6 +405,10 @@ pub struct Assertions {
     /// The liveness phase after the timeline: every host up and running = desired within this
     /// long (docs/sim.md).
     pub liveness_within_ms: u64,
+    /// At least this many automatic rollbacks seen.
+    pub rollbacks_min: Option<u64>,
+    /// At most this many automatic rollbacks seen.
+    pub rollbacks_max: Option<u64>,
 }
 
 /// The default bound of the liveness phase.

@@ -8,7 +8,7 @@ use toml::Spanned;
 
 use super::{
     Action, Assertions, Event, GossipOverrides, HostConfig, InstanceProfile, Mesh, PartitionKind,
-    Scenario, Selector, WorkloadEntry,
+    RevisionFaults, RolloutOutcome, Scenario, Selector, WorkloadEntry,
 };
 use crate::net::LinkFault;
 
@@ -142,6 +142,7 @@ struct RawEvent {
     up: Option<String>,
     count: Option<u32>,
     mode: Option<String>,
+    expect: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -152,6 +153,8 @@ struct RawAssert {
     replacement_p99_max: Option<String>,
     false_dead_max: Option<u64>,
     liveness_within: Option<String>,
+    rollbacks_min: Option<u64>,
+    rollbacks_max: Option<u64>,
 }
 
 /// Line and column (1-based) of byte `offset` in `text`.
@@ -365,7 +368,17 @@ pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, ScenarioError>
         liveness_within_ms: c
             .ms(0, "assert.liveness_within", &a.liveness_within)
             .unwrap_or(super::LIVENESS_WITHIN_MS),
+        rollbacks_min: a.rollbacks_min,
+        rollbacks_max: a.rollbacks_max,
     };
+    if let (Some(min), Some(max)) = (a.rollbacks_min, a.rollbacks_max) {
+        if min > max {
+            c.at(
+                0,
+                format!("assert.rollbacks_min ({min}) is above assert.rollbacks_max ({max})"),
+            );
+        }
+    }
     let duration_ms = duration_ms.unwrap_or(0);
     for e in &events {
         let end_ms = e.at_ms + e.action.span_ms();
@@ -422,6 +435,15 @@ fn event(c: &mut Check<'_>, off: usize, e: &RawEvent, n: u32) -> Option<Event> {
         }
         v.clone()
     };
+    if e.expect.is_some() && e.action != "update" {
+        c.at(
+            off,
+            format!(
+                "expect: only an update's rollout has an outcome to expect, not a {}",
+                e.action
+            ),
+        );
+    }
     let action = match e.action.as_str() {
         "crash" => Action::Crash {
             target,
@@ -502,6 +524,8 @@ fn event(c: &mut Check<'_>, off: usize, e: &RawEvent, n: u32) -> Option<Event> {
         "update" => Action::Update {
             workload: need(c, "workload", &e.workload)?,
             via,
+            faults: revision_faults(c, off, e),
+            expect: expect(c, off, e.expect.as_deref()),
         },
         "delete" => Action::Delete {
             workload: need(c, "workload", &e.workload)?,
@@ -542,6 +566,31 @@ fn event(c: &mut Check<'_>, off: usize, e: &RawEvent, n: u32) -> Option<Event> {
         line,
         action,
     })
+}
+
+/// An update's faults of its new revision (`start`, `start_fail`, `crash_after`), checked as the
+/// `instance` event's.
+fn revision_faults(c: &mut Check<'_>, off: usize, e: &RawEvent) -> RevisionFaults {
+    RevisionFaults {
+        start_ms: c.ms(off, "start", &e.start),
+        start_fail: e.start_fail.map(|p| c.prob(off, "start_fail", Some(p))),
+        crash_after_ms: c.ms(off, "crash_after", &e.crash_after),
+    }
+}
+
+/// An update's `expect`: how its rollout must end.
+fn expect(c: &mut Check<'_>, off: usize, text: Option<&str>) -> Option<RolloutOutcome> {
+    match text? {
+        "complete" => Some(RolloutOutcome::Complete),
+        "rolled-back" | "rolled_back" => Some(RolloutOutcome::RolledBack),
+        other => {
+            let why = format!(
+                "expect: {other:?} is not a rollout outcome to expect (complete, rolled-back)"
+            );
+            c.at(off, why);
+            None
+        }
+    }
 }
 
 /// An event about a workload that neither `[[workloads]]` nor an `apply` event names could never
@@ -627,5 +676,52 @@ mod tests {
         let text = format!("{GOOD}[[workloads]]\nspec = \"\"\"\nname = \"Bad Name\"\n\"\"\"\n");
         let err = parse_scenario(&text, "w.toml").unwrap_err().to_string();
         assert!(err.contains("w.toml (spec at line 5)"), "{err}");
+    }
+
+    const WEB: &str = "[[workloads]]\nspec = \"\"\"\nname = \"web\"\n[process]\n\
+                       command = [\"web\"]\n[resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n\"\"\"\n";
+
+    #[test]
+    fn an_update_carries_the_faults_of_its_revision_and_what_it_expects() {
+        let text = format!(
+            "{GOOD}{WEB}[[events]]\nat = \"5s\"\naction = \"update\"\nworkload = \"web\"\n\
+             crash_after = \"500ms\"\nexpect = \"rolled-back\"\n\
+             [[events]]\nat = \"6s\"\naction = \"update\"\nworkload = \"web\"\n\
+             [assert]\nrollbacks_min = 1\n"
+        );
+        let sc = parse_scenario(&text, "u.toml").unwrap();
+        let Action::Update { faults, expect, .. } = &sc.events[0].action else {
+            panic!("{:?}", sc.events[0]);
+        };
+        assert_eq!(faults.crash_after_ms, Some(500));
+        assert_eq!((faults.start_ms, faults.start_fail), (None, None));
+        assert_eq!(*expect, Some(RolloutOutcome::RolledBack));
+        let base = InstanceProfile::default();
+        assert_eq!(faults.over(base).crash_after_ms, Some(500));
+        assert_eq!(faults.over(base).start_ms, base.start_ms);
+        let Action::Update { faults, expect, .. } = &sc.events[1].action else {
+            panic!("{:?}", sc.events[1]);
+        };
+        assert!(faults.is_empty() && expect.is_none());
+        assert_eq!(sc.assert.rollbacks_min, Some(1));
+    }
+
+    #[test]
+    fn a_bad_update_field_is_reported_with_its_location() {
+        let text = format!(
+            "{GOOD}{WEB}[[events]]\nat = \"5s\"\naction = \"update\"\nworkload = \"web\"\n\
+             crash_after = \"soon\"\nstart_fail = 2.0\nexpect = \"fine\"\n\
+             [[events]]\nat = \"6s\"\naction = \"crash\"\nexpect = \"complete\"\n"
+        );
+        let err = parse_scenario(&text, "u.toml").unwrap_err().to_string();
+        for wanted in [
+            "u.toml:14:1: crash_after: \"soon\" is not a duration",
+            "u.toml:14:1: start_fail: 2 is not a probability (0.0 to 1.0)",
+            "u.toml:14:1: expect: \"fine\" is not a rollout outcome to expect (complete, \
+             rolled-back)",
+            "u.toml:21:1: expect: only an update's rollout has an outcome to expect, not a crash",
+        ] {
+            assert!(err.contains(wanted), "{wanted:?} not in:\n{err}");
+        }
     }
 }

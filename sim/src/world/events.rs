@@ -8,11 +8,12 @@ use shoal::mesh::api::Request;
 use shoal::mesh::record::NODE_KEY;
 use shoal::pki::Role;
 use shoal::tls::Peer;
-use shoal_core::spec::{Run, WorkloadSpec};
+use shoal_core::spec::WorkloadSpec;
 
 use super::{ApiAnswer, HostState, Origin, Step, World};
+use crate::host::{revision, set_revision};
 use crate::scenario::select::Pool;
-use crate::scenario::{Action, PartitionKind, Selector};
+use crate::scenario::{Action, PartitionKind, RevisionFaults, Selector};
 
 /// Time between two attempts of a spec change that found no serving agent.
 const SPEC_RETRY_MS: u64 = 500;
@@ -209,13 +210,16 @@ impl World {
                 self.profiles
                     .lock()
                     .expect("profiles")
+                    .workloads
                     .insert(workload.clone(), profile);
                 for host in &self.hosts {
                     crate::host::apply_profiles(&host.mem, &self.profiles);
                 }
                 self.log(format!("instances of {workload}: {profile:?}"));
             }
-            Action::Apply { spec, via } => self.send_spec(*spec, &via, "apply", origin),
+            Action::Apply { spec, via } => {
+                self.send_spec(*spec, &via, "apply", origin);
+            }
             Action::Scale {
                 workload,
                 replicas,
@@ -227,12 +231,32 @@ impl World {
                 spec.replicas = replicas;
                 self.send_spec(spec, &via, "scale", origin);
             }
-            Action::Update { workload, via } => {
+            Action::Update {
+                workload,
+                via,
+                faults,
+                expect,
+            } => {
                 let Some(mut spec) = self.sent_spec(&workload, &origin) else {
                     return;
                 };
-                bump_revision(&mut spec);
-                self.send_spec(spec, &via, "update", origin);
+                let from = revision(&spec);
+                let high = self.revisions.get(&workload).copied().unwrap_or(0);
+                let to = high.max(from) + 1;
+                set_revision(&mut spec, to);
+                if !faults.is_empty() {
+                    self.revision_faults(&workload, to, faults);
+                }
+                if self.send_spec(spec, &via, "update", origin.clone()) {
+                    let rollout = crate::check::RolloutStart {
+                        workload,
+                        event: origin.to_string(),
+                        from_revision: from,
+                        revision: to,
+                        expect,
+                    };
+                    self.checker.rollout_started(now, rollout);
+                }
             }
             Action::Delete { workload, via } => {
                 if !self.sent.contains(&workload) {
@@ -244,6 +268,7 @@ impl World {
                 };
                 self.log(format!("delete {workload} via n{}", h + 1));
                 self.specs.remove(&workload);
+                self.checker.rollouts_superseded(now, &workload);
                 let req = Request::Delete {
                     name: workload.clone(),
                 };
@@ -452,10 +477,39 @@ impl World {
         picked.first().copied()
     }
 
-    fn send_spec(&mut self, spec: WorkloadSpec, via: &Selector, what: &str, origin: Origin) {
-        let Some(h) = self.api_host(via, &origin) else {
-            return;
+    /// The instances of `workload`'s revision `to` fail as `faults` say, over the workload's
+    /// profile of now.
+    fn revision_faults(&mut self, workload: &str, to: u64, faults: RevisionFaults) {
+        let profile = {
+            let mut table = self.profiles.lock().expect("profiles");
+            let base = table.workloads.get(workload).copied().unwrap_or_default();
+            let profile = faults.over(base);
+            table.revisions.insert((workload.to_string(), to), profile);
+            profile
         };
+        for host in &self.hosts {
+            crate::host::apply_profiles(&host.mem, &self.profiles);
+        }
+        self.log(format!(
+            "instances of {workload} revision {to}: {profile:?}"
+        ));
+    }
+
+    /// Sends `spec` through an agent's API (`via`); false (and the event failed) when no agent
+    /// could take it.
+    fn send_spec(
+        &mut self,
+        spec: WorkloadSpec,
+        via: &Selector,
+        what: &str,
+        origin: Origin,
+    ) -> bool {
+        let Some(h) = self.api_host(via, &origin) else {
+            return false;
+        };
+        let revision = revision(&spec);
+        let high = self.revisions.entry(spec.name.clone()).or_default();
+        *high = (*high).max(revision);
         let name = spec.name.clone();
         self.log(format!(
             "{what} {name} (replicas {}) via n{}",
@@ -468,7 +522,7 @@ impl World {
         let req = Request::Apply {
             specs: vec![spec.clone()],
         };
-        self.call_api(h, req, what, name, Some(spec), origin);
+        self.call_api(h, req, what, name, Some(spec), origin)
     }
 
     fn call_api(
@@ -479,19 +533,21 @@ impl World {
         workload: String,
         spec: Option<WorkloadSpec>,
         origin: Origin,
-    ) {
+    ) -> bool {
         let Some(api) = self.hosts[h as usize]
             .running
             .as_ref()
             .map(|a| a.api().clone())
         else {
             let why = format!("n{} has no agent to call", h + 1);
-            return self.event_failed(&origin, why);
+            self.event_failed(&origin, why);
+            return false;
         };
         self.api_seq += 1;
         let id = self.api_seq;
         let label = format!("{what} {workload} via n{}", h + 1);
-        self.api_pending.insert(id, (label, origin));
+        self.api_pending
+            .insert(id, (label, origin, workload.clone()));
         let (tx, sent_ms, what) = (self.api_tx.clone(), self.now_ms(), what.to_string());
         tokio::spawn(async move {
             let response = api
@@ -507,19 +563,6 @@ impl World {
                 response,
             });
         });
+        true
     }
-}
-
-/// A new spec version: one environment variable changes, so every replica is replaced.
-fn bump_revision(spec: &mut WorkloadSpec) {
-    let env = match &mut spec.run {
-        Run::Process(p) => &mut p.env,
-        Run::Container(c) => &mut c.env,
-    };
-    let next = env
-        .get("SHOAL_SIM_REVISION")
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0)
-        + 1;
-    env.insert("SHOAL_SIM_REVISION".into(), next.to_string());
 }

@@ -111,11 +111,17 @@ impl World {
             undone.push(format!("{} resumed", super::faults::names(&paused)));
         }
         let mut healthy = Vec::new();
-        for (w, p) in self.profiles.lock().expect("profiles").iter_mut() {
-            if p.start_fail > 0.0 || p.crash_after_ms.is_some() {
-                p.start_fail = 0.0;
-                p.crash_after_ms = None;
-                healthy.push(w.clone());
+        {
+            let mut table = self.profiles.lock().expect("profiles");
+            for (w, p) in table.workloads.iter_mut() {
+                if heal(p) {
+                    healthy.push(w.clone());
+                }
+            }
+            for ((w, revision), p) in table.revisions.iter_mut() {
+                if heal(p) {
+                    healthy.push(format!("{w} revision {revision}"));
+                }
             }
         }
         if !healthy.is_empty() {
@@ -145,4 +151,13 @@ impl World {
         let gaps = self.checker.liveness_gaps(&self.hosts).await;
         self.checker.liveness_sample(now, gaps, &mut self.trace)
     }
+}
+
+/// Makes a profile's instances healthy (no failed starts, no crash loop; the start latency
+/// stays); true if it changed.
+fn heal(p: &mut crate::scenario::InstanceProfile) -> bool {
+    let faulty = p.start_fail > 0.0 || p.crash_after_ms.is_some();
+    p.start_fail = 0.0;
+    p.crash_after_ms = None;
+    faulty
 }

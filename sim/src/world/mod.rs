@@ -97,6 +97,9 @@ pub struct World {
     pub(crate) specs: BTreeMap<String, WorkloadSpec>,
     /// Every workload the simulator ever sent a spec of (a delete needs one).
     pub(crate) sent: std::collections::BTreeSet<String>,
+    /// The highest revision each workload's specs ever had (an update after a rollback takes a
+    /// revision of its own, never the rolled-back one's again).
+    pub(crate) revisions: BTreeMap<String, u64>,
     pub(crate) tuning: GossipTuning,
     pub(crate) checker: Checker,
     /// The concrete schedule (resolved selectors), for the report.
@@ -104,8 +107,8 @@ pub struct World {
     pub(crate) faults: faults::Faults,
     steps: BTreeMap<(u64, u64), Step>,
     step_seq: u64,
-    /// API calls sent and not answered yet: what, and the event that sent it.
-    api_pending: BTreeMap<u64, (String, Origin)>,
+    /// API calls sent and not answered yet: what, the event that sent it, and the workload.
+    api_pending: BTreeMap<u64, (String, Origin, String)>,
     api_seq: u64,
     api_tx: mpsc::UnboundedSender<ApiAnswer>,
     api_rx: mpsc::UnboundedReceiver<ApiAnswer>,
@@ -127,11 +130,12 @@ impl World {
             tuning.phi_threshold = phi;
         }
         let hosts = (0..n).map(|i| Host::new(i, &scenario, seed, t0)).collect();
-        let profiles: BTreeMap<String, _> = scenario
-            .workloads
-            .iter()
-            .map(|w| (w.spec.name.clone(), w.profile))
-            .collect();
+        let profiles = crate::host::ProfileTable {
+            workloads: (scenario.workloads.iter())
+                .map(|w| (w.spec.name.clone(), w.profile))
+                .collect(),
+            revisions: BTreeMap::new(),
+        };
         let (api_tx, api_rx) = mpsc::unbounded_channel();
         let checker = Checker::new(&scenario);
         let mut world = World {
@@ -143,6 +147,7 @@ impl World {
             profiles: Arc::new(Mutex::new(profiles)),
             specs: BTreeMap::new(),
             sent: Default::default(),
+            revisions: BTreeMap::new(),
             tuning,
             checker,
             schedule: Vec::new(),
@@ -240,9 +245,11 @@ impl World {
             self.drain_api();
             self.bury_zombies(now);
             if now >= *next_tick {
+                self.checker.in_flight = self.api_pending.values().map(|p| p.2.clone()).collect();
                 self.checker
                     .sample(now, &self.hosts, &self.net, &mut self.trace)
                     .await;
+                self.follow_mesh_writes();
                 *next_tick += TICK_MS;
                 if next_tick.is_multiple_of(1000) {
                     progress(now);
@@ -289,9 +296,18 @@ impl World {
         }
     }
 
+    /// The mesh wrote a spec itself (an automatic rollback): later scales and updates start
+    /// from it, as an operator's `shoal scale` would start from what the mesh holds.
+    fn follow_mesh_writes(&mut self) {
+        for spec in std::mem::take(&mut self.checker.adopted) {
+            self.specs.insert(spec.name.clone(), spec);
+        }
+    }
+
     /// The timeline is over: what is still postponed never took effect.
     fn end_timeline(&mut self) {
         self.checker.timeline_converged_at_ms = self.checker.converged_at_ms;
+        self.checker.end_rollouts();
         for step in std::mem::take(&mut self.steps).into_values() {
             match step {
                 Step::Fire { origin, tries, .. } | Step::Restart { origin, tries, .. } => {
@@ -317,7 +333,7 @@ impl World {
                 self.event_failed(&origin, why);
             }
         }
-        for (what, origin) in std::mem::take(&mut self.api_pending).into_values() {
+        for (what, origin, _) in std::mem::take(&mut self.api_pending).into_values() {
             self.event_failed(&origin, format!("{what} sent but never answered"));
         }
     }
@@ -379,7 +395,7 @@ impl World {
         while let Ok(answer) = self.api_rx.try_recv() {
             let now = self.now_ms();
             let via = format!("n{}", answer.via + 1);
-            let Some((_, origin)) = self.api_pending.remove(&answer.id) else {
+            let Some((_, origin, _)) = self.api_pending.remove(&answer.id) else {
                 continue;
             };
             if let (Response::Error(e), Some(spec)) = (&answer.response, &answer.spec) {

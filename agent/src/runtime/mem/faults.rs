@@ -1,6 +1,8 @@
 //! What tests and the simulator inject into the in-memory runtime: per-workload behaviour
 //! ([`MemProfile`]), crashes, engine outages, host death, probe outcomes; and the invariant check.
 
+use std::collections::BTreeMap;
+
 use tokio::time::Duration;
 
 use super::{MemRuntime, RuntimeEvent};
@@ -42,9 +44,28 @@ impl Default for MemProfile {
 }
 
 impl MemRuntime {
-    /// Sets how `workload`'s instances behave from their next start (or stop, or probe) on.
+    /// Sets how `workload`'s instances behave from their next start (or stop, or probe) on;
+    /// instances of a revision with a profile of its own keep that one.
     pub fn set_profile(&self, workload: &str, profile: MemProfile) {
         self.lock().profiles.insert(workload.to_string(), profile);
+    }
+
+    /// Sets how `workload`'s instances started from specs of `revision` (the value of
+    /// [`super::REVISION_ENV`] in their environment) behave, from their next start (or probe)
+    /// on, whatever the workload's own profile says.
+    pub fn set_revision_profile(&self, workload: &str, revision: &str, profile: MemProfile) {
+        let key = (workload.to_string(), revision.to_string());
+        self.lock().revision_profiles.insert(key, profile);
+    }
+
+    /// The revision each instance was started from (handle to [`super::REVISION_ENV`]'s value),
+    /// for the instances whose spec names one.
+    pub fn revisions(&self) -> BTreeMap<String, String> {
+        let state = self.lock();
+        let named = state.instances.iter();
+        named
+            .filter_map(|(h, i)| Some((h.clone(), i.revision.clone()?)))
+            .collect()
     }
 
     /// Which kinds of workloads this runtime accepts (both by default), to mimic a process-only
@@ -119,5 +140,81 @@ impl MemRuntime {
                 "{i:?}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::core::instance::ReplicaId;
+    use crate::core::spec::WorkloadSpec;
+    use crate::runtime::{Runtime, StartRequest};
+
+    /// A start of replica `replica` of `web` at `revision` (none: the spec names no revision).
+    fn start(replica: u32, revision: Option<&str>) -> StartRequest {
+        let env = revision.map_or(String::new(), |r| {
+            format!("[process.env]\n{} = \"{r}\"\n", super::super::REVISION_ENV)
+        });
+        let text = format!(
+            "name = \"web\"\n[process]\ncommand = [\"web\"]\n{env}\
+             [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n"
+        );
+        StartRequest {
+            replica: ReplicaId::new("web", replica),
+            spec: Arc::new(WorkloadSpec::from_toml_str(&text, "web.toml").unwrap()),
+            spec_version: format!("v{}", revision.unwrap_or("0")),
+            node: "n1".into(),
+            fence_token: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_revision_with_a_profile_of_its_own_fails_alone() {
+        let rt = MemRuntime::new("n1", 1);
+        let slow = MemProfile {
+            start_latency: Duration::from_millis(200),
+            ..MemProfile::default()
+        };
+        rt.set_profile("web", slow.clone());
+        let crash_loop = MemProfile {
+            exit_after: Some(Duration::from_secs(1)),
+            ..slow
+        };
+        rt.set_revision_profile("web", "2", crash_loop);
+        rt.set_revision_profile(
+            "web",
+            "3",
+            MemProfile {
+                fail_starts: Some("no such image".into()),
+                ..MemProfile::default()
+            },
+        );
+        let old = rt.start(start(0, None)).await.unwrap();
+        let good = rt.start(start(1, Some("1"))).await.unwrap();
+        let bad = rt.start(start(2, Some("2"))).await.unwrap();
+        let refused = rt.start(start(3, Some("3"))).await.unwrap_err();
+        assert!(refused.to_string().contains("no such image"), "{refused}");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let phases: BTreeMap<String, Phase> = (rt.list().await.unwrap().into_iter())
+            .map(|i| (i.handle, i.phase))
+            .collect();
+        assert_eq!(phases[&old.handle], Phase::Running);
+        assert_eq!(phases[&good.handle], Phase::Running);
+        assert_eq!(phases[&bad.handle], Phase::Exited, "revision 2 crash-loops");
+        let revisions = rt.revisions();
+        assert_eq!(revisions.get(&old.handle), None);
+        assert_eq!(revisions[&good.handle], "1");
+        assert_eq!(revisions[&bad.handle], "2");
+        // Healed: the revision's next start follows its new profile.
+        rt.set_revision_profile("web", "2", MemProfile::default());
+        let again = rt.start(start(2, Some("2"))).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let alive = rt.list().await.unwrap();
+        assert!(alive
+            .iter()
+            .any(|i| i.handle == again.handle && i.phase == Phase::Running));
+        rt.check_invariants();
     }
 }
