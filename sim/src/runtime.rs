@@ -1,6 +1,7 @@
 //! The ground truth of one host, as the invariant checkers see it: which instances exist on the
 //! agent's in-memory runtime and in what phase. Time is the simulation's (tokio's paused clock,
-//! in ms since the run began), never a host's skewed wall clock: processes age in physical time.
+//! in ms since the run began; the runtime dates instances from [`crate::clock::BASE_MS`]), never
+//! a host's skewed wall clock: processes age in physical time.
 
 use shoal_core::instance::{Phase, ReplicaId};
 
@@ -19,8 +20,9 @@ pub struct Seen {
     pub revision: u64,
 }
 
-/// The ground truth of a host: the agent's in-memory runtime, whose times are ms since the
-/// run's start.
+/// The ground truth of a host: the agent's in-memory runtime, whose times are its origin's
+/// reading ([`crate::clock::BASE_MS`]) plus ms since the run's start; [`Ground::seen`] gives ms
+/// since the run's start.
 #[derive(Clone)]
 pub struct Ground(shoal::runtime::mem::MemRuntime);
 
@@ -33,6 +35,7 @@ impl Ground {
     /// Every instance at `now_ms`.
     pub fn seen(&self, _now_ms: u64) -> Vec<Seen> {
         let revisions = self.0.revisions();
+        let base_ms = self.0.origin_ms();
         list_now(&self.0)
             .into_iter()
             .map(|i| Seen {
@@ -41,7 +44,7 @@ impl Ground {
                     .unwrap_or(0),
                 replica: i.replica,
                 phase: i.phase,
-                ready_ms: i.started_at_ms,
+                ready_ms: i.started_at_ms.saturating_sub(base_ms),
                 version: i.spec_version,
             })
             .collect()

@@ -1,6 +1,6 @@
-//! Updates whose new revision fails: the faults hit that revision's instances only, and a
-//! rollout not rolled back fails the scenario that expects it (docs/sim.md, "Rollouts and
-//! automatic rollbacks").
+//! Updates whose new revision fails: the faults hit that revision's instances only, a rollout
+//! not rolled back fails the scenario that expects it, and `scenarios/bad-rollout.toml` is
+//! rolled back on every seed (docs/sim.md, "Rollouts and automatic rollbacks").
 
 mod support;
 
@@ -113,4 +113,25 @@ fn an_update_s_faults_hit_its_revision_only_and_a_missing_rollback_fails_the_run
         "{undone}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_crash_looping_revision_is_rolled_back_on_every_seed() {
+    for seed in 1..=5 {
+        let r = support::run("bad-rollout", seed, None);
+        assert_eq!(r["passed"], true, "seed {seed}: {r}");
+        assert_eq!(r["rollbacks"], 1, "seed {seed}: {r}");
+        let b = &r["rollback_writes"][0];
+        assert_eq!(
+            (b["from_revision"].as_u64(), b["to_revision"].as_u64()),
+            (Some(2), Some(1)),
+            "seed {seed}: {r}"
+        );
+        let outcomes: Vec<&str> = (r["rollouts"].as_array().unwrap().iter())
+            .map(|o| o["outcome"].as_str().unwrap())
+            .collect();
+        assert_eq!(outcomes, ["complete", "rolled-back"], "seed {seed}: {r}");
+        assert!(r["rollout_ms"][1].as_u64().is_some(), "seed {seed}: {r}");
+        assert_eq!(r["invariant_violations"], 0, "seed {seed}: {r}");
+    }
 }

@@ -7,8 +7,10 @@
 //! demand, take the engine away, or kill the whole host.
 //!
 //! Time is tokio's clock only (pausable, so a simulated hour takes milliseconds), measured from
-//! the runtime's `origin`: `started_at_ms` and `exited_at_ms` are ms since that origin, not since
-//! 1970. Randomness is the rng passed in. Under a paused current-thread runtime the same seed and
+//! the runtime's `origin`: `started_at_ms` and `exited_at_ms` are ms since that origin plus the
+//! runtime's `origin_ms` (0 unless [`MemRuntime::with_origin_ms`] says otherwise: the simulator
+//! dates them like a real runtime's wall-clock times, which the agent's monotonic clock reads
+//! like). Randomness is the rng passed in. Under a paused current-thread runtime the same seed and
 //! the same calls give the same instances, handles, times and events.
 
 use std::collections::BTreeMap;
@@ -44,6 +46,8 @@ pub const MEM_EVENTS_CAPACITY: usize = 64;
 pub struct MemRuntime {
     node: String,
     origin: Instant,
+    /// What `origin` reads as, ms.
+    origin_ms: u64,
     state: Arc<Mutex<State>>,
     events: broadcast::Sender<RuntimeEvent>,
 }
@@ -104,9 +108,18 @@ impl MemRuntime {
         MemRuntime {
             node: node.to_string(),
             origin,
+            origin_ms: 0,
             state: Arc::new(Mutex::new(state)),
             events,
         }
+    }
+
+    /// The same runtime with its times reading `origin_ms` at `origin` (ms since the Unix epoch,
+    /// say, as a real runtime dates instances with the wall clock and the agent's monotonic
+    /// clock starts at the wall clock's reading: `shoal::host::clock::monotonic_from`).
+    pub fn with_origin_ms(mut self, origin_ms: u64) -> Self {
+        self.origin_ms = origin_ms;
+        self
     }
 
     /// The instant its times count from.
@@ -114,14 +127,18 @@ impl MemRuntime {
         self.origin
     }
 
+    /// What its times read at [`MemRuntime::origin`], ms.
+    pub fn origin_ms(&self) -> u64 {
+        self.origin_ms
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().expect("mem runtime lock")
     }
 
     fn now_ms(&self) -> u64 {
-        Instant::now()
-            .saturating_duration_since(self.origin)
-            .as_millis() as u64
+        let elapsed = Instant::now().saturating_duration_since(self.origin);
+        self.origin_ms + elapsed.as_millis() as u64
     }
 
     fn engine_check(&self) -> Result<(), RuntimeError> {

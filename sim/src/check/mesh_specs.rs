@@ -51,6 +51,79 @@ async fn held_spec(host: &Host, workload: &str) -> Option<(String, WorkloadSpec)
     }
 }
 
+/// Rollout events an agent records (`shoal events`).
+const ROLLOUT_EVENTS: [&str; 3] = ["rollout-complete", "rollout-failed", "rollback"];
+
+/// What the agents say of `workload`'s rollouts, into the trace: one serving agent's history
+/// (each version's outcome, the record of the current one, its assessment) and every serving
+/// agent's rollout events. Read when the timeline ends, for the reader of a rollout that ended
+/// otherwise than expected.
+pub async fn trace_agents_rollouts(now: u64, workload: &str, hosts: &[Host], trace: &mut Trace) {
+    let peer = || Peer::new("shoal-sim", Role::Client);
+    let serving = hosts.iter().filter(|h| h.serving());
+    let mut asked_history = false;
+    for host in serving {
+        let Some(api) = host.api() else { continue };
+        if !asked_history {
+            asked_history = true;
+            let req = Request::History {
+                name: workload.to_string(),
+            };
+            if let Response::History {
+                versions,
+                record,
+                assessment,
+                ..
+            } = api.clone().handle_request(req, peer()).await
+            {
+                for v in versions.iter().take(4) {
+                    let outcome = v.outcome.as_deref().unwrap_or("current");
+                    trace.line(
+                        now,
+                        format!(
+                            "  {} says {workload} version {}: {outcome} {}",
+                            host.name,
+                            format_version(&v.version),
+                            v.reason
+                        ),
+                    );
+                }
+                trace.line(
+                    now,
+                    format!("  {} says {workload}'s record: {record:?}", host.name),
+                );
+                trace.line(
+                    now,
+                    format!(
+                        "  {} says {workload}'s assessment: {assessment:?}",
+                        host.name
+                    ),
+                );
+            }
+        }
+        let req = Request::Events {
+            after: 0,
+            limit: 1_000,
+        };
+        let Response::Events(events) = api.clone().handle_request(req, peer()).await else {
+            continue;
+        };
+        let about = events.iter().filter(|e| {
+            e.replica.as_deref() == Some(workload) && ROLLOUT_EVENTS.contains(&e.kind.as_str())
+        });
+        for e in about {
+            let at = e.at_ms.saturating_sub(crate::clock::BASE_MS) as f64 / 1000.0;
+            trace.line(
+                now,
+                format!(
+                    "  {} recorded {} {workload} at {at:.1} s (its clock): {}",
+                    host.name, e.kind, e.reason
+                ),
+            );
+        }
+    }
+}
+
 impl Checker {
     /// Reads what a few serving agents hold of every live workload (every
     /// [`WATCH_EVERY_MS`]) and adopts a write the mesh made itself.

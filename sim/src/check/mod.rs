@@ -28,7 +28,7 @@ use crate::trace::Trace;
 use crate::world::Host;
 
 pub use liveness::{EventFailure, LivenessOutcome, LIVENESS_HOLD_MS};
-pub use mesh_specs::{RollbackSeen, WATCH_EVERY_MS};
+pub use mesh_specs::{trace_agents_rollouts, RollbackSeen, WATCH_EVERY_MS};
 pub use rollouts::{Rollout, RolloutStart, ROLLOUT_HOLD_MS};
 pub use truth::Copies;
 

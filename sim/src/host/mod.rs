@@ -103,7 +103,7 @@ pub struct AgentParts {
     pub mem: MemRuntime,
     /// The host's wall clock (skewed by clock faults).
     pub clock: WallClock,
-    /// The simulation's start: the monotonic clock reads ms since then.
+    /// The simulation's start: the monotonic clock reads [`crate::clock::BASE_MS`] then.
     pub t0: tokio::time::Instant,
     /// Timing.
     pub config: HostConfig,
@@ -113,7 +113,11 @@ pub struct AgentParts {
 
 /// Assembles and starts the agent: the same [`Agent`] as `shoal agent`, with its guard (returned
 /// too, for the simulator to watch it and to stop it when the host dies). The monotonic clock is
-/// the simulation's (the in-memory runtime dates exits on it too), never the skewed wall clock.
+/// the simulation's, never the skewed wall clock, and reads like true wall-clock time
+/// ([`crate::clock::BASE_MS`] at the start), as a real agent's starts at the wall clock's
+/// reading (`shoal::host::clock::monotonic_from`): what the agent gossips on it (a phase's
+/// `since_ms`) is compared with peers' wall clocks. The in-memory runtime dates instances on
+/// the same scale (`MemRuntime::with_origin_ms`), as a real runtime's wall-clock dates.
 pub fn start_agent(parts: AgentParts) -> (Agent, MemGuard) {
     let config = LoopConfig {
         tick: Duration::from_millis(parts.config.reconcile_interval_ms),
@@ -121,7 +125,9 @@ pub fn start_agent(parts: AgentParts) -> (Agent, MemGuard) {
         ..LoopConfig::default()
     };
     let t0 = parts.t0;
-    let mono: shoal::host::clock::MonoClock = Arc::new(move || t0.elapsed().as_millis() as u64);
+    let base_ms = parts.mem.origin_ms();
+    let mono: shoal::host::clock::MonoClock =
+        Arc::new(move || base_ms + t0.elapsed().as_millis() as u64);
     // The lease of `shoal agent`'s guard (`GuardConfig::new`): the reconciler's self-fencing time.
     let guard = MemGuard::start(
         parts.mem.clone(),

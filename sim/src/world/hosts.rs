@@ -88,7 +88,7 @@ impl Host {
         };
         let name = format!("n{}", index + 1);
         let rng = rand::rngs::ChaCha8Rng::seed_from_u64(seed ^ (u64::from(index) << 32) ^ 0x6d656d);
-        let mem = MemRuntime::with_rng(&name, rng, t0);
+        let mem = MemRuntime::with_rng(&name, rng, t0).with_origin_ms(crate::clock::BASE_MS);
         let ground = Ground::new(mem.clone());
         Host {
             index,

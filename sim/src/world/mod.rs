@@ -214,6 +214,7 @@ impl World {
         let end = self.scenario.duration_ms;
         let mut next_tick = TICK_MS;
         self.run_until(end, &mut next_tick, progress, false).await;
+        self.trace_rollouts().await;
         self.end_timeline();
         self.run_liveness(&mut next_tick, progress).await;
         self.end_run();
@@ -293,6 +294,22 @@ impl World {
                 );
                 self.trace.line(now, line);
             }
+        }
+    }
+
+    /// What the agents say of every updated workload's rollouts, into the trace.
+    async fn trace_rollouts(&mut self) {
+        let mut updated: Vec<String> = (self.checker.rollouts.iter())
+            .map(|r| r.workload.clone())
+            .collect();
+        updated.dedup();
+        let now = self.now_ms();
+        for w in updated {
+            self.trace.line(
+                now,
+                format!("the agents on {w}'s rollouts at the end of the timeline:"),
+            );
+            crate::check::trace_agents_rollouts(now, &w, &self.hosts, &mut self.trace).await;
         }
     }
 
