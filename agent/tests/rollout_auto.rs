@@ -183,6 +183,26 @@ async fn a_crashing_version_is_rolled_back_to_the_last_complete_one() {
     let history = json(&cluster, 0, &["history", "web", "-o", "json"]);
     assert_eq!(history[0]["runs"], "sleep 3595", "{history}");
     assert_eq!(history[1]["outcome"], "complete", "{history}");
+    // Recorded complete before the next apply (the version a rollback goes back to).
+    let recorded = wait_until(Duration::from_secs(5), || rollout(1)["recorded"] == true);
+    assert!(recorded, "{}", rollout(1));
+
+    // `apply --wait` of a bad version ends when the rollback replaces it, and says so.
+    let out = cluster.cli(
+        0,
+        &[
+            "apply",
+            "-f",
+            bad.to_str().unwrap(),
+            "--wait",
+            "--wait-timeout",
+            "60s",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("rolled back"), "{}", stderr(&out));
+    let history = json(&cluster, 0, &["history", "web", "-o", "json"]);
+    assert_eq!(history[0]["runs"], "sleep 3595", "{history}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -156,6 +156,16 @@ fn wait_rollout(
         if ready.len() as u32 >= status.desired {
             return Ok(true);
         }
+        if !status.version.is_empty() && status.version != version {
+            // An automatic rollback (or a newer apply) replaced the version waited for.
+            eprintln!(
+                "{name}: the desired version is now {}, not {shown_version}: the rollout failed \
+                 and was rolled back, or a newer apply replaced it; see `shoal rollout status \
+                 {name}` and `shoal history {name}`",
+                format_version(&status.version)
+            );
+            return Ok(false);
+        }
         if start.elapsed() >= timeout {
             let waited = format_duration_ms(timeout.as_millis().try_into().unwrap_or(u64::MAX));
             eprintln!("{name}: gave up after {waited}; replicas not ready:");
