@@ -211,6 +211,9 @@ fn main() -> anyhow::Result<()> {
     mesh.wait_for("fleet's first rollout", Duration::from_secs(180), || {
         recorded(1)
     })?;
+    // The agent asked may not have heard of the update yet: until it reports another version,
+    // its "complete" is the first rollout's.
+    let first = mesh.rollout(1, "fleet")["version"].clone();
     let applied = Instant::now();
     mesh.apply(
         &spec("fleet", replicas, r#"["sleep", "3596", "3597"]"#, surge),
@@ -219,9 +222,12 @@ fn main() -> anyhow::Result<()> {
     let mut serving_ms = None;
     let mut min_serving = replicas;
     mesh.wait_for("fleet's update", Duration::from_secs(600), || {
-        let r = mesh.rollout(1, "fleet");
-        let updated = r["updated"].as_u64() == Some(u64::from(replicas));
         min_serving = min_serving.min(mesh.serving(2, "fleet"));
+        let r = mesh.rollout(1, "fleet");
+        if r["version"] == first || r["version"].is_null() {
+            return false;
+        }
+        let updated = r["updated"].as_u64() == Some(u64::from(replicas));
         if updated && serving_ms.is_none() {
             serving_ms = Some(applied.elapsed().as_millis() as u64);
         }
