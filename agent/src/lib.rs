@@ -9,6 +9,7 @@ pub mod agent;
 pub mod authority;
 pub mod cells;
 pub mod dispatch;
+pub mod dns;
 pub mod gossip;
 pub mod guard;
 pub mod host;

@@ -51,6 +51,8 @@ pub struct ShellState {
     pub statuses_rejected: u64,
     /// The input of the last round, updated in place.
     input: ReconcileInput,
+    /// Counts the rounds in which the members, their keys or the specs moved.
+    generation: u64,
 }
 
 impl ShellState {
@@ -62,6 +64,17 @@ impl ShellState {
     /// The rollout records, by workload, as the store held them when the specs were read.
     pub fn records(&self) -> &BTreeMap<String, shoal_core::rollout::Record> {
         &self.records
+    }
+
+    /// Moves with every round in which the members, their gossiped keys or the specs moved:
+    /// what is derived from them alone need not be computed again while it stays.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The members as the last [`build`] read them.
+    pub fn members(&self) -> &Arc<[Member]> {
+        self.members.members()
     }
 
     /// The reconciler's input as the last [`build`] left it.
@@ -91,6 +104,9 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         let chitchat = node.gossip().chitchat();
         let guard = chitchat.lock().await;
         let moved = shell.members.refresh(&guard);
+        if moved.keys || moved.members {
+            shell.generation += 1;
+        }
         if moved.keys {
             refresh_peers(&guard, shell, moved.members);
         }
@@ -109,6 +125,7 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
     shell.input.fence_token_floor = (host.clock)();
     let specs_moved = refresh_specs(host, shell).await;
     if specs_moved {
+        shell.generation += 1;
         shell.input.specs = shell.specs.clone();
     }
     // The placement is a function of the members, the specs and the cells only.

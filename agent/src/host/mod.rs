@@ -17,6 +17,7 @@
 //! saved last-majority time.
 
 pub mod clock;
+mod endpoints;
 mod exec;
 mod guard;
 pub mod heard;
@@ -160,6 +161,9 @@ pub struct Host {
     feedback_tx: mpsc::Sender<Feedback>,
     commands_tx: mpsc::Sender<Command>,
     snapshot: Mutex<Arc<Snapshot>>,
+    /// Every workload's endpoints, rebuilt after a round in which something moved (DNS and
+    /// `shoal endpoints` read it).
+    endpoints: Mutex<Arc<crate::dns::EndpointTable>>,
     /// Peers' confirmations that they hear this node (for exclusive replicas).
     heard: Arc<heard::Heard>,
     /// When the host was created, on the monotonic clock.
@@ -199,6 +203,8 @@ pub struct HostLoop {
     cells_saved: Option<usize>,
     /// Rollout assessments, writes in flight and the issues about them.
     rollouts: rollout::Rollouts,
+    /// What the endpoint table was last built from (the shell's generation, own instances).
+    endpoints_at: Option<(u64, Vec<InstanceStatus>)>,
 }
 
 impl Host {
@@ -228,6 +234,7 @@ impl Host {
             feedback_tx,
             commands_tx,
             snapshot: Mutex::new(Arc::default()),
+            endpoints: Mutex::new(Arc::default()),
             heard: Arc::default(),
             started_mono_ms,
             feedback_dropped: Arc::default(),
@@ -251,6 +258,7 @@ impl Host {
             members_saved: None,
             cells_saved: None,
             rollouts: rollout::Rollouts::default(),
+            endpoints_at: None,
         };
         (host, host_loop)
     }
@@ -649,6 +657,7 @@ impl HostLoop {
         self.save_majority_time(last_majority);
         self.save_members_known().await;
         self.save_cells_known().await;
+        self.refresh_endpoints(&observed);
         self.publish(observed, issues).await;
         let mut stats = self.host.stats.lock().expect("stats lock");
         stats.rounds += 1;

@@ -1,0 +1,264 @@
+//! Tests of [`answer`] over the sample table of `table.rs`: every kind of name, every error,
+//! truncation, and random bytes.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
+use proptest::prelude::*;
+
+use super::answer::{answer, Dropped, Outcome, Transport, Zone};
+use super::table::tests::{sample, spec, status};
+use super::table::{EndpointTable, HostInfo, TableInput};
+
+fn query(name: &str, qtype: RecordType) -> Message {
+    let mut m = Message::new(0x1234, MessageType::Query, OpCode::Query);
+    m.metadata.recursion_desired = true;
+    m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
+    m
+}
+
+/// Asks `name` for `qtype` over UDP without EDNS: the response, decoded, and whether it was cut.
+fn ask(table: &EndpointTable, name: &str, qtype: RecordType) -> Message {
+    ask_with(table, query(name, qtype), Transport::Udp)
+}
+
+fn ask_with(table: &EndpointTable, q: Message, transport: Transport) -> Message {
+    let zone = Zone::new("shoal").unwrap();
+    match answer(table, &zone, &q.to_vec().unwrap(), transport) {
+        Outcome::Reply { bytes, .. } => Message::from_vec(&bytes).expect("a decodable response"),
+        Outcome::Drop(why) => panic!("dropped: {why:?}"),
+    }
+}
+
+/// The answer section as text: `A 10.0.0.1`, `SRV 8080 0.web.shoal.`.
+fn answers(m: &Message) -> Vec<String> {
+    m.answers
+        .iter()
+        .map(|r| match &r.data {
+            RData::A(a) => format!("A {}", a.0),
+            RData::AAAA(a) => format!("AAAA {}", a.0),
+            RData::SRV(s) => format!("SRV {} {}", s.port, s.target),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_workload_answers_its_serving_hosts() {
+    let r = ask(&sample(), "web.shoal.", RecordType::A);
+    assert_eq!(r.metadata.response_code, ResponseCode::NoError);
+    assert!(r.metadata.authoritative && r.metadata.recursion_desired);
+    assert_eq!(r.metadata.id, 0x1234);
+    assert_eq!(answers(&r), ["A 10.0.0.1", "A 10.0.0.2"]);
+    assert!(r.answers.iter().all(|a| a.ttl == super::answer::TTL_SECS));
+    // Names are case-insensitive; the owner name is echoed as asked.
+    let r = ask(&sample(), "WEB.Shoal.", RecordType::A);
+    assert_eq!(answers(&r), ["A 10.0.0.1", "A 10.0.0.2"]);
+    // No IPv6 addresses: an empty NOERROR.
+    let r = ask(&sample(), "web.shoal.", RecordType::AAAA);
+    assert_eq!(r.metadata.response_code, ResponseCode::NoError);
+    assert!(r.answers.is_empty());
+}
+
+#[test]
+fn a_replica_answers_its_host_or_nothing() {
+    let t = sample();
+    assert_eq!(
+        answers(&ask(&t, "1.web.shoal.", RecordType::A)),
+        ["A 10.0.0.2"]
+    );
+    let unhealthy = ask(&t, "2.web.shoal.", RecordType::A);
+    assert_eq!(unhealthy.metadata.response_code, ResponseCode::NoError);
+    assert!(unhealthy.answers.is_empty());
+    let dead_node = ask(&t, "1.pg.shoal.", RecordType::A);
+    assert_eq!(dead_node.metadata.response_code, ResponseCode::NoError);
+    assert!(dead_node.answers.is_empty());
+    for name in [
+        "3.web.shoal.",
+        "01.web.shoal.",
+        "x.web.shoal.",
+        "0.nope.shoal.",
+    ] {
+        let r = ask(&t, name, RecordType::A);
+        assert_eq!(r.metadata.response_code, ResponseCode::NXDomain, "{name}");
+    }
+}
+
+#[test]
+fn known_names_without_serving_replicas_are_empty_and_unknown_ones_nxdomain() {
+    let t = sample();
+    let idle = ask(&t, "idle.shoal.", RecordType::A);
+    assert_eq!(idle.metadata.response_code, ResponseCode::NoError);
+    assert!(idle.answers.is_empty());
+    let apex = ask(&t, "shoal.", RecordType::A);
+    assert_eq!(apex.metadata.response_code, ResponseCode::NoError);
+    for name in ["nope.shoal.", "a.b.c.d.web.shoal."] {
+        let r = ask(&t, name, RecordType::A);
+        assert_eq!(r.metadata.response_code, ResponseCode::NXDomain, "{name}");
+    }
+}
+
+#[test]
+fn srv_names_the_fixed_host_ports() {
+    let t = sample();
+    let r = ask(&t, "_80._tcp.web.shoal.", RecordType::SRV);
+    assert_eq!(
+        answers(&r),
+        ["SRV 8080 0.web.shoal.", "SRV 8080 1.web.shoal."]
+    );
+    assert_eq!(r.additionals.len(), 2, "the targets' addresses");
+    let one = ask(&t, "_80._tcp.1.web.shoal.", RecordType::SRV);
+    assert_eq!(answers(&one), ["SRV 8080 1.web.shoal."]);
+    // Published on a port the engine picks: known, but no port to give.
+    let unknown_port = ask(&t, "_9000._tcp.web.shoal.", RecordType::SRV);
+    assert_eq!(unknown_port.metadata.response_code, ResponseCode::NoError);
+    assert!(unknown_port.answers.is_empty());
+    for name in [
+        "_81._tcp.web.shoal.",
+        "_80._udp.web.shoal.",
+        "_80._tcp.pg.shoal.",
+    ] {
+        let r = ask(&t, name, RecordType::SRV);
+        assert_eq!(r.metadata.response_code, ResponseCode::NXDomain, "{name}");
+    }
+}
+
+#[test]
+fn other_zones_and_classes_are_refused() {
+    let t = sample();
+    let r = ask(&t, "example.com.", RecordType::A);
+    assert_eq!(r.metadata.response_code, ResponseCode::Refused);
+    assert!(!r.metadata.authoritative);
+    let mut chaos = query("web.shoal.", RecordType::A);
+    chaos.queries[0].set_query_class(DNSClass::CH);
+    let r = ask_with(&t, chaos, Transport::Udp);
+    assert_eq!(r.metadata.response_code, ResponseCode::Refused);
+}
+
+#[test]
+fn other_opcodes_and_question_counts_are_errors() {
+    let t = sample();
+    let mut notify = query("web.shoal.", RecordType::A);
+    notify.metadata.op_code = OpCode::Notify;
+    assert_eq!(
+        ask_with(&t, notify, Transport::Udp).metadata.response_code,
+        ResponseCode::NotImp
+    );
+    let mut two = query("web.shoal.", RecordType::A);
+    two.add_query(Query::query(
+        Name::from_ascii("pg.shoal.").unwrap(),
+        RecordType::A,
+    ));
+    assert_eq!(
+        ask_with(&t, two, Transport::Udp).metadata.response_code,
+        ResponseCode::FormErr
+    );
+}
+
+/// A workload with 40 replicas on 40 hosts: 40 A records do not fit 512 bytes.
+fn wide() -> EndpointTable {
+    let specs = BTreeMap::from([("big".to_string(), spec("big", 40, &[]))]);
+    let hosts: BTreeMap<String, HostInfo> = (0..40u8)
+        .map(|i| {
+            let addr = Some(IpAddr::from([10, 0, 1, i]));
+            (format!("n{i}"), HostInfo { addr, live: true })
+        })
+        .collect();
+    let peers = (0..40u32)
+        .map(|i| (format!("n{i}"), vec![status("big", i, true)]))
+        .collect();
+    EndpointTable::build(&TableInput {
+        specs: &specs,
+        hosts: &hosts,
+        me: "n0",
+        own: &[status("big", 0, true)],
+        peers: &peers,
+    })
+}
+
+#[test]
+fn udp_answers_past_the_size_are_truncated_and_tcp_ones_are_whole() {
+    let t = wide();
+    let r = ask(&t, "big.shoal.", RecordType::A);
+    assert!(r.metadata.truncation, "40 records exceed 512 bytes");
+    assert!(r.answers.is_empty());
+    assert_eq!(r.queries.len(), 1);
+    let mut with_edns = query("big.shoal.", RecordType::A);
+    let mut edns = Edns::new();
+    edns.set_max_payload(4096);
+    with_edns.set_edns(edns);
+    let r = ask_with(&t, with_edns.clone(), Transport::Udp);
+    assert!(!r.metadata.truncation, "fits the EDNS size");
+    assert_eq!(r.answers.len(), 40);
+    assert!(r.edns.is_some(), "EDNS answered with EDNS");
+    let r = ask_with(&t, query("big.shoal.", RecordType::A), Transport::Tcp);
+    assert!(!r.metadata.truncation);
+    assert_eq!(r.answers.len(), 40);
+}
+
+#[test]
+fn malformed_queries_get_formerr_or_are_dropped() {
+    let t = sample();
+    let zone = Zone::new("shoal.").unwrap();
+    let drop = |bytes: &[u8]| answer(&t, &zone, bytes, Transport::Udp);
+    assert_eq!(drop(&[1, 2, 3]), Outcome::Drop(Dropped::Short));
+    assert_eq!(drop(&[0u8; 2000]), Outcome::Drop(Dropped::Oversized));
+    let mut response = query("web.shoal.", RecordType::A).to_vec().unwrap();
+    response[2] |= 0x80;
+    assert_eq!(drop(&response), Outcome::Drop(Dropped::NotQuery));
+    // A header announcing a question that is not there.
+    let garbage = [0xab, 0xcd, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xff];
+    let Outcome::Reply { bytes, rcode, .. } = drop(&garbage) else {
+        panic!("a FORMERR is sent");
+    };
+    assert_eq!(rcode, ResponseCode::FormErr);
+    let m = Message::from_vec(&bytes).unwrap();
+    assert_eq!(
+        (m.metadata.id, m.metadata.response_code),
+        (0xabcd, ResponseCode::FormErr)
+    );
+}
+
+#[test]
+fn zones_are_checked() {
+    assert!(Zone::new(".").is_err());
+    assert!(Zone::new("a..b").is_err());
+    assert_eq!(
+        Zone::new("Svc.Example").unwrap().origin().to_string(),
+        "svc.example."
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..1100)) {
+        let (t, zone) = (sample(), Zone::new("shoal").unwrap());
+        for transport in [Transport::Udp, Transport::Tcp] {
+            if let Outcome::Reply { bytes: out, .. } = answer(&t, &zone, &bytes, transport) {
+                prop_assert!(out.len() <= 65_535);
+                if transport == Transport::Udp {
+                    prop_assert!(out.len() <= 1232);
+                }
+            }
+        }
+    }
+
+    /// A valid query with random flips in it: never a panic, never a response to a response.
+    #[test]
+    fn mutated_queries_never_panic(flips in proptest::collection::vec((0usize..64, any::<u8>()), 1..8)) {
+        let (t, zone) = (sample(), Zone::new("shoal").unwrap());
+        let mut bytes = query("_80._tcp.web.shoal.", RecordType::SRV).to_vec().unwrap();
+        for (at, value) in flips {
+            let at = at % bytes.len();
+            bytes[at] = value;
+        }
+        let outcome = answer(&t, &zone, &bytes, Transport::Udp);
+        if bytes[2] & 0x80 != 0 {
+            prop_assert_eq!(outcome, Outcome::Drop(Dropped::NotQuery));
+        }
+    }
+}
