@@ -60,6 +60,8 @@ pub struct AgentOptions {
     pub tuning: GossipTuning,
     /// Where to serve OpenMetrics `/metrics` (plain HTTP), if anywhere.
     pub metrics_addr: Option<SocketAddr>,
+    /// Where to answer DNS for the mesh's workloads, and the zone, if anywhere.
+    pub dns: Option<crate::dns::DnsConfig>,
     /// Which runtime runs this node's instances.
     pub runtime: RuntimeChoice,
     /// The host loop's timing and bounds.
@@ -293,13 +295,20 @@ pub async fn run_agent(
         opts.data_dir.clone(),
         opts.name.clone(),
     ));
+    let dns_stats = Arc::new(crate::dns::DnsStats::default());
+    let dns = match opts.dns.clone() {
+        Some(config) => Some(start_dns(config, agent.host(), dns_stats.clone()).await?),
+        None => None,
+    };
     let metrics = opts.metrics_addr.map(|addr| {
         let host = agent.host().clone();
         let collect: crate::metrics::Collector = Arc::new(move || {
             let (host, gossip, api) = (host.clone(), gossip_stats.clone(), api_stats.clone());
+            let dns_stats = dns_stats.clone();
             Box::pin(async move {
                 let mut families = metrics::mesh_families(host.node(), &gossip, &api).await;
                 families.extend(crate::host::metrics::host_families(&host));
+                families.extend(dns_stats.families());
                 families
             })
         });
@@ -324,6 +333,7 @@ pub async fn run_agent(
     joining.abort();
     watch.abort();
     tracing::info!("leaving the mesh");
+    drop(dns);
     agent.leave().await;
     server.abort();
     if let Some(metrics) = metrics {
@@ -334,4 +344,22 @@ pub async fn run_agent(
         Some(conflict) => anyhow::bail!(conflict),
         None => Ok(()),
     }
+}
+
+/// Serves DNS on `config.addr` from the host's endpoint table (held weakly: the server never
+/// keeps a stopped agent's host alive).
+async fn start_dns(
+    config: crate::dns::DnsConfig,
+    host: &Arc<Host>,
+    stats: Arc<crate::dns::DnsStats>,
+) -> anyhow::Result<crate::dns::DnsServer> {
+    let addr = config.addr;
+    let host = Arc::downgrade(host);
+    let source: crate::dns::TableSource =
+        Arc::new(move || host.upgrade().map(|h| h.endpoints()).unwrap_or_default());
+    let server = crate::dns::DnsServer::start(config, source, stats)
+        .await
+        .with_context(|| format!("binding DNS (--dns) on {addr}, UDP and TCP"))?;
+    tracing::info!(%addr, "answering DNS");
+    Ok(server)
 }

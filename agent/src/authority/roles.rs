@@ -38,7 +38,7 @@ pub fn needs(req: &Request) -> Needs {
         | Request::Delete { .. }
         | Request::PublishCrl { .. }
         | Request::SetCaps { .. } => Needs::Write,
-        Request::Caps | Request::History { .. } => Needs::Read,
+        Request::Caps | Request::History { .. } | Request::Endpoints { .. } => Needs::Read,
         Request::Undo { .. } | Request::Pause { .. } => Needs::Write,
         Request::Approve { .. } | Request::Drain { .. } => Needs::WriteOrForward,
         Request::Replicate { .. }

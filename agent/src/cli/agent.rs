@@ -68,6 +68,13 @@ pub struct Args {
     /// Serve OpenMetrics at http://IP:PORT/metrics.
     #[arg(long, value_name = "IP:PORT")]
     metrics: Option<SocketAddr>,
+    /// Answer DNS for the mesh's workloads on IP:PORT, UDP and TCP (off unless given):
+    /// `NAME.shoal.`, `REPLICA.NAME.shoal.`, `_PORT._tcp.NAME.shoal.` (docs/operations.md, "DNS").
+    #[arg(long, value_name = "IP:PORT")]
+    dns: Option<SocketAddr>,
+    /// The zone `--dns` answers.
+    #[arg(long, value_name = "DOMAIN", default_value = "shoal.")]
+    dns_domain: String,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -143,6 +150,8 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
     shoal::pki::validate_name(&args.name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
     shoal::cells::check_cell_name(&args.cell).map_err(|e| anyhow::anyhow!("--cell: {e}"))?;
     let (api_admission, gossip_admission) = admission_limits(&args.admission)?;
+    let zone = shoal::dns::Zone::new(&args.dns_domain).map_err(|e| anyhow::anyhow!(e))?;
+    let dns = args.dns.map(|addr| shoal::dns::DnsConfig { addr, zone });
     Ok(AgentOptions {
         name: args.name.clone(),
         gossip_addr: args.gossip,
@@ -159,6 +168,7 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
         labels,
         tuning: GossipTuning::default(),
         metrics_addr: args.metrics,
+        dns,
         runtime: match args.runtime {
             Runtime::Process => RuntimeChoice::Process,
             Runtime::Docker => RuntimeChoice::Docker,

@@ -17,6 +17,7 @@ mod caps;
 mod completions;
 mod connect;
 mod demo;
+mod endpoints;
 mod guard;
 mod history;
 mod nodes;
@@ -61,6 +62,8 @@ enum Command {
     Delete(workloads::NameArgs),
     /// Show where a workload's replicas are.
     Status(workloads::NameArgs),
+    /// Every replica's address and health, as the agents' DNS answers them.
+    Endpoints(endpoints::Args),
     /// List the nodes of the mesh.
     Nodes(nodes::Args),
     /// List issues raised by every node's reconciler (held ones wait for `approve`).
@@ -139,6 +142,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Get(args) => workloads::get(args),
         Command::Delete(args) => workloads::delete(args),
         Command::Status(args) => workloads::status(args),
+        Command::Endpoints(args) => endpoints::run(args),
         Command::Nodes(args) => nodes::run(args),
         Command::Issues(args) => ops::issues(args),
         Command::Approve(args) => ops::approve(args),

@@ -6,6 +6,7 @@
 //! across the mesh (issues, approve, events, drain) are in [`ops`], status in [`status`]; the
 //! membership and cells lists, a page at a time, in [`pages`].
 
+mod endpoints;
 mod history;
 mod ops;
 mod pages;
@@ -103,6 +104,7 @@ impl Api {
             }
             Request::Caps => Ok(Response::Caps(node.caps())),
             Request::History { name } => history::versions(&node, self.host.as_deref(), name).await,
+            Request::Endpoints { name } => self.handle_endpoints(&name),
             Request::Pause { name, paused } => {
                 let by = asked_by(None);
                 let result = history::pause(&node, name.clone(), paused, by.clone()).await;
@@ -281,6 +283,7 @@ fn request_kind(req: &Request) -> &'static str {
         Request::SetCaps { .. } => "set-caps",
         Request::Caps => "caps",
         Request::History { .. } => "history",
+        Request::Endpoints { .. } => "endpoints",
         Request::Undo { .. } => "undo",
         Request::Pause { .. } => "pause",
         Request::Digest => "digest",

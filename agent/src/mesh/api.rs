@@ -183,6 +183,12 @@ pub enum Request {
         /// At most this many (clamped to 1..=[`PAGE_ITEMS_MAX`]).
         limit: u32,
     },
+    /// Every replica's instances of one workload, with node, address and health, as the
+    /// callee's endpoint table holds them (what its DNS answers from).
+    Endpoints {
+        /// The workload.
+        name: String,
+    },
 }
 
 /// An agent's answer.
@@ -330,6 +336,8 @@ pub enum Response {
     },
     /// One workload with its whole spec (boxed: a spec is large beside the other answers).
     Workload(Box<WorkloadView>),
+    /// One workload's endpoints.
+    Endpoints(Box<crate::dns::WorkloadEndpoints>),
 }
 
 /// A failure, with a kind the CLI maps to a message and exit code.
