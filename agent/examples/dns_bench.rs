@@ -11,8 +11,8 @@
 //! query and waiting for its answer before the next (so `--inflight` queries are in flight at
 //! any time). Names asked in turn: `web.shoal.` A, `0.web.shoal.` A, `nope.shoal.` A
 //! (NXDOMAIN). A query unanswered within 1 s counts as lost. The client runs on the same
-//! machine as the agent and competes for its cores. Afterwards it deletes the workload and
-//! stops the agent.
+//! machine as the agent and competes for its cores. Afterwards it kills the agent and its
+//! children (the instances, the guard).
 //!
 //! The last stdout line is one JSON object: `{queries, lost, secs, qps, p50_us, p99_us,
 //! max_us, inflight}`. Targets (issue 17): at least 20,000 q/s, p99 at most 2 ms.
@@ -67,7 +67,10 @@ async fn ask(socket: &UdpSocket, query: &mut [u8], id: u16, buf: &mut [u8]) -> O
     socket.send(query).await.ok()?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
     loop {
-        let len = tokio::time::timeout_at(deadline, socket.recv(buf)).await.ok()?.ok()?;
+        let len = tokio::time::timeout_at(deadline, socket.recv(buf))
+            .await
+            .ok()?
+            .ok()?;
         if len >= 2 && buf[..2] == id.to_be_bytes() {
             return Some(buf[..len].to_vec());
         }
@@ -112,7 +115,14 @@ fn start_agent(args: &Args, dir: &Path) -> anyhow::Result<(Child, SocketAddr, So
         .args(["agent", "--name", "n1", "--gossip", &gossip.to_string()])
         .args(["--api", &api.to_string(), "--dns", &dns.to_string()])
         .args(["--data-dir", dir.join("data").to_str().unwrap()])
-        .args(["--pki", pki.to_str().unwrap(), "--cpu", "4", "--memory", "8Gi"])
+        .args([
+            "--pki",
+            pki.to_str().unwrap(),
+            "--cpu",
+            "4",
+            "--memory",
+            "8Gi",
+        ])
         .env("SHOAL_SELF_ISSUE", "true")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
@@ -135,11 +145,32 @@ async fn main() -> anyhow::Result<()> {
          [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n",
     )?;
     let result = flood(&args, api, dns, &pki, &spec).await;
-    let _ = cli(&args.shoal, api, &pki, &["delete", "web"]);
-    tokio::time::sleep(Duration::from_secs(2)).await; // the agent stops the instances
+    // Instances outlive their agent (and a delete of the only workload is a mass stop the
+    // agent holds): kill the agent's children (the instances and its guard) with it.
+    let children = children_of(agent.id());
     let _ = agent.kill();
     let _ = agent.wait();
+    for pid in children {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
     result
+}
+
+/// The processes whose parent is `parent`, from /proc.
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // After the command's `(name)`: state, then the parent's pid.
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            rest.split_whitespace().nth(1) == Some(&parent.to_string())
+        })
+        .collect()
 }
 
 async fn flood(
@@ -150,9 +181,14 @@ async fn flood(
     spec: &Path,
 ) -> anyhow::Result<()> {
     let applied = (0..100).any(|_| {
-        let ok = cli(&args.shoal, api, pki, &["apply", "-f", spec.to_str().unwrap()])
-            .status
-            .success();
+        let ok = cli(
+            &args.shoal,
+            api,
+            pki,
+            &["apply", "-f", spec.to_str().unwrap()],
+        )
+        .status
+        .success();
         if !ok {
             std::thread::sleep(Duration::from_millis(200));
         }
