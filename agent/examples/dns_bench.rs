@@ -17,7 +17,6 @@
 //! The last stdout line is one JSON object: `{queries, lost, secs, qps, p50_us, p99_us,
 //! max_us, inflight}`. Targets (issue 17): at least 20,000 q/s, p99 at most 2 ms.
 
-#[allow(dead_code)]
 mod support;
 
 use std::net::SocketAddr;

@@ -122,7 +122,7 @@ fn dig_finds_replicas_and_loses_a_killed_host() {
     // REPLICA.NAME: that replica's host.
     for (replica, _, addr) in &endpoints {
         let dug = dig(dns[0], &format!("{replica}.web.shoal"), &[]);
-        assert_eq!(dug.answers, [addr.clone()], "replica {replica}");
+        assert_eq!(dug.answers, std::slice::from_ref(addr), "replica {replica}");
     }
     assert_eq!(dig(dns[1], "nope.shoal", &[]).status, "NXDOMAIN");
     assert_eq!(dig(dns[1], "7.web.shoal", &[]).status, "NXDOMAIN");
