@@ -528,3 +528,30 @@ fn a_pull_page_of_the_largest_entries_fits_a_frame() {
     assert!(encoded_len(&answer) <= PULL_PAGE_BYTES + config.body_bytes_max + PAGE_SLACK_BYTES);
     assert!(encoded_len(&answer) + PAGE_SLACK_BYTES <= API_FRAME_MAX_BYTES);
 }
+
+#[test]
+fn the_largest_endpoints_answer_fits_a_frame() {
+    use shoal::dns::table::{PublishedPort, ENDPOINTS_PER_WORKLOAD_MAX};
+    use shoal::dns::{Endpoint, WorkloadEndpoints};
+    let endpoint = Endpoint {
+        replica: u32::MAX,
+        node: "n".repeat(63),
+        addr: Some("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".parse().unwrap()),
+        phase: "unschedulable".to_string(),
+        healthy: true,
+        node_live: true,
+        serving: true,
+    };
+    let port = PublishedPort {
+        container: u16::MAX,
+        host: Some(u16::MAX),
+        protocol: "tcp".to_string(),
+    };
+    let answer = Response::Endpoints(Box::new(WorkloadEndpoints {
+        name: "w".repeat(63),
+        replicas: u32::MAX,
+        ports: vec![port; shoal_core::spec::PORTS_MAX],
+        endpoints: vec![endpoint; ENDPOINTS_PER_WORKLOAD_MAX],
+    }));
+    assert!(encoded_len(&answer) + PAGE_SLACK_BYTES <= API_FRAME_MAX_BYTES);
+}

@@ -179,6 +179,54 @@ fn wide() -> EndpointTable {
 }
 
 #[test]
+fn ipv6_hosts_answer_aaaa_and_srv_targets_their_address() {
+    let specs = BTreeMap::from([("v6".to_string(), spec("v6", 2, &[(53, Some(5353))]))]);
+    let hosts = BTreeMap::from([
+        (
+            "n1".to_string(),
+            HostInfo {
+                addr: Some("fd00::1".parse().unwrap()),
+                live: true,
+            },
+        ),
+        (
+            "n2".to_string(),
+            HostInfo {
+                addr: Some(IpAddr::from([10, 0, 0, 2])),
+                live: true,
+            },
+        ),
+    ]);
+    let peers = BTreeMap::from([("n2".to_string(), vec![status("v6", 1, true)])]);
+    let t = EndpointTable::build(&TableInput {
+        specs: &specs,
+        hosts: &hosts,
+        me: "n1",
+        own: &[status("v6", 0, true)],
+        peers: &peers,
+    });
+    assert_eq!(
+        answers(&ask(&t, "v6.shoal.", RecordType::AAAA)),
+        ["AAAA fd00::1"]
+    );
+    assert_eq!(
+        answers(&ask(&t, "v6.shoal.", RecordType::A)),
+        ["A 10.0.0.2"]
+    );
+    assert_eq!(
+        answers(&ask(&t, "0.v6.shoal.", RecordType::AAAA)),
+        ["AAAA fd00::1"]
+    );
+    let srv = ask(&t, "_53._tcp.v6.shoal.", RecordType::SRV);
+    assert_eq!(
+        answers(&srv),
+        ["SRV 5353 0.v6.shoal.", "SRV 5353 1.v6.shoal."]
+    );
+    let glue: Vec<String> = srv.additionals.iter().map(|r| r.data.to_string()).collect();
+    assert_eq!(glue, ["fd00::1", "10.0.0.2"]);
+}
+
+#[test]
 fn udp_answers_past_the_size_are_truncated_and_tcp_ones_are_whole() {
     let t = wide();
     let r = ask(&t, "big.shoal.", RecordType::A);
