@@ -1,8 +1,8 @@
 //! DNS on real agents, asked by a real resolver (`dig`, Debian's dnsutils): three agents on
 //! three loopback addresses, each answering `--dns`; a workload of 3 replicas; A answers for
-//! NAME and REPLICA.NAME, NXDOMAIN, REFUSED, TCP; then the agent running one replica is killed
-//! and every surviving agent stops answering its address. The time from the kill is printed as
-//! one JSON line.
+//! NAME and REPLICA.NAME, NXDOMAIN, REFUSED, TCP; a replica failing its probe leaves every
+//! agent's answers and comes back once healthy; then the agent running one replica is killed
+//! and every surviving agent stops answering its address. The times are printed as JSON lines.
 
 mod common;
 
@@ -127,6 +127,54 @@ fn dig_finds_replicas_and_loses_a_killed_host() {
     assert_eq!(dig(dns[1], "nope.shoal", &[]).status, "NXDOMAIN");
     assert_eq!(dig(dns[1], "7.web.shoal", &[]).status, "NXDOMAIN");
     assert_eq!(dig(dns[2], "example.com", &[]).status, "REFUSED");
+
+    // A replica that fails its probe leaves every agent's answers; healthy again, it returns.
+    let marker = c.dir.path().join("flaky-down");
+    let flaky = c.dir.path().join("flaky.toml");
+    let text = format!(
+        "name = \"flaky\"\nreplicas = 1\n[process]\ncommand = [\"sleep\", \"86417\"]\n\
+         [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n\
+         [health]\nexec = {{ command = [\"sh\", \"-c\", \"test ! -e {}\"] }}\n\
+         interval = \"200ms\"\ntimeout = \"200ms\"\nfailure_threshold = 1\nstart_grace = \"0s\"\n\
+         [restart]\nbackoff_initial = \"200ms\"\nbackoff_max = \"500ms\"\n",
+        marker.display()
+    );
+    std::fs::write(&flaky, text).unwrap();
+    let out = c.cli(0, &["apply", "-f", flaky.to_str().unwrap()]);
+    assert!(out.status.success(), "apply flaky: {}", stderr(&out));
+    let answers_everywhere = |n: usize| {
+        dns.iter().all(|s| {
+            let dug = dig(*s, "flaky.shoal", &[]);
+            dug.status == "NOERROR" && dug.answers.len() == n
+        })
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || answers_everywhere(1)),
+        "flaky answered by every agent\n{}",
+        c.logs()
+    );
+    std::fs::write(&marker, "").unwrap();
+    let failed = Instant::now();
+    assert!(
+        wait_until(Duration::from_secs(10), || answers_everywhere(0)),
+        "an unhealthy replica left the answers"
+    );
+    let left_ms = failed.elapsed().as_millis() as u64;
+    std::fs::remove_file(&marker).unwrap();
+    let healed = Instant::now();
+    assert!(
+        wait_until(Duration::from_secs(20), || answers_everywhere(1)),
+        "a healthy replica came back to the answers\n{}",
+        c.logs()
+    );
+    println!(
+        "{}",
+        serde_json::json!({
+            "test": "dns_follows_health",
+            "unhealthy_left_all_ms": left_ms,
+            "healthy_back_all_ms": healed.elapsed().as_millis() as u64,
+        })
+    );
 
     // Kill the agent of replica 0 (instances outlive their agent: the host is what is gone
     // from the mesh's point of view).
