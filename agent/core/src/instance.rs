@@ -1,6 +1,8 @@
 //! The vocabulary shared by the reconciler (core), the runtimes (shell) and gossip: what an
 //! instance of a replica is and what state it is in.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 pub use crate::placement::model::ReplicaId;
@@ -72,4 +74,8 @@ pub struct RuntimeInstance {
     /// that an adopted instance keeps it; `None` for a normal replica.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence_token: Option<u64>,
+    /// The host ports it was given by name (`SHOAL_PORT_<NAME>`), recorded by the runtime so
+    /// that an adopted instance keeps them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ports: BTreeMap<String, u16>,
 }

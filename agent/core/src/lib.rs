@@ -15,6 +15,7 @@ pub mod constraint;
 pub mod hlc;
 pub mod instance;
 pub mod placement;
+pub mod ports;
 pub mod reconcile;
 pub mod resources;
 pub mod rollout;

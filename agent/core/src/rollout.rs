@@ -405,6 +405,7 @@ mod tests {
             last_error: Some("exited with code 1".into()),
             fence_token: None,
             failures: 0,
+            ports: Default::default(),
         }
     }
 

@@ -46,6 +46,22 @@ const FIELDS: &[(&str, Reader)] = &[
     ("run.Process.command", Code(SPAWN, ".command")),
     ("run.Process.env", Code(SPAWN, "&spec.env")),
     ("run.Process.working_dir", Code(SPAWN, "spec.working_dir")),
+    (
+        "run.Process.ports[].name",
+        Code("agent/core/src/spec/mod.rs", "name: &p.name"),
+    ),
+    (
+        "run.Process.ports[].port",
+        Code("agent/core/src/spec/mod.rs", "fixed: p.port"),
+    ),
+    (
+        "run.Process.ports[].protocol",
+        Code("agent/src/dns/table.rs", "port.protocol"),
+    ),
+    (
+        "run.Container.ports[].name",
+        Code(DOCKER_BODY, "port.name"),
+    ),
     ("run.Container.image", Code(DOCKER_BODY, "spec.image")),
     ("run.Container.command", Code(DOCKER_BODY, "spec.command")),
     ("run.Container.env", Code(DOCKER_BODY, "&spec.env")),
@@ -179,6 +195,7 @@ fn samples() -> Vec<WorkloadSpec> {
     let texts = [
         // A process with an exec probe, a signal hook and live settings.
         "[process]\ncommand = [\"web\", \"--port\", \"8080\"]\nworking_dir = \"/srv\"\n\
+         ports = [{ name = \"http\", port = 8080, protocol = \"udp\" }]\n\
          env = { A = \"1\" }\n\
          [placement]\nspread = \"zone\"\nconstraints = [\"disk == ssd\"]\nexclusive = true\n\
          priority = 5\n\
@@ -190,7 +207,7 @@ fn samples() -> Vec<WorkloadSpec> {
          [settings]\nlevel = \"debug\"\n[reload]\nsignal = \"HUP\"\n",
         // A container with ports, a tcp probe and an exec hook.
         "[container]\nimage = \"nginx:1.27\"\ncommand = [\"nginx\"]\nenv = { B = \"2\" }\n\
-         ports = [{ container = 80, host = 8080, protocol = \"udp\" }]\n\
+         ports = [{ name = \"dns\", container = 80, host = 8080, protocol = \"udp\" }]\n\
          [health.tcp]\nport = 80\n\
          [update]\nmax_surge = 3\n\
          [reload]\ncommand = [\"nginx\", \"-s\", \"reload\"]\n",

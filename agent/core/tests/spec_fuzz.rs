@@ -245,17 +245,29 @@ fn arb_run() -> impl Strategy<Value = Run> {
         arb_strings("[a-z/][a-z0-9/._-]{0,10}"),
         arb_env(),
         proptest::option::of("/[a-z0-9/]{0,10}"),
+        proptest::collection::vec((any::<bool>(), any::<bool>()), 0..4),
     )
-        .prop_map(|(command, env, working_dir)| {
+        .prop_map(|(command, env, working_dir, ports)| {
+            let ports = ports
+                .into_iter()
+                .enumerate()
+                .map(|(i, (fixed, udp))| NamedPort {
+                    name: format!("p{i}"),
+                    port: fixed.then_some(3000 + i as u16),
+                    protocol: if udp { Protocol::Udp } else { Protocol::Tcp },
+                })
+                .collect();
             Run::Process(ProcessSpec {
                 command,
                 env,
                 working_dir,
+                ports,
             })
         });
     let image = "[a-z0-9]{1,8}(/[a-z0-9._-]{1,8})?(:[A-Za-z0-9._-]{1,8})?";
     let ports = proptest::collection::vec((any::<bool>(), any::<bool>()), 0..5).prop_map(|flags| {
         let port = |i: usize, (host, udp): (bool, bool)| PortMapping {
+            name: (host != udp).then(|| format!("c-{i}")),
             container: 1000 + i as u16,
             host: host.then_some(2000 + i as u16),
             protocol: if udp { Protocol::Udp } else { Protocol::Tcp },
@@ -311,8 +323,11 @@ fn arb_placement() -> impl Strategy<Value = Placement> {
 fn arb_health() -> impl Strategy<Value = HealthCheck> {
     let probe = prop_oneof![
         arb_strings("[a-z/][a-z0-9/._-]{0,10}").prop_map(|command| Probe::Exec { command }),
-        (1..=u16::MAX).prop_map(|port| Probe::Tcp { port }),
-        (1..=u16::MAX, "/[a-z0-9/._-]{0,12}").prop_map(|(port, path)| Probe::Http { port, path }),
+        (1..=u16::MAX).prop_map(|port| Probe::Tcp { port: port.into() }),
+        (1..=u16::MAX, "/[a-z0-9/._-]{0,12}").prop_map(|(port, path)| Probe::Http {
+            port: port.into(),
+            path
+        }),
     ];
     let duration = 1..=DURATION_MS_MAX;
     (

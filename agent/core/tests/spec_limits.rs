@@ -193,11 +193,13 @@ fn typed_specs_from_elsewhere_are_revalidated() {
         image: "nginx".into(),
         ports: vec![
             PortMapping {
+                name: None,
                 container: 80,
                 host: Some(8080),
                 protocol: Protocol::Tcp,
             },
             PortMapping {
+                name: None,
                 container: 80,
                 host: Some(8080),
                 protocol: Protocol::Tcp,

@@ -87,6 +87,7 @@ pub async fn open_runtime(
     choice: RuntimeChoice,
     data_dir: &std::path::Path,
     name: &str,
+    dns: Option<&crate::dns::DnsConfig>,
 ) -> anyhow::Result<Arc<dyn crate::runtime::Runtime>> {
     Ok(match choice {
         RuntimeChoice::Process => {
@@ -100,7 +101,19 @@ pub async fn open_runtime(
             Arc::new(runtime)
         }
         RuntimeChoice::Docker => {
-            let config = crate::runtime::docker::DockerConfig::new(name);
+            use crate::runtime::docker::DockerConfig;
+            let mut config = DockerConfig::new(name);
+            if let Some(dns) = dns {
+                let zone = dns.zone.origin().to_ascii();
+                match DockerConfig::container_dns(dns.addr, &zone) {
+                    Ok(resolver) => {
+                        tracing::info!(server = %resolver.server, search = %resolver.search,
+                            "containers resolve through this agent's DNS");
+                        config.dns = Some(resolver);
+                    }
+                    Err(why) => tracing::warn!(%why, "containers keep the engine's resolver"),
+                }
+            }
             Arc::new(
                 crate::runtime::docker::DockerRuntime::new(config)
                     .context("opening the docker runtime")?,
@@ -241,7 +254,7 @@ pub async fn run_agent(
     let transport = QuicTransport::new(identity, gossip_config);
     transport.set_authority(authority.clone());
     let gossip_stats = transport.stats();
-    let runtime = open_runtime(opts.runtime, &opts.data_dir, &opts.name).await?;
+    let runtime = open_runtime(opts.runtime, &opts.data_dir, &opts.name, opts.dns.as_ref()).await?;
     // Before joining: the mesh sees this node only once it can serve and guard.
     let mut guard = start_guard(&opts).await;
     let mut record = node_record(&opts);

@@ -251,6 +251,7 @@ mod tests {
             last_error: None,
             fence_token: None,
             failures: 0,
+            ports: Default::default(),
         }
     }
 

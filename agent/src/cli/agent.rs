@@ -75,6 +75,11 @@ pub struct Args {
     /// The zone `--dns` answers.
     #[arg(long, value_name = "DOMAIN", default_value = "shoal.")]
     dns_domain: String,
+    /// Where the host ports of named ports without a number come from (`ports = [{ name =
+    /// "http" }]`), handed to instances as SHOAL_PORT_<NAME>; keep it clear of the kernel's
+    /// ephemeral range (docs/operations.md, "Named ports").
+    #[arg(long, value_name = "LOW-HIGH", default_value = "20000-32767")]
+    port_range: String,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -152,6 +157,8 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
     let (api_admission, gossip_admission) = admission_limits(&args.admission)?;
     let zone = shoal::dns::Zone::new(&args.dns_domain).map_err(|e| anyhow::anyhow!(e))?;
     let dns = args.dns.map(|addr| shoal::dns::DnsConfig { addr, zone });
+    let port_range = shoal_core::ports::PortRange::parse(&args.port_range)
+        .map_err(|e| anyhow::anyhow!("--port-range: {e}"))?;
     Ok(AgentOptions {
         name: args.name.clone(),
         gossip_addr: args.gossip,
@@ -173,7 +180,10 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
             Runtime::Process => RuntimeChoice::Process,
             Runtime::Docker => RuntimeChoice::Docker,
         },
-        host: HostConfig::default(),
+        host: HostConfig {
+            port_range,
+            ..HostConfig::default()
+        },
         api_admission,
         gossip_admission,
     })

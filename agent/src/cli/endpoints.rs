@@ -36,17 +36,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let ports: Vec<String> = w
         .ports
         .iter()
-        .map(|p| match p.host {
-            Some(host) => format!("{host}->{}/{}", p.container, p.protocol),
-            None => format!("{}/{} (engine-picked host port)", p.container, p.protocol),
+        .map(|p| {
+            let name = p.name.as_ref().map_or(String::new(), |n| format!("{n}: "));
+            let inner = p.container.map_or(String::new(), |c| format!("->{c}"));
+            let host = match (p.host, &p.name) {
+                (Some(host), _) => host.to_string(),
+                (None, Some(_)) => "(allocated)".to_string(),
+                (None, None) => "(engine-picked)".to_string(),
+            };
+            format!("{name}{host}{inner}/{}", p.protocol)
         })
         .collect();
     if !ports.is_empty() {
         println!("ports: {}", ports.join(", "));
     }
     println!(
-        "{:>7}  {:<20} {:<40} {:<9} {:<8} SERVING",
-        "REPLICA", "NODE", "ADDRESS", "PHASE", "HEALTHY"
+        "{:>7}  {:<20} {:<40} {:<9} {:<8} {:<7} PORTS",
+        "REPLICA", "NODE", "ADDRESS", "PHASE", "HEALTHY", "SERVING"
     );
     for e in &w.endpoints {
         let addr = e.addr.map_or("-".to_string(), |a| a.to_string());
@@ -55,14 +61,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         } else {
             format!("{} (not live)", e.node)
         };
+        let ports: Vec<String> = e.ports.iter().map(|(n, p)| format!("{n}={p}")).collect();
         println!(
-            "{:>7}  {:<20} {:<40} {:<9} {:<8} {}",
+            "{:>7}  {:<20} {:<40} {:<9} {:<8} {:<7} {}",
             e.replica,
             node,
             addr,
             e.phase,
             if e.healthy { "yes" } else { "no" },
-            if e.serving { "yes" } else { "no" }
+            if e.serving { "yes" } else { "no" },
+            if ports.is_empty() { "-".to_string() } else { ports.join(",") }
         );
     }
     let serving: std::collections::BTreeSet<u32> = w.serving().map(|e| e.replica).collect();

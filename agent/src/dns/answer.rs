@@ -4,9 +4,11 @@
 //! Names under the zone (default `shoal.`):
 //! - `NAME` A/AAAA: the hosts of NAME's serving replicas;
 //! - `REPLICA.NAME` A/AAAA: that replica's host;
-//! - `_PORT._tcp.NAME` / `_PORT._udp.NAME` SRV (and `_PORT._tcp.REPLICA.NAME`): for a container
-//!   port PORT the spec publishes on a fixed host port, that host port on each serving replica's
-//!   host, the target being `REPLICA.NAME` (whose addresses go in the additional section).
+//! - `_PORT._tcp.NAME` / `_PORT._udp.NAME` SRV (and `_PORT._tcp.REPLICA.NAME`): for a port the
+//!   spec names PORT (a process's `ports`, a container's named mapping), each serving replica's
+//!   own host port of that name (allocated by its agent, or fixed); for a container port number
+//!   PORT published on a fixed host port, that host port; the target being `REPLICA.NAME`
+//!   (whose addresses go in the additional section).
 
 use std::net::IpAddr;
 
@@ -186,9 +188,16 @@ fn resolve(
 enum Found<'a> {
     Apex,
     Hosts(&'a WorkloadEndpoints, Option<u32>),
-    /// A workload, maybe one replica, and the host port (`None`: published on a port the engine
-    /// picks, unknown here).
-    Service(&'a WorkloadEndpoints, Option<u32>, Option<u16>),
+    /// A workload, maybe one replica, and the host port.
+    Service(&'a WorkloadEndpoints, Option<u32>, HostPort),
+}
+
+/// Where an SRV answer's port comes from.
+enum HostPort {
+    /// The same on every host (`None`: published on a port the engine picks, unknown here).
+    Fixed(Option<u16>),
+    /// Each instance's own port of this name.
+    Named(String),
 }
 
 fn replica_of<'a>(
@@ -211,13 +220,22 @@ fn service<'a>(
     proto: &str,
 ) -> Option<Found<'a>> {
     let w = table.get(workload)?;
-    let container: u16 = port.strip_prefix('_')?.parse().ok()?;
+    let port = port.strip_prefix('_')?;
     let protocol = proto.strip_prefix('_')?;
+    let named = w
+        .ports
+        .iter()
+        .find(|p| p.name.as_deref() == Some(port) && p.protocol == protocol);
+    if let Some(named) = named {
+        let name = named.name.clone().unwrap_or_default();
+        return Some(Found::Service(w, replica, HostPort::Named(name)));
+    }
+    let container: u16 = port.parse().ok()?;
     let published = w
         .ports
         .iter()
-        .find(|p| p.container == container && p.protocol == protocol)?;
-    Some(Found::Service(w, replica, published.host))
+        .find(|p| p.container == Some(container) && p.protocol == protocol)?;
+    Some(Found::Service(w, replica, HostPort::Fixed(published.host)))
 }
 
 fn address_records(name: &Name, addrs: &[IpAddr], qtype: RecordType) -> Vec<Record> {
@@ -238,10 +256,9 @@ fn service_records(
     name: &Name,
     w: &WorkloadEndpoints,
     replica: Option<u32>,
-    port: Option<u16>,
+    port: HostPort,
     response: &mut Message,
 ) {
-    let Some(port) = port else { return };
     let mut last = None;
     for e in w
         .serving()
@@ -251,6 +268,14 @@ fn service_records(
             break;
         }
         let Some(addr) = e.addr else { continue };
+        let port = match &port {
+            HostPort::Fixed(Some(p)) => *p,
+            HostPort::Fixed(None) => return,
+            HostPort::Named(name) => match e.ports.get(name) {
+                Some(p) => *p,
+                None => continue, // started before the port was declared
+            },
+        };
         if last == Some(e.replica) {
             continue; // a second copy (handoff): the target name already answers both
         }

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 use shoal_core::reconcile::{InstanceStatus, SpecEntry};
-use shoal_core::spec::{Protocol, Run};
+use shoal_core::spec::Run;
 
 /// Most endpoints kept for one workload (copies during a handoff included); the rest are left
 /// out, lowest replica index first kept.
@@ -37,12 +37,17 @@ pub struct TableInput<'a> {
     pub peers: &'a BTreeMap<String, Vec<InstanceStatus>>,
 }
 
-/// A port a container workload publishes on its host, as the spec declares it.
+/// A port a workload declares (a process's named port, a container's published port), as the
+/// spec says it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublishedPort {
-    /// The port inside the container.
-    pub container: u16,
-    /// The host port; `None` when the engine picks it (then unknown here, and not in DNS).
+    /// Its name, if it has one: each instance's number is in [`Endpoint::ports`], and DNS
+    /// answers `_NAME._tcp.WORKLOAD`.
+    pub name: Option<String>,
+    /// The port inside the container; `None` for a process.
+    pub container: Option<u16>,
+    /// The fixed host port; `None` when the agent allocates it per instance (named) or the
+    /// engine picks it (unnamed: then unknown here, and not in DNS).
     pub host: Option<u16>,
     /// `tcp` or `udp`.
     pub protocol: String,
@@ -65,6 +70,8 @@ pub struct Endpoint {
     pub node_live: bool,
     /// Healthy, on a live node with a known address: what DNS answers.
     pub serving: bool,
+    /// The host port of each named port of this instance (allocated or fixed), by name.
+    pub ports: BTreeMap<String, u16>,
 }
 
 /// One workload's endpoints.
@@ -74,7 +81,7 @@ pub struct WorkloadEndpoints {
     pub name: String,
     /// Replicas the spec asks for.
     pub replicas: u32,
-    /// The ports it publishes (containers only; empty for processes).
+    /// The ports it declares: a container's published ports, a process's named ports.
     pub ports: Vec<PublishedPort>,
     /// Every instance any node reports, by replica then node.
     pub endpoints: Vec<Endpoint>,
@@ -132,6 +139,14 @@ impl EndpointTable {
                     continue;
                 }
                 let healthy = status.healthy;
+                // Only the names the spec declares (at most NAMED_PORTS_MAX): a peer's gossip
+                // cannot make an endpoint larger than that.
+                let ports = status
+                    .ports
+                    .iter()
+                    .filter(|(name, _)| w.ports.iter().any(|p| p.name.as_ref() == Some(*name)))
+                    .map(|(name, port)| (name.clone(), *port))
+                    .collect();
                 w.endpoints.push(Endpoint {
                     replica: status.replica.replica,
                     node: node.to_string(),
@@ -140,6 +155,7 @@ impl EndpointTable {
                     healthy,
                     node_live,
                     serving: healthy && node_live && addr.is_some(),
+                    ports,
                 });
             }
         }
@@ -172,16 +188,23 @@ fn empty(name: &str, entry: &SpecEntry) -> WorkloadEndpoints {
         Run::Container(c) => c
             .ports
             .iter()
-            .map(|p| PublishedPort {
-                container: p.container,
-                host: p.host,
-                protocol: match p.protocol {
-                    Protocol::Tcp => "tcp".to_string(),
-                    Protocol::Udp => "udp".to_string(),
-                },
+            .map(|port| PublishedPort {
+                name: port.name.clone(),
+                container: Some(port.container),
+                host: port.host,
+                protocol: port.protocol.as_str().to_string(),
             })
             .collect(),
-        Run::Process(_) => Vec::new(),
+        Run::Process(p) => p
+            .ports
+            .iter()
+            .map(|port| PublishedPort {
+                name: Some(port.name.clone()),
+                container: None,
+                host: port.port,
+                protocol: port.protocol.as_str().to_string(),
+            })
+            .collect(),
     };
     WorkloadEndpoints {
         name: name.to_string(),
@@ -243,6 +266,7 @@ pub(crate) mod tests {
             last_error: None,
             fence_token: None,
             failures: 0,
+            ports: Default::default(),
         }
     }
 

@@ -34,6 +34,23 @@ impl Host {
                 };
                 self.record("start", Some(replica), reason);
                 let node = self.node.name.clone();
+                let ports = match self.allocate_ports(&id, &spec) {
+                    Ok(ports) => ports,
+                    Err(e) => {
+                        // Nothing ran: the reconciler backs off and raises a runtime issue.
+                        let error = e.to_string();
+                        if tx
+                            .try_send(Feedback::StartFailed { replica: id, error })
+                            .is_err()
+                        {
+                            count_drop();
+                        }
+                        wake();
+                        return;
+                    }
+                };
+                let addr = self.advertised_addr();
+                let book = self.port_book();
                 tokio::spawn(async move {
                     let request = StartRequest {
                         replica: id.clone(),
@@ -41,8 +58,13 @@ impl Host {
                         spec_version: version,
                         node,
                         fence_token,
+                        addr,
+                        ports: ports.ports,
                     };
-                    if let Err(e) = runtime.start(request).await {
+                    let started = runtime.start(request).await;
+                    let handle = started.as_ref().ok().map(|i| i.handle.as_str());
+                    super::ports::start_done(&book, ports.ticket, handle);
+                    if let Err(e) = started {
                         let error = e.to_string();
                         if tx
                             .try_send(Feedback::StartFailed { replica: id, error })

@@ -149,7 +149,10 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         .record()
         .map(|r| Resources::new(r.cpu_millis, r.memory_bytes));
     let (instances, runtime_unavailable) = match host.runtime.list().await {
-        Ok(list) => (list, None),
+        Ok(list) => {
+            host.hold_listed_ports(&list);
+            (list, None)
+        }
         Err(e) => (
             Vec::new(),
             Some(format!(

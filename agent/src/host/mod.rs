@@ -23,6 +23,7 @@ mod guard;
 pub mod heard;
 mod input;
 mod majority;
+mod ports;
 mod rollout;
 
 pub mod events;
@@ -62,6 +63,8 @@ pub struct HostConfig {
     pub events_max: usize,
     /// Probes running at once at most.
     pub probes_concurrent_max: usize,
+    /// Where named ports without a number are allocated (`--port-range`).
+    pub port_range: shoal_core::ports::PortRange,
 }
 
 impl Default for HostConfig {
@@ -71,6 +74,7 @@ impl Default for HostConfig {
             reconcile: ReconcileConfig::default(),
             events_max: 1000,
             probes_concurrent_max: 32,
+            port_range: shoal_core::ports::PORT_RANGE_DEFAULT,
         }
     }
 }
@@ -166,6 +170,8 @@ pub struct Host {
     endpoints: Mutex<Arc<crate::dns::EndpointTable>>,
     /// Peers' confirmations that they hear this node (for exclusive replicas).
     heard: Arc<heard::Heard>,
+    /// The host ports held by this node's instances and starts (`ports.rs`).
+    ports: Arc<Mutex<shoal_core::ports::PortBook>>,
     /// When the host was created, on the monotonic clock.
     started_mono_ms: u64,
     /// Feedback messages dropped because the queue was full.
@@ -222,6 +228,7 @@ impl Host {
         let reconciler = Reconciler::new(&node.name, config.reconcile.clone());
         let started_mono_ms = mono();
         let probe_slots = Arc::new(tokio::sync::Semaphore::new(config.probes_concurrent_max));
+        let port_book = ports::book(config.port_range);
         let host = Arc::new(Host {
             events: Mutex::new(EventLog::new(config.events_max)),
             node,
@@ -236,6 +243,7 @@ impl Host {
             snapshot: Mutex::new(Arc::default()),
             endpoints: Mutex::new(Arc::default()),
             heard: Arc::default(),
+            ports: port_book,
             started_mono_ms,
             feedback_dropped: Arc::default(),
             guard: Mutex::new(None),

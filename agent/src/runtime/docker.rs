@@ -29,7 +29,7 @@ use tokio::sync::broadcast;
 use tokio::task::AbortHandle;
 
 use crate::core::instance::RuntimeInstance;
-use crate::core::spec::{Probe, Protocol, ReloadHook, ReloadSignal, Run, WorkloadSpec};
+use crate::core::spec::{PortRef, Probe, Protocol, ReloadHook, ReloadSignal, Run, WorkloadSpec};
 use crate::runtime::{
     probe, setting_env_name, ProbeOutcome, Runtime, RuntimeError, RuntimeEvent, RuntimeKind,
     StartRequest, EVENTS_CAPACITY,
@@ -45,7 +45,10 @@ mod standby;
 
 use body::{engine_error, instance_from_inspect};
 pub(crate) use body::{node_filters, replica_of, status_of};
-pub use body::{LABEL_MANAGED, LABEL_NODE, LABEL_REPLICA, LABEL_VERSION, LABEL_WORKLOAD};
+pub use body::{
+    ContainerDns, LABEL_MANAGED, LABEL_NODE, LABEL_PORT_PREFIX, LABEL_REPLICA, LABEL_VERSION,
+    LABEL_WORKLOAD,
+};
 pub(crate) use client::Client;
 pub use client::DockerConfig;
 pub use image::{ensure_busybox_image, BUSYBOX_APPLETS, BUSYBOX_PATHS};
@@ -241,11 +244,11 @@ impl Runtime for DockerRuntime {
         };
         let docker = self.client.get().await?;
         let replica = &request.replica;
-        let body = body::create_body(&request, spec);
+        let body = body::create_body(&request, spec, self.config.dns.as_ref());
         // Exclusive replicas get a fencing token per start, which no standby made earlier has; a
-        // fixed host port is held by the dead container until the engine's cleanup, which a
+        // fixed (or allocated) host port is held by the dead container until the engine's cleanup, which a
         // standby started at once would race.
-        let fixed_port = spec.ports.iter().any(|p| p.host.is_some());
+        let fixed_port = spec.ports.iter().any(|p| p.host.is_some()) || !request.ports.is_empty();
         let standby_hash = (self.config.standby && request.fence_token.is_none() && !fixed_port)
             .then(|| standby::body_hash(&body));
         if let Some(hash) = &standby_hash {
@@ -429,11 +432,14 @@ impl Runtime for DockerRuntime {
             Probe::Exec { command } => {
                 return exec::exec_in_container(&docker, handle, command, Vec::new(), timeout).await
             }
-            Probe::Tcp { port } => (*port, None),
-            Probe::Http { port, path } => (*port, Some(path)),
+            Probe::Tcp { port } => (port, None),
+            Probe::Http { port, path } => (port, Some(path)),
         };
         let addr = match self.inspect(&docker, handle).await {
-            Ok(inspected) => exec::published_addr(&inspected, port, Protocol::Tcp),
+            Ok(inspected) => match port {
+                PortRef::Number(port) => exec::published_addr(&inspected, *port, Protocol::Tcp),
+                PortRef::Named(name) => exec::named_addr(&inspected, name),
+            },
             Err(e) => Err(e.to_string()),
         };
         match (addr, path) {

@@ -271,6 +271,7 @@ impl Runtime for MemRuntime {
                 exit_code: None,
                 error: None,
                 fence_token: request.fence_token,
+                ports: request.ports.clone(),
             };
             let exit_timer = profile.exit_after.map(|after| {
                 let (runtime, handle, code) = (self.clone(), handle.clone(), profile.exit_code);

@@ -19,6 +19,7 @@
 //! input, missing image or vanished engine makes them panic.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -82,6 +83,31 @@ pub struct StartRequest {
     /// An exclusive replica's fencing token, handed to the instance as `SHOAL_FENCE_TOKEN` and
     /// recorded with it (the runtime lists the instance with it, after an agent restart too).
     pub fence_token: Option<u64>,
+    /// The host's advertised address, handed to the instance as `SHOAL_ADDR`.
+    pub addr: IpAddr,
+    /// The host port of each of the spec's named ports (allocated by the host, or fixed by the
+    /// spec), handed to the instance as `SHOAL_PORT_<NAME>` and recorded with it.
+    pub ports: BTreeMap<String, u16>,
+}
+
+impl StartRequest {
+    /// A request with no named ports, on the unspecified address (tests and tools).
+    pub fn new(
+        replica: ReplicaId,
+        spec: Arc<WorkloadSpec>,
+        spec_version: &str,
+        node: &str,
+    ) -> StartRequest {
+        StartRequest {
+            replica,
+            spec,
+            spec_version: spec_version.to_string(),
+            node: node.to_string(),
+            fence_token: None,
+            addr: IpAddr::from([0, 0, 0, 0]),
+            ports: BTreeMap::new(),
+        }
+    }
 }
 
 /// Something a runtime noticed without being asked.
@@ -211,9 +237,19 @@ pub fn setting_env_name(name: &str) -> String {
 /// The variable that carries an exclusive replica's fencing token to the workload.
 pub const FENCE_TOKEN_ENV: &str = "SHOAL_FENCE_TOKEN";
 
+/// The variable that carries a named port to the workload: `SHOAL_PORT_<NAME>`, uppercased,
+/// `-` as `_` (`grpc-admin` -> `SHOAL_PORT_GRPC_ADMIN`).
+pub fn port_env_name(name: &str) -> String {
+    format!("SHOAL_PORT_{}", name.to_ascii_uppercase().replace('-', "_"))
+}
+
+/// The variable that carries the host's advertised address to the workload.
+pub const ADDR_ENV: &str = "SHOAL_ADDR";
+
 /// The environment an instance starts with, on top of the runtime's base: the spec's variables,
-/// every setting as `SHOAL_SETTING_<NAME>`, then `SHOAL_WORKLOAD`, `SHOAL_REPLICA`, `SHOAL_NODE`
-/// and, for an exclusive replica, `SHOAL_FENCE_TOKEN` (set last, so a spec cannot fake them).
+/// every setting as `SHOAL_SETTING_<NAME>`, then `SHOAL_WORKLOAD`, `SHOAL_REPLICA`, `SHOAL_NODE`,
+/// `SHOAL_ADDR`, each named port as `SHOAL_PORT_<NAME>` and, for an exclusive replica,
+/// `SHOAL_FENCE_TOKEN` (set last, so a spec cannot fake them).
 pub fn instance_env(
     request: &StartRequest,
     spec_env: &BTreeMap<String, String>,
@@ -225,6 +261,10 @@ pub fn instance_env(
     env.insert("SHOAL_WORKLOAD".into(), request.replica.workload.clone());
     env.insert("SHOAL_REPLICA".into(), request.replica.replica.to_string());
     env.insert("SHOAL_NODE".into(), request.node.clone());
+    env.insert(ADDR_ENV.into(), request.addr.to_string());
+    for (name, port) in &request.ports {
+        env.insert(port_env_name(name), port.to_string());
+    }
     match request.fence_token {
         Some(token) => env.insert(FENCE_TOKEN_ENV.into(), token.to_string()),
         None => env.remove(FENCE_TOKEN_ENV),

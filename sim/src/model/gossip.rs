@@ -156,6 +156,7 @@ mod tests {
             last_error: None,
             fence_token: None,
             failures: 0,
+            ports: Default::default(),
         }
     }
 

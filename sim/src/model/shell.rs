@@ -285,6 +285,7 @@ impl Model<'_> {
             exit_code: None,
             error: None,
             fence_token,
+            ports: Default::default(),
         };
         host.runtime.insert(handle.clone(), instance);
         let incarnation = host.incarnation;

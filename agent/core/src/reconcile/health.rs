@@ -146,7 +146,7 @@ mod tests {
 
     fn check() -> HealthCheck {
         HealthCheck {
-            probe: Probe::Tcp { port: 80 },
+            probe: Probe::Tcp { port: 80.into() },
             interval_ms: 1_000,
             timeout_ms: 500,
             failure_threshold: 3,

@@ -127,6 +127,7 @@ impl Reconciler {
                 last_error: last_error.map(|e| truncate(&e, DETAIL_BYTES_MAX)),
                 fence_token: t.fence_token,
                 failures: state.map_or(0, |s| s.failures_of(&t.version)),
+                ports: t.ports.clone(),
             });
         }
         // Claims: a replica placed here without an alive instance (pending), or a start sent and
@@ -164,6 +165,7 @@ impl Reconciler {
                 last_error: exit.and_then(|e| e.error.clone()),
                 failures,
                 fence_token,
+                ports: BTreeMap::new(),
             });
         }
         out.sort_by(|a, b| {

@@ -1,6 +1,8 @@
 //! The observed state of this node's instances, as the shell gossips it and `shoal status` prints
 //! it; peers' copies of the same records come back in [`ReconcileInput::peers`](super::ReconcileInput::peers).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::instance::{Phase, ReplicaId};
@@ -40,6 +42,11 @@ pub struct InstanceStatus {
     /// once an instance stayed healthy for the restart policy's `backoff_reset`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub failures: u32,
+    /// The host ports the instance was given, by name (the spec's named ports, allocated or
+    /// fixed): what DNS answers in SRV records. Empty for a pending replica and in the gossip of
+    /// agents that predate it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ports: BTreeMap<String, u16>,
 }
 
 fn is_zero(n: &u32) -> bool {

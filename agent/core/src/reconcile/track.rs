@@ -43,6 +43,8 @@ pub(crate) struct Tracked {
     pub reload: Option<ReloadState>,
     /// The fencing token the runtime lists it with (exclusive replicas).
     pub fence_token: Option<u64>,
+    /// The host ports the runtime lists it with, by name.
+    pub ports: BTreeMap<String, u16>,
 }
 
 /// A stop sent for an instance.
@@ -412,6 +414,7 @@ fn adopt(ri: &RuntimeInstance, input: &ReconcileInput, cache: &SpecCache, now_ms
         orphan_since_ms: None,
         reload: None,
         fence_token: ri.fence_token,
+        ports: ri.ports.clone(),
     }
 }
 

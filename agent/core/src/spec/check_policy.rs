@@ -18,18 +18,42 @@ fn duration(r: &mut Report, path: &str, ms: u64, min_ms: u64) {
     }
 }
 
-pub(crate) fn health(r: &mut Report, h: &HealthCheck) {
+/// A probe's port: a number in range, or the name of a TCP port the workload declares.
+fn probe_port(r: &mut Report, path: &str, port: &PortRef, declared: &[DeclaredPort<'_>]) {
+    match port {
+        PortRef::Number(0) => r.err(path, range_message(1, 65535, 0)),
+        PortRef::Number(_) => {}
+        PortRef::Named(name) => match declared.iter().find(|d| d.name == name) {
+            Some(d) if d.protocol == Protocol::Udp => r.err(
+                path,
+                format!("port {name:?} is a udp port; a tcp or http probe needs a tcp port"),
+            ),
+            Some(_) => {}
+            None => {
+                let mut known: Vec<String> = declared
+                    .iter()
+                    .filter(|d| !d.name.is_empty())
+                    .map(|d| format!("{:?}", d.name))
+                    .collect();
+                known.dedup();
+                let hint = match known.is_empty() {
+                    true => "the workload declares no named port: add it to `process.ports` \
+                             (e.g. ports = [{ name = \"http\" }]) or name a container port"
+                        .to_string(),
+                    false => format!("the workload declares {}", known.join(", ")),
+                };
+                r.err(path, format!("port {name:?} is not declared: {hint}"));
+            }
+        },
+    }
+}
+
+pub(crate) fn health(r: &mut Report, h: &HealthCheck, declared: &[DeclaredPort<'_>]) {
     match &h.probe {
         Probe::Exec { command } => check_command(r, "health.exec.command", command, true),
-        Probe::Tcp { port } => {
-            if *port == 0 {
-                r.err("health.tcp.port", range_message(1, 65535, 0));
-            }
-        }
+        Probe::Tcp { port } => probe_port(r, "health.tcp.port", port, declared),
         Probe::Http { port, path } => {
-            if *port == 0 {
-                r.err("health.http.port", range_message(1, 65535, 0));
-            }
+            probe_port(r, "health.http.port", port, declared);
             if !path.starts_with('/') || path.chars().any(|c| c.is_whitespace() || c.is_control()) {
                 r.err(
                     "health.http.path",

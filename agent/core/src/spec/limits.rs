@@ -29,6 +29,11 @@ pub const STRING_BYTES_MAX: usize = 4096;
 pub const IMAGE_LEN_MAX: usize = 255;
 /// Most published ports.
 pub const PORTS_MAX: usize = 64;
+/// Longest port name (as Kubernetes' port names, an IANA service name).
+pub const PORT_NAME_LEN_MAX: usize = 15;
+/// Most named ports a workload declares (a process's `ports`, a container's named mappings):
+/// each instance's numbers are gossiped and answered, so they are few.
+pub const NAMED_PORTS_MAX: usize = 16;
 /// Most placement constraints.
 pub const CONSTRAINTS_MAX: usize = 32;
 /// Lowest placement priority.

@@ -81,6 +81,21 @@ pub struct ProcessSpec {
     pub env: BTreeMap<String, String>,
     /// Absolute working directory; `None` means the replica's own data directory.
     pub working_dir: Option<String>,
+    /// Named ports: each is handed to the process as `SHOAL_PORT_<NAME>`, allocated by the agent
+    /// from its port range unless the spec fixes the number.
+    pub ports: Vec<NamedPort>,
+}
+
+/// A port a process declares by name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamedPort {
+    /// The port's name: a DNS label of at most [`PORT_NAME_LEN_MAX`] characters, unique in the
+    /// workload (`_NAME._tcp.WORKLOAD.shoal.` in DNS).
+    pub name: String,
+    /// A fixed number; `None` lets the agent allocate one from its `--port-range`.
+    pub port: Option<u16>,
+    /// Transport protocol (in DNS: `_tcp` or `_udp`).
+    pub protocol: Protocol,
 }
 
 /// A container.
@@ -97,14 +112,42 @@ pub struct ContainerSpec {
 }
 
 /// One published port.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortMapping {
+    /// The port's name, if it has one (as [`NamedPort::name`]): a named mapping without `host`
+    /// gets its host port from the agent's `--port-range` (an unnamed one from the engine).
+    pub name: Option<String>,
     /// The port inside the container.
     pub container: u16,
-    /// The host port; `None` lets the engine pick one.
+    /// The host port; `None` lets the agent (named) or the engine (unnamed) pick one.
     pub host: Option<u16>,
     /// Transport protocol.
     pub protocol: Protocol,
+}
+
+/// A port a probe connects to: a number, or the name of a port the workload declares (resolved
+/// to the instance's allocated port, or for a container mapping to its container port).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PortRef {
+    /// This port number.
+    Number(u16),
+    /// The declared port of this name.
+    Named(String),
+}
+
+impl From<u16> for PortRef {
+    fn from(port: u16) -> Self {
+        PortRef::Number(port)
+    }
+}
+
+impl std::fmt::Display for PortRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PortRef::Number(n) => write!(f, "{n}"),
+            PortRef::Named(name) => write!(f, "{name:?}"),
+        }
+    }
 }
 
 /// Transport protocol of a port.
@@ -117,6 +160,29 @@ pub enum Protocol {
     Tcp,
     /// UDP.
     Udp,
+}
+
+impl Protocol {
+    /// `tcp` or `udp`, as specs and DNS (`_tcp`, `_udp`) write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
+}
+
+/// A port a workload declares by name, whichever way it runs ([`WorkloadSpec::named_ports`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeclaredPort<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// The number on the host when the spec fixes it; `None`: the agent allocates one.
+    pub fixed: Option<u16>,
+    /// For a container mapping, the port inside the container.
+    pub container: Option<u16>,
+    /// Transport protocol.
+    pub protocol: Protocol,
 }
 
 /// Placement rules.
@@ -167,13 +233,13 @@ pub enum Probe {
     },
     /// Opens a TCP connection; accepted is healthy.
     Tcp {
-        /// The port to connect to (the container port for containers).
-        port: u16,
+        /// The port to connect to (the container port for containers), or a declared port's name.
+        port: PortRef,
     },
     /// Sends an HTTP GET; a status in 200..=399 is healthy.
     Http {
-        /// The port to connect to (the container port for containers).
-        port: u16,
+        /// The port to connect to (the container port for containers), or a declared port's name.
+        port: PortRef,
         /// The request path, starting with `/`.
         path: String,
     },
@@ -321,6 +387,44 @@ impl WorkloadSpec {
     /// The spec in the user's JSON format, as [`WorkloadSpec::to_toml_string`] does for TOML.
     pub fn to_json_string(&self) -> String {
         render::to_json_string(self)
+    }
+
+    /// The ports it declares by name, in spec order: a process's `ports`, a container's named
+    /// mappings.
+    pub fn named_ports(&self) -> Vec<DeclaredPort<'_>> {
+        match &self.run {
+            Run::Process(p) => p
+                .ports
+                .iter()
+                .map(|p| DeclaredPort {
+                    name: &p.name,
+                    fixed: p.port,
+                    container: None,
+                    protocol: p.protocol,
+                })
+                .collect(),
+            Run::Container(c) => c
+                .ports
+                .iter()
+                .filter_map(|p| {
+                    Some(DeclaredPort {
+                        name: p.name.as_deref()?,
+                        fixed: p.host,
+                        container: Some(p.container),
+                        protocol: p.protocol,
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// The names of the ports the agent allocates for each instance (declared without a number).
+    pub fn ports_to_allocate(&self) -> Vec<&str> {
+        self.named_ports()
+            .into_iter()
+            .filter(|p| p.fixed.is_none())
+            .map(|p| p.name)
+            .collect()
     }
 
     /// True when `newer` differs from `self` only in `settings`: the change can be applied to

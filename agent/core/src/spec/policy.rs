@@ -99,12 +99,23 @@ fn exec_probe(ctx: &mut Ctx, path: &str, node: &Node) -> Option<Probe> {
     Some(Probe::Exec { command: command? })
 }
 
+/// A probe's port: a number, or the name of a port the workload declares.
+fn port_ref(ctx: &mut Ctx, path: &str, node: &Node) -> Option<PortRef> {
+    match &node.value {
+        Value::Str(name) => Some(PortRef::Named(name.clone())),
+        Value::Int(_) => integer(ctx, path, node, |v| range_message(1, 65535, v)).map(PortRef::Number),
+        _ => {
+            ctx.wrong_type(path, node, "a port number or a declared port's name such as \"http\"");
+            None
+        }
+    }
+}
+
 fn port_probe(ctx: &mut Ctx, path: &str, node: &Node, http: bool) -> Option<Probe> {
     let mut f = Fields::open(ctx, path, node)?;
-    let range = |v| range_message(1, 65535, v);
     let port = f
         .require(ctx, "port")
-        .and_then(|(n, p)| integer(ctx, &p, n, range));
+        .and_then(|(n, p)| port_ref(ctx, &p, n));
     if !http {
         f.finish(ctx, &[]);
         return Some(Probe::Tcp { port: port? });

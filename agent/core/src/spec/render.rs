@@ -90,6 +90,10 @@ fn to_table(spec: &WorkloadSpec) -> Table {
             if let Some(dir) = &p.working_dir {
                 process.insert("working_dir".into(), Value::String(dir.clone()));
             }
+            if !p.ports.is_empty() {
+                let ports = p.ports.iter().map(named_port).collect();
+                process.insert("ports".into(), Value::Array(ports));
+            }
             t.insert("process".into(), Value::Table(process));
         }
         Run::Container(c) => {
@@ -173,28 +177,48 @@ fn to_table(spec: &WorkloadSpec) -> Table {
     t
 }
 
+fn protocol(p: Protocol) -> Value {
+    Value::String(p.as_str().into())
+}
+
 fn port(p: &PortMapping) -> Value {
     let mut t = Table::new();
+    if let Some(name) = &p.name {
+        t.insert("name".into(), Value::String(name.clone()));
+    }
     t.insert("container".into(), Value::Integer(p.container.into()));
     if let Some(host) = p.host {
         t.insert("host".into(), Value::Integer(host.into()));
     }
-    let protocol = match p.protocol {
-        Protocol::Tcp => "tcp",
-        Protocol::Udp => "udp",
-    };
-    t.insert("protocol".into(), Value::String(protocol.into()));
+    t.insert("protocol".into(), protocol(p.protocol));
     Value::Table(t)
+}
+
+fn named_port(p: &NamedPort) -> Value {
+    let mut t = Table::new();
+    t.insert("name".into(), Value::String(p.name.clone()));
+    if let Some(port) = p.port {
+        t.insert("port".into(), Value::Integer(port.into()));
+    }
+    t.insert("protocol".into(), protocol(p.protocol));
+    Value::Table(t)
+}
+
+fn port_ref(port: &PortRef) -> Value {
+    match port {
+        PortRef::Number(n) => Value::Integer((*n).into()),
+        PortRef::Named(name) => Value::String(name.clone()),
+    }
 }
 
 fn health(h: &HealthCheck) -> Value {
     let (kind, probe) = match &h.probe {
         Probe::Exec { command } => ("exec", table([("command", strings(command))])),
-        Probe::Tcp { port } => ("tcp", table([("port", Value::Integer((*port).into()))])),
+        Probe::Tcp { port } => ("tcp", table([("port", port_ref(port))])),
         Probe::Http { port, path } => (
             "http",
             table([
-                ("port", Value::Integer((*port).into())),
+                ("port", port_ref(port)),
                 ("path", Value::String(path.clone())),
             ]),
         ),

@@ -4,7 +4,7 @@ use super::decode::{choice, SECTIONS};
 use super::doc::{Node, Value};
 use super::reader::{index, integer, string, string_map, strings, Ctx, Fields};
 use super::validate::range_message;
-use super::{ContainerSpec, PortMapping, ProcessSpec, Protocol, Run};
+use super::{ContainerSpec, NamedPort, PortMapping, ProcessSpec, Protocol, Run};
 
 const RUN_HELP: &str =
     "each workload runs exactly one of `process` (a host command) or `container`";
@@ -54,6 +54,10 @@ fn process_spec(ctx: &mut Ctx, path: &str, node: &Node) -> ProcessSpec {
     if let Some((n, p)) = f.get(ctx, "working_dir") {
         out.working_dir = string(ctx, &p, n);
     }
+    if let Some((n, p)) = f.get(ctx, "ports") {
+        let example = "an array of named ports such as { name = \"http\" }";
+        out.ports = elements(ctx, &p, n, example, named_port);
+    }
     f.finish(ctx, SECTIONS);
     out
 }
@@ -73,27 +77,25 @@ fn container_spec(ctx: &mut Ctx, path: &str, node: &Node) -> ContainerSpec {
         out.env = string_map(ctx, &p, n).unwrap_or_default();
     }
     if let Some((n, p)) = f.get(ctx, "ports") {
-        out.ports = ports(ctx, &p, n);
+        let example = "an array of ports such as { container = 80, host = 8080 }";
+        out.ports = elements(ctx, &p, n, example, port);
     }
     f.finish(ctx, SECTIONS);
     out
 }
 
-/// Ports keep their source positions: a port that fails to decode becomes a placeholder (its
-/// path is already reported), so that `ports[i]` means the same element everywhere.
-fn ports(ctx: &mut Ctx, path: &str, node: &Node) -> Vec<PortMapping> {
+/// Array elements keep their source positions: one that fails to decode becomes a placeholder
+/// (its path is already reported), so that `ports[i]` means the same element everywhere.
+fn elements<T: Default>(
+    ctx: &mut Ctx,
+    path: &str,
+    node: &Node,
+    expected: &str,
+    element: fn(&mut Ctx, &str, &Node) -> Option<T>,
+) -> Vec<T> {
     let Value::Array(items) = &node.value else {
-        ctx.wrong_type(
-            path,
-            node,
-            "an array of ports such as { container = 80, host = 8080 }",
-        );
+        ctx.wrong_type(path, node, expected);
         return Vec::new();
-    };
-    let placeholder = PortMapping {
-        container: 0,
-        host: None,
-        protocol: Protocol::Tcp,
     };
     items
         .iter()
@@ -103,30 +105,56 @@ fn ports(ctx: &mut Ctx, path: &str, node: &Node) -> Vec<PortMapping> {
             if let Some(at) = item.at {
                 ctx.located.insert(p.clone(), at);
             }
-            port(ctx, &p, item).unwrap_or_else(|| {
+            element(ctx, &p, item).unwrap_or_else(|| {
                 ctx.broken.insert(p);
-                placeholder
+                T::default()
             })
         })
         .collect()
 }
 
+/// An optional field: outer `None` when absent, inner `None` when present but reported.
+type Optional<T> = Option<Option<T>>;
+
+/// An optional field's value, or `None` (the element is broken) when it was reported.
+fn settle<T>(field: Optional<T>) -> Option<Option<T>> {
+    field.map_or(Some(None), |v| v.map(Some))
+}
+
+fn protocol(ctx: &mut Ctx, f: &mut Fields<'_>) -> Optional<Protocol> {
+    let options = [("tcp", Protocol::Tcp), ("udp", Protocol::Udp)];
+    f.get(ctx, "protocol")
+        .map(|(n, p)| choice(ctx, &p, n, "protocol", &options))
+}
+
 fn port(ctx: &mut Ctx, path: &str, node: &Node) -> Option<PortMapping> {
     let mut f = Fields::open(ctx, path, node)?;
     let range = |v| range_message(1, 65535, v);
+    let name = f.get(ctx, "name").map(|(n, p)| string(ctx, &p, n));
     let container = f
         .require(ctx, "container")
         .and_then(|(n, p)| integer(ctx, &p, n, range));
-    // Outer `None`: absent; inner `None`: present but reported.
     let host = f.get(ctx, "host").map(|(n, p)| integer(ctx, &p, n, range));
-    let options = [("tcp", Protocol::Tcp), ("udp", Protocol::Udp)];
-    let protocol = f
-        .get(ctx, "protocol")
-        .map(|(n, p)| choice(ctx, &p, n, "protocol", &options));
+    let protocol = protocol(ctx, &mut f);
     f.finish(ctx, &[]);
     Some(PortMapping {
+        name: settle(name)?,
         container: container?,
-        host: host.map_or(Some(None), |h| h.map(Some))?,
-        protocol: protocol.unwrap_or(Some(Protocol::Tcp))?,
+        host: settle(host)?,
+        protocol: settle(protocol)?.unwrap_or_default(),
+    })
+}
+
+fn named_port(ctx: &mut Ctx, path: &str, node: &Node) -> Option<NamedPort> {
+    let mut f = Fields::open(ctx, path, node)?;
+    let range = |v| range_message(1, 65535, v);
+    let name = f.require(ctx, "name").and_then(|(n, p)| string(ctx, &p, n));
+    let port = f.get(ctx, "port").map(|(n, p)| integer(ctx, &p, n, range));
+    let protocol = protocol(ctx, &mut f);
+    f.finish(ctx, &[]);
+    Some(NamedPort {
+        name: name?,
+        port: settle(port)?,
+        protocol: settle(protocol)?.unwrap_or_default(),
     })
 }

@@ -94,6 +94,7 @@ pub(crate) fn check(spec: &WorkloadSpec, r: &mut Report) {
                 }
                 check_text(r, "process.working_dir", dir, STRING_BYTES_MAX);
             }
+            check_process_ports(r, &p.ports);
         }
         Run::Container(c) => {
             if let Err(message) = check_image(&c.image) {
@@ -122,7 +123,7 @@ pub(crate) fn check(spec: &WorkloadSpec, r: &mut Report) {
         r.err("placement.priority", message);
     }
     if let Some(health) = &spec.health {
-        check_policy::health(r, health);
+        check_policy::health(r, health, &spec.named_ports());
     }
     check_policy::restart(r, &spec.restart);
     check_policy::update(r, &spec.update, spec.health.as_ref(), placement.exclusive);
@@ -293,6 +294,74 @@ fn check_env(r: &mut Report, path: &str, env: &BTreeMap<String, String>) {
     }
 }
 
+/// A port name: what `SHOAL_PORT_<NAME>` and `_NAME._tcp` are made of. As Kubernetes' port
+/// names (an IANA service name): lowercase letters, digits and '-', a letter first, no '--'.
+pub(crate) fn check_port_name(name: &str) -> Result<(), String> {
+    const HELP: &str = "use lowercase letters, digits and '-', starting with a letter, \
+                        not ending with '-' and without '--' (e.g. \"http\", \"grpc-admin\")";
+    if name.is_empty() {
+        return Err("must not be empty".to_string());
+    }
+    if name.len() > PORT_NAME_LEN_MAX {
+        return Err(format!(
+            "{name:?} is {} characters; a port name is at most {PORT_NAME_LEN_MAX}",
+            name.len()
+        ));
+    }
+    let ok = name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.ends_with('-')
+        && !name.contains("--");
+    if !ok {
+        return Err(format!("{name:?} is not a valid port name: {HELP}"));
+    }
+    Ok(())
+}
+
+/// Each name valid and used once in the workload.
+fn check_port_names<'a>(r: &mut Report, list: &str, names: impl Iterator<Item = (usize, &'a str)>) {
+    let mut seen: Vec<(usize, &str)> = Vec::new();
+    for (i, name) in names {
+        let p = format!("{}.name", index(list, i));
+        if let Err(message) = check_port_name(name) {
+            r.err(&p, message);
+        } else if let Some((j, _)) = seen.iter().find(|(_, n)| *n == name) {
+            let message = format!("port name {name:?} is already used by ports[{j}]");
+            r.err_related(&p, &[&index(list, *j)], message);
+        }
+        seen.push((i, name));
+    }
+}
+
+fn check_process_ports(r: &mut Report, ports: &[NamedPort]) {
+    const LIST: &str = "process.ports";
+    if ports.len() > NAMED_PORTS_MAX {
+        r.err(
+            LIST,
+            format!("has {} ports; at most {NAMED_PORTS_MAX}", ports.len()),
+        );
+        return;
+    }
+    check_port_names(r, LIST, ports.iter().map(|p| p.name.as_str()).enumerate());
+    for (i, port) in ports.iter().enumerate() {
+        let p = format!("{}.port", index(LIST, i));
+        let Some(number) = port.port else { continue };
+        if number == 0 {
+            r.err(&p, range_message(1, 65535, 0));
+        }
+        let earlier = ports[..i]
+            .iter()
+            .position(|q| q.port == Some(number) && q.protocol == port.protocol);
+        if let Some(j) = earlier {
+            let proto = port.protocol.as_str();
+            let message = format!("port {number}/{proto} is already declared by ports[{j}]");
+            r.err_related(&p, &[&index(LIST, j)], message);
+        }
+    }
+}
+
 fn check_ports(r: &mut Report, ports: &[PortMapping]) {
     if ports.len() > PORTS_MAX {
         r.err(
@@ -301,12 +370,21 @@ fn check_ports(r: &mut Report, ports: &[PortMapping]) {
         );
         return;
     }
+    let named = ports
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| Some((i, p.name.as_deref()?)));
+    if named.clone().count() > NAMED_PORTS_MAX {
+        let message = format!(
+            "has {} named ports; at most {NAMED_PORTS_MAX}",
+            named.clone().count()
+        );
+        r.err("container.ports", message);
+    }
+    check_port_names(r, "container.ports", named);
     for (i, port) in ports.iter().enumerate() {
         let p = index("container.ports", i);
-        let proto = match port.protocol {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-        };
+        let proto = port.protocol.as_str();
         if port.container == 0 {
             r.err(format!("{p}.container"), range_message(1, 65535, 0));
         }

@@ -93,6 +93,7 @@ impl FakeRuntime {
                     exit_code: None,
                     error: failed.then(|| "image busybox:1 not found".to_string()),
                     fence_token: *fence_token,
+                    ports: Default::default(),
                 };
                 self.instances.insert(handle, inst);
             }
@@ -637,6 +638,7 @@ pub fn peer_status(
         last_error: None,
         fence_token: None,
         failures: 0,
+        ports: Default::default(),
     }
 }
 

@@ -1,7 +1,7 @@
 //! Translations between Shoal's vocabulary and the engine's: labels, the container create body,
 //! inspect results as [`RuntimeInstance`]s, and bollard errors as [`RuntimeError`]s.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use bollard::models::{
     ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, HealthConfig,
@@ -24,6 +24,17 @@ pub const LABEL_VERSION: &str = "shoal.version";
 pub const LABEL_NODE: &str = "shoal.node";
 /// An exclusive replica's fencing token (also in its environment as `SHOAL_FENCE_TOKEN`).
 pub const LABEL_FENCE_TOKEN: &str = "shoal.fence-token";
+/// The prefix of the labels that record the host port of each named port
+/// (`shoal.port.http=20001`; also in its environment as `SHOAL_PORT_HTTP`).
+pub const LABEL_PORT_PREFIX: &str = "shoal.port.";
+
+/// The named ports recorded in a container's labels.
+pub(crate) fn ports_of(labels: &HashMap<String, String>) -> BTreeMap<String, u16> {
+    labels
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(LABEL_PORT_PREFIX)?.to_string(), v.parse().ok()?)))
+        .collect()
+}
 
 /// The label filters that select this node's containers.
 pub(crate) fn node_filters(node: &str) -> HashMap<String, Vec<String>> {
@@ -44,7 +55,20 @@ pub(crate) fn port_key(port: u16, protocol: Protocol) -> String {
 
 /// The create body: labels, environment, command, published ports, limits, no engine restarts,
 /// and the spec's exec probe as the engine's health check (so `docker ps` shows health too).
-pub(crate) fn create_body(request: &StartRequest, spec: &ContainerSpec) -> ContainerCreateBody {
+/// The resolver a container is given (`--dns` of its agent, when a container can reach it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerDns {
+    /// The agent's DNS address (port 53: the engine cannot give a container another port).
+    pub server: std::net::IpAddr,
+    /// The zone, as a search domain (`shoal`): `web` then resolves as `web.shoal.`.
+    pub search: String,
+}
+
+pub(crate) fn create_body(
+    request: &StartRequest,
+    spec: &ContainerSpec,
+    dns: Option<&ContainerDns>,
+) -> ContainerCreateBody {
     let replica = &request.replica;
     let mut labels = HashMap::from([
         (LABEL_MANAGED.to_string(), "true".to_string()),
@@ -56,6 +80,9 @@ pub(crate) fn create_body(request: &StartRequest, spec: &ContainerSpec) -> Conta
     if let Some(token) = request.fence_token {
         labels.insert(LABEL_FENCE_TOKEN.to_string(), token.to_string());
     }
+    for (name, port) in &request.ports {
+        labels.insert(format!("{LABEL_PORT_PREFIX}{name}"), port.to_string());
+    }
     let env = instance_env(request, &spec.env)
         .into_iter()
         .map(|(k, v)| format!("{k}={v}"))
@@ -65,9 +92,12 @@ pub(crate) fn create_body(request: &StartRequest, spec: &ContainerSpec) -> Conta
     for port in &spec.ports {
         let key = port_key(port.container, port.protocol);
         exposed.push(key.clone());
+        // A named port without a fixed host port was allocated by the agent.
+        let allocated = port.name.as_ref().and_then(|n| request.ports.get(n));
+        let host_port = port.host.or(allocated.copied());
         let binding = PortBinding {
             host_ip: None,
-            host_port: Some(port.host.map(|p| p.to_string()).unwrap_or_default()),
+            host_port: Some(host_port.map(|p| p.to_string()).unwrap_or_default()),
         };
         bindings.insert(key, Some(vec![binding]));
     }
@@ -76,6 +106,8 @@ pub(crate) fn create_body(request: &StartRequest, spec: &ContainerSpec) -> Conta
         nano_cpus: Some(resources.cpu_millis.saturating_mul(1_000_000) as i64),
         memory: Some(resources.memory_bytes as i64),
         port_bindings: Some(bindings),
+        dns: dns.map(|d| vec![d.server.to_string()]),
+        dns_search: dns.map(|d| vec![d.search.clone()]),
         restart_policy: Some(RestartPolicy {
             name: Some(RestartPolicyNameEnum::NO),
             maximum_retry_count: None,
@@ -158,6 +190,7 @@ pub(crate) fn instance_from_inspect(c: &ContainerInspectResponse) -> Option<Runt
         },
         error,
         fence_token: labels.get(LABEL_FENCE_TOKEN).and_then(|t| t.parse().ok()),
+        ports: ports_of(labels),
     })
 }
 
@@ -245,17 +278,17 @@ mod tests {
         let toml = "name = \"db\"\n[container]\nimage = \"busybox:1\"\n\
                     [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n";
         let spec = crate::core::spec::WorkloadSpec::from_toml_str(toml, "test.toml").unwrap();
-        let request = StartRequest {
-            replica: ReplicaId::new("db", 0),
-            spec: std::sync::Arc::new(spec),
-            spec_version: "v1".into(),
-            node: "n1".into(),
-            fence_token: Some(42),
-        };
+        let mut request = StartRequest::new(
+            ReplicaId::new("db", 0),
+            std::sync::Arc::new(spec),
+            "v1",
+            "n1",
+        );
+        request.fence_token = Some(42);
         let crate::core::spec::Run::Container(container) = &request.spec.run else {
             unreachable!("a container spec");
         };
-        let body = create_body(&request, container);
+        let body = create_body(&request, container, None);
         let labels = body.labels.unwrap();
         assert_eq!(labels[LABEL_FENCE_TOKEN], "42");
         assert!(body

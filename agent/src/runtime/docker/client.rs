@@ -26,6 +26,9 @@ pub struct DockerConfig {
     pub reconnect_max: Duration,
     /// Keep a created standby container per replica for its next restart (`docker/standby.rs`).
     pub standby: bool,
+    /// The resolver every container gets (the agent's `--dns`, when containers can use it:
+    /// see [`DockerConfig::container_dns`]); `None` leaves the engine's default.
+    pub dns: Option<super::body::ContainerDns>,
 }
 
 impl DockerConfig {
@@ -40,7 +43,33 @@ impl DockerConfig {
             reconnect_initial: Duration::from_millis(250),
             reconnect_max: Duration::from_secs(5),
             standby: true,
+            dns: None,
         }
+    }
+
+    /// The resolver containers can be given for an agent answering DNS on `addr` for `zone`,
+    /// or why not: the engine sets a container's resolver by address only, always on port 53,
+    /// and a loopback or unspecified address is the container's own, not the host's.
+    pub fn container_dns(
+        addr: std::net::SocketAddr,
+        zone: &str,
+    ) -> Result<super::body::ContainerDns, String> {
+        let ip = addr.ip();
+        if addr.port() != 53 {
+            return Err(format!(
+                "--dns {addr}: containers can only be given a resolver on port 53"
+            ));
+        }
+        if ip.is_loopback() || ip.is_unspecified() {
+            return Err(format!(
+                "--dns {addr}: a container cannot reach the host's {ip} (use an address such as \
+                 the docker bridge's gateway, 172.17.0.1)"
+            ));
+        }
+        Ok(super::body::ContainerDns {
+            server: ip,
+            search: zone.trim_end_matches('.').to_string(),
+        })
     }
 }
 

@@ -100,3 +100,19 @@ pub(crate) fn published_addr(
         format!("container port {key} is not published on the host: add it to container.ports")
     })
 }
+
+/// Where the host reaches the named port `name`: the host port recorded in the container's
+/// labels (allocated by the agent or fixed by the spec), on loopback: the engine binds published
+/// ports on every interface.
+pub(crate) fn named_addr(inspected: &ContainerInspectResponse, name: &str) -> Result<SocketAddr, String> {
+    let labels = inspected.config.as_ref().and_then(|c| c.labels.as_ref());
+    let port = labels
+        .map(super::body::ports_of)
+        .and_then(|ports| ports.get(name).copied());
+    match port {
+        Some(port) => Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)),
+        None => Err(format!(
+            "the container has no host port named {name:?} (started before the spec named it?)"
+        )),
+    }
+}

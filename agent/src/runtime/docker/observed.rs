@@ -149,6 +149,7 @@ mod tests {
             exit_code: None,
             error: None,
             fence_token: None,
+            ports: Default::default(),
         }
     }
 

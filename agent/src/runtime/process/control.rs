@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use super::cgroup::Cgroups;
 use super::state::{self, InstanceState};
 use super::{signal_group, Inner};
-use crate::core::spec::{Probe, ReloadHook, ReloadSignal};
+use crate::core::spec::{PortRef, Probe, ReloadHook, ReloadSignal};
 use crate::runtime::{probe, setting_env_name, ProbeOutcome, RuntimeError};
 
 impl Inner {
@@ -140,8 +140,10 @@ impl Inner {
         }
     }
 
-    /// Runs a probe in the instance's context: its environment and working directory for exec,
-    /// 127.0.0.1 for tcp and http.
+    /// Runs a probe in the instance's context: its environment and working directory for exec;
+    /// for tcp and http, 127.0.0.1 on a port given by number, and on a named port the address
+    /// and port the instance was given (`SHOAL_ADDR`, `SHOAL_PORT_<NAME>`): where DNS sends
+    /// clients.
     pub(super) async fn probe(
         &self,
         handle: &str,
@@ -155,15 +157,45 @@ impl Inner {
         if state.exited() {
             return ProbeOutcome::fail(format!("instance {handle} has exited"));
         }
-        let local = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+        let target = |port: &PortRef| target_addr(&state, port);
         match probe {
             Probe::Exec { command } => {
                 probe::exec_host(command, &state.env, &state.working_dir, timeout).await
             }
-            Probe::Tcp { port } => probe::tcp(local(*port), timeout).await,
-            Probe::Http { port, path } => probe::http(local(*port), path, timeout).await,
+            Probe::Tcp { port } => match target(port) {
+                Ok(addr) => probe::tcp(addr, timeout).await,
+                Err(reason) => ProbeOutcome::fail(reason),
+            },
+            Probe::Http { port, path } => match target(port) {
+                Ok(addr) => probe::http(addr, path, timeout).await,
+                Err(reason) => ProbeOutcome::fail(reason),
+            },
         }
     }
+}
+
+/// Where a tcp or http probe of this instance connects (see [`Inner::probe`]).
+fn target_addr(state: &InstanceState, port: &PortRef) -> Result<SocketAddr, String> {
+    let local = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    let name = match port {
+        PortRef::Number(n) => return Ok(local(*n)),
+        PortRef::Named(name) => name,
+    };
+    let Some(number) = state.ports.get(name) else {
+        return Err(format!(
+            "instance {} has no port named {name:?} (started before the spec declared it?)",
+            state.handle
+        ));
+    };
+    let addr = state
+        .env
+        .get(crate::runtime::ADDR_ENV)
+        .and_then(|a| a.parse::<std::net::IpAddr>().ok())
+        .filter(|ip| !ip.is_unspecified());
+    Ok(match addr {
+        Some(ip) => SocketAddr::new(ip, *number),
+        None => local(*number),
+    })
 }
 
 /// How often a stop checks whether the rest of a process group is gone.

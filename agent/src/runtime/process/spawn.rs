@@ -69,6 +69,7 @@ impl Inner {
             env,
             working_dir,
             cgroup,
+            ports: request.ports.clone(),
         };
         if let Err(e) = state.save(&dir) {
             // Without a state file a restarted agent could not adopt it: do not leave it running.

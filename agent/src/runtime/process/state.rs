@@ -39,6 +39,10 @@ pub(crate) struct InstanceState {
     pub working_dir: PathBuf,
     /// Its cgroup v2 directory, when limits were applied.
     pub cgroup: Option<PathBuf>,
+    /// The host ports it was given by name (also in `env` as `SHOAL_PORT_<NAME>`); absent in
+    /// state files of agents that predate named ports.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ports: BTreeMap<String, u16>,
 }
 
 impl InstanceState {
@@ -67,6 +71,7 @@ impl InstanceState {
             error: self.error.clone(),
             // The environment is the record: the token reported is the one the process got.
             fence_token: crate::runtime::fence_token_of(&self.env),
+            ports: self.ports.clone(),
         }
     }
 

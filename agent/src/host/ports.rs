@@ -1,0 +1,116 @@
+//! Named ports on this host: the shell around [`PortBook`] (`shoal_core::ports`). A start takes
+//! its ports from the book before the runtime sees it, each checked free on the host by binding
+//! it (TCP and UDP, on every address); the runtime's list each round tells the book what still
+//! holds ports, adopted instances included.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use shoal_core::instance::{ReplicaId, RuntimeInstance};
+use shoal_core::ports::{Listed, PortBook, PortError};
+use shoal_core::spec::WorkloadSpec;
+
+use super::Host;
+
+/// The ports of one start, and its ticket in the book (`None`: nothing was allocated).
+pub(crate) struct StartPorts {
+    pub ports: BTreeMap<String, u16>,
+    pub ticket: Option<u64>,
+}
+
+impl Host {
+    /// The address this host advertises, handed to instances as `SHOAL_ADDR`: the IP of its
+    /// API address, or of its gossip address when the API is bound to an unspecified one.
+    pub fn advertised_addr(&self) -> IpAddr {
+        let gossip = self.node.gossip().chitchat_id().gossip_advertise_addr.ip();
+        let api = self.node.record().map(|r| r.api_addr.ip());
+        api.into_iter()
+            .chain([gossip])
+            .find(|ip| !ip.is_unspecified())
+            .unwrap_or(gossip)
+    }
+
+    /// The host port of every named port of `spec` for a start of `replica`: fixed ones as the
+    /// spec says, the others allocated from the book.
+    pub(crate) fn allocate_ports(
+        &self,
+        replica: &ReplicaId,
+        spec: &WorkloadSpec,
+    ) -> Result<StartPorts, PortError> {
+        let mut ports: BTreeMap<String, u16> = spec
+            .named_ports()
+            .into_iter()
+            .filter_map(|p| Some((p.name.to_string(), p.fixed?)))
+            .collect();
+        let wanted = spec.ports_to_allocate();
+        if wanted.is_empty() {
+            return Ok(StartPorts {
+                ports,
+                ticket: None,
+            });
+        }
+        let v6 = self.advertised_addr().is_ipv6();
+        let mut book = self.ports.lock().expect("ports lock");
+        let (allocated, ticket) = book.allocate(replica, &wanted, &mut |p| in_use(p, v6))?;
+        if cfg!(debug_assertions) {
+            book.check_invariants();
+        }
+        ports.extend(allocated);
+        Ok(StartPorts {
+            ports,
+            ticket: Some(ticket),
+        })
+    }
+
+    /// The book, for a start's task to report its outcome to ([`start_done`]).
+    pub(crate) fn port_book(&self) -> Arc<Mutex<PortBook>> {
+        self.ports.clone()
+    }
+
+    /// What the runtime listed: the ports of alive instances stay held, the others are freed.
+    pub(crate) fn hold_listed_ports(&self, instances: &[RuntimeInstance]) {
+        let listed: Vec<Listed<'_>> = instances
+            .iter()
+            .map(|i| Listed {
+                handle: &i.handle,
+                replica: &i.replica,
+                alive: i.phase.may_be_alive(),
+                ports: &i.ports,
+            })
+            .collect();
+        self.ports
+            .lock()
+            .expect("ports lock")
+            .handle_listed(&listed);
+    }
+}
+
+/// A start finished: its ports now belong to instance `handle` (`None`: it failed, the ports
+/// are free again).
+pub(crate) fn start_done(book: &Mutex<PortBook>, ticket: Option<u64>, handle: Option<&str>) {
+    let Some(ticket) = ticket else { return };
+    let mut book = book.lock().expect("ports lock");
+    match handle {
+        Some(handle) => book.handle_started(ticket, handle),
+        None => book.handle_start_failed(ticket),
+    }
+}
+
+/// Whether some socket on this host holds `port`: it cannot be bound on the unspecified
+/// address, for TCP or for UDP (`[::]` too on an IPv6 host).
+fn in_use(port: u16, v6: bool) -> bool {
+    let mut addrs = vec![IpAddr::V4(Ipv4Addr::UNSPECIFIED)];
+    if v6 {
+        addrs.push(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
+    }
+    addrs.into_iter().any(|ip| {
+        let addr = SocketAddr::new(ip, port);
+        std::net::TcpListener::bind(addr).is_err() || std::net::UdpSocket::bind(addr).is_err()
+    })
+}
+
+/// A fresh book over `range`.
+pub(crate) fn book(range: shoal_core::ports::PortRange) -> Arc<Mutex<PortBook>> {
+    Arc::new(Mutex::new(PortBook::new(range)))
+}
