@@ -77,6 +77,8 @@ async fn measure(args: &Args) -> anyhow::Result<()> {
             spec_version: "v1".into(),
             node: node.into(),
             fence_token: Some(1 + u64::from(replica)),
+            addr: std::net::IpAddr::from([127, 0, 0, 1]),
+            ports: Default::default(),
         };
         handles.insert(rt.start(request).await?.handle);
     }

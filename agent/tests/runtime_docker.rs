@@ -263,7 +263,7 @@ async fn probes_and_reload_hooks_reach_the_container() {
     let h = &inst.handle;
     let timeout = Duration::from_secs(2);
     let http = |path: &str| Probe::Http {
-        port: 8080,
+        port: 8080.into(),
         path: path.into(),
     };
     let deadline = Instant::now() + EVENT_WAIT;
@@ -272,7 +272,7 @@ async fn probes_and_reload_hooks_reach_the_container() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(rt
-        .probe(h, &Probe::Tcp { port: 8080 }, timeout)
+        .probe(h, &Probe::Tcp { port: 8080.into() }, timeout)
         .await
         .is_healthy());
     let missing = rt.probe(h, &http("/missing"), timeout).await;
@@ -280,7 +280,9 @@ async fn probes_and_reload_hooks_reach_the_container() {
         matches!(&missing, ProbeOutcome::Unhealthy { reason } if reason.contains("status 404")),
         "{missing:?}"
     );
-    let unpublished = rt.probe(h, &Probe::Tcp { port: 9999 }, timeout).await;
+    let unpublished = rt
+        .probe(h, &Probe::Tcp { port: 9999.into() }, timeout)
+        .await;
     assert!(
         matches!(&unpublished, ProbeOutcome::Unhealthy { reason } if reason.contains("not published"))
     );

@@ -96,7 +96,7 @@ async fn crashes_failures_stops_and_outages_on_demand() {
     let mut events = rt.events();
     let spec = process_spec("db", &["db"]);
     let inst = rt.start(request(&spec, 0, NODE)).await.unwrap();
-    let probe = Probe::Tcp { port: 5432 };
+    let probe = Probe::Tcp { port: 5432.into() };
     let timeout = Duration::from_secs(1);
     assert_eq!(
         rt.probe(&inst.handle, &probe, timeout).await,

@@ -251,7 +251,11 @@ impl PortBook {
                 *busy += 1;
                 continue;
             }
-            self.cursor = if port == range.high { range.low } else { port + 1 };
+            self.cursor = if port == range.high {
+                range.low
+            } else {
+                port + 1
+            };
             return Some(port);
         }
         None
@@ -316,10 +320,7 @@ impl PortBook {
             listed.iter().map(|l| l.handle).collect();
         self.held.retain(|_, holder| match holder {
             Holder::Instance(_) => false, // held again below if still alive
-            Holder::Start {
-                handle: None,
-                ..
-            } => true,
+            Holder::Start { handle: None, .. } => true,
             Holder::Start {
                 handle: Some(h),
                 unlisted_rounds,
@@ -400,7 +401,9 @@ mod tests {
         let mut book = PortBook::new(range(20000, 20009));
         let mut seen = std::collections::BTreeSet::new();
         for i in 0..5 {
-            let (ports, _) = book.allocate(&web(i), &["http", "admin"], &mut free).unwrap();
+            let (ports, _) = book
+                .allocate(&web(i), &["http", "admin"], &mut free)
+                .unwrap();
             assert_eq!(ports.len(), 2);
             for p in ports.values() {
                 assert!(seen.insert(*p), "port {p} handed out twice");
@@ -427,7 +430,14 @@ mod tests {
         assert_eq!(ports["http"], 20003);
         let err = book.allocate(&web(2), &["http"], &mut in_use).unwrap_err();
         assert!(
-            matches!(err, PortError::Exhausted { held: 2, in_use: 2, .. }),
+            matches!(
+                err,
+                PortError::Exhausted {
+                    held: 2,
+                    in_use: 2,
+                    ..
+                }
+            ),
             "{err:?}"
         );
         assert_eq!(book.held_count(), 2, "a failed allocation holds nothing");
@@ -438,7 +448,9 @@ mod tests {
         let mut book = PortBook::new(range(20000, 20001));
         book.allocate(&web(0), &["a"], &mut free).unwrap();
         let err = book.allocate(&web(1), &["a", "b"], &mut free).unwrap_err();
-        assert!(err.to_string().starts_with("no free port in 20000-20001 for web/1"));
+        assert!(err
+            .to_string()
+            .starts_with("no free port in 20000-20001 for web/1"));
         assert_eq!(book.held_count(), 1);
     }
 
@@ -451,7 +463,13 @@ mod tests {
             true
         };
         let err = book.allocate(&web(0), &["http"], &mut busy).unwrap_err();
-        assert!(matches!(err, PortError::Busy { tried: BIND_CHECKS_MAX, .. }));
+        assert!(matches!(
+            err,
+            PortError::Busy {
+                tried: BIND_CHECKS_MAX,
+                ..
+            }
+        ));
         assert_eq!(calls, BIND_CHECKS_MAX);
     }
 

@@ -48,20 +48,17 @@ const FIELDS: &[(&str, Reader)] = &[
     ("run.Process.working_dir", Code(SPAWN, "spec.working_dir")),
     (
         "run.Process.ports[].name",
-        Code("agent/core/src/spec/mod.rs", "name: &p.name"),
+        Code("agent/src/dns/table.rs", "port.name.clone()"),
     ),
     (
         "run.Process.ports[].port",
-        Code("agent/core/src/spec/mod.rs", "fixed: p.port"),
+        Code("agent/src/dns/table.rs", "port.port"),
     ),
     (
         "run.Process.ports[].protocol",
         Code("agent/src/dns/table.rs", "port.protocol"),
     ),
-    (
-        "run.Container.ports[].name",
-        Code(DOCKER_BODY, "port.name"),
-    ),
+    ("run.Container.ports[].name", Code(DOCKER_BODY, "port.name")),
     ("run.Container.image", Code(DOCKER_BODY, "spec.image")),
     ("run.Container.command", Code(DOCKER_BODY, "spec.command")),
     ("run.Container.env", Code(DOCKER_BODY, "&spec.env")),

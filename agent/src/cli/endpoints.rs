@@ -70,7 +70,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             e.phase,
             if e.healthy { "yes" } else { "no" },
             if e.serving { "yes" } else { "no" },
-            if ports.is_empty() { "-".to_string() } else { ports.join(",") }
+            if ports.is_empty() {
+                "-".to_string()
+            } else {
+                ports.join(",")
+            }
         );
     }
     let serving: std::collections::BTreeSet<u32> = w.serving().map(|e| e.replica).collect();

@@ -310,3 +310,64 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn srv_names_each_replicas_own_allocated_port() {
+    let text = "name = \"api\"\nreplicas = 3\n[process]\ncommand = [\"api\"]\n\
+                ports = [{ name = \"http\" }, { name = \"admin\", port = 9100 }]\n\
+                [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n";
+    let spec = shoal_core::spec::WorkloadSpec::from_toml_str(text, "api.toml").unwrap();
+    let entry = shoal_core::reconcile::SpecEntry {
+        version: "1".into(),
+        spec: std::sync::Arc::new(spec),
+        paused: false,
+    };
+    let specs = BTreeMap::from([("api".to_string(), entry)]);
+    let hosts = BTreeMap::from([(
+        "n1".to_string(),
+        HostInfo {
+            addr: Some(IpAddr::from([10, 0, 0, 1])),
+            live: true,
+        },
+    )]);
+    let with_ports = |replica: u32, http: u16, healthy: bool| {
+        let mut s = status("api", replica, healthy);
+        s.ports = BTreeMap::from([
+            ("http".to_string(), http),
+            ("admin".to_string(), 9100),
+            ("forged".to_string(), 1),
+        ]);
+        s
+    };
+    // Two replicas on one host, each with its own port; the third is not healthy.
+    let own = vec![
+        with_ports(0, 20001, true),
+        with_ports(1, 20002, true),
+        with_ports(2, 20003, false),
+    ];
+    let t = EndpointTable::build(&TableInput {
+        specs: &specs,
+        hosts: &hosts,
+        me: "n1",
+        own: &own,
+        peers: &BTreeMap::new(),
+    });
+    let r = ask(&t, "_http._tcp.api.shoal.", RecordType::SRV);
+    assert_eq!(
+        answers(&r),
+        ["SRV 20001 0.api.shoal.", "SRV 20002 1.api.shoal."]
+    );
+    let r = ask(&t, "_admin._tcp.1.api.shoal.", RecordType::SRV);
+    assert_eq!(answers(&r), ["SRV 9100 1.api.shoal."]);
+    // A name the spec does not declare, or another protocol: NXDOMAIN.
+    for name in ["_forged._tcp.api.shoal.", "_http._udp.api.shoal."] {
+        let r = ask(&t, name, RecordType::SRV);
+        assert_eq!(r.metadata.response_code, ResponseCode::NXDomain, "{name}");
+    }
+    let api = t.get("api").unwrap();
+    assert_eq!(
+        api.endpoints[0].ports,
+        BTreeMap::from([("admin".to_string(), 9100), ("http".to_string(), 20001)]),
+        "only declared names are kept from gossip"
+    );
+}

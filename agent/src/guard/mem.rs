@@ -294,6 +294,8 @@ mod tests {
             spec_version: "v1".into(),
             spec: Arc::new(spec),
             fence_token: None,
+            addr: std::net::IpAddr::from([127, 0, 0, 1]),
+            ports: Default::default(),
         };
         runtime.start(request).await.expect("start").handle
     }

@@ -34,6 +34,8 @@ pub fn request(spec: &Arc<WorkloadSpec>, replica: u32, node: &str) -> StartReque
         spec_version: "v1".into(),
         node: node.into(),
         fence_token: None,
+        addr: std::net::IpAddr::from([127, 0, 0, 1]),
+        ports: Default::default(),
     }
 }
 

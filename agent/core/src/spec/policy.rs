@@ -103,9 +103,15 @@ fn exec_probe(ctx: &mut Ctx, path: &str, node: &Node) -> Option<Probe> {
 fn port_ref(ctx: &mut Ctx, path: &str, node: &Node) -> Option<PortRef> {
     match &node.value {
         Value::Str(name) => Some(PortRef::Named(name.clone())),
-        Value::Int(_) => integer(ctx, path, node, |v| range_message(1, 65535, v)).map(PortRef::Number),
+        Value::Int(_) => {
+            integer(ctx, path, node, |v| range_message(1, 65535, v)).map(PortRef::Number)
+        }
         _ => {
-            ctx.wrong_type(path, node, "a port number or a declared port's name such as \"http\"");
+            ctx.wrong_type(
+                path,
+                node,
+                "a port number or a declared port's name such as \"http\"",
+            );
             None
         }
     }

@@ -32,7 +32,12 @@ pub const LABEL_PORT_PREFIX: &str = "shoal.port.";
 pub(crate) fn ports_of(labels: &HashMap<String, String>) -> BTreeMap<String, u16> {
     labels
         .iter()
-        .filter_map(|(k, v)| Some((k.strip_prefix(LABEL_PORT_PREFIX)?.to_string(), v.parse().ok()?)))
+        .filter_map(|(k, v)| {
+            Some((
+                k.strip_prefix(LABEL_PORT_PREFIX)?.to_string(),
+                v.parse().ok()?,
+            ))
+        })
         .collect()
 }
 

@@ -104,7 +104,10 @@ pub(crate) fn published_addr(
 /// Where the host reaches the named port `name`: the host port recorded in the container's
 /// labels (allocated by the agent or fixed by the spec), on loopback: the engine binds published
 /// ports on every interface.
-pub(crate) fn named_addr(inspected: &ContainerInspectResponse, name: &str) -> Result<SocketAddr, String> {
+pub(crate) fn named_addr(
+    inspected: &ContainerInspectResponse,
+    name: &str,
+) -> Result<SocketAddr, String> {
     let labels = inspected.config.as_ref().and_then(|c| c.labels.as_ref());
     let port = labels
         .map(super::body::ports_of)

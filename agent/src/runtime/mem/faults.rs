@@ -167,6 +167,8 @@ mod tests {
             spec_version: format!("v{}", revision.unwrap_or("0")),
             node: "n1".into(),
             fence_token: None,
+            addr: std::net::IpAddr::from([127, 0, 0, 1]),
+            ports: Default::default(),
         }
     }
 
