@@ -17,6 +17,8 @@ use super::connect::{call_async, ClientOpts};
 const AGENTS: usize = 5;
 /// Replicas of the demo service.
 const REPLICAS: u32 = 6;
+/// Ports in each agent's `--port-range`.
+const PORTS_PER_AGENT: u32 = 20;
 /// Longest wait for any one stage.
 const STAGE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -29,8 +31,9 @@ pub struct Args {
     /// Leave the mesh running at the end and print how to talk to it.
     #[arg(long)]
     keep: bool,
-    /// First HTTP port of the service; replica r listens on PORT + r, on 127.0.0.N for node nN
-    /// (each agent has its own loopback address, as each host would have its own IP).
+    /// First port of the agents' port ranges: agent nN hands its replicas the named port
+    /// `http` from PORT + 20 (N - 1) to PORT + 20 N - 1 (`--port-range`; its own slice, as each
+    /// host would have its own IP).
     #[arg(long, default_value_t = 18100)]
     port: u16,
 }
@@ -123,6 +126,14 @@ async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("finding the shoal binary")?;
     for i in 0..AGENTS {
         let name = format!("n{}", i + 1);
+        let low = u32::from(args.port) + PORTS_PER_AGENT * i as u32;
+        let high = low + PORTS_PER_AGENT - 1;
+        if high > u32::from(u16::MAX) {
+            bail!(
+                "--port {} leaves no room for {AGENTS} port ranges of {PORTS_PER_AGENT}",
+                args.port
+            );
+        }
         let (gossip, api) = free_udp_pair()?;
         let mut cmd = Command::new(&exe);
         cmd.args([
@@ -139,6 +150,7 @@ async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
         .arg("--pki")
         .arg(demo.dir.join("pki"))
         .arg("--self-issue")
+        .args(["--port-range", &format!("{low}-{high}")])
         .args([
             "--cpu",
             "2",
@@ -177,8 +189,8 @@ async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
     .await?;
     println!("   mesh formed in {:.1} s", started.elapsed().as_secs_f64());
 
-    step(&format!("applying `web`: {REPLICAS} replicas of python3 -m http.server, each on its own port, with a health check over HTTP"));
-    let spec = web_spec(&demo.dir, args.port)?;
+    step(&format!("applying `web`: {REPLICAS} replicas of python3 -m http.server, each on the port its agent allocated ($SHOAL_PORT_HTTP), with a health check over HTTP on that port"));
+    let spec = web_spec(&demo.dir)?;
     let applied = call_async(&client(demo, 0), Request::Apply { specs: vec![spec] }).await?;
     if let Response::Applied(a) = applied {
         println!(
@@ -226,7 +238,7 @@ async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
 
     step("checking that every replica answers HTTP");
     for replica in 0..REPLICAS {
-        let (node, addr) = answer_http(demo, replica, args.port).await?;
+        let (node, addr) = answer_http(demo, replica).await?;
         println!("   replica {replica} on {node}: http://{addr}/ answered 200");
     }
     step(&format!(
@@ -244,23 +256,23 @@ async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn web_spec(dir: &Path, port: u16) -> anyhow::Result<shoal_core::spec::WorkloadSpec> {
+fn web_spec(dir: &Path) -> anyhow::Result<shoal_core::spec::WorkloadSpec> {
     let www = dir.join("www");
     let text = format!(
         r#"name = "web"
 replicas = {REPLICAS}
 [process]
-command = ["sh", "-c", "exec python3 -m http.server $(({port} + SHOAL_REPLICA)) --bind 127.0.0.${{SHOAL_NODE#n}} --directory {www}"]
+command = ["sh", "-c", "exec python3 -m http.server $SHOAL_PORT_HTTP --bind $SHOAL_ADDR --directory {www}"]
+ports = [{{ name = "http" }}]
 [resources]
 cpu = "200m"
 memory = "64Mi"
 [health]
+http = {{ port = "http", path = "/" }}
 interval = "3s"
 timeout = "3s"
 failure_threshold = 3
 start_grace = "20s"
-[health.exec]
-command = ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.%s:%d/' % (os.environ['SHOAL_NODE'][1:], {port} + int(os.environ['SHOAL_REPLICA'])), timeout=1)"]
 [restart]
 backoff_initial = "1s"
 "#,
@@ -405,14 +417,10 @@ fn kill_host(demo: &mut Demo, victim: usize) {
     }
 }
 
-/// GETs `/` from the copy of `replica` its owner runs (not an old copy being handed off),
-/// retrying for a few seconds while a handoff finishes.
-async fn answer_http(
-    demo: &Demo,
-    replica: u32,
-    port_base: u16,
-) -> anyhow::Result<(String, SocketAddr)> {
-    let port = port_base + replica as u16;
+/// GETs `/` from the copy of `replica` its owner runs (not an old copy being handed off), at the
+/// address and `http` port `shoal endpoints` gives, retrying for a few seconds while a handoff
+/// finishes.
+async fn answer_http(demo: &Demo, replica: u32) -> anyhow::Result<(String, SocketAddr)> {
     let mut last_error = anyhow::anyhow!("no healthy copy of replica {replica} in status");
     for _ in 0..20 {
         if let Ok(Response::Status { view: status, .. }) =
@@ -424,8 +432,17 @@ async fn answer_http(
                     && i.healthy == Some(true)
                     && i.reason.is_none()
             });
-            if let Some(node) = owner.and_then(|i| i.node.clone()) {
-                let addr: SocketAddr = format!("127.0.0.{}:{port}", &node[1..]).parse()?;
+            let endpoints =
+                call_async(&client(demo, 0), Request::Endpoints { name: "web".into() }).await;
+            let target = match (owner.and_then(|i| i.node.clone()), endpoints) {
+                (Some(node), Ok(Response::Endpoints(w))) => w
+                    .endpoints
+                    .iter()
+                    .find(|e| e.replica == replica && e.node == node && e.serving)
+                    .and_then(|e| Some((node, SocketAddr::new(e.addr?, *e.ports.get("http")?)))),
+                _ => None,
+            };
+            if let Some((node, addr)) = target {
                 match http_get(addr).await {
                     Ok(()) => return Ok((node, addr)),
                     Err(e) => {
