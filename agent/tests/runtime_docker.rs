@@ -495,3 +495,71 @@ async fn a_restart_starts_the_replicas_standby_which_list_never_shows() {
     assert_eq!(third.spec_version, "v2");
     cleanup(&rt, node).await;
 }
+
+#[tokio::test]
+async fn a_named_port_is_published_on_its_allocated_host_port_and_kept_by_adoption() {
+    use shoal::core::spec::PortRef;
+    let node = "dt-named-port";
+    let Some(rt) = setup(node).await else { return };
+    let web = container_spec(
+        "web",
+        IMAGE,
+        "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www",
+        "ports = [{ name = \"http\", container = 8080 }]",
+    );
+    // The host allocates it (see ports_agents); here a free one stands in.
+    let port = {
+        let l = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut req = request(&web, 0, node);
+    req.ports = std::collections::BTreeMap::from([("http".to_string(), port)]);
+    let inst = rt.start(req).await.unwrap();
+    assert_eq!(inst.ports["http"], port);
+    let h = &inst.handle;
+    let timeout = Duration::from_secs(2);
+    let named = Probe::Http {
+        port: PortRef::Named("http".into()),
+        path: "/".into(),
+    };
+    let deadline = Instant::now() + EVENT_WAIT;
+    while !rt.probe(h, &named, timeout).await.is_healthy() {
+        assert!(Instant::now() < deadline, "httpd never answered on {port}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The engine published the container port on exactly that host port.
+    let by_number = Probe::Http {
+        port: 8080.into(),
+        path: "/".into(),
+    };
+    assert!(rt.probe(h, &by_number, timeout).await.is_healthy());
+    let raw = std::net::TcpStream::connect(("127.0.0.1", port));
+    assert!(raw.is_ok(), "host port {port} answers");
+    let env = rt
+        .probe(
+            h,
+            &Probe::Exec {
+                command: vec![
+                    "sh".into(),
+                    "-c".into(),
+                    format!("test \"$SHOAL_PORT_HTTP\" = {port} && test -n \"$SHOAL_ADDR\""),
+                ],
+            },
+            timeout,
+        )
+        .await;
+    assert!(env.is_healthy(), "{env:?}");
+    let unknown = Probe::Tcp {
+        port: PortRef::Named("admin".into()),
+    };
+    assert!(!rt.probe(h, &unknown, timeout).await.is_healthy());
+    // A fresh runtime (an agent restart) lists it with its port.
+    drop(rt);
+    let again = DockerRuntime::connect(DockerConfig::new(node))
+        .await
+        .unwrap();
+    let listed = again.list().await.unwrap();
+    let found = listed.iter().find(|i| &i.handle == h).expect("adopted");
+    assert_eq!(found.ports["http"], port);
+    cleanup(&again, node).await;
+}
