@@ -313,6 +313,41 @@ mod tests {
     }
 
     #[test]
+    fn containers_get_the_agents_resolver_only_where_they_can_use_it() {
+        use super::*;
+        use crate::runtime::docker::DockerConfig;
+        let ok = DockerConfig::container_dns("172.17.0.1:53".parse().unwrap(), "shoal.").unwrap();
+        assert_eq!(ok.search, "shoal");
+        let loopback = DockerConfig::container_dns("127.0.0.1:53".parse().unwrap(), "shoal.");
+        assert!(loopback.unwrap_err().contains("cannot reach"));
+        let port = DockerConfig::container_dns("172.17.0.1:5353".parse().unwrap(), "shoal.");
+        assert!(port.unwrap_err().contains("port 53"));
+        let toml = "name = \"web\"\n[container]\nimage = \"busybox:1\"\n\
+                    ports = [{ name = \"http\", container = 80 }, { container = 81 }]\n\
+                    [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n";
+        let spec = crate::core::spec::WorkloadSpec::from_toml_str(toml, "test.toml").unwrap();
+        let mut request = StartRequest::new(
+            ReplicaId::new("web", 0),
+            std::sync::Arc::new(spec),
+            "v1",
+            "n1",
+        );
+        request.ports = std::collections::BTreeMap::from([("http".to_string(), 20001)]);
+        let crate::core::spec::Run::Container(container) = &request.spec.run else {
+            unreachable!("a container spec");
+        };
+        let body = create_body(&request, container, Some(&ok));
+        let host = body.host_config.unwrap();
+        assert_eq!(host.dns, Some(vec!["172.17.0.1".to_string()]));
+        assert_eq!(host.dns_search, Some(vec!["shoal".to_string()]));
+        let bindings = host.port_bindings.unwrap();
+        let port = |key: &str| bindings[key].as_ref().unwrap()[0].host_port.clone();
+        assert_eq!(port("80/tcp"), Some("20001".to_string()), "allocated");
+        assert_eq!(port("81/tcp"), Some(String::new()), "the engine picks");
+        assert_eq!(body.labels.unwrap()["shoal.port.http"], "20001");
+    }
+
+    #[test]
     fn engine_timestamps() {
         assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(parse_rfc3339_ms("1970-01-02T00:00:01.5Z"), Some(86_401_500));
