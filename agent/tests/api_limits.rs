@@ -533,6 +533,9 @@ fn a_pull_page_of_the_largest_entries_fits_a_frame() {
 fn the_largest_endpoints_answer_fits_a_frame() {
     use shoal::dns::table::{PublishedPort, ENDPOINTS_PER_WORKLOAD_MAX};
     use shoal::dns::{Endpoint, WorkloadEndpoints};
+    use shoal_core::spec::{NAMED_PORTS_MAX, PORT_NAME_LEN_MAX};
+    // Every named port a spec may declare, each name as long as it may be, the largest numbers.
+    let name = |i: usize| format!("{i:0>width$}", width = PORT_NAME_LEN_MAX);
     let endpoint = Endpoint {
         replica: u32::MAX,
         node: "n".repeat(63),
@@ -541,9 +544,11 @@ fn the_largest_endpoints_answer_fits_a_frame() {
         healthy: true,
         node_live: true,
         serving: true,
+        ports: (0..NAMED_PORTS_MAX).map(|i| (name(i), u16::MAX)).collect(),
     };
     let port = PublishedPort {
-        container: u16::MAX,
+        name: Some(name(0)),
+        container: Some(u16::MAX),
         host: Some(u16::MAX),
         protocol: "tcp".to_string(),
     };
