@@ -178,10 +178,8 @@ fn named_ports_are_allocated_answered_and_kept_across_a_restart() {
     // Past the range's end: the 4th port goes to one replica of `extra`, the other's start
     // fails with a reason that says so.
     let extra = c.dir.path().join("extra.toml");
-    let text = format!(
-        "name = \"extra\"\nreplicas = 2\n[process]\ncommand = [\"sleep\", \"86419\"]\n\
-         ports = [{{ name = \"http\" }}]\n[resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n"
-    );
+    let text = "name = \"extra\"\nreplicas = 2\n[process]\ncommand = [\"sleep\", \"86419\"]\n\
+         ports = [{ name = \"http\" }]\n[resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n";
     std::fs::write(&extra, text).unwrap();
     c.cleanup.push("sleep 86419".to_string());
     let out = c.cli(0, &["apply", "-f", extra.to_str().unwrap()]);
