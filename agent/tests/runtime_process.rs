@@ -449,3 +449,70 @@ async fn group_members_outliving_the_leader_are_killed_after_the_grace() {
     );
     eventually(EVENT_WAIT, "the member to be killed", || !alive(member)).await;
 }
+
+#[tokio::test]
+async fn named_ports_reach_the_process_its_probes_and_a_fresh_runtime() {
+    use shoal::core::spec::PortRef;
+    let dir = tempfile::tempdir().unwrap();
+    let rt = open(dir.path()).await;
+    let web = spec(
+        "name = \"web\"\n[process]\n\
+         command = [\"sh\", \"-c\", \"echo $SHOAL_ADDR $SHOAL_PORT_HTTP $SHOAL_PORT_GRPC_ADMIN; \
+         exec python3 -m http.server $SHOAL_PORT_HTTP --bind $SHOAL_ADDR\"]\n\
+         ports = [{ name = \"http\" }, { name = \"grpc-admin\", port = 9 }]\n\
+         [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n",
+    );
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut req = request(&web, 0, NODE);
+    req.addr = std::net::IpAddr::from([127, 0, 0, 33]);
+    req.ports = std::collections::BTreeMap::from([
+        ("http".to_string(), port),
+        ("grpc-admin".to_string(), 9),
+    ]);
+    let started = rt.start(req).await.expect("start");
+    assert_eq!(started.ports["http"], port);
+    let h = &started.handle;
+    let named = Probe::Http {
+        port: PortRef::Named("http".into()),
+        path: "/".into(),
+    };
+    let timeout = Duration::from_secs(1);
+    let deadline = Instant::now() + EVENT_WAIT;
+    while !rt.probe(h, &named, timeout).await.is_healthy() {
+        assert!(
+            Instant::now() < deadline,
+            "the named probe reaches 127.0.0.33:{port}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // By number the probe goes to 127.0.0.1, where nothing listens on that port.
+    let local = rt
+        .probe(h, &Probe::Tcp { port: port.into() }, timeout)
+        .await;
+    assert!(!local.is_healthy(), "{local:?}");
+    let unknown = rt
+        .probe(
+            h,
+            &Probe::Tcp {
+                port: PortRef::Named("admin".into()),
+            },
+            timeout,
+        )
+        .await;
+    assert!(!unknown.is_healthy());
+    let out = std::fs::read_to_string(rt.instance_dir(h).join("stdout.log")).unwrap();
+    assert_eq!(
+        out.lines().next(),
+        Some(format!("127.0.0.33 {port} 9").as_str())
+    );
+    // A fresh runtime over the same directory adopts it with its ports.
+    drop(rt);
+    let again = open(dir.path()).await;
+    let listed = again.list().await.unwrap();
+    assert_eq!(listed[0].ports, started.ports);
+    assert!(again.probe(h, &named, timeout).await.is_healthy());
+    again.stop(h, Duration::from_secs(2)).await.unwrap();
+}
