@@ -276,10 +276,10 @@ fn service_records(
                 None => continue, // started before the port was declared
             },
         };
-        if last == Some(e.replica) {
+        if last == Some((e.replica, port)) {
             continue; // a second copy (handoff): the target name already answers both
         }
-        last = Some(e.replica);
+        last = Some((e.replica, port));
         let Ok(target) = Name::parse(&format!("{}.{}", e.replica, w.name), Some(&zone.origin))
         else {
             continue;

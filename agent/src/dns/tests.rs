@@ -359,6 +359,22 @@ fn srv_names_each_replicas_own_allocated_port() {
     );
     let r = ask(&t, "_admin._tcp.1.api.shoal.", RecordType::SRV);
     assert_eq!(answers(&r), ["SRV 9100 1.api.shoal."]);
+    // A second copy of replica 0 (a surge during an update) on its own port: both answer.
+    let mut surge = with_ports(0, 20009, true);
+    surge.handle = Some("api-0-new".into());
+    let own2 = [own.clone(), vec![surge]].concat();
+    let t2 = EndpointTable::build(&TableInput {
+        specs: &specs,
+        hosts: &hosts,
+        me: "n1",
+        own: &own2,
+        peers: &BTreeMap::new(),
+    });
+    let r = ask(&t2, "_http._tcp.0.api.shoal.", RecordType::SRV);
+    assert_eq!(
+        answers(&r),
+        ["SRV 20001 0.api.shoal.", "SRV 20009 0.api.shoal."]
+    );
     // A name the spec does not declare, or another protocol: NXDOMAIN.
     for name in ["_forged._tcp.api.shoal.", "_http._udp.api.shoal."] {
         let r = ask(&t, name, RecordType::SRV);
