@@ -23,6 +23,7 @@ mod history;
 mod nodes;
 mod ops;
 mod pki;
+mod scale;
 mod validate;
 mod workloads;
 
@@ -58,6 +59,8 @@ enum Command {
     Apply(workloads::ApplyArgs),
     /// List workloads.
     Get(workloads::GetArgs),
+    /// Change a workload's replica count (a new version of its spec).
+    Scale(scale::Args),
     /// Delete a workload everywhere.
     Delete(workloads::NameArgs),
     /// Show where a workload's replicas are.
@@ -140,6 +143,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Rollout(args) => history::rollout(args),
         Command::Apply(args) => workloads::apply(args),
         Command::Get(args) => workloads::get(args),
+        Command::Scale(args) => scale::run(args),
         Command::Delete(args) => workloads::delete(args),
         Command::Status(args) => workloads::status(args),
         Command::Endpoints(args) => endpoints::run(args),

@@ -35,7 +35,7 @@ pub struct ApplyArgs {
     wait_timeout: std::time::Duration,
 }
 
-fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+pub(super) fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     shoal_core::spec::parse_duration_ms(text)
         .map(std::time::Duration::from_millis)
         .map_err(|e| e.to_string())
@@ -122,7 +122,7 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
 
 /// Polls `status` until every replica of `name` runs `version` healthy. Prints progress on
 /// stderr; on timeout prints why the missing replicas are missing and returns false.
-fn wait_rollout(
+pub(super) fn wait_rollout(
     client: &ClientOpts,
     name: &str,
     version: &str,

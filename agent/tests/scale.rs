@@ -1,0 +1,82 @@
+//! `shoal scale NAME N` on real agents: the spec the mesh holds gets another replica count as a
+//! new version (the rest of the spec kept), the replicas follow, and bad input is refused with
+//! exit 1: an unknown workload, a count past the limit.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{stderr, wait_until, Cluster};
+
+fn json(cluster: &Cluster, i: usize, args: &[&str]) -> serde_json::Value {
+    let out = cluster.cli(i, args);
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+/// Replicas of `web` with a healthy running instance, as agent `i` sees them.
+fn serving(cluster: &Cluster, i: usize) -> usize {
+    let status = json(cluster, i, &["status", "web", "-o", "json"]);
+    let mut replicas: Vec<u64> = status["instances"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|inst| inst["phase"] == "running" && inst["healthy"] == true)
+        .filter_map(|inst| inst["replica"].as_u64())
+        .collect();
+    replicas.sort_unstable();
+    replicas.dedup();
+    replicas.len()
+}
+
+#[test]
+fn scale_changes_only_the_replica_count_and_refuses_bad_input() {
+    let mut cluster = Cluster::new();
+    cluster.cleanup.push("sleep 3593".to_string());
+    for name in ["s1", "s2"] {
+        cluster.add(name);
+    }
+    cluster.wait_members(2, Duration::from_secs(20));
+    let path = cluster.dir.path().join("web.toml");
+    std::fs::write(
+        &path,
+        "name = \"web\"\nreplicas = 2\n[process]\ncommand = [\"sleep\", \"3593\"]\n\
+         env = { COLOUR = \"blue\" }\n[resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n",
+    )
+    .unwrap();
+    let out = cluster.cli(0, &["apply", "-f", path.to_str().unwrap(), "--wait"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let before = json(&cluster, 1, &["get", "web", "-o", "json"]);
+
+    // Through the other agent, waiting for the new replicas.
+    let out = cluster.cli(1, &["scale", "web", "4", "--wait", "--wait-timeout", "30s"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(said.contains("scaled from 2 to 4 replicas"), "{said}");
+    assert_eq!(serving(&cluster, 0), 4, "{}", cluster.logs());
+    let after = json(&cluster, 0, &["get", "web", "-o", "json"]);
+    assert_eq!(after[0]["replicas"], 4, "{after}");
+    assert_ne!(after[0]["version"], before[0]["version"], "a new version");
+    // The rest of the spec is what was applied: history's current entry still runs the same.
+    let history = json(&cluster, 0, &["history", "web", "-o", "json"]);
+    assert_eq!(history[0]["runs"], history[1]["runs"], "{history}");
+
+    // Down again; the same count again is no new version.
+    let out = cluster.cli(0, &["scale", "web", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        wait_until(Duration::from_secs(20), || serving(&cluster, 1) == 1),
+        "scaled down to 1\n{}",
+        cluster.logs()
+    );
+    let out = cluster.cli(0, &["scale", "web", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("unchanged"));
+
+    // Bad input: exit 1 with what was wrong.
+    let out = cluster.cli(0, &["scale", "nope", "3"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("nope"), "{}", stderr(&out));
+    let out = cluster.cli(0, &["scale", "web", "10001"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("replicas"), "{}", stderr(&out));
+}
