@@ -3,7 +3,9 @@
 //! $SHOAL_PORT_HTTP --bind $SHOAL_ADDR`), each with its own port from `--port-range`; its probe
 //! names the port and goes healthy; `dig SRV _http._tcp.NAME.shoal` answers the allocated ports;
 //! the agent is killed and started again over the same data dir, and the adopted instances keep
-//! their ports (and their processes); a workload past the range's end gets an event that says so.
+//! their ports (and their processes); a workload past the range's end is placed only as far as
+//! the range goes (ports are a placement resource), and a start that finds the port left taken by
+//! another program gets an event and an issue that say so.
 
 mod common;
 
@@ -175,8 +177,16 @@ fn named_ports_are_allocated_answered_and_kept_across_a_restart() {
         vec![(ports[&1], "1.portweb.shoal.".to_string())]
     );
 
-    // Past the range's end: the 4th port goes to one replica of `extra`, the other's start
-    // fails with a reason that says so.
+    // Past the range's end. Ports are a placement resource: of the 5 replicas of `portweb` and
+    // `extra` that need a port, placement gives this node 4 (its range) and says of the fifth
+    // that no node has a free port for it (which one is the ranking's choice: placement does
+    // not favour what runs). And the port left is taken by another program, which placement
+    // cannot see: a start of `extra` fails with a reason that says so.
+    let taken: Vec<u16> = (low..low + RANGE_LEN)
+        .filter(|p| !ports.values().any(|q| q == p))
+        .collect();
+    assert_eq!(taken.len(), 1, "one port of the range left: {ports:?}");
+    let squatter = std::net::TcpListener::bind(("0.0.0.0", taken[0])).expect("bind the free port");
     let extra = c.dir.path().join("extra.toml");
     let text = "name = \"extra\"\nreplicas = 2\n[process]\ncommand = [\"sleep\", \"86419\"]\n\
          ports = [{ name = \"http\" }]\n[resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n";
@@ -185,13 +195,37 @@ fn named_ports_are_allocated_answered_and_kept_across_a_restart() {
     let out = c.cli(0, &["apply", "-f", extra.to_str().unwrap()]);
     assert!(out.status.success(), "apply extra: {}", stderr(&out));
     let wanted = format!("no free port in {range} for extra/");
+    let unplaced_rows = || {
+        ["portweb", "extra"]
+            .iter()
+            .flat_map(|w| {
+                let out = c.cli(0, &["status", w, "-o", "json"]);
+                let status: serde_json::Value =
+                    serde_json::from_slice(&out.stdout).unwrap_or_default();
+                status["instances"].as_array().cloned().unwrap_or_default()
+            })
+            .filter_map(|i| i["reason"].as_str().map(str::to_string))
+            .filter(|r| r.contains("placed on no node") || !r.contains("handing off"))
+            .collect::<Vec<String>>()
+    };
     let said = wait_until(Duration::from_secs(20), || {
         let events = c.cli(0, &["events", "-o", "json"]);
         let issues = c.cli(0, &["issues", "-o", "json"]);
+        let unplaced = unplaced_rows();
         String::from_utf8_lossy(&events.stdout).contains(&wanted)
             && String::from_utf8_lossy(&issues.stdout).contains(&wanted)
+            && unplaced.len() == 1
+            && unplaced[0].contains("have no free port in their range")
     });
-    assert!(said, "an event and an issue say {wanted:?}\n{}", c.logs());
+    let issues = c.cli(0, &["issues"]);
+    assert!(
+        said,
+        "an event and an issue say {wanted:?}; one replica unplaced for want of ports: {:?}\n{}\n{}",
+        unplaced_rows(),
+        String::from_utf8_lossy(&issues.stdout),
+        c.logs()
+    );
+    drop(squatter);
     let out = c.cli(0, &["delete", "extra"]);
     assert!(out.status.success(), "delete extra: {}", stderr(&out));
 

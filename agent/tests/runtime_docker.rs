@@ -153,10 +153,29 @@ async fn lifecycle_limits_labels_and_exit_events() {
     let polite = container_spec(
         "polite",
         IMAGE,
-        "trap 'exit 3' TERM; while :; do sleep 0.1; done",
+        "trap 'exit 3' TERM; echo trapped; while :; do sleep 0.1; done",
         "",
     );
     let p = rt.start(request(&polite, 0, node)).await.unwrap();
+    // Only once the trap is set: a SIGTERM before it meets pid 1's default (ignored), and the
+    // kill after the grace gives 137. Under load the shell took that long to get there.
+    let trapped = {
+        let began = Instant::now();
+        loop {
+            let out = std::process::Command::new("docker")
+                .args(["logs", &p.handle])
+                .output()
+                .expect("docker logs");
+            if String::from_utf8_lossy(&out.stdout).contains("trapped") {
+                break true;
+            }
+            if began.elapsed() > Duration::from_secs(30) {
+                break false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    assert!(trapped, "the polite container never said it set its trap");
     rt.stop(&p.handle, Duration::from_secs(10)).await.unwrap();
     // Exit code 3 is the trap's: the polite signal stopped it (a kill after the grace would be
     // 137). No bound on the time: the engine took over 5 s under load in CI once.

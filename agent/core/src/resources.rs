@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A bundle of the resources placement accounts for.
+/// A bundle of the resources placement accounts for: CPU and memory, declared by specs and
+/// nodes, and host ports, which a replica needs one of for each port the agent allocates
+/// (`ports = [{ name = "http" }]`) and a node has as many of as its `--port-range` holds.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
@@ -12,20 +14,33 @@ pub struct Resources {
     pub cpu_millis: u64,
     /// Memory in bytes.
     pub memory_bytes: u64,
+    /// Host ports: of a replica, how many the agent allocates for it; of a node, how many its
+    /// port range holds. Specs never write it (a spec's `resources` has it 0): placement derives
+    /// a replica's from its named ports.
+    #[serde(default)]
+    pub ports: u64,
 }
 
 impl Resources {
-    /// A bundle from its parts.
+    /// A bundle of CPU and memory, without ports.
     pub const fn new(cpu_millis: u64, memory_bytes: u64) -> Self {
         Self {
             cpu_millis,
             memory_bytes,
+            ports: 0,
         }
+    }
+
+    /// The same bundle with this many ports.
+    pub const fn with_ports(self, ports: u64) -> Self {
+        Self { ports, ..self }
     }
 
     /// True when `self` fits inside `room` in every resource.
     pub fn fits_in(&self, room: &Resources) -> bool {
-        self.cpu_millis <= room.cpu_millis && self.memory_bytes <= room.memory_bytes
+        self.cpu_millis <= room.cpu_millis
+            && self.memory_bytes <= room.memory_bytes
+            && self.ports <= room.ports
     }
 
     /// Component-wise sum, saturating (capacities are bounded well below overflow by validation).
@@ -33,6 +48,7 @@ impl Resources {
         Resources {
             cpu_millis: self.cpu_millis.saturating_add(other.cpu_millis),
             memory_bytes: self.memory_bytes.saturating_add(other.memory_bytes),
+            ports: self.ports.saturating_add(other.ports),
         }
     }
 
@@ -41,6 +57,7 @@ impl Resources {
         Resources {
             cpu_millis: self.cpu_millis.saturating_sub(other.cpu_millis),
             memory_bytes: self.memory_bytes.saturating_sub(other.memory_bytes),
+            ports: self.ports.saturating_sub(other.ports),
         }
     }
 }

@@ -41,7 +41,7 @@ fn workload(id: &str, replicas: u32, cpu: u64, mib: u64) -> Workload {
 
 #[test]
 fn version() {
-    assert_eq!(PLACEMENT_ALGORITHM_VERSION, 4);
+    assert_eq!(PLACEMENT_ALGORITHM_VERSION, 5);
 }
 
 #[test]
@@ -346,7 +346,8 @@ fn no_room_counts_the_short_resource() {
         Unschedulable::NoRoom {
             candidates: 2,
             cpu_short: 2,
-            memory_short: 0
+            memory_short: 0,
+            ports_short: 0
         }
     );
 }
@@ -373,4 +374,61 @@ fn engine_rejects_bad_changes_without_changing_state() {
         .is_err());
     assert_eq!(engine.placement(), &before);
     engine.check_invariants();
+}
+
+/// Host ports the agent allocates are a resource: a node whose port range is used up by the
+/// replicas placed on it takes no more that need one, and the others go elsewhere; a replica
+/// that needs more ports than any range holds is unschedulable, saying so.
+#[test]
+fn allocated_ports_are_a_resource() {
+    let with_ports = |id: &str, ports: u64| {
+        let mut n = node(id, 64, 64, "z");
+        n.capacity = n.capacity.with_ports(ports);
+        n
+    };
+    let needing = |id: &str, ports: u64| {
+        let mut w = workload(id, 1, 100, 16);
+        w.request = w.request.with_ports(ports);
+        w
+    };
+    // Ten single-replica workloads of one port each on a node with 3 ports and one with 100.
+    let nodes = vec![with_ports("a", 3), with_ports("b", 100)];
+    let workloads: Vec<Workload> = (0..10).map(|i| needing(&format!("w{i}"), 1)).collect();
+    let p = place(&nodes, &workloads);
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let on_a = p.assigned.values().filter(|n| n.as_str() == "a").count();
+    let on_b = p.assigned.values().filter(|n| n.as_str() == "b").count();
+    assert_eq!((on_a, on_b), (3, 7), "{:?}", p.assigned);
+
+    // Without ports, the same node takes as many as its CPU allows.
+    let plain: Vec<Workload> = (0..10)
+        .map(|i| workload(&format!("w{i}"), 1, 100, 16))
+        .collect();
+    let p = place(&[node("a", 64, 64, "z")], &plain);
+    assert_eq!(p.assigned.len(), 10);
+
+    // More ports than any range holds.
+    let p = place(&nodes, &[needing("big", 101)]);
+    let why = &p.unschedulable[&ReplicaId::new("big", 0)];
+    assert_eq!(
+        *why,
+        Unschedulable::RequestTooLarge {
+            resource: Resource::Ports,
+            requested: 101,
+            largest: 100
+        }
+    );
+    assert!(why.to_string().contains("port range"), "{why}");
+
+    // Ranges used up everywhere: no room, counted as short of ports.
+    let tight = vec![with_ports("a", 1), with_ports("b", 1)];
+    let three: Vec<Workload> = (0..3).map(|i| needing(&format!("w{i}"), 1)).collect();
+    let p = place(&tight, &three);
+    assert_eq!(p.unschedulable.len(), 1, "{:?}", p.unschedulable);
+    let why = p.unschedulable.values().next().unwrap();
+    assert!(
+        matches!(why, Unschedulable::NoRoom { ports_short: 2, .. }),
+        "{why:?}"
+    );
+    assert!(why.to_string().contains("no free port"), "{why}");
 }

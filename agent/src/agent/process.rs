@@ -134,6 +134,7 @@ pub fn node_record(opts: &AgentOptions) -> NodeRecord {
         placement_version: shoal_core::placement::PLACEMENT_ALGORITHM_VERSION,
         api_addr: opts.api_addr,
         limits_note: None,
+        ports: opts.host.port_range.len() as u64,
     }
 }
 

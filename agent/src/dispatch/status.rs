@@ -185,10 +185,16 @@ impl Api {
                 continue;
             }
             let owner = placed.assigned.get(&id).cloned();
+            let unplaced = placed.unschedulable.get(&id).map(|u| u.to_string());
             let before = instances.len();
-            instances.extend(observed_here(&id, owner.as_deref(), &observed));
+            instances.extend(observed_here(
+                &id,
+                owner.as_deref(),
+                unplaced.as_deref(),
+                &observed,
+            ));
             if instances.len() == before {
-                let reason = placed.unschedulable.get(&id).map(|u| u.to_string());
+                let reason = unplaced;
                 let phase = match (&owner, hosts_known) {
                     (None, _) => "unschedulable",
                     (Some(_), true) => "pending",
@@ -258,7 +264,13 @@ fn handing_off(id: &ReplicaId, cell: &str, observed: &Observed) -> Vec<InstanceV
 }
 
 /// Every instance of `id` this cell's nodes report, `owner` being where placement puts it.
-fn observed_here(id: &ReplicaId, owner: Option<&str>, observed: &Observed) -> Vec<InstanceView> {
+/// `unplaced`: why the replica has no node, when it has none (said of its running copies too).
+fn observed_here(
+    id: &ReplicaId,
+    owner: Option<&str>,
+    unplaced: Option<&str>,
+    observed: &Observed,
+) -> Vec<InstanceView> {
     let mut out = Vec::new();
     for (node, (alive, list)) in observed {
         for status in list.iter().filter(|s| s.replica == *id) {
@@ -278,9 +290,12 @@ fn observed_here(id: &ReplicaId, owner: Option<&str>, observed: &Observed) -> Ve
                 spec_version: Some(status.spec_version.clone()),
                 since_ms: Some(status.since_ms),
                 last_error: status.last_error.clone(),
-                reason: match (alive, misplaced) {
-                    (false, _) => Some(format!("node {node} is not live")),
-                    (true, true) => Some("no longer placed here: handing off".to_string()),
+                reason: match (alive, misplaced, unplaced) {
+                    (false, _, _) => Some(format!("node {node} is not live")),
+                    (true, true, Some(why)) => Some(format!(
+                        "placed on no node ({why}); keeps running until its orphan grace ends"
+                    )),
+                    (true, true, None) => Some("no longer placed here: handing off".to_string()),
                     _ => None,
                 },
                 fence_token: status.fence_token,

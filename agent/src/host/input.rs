@@ -454,6 +454,7 @@ mod tests {
                 placement_version: 3,
                 api_addr: addr,
                 limits_note: None,
+                ports: crate::mesh::record::default_ports(),
             }),
             digest: None,
             stale: false,

@@ -66,6 +66,7 @@ pub fn mem_setup(i: usize, subnet: u8, zone: &str) -> MeshSetup {
             placement_version: shoal_core::placement::PLACEMENT_ALGORITHM_VERSION,
             api_addr: addr(7001),
             limits_note: None,
+            ports: crate::mesh::record::default_ports(),
         },
         tuning: crate::gossip::GossipTuning::default(),
         cluster_id: "test".into(),

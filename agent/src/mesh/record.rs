@@ -50,6 +50,14 @@ pub struct NodeRecord {
     /// What this node's runtime cannot enforce (e.g. no cgroup v2 for cpu/memory limits).
     #[serde(default)]
     pub limits_note: Option<String>,
+    /// How many ports its `--port-range` holds: placement's port capacity.
+    #[serde(default = "default_ports")]
+    pub ports: u64,
+}
+
+/// The port capacity of a record that does not say: the default range's.
+pub fn default_ports() -> u64 {
+    shoal_core::ports::PORT_RANGE_DEFAULT.len() as u64
 }
 
 impl NodeRecord {
@@ -98,7 +106,7 @@ impl NodeRecord {
     pub fn placement_node(&self, id: &str) -> Node {
         Node {
             id: id.to_string(),
-            capacity: Resources::new(self.cpu_millis, self.memory_bytes),
+            capacity: Resources::new(self.cpu_millis, self.memory_bytes).with_ports(self.ports),
             labels: self.labels.clone(),
             zone: self.zone.clone(),
             draining: self.draining,
@@ -122,6 +130,7 @@ mod tests {
             placement_version: 1,
             api_addr: "127.0.0.1:7001".parse().unwrap(),
             limits_note: None,
+            ports: 16,
         }
     }
 

@@ -347,7 +347,10 @@ pub fn placement_workload(spec: &WorkloadSpec) -> Workload {
     Workload {
         id: spec.name.clone(),
         replicas: spec.replicas,
-        request: spec.resources,
+        // A spec's own `resources` never counts ports; its named ports without a number do.
+        request: spec
+            .resources
+            .with_ports(spec.ports_to_allocate().len() as u64),
         spread: match spec.placement.spread {
             spec::Spread::Node => Spread::Node,
             spec::Spread::Zone => Spread::Zone,
@@ -382,6 +385,7 @@ mod tests {
             placement_version: 1,
             api_addr: "10.0.0.1:7001".parse().unwrap(),
             limits_note: None,
+            ports: crate::mesh::record::default_ports(),
         }
         .encode()
     }

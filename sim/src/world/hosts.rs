@@ -85,6 +85,7 @@ impl Host {
             placement_version: shoal_core::placement::PLACEMENT_ALGORITHM_VERSION,
             api_addr: host_addr(index, API_PORT),
             limits_note: None,
+            ports: shoal::mesh::record::default_ports(),
         };
         let name = format!("n{}", index + 1);
         let rng = rand::rngs::ChaCha8Rng::seed_from_u64(seed ^ (u64::from(index) << 32) ^ 0x6d656d);

@@ -192,6 +192,8 @@ fn within(field: &str, part: &Resources, whole: &Resources) -> Result<(), Summar
         Resource::Cpu
     } else if part.memory_bytes > whole.memory_bytes {
         Resource::Memory
+    } else if part.ports > whole.ports {
+        Resource::Ports
     } else {
         return Ok(());
     };

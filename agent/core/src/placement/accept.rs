@@ -904,6 +904,7 @@ impl Pass<'_> {
         taken.sort_unstable();
         let request = scan.request;
         let (mut candidates, mut cpu_short, mut memory_short) = (0u32, 0u32, 0u32);
+        let mut ports_short = 0u32;
         for e in ranking.entries() {
             if !self.usable[e.node as usize] || taken.binary_search(&e.node).is_ok() {
                 continue;
@@ -912,6 +913,7 @@ impl Pass<'_> {
             let r = &self.room[e.node as usize];
             cpu_short += u32::from(r.cpu_millis < request.cpu_millis);
             memory_short += u32::from(r.memory_bytes < request.memory_bytes);
+            ports_short += u32::from(r.ports < request.ports);
         }
         if candidates == 0 {
             return Unschedulable::NotEnoughNodes {
@@ -922,6 +924,7 @@ impl Pass<'_> {
             candidates,
             cpu_short,
             memory_short,
+            ports_short,
         }
     }
 }
@@ -1059,6 +1062,14 @@ pub(crate) fn why_no_eligible_node(
             resource: super::model::Resource::Memory,
             requested: request.memory_bytes,
             largest: memory_largest,
+        };
+    }
+    let ports_largest = matching.iter().map(|n| n.capacity.ports).max().unwrap_or(0);
+    if request.ports > ports_largest {
+        return Unschedulable::RequestTooLarge {
+            resource: super::model::Resource::Ports,
+            requested: request.ports,
+            largest: ports_largest,
         };
     }
     Unschedulable::RequestFitsNoSingleNode { requested: request }

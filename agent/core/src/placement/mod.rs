@@ -57,8 +57,9 @@ pub use model::{
 /// placement repairs the ideal one (every node up) around them. Version 4: every replica ranks
 /// the nodes by its own hash (version 3 split one order per workload among the replicas by a
 /// jump hash over the replica count, so scaling moved replicas that stayed), and among siblings
-/// at one node the lowest index wins.
-pub const PLACEMENT_ALGORITHM_VERSION: u32 = 4;
+/// at one node the lowest index wins. Version 5: host ports the agent allocates are a resource
+/// (a replica needs one per named port without a number; a node has its port range's size).
+pub const PLACEMENT_ALGORITHM_VERSION: u32 = 5;
 
 /// The placement of these workloads on these nodes: pure, and independent of the order of both
 /// slices. Invalid or duplicated inputs are left out and listed in [`Placement::rejected`].

@@ -145,6 +145,8 @@ pub enum Resource {
     Cpu,
     /// Memory, in bytes.
     Memory,
+    /// Host ports the agent allocates (named ports without a number).
+    Ports,
 }
 
 /// Why a replica has no node. Every variant names what to change to make it schedulable.
@@ -191,6 +193,9 @@ pub enum Unschedulable {
         cpu_short: u32,
         /// How many of them lack memory room.
         memory_short: u32,
+        /// How many of them have no free port left in their range.
+        #[serde(default)]
+        ports_short: u32,
     },
 }
 
@@ -220,6 +225,20 @@ impl fmt::Display for Unschedulable {
                     format_memory_bytes(*largest)
                 )
             }
+            Unschedulable::RequestTooLarge { resource: Resource::Ports, requested, largest } => {
+                write!(
+                    f,
+                    "needs {requested} allocated ports but the largest eligible node's port range \
+                     holds {largest}"
+                )
+            }
+            Unschedulable::RequestFitsNoSingleNode { requested } if requested.ports > 0 => write!(
+                f,
+                "no eligible node has {} CPU, {} memory and {} free ports at once",
+                format_cpu_millis(requested.cpu_millis),
+                format_memory_bytes(requested.memory_bytes),
+                requested.ports
+            ),
             Unschedulable::RequestFitsNoSingleNode { requested } => write!(
                 f,
                 "no eligible node has both {} CPU and {} memory",
@@ -230,9 +249,14 @@ impl fmt::Display for Unschedulable {
                 f,
                 "all {eligible} eligible nodes already hold a replica (replicas need distinct nodes)"
             ),
-            Unschedulable::NoRoom { candidates, cpu_short, memory_short } => write!(
+            Unschedulable::NoRoom { candidates, cpu_short, memory_short, ports_short: 0 } => write!(
                 f,
                 "no room: of {candidates} candidate nodes, {cpu_short} lack CPU and {memory_short} lack memory"
+            ),
+            Unschedulable::NoRoom { candidates, cpu_short, memory_short, ports_short } => write!(
+                f,
+                "no room: of {candidates} candidate nodes, {cpu_short} lack CPU, {memory_short} lack \
+                 memory and {ports_short} have no free port in their range"
             ),
         }
     }
