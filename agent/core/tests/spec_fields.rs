@@ -79,6 +79,9 @@ const FIELDS: &[(&str, Reader)] = &[
         "resources.memory_bytes",
         Code(DOCKER_BODY, "resources.memory_bytes"),
     ),
+    // Never written by a spec (the decoder has no such key): placement sets it from the
+    // spec's named ports.
+    ("resources.ports", Code(VIEW, "with_ports")),
     ("placement.spread", Code(VIEW, "spec.placement.spread")),
     (
         "placement.constraints",
