@@ -279,6 +279,7 @@ impl ShoalDocker {
         let spec = format!(
             "name = \"{WORKLOAD}\"\nreplicas = 1\n[container]\n\
              image = \"{IMAGE_REPO}:{IMAGE_TAG}\"\n\
+             pull = \"if-not-present\"\n\
              command = [\"sleep\", \"{marker}\"]\n[resources]\ncpu = \"100m\"\nmemory = \"64Mi\"\n\
              [restart]\nbackoff_reset = \"1s\"\n"
         );

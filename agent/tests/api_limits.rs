@@ -469,6 +469,11 @@ fn the_largest_item_of_each_list_fits_a_frame_past_a_full_page() {
         last_error: Some(long("e", 256)),
         reason: Some(long("r", 512)),
         fence_token: Some(u64::MAX),
+        pull: Some(shoal::core::instance::PullProgress {
+            image: long("i", shoal::core::spec::IMAGE_LEN_MAX),
+            done_bytes: u64::MAX,
+            total_bytes: u64::MAX,
+        }),
     };
     assert!(fits_past_a_full_page(&vec![instance; 1000]));
 

@@ -21,7 +21,7 @@ const LEASE_MS: u64 = 3_000;
 
 fn container(name: &str) -> std::sync::Arc<shoal::core::spec::WorkloadSpec> {
     spec(&format!(
-        "name = \"{name}\"\n[container]\nimage = \"shoal-busybox:latest\"\n\
+        "name = \"{name}\"\n[container]\nimage = \"shoal-busybox:latest\"\npull = \"if-not-present\"\n\
          command = [\"sh\", \"-c\", \"exec sleep 300\"]\n\
          [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n"
     ))

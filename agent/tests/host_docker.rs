@@ -111,7 +111,7 @@ fn containers_run_restart_move_off_a_dead_host_and_a_missing_image_is_an_issue()
     let spec = c.dir.path().join("box.toml");
     std::fs::write(
         &spec,
-        "name = \"box\"\nreplicas = 2\n[container]\nimage = \"shoal-busybox:latest\"\n\
+        "name = \"box\"\nreplicas = 2\n[container]\nimage = \"shoal-busybox:latest\"\npull = \"if-not-present\"\n\
          command = [\"sleep\", \"3600\"]\n[resources]\ncpu = \"100m\"\nmemory = \"32Mi\"\n\
          [restart]\nbackoff_initial = \"1s\"\n",
     )

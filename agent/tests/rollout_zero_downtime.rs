@@ -145,7 +145,7 @@ impl Case {
     fn container_spec(&self, dir: &Path, version: &str) -> PathBuf {
         let text = format!(
             "name = \"{}\"\nreplicas = {REPLICAS}\n\
-             [container]\nimage = \"shoal-busybox:latest\"\ncommand = [\"sh\", \"-c\", {:?}]\n\
+             [container]\nimage = \"shoal-busybox:latest\"\npull = \"if-not-present\"\ncommand = [\"sh\", \"-c\", {:?}]\n\
              env = {{ VERSION = \"{version}\" }}\nports = [{{ container = 8080 }}]\n\
              [health]\ninterval = \"300ms\"\ntimeout = \"300ms\"\nstart_grace = \"10s\"\n\
              [health.http]\nport = 8080\n{}",

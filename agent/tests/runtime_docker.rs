@@ -77,7 +77,7 @@ fn container_spec(
     extra: &str,
 ) -> std::sync::Arc<shoal::core::spec::WorkloadSpec> {
     spec(&format!(
-        "name = \"{name}\"\n[container]\nimage = \"{image}\"\ncommand = [\"sh\", \"-c\", {command:?}]\n{extra}\n\
+        "name = \"{name}\"\n[container]\nimage = \"{image}\"\npull = \"if-not-present\"\ncommand = [\"sh\", \"-c\", {command:?}]\n{extra}\n\
          [resources]\ncpu = \"250m\"\nmemory = \"32Mi\"\n"
     ))
 }
@@ -232,14 +232,29 @@ async fn a_fresh_runtime_adopts_containers_without_duplicates() {
 async fn a_missing_image_or_command_is_a_clear_error_and_leaves_nothing() {
     let node = "dt-errors";
     let Some(rt) = setup(node).await else { return };
-    let ghost = container_spec("ghost", "shoal-no-such-image:1", "true", "");
-    let err = rt.start(request(&ghost, 0, node)).await.unwrap_err();
+    let never = spec(
+        "name = \"ghost\"\n[container]\nimage = \"shoal-no-such-image:1\"\npull = \"never\"\n\
+         [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n",
+    );
+    let err = rt.start(request(&never, 0, node)).await.unwrap_err();
     assert_eq!(
         err.to_string(),
-        "image \"shoal-no-such-image:1\" not found locally (no registry here: build or load it first)"
+        "image \"shoal-no-such-image:1\" is not on this host and the spec says pull = \"never\": \
+         load it here (docker load, docker pull) or let the agent pull it (pull = \"if-not-present\")"
+    );
+    // Pulled when missing (`if-not-present` for a fixed tag): the engine's reason for failing.
+    let ghost = spec(
+        "name = \"ghost\"\n[container]\nimage = \"shoal-no-such-image:1\"\n\
+         [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n",
+    );
+    let err = rt.start(request(&ghost, 0, node)).await.unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::PullFailed { image, reason }
+            if image == "shoal-no-such-image:1" && !reason.is_empty()),
+        "{err:?}"
     );
     let missing = spec(&format!(
-        "name = \"nocmd\"\n[container]\nimage = \"{IMAGE}\"\ncommand = [\"no-such-command\"]\n\
+        "name = \"nocmd\"\n[container]\nimage = \"{IMAGE}\"\npull = \"if-not-present\"\ncommand = [\"no-such-command\"]\n\
          [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n"
     ));
     let err = rt.start(request(&missing, 0, node)).await.unwrap_err();

@@ -23,6 +23,9 @@ pub enum Phase {
     Exited,
     /// Could not be started (image missing, command not found, engine unreachable).
     Failed,
+    /// A start in flight whose image the runtime is pulling first (docker); it may yet become
+    /// an instance, so it counts as a copy as `starting` does.
+    Pulling,
 }
 
 impl Phase {
@@ -35,13 +38,17 @@ impl Phase {
             Phase::Stopping => "stopping",
             Phase::Exited => "exited",
             Phase::Failed => "failed",
+            Phase::Pulling => "pulling",
         }
     }
 
     /// Whether a process or container may be alive in this phase (it holds resources and, for an
     /// exclusive replica, counts as a copy).
     pub fn may_be_alive(self) -> bool {
-        matches!(self, Phase::Starting | Phase::Running | Phase::Stopping)
+        matches!(
+            self,
+            Phase::Pulling | Phase::Starting | Phase::Running | Phase::Stopping
+        )
     }
 }
 
@@ -49,6 +56,17 @@ impl std::fmt::Display for Phase {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// An image pull a start waits for, as far as the engine has reported it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PullProgress {
+    /// The image reference being pulled.
+    pub image: String,
+    /// Bytes downloaded so far, over every layer the engine has reported.
+    pub done_bytes: u64,
+    /// Bytes to download, over the same layers (0 until the engine knows any size).
+    pub total_bytes: u64,
 }
 
 /// What a runtime reports about one instance it manages on this node.

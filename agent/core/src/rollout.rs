@@ -406,6 +406,7 @@ mod tests {
             fence_token: None,
             failures: 0,
             ports: Default::default(),
+            pull: None,
         }
     }
 

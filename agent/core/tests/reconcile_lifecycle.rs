@@ -429,3 +429,49 @@ fn same_inputs_give_the_same_actions() {
         "the order of the runtime's list does not matter"
     );
 }
+
+#[test]
+fn a_start_pulling_its_image_shows_pulling_and_waits_as_long_as_the_pull_reports() {
+    let mut c = one_node("");
+    let web0 = ReplicaId {
+        workload: "web".into(),
+        replica: 0,
+    };
+    c.tick("n1");
+    assert_eq!(c.starts("web", 0).len(), 1);
+    // The runtime has not created the instance: it is pulling the image, slowly.
+    c.agent_mut("n1").rt.instances.clear();
+    for second in 0..90u64 {
+        let progress = shoal_core::instance::PullProgress {
+            image: "registry.local/web:1".into(),
+            done_bytes: second * 1000,
+            total_bytes: 90_000,
+        };
+        c.agent_mut("n1").pulling.insert(web0.clone(), progress);
+        c.now += 1_000;
+        c.tick("n1");
+    }
+    let status = c.agent("n1").rec.observed();
+    assert_eq!(status.len(), 1);
+    assert_eq!(status[0].phase, Phase::Pulling);
+    assert!(status[0].phase.may_be_alive(), "a pull may become a copy");
+    let pull = status[0].pull.as_ref().expect("progress shown");
+    assert_eq!((pull.done_bytes, pull.total_bytes), (89_000, 90_000));
+    assert_eq!(
+        c.starts("web", 0).len(),
+        1,
+        "a reported pull never times out"
+    );
+    // The reports stop (a runtime that lost the start): the usual start timeout applies again.
+    c.agent_mut("n1").pulling.clear();
+    c.tick("n1");
+    assert_eq!(c.agent("n1").rec.observed()[0].phase, Phase::Starting);
+    let timeout = ReconcileConfig::default().start_report_timeout_ms;
+    for _ in 0..timeout / 1_000 + 1 {
+        c.now += 1_000;
+        c.tick("n1");
+    }
+    let status = c.agent("n1").rec.observed();
+    let error = status[0].last_error.as_deref().unwrap_or_default();
+    assert!(error.contains("did not list"), "{status:?}");
+}

@@ -34,6 +34,7 @@ use Reader::{Code, Refused};
 
 const CONTROL: &str = "agent/src/runtime/process/control.rs";
 const DOCKER_BODY: &str = "agent/src/runtime/docker/body.rs";
+const DOCKER_PULL: &str = "agent/src/runtime/docker/pull.rs";
 const SPAWN: &str = "agent/src/runtime/process/spawn.rs";
 const VIEW: &str = "agent/src/mesh/view.rs";
 
@@ -60,6 +61,7 @@ const FIELDS: &[(&str, Reader)] = &[
     ),
     ("run.Container.ports[].name", Code(DOCKER_BODY, "port.name")),
     ("run.Container.image", Code(DOCKER_BODY, "spec.image")),
+    ("run.Container.pull", Code(DOCKER_PULL, "spec.pull")),
     ("run.Container.command", Code(DOCKER_BODY, "spec.command")),
     ("run.Container.env", Code(DOCKER_BODY, "&spec.env")),
     (

@@ -279,14 +279,22 @@ fn arb_run() -> impl Strategy<Value = Run> {
             .collect::<Vec<_>>()
     });
     let commands = prop_oneof![Just(Vec::new()), arb_strings("[a-z/][a-z0-9/._-]{0,10}")];
-    let container = (image, commands, arb_env(), ports).prop_map(|(image, command, env, ports)| {
-        Run::Container(ContainerSpec {
-            image,
-            command,
-            env,
-            ports,
-        })
-    });
+    let pulls = prop_oneof![
+        Just(PullPolicy::IfNotPresent),
+        Just(PullPolicy::Always),
+        Just(PullPolicy::Never)
+    ];
+    let container = (image, commands, arb_env(), ports, pulls).prop_map(
+        |(image, command, env, ports, pull)| {
+            Run::Container(ContainerSpec {
+                image,
+                command,
+                env,
+                ports,
+                pull,
+            })
+        },
+    );
     prop_oneof![process, container]
 }
 

@@ -64,6 +64,9 @@ pub struct AgentOptions {
     pub dns: Option<crate::dns::DnsConfig>,
     /// Which runtime runs this node's instances.
     pub runtime: RuntimeChoice,
+    /// Registry credentials for the docker runtime's pulls (`--registry-auth`), read at startup;
+    /// never gossiped, stored or logged.
+    pub registry_auth: Option<Arc<crate::runtime::docker::RegistryAuth>>,
     /// The host loop's timing and bounds.
     pub host: crate::host::HostConfig,
     /// Admission limits of the API endpoint (handshakes and connections it lets in).
@@ -88,6 +91,7 @@ pub async fn open_runtime(
     data_dir: &std::path::Path,
     name: &str,
     dns: Option<&crate::dns::DnsConfig>,
+    registry_auth: Option<Arc<crate::runtime::docker::RegistryAuth>>,
 ) -> anyhow::Result<Arc<dyn crate::runtime::Runtime>> {
     Ok(match choice {
         RuntimeChoice::Process => {
@@ -103,6 +107,11 @@ pub async fn open_runtime(
         RuntimeChoice::Docker => {
             use crate::runtime::docker::DockerConfig;
             let mut config = DockerConfig::new(name);
+            if let Some(auth) = &registry_auth {
+                let registries: Vec<&str> = auth.registries().collect();
+                tracing::info!(?registries, "registry credentials for pulls");
+            }
+            config.registry_auth = registry_auth;
             if let Some(dns) = dns {
                 let zone = dns.zone.origin().to_ascii();
                 match DockerConfig::container_dns(dns.addr, &zone) {
@@ -255,7 +264,14 @@ pub async fn run_agent(
     let transport = QuicTransport::new(identity, gossip_config);
     transport.set_authority(authority.clone());
     let gossip_stats = transport.stats();
-    let runtime = open_runtime(opts.runtime, &opts.data_dir, &opts.name, opts.dns.as_ref()).await?;
+    let runtime = open_runtime(
+        opts.runtime,
+        &opts.data_dir,
+        &opts.name,
+        opts.dns.as_ref(),
+        opts.registry_auth.clone(),
+    )
+    .await?;
     // Before joining: the mesh sees this node only once it can serve and guard.
     let mut guard = start_guard(&opts).await;
     let mut record = node_record(&opts);

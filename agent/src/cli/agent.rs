@@ -80,6 +80,11 @@ pub struct Args {
     /// ephemeral range (docs/operations.md, "Named ports").
     #[arg(long, value_name = "LOW-HIGH", default_value = "20000-32767")]
     port_range: String,
+    /// Registry credentials for the docker runtime's image pulls: a Docker config.json whose
+    /// `auths` gives `auth` (base64 user:password) or `username`/`password` per registry host.
+    /// Read once at startup; never gossiped or logged (docs/operations.md, "Image pulls").
+    #[arg(long, value_name = "FILE")]
+    registry_auth: Option<std::path::PathBuf>,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -159,6 +164,15 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
     let dns = args.dns.map(|addr| shoal::dns::DnsConfig { addr, zone });
     let port_range = shoal_core::ports::PortRange::parse(&args.port_range)
         .map_err(|e| anyhow::anyhow!("--port-range: {e}"))?;
+    let registry_auth = match &args.registry_auth {
+        Some(path) => Some(std::sync::Arc::new(
+            shoal::runtime::docker::RegistryAuth::load(path)?,
+        )),
+        None => None,
+    };
+    if registry_auth.is_some() && matches!(args.runtime, Runtime::Process) {
+        bail!("--registry-auth is for --runtime docker: the process runtime pulls no images");
+    }
     Ok(AgentOptions {
         name: args.name.clone(),
         gossip_addr: args.gossip,
@@ -180,6 +194,7 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
             Runtime::Process => RuntimeChoice::Process,
             Runtime::Docker => RuntimeChoice::Docker,
         },
+        registry_auth,
         host: HostConfig {
             port_range,
             ..HostConfig::default()

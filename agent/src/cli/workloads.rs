@@ -120,6 +120,20 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `pulling IMAGE: 1.2 of 2.0 MB`, or without sizes before the engine reported any.
+fn pull_line(pull: &shoal_core::instance::PullProgress) -> String {
+    let mb = |bytes: u64| bytes as f64 / 1e6;
+    match pull.total_bytes {
+        0 => format!("pulling {}", pull.image),
+        total => format!(
+            "pulling {}: {:.1} of {:.1} MB",
+            pull.image,
+            mb(pull.done_bytes),
+            mb(total)
+        ),
+    }
+}
+
 /// Polls `status` until every replica of `name` runs `version` healthy. Prints progress on
 /// stderr; on timeout prints why the missing replicas are missing and returns false.
 pub(super) fn wait_rollout(
@@ -143,8 +157,24 @@ pub(super) fn wait_rollout(
             })
             .map(|i| i.replica)
             .collect();
+        let pulls: Vec<String> = status
+            .instances
+            .iter()
+            .filter_map(|i| {
+                Some(format!(
+                    "replica {} {}",
+                    i.replica,
+                    pull_line(i.pull.as_ref()?)
+                ))
+            })
+            .take(3)
+            .collect();
+        let pulling = match pulls.is_empty() {
+            true => String::new(),
+            false => format!("; {}", pulls.join("; ")),
+        };
         let line = format!(
-            "{name}: {}/{} replicas healthy at version {shown_version} ({:.0} s)",
+            "{name}: {}/{} replicas healthy at version {shown_version} ({:.0} s){pulling}",
             ready.len(),
             status.desired,
             start.elapsed().as_secs_f64()
@@ -339,9 +369,11 @@ pub fn status(args: NameArgs) -> anyhow::Result<ExitCode> {
             Some(false) => "no",
             None => "-",
         };
+        let pulling = i.pull.as_ref().map(pull_line);
         let reason = i
             .reason
             .as_deref()
+            .or(pulling.as_deref())
             .or(i.last_error.as_deref())
             .unwrap_or("");
         let token = column(&i.fence_token.map_or("-".to_string(), |t| t.to_string()));

@@ -93,6 +93,7 @@ impl Api {
                             "placed in cell {cell}, which did not answer: {why}"
                         )),
                         fence_token: None,
+                        pull: None,
                     })),
             }
         }
@@ -211,6 +212,7 @@ impl Api {
                     last_error: None,
                     reason,
                     fence_token: None,
+                    pull: None,
                 });
             }
         }
@@ -257,6 +259,7 @@ fn handing_off(id: &ReplicaId, cell: &str, observed: &Observed) -> Vec<InstanceV
                 last_error: status.last_error.clone(),
                 reason: Some(format!("placed in cell {cell}: handing off")),
                 fence_token: status.fence_token,
+                pull: status.pull.clone(),
             });
         }
     }
@@ -299,6 +302,7 @@ fn observed_here(
                     _ => None,
                 },
                 fence_token: status.fence_token,
+                pull: status.pull.clone(),
             });
         }
     }

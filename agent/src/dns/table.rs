@@ -267,6 +267,7 @@ pub(crate) mod tests {
             fence_token: None,
             failures: 0,
             ports: Default::default(),
+            pull: None,
         }
     }
 

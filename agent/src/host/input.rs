@@ -163,6 +163,7 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
     };
     shell.input.instances = instances;
     shell.input.runtime_unavailable = runtime_unavailable;
+    shell.input.pulling = host.runtime.pulling();
     refresh_handoffs(host, shell);
     shell.input.view_suspect = if node.is_stale() {
         Some("the store is resynchronizing after a long absence".to_string())

@@ -516,6 +516,8 @@ pub struct InstanceView {
     pub reason: Option<String>,
     /// An exclusive replica's fencing token (`SHOAL_FENCE_TOKEN`); `None` otherwise.
     pub fence_token: Option<u64>,
+    /// While `pulling`: the image and the bytes pulled so far.
+    pub pull: Option<shoal_core::instance::PullProgress>,
 }
 
 /// One version of a workload, as `shoal history` lists it.

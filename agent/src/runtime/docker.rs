@@ -35,14 +35,17 @@ use crate::runtime::{
     StartRequest, EVENTS_CAPACITY,
 };
 
+mod auth;
 mod body;
 mod client;
 mod events;
 mod exec;
 mod image;
 mod observed;
+mod pull;
 mod standby;
 
+pub use auth::{RegistryAuth, RegistryAuthError};
 use body::{engine_error, instance_from_inspect};
 pub(crate) use body::{node_filters, replica_of, status_of};
 pub use body::{
@@ -53,6 +56,8 @@ pub(crate) use client::Client;
 pub use client::DockerConfig;
 pub use image::{ensure_busybox_image, BUSYBOX_APPLETS, BUSYBOX_PATHS};
 use observed::Observed;
+use pull::Pulls;
+pub use pull::{PULL_BACKOFF_INITIAL, PULL_BACKOFF_MAX, PULL_STALL};
 pub use standby::LABEL_STANDBY;
 
 /// Why the docker runtime refuses process specs.
@@ -67,6 +72,8 @@ pub struct DockerRuntime {
     events: broadcast::Sender<RuntimeEvent>,
     /// What `list` needs not ask the engine again (`docker/observed.rs`).
     observed: Arc<Observed>,
+    /// Image pulls in flight and failed recently (`docker/pull.rs`).
+    pulls: Arc<Pulls>,
     pump: AbortHandle,
 }
 
@@ -96,11 +103,13 @@ impl DockerRuntime {
             backoff,
         );
         let pump = tokio::spawn(pump).abort_handle();
+        let pulls = Pulls::new(config.registry_auth.clone());
         Ok(DockerRuntime {
             config,
             client,
             events,
             observed,
+            pulls,
             pump,
         })
     }
@@ -110,6 +119,12 @@ impl DockerRuntime {
         let runtime = Self::new(config)?;
         runtime.client.get().await?;
         Ok(runtime)
+    }
+
+    /// Image pulls this runtime has sent to the engine (each shared by every start that waited
+    /// for it).
+    pub fn pull_attempts(&self) -> u64 {
+        self.pulls.attempts()
     }
 
     /// The negotiated engine client (for image preparation and diagnostics).
@@ -244,13 +259,19 @@ impl Runtime for DockerRuntime {
         };
         let docker = self.client.get().await?;
         let replica = &request.replica;
+        let pull_first = Pulls::pull_first(spec);
+        if pull_first {
+            self.pulls.pull(&docker, &spec.image, replica).await?;
+        }
         let body = body::create_body(&request, spec, self.config.dns.as_ref());
         // Exclusive replicas get a fencing token per start, which no standby made earlier has; a
         // fixed (or allocated) host port is held by the dead container until the engine's cleanup, which a
         // standby started at once would race.
         let fixed_port = spec.ports.iter().any(|p| p.host.is_some()) || !request.ports.is_empty();
-        let standby_hash = (self.config.standby && request.fence_token.is_none() && !fixed_port)
-            .then(|| standby::body_hash(&body));
+        // A standby made before a pull of a moving tag would run the image as it was.
+        let standby_hash =
+            (self.config.standby && request.fence_token.is_none() && !fixed_port && !pull_first)
+                .then(|| standby::body_hash(&body));
         if let Some(hash) = &standby_hash {
             let node = &self.config.node;
             if let Some(id) = standby::find(&docker, node, replica, hash, &spec.image).await {
@@ -267,14 +288,21 @@ impl Runtime for DockerRuntime {
         let options = CreateContainerOptionsBuilder::new()
             .name(&container_name(replica))
             .build();
-        let created = match docker.create_container(Some(options), body.clone()).await {
-            Err(e) if status_of(&e) == Some(404) => {
+        let mut created = docker
+            .create_container(Some(options.clone()), body.clone())
+            .await;
+        if matches!(&created, Err(e) if status_of(e) == Some(404)) {
+            if !Pulls::may_pull(spec) {
                 return Err(RuntimeError::ImageMissing {
                     image: spec.image.clone(),
-                })
+                });
             }
-            other => self.call(other, "create container").await?,
-        };
+            if !pull_first {
+                self.pulls.pull(&docker, &spec.image, replica).await?;
+                created = docker.create_container(Some(options), body.clone()).await;
+            }
+        }
+        let created = self.call(created, "create container").await?;
         let id = created.id;
         if let Err(e) = docker.start_container(&id, None).await {
             let message = e.to_string();
@@ -455,5 +483,11 @@ impl Runtime for DockerRuntime {
 
     fn limits_note(&self) -> Option<String> {
         self.client.limits_note()
+    }
+
+    fn pulling(
+        &self,
+    ) -> BTreeMap<crate::core::instance::ReplicaId, crate::core::instance::PullProgress> {
+        self.pulls.waiting()
     }
 }

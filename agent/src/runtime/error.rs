@@ -22,11 +22,25 @@ pub enum RuntimeError {
         /// The node this runtime labels its instances with.
         serving: String,
     },
-    /// The image is not in the engine's local store. Nothing was started.
-    #[error("image {image:?} not found locally (no registry here: build or load it first)")]
+    /// The image is not in the engine's local store and the spec says `pull = "never"`.
+    /// Nothing was started.
+    #[error(
+        "image {image:?} is not on this host and the spec says pull = \"never\": load it here \
+         (docker load, docker pull) or let the agent pull it (pull = \"if-not-present\")"
+    )]
     ImageMissing {
         /// The image reference from the spec.
         image: String,
+    },
+    /// The engine could not pull the image (unknown registry, wrong credentials, no such tag or
+    /// digest, a digest that does not match). Nothing was started; the same reference is not
+    /// pulled again before its backoff has passed.
+    #[error("pulling image {image:?} failed: {reason}")]
+    PullFailed {
+        /// The image reference from the spec.
+        image: String,
+        /// The engine's reason.
+        reason: String,
     },
     /// The program does not exist (not in `PATH`, or not in the image). Nothing is left running;
     /// a container that was created for it has been removed.

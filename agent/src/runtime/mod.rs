@@ -26,7 +26,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 
-use crate::core::instance::{ReplicaId, RuntimeInstance};
+use crate::core::instance::{PullProgress, ReplicaId, RuntimeInstance};
 use crate::core::spec::{Probe, ReloadHook, WorkloadSpec};
 
 pub mod docker;
@@ -227,6 +227,12 @@ pub trait Runtime: Send + Sync {
     /// What this runtime cannot enforce here, said plainly for `status`; `None` when it enforces
     /// every limit in the spec.
     fn limits_note(&self) -> Option<String>;
+
+    /// The starts in flight that wait for an image pull, by replica, with the pull's progress
+    /// (docker only; the agent shows them as `pulling`).
+    fn pulling(&self) -> BTreeMap<ReplicaId, PullProgress> {
+        BTreeMap::new()
+    }
 }
 
 /// The environment variable that carries a live setting to the workload.

@@ -157,6 +157,7 @@ mod tests {
             fence_token: None,
             failures: 0,
             ports: Default::default(),
+            pull: None,
         }
     }
 

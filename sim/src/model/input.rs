@@ -135,6 +135,8 @@ pub(super) fn build(
         supports_containers: true,
         supports_processes: true,
         peers,
+        // The model's runtime starts at once: it never pulls.
+        pulling: BTreeMap::new(),
         membership: Membership {
             live,
             dead,

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::instance::{ReplicaId, RuntimeInstance};
+use crate::instance::{PullProgress, ReplicaId, RuntimeInstance};
 use crate::resources::Resources;
 use crate::spec::{Run, WorkloadSpec};
 
@@ -51,6 +51,10 @@ pub struct ReconcileInput {
     /// absent has published nothing yet. Keep a peer's last state after it goes unreachable or
     /// dead: the exclusive rule needs to know what it ran. This node's own entry is ignored.
     pub peers: BTreeMap<String, Vec<InstanceStatus>>,
+    /// The starts in flight whose image the runtime is pulling, with the progress so far: they
+    /// show as `pulling`, and a start does not time out while its pull lasts (the runtime bounds
+    /// a pull that makes no progress).
+    pub pulling: BTreeMap<ReplicaId, PullProgress>,
     /// The failure detector's facts.
     pub membership: Membership,
     /// This node is draining (`shoal drain`): every replica leaving it is expected, so that alone

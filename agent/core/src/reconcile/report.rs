@@ -128,6 +128,7 @@ impl Reconciler {
                 fence_token: t.fence_token,
                 failures: state.map_or(0, |s| s.failures_of(&t.version)),
                 ports: t.ports.clone(),
+                pull: None,
             });
         }
         // Claims: a replica placed here without an alive instance (pending), or a start sent and
@@ -146,9 +147,15 @@ impl Reconciler {
             }
             // A start in flight publishes its token: peers learn it even if no instance is ever
             // listed.
-            let (phase, version, fence_token) = match (&state.pending_start, placed) {
-                (Some(p), _) => (Phase::Starting, p.version.clone(), p.fence_token),
-                (None, Some(v)) => (Phase::Pending, v.clone(), None),
+            let (phase, version, fence_token, pull) = match (&state.pending_start, placed) {
+                (Some(p), _) if p.pull.is_some() => (
+                    Phase::Pulling,
+                    p.version.clone(),
+                    p.fence_token,
+                    p.pull.clone(),
+                ),
+                (Some(p), _) => (Phase::Starting, p.version.clone(), p.fence_token, None),
+                (None, Some(v)) => (Phase::Pending, v.clone(), None, None),
                 (None, None) => continue,
             };
             let exit = state.last_exit.as_ref();
@@ -166,6 +173,7 @@ impl Reconciler {
                 failures,
                 fence_token,
                 ports: BTreeMap::new(),
+                pull,
             });
         }
         out.sort_by(|a, b| {

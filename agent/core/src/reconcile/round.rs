@@ -44,6 +44,8 @@ impl Reconciler {
                 state.pending_start = Some(PendingStart {
                     version: version.clone(),
                     at_ms: now,
+                    waited_from_ms: now,
+                    pull: None,
                     fence_token: *fence_token,
                 });
                 if fence_token.is_some() {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::instance::{Phase, ReplicaId};
+use crate::instance::{Phase, PullProgress, ReplicaId};
 
 /// One instance (or one replica waiting for its instance) on one node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +47,9 @@ pub struct InstanceStatus {
     /// agents that predate it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub ports: BTreeMap<String, u16>,
+    /// For a start in flight that waits for its image (`pulling`): the pull's progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull: Option<PullProgress>,
 }
 
 fn is_zero(n: &u32) -> bool {

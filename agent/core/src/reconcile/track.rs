@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::instance::{Phase, ReplicaId, RuntimeInstance};
+use crate::instance::{Phase, PullProgress, ReplicaId, RuntimeInstance};
 use crate::resources::Resources;
 use crate::spec::{RestartMode, RestartPolicy};
 
@@ -112,6 +112,11 @@ pub(crate) struct ExitRecord {
 pub(crate) struct PendingStart {
     pub version: String,
     pub at_ms: u64,
+    /// Since when the start has waited without news: `at_ms`, or the last tick at which the
+    /// runtime reported pulling its image. It times out `start_report_timeout_ms` after this.
+    pub waited_from_ms: u64,
+    /// The runtime's last report of pulling the image for this start.
+    pub pull: Option<PullProgress>,
     pub fence_token: Option<u64>,
 }
 
@@ -228,13 +233,22 @@ impl Local {
     }
 
     fn time_out_starts(&mut self, input: &ReconcileInput, now_ms: u64, timeout_ms: u64) {
+        // A pull reported this tick is the runtime working on the start: it waits anew.
+        for (replica, state) in self.replicas.iter_mut() {
+            if let Some(p) = state.pending_start.as_mut() {
+                p.pull = input.pulling.get(replica).cloned();
+                if p.pull.is_some() {
+                    p.waited_from_ms = now_ms;
+                }
+            }
+        }
         let late: Vec<ReplicaId> = self
             .replicas
             .iter()
             .filter(|(_, s)| {
                 s.pending_start
                     .as_ref()
-                    .is_some_and(|p| now_ms >= p.at_ms.saturating_add(timeout_ms))
+                    .is_some_and(|p| now_ms >= p.waited_from_ms.saturating_add(timeout_ms))
             })
             .map(|(r, _)| r.clone())
             .collect();

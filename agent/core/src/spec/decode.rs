@@ -16,7 +16,7 @@ use super::{
 /// Every table and its fields, for "did you mean `resources.cpu`?" on a field in the wrong place.
 pub(crate) const SECTIONS: &[(&str, &[&str])] = &[
     ("process", &["command", "env", "working_dir"]),
-    ("container", &["image", "command", "env", "ports"]),
+    ("container", &["image", "command", "env", "ports", "pull"]),
     ("resources", &["cpu", "memory"]),
     (
         "placement",

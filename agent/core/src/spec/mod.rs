@@ -24,6 +24,7 @@ mod decode;
 mod doc;
 mod duration;
 mod error;
+mod image;
 mod json;
 mod limits;
 mod policy;
@@ -35,6 +36,7 @@ mod validate;
 
 pub use duration::{format_duration_ms, parse_duration_ms};
 pub use error::{Location, SpecError, SpecErrors};
+pub use image::{ImageRef, PullPolicy, DEFAULT_REGISTRY};
 pub use limits::*;
 
 /// A validated workload: what to run, how many, with what resources, where, and how to keep it
@@ -109,6 +111,9 @@ pub struct ContainerSpec {
     pub env: BTreeMap<String, String>,
     /// Ports published on the host.
     pub ports: Vec<PortMapping>,
+    /// When to pull the image; when the spec gives none, [`PullPolicy::default_for`] the image
+    /// (`always` for `:latest` or no tag, else `if-not-present`).
+    pub pull: PullPolicy,
 }
 
 /// One published port.

@@ -111,6 +111,7 @@ fn to_table(spec: &WorkloadSpec) -> Table {
                     Value::Array(c.ports.iter().map(port).collect()),
                 );
             }
+            container.insert("pull".into(), Value::String(c.pull.as_str().into()));
             t.insert("container".into(), Value::Table(container));
         }
     }

@@ -4,7 +4,7 @@ use super::decode::{choice, SECTIONS};
 use super::doc::{Node, Value};
 use super::reader::{index, integer, string, string_map, strings, Ctx, Fields};
 use super::validate::range_message;
-use super::{ContainerSpec, NamedPort, PortMapping, ProcessSpec, Protocol, Run};
+use super::{ContainerSpec, NamedPort, PortMapping, ProcessSpec, Protocol, PullPolicy, Run};
 
 const RUN_HELP: &str =
     "each workload runs exactly one of `process` (a host command) or `container`";
@@ -80,6 +80,10 @@ fn container_spec(ctx: &mut Ctx, path: &str, node: &Node) -> ContainerSpec {
         let example = "an array of ports such as { container = 80, host = 8080 }";
         out.ports = elements(ctx, &p, n, example, port);
     }
+    let pull = f
+        .get(ctx, "pull")
+        .and_then(|(n, p)| choice(ctx, &p, n, "pull policy", &PullPolicy::NAMES));
+    out.pull = pull.unwrap_or_else(|| PullPolicy::default_for(&out.image));
     f.finish(ctx, SECTIONS);
     out
 }

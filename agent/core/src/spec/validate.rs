@@ -154,76 +154,9 @@ pub(crate) fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A container image reference: `[host[:port]/]path[:tag][@algo:hex]`, repository lowercase.
-/// Deliberately a plausibility check, not the full grammar: the engine has the last word.
+/// A container image reference (see [`super::image::ImageRef::parse`]).
 fn check_image(image: &str) -> Result<(), String> {
-    if image.is_empty() {
-        return Err("must not be empty (e.g. \"nginx:1.27\")".to_string());
-    }
-    if image.len() > IMAGE_LEN_MAX {
-        return Err(format!(
-            "is {} characters; an image reference is at most {IMAGE_LEN_MAX}",
-            image.len()
-        ));
-    }
-    if image.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "{image:?} contains whitespace; an image reference has none"
-        ));
-    }
-    let bad = |why: &str| Err(format!("{image:?} is not a valid image reference: {why}"));
-    let (name, digest) = match image.split_once('@') {
-        Some((name, digest)) => (name, Some(digest)),
-        None => (image, None),
-    };
-    let last_slash = name.rfind('/').map_or(0, |i| i + 1);
-    let (repo, tag) = match name[last_slash..].rfind(':') {
-        Some(colon) => (
-            &name[..last_slash + colon],
-            Some(&name[last_slash + colon + 1..]),
-        ),
-        None => (name, None),
-    };
-    // The registry host (before the first '/', when it has a '.' or ':') may hold a port.
-    let path = match repo.split_once('/') {
-        Some((host, rest)) if host.contains(['.', ':']) || host == "localhost" => {
-            let port_ok = host.split_once(':').is_none_or(|(_, port)| {
-                !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
-            });
-            if !port_ok {
-                return bad("a registry port is a number, as in registry.local:5000/app");
-            }
-            rest
-        }
-        _ => repo,
-    };
-    let path_ok = path.split('/').all(|part| {
-        !part.is_empty()
-            && part
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
-    });
-    if !path_ok {
-        return bad("repository names use lowercase letters, digits, '.', '_', '-' and '/' between non-empty parts");
-    }
-    let tag_ok = |t: &str| {
-        !t.is_empty()
-            && t.len() <= 128
-            && t.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-    };
-    if tag.is_some_and(|t| !tag_ok(t)) {
-        return bad("a tag is 1 to 128 letters, digits, '.', '_' or '-'");
-    }
-    let digest_ok = |d: &str| {
-        d.split_once(':').is_some_and(|(algo, hex)| {
-            !algo.is_empty() && !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit())
-        })
-    };
-    if digest.is_some_and(|d| !digest_ok(d)) {
-        return bad("a digest looks like sha256:<hex>");
-    }
-    Ok(())
+    super::image::ImageRef::parse(image).map(|_| ())
 }
 
 /// No NUL (it would cut the string short at exec), and bounded.

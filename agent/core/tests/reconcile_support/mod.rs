@@ -181,6 +181,8 @@ pub struct Agent {
     pub cell_quorum: Option<shoal_core::reconcile::CellQuorum>,
     /// What the other cells said of its exclusive replicas.
     pub cell_copies: BTreeMap<ReplicaId, shoal_core::reconcile::CellCopies>,
+    /// The starts whose image its runtime reports pulling.
+    pub pulling: BTreeMap<ReplicaId, shoal_core::instance::PullProgress>,
     /// Since when each other node has been unreachable from here.
     unreachable_since: BTreeMap<String, u64>,
 }
@@ -253,6 +255,7 @@ impl Cluster {
                 moved_to_cells: BTreeMap::new(),
                 cell_quorum: None,
                 cell_copies: BTreeMap::new(),
+                pulling: BTreeMap::new(),
                 unreachable_since: BTreeMap::new(),
             };
             c.agents.insert(n.to_string(), agent);
@@ -394,6 +397,7 @@ impl Cluster {
             supports_containers: agent.supports_containers,
             supports_processes: true,
             peers,
+            pulling: agent.pulling.clone(),
             membership,
             draining: agent.draining,
             capacity: agent.capacity,
@@ -639,6 +643,7 @@ pub fn peer_status(
         fence_token: None,
         failures: 0,
         ports: Default::default(),
+        pull: None,
     }
 }
 

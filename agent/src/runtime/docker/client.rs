@@ -29,6 +29,9 @@ pub struct DockerConfig {
     /// The resolver every container gets (the agent's `--dns`, when containers can use it:
     /// see [`DockerConfig::container_dns`]); `None` leaves the engine's default.
     pub dns: Option<super::body::ContainerDns>,
+    /// Registry credentials for pulls (`--registry-auth`); `None` pulls anonymously. Its
+    /// `Debug` names the registries only.
+    pub registry_auth: Option<std::sync::Arc<super::auth::RegistryAuth>>,
 }
 
 impl DockerConfig {
@@ -44,6 +47,7 @@ impl DockerConfig {
             reconnect_max: Duration::from_secs(5),
             standby: true,
             dns: None,
+            registry_auth: None,
         }
     }
 
