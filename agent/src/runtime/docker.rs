@@ -54,7 +54,9 @@ pub use body::{
 };
 pub(crate) use client::Client;
 pub use client::DockerConfig;
-pub use image::{ensure_busybox_image, BUSYBOX_APPLETS, BUSYBOX_PATHS};
+pub use image::{
+    ensure_busybox_image, import_marked_busybox_image, BUSYBOX_APPLETS, BUSYBOX_PATHS,
+};
 use observed::Observed;
 use pull::Pulls;
 pub use pull::{PULL_BACKOFF_INITIAL, PULL_BACKOFF_MAX, PULL_STALL};

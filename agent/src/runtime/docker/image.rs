@@ -38,7 +38,28 @@ pub async fn ensure_busybox_image(
         Err(e) if status_of(&e) == Some(404) => {}
         Err(e) => return Err(engine_error("inspect image", e)),
     }
-    let tarball = busybox_rootfs()?;
+    import_busybox(docker, repo, tag, busybox_rootfs(None)?).await
+}
+
+/// Imports a busybox image as `repo:tag` whose layer is unlike any other: it also holds
+/// `etc/shoal-marker` with `marker` in it. A registry test pushes it and removes it locally, so
+/// that a pull has a whole layer (~2 MB) to download. Returns the image id.
+pub async fn import_marked_busybox_image(
+    docker: &Docker,
+    repo: &str,
+    tag: &str,
+    marker: &str,
+) -> Result<String, RuntimeError> {
+    import_busybox(docker, repo, tag, busybox_rootfs(Some(marker))?).await
+}
+
+async fn import_busybox(
+    docker: &Docker,
+    repo: &str,
+    tag: &str,
+    tarball: Vec<u8>,
+) -> Result<String, RuntimeError> {
+    let reference = format!("{repo}:{tag}");
     let options = CreateImageOptionsBuilder::default()
         .from_src("-")
         .repo(repo)
@@ -57,8 +78,9 @@ pub async fn ensure_busybox_image(
     Ok(image.id.unwrap_or(reference))
 }
 
-/// The root filesystem tarball: `bin/busybox`, its applet links, and an empty `tmp`.
-fn busybox_rootfs() -> Result<Vec<u8>, RuntimeError> {
+/// The root filesystem tarball: `bin/busybox`, its applet links, an empty `tmp`, and with a
+/// marker `etc/shoal-marker`.
+fn busybox_rootfs(marker: Option<&str>) -> Result<Vec<u8>, RuntimeError> {
     let (path, binary) = BUSYBOX_PATHS
         .iter()
         .find_map(|p| std::fs::read(p).ok().map(|bytes| (*p, bytes)))
@@ -95,6 +117,14 @@ fn busybox_rootfs() -> Result<Vec<u8>, RuntimeError> {
         header.set_mode(0o777);
         header.set_size(0);
         tar.append_link(&mut header, format!("bin/{applet}"), "busybox")
+            .map_err(io)?;
+    }
+    if let Some(marker) = marker {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_mode(0o644);
+        header.set_size(marker.len() as u64);
+        tar.append_data(&mut header, "etc/shoal-marker", marker.as_bytes())
             .map_err(io)?;
     }
     tar.into_inner().map_err(io)

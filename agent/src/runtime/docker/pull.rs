@@ -277,7 +277,7 @@ async fn run(
             Ok(None) => return Ok(()),
             Ok(Some(step)) => step,
         };
-        let info = step.map_err(reason_of)?;
+        let info = step.map_err(|e| reason_of(e, image))?;
         let (Some(id), Some(status)) = (info.id, info.status) else {
             continue;
         };
@@ -307,8 +307,14 @@ async fn run(
     }
 }
 
-/// The engine's reason for a failed pull, as it said it.
-fn reason_of(e: bollard::errors::Error) -> String {
+/// The engine's reason for a failed pull, as it said it but for the image reference, which the
+/// error names already (statuses and issues keep 256 bytes of it: a long reference said twice
+/// would push the reason out).
+fn reason_of(e: bollard::errors::Error, image: &str) -> String {
+    reason_text(e).replace(image, "the image")
+}
+
+fn reason_text(e: bollard::errors::Error) -> String {
     match e {
         bollard::errors::Error::DockerResponseServerError { message, .. } => message,
         bollard::errors::Error::DockerStreamError { error } => error,
