@@ -667,6 +667,7 @@ impl HostLoop {
         self.save_cells_known().await;
         self.refresh_endpoints(&observed);
         self.publish(observed, issues).await;
+        tracing::trace!(took_us = began.elapsed().as_micros() as u64, "round");
         let mut stats = self.host.stats.lock().expect("stats lock");
         stats.rounds += 1;
         stats.round_last_us = began.elapsed().as_micros() as u64;

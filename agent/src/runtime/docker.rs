@@ -306,6 +306,7 @@ impl Runtime for DockerRuntime {
         }
         let created = self.call(created, "create container").await?;
         let id = created.id;
+        tracing::debug!(%replica, %id, "container created");
         if let Err(e) = docker.start_container(&id, None).await {
             let message = e.to_string();
             let remove = RemoveContainerOptionsBuilder::new()
@@ -325,6 +326,7 @@ impl Runtime for DockerRuntime {
             }
             return self.call(Err(e), "start container").await;
         }
+        tracing::debug!(%replica, %id, "container started");
         self.started(&docker, &id, body, standby_hash).await
     }
 
