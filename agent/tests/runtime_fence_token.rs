@@ -7,8 +7,9 @@ mod runtime_support;
 
 use std::time::Duration;
 
-use runtime_support::{exits_of, process_spec, request, spec};
+use runtime_support::{eventually, exits_of, process_spec, request, spec};
 use shoal::core::instance::Phase;
+use shoal::runtime::logs::Stream;
 use shoal::runtime::mem::MemRuntime;
 use shoal::runtime::process::{ProcessConfig, ProcessRuntime};
 use shoal::runtime::{Runtime, FENCE_TOKEN_ENV};
@@ -51,7 +52,11 @@ exclusive = true
     let handles = [owner.handle.as_str(), normal.handle.as_str()];
     let exits = exits_of(&mut events, &handles, EVENT_WAIT).await;
     assert!(exits.values().all(|code| *code == Some(0)), "{exits:?}");
-    let stdout = |h: &str| std::fs::read_to_string(rt.instance_dir(h).join("stdout.log")).unwrap();
+    let stdout = |h: &str| rt.output(h, Stream::Stdout);
+    eventually(Duration::from_secs(5), "the output to be relayed", || {
+        !stdout(&owner.handle).is_empty() && !stdout(&normal.handle).is_empty()
+    })
+    .await;
     assert_eq!(stdout(&owner.handle), format!("token={TOKEN}\n"));
     assert_eq!(stdout(&normal.handle), "token=none\n");
     let listed = rt.list().await.unwrap();

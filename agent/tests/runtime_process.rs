@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use runtime_support::{eventually, exit_of, process_spec, request, spec};
 use shoal::core::instance::Phase;
 use shoal::core::spec::{Probe, ReloadHook, ReloadSignal};
+use shoal::runtime::logs::Stream;
 use shoal::runtime::process::{ProcessConfig, ProcessRuntime};
 use shoal::runtime::{Runtime, RuntimeError};
 
@@ -91,11 +92,8 @@ async fn a_process_ignoring_sigterm_is_killed_after_the_grace() {
         ],
     );
     let inst = rt.start(request(&spec, 0, NODE)).await.unwrap();
-    let stdout = rt.instance_dir(&inst.handle).join("stdout.log");
     eventually(EVENT_WAIT, "the trap to be set", || {
-        std::fs::read_to_string(&stdout)
-            .unwrap_or_default()
-            .contains("ready")
+        rt.output(&inst.handle, Stream::Stdout).contains("ready")
     })
     .await;
     let grace = Duration::from_millis(400);
@@ -134,14 +132,19 @@ signal = "HUP"
         exit_of(&mut events, &inst.handle, EVENT_WAIT).await,
         Some(7)
     );
-    let read = |f: &str| std::fs::read_to_string(rt.instance_dir(&inst.handle).join(f)).unwrap();
+    let read = |stream| rt.output(&inst.handle, stream);
     let replica_dir = dir.path().join("replicas/echoer/1");
     let expected = format!(
         "echoer/1@n1 hello fast\n{}\n",
         replica_dir.canonicalize().unwrap().display()
     );
-    assert_eq!(read("stdout.log"), expected);
-    assert_eq!(read("stderr.log"), "oops\n");
+    // The log relay writes each line as it reads it; the exit may be reported a moment before.
+    eventually(EVENT_WAIT, "the output to be relayed", || {
+        read(Stream::Stdout) == expected && read(Stream::Stderr) == "oops\n"
+    })
+    .await;
+    assert_eq!(read(Stream::Stdout), expected);
+    assert_eq!(read(Stream::Stderr), "oops\n");
     let listed = rt.list().await.unwrap();
     assert_eq!(
         (listed[0].phase, listed[0].exit_code),
@@ -341,8 +344,7 @@ async fn reload_hooks_and_exec_probes_run_in_the_instance_context() {
     let script = "trap 'echo got-hup' HUP; echo ready; while :; do sleep 0.05; done";
     let spec = process_spec("reloader", &["sh", "-c", script]);
     let inst = rt.start(request(&spec, 0, NODE)).await.unwrap();
-    let stdout = rt.instance_dir(&inst.handle).join("stdout.log");
-    let log = || std::fs::read_to_string(&stdout).unwrap_or_default();
+    let log = || rt.output(&inst.handle, Stream::Stdout);
     eventually(EVENT_WAIT, "the trap to be set", || log().contains("ready")).await;
     let settings = [("max_conn".to_string(), "42".to_string())].into();
     let timeout = Duration::from_secs(2);
@@ -503,7 +505,11 @@ async fn named_ports_reach_the_process_its_probes_and_a_fresh_runtime() {
         )
         .await;
     assert!(!unknown.is_healthy());
-    let out = std::fs::read_to_string(rt.instance_dir(h).join("stdout.log")).unwrap();
+    eventually(EVENT_WAIT, "the output to be relayed", || {
+        !rt.output(h, Stream::Stdout).is_empty()
+    })
+    .await;
+    let out = rt.output(h, Stream::Stdout);
     assert_eq!(
         out.lines().next(),
         Some(format!("127.0.0.33 {port} 9").as_str())

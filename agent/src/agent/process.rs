@@ -67,6 +67,8 @@ pub struct AgentOptions {
     /// Registry credentials for the docker runtime's pulls (`--registry-auth`), read at startup;
     /// never gossiped, stored or logged.
     pub registry_auth: Option<Arc<crate::runtime::docker::RegistryAuth>>,
+    /// How the process runtime bounds instances' output (`--log-max-bytes`, `--log-files`).
+    pub process_logs: crate::runtime::process::LogConfig,
     /// The host loop's timing and bounds.
     pub host: crate::host::HostConfig,
     /// Admission limits of the API endpoint (handshakes and connections it lets in).
@@ -92,10 +94,14 @@ pub async fn open_runtime(
     name: &str,
     dns: Option<&crate::dns::DnsConfig>,
     registry_auth: Option<Arc<crate::runtime::docker::RegistryAuth>>,
+    logs: &crate::runtime::process::LogConfig,
 ) -> anyhow::Result<Arc<dyn crate::runtime::Runtime>> {
     Ok(match choice {
         RuntimeChoice::Process => {
-            let config = crate::runtime::process::ProcessConfig::new(data_dir, name);
+            let config = crate::runtime::process::ProcessConfig {
+                logs: logs.clone(),
+                ..crate::runtime::process::ProcessConfig::new(data_dir, name)
+            };
             let runtime = crate::runtime::process::ProcessRuntime::open(config)
                 .await
                 .context("opening the process runtime")?;
@@ -270,6 +276,7 @@ pub async fn run_agent(
         &opts.name,
         opts.dns.as_ref(),
         opts.registry_auth.clone(),
+        &opts.process_logs,
     )
     .await?;
     // Before joining: the mesh sees this node only once it can serve and guard.

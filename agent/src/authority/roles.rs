@@ -1,11 +1,12 @@
 //! Which role may make which API request.
 //!
 //! - anyone with a Shoal certificate ([`Role::Reader`] and up) reads: get, status, nodes, issues,
-//!   events, the cells list;
+//!   events, the cells list, logs;
 //! - a [`Role::Client`] also writes the desired state and steers the hosts: apply, delete,
 //!   approve, drain;
 //! - a [`Role::Node`] makes the agent-to-agent requests (replication, anti-entropy, clocks, the
-//!   failure detector's question, the cell exchange) and forwards an operator's approve or drain
+//!   failure detector's question, the cell exchange, a `logs` forwarded to the node running
+//!   the replica) and forwards an operator's approve or drain
 //!   to the node it concerns. A node does not apply or delete: a write starts with a client.
 
 use crate::mesh::api::Request;
@@ -39,6 +40,7 @@ pub fn needs(req: &Request) -> Needs {
         | Request::PublishCrl { .. }
         | Request::SetCaps { .. } => Needs::Write,
         Request::Caps | Request::History { .. } | Request::Endpoints { .. } => Needs::Read,
+        Request::Logs { .. } => Needs::Read,
         Request::Undo { .. } | Request::Pause { .. } => Needs::Write,
         Request::Approve { .. } | Request::Drain { .. } => Needs::WriteOrForward,
         Request::Replicate { .. }
@@ -50,7 +52,8 @@ pub fn needs(req: &Request) -> Needs {
         | Request::CellsPush { .. }
         | Request::CellStatus { .. }
         | Request::CellCopies { .. }
-        | Request::NameUsed { .. } => Needs::Agent,
+        | Request::NameUsed { .. }
+        | Request::LogsHere { .. } => Needs::Agent,
     }
 }
 

@@ -88,6 +88,13 @@ pub struct Args {
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+    /// Most bytes a process instance's output keeps on disk, all its rotated files together
+    /// (`shoal logs` reads them; docs/operations.md, "Logs").
+    #[arg(long, value_name = "BYTES", default_value = "10Mi")]
+    log_max_bytes: String,
+    /// How many files --log-max-bytes is spread over (the current one and the rotated ones).
+    #[arg(long, value_name = "N", default_value_t = shoal::runtime::logs::LOG_FILES_DEFAULT)]
+    log_files: u32,
     /// Change an admission limit of the api or gossip endpoint (repeatable), e.g.
     /// `api.handshakes_per_ip_max=32`, `gossip.connections_per_ip_max=2048`; keys and defaults in
     /// docs/operations.md, "Limits before and after the handshake".
@@ -173,6 +180,15 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
     if registry_auth.is_some() && matches!(args.runtime, Runtime::Process) {
         bail!("--registry-auth is for --runtime docker: the process runtime pulls no images");
     }
+    let process_logs = shoal::runtime::process::LogConfig {
+        bytes_max: parse_memory_bytes(&args.log_max_bytes)
+            .map_err(|e| anyhow::anyhow!("--log-max-bytes: {e}"))?,
+        files: args.log_files,
+        ..Default::default()
+    };
+    process_logs
+        .check()
+        .map_err(|e| anyhow::anyhow!("--log-max-bytes/--log-files: {e}"))?;
     Ok(AgentOptions {
         name: args.name.clone(),
         gossip_addr: args.gossip,
@@ -195,6 +211,7 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
             Runtime::Docker => RuntimeChoice::Docker,
         },
         registry_auth,
+        process_logs,
         host: HostConfig {
             port_range,
             ..HostConfig::default()

@@ -122,6 +122,28 @@ pub(super) async fn call_async(opts: &ClientOpts, req: Request) -> anyhow::Resul
     }
 }
 
+/// A client that keeps one connection to the agent across calls (a command that calls many times,
+/// like `shoal logs --follow`, makes one handshake).
+pub(super) fn session(opts: &ClientOpts) -> anyhow::Result<shoal::rpc::QuicRpcClient> {
+    let identity = client_identity(&opts.pki, opts.client_name.as_deref(), opts.self_issue)?;
+    let endpoint = tls::client_endpoint(opts.agent, &identity, ALPN_API, &QuicOptions::api())?;
+    let stats = std::sync::Arc::new(shoal::transport_stats::TransportStats::default());
+    Ok(shoal::rpc::QuicRpcClient::new(endpoint, stats))
+}
+
+/// One call over a [`session`]; an API error becomes an `Err` with its message.
+pub(super) async fn session_call(
+    client: &shoal::rpc::QuicRpcClient,
+    opts: &ClientOpts,
+    req: &Request,
+) -> anyhow::Result<Response> {
+    let answer = client.call(opts.agent, ANY_MEMBER, req, opts.timeout).await;
+    match answer.map_err(|e| call_failed(opts.agent, e))? {
+        Response::Error(e) => Err(anyhow::anyhow!("{}", e.message)),
+        other => Ok(other),
+    }
+}
+
 /// What the user reads when a call to the agent at `agent` fails. Only when no answer came (no
 /// connection, none in time, the connection lost mid-call) may the agent be down; a refusal or
 /// an answer this CLI cannot read came from a running agent and is shown as it is.

@@ -20,6 +20,7 @@ mod demo;
 mod endpoints;
 mod guard;
 mod history;
+mod logs;
 mod nodes;
 mod ops;
 mod pki;
@@ -67,6 +68,11 @@ enum Command {
     Status(workloads::NameArgs),
     /// Every replica's address and health, as the agents' DNS answers them.
     Endpoints(endpoints::Args),
+    /// Print a replica's output (from any agent), or follow it.
+    Logs(logs::Args),
+    /// Relay one process instance's output into its rotated log files (started by the agent).
+    #[command(hide = true)]
+    LogRelay(logs::RelayArgs),
     /// List the nodes of the mesh.
     Nodes(nodes::Args),
     /// List issues raised by every node's reconciler (held ones wait for `approve`).
@@ -127,7 +133,7 @@ impl Command {
     fn prints_for_a_pipe(&self) -> bool {
         !matches!(
             self,
-            Command::Agent(_) | Command::Guard(_) | Command::Demo(_)
+            Command::Agent(_) | Command::Guard(_) | Command::Demo(_) | Command::LogRelay(_)
         )
     }
 }
@@ -147,6 +153,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Delete(args) => workloads::delete(args),
         Command::Status(args) => workloads::status(args),
         Command::Endpoints(args) => endpoints::run(args),
+        Command::Logs(args) => logs::run(args),
+        Command::LogRelay(args) => logs::relay(args),
         Command::Nodes(args) => nodes::run(args),
         Command::Issues(args) => ops::issues(args),
         Command::Approve(args) => ops::approve(args),

@@ -8,6 +8,7 @@
 
 mod endpoints;
 mod history;
+mod logs;
 mod ops;
 mod pages;
 mod status;
@@ -105,6 +106,17 @@ impl Api {
             Request::Caps => Ok(Response::Caps(node.caps())),
             Request::History { name } => history::versions(&node, self.host.as_deref(), name).await,
             Request::Endpoints { name } => self.handle_endpoints(&name),
+            Request::Logs {
+                workload,
+                replica,
+                previous,
+                query,
+            } => self.handle_logs(workload, replica, previous, query).await,
+            Request::LogsHere {
+                replica,
+                previous,
+                query,
+            } => self.handle_logs_here(replica, previous, query).await,
             Request::Pause { name, paused } => {
                 let by = asked_by(None);
                 let result = history::pause(&node, name.clone(), paused, by.clone()).await;
@@ -290,6 +302,8 @@ fn request_kind(req: &Request) -> &'static str {
         Request::Caps => "caps",
         Request::History { .. } => "history",
         Request::Endpoints { .. } => "endpoints",
+        Request::Logs { .. } => "logs",
+        Request::LogsHere { .. } => "logs-here",
         Request::Undo { .. } => "undo",
         Request::Pause { .. } => "pause",
         Request::Digest => "digest",

@@ -202,7 +202,7 @@ impl Api {
         .await
     }
 
-    async fn forward(&self, node: &str, req: Request) -> Result<Response, ApiError> {
+    pub(super) async fn forward(&self, node: &str, req: Request) -> Result<Response, ApiError> {
         let members = self.node.members().await;
         let Some((_, addr)) = view::live_peer_apis(&members, &self.node.name)
             .into_iter()

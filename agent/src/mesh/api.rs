@@ -189,6 +189,28 @@ pub enum Request {
         /// The workload.
         name: String,
     },
+    /// Output of one replica's instance, read on the node that runs it (the callee forwards to
+    /// it as [`Request::LogsHere`]).
+    Logs {
+        /// The workload.
+        workload: String,
+        /// The replica; `None`: the lowest-numbered replica that has an instance.
+        replica: Option<u32>,
+        /// The instance before the newest one on that node (after a crash or restart).
+        previous: bool,
+        /// What to read (a page of at most [`crate::runtime::logs::PAGE_BYTES_MAX`] bytes).
+        query: crate::runtime::logs::LogQuery,
+    },
+    /// Agent to agent: the output of a replica's instance on the callee's own runtime (a
+    /// `Logs` forwarded to the node running it).
+    LogsHere {
+        /// The replica.
+        replica: shoal_core::instance::ReplicaId,
+        /// The instance before the newest one.
+        previous: bool,
+        /// What to read.
+        query: crate::runtime::logs::LogQuery,
+    },
 }
 
 /// An agent's answer.
@@ -338,6 +360,19 @@ pub enum Response {
     Workload(Box<WorkloadView>),
     /// One workload's endpoints.
     Endpoints(Box<crate::dns::WorkloadEndpoints>),
+    /// A page of one instance's output.
+    Logs(Box<LogsAnswer>),
+}
+
+/// A page of one replica's instance output, and where it was read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogsAnswer {
+    /// The node whose runtime answered.
+    pub node: String,
+    /// The replica.
+    pub replica: u32,
+    /// The lines and the cursor to continue with.
+    pub page: crate::runtime::logs::LogPage,
 }
 
 /// A failure, with a kind the CLI maps to a message and exit code.

@@ -41,6 +41,7 @@ mod client;
 mod events;
 mod exec;
 mod image;
+mod logs;
 mod observed;
 mod pull;
 mod standby;
@@ -493,5 +494,14 @@ impl Runtime for DockerRuntime {
         &self,
     ) -> BTreeMap<crate::core::instance::ReplicaId, crate::core::instance::PullProgress> {
         self.pulls.waiting()
+    }
+
+    async fn logs(
+        &self,
+        replica: &crate::core::instance::ReplicaId,
+        previous: bool,
+        query: &crate::runtime::logs::LogQuery,
+    ) -> Result<crate::runtime::logs::LogPage, RuntimeError> {
+        logs::read(self, replica, previous, query).await
     }
 }

@@ -117,6 +117,13 @@ pub enum RuntimeError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// No output of the asked instance is kept here (never started here, the previous instance's
+    /// logs are gone, or the runtime keeps no output). Nothing changed.
+    #[error("{reason}")]
+    NoLogs {
+        /// What is missing, and where to look instead.
+        reason: String,
+    },
 }
 
 impl RuntimeError {

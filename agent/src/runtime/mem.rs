@@ -396,4 +396,19 @@ impl Runtime for MemRuntime {
     fn limits_note(&self) -> Option<String> {
         None
     }
+
+    /// The in-memory runtime runs nothing, so there is no output: always
+    /// [`RuntimeError::NoLogs`].
+    async fn logs(
+        &self,
+        replica: &crate::core::instance::ReplicaId,
+        _previous: bool,
+        _query: &crate::runtime::logs::LogQuery,
+    ) -> Result<crate::runtime::logs::LogPage, RuntimeError> {
+        Err(RuntimeError::NoLogs {
+            reason: format!(
+                "{replica} runs on the in-memory runtime, whose instances print nothing: it                  keeps no logs"
+            ),
+        })
+    }
 }

@@ -31,6 +31,7 @@ use crate::core::spec::{Probe, ReloadHook, WorkloadSpec};
 
 pub mod docker;
 mod error;
+pub mod logs;
 pub mod mem;
 pub mod probe;
 pub mod process;
@@ -233,6 +234,16 @@ pub trait Runtime: Send + Sync {
     fn pulling(&self) -> BTreeMap<ReplicaId, PullProgress> {
         BTreeMap::new()
     }
+
+    /// Output of the replica's newest instance on this node (with `previous`, of the one before
+    /// it), as `query` asks: at most [`logs::PAGE_BYTES_MAX`] bytes of text per answer.
+    /// [`RuntimeError::NoLogs`] when this node keeps none of it.
+    async fn logs(
+        &self,
+        replica: &ReplicaId,
+        previous: bool,
+        query: &logs::LogQuery,
+    ) -> Result<logs::LogPage, RuntimeError>;
 }
 
 /// The environment variable that carries a live setting to the workload.
@@ -281,6 +292,15 @@ pub fn instance_env(
 /// The fencing token an instance was started with, read back from its environment.
 pub fn fence_token_of(env: &BTreeMap<String, String>) -> Option<u64> {
     env.get(FENCE_TOKEN_ENV)?.parse().ok()
+}
+
+/// Wall-clock time in ns since the Unix epoch (0 if the clock is before 1970): the stamp of a log
+/// line.
+pub(crate) fn wall_clock_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 /// Wall-clock time in ms since the Unix epoch (0 if the clock is before 1970). Only the real

@@ -1,7 +1,8 @@
 //! The process runtime: replicas as supervised host processes.
 //!
-//! Each instance gets a directory `<data_dir>/instances/<handle>/` with `stdout.log`,
-//! `stderr.log` and `state.json` (see `process/state.rs`). The process leads its own process group,
+//! Each instance gets a directory `<data_dir>/instances/<handle>/` with its `state.json` (see
+//! `process/state.rs`), and a log relay writing its stdout and stderr to bounded, rotated files
+//! under `<data_dir>/logs/` (see `process/logs.rs` and [`crate::runtime::logs`]). The process leads its own process group,
 //! so a stop reaches everything it forked: SIGTERM to the group, then SIGKILL after the grace.
 //! Its working directory defaults to `<data_dir>/replicas/<workload>/<replica>/`, which outlives
 //! instances so a restarted replica finds its files again.
@@ -24,8 +25,9 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::sync::{broadcast, watch};
 
-use crate::core::instance::RuntimeInstance;
+use crate::core::instance::{ReplicaId, RuntimeInstance};
 use crate::core::spec::{Probe, ReloadHook, Run, WorkloadSpec};
+use crate::runtime::logs::{LogPage, LogQuery};
 use crate::runtime::{
     wall_clock_ms, ProbeOutcome, Runtime, RuntimeError, RuntimeEvent, RuntimeKind, StartRequest,
     EVENTS_CAPACITY,
@@ -34,10 +36,12 @@ use crate::runtime::{
 mod cgroup;
 mod control;
 mod exit;
+mod logs;
 mod spawn;
 pub(crate) mod state;
 
 use cgroup::Cgroups;
+pub use logs::{default_relay_program, LogConfig};
 use state::InstanceState;
 
 /// The `PATH` children get when the agent has none.
@@ -62,11 +66,14 @@ pub struct ProcessConfig {
     pub adopted_poll_interval: Duration,
     /// How long to wait for an exit after SIGKILL before reporting a stuck stop.
     pub kill_wait: Duration,
+    /// How instances' output is relayed and bounded.
+    pub logs: LogConfig,
 }
 
 impl ProcessConfig {
     /// The defaults for a node: cgroups at `/sys/fs/cgroup`, adopted processes polled every
-    /// 200 ms where there is no pidfd, 5 s of patience after SIGKILL.
+    /// 200 ms where there is no pidfd, 5 s of patience after SIGKILL, output bounded to 10 MiB
+    /// per instance in 2 files ([`LogConfig::default`]).
     pub fn new(data_dir: impl Into<PathBuf>, node: &str) -> Self {
         ProcessConfig {
             data_dir: data_dir.into(),
@@ -74,6 +81,7 @@ impl ProcessConfig {
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             adopted_poll_interval: Duration::from_millis(200),
             kill_wait: Duration::from_secs(5),
+            logs: LogConfig::default(),
         }
     }
 }
@@ -121,9 +129,27 @@ impl ProcessRuntime {
         Ok(ProcessRuntime { inner })
     }
 
-    /// The directory holding an instance's logs and state file.
+    /// The directory holding an instance's state file.
     pub fn instance_dir(&self, handle: &str) -> PathBuf {
         self.inner.instance_dir(handle)
+    }
+
+    /// The directory holding an instance's log files (`output.log`, `output.log.1`, ...), while
+    /// the runtime knows the instance.
+    pub fn log_dir(&self, handle: &str) -> Option<PathBuf> {
+        let replica = {
+            let instances = self.inner.instances.lock().expect("instances lock");
+            instances.get(handle)?.state.replica.clone()
+        };
+        self.inner.log_dir(&replica, handle)
+    }
+
+    /// Everything kept of an instance's stdout or stderr, as the instance wrote it (each full line
+    /// with its newline); empty when it has no log directory.
+    pub fn output(&self, handle: &str, stream: crate::runtime::logs::Stream) -> String {
+        self.log_dir(handle)
+            .and_then(|dir| crate::runtime::logs::read::stream_text(&dir, stream).ok())
+            .unwrap_or_default()
     }
 
     /// The pid (and process group) of a live instance, for tests and diagnostics.
@@ -304,5 +330,14 @@ impl Runtime for ProcessRuntime {
 
     fn limits_note(&self) -> Option<String> {
         self.inner.cgroups.note()
+    }
+
+    async fn logs(
+        &self,
+        replica: &ReplicaId,
+        previous: bool,
+        query: &LogQuery,
+    ) -> Result<LogPage, RuntimeError> {
+        self.inner.logs(replica, previous, query)
     }
 }

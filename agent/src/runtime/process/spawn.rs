@@ -1,4 +1,4 @@
-//! Starting one process: its directory, environment, output files, process group and cgroup.
+//! Starting one process: its directory, environment, log relay, process group and cgroup.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::exit::watch_child;
+use super::logs::Outputs;
 use super::state::{self, InstanceState};
 use super::{Entry, Inner, DEFAULT_PATH};
 use crate::core::instance::RuntimeInstance;
@@ -38,7 +39,16 @@ impl Inner {
         let working_dir = self.working_dir(&request, spec)?;
         let (handle, dir) = self.claim_handle(&request)?;
         let env = child_env(&request, spec);
-        let child = match spawn_child(&dir, spec, &env, &working_dir) {
+        let started_at_ms = wall_clock_ms();
+        let outputs = match self.start_relay(&request.replica, &handle, started_at_ms) {
+            Ok(outputs) => outputs,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        // On a failed spawn the pipes' write ends close here: the relay sees EOF and exits.
+        let child = match spawn_child(spec, &env, &working_dir, outputs) {
             Ok(child) => child,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
@@ -61,7 +71,7 @@ impl Inner {
             node: request.node.clone(),
             pid,
             proc_start_ticks,
-            started_at_ms: wall_clock_ms(),
+            started_at_ms,
             exited_at_ms: None,
             exit_code: None,
             error: None,
@@ -142,12 +152,12 @@ fn child_env(request: &StartRequest, spec: &ProcessSpec) -> BTreeMap<String, Str
     env
 }
 
-/// Spawns the command as the leader of a new process group, output to the instance's files.
+/// Spawns the command as the leader of a new process group, output to its log relay's pipes.
 fn spawn_child(
-    dir: &Path,
     spec: &ProcessSpec,
     env: &BTreeMap<String, String>,
     working_dir: &Path,
+    outputs: Outputs,
 ) -> Result<tokio::process::Child, RuntimeError> {
     let (program, args) = spec
         .command
@@ -155,11 +165,6 @@ fn spawn_child(
         .ok_or_else(|| RuntimeError::StartFailed {
             reason: "the spec's command is empty".into(),
         })?;
-    let log = |name: &str| {
-        let path = dir.join(name);
-        std::fs::File::create(&path)
-            .map_err(|e| RuntimeError::io(format!("creating {}", path.display()), e))
-    };
     let mut command = tokio::process::Command::new(program);
     command
         .args(args)
@@ -167,8 +172,8 @@ fn spawn_child(
         .envs(env)
         .current_dir(working_dir)
         .stdin(Stdio::null())
-        .stdout(log("stdout.log")?)
-        .stderr(log("stderr.log")?)
+        .stdout(Stdio::from(outputs.stdout))
+        .stderr(Stdio::from(outputs.stderr))
         .process_group(0);
     command.spawn().map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => RuntimeError::CommandNotFound {
