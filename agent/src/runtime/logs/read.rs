@@ -284,7 +284,7 @@ mod tests {
     #[test]
     fn tail_since_and_a_cursor_across_a_rotation() {
         let dir = tempfile::tempdir().unwrap();
-        let mut w = Rotating::open(dir.path(), 2 * 1024, 2).unwrap();
+        let mut w = Rotating::open(dir.path(), 1024, 2).unwrap();
         for i in 0..10u64 {
             write(&mut w, i * 1_000_000, &format!("line {i}"));
         }
@@ -325,7 +325,7 @@ mod tests {
     #[test]
     fn a_cursor_rotated_away_is_reported() {
         let dir = tempfile::tempdir().unwrap();
-        let mut w = Rotating::open(dir.path(), 128 * 1024, 2).unwrap();
+        let mut w = Rotating::open(dir.path(), 64 * 1024, 2).unwrap();
         write(&mut w, 0, "first");
         let start = read(dir.path(), &query(LogStart::Tail(1))).unwrap();
         let big = "q".repeat(16 * 1024);

@@ -30,7 +30,14 @@ const READ_BYTES: usize = 64 * 1024;
 pub fn run(dir: &Path, bytes_max: u64, files: u32) -> io::Result<u64> {
     let stdout = File::from(io::stdin().as_fd().try_clone_to_owned()?);
     let stderr = File::from(io::stdout().as_fd().try_clone_to_owned()?);
-    let writer = Mutex::new(Rotating::open(dir, bytes_max, files)?);
+    let file_bytes_max = super::rotate::file_bytes_for(bytes_max, files);
+    if file_bytes_max < super::LOG_FILE_BYTES_MIN {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{bytes_max} bytes in {files} files is below the minimum"),
+        ));
+    }
+    let writer = Mutex::new(Rotating::open(dir, file_bytes_max, files)?);
     std::thread::scope(|scope| {
         scope.spawn(|| pump(stdout, Stream::Stdout, &writer));
         scope.spawn(|| pump(stderr, Stream::Stderr, &writer));

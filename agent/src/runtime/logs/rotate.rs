@@ -35,14 +35,14 @@ pub struct Rotating {
 }
 
 impl Rotating {
-    /// A writer over `dir` keeping at most `bytes_max` in `files` files (at least 1). Appends to
-    /// an existing `output.log`.
-    pub fn open(dir: &Path, bytes_max: u64, files: u32) -> io::Result<Rotating> {
+    /// A writer over `dir` keeping at most `files` files (at least 1) of at most
+    /// `file_bytes_max` bytes each ([`file_bytes_for`]). Appends to the newest existing file.
+    pub fn open(dir: &Path, file_bytes_max: u64, files: u32) -> io::Result<Rotating> {
         let files = files.max(1);
         let mut writer = Rotating {
             dir: dir.to_path_buf(),
             files,
-            file_bytes_max: bytes_max / u64::from(files),
+            file_bytes_max,
             file: None,
             seq: numbered(dir)?.last().copied().unwrap_or(1),
             size: 0,
@@ -135,6 +135,19 @@ impl Rotating {
     }
 }
 
+/// The directory's own block, counted in the bound (what `du` counts).
+const DIR_BYTES: u64 = 4096;
+/// Files are sized in whole blocks, so what `du` counts of them is their length.
+const BLOCK_BYTES: u64 = 4096;
+
+/// The size of each of `files` files so that the directory with its files never takes more than
+/// `bytes_max` on disk: (`bytes_max` - the directory's block) / `files`, rounded down to a
+/// whole block.
+pub fn file_bytes_for(bytes_max: u64, files: u32) -> u64 {
+    let per_file = bytes_max.saturating_sub(DIR_BYTES) / u64::from(files.max(1));
+    per_file / BLOCK_BYTES * BLOCK_BYTES
+}
+
 /// The numbers of the log files in `dir`, oldest first.
 pub fn numbered(dir: &Path) -> io::Result<Vec<u64>> {
     let mut seqs: Vec<u64> = std::fs::read_dir(dir)?
@@ -164,9 +177,16 @@ mod tests {
     }
 
     #[test]
+    fn files_are_whole_blocks_beside_the_directory() {
+        assert_eq!(file_bytes_for(10 << 20, 2), (10 << 20) / 2 - 4096);
+        assert_eq!(file_bytes_for(100_000, 3), 28_672);
+        assert_eq!(file_bytes_for(100, 0), 0);
+    }
+
+    #[test]
     fn the_files_never_pass_the_bound() {
         let dir = tempfile::tempdir().unwrap();
-        let mut w = Rotating::open(dir.path(), 3000, 3).unwrap();
+        let mut w = Rotating::open(dir.path(), 1000, 3).unwrap();
         assert_eq!(w.file_bytes_max(), 1000);
         for i in 0..500u32 {
             let record = format!("record {i} {}\n", "x".repeat((i % 97) as usize));

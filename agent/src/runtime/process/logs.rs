@@ -50,11 +50,12 @@ impl LogConfig {
         if self.files == 0 {
             return Err("the log files count must be at least 1".into());
         }
-        let per_file = self.bytes_max / u64::from(self.files);
+        let per_file = crate::runtime::logs::rotate::file_bytes_for(self.bytes_max, self.files);
         if per_file < LOG_FILE_BYTES_MIN {
             return Err(format!(
-                "a log bound of {} bytes over {} files leaves {per_file} bytes per file; each \
-                 needs at least {LOG_FILE_BYTES_MIN} (raise --log-max-bytes)",
+                "a log bound of {} bytes over {} files leaves {per_file} bytes per file (after \
+                 the directory's 4 KiB, in whole 4 KiB blocks); each needs at least \
+                 {LOG_FILE_BYTES_MIN} (raise --log-max-bytes)",
                 self.bytes_max, self.files
             ));
         }
