@@ -1,0 +1,170 @@
+//! `shoal logs` of a container, read from the engine through the agent that does not run it:
+//! two agents with the docker runtime on this host's engine (containers labelled by node), a
+//! busybox container printing numbered lines on stdout and one on stderr; all lines, `--tail`,
+//! `--follow` seeing new ones, and `--previous` refused plainly (the engine's logs go with the
+//! removed container). Needs a reachable Docker engine and `/bin/busybox` (see runtime_docker.rs
+//! for SHOAL_SKIP_DOCKER_TESTS).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{shoal_command, stderr, wait_until, Cluster};
+
+const NODES: [&str; 2] = ["ld1", "ld2"];
+
+fn docker_ready() -> bool {
+    if std::env::var("SHOAL_SKIP_DOCKER_TESTS").as_deref() == Ok("1") {
+        eprintln!("SHOAL_SKIP_DOCKER_TESTS=1: docker test skipped");
+        return false;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        use shoal::runtime::docker::{ensure_busybox_image, DockerConfig, DockerRuntime};
+        let rt = DockerRuntime::connect(DockerConfig::new("image-setup"))
+            .await
+            .unwrap_or_else(|e| {
+                panic!("the Docker engine is unreachable ({e}); start it or set SHOAL_SKIP_DOCKER_TESTS=1")
+            });
+        let docker = rt.docker().await.unwrap();
+        ensure_busybox_image(&docker, "shoal-busybox", "latest")
+            .await
+            .expect("busybox image");
+    });
+    true
+}
+
+/// Removes this test's containers (also those a killed earlier run left).
+struct Cleanup;
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for node in NODES {
+            let out = Command::new("docker")
+                .args(["ps", "-aq", "--filter", &format!("label=shoal.node={node}")])
+                .output()
+                .unwrap();
+            for id in String::from_utf8_lossy(&out.stdout).lines() {
+                let _ = Command::new("docker").args(["rm", "-f", id]).output();
+            }
+        }
+    }
+}
+
+fn logs(c: &Cluster, i: usize, args: &[&str]) -> (bool, String, String) {
+    let mut all = vec!["logs"];
+    all.extend_from_slice(args);
+    let out = c.cli(i, &all);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    (out.status.success(), text, stderr(&out))
+}
+
+#[test]
+fn container_logs_through_another_agent() {
+    if !docker_ready() {
+        return;
+    }
+    drop(Cleanup);
+    let _cleanup = Cleanup;
+    let mut c = Cluster::new();
+    c.agent_args = vec!["--runtime".into(), "docker".into()];
+    for node in NODES {
+        c.add(node);
+    }
+    c.wait_members(2, Duration::from_secs(20));
+    let spec = c.dir.path().join("dlog.toml");
+    std::fs::write(
+        &spec,
+        "name = \"dlog\"\nreplicas = 1\n[container]\nimage = \"shoal-busybox:latest\"\n\
+         command = [\"sh\", \"-c\", \"i=0; while [ $i -lt 5 ]; do echo cline $i; \
+         i=$((i+1)); done; echo cerr >&2; n=0; while :; do n=$((n+1)); echo ctick $n; \
+         sleep 0.2; done\"]\n[resources]\ncpu = \"100m\"\nmemory = \"32Mi\"\n",
+    )
+    .unwrap();
+    let out = c.cli(0, &["apply", "-f", spec.to_str().unwrap()]);
+    assert!(out.status.success(), "apply: {}", stderr(&out));
+    let mut runner = None;
+    let running = wait_until(Duration::from_secs(30), || {
+        let out = c.cli(0, &["endpoints", "dlog", "-o", "json"]);
+        let Ok(json) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
+            return false;
+        };
+        runner = json["endpoints"].as_array().and_then(|list| {
+            list.iter()
+                .find(|e| e["phase"] == "running")
+                .and_then(|e| e["node"].as_str().map(str::to_string))
+        });
+        runner.is_some()
+    });
+    assert!(running, "dlog running\n{}", c.logs());
+    let runner = runner.unwrap();
+    let other = if runner == NODES[0] { 1 } else { 0 };
+
+    assert!(
+        wait_until(Duration::from_secs(10), || logs(&c, other, &["dlog/0"])
+            .1
+            .contains("ctick 2")),
+        "container output through {}\n{}",
+        NODES[other],
+        c.logs()
+    );
+    let (ok, text, err) = logs(&c, other, &["dlog"]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = text.lines().collect();
+    let numbered: Vec<String> = (0..5).map(|i| format!("cline {i}")).collect();
+    assert_eq!(lines[..5], numbered[..], "{text}");
+    assert!(lines.contains(&"cerr"), "{text}");
+    std::thread::sleep(Duration::from_millis(1000));
+    let (ok, text, err) = logs(&c, other, &["dlog/0", "--tail", "2", "--timestamps"]);
+    assert!(ok, "{err}");
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(
+        text.lines().all(|l| l.contains("Z stdout ctick ")),
+        "{text}"
+    );
+
+    // --follow: new ticks arrive (the engine stamps them; read after the last stamp seen).
+    let mut follow = shoal_command(None)
+        .args(["logs", "dlog/0", "--follow", "--tail", "1"])
+        .env("SHOAL_AGENT", c.agents[other].api.to_string())
+        .env("SHOAL_PKI", &c.pki)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let reader = BufReader::new(follow.stdout.take().unwrap());
+    let mut seen: Vec<u64> = Vec::new();
+    for line in reader.lines() {
+        let line = line.unwrap();
+        if let Some(n) = line.strip_prefix("ctick ").and_then(|n| n.parse().ok()) {
+            seen.push(n);
+        }
+        if seen.len() >= 10 || started.elapsed() > Duration::from_secs(20) {
+            break;
+        }
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert!(seen.len() >= 10, "followed {seen:?}");
+    assert!(
+        seen.windows(2).all(|w| w[1] == w[0] + 1),
+        "no tick lost nor repeated: {seen:?}"
+    );
+    println!(
+        "{}",
+        serde_json::json!({
+            "test": "logs_docker_follow",
+            "ticks": seen.len(),
+            "ms": started.elapsed().as_millis() as u64,
+        })
+    );
+
+    let (ok, _, err) = logs(&c, other, &["dlog/0", "--previous"]);
+    assert!(!ok && err.contains("no previous container"), "{err}");
+}
