@@ -565,3 +565,45 @@ fn the_largest_endpoints_answer_fits_a_frame() {
     }));
     assert!(encoded_len(&answer) + PAGE_SLACK_BYTES <= API_FRAME_MAX_BYTES);
 }
+
+#[test]
+fn the_largest_logs_answer_fits_a_frame() {
+    use shoal::mesh::api::LogsAnswer;
+    use shoal::runtime::logs::{
+        LogCursor, LogLine, LogPage, Stream, PAGE_BYTES_MAX, PAGE_LINES_MAX,
+    };
+    // A full page: the most lines, together the most text, plus one line as long as a record
+    // may be (a first line is always given whole), each with the largest stamp.
+    let per_line = PAGE_BYTES_MAX as usize / PAGE_LINES_MAX;
+    let mut lines = vec![
+        LogLine {
+            at_ns: u64::MAX,
+            stream: Stream::Stderr,
+            partial: true,
+            text: "x".repeat(per_line),
+        };
+        PAGE_LINES_MAX
+    ];
+    lines.push(LogLine {
+        at_ns: u64::MAX,
+        stream: Stream::Stdout,
+        partial: false,
+        text: "\u{fffd}".repeat(shoal::runtime::logs::LINE_BYTES_MAX),
+    });
+    let answer = Response::Logs(Box::new(LogsAnswer {
+        node: "n".repeat(63),
+        replica: u32::MAX,
+        page: LogPage {
+            instance: "w".repeat(63 + 20),
+            running: true,
+            lines,
+            cursor: LogCursor::File {
+                file_id: u64::MAX,
+                offset: u64::MAX,
+            },
+            more: true,
+            skipped: true,
+        },
+    }));
+    assert!(encoded_len(&answer) + PAGE_SLACK_BYTES <= API_FRAME_MAX_BYTES);
+}
