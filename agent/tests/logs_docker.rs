@@ -115,10 +115,12 @@ fn container_logs_through_another_agent() {
     );
     let (ok, text, err) = logs(&c, other, &["dlog"]);
     assert!(ok, "{err}");
-    let lines: Vec<&str> = text.lines().collect();
+    // Each stream in order; the engine, like any reader of two pipes, may place the stderr line
+    // anywhere near.
+    let lines: Vec<&str> = text.lines().filter(|l| *l != "cerr").collect();
     let numbered: Vec<String> = (0..5).map(|i| format!("cline {i}")).collect();
     assert_eq!(lines[..5], numbered[..], "{text}");
-    assert!(lines.contains(&"cerr"), "{text}");
+    assert!(text.lines().any(|l| l == "cerr"), "{text}");
     std::thread::sleep(Duration::from_millis(1000));
     let (ok, text, err) = logs(&c, other, &["dlog/0", "--tail", "2", "--timestamps"]);
     assert!(ok, "{err}");
