@@ -156,7 +156,7 @@ pub struct LogPage {
     pub cursor: LogCursor,
     /// More lines follow at once (the answer hit its byte or line bound).
     pub more: bool,
-    /// Lines were lost between the cursor and this answer: the reader fell behind a rotation
-    /// (or the relay dropped output it could not write).
+    /// Lines were lost between the cursor and this answer: the reader fell behind a rotation.
+    /// (Output the relay could not write, disk full, is told by a stderr line in the output.)
     pub skipped: bool,
 }

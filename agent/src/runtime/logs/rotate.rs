@@ -30,8 +30,10 @@ pub struct Rotating {
     size: u64,
     /// Records accepted but not written yet ([`Rotating::flush`] writes them).
     pending: Vec<u8>,
-    /// Records dropped because the disk refused them (full, or the directory was removed).
+    /// Writes dropped because the disk refused them (full, or the directory was removed).
     pub dropped: u64,
+    /// Drops not yet told in the files (a marker record says how many, once writes succeed).
+    unreported: u64,
 }
 
 impl Rotating {
@@ -48,6 +50,7 @@ impl Rotating {
             size: 0,
             pending: Vec::new(),
             dropped: 0,
+            unreported: 0,
         };
         writer.reopen()?;
         Ok(writer)
@@ -80,8 +83,33 @@ impl Rotating {
                 return;
             }
         }
+        self.note_drops();
+        if self.size + len > self.file_bytes_max {
+            return self.write(record);
+        }
         self.pending.extend_from_slice(record);
         self.size += len;
+    }
+
+    /// After drops, a stderr record saying how many writes were lost, where they were.
+    fn note_drops(&mut self) {
+        if self.unreported == 0 {
+            return;
+        }
+        let marker = super::line::format(&super::LogLine {
+            at_ns: crate::runtime::wall_clock_ns(),
+            stream: super::Stream::Stderr,
+            partial: false,
+            text: format!(
+                "[shoal log-relay: {} writes of output lost here: the disk refused them]",
+                self.unreported
+            ),
+        });
+        if self.size + marker.len() as u64 <= self.file_bytes_max {
+            self.pending.extend_from_slice(marker.as_bytes());
+            self.size += marker.len() as u64;
+            self.unreported = 0;
+        }
     }
 
     /// Writes the records taken so far.
@@ -106,6 +134,7 @@ impl Rotating {
             eprintln!("shoal log-relay: dropping output: {e}");
         }
         self.dropped += 1;
+        self.unreported += 1;
     }
 
     /// Deletes the oldest files so that `files - 1` remain, then starts the next one.
@@ -174,6 +203,29 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().metadata().unwrap().len())
             .sum()
+    }
+
+    #[test]
+    fn lost_writes_are_told_in_the_output_once_the_disk_takes_them_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path().join("logs");
+        std::fs::create_dir(&logs).unwrap();
+        let mut w = Rotating::open(&logs, 300, 2).unwrap();
+        w.write(&[b'a'; 200]);
+        w.flush();
+        std::fs::remove_dir_all(&logs).unwrap();
+        w.write(&[b'b'; 200]); // needs a rotation, which the missing directory refuses
+        assert_eq!(w.dropped, 1);
+        std::fs::create_dir(&logs).unwrap();
+        w.write(b"back\n");
+        w.flush();
+        let seqs = numbered(&logs).unwrap();
+        let text = std::fs::read_to_string(Rotating::path(&logs, seqs[0])).unwrap();
+        assert!(
+            text.contains(" stderr F [shoal log-relay: 1 writes of output lost"),
+            "{text}"
+        );
+        assert!(text.ends_with("back\n"), "{text}");
     }
 
     #[test]
