@@ -1,8 +1,9 @@
 //! Runtimes: what actually starts, stops, lists and probes instances on this node.
 //!
 //! One trait, [`Runtime`], three implementations:
-//! - [`process::ProcessRuntime`]: supervised host processes, one process group each, output and
-//!   a JSON state file under `<data_dir>/instances/<handle>/`, cgroup v2 limits where writable;
+//! - [`process::ProcessRuntime`]: supervised host processes, one process group each, a JSON
+//!   state file under `<data_dir>/instances/<handle>/`, output through a log relay into bounded
+//!   files under `<data_dir>/logs/` ([`logs`]), cgroup v2 limits where writable;
 //! - [`docker::DockerRuntime`]: containers through the Docker engine API (bollard), labelled
 //!   `shoal.*` so a restarted agent finds them again;
 //! - [`mem::MemRuntime`]: a deterministic in-memory runtime for the simulator.
