@@ -230,6 +230,42 @@ fn logs_from_any_agent_follow_previous_and_a_bounded_flood() {
     );
     assert!(previous.starts_with("start "), "{previous}");
     assert_eq!(previous.lines().count(), 2, "{previous}");
+    // --follow goes on into each new instance, from its start, and says so on stderr.
+    let mut follow = shoal_command(None)
+        .args(["logs", "crasher/0", "--follow", "--tail", "0"])
+        .env("SHOAL_AGENT", c.agents[other].api.to_string())
+        .env("SHOAL_PKI", &c.pki)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let reader = BufReader::new(follow.stdout.take().unwrap());
+    let mut starts: Vec<String> = Vec::new();
+    let followed = Instant::now();
+    for line in reader.lines() {
+        let line = line.unwrap();
+        if line.starts_with("start ") && !starts.contains(&line) {
+            starts.push(line);
+        }
+        if starts.len() >= 3 || followed.elapsed() > Duration::from_secs(15) {
+            break;
+        }
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert!(starts.len() >= 3, "followed across restarts: {starts:?}");
+    // A replica keeps its live instance's logs and its newest exited one's, no more.
+    let crasher_node = node_of(&c, other, "crasher");
+    for a in &c.agents {
+        let kept = std::fs::read_dir(a.data_dir.join("logs/crasher/0"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        assert!(
+            kept <= 2,
+            "{kept} log dirs of crasher/0 on {} ({crasher_node:?})",
+            a.name
+        );
+    }
     let out = c.cli(0, &["delete", "crasher"]);
     assert!(out.status.success());
 
@@ -286,6 +322,48 @@ fn logs_from_any_agent_follow_previous_and_a_bounded_flood() {
     );
     let (ok, text, _) = logs(&c, other, &["flood/0", "--tail", "2"]);
     assert!(ok && text.ends_with("flood-done\n"), "{text}");
+    let out = c.cli(0, &["delete", "flood"]);
+    assert!(out.status.success());
+
+    // The ticker moves (its node drained): --follow goes on with the copy on the other node.
+    let mut follow = shoal_command(None)
+        .args(["logs", "ticker/0", "--follow", "--tail", "0"])
+        .env("SHOAL_AGENT", c.agents[other].api.to_string())
+        .env("SHOAL_PKI", &c.pki)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = c.cli(other, &["drain", &node]);
+    assert!(out.status.success(), "drain: {}", stderr(&out));
+    let drained = Instant::now();
+    let reader = BufReader::new(follow.stdout.take().unwrap());
+    let mut moved = false;
+    for line in reader.lines() {
+        // The new copy's output from its start: its numbered lines.
+        if line.unwrap() == "line 99" {
+            moved = true;
+            break;
+        }
+        if drained.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let mut said = String::new();
+    use std::io::Read;
+    let _ = follow.stderr.take().unwrap().read_to_string(&mut said);
+    assert!(moved, "followed the move\n{said}\n{}", c.logs());
+    let new_node = &c.agents[other].name;
+    assert!(said.contains(&format!("on {new_node}")), "{said}");
+    println!(
+        "{}",
+        serde_json::json!({
+            "test": "logs_follow_move",
+            "new_copy_read_ms": drained.elapsed().as_millis() as u64,
+        })
+    );
 }
 
 /// What `du` counts for `dir`, in bytes.

@@ -114,5 +114,25 @@ mod tests {
             assert_eq!(got, expect, "{role}");
         }
         assert!(refusal(Role::Reader, Needs::Write, "apply").contains("read-only"));
+        // Logs are a read like status; the forwarded read is agent to agent.
+        let query = crate::runtime::logs::LogQuery {
+            start: crate::runtime::logs::LogStart::Tail(1),
+            since_ms: None,
+            bytes_max: 1,
+            instance: None,
+        };
+        let logs = Request::Logs {
+            workload: "w".into(),
+            replica: None,
+            previous: false,
+            query: query.clone(),
+        };
+        assert_eq!(needs(&logs), Needs::Read);
+        let here = Request::LogsHere {
+            replica: shoal_core::instance::ReplicaId::new("w", 0),
+            previous: false,
+            query,
+        };
+        assert_eq!(needs(&here), Needs::Agent);
     }
 }
