@@ -291,6 +291,18 @@ async fn what_cannot_start_is_a_clear_error_and_leaves_nothing() {
             .count(),
         0
     );
+    // No log directory either (it would pass for the replica's newest instance).
+    let ghost_logs = dir.path().join("logs/ghost/0");
+    assert_eq!(std::fs::read_dir(&ghost_logs).map_or(0, |d| d.count()), 0);
+    let query = shoal::runtime::logs::LogQuery {
+        start: shoal::runtime::logs::LogStart::Tail(10),
+        since_ms: None,
+        bytes_max: 1024,
+        instance: None,
+    };
+    let replica = shoal::core::instance::ReplicaId::new("ghost", 0);
+    let err = rt.logs(&replica, false, &query).await.unwrap_err();
+    assert!(matches!(err, RuntimeError::NoLogs { .. }), "{err:?}");
 
     let nowhere = spec(
         "name = \"w\"\n[process]\ncommand = [\"true\"]\nworking_dir = \"/no/such/dir\"\n\

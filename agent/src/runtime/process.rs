@@ -338,6 +338,12 @@ impl Runtime for ProcessRuntime {
         previous: bool,
         query: &LogQuery,
     ) -> Result<LogPage, RuntimeError> {
-        self.inner.logs(replica, previous, query)
+        // File reads (up to the bound for a tail) stay off the async workers.
+        let (inner, replica, query) = (self.inner.clone(), replica.clone(), query.clone());
+        tokio::task::spawn_blocking(move || inner.logs(&replica, previous, &query))
+            .await
+            .map_err(|e| RuntimeError::NoLogs {
+                reason: format!("reading logs failed: {e}"),
+            })?
     }
 }

@@ -77,10 +77,12 @@ pub fn default_relay_program() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The two pipes an instance writes to, their write ends for the instance.
+/// The two pipes an instance writes to, their write ends for the instance, and the directory
+/// its relay writes in.
 pub(super) struct Outputs {
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
+    pub dir: PathBuf,
 }
 
 impl Inner {
@@ -187,6 +189,7 @@ impl Inner {
         Ok(Outputs {
             stdout: stdout_write.into(),
             stderr: stderr_write.into(),
+            dir,
         })
     }
 

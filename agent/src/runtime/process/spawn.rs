@@ -47,11 +47,14 @@ impl Inner {
                 return Err(e);
             }
         };
-        // On a failed spawn the pipes' write ends close here: the relay sees EOF and exits.
+        // On a failed spawn the pipes' write ends close here: the relay sees EOF and exits. The
+        // log directory goes too, or it would pass for the replica's newest instance.
+        let log_dir = outputs.dir.clone();
         let child = match spawn_child(spec, &env, &working_dir, outputs) {
             Ok(child) => child,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
+                let _ = std::fs::remove_dir_all(&log_dir);
                 return Err(e);
             }
         };
