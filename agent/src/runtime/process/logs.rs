@@ -63,15 +63,17 @@ impl LogConfig {
     }
 }
 
-/// The running executable when it is `shoal` (the agent); otherwise a `shoal` beside it or one
-/// directory up (a test binary in `target/*/deps/` finds `target/*/shoal`, which cargo builds for
-/// integration tests).
+/// The running executable (the agent is `shoal` itself); for a test or example binary cargo
+/// built (`target/*/deps/`, `target/*/examples/`), the `shoal` binary beside its directory. An
+/// executable replaced on disk while running (an upgrade: `/proc/self/exe` then reads
+/// `... (deleted)`) is not a file any more: the `shoal` in its directory, the new one, is used.
 pub fn default_relay_program() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
-    if exe.file_name().is_some_and(|n| n == "shoal") {
+    let dir = exe.parent()?;
+    let built_by_cargo = dir.ends_with("deps") || dir.ends_with("examples");
+    if !built_by_cargo && exe.is_file() {
         return Some(exe);
     }
-    let dir = exe.parent()?;
     [dir.join("shoal"), dir.parent()?.join("shoal")]
         .into_iter()
         .find(|p| p.is_file())
@@ -179,8 +181,11 @@ impl Inner {
             // Its own group: not hit by the instance's stop nor by a Ctrl-C to the agent.
             .process_group(0)
             .kill_on_drop(false);
-        let mut child = relay.spawn().map_err(|e| RuntimeError::StartFailed {
-            reason: format!("starting the log relay {}: {e}", program.display()),
+        let mut child = relay.spawn().map_err(|e| {
+            let _ = std::fs::remove_dir_all(&dir);
+            RuntimeError::StartFailed {
+                reason: format!("starting the log relay {}: {e}", program.display()),
+            }
         })?;
         // Reaped here while this agent runs; after an agent restart, by init.
         tokio::spawn(async move {
