@@ -139,8 +139,18 @@ async fn roles_bound_names_and_signed_entries_hold_against_peers_with_valid_cert
             })
             .unwrap_or_default()
     };
-    let settled = wait_until(Duration::from_secs(15), || running_versions(0).len() == 1);
-    assert!(settled, "web never ran one instance");
+    // Settled on the undo's version (the version before it may still run for a moment: pausing
+    // then would catch the undo's own rollout in flight).
+    let current = {
+        let out = cluster.cli(0, &["get", "web", "-o", "json"]);
+        let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        got[0]["version"].as_str().unwrap_or_default().to_string()
+    };
+    assert!(!current.is_empty(), "get web names a version");
+    let settled = wait_until(Duration::from_secs(15), || {
+        running_versions(0) == vec![current.clone()]
+    });
+    assert!(settled, "web never ran one instance of {current}");
     let before = running_versions(0);
     let out = cluster.cli(0, &["rollout", "pause", "web"]);
     assert!(out.status.success(), "{}", stderr(&out));
