@@ -16,9 +16,8 @@
 //! for containers publishing a fixed host port (the dead container holds it until the engine's
 //! cleanup, which the start of a standby would race).
 //!
-//! Lifecycle: made in the background [`STANDBY_DELAY`] after each successful start of a replica
-//! (off the restart path, and off the start's: made at once, its create competed in the engine
-//! with the round that lists the new instance); started by the next start of that replica; removed by `list` once a newer standby of
+//! Lifecycle: made in the background after each successful start of a replica (off the restart
+//! path); started by the next start of that replica; removed by `list` once a newer standby of
 //! its replica exists (a spec update makes one) or, after [`ORPHAN_GRACE_S`], when no container
 //! of its replica is left (deleted, moved away). They live in the engine, found by label, so a
 //! restarted agent uses and removes the ones it finds like its other containers. Cost: one
@@ -84,16 +83,12 @@ pub(crate) async fn find(
 }
 
 /// Creates a standby from `body` (the body a start just used) under `name`.
-/// How long after a start its replica's standby is made.
-pub const STANDBY_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
-
 pub(crate) async fn create(
     docker: &Docker,
     name: &str,
     mut body: ContainerCreateBody,
     hash: String,
 ) {
-    tokio::time::sleep(STANDBY_DELAY).await;
     body.labels
         .get_or_insert_with(HashMap::new)
         .insert(LABEL_STANDBY.to_string(), hash);
