@@ -80,7 +80,7 @@ fn container_logs_through_another_agent() {
     let spec = c.dir.path().join("dlog.toml");
     std::fs::write(
         &spec,
-        "name = \"dlog\"\nreplicas = 1\n[container]\nimage = \"shoal-busybox:latest\"\n\
+        "name = \"dlog\"\nreplicas = 1\n[container]\nimage = \"shoal-busybox:latest\"\npull = \"if-not-present\"\n\
          command = [\"sh\", \"-c\", \"i=0; while [ $i -lt 5 ]; do echo cline $i; \
          i=$((i+1)); done; echo cerr >&2; n=0; while :; do n=$((n+1)); echo ctick $n; \
          sleep 0.2; done\"]\n[resources]\ncpu = \"100m\"\nmemory = \"32Mi\"\n",
