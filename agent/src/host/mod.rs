@@ -211,6 +211,8 @@ pub struct HostLoop {
     rollouts: rollout::Rollouts,
     /// What the endpoint table was last built from (the shell's generation, own instances).
     endpoints_at: Option<(u64, Vec<InstanceStatus>)>,
+    /// Whether this node saw a majority of the mesh at the last round (None before the first).
+    had_majority: Option<bool>,
 }
 
 impl Host {
@@ -267,6 +269,7 @@ impl Host {
             cells_saved: None,
             rollouts: rollout::Rollouts::default(),
             endpoints_at: None,
+            had_majority: None,
         };
         (host, host_loop)
     }
@@ -653,6 +656,7 @@ impl HostLoop {
         if cfg!(debug_assertions) {
             self.reconciler.check_invariants();
         }
+        self.note_majority();
         let issues = self.reconciler.issues();
         self.tend_guard(&issues, now);
         for action in actions {
@@ -671,6 +675,37 @@ impl HostLoop {
         let mut stats = self.host.stats.lock().expect("stats lock");
         stats.rounds += 1;
         stats.round_last_us = began.elapsed().as_micros() as u64;
+    }
+
+    /// Records when this node loses sight of a majority of the mesh and when it sees one again:
+    /// while it lacks one, no death verdict is trusted, and the fencing delay of a dead member
+    /// counts from the regain, so an operator (and a test) can tell why a replacement waited.
+    fn note_majority(&mut self) {
+        let now = self.reconciler.majority_since_ms().is_some();
+        let before = self.had_majority.replace(now);
+        if before.is_none() || before == Some(now) {
+            return;
+        }
+        let m = &self.shell.input().membership;
+        let (live, known) = (m.live_count(&self.host.node.name), m.members_known);
+        let (kind, reason) = if now {
+            (
+                "majority-regained",
+                format!(
+                    "sees a majority of the mesh again ({live} of {known} members): fencing \
+                     delays of dead members count from now"
+                ),
+            )
+        } else {
+            (
+                "majority-lost",
+                format!(
+                    "lost sight of a majority of the mesh ({live} of {known} members): no death \
+                     verdict is trusted until it returns"
+                ),
+            )
+        };
+        self.host.record(kind, None, reason);
     }
 
     /// The exclusive workloads, computed again when the store moved.

@@ -277,6 +277,12 @@ impl Reconciler {
         self.timers.last_majority_ms
     }
 
+    /// Since when this node has seen a strict majority of the mesh without a break, if it sees
+    /// one now: death verdicts are trusted, and fencing delays counted, from then on.
+    pub fn majority_since_ms(&self) -> Option<u64> {
+        self.timers.majority_since_ms
+    }
+
     /// Restores [`Reconciler::last_majority_ms`] from before an agent restart; call it before the
     /// first tick. Without it, a restarted agent dates its lack of majority from its first tick.
     pub fn restore_last_majority(&mut self, at_ms: u64) {
