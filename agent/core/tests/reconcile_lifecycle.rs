@@ -475,3 +475,44 @@ fn a_start_pulling_its_image_shows_pulling_and_waits_as_long_as_the_pull_reports
     let error = status[0].last_error.as_deref().unwrap_or_default();
     assert!(error.contains("did not list"), "{status:?}");
 }
+
+#[test]
+fn an_operator_restart_stops_the_instance_and_starts_a_new_one_without_backoff_or_failure() {
+    let mut c = one_node("");
+    let replica = ReplicaId::new("web", 0);
+    // Nothing runs yet: refused, with what the node has instead.
+    let err = c.agent_mut("n1").rec.restart(&replica).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("web/0 has no running instance on n1"),
+        "{err}"
+    );
+    c.run_for(2_000);
+    let first = c.handle("n1", "web", 0);
+    let asked = c.agent_mut("n1").rec.restart(&replica).unwrap();
+    assert_eq!(asked, first);
+    let actions = c.tick("n1");
+    assert!(
+        actions.iter().any(|a| matches!(a,
+            Action::Stop { handle, cause: StopCause::Restart, .. } if *handle == first)),
+        "{actions:?}"
+    );
+    c.run_for(3_000);
+    let second = c.handle("n1", "web", 0);
+    assert_ne!(second, first, "a new instance runs");
+    assert_eq!(
+        c.starts("web", 0).len(),
+        2,
+        "one start for the restart, no more"
+    );
+    let status = c.agent("n1").rec.observed();
+    assert_eq!(
+        (status[0].phase, status[0].healthy, status[0].restarts),
+        (Phase::Running, true, 0),
+        "a planned restart is not a failure"
+    );
+    // A stop is asked once: later ticks stop nothing more.
+    c.run_for(5_000);
+    assert_eq!(c.handle("n1", "web", 0), second);
+    assert_eq!(c.count("n1", |a| matches!(a, Action::Stop { .. })), 1);
+}

@@ -181,6 +181,13 @@ const FIELDS: &[(&str, Reader)] = &[
         "settings",
         Code("agent/src/runtime/mod.rs", "request.spec.settings"),
     ),
+    (
+        "restarted_at",
+        Code(
+            "agent/core/src/reconcile/update.rs",
+            "old.restarted_at != new.restarted_at",
+        ),
+    ),
     ("reload.Signal", Code(CONTROL, "ReloadHook::Signal")),
     (
         "reload.Exec.command",
@@ -214,13 +221,18 @@ fn samples() -> Vec<WorkloadSpec> {
          [update]\nmax_surge = 3\n\
          [reload]\ncommand = [\"nginx\", \"-s\", \"reload\"]\n",
         // An http probe.
-        "[container]\nimage = \"nginx:1.27\"\n[health.http]\nport = 80\npath = \"/healthz\"\n",
+        "restarted_at = \"2026-12-01 21:30:00.123Z\"\n[container]\nimage = \"nginx:1.27\"\n[health.http]\nport = 80\npath = \"/healthz\"\n",
     ];
     texts
         .iter()
         .enumerate()
         .map(|(i, rest)| {
-            let text = format!("{BASE}{RESOURCES}{rest}");
+            // Top-level fields go before the first table.
+            let (top, rest) = match rest.find("\n[") {
+                Some(at) if !rest.starts_with('[') => rest.split_at(at + 1),
+                _ => ("", *rest),
+            };
+            let text = format!("{BASE}{top}{RESOURCES}{rest}");
             WorkloadSpec::from_toml_str(&text, &format!("sample {i}"))
                 .unwrap_or_else(|e| panic!("sample {i} is invalid:\n{e}"))
         })

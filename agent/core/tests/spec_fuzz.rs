@@ -457,6 +457,7 @@ fn arb_spec() -> impl Strategy<Value = WorkloadSpec> {
                     update,
                     settings,
                     reload,
+                    restarted_at: None,
                 }
             },
         )

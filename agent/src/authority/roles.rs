@@ -41,7 +41,7 @@ pub fn needs(req: &Request) -> Needs {
         | Request::SetCaps { .. } => Needs::Write,
         Request::Caps | Request::History { .. } | Request::Endpoints { .. } => Needs::Read,
         Request::Logs { .. } => Needs::Read,
-        Request::Undo { .. } | Request::Pause { .. } => Needs::Write,
+        Request::Undo { .. } | Request::Pause { .. } | Request::Restart { .. } => Needs::Write,
         Request::Approve { .. } | Request::Drain { .. } => Needs::WriteOrForward,
         Request::Replicate { .. }
         | Request::Digest
@@ -53,7 +53,8 @@ pub fn needs(req: &Request) -> Needs {
         | Request::CellStatus { .. }
         | Request::CellCopies { .. }
         | Request::NameUsed { .. }
-        | Request::LogsHere { .. } => Needs::Agent,
+        | Request::LogsHere { .. }
+        | Request::RestartHere { .. } => Needs::Agent,
     }
 }
 
@@ -132,6 +133,19 @@ mod tests {
             replica: shoal_core::instance::ReplicaId::new("w", 0),
             previous: false,
             query,
+        };
+        assert_eq!(needs(&here), Needs::Agent);
+        // A restart changes what runs: a read-only client is refused; the forwarded one is
+        // agent to agent.
+        let restart = Request::Restart {
+            workload: "w".into(),
+            replica: Some(0),
+        };
+        assert_eq!(needs(&restart), Needs::Write);
+        assert!(!allows(Role::Reader, needs(&restart)));
+        let here = Request::RestartHere {
+            replica: shoal_core::instance::ReplicaId::new("w", 0),
+            by: "c".into(),
         };
         assert_eq!(needs(&here), Needs::Agent);
     }

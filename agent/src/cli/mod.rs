@@ -24,6 +24,7 @@ mod logs;
 mod nodes;
 mod ops;
 mod pki;
+mod restart;
 mod scale;
 mod validate;
 mod workloads;
@@ -62,6 +63,8 @@ enum Command {
     Get(workloads::GetArgs),
     /// Change a workload's replica count (a new version of its spec).
     Scale(scale::Args),
+    /// Restart a workload (every replica, rolling, as `[update]` says) or one replica at once.
+    Restart(restart::Args),
     /// Delete a workload everywhere.
     Delete(workloads::NameArgs),
     /// Show where a workload's replicas are.
@@ -150,6 +153,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Apply(args) => workloads::apply(args),
         Command::Get(args) => workloads::get(args),
         Command::Scale(args) => scale::run(args),
+        Command::Restart(args) => restart::run(args),
         Command::Delete(args) => workloads::delete(args),
         Command::Status(args) => workloads::status(args),
         Command::Endpoints(args) => endpoints::run(args),

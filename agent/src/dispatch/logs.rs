@@ -91,7 +91,7 @@ impl Api {
 /// The replica to read and the node to read it on: the asked replica (or the lowest-numbered one
 /// with an instance), on a live node running it if any, else on any node reporting an instance
 /// of it.
-fn pick(
+pub(super) fn pick(
     observed: &BTreeMap<String, (bool, Vec<InstanceStatus>)>,
     workload: &str,
     replica: Option<u32>,

@@ -11,6 +11,7 @@ mod history;
 mod logs;
 mod ops;
 mod pages;
+mod restart;
 mod status;
 
 use std::sync::Arc;
@@ -117,6 +118,22 @@ impl Api {
                 previous,
                 query,
             } => self.handle_logs_here(replica, previous, query).await,
+            Request::Restart { workload, replica } => {
+                let by = asked_by(None);
+                match replica {
+                    None => {
+                        let complete = self.assessed_complete();
+                        let result =
+                            restart::workload(&node, workload.clone(), by.clone(), complete).await;
+                        self.record_write("restart", &[workload], &result, &by);
+                        result
+                    }
+                    Some(index) => self.handle_restart(workload, index, by).await,
+                }
+            }
+            Request::RestartHere { replica, by } => {
+                self.handle_restart_here(replica, asked_by(Some(by))).await
+            }
             Request::Pause { name, paused } => {
                 let by = asked_by(None);
                 let result = history::pause(&node, name.clone(), paused, by.clone()).await;
@@ -298,6 +315,8 @@ fn request_kind(req: &Request) -> &'static str {
         Request::Endpoints { .. } => "endpoints",
         Request::Logs { .. } => "logs",
         Request::LogsHere { .. } => "logs-here",
+        Request::Restart { .. } => "restart",
+        Request::RestartHere { .. } => "restart-here",
         Request::Undo { .. } => "undo",
         Request::Pause { .. } => "pause",
         Request::Digest => "digest",

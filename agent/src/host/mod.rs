@@ -33,7 +33,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use shoal_core::reconcile::{ApproveError, InstanceStatus, Issue, ReconcileConfig, Reconciler};
+use shoal_core::instance::ReplicaId;
+use shoal_core::reconcile::{
+    ApproveError, InstanceStatus, Issue, ReconcileConfig, Reconciler, RestartError,
+};
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::guard::GuardLease;
@@ -146,6 +149,21 @@ enum Command {
         id: String,
         reply: oneshot::Sender<Result<(), ApproveError>>,
     },
+    Restart {
+        replica: ReplicaId,
+        reply: oneshot::Sender<Result<String, RestartError>>,
+    },
+}
+
+/// Why [`Host::restart`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HostRestartError {
+    /// The reconciler refused it (no running instance here).
+    #[error(transparent)]
+    Reconciler(RestartError),
+    /// The host loop is not running (the agent is stopping).
+    #[error("the host loop of this agent is not running; try again once it is up")]
+    NotRunning,
 }
 
 /// Commands queued at most (the API waits for each answer, so few are ever queued).
@@ -308,6 +326,24 @@ impl Host {
     /// This node's current issues, as of the last round.
     pub fn issues(&self) -> Vec<Issue> {
         self.snapshot().issues.clone()
+    }
+
+    /// Restarts the running instance of `replica` on this node (stop, then a new start); the
+    /// loop runs a round at once. Returns the handle of the instance being restarted.
+    pub async fn restart(&self, replica: &ReplicaId) -> Result<String, HostRestartError> {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Restart {
+            replica: replica.clone(),
+            reply,
+        };
+        if self.commands_tx.send(command).await.is_err() {
+            return Err(HostRestartError::NotRunning);
+        }
+        self.wake();
+        match answer.await {
+            Ok(outcome) => outcome.map_err(HostRestartError::Reconciler),
+            Err(_) => Err(HostRestartError::NotRunning),
+        }
     }
 
     /// Approves a held issue of this node; the loop runs a round at once. Fails when the loop
@@ -721,6 +757,9 @@ impl HostLoop {
             match command {
                 Command::Approve { id, reply } => {
                     let _ = reply.send(self.reconciler.approve(&id));
+                }
+                Command::Restart { replica, reply } => {
+                    let _ = reply.send(self.reconciler.restart(&replica));
                 }
             }
         }

@@ -201,6 +201,23 @@ pub enum Request {
         /// What to read (a page of at most [`crate::runtime::logs::PAGE_BYTES_MAX`] bytes).
         query: crate::runtime::logs::LogQuery,
     },
+    /// Restart a workload: every replica replaced at the pace of its `[update]` (a new version
+    /// with a new `restarted_at` stamp); or, with `replica`, that replica's running instance
+    /// stopped and started again at once on its node (forwarded as [`Request::RestartHere`]).
+    Restart {
+        /// The workload.
+        workload: String,
+        /// One replica only.
+        replica: Option<u32>,
+    },
+    /// Agent to agent: restart the running instance of a replica on the callee (a `Restart` of
+    /// one replica forwarded to the node running it).
+    RestartHere {
+        /// The replica.
+        replica: shoal_core::instance::ReplicaId,
+        /// Who asked.
+        by: String,
+    },
     /// Agent to agent: the output of a replica's instance on the callee's own runtime (a
     /// `Logs` forwarded to the node running it).
     LogsHere {
@@ -362,6 +379,15 @@ pub enum Response {
     Endpoints(Box<crate::dns::WorkloadEndpoints>),
     /// A page of one instance's output.
     Logs(Box<LogsAnswer>),
+    /// One replica's instance is being restarted.
+    Restarted {
+        /// The replica, `NAME/INDEX`.
+        replica: String,
+        /// The node running it.
+        node: String,
+        /// The instance being stopped (its replacement starts once it is gone).
+        instance: String,
+    },
 }
 
 /// A page of one replica's instance output, and where it was read.

@@ -93,6 +93,9 @@ pub enum StopCause {
     Deleted,
     /// Its workload was scaled below its index.
     ScaledDown,
+    /// An operator asked for this replica to restart (`shoal restart NAME/REPLICA`): a new
+    /// instance starts here once it stopped, without backoff (a planned stop is no failure).
+    Restart,
 }
 
 impl StopCause {
@@ -126,6 +129,7 @@ impl fmt::Display for StopCause {
             StopCause::ExclusiveMoved => "exclusive-moved",
             StopCause::Deleted => "deleted",
             StopCause::ScaledDown => "scaled-down",
+            StopCause::Restart => "restart",
         })
     }
 }

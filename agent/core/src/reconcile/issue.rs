@@ -159,6 +159,21 @@ pub enum ApproveError {
     NotHeld(String),
 }
 
+/// Why [`Reconciler::restart`](super::Reconciler::restart) refused. Neither changes any state.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum RestartError {
+    /// No instance of the replica runs on this node (it is pending, stopping, or elsewhere).
+    #[error("{replica} has no running instance on {node}{phase}")]
+    NotRunning {
+        /// The replica.
+        replica: String,
+        /// This node.
+        node: String,
+        /// What this node has of it instead, if anything (`: it is stopping`).
+        phase: String,
+    },
+}
+
 /// The stable id of an issue: xxh3 over explicit bytes, never `std::hash::Hash`.
 pub fn issue_id(kind: IssueKind, replica: Option<&ReplicaId>, node: &str) -> String {
     let mut bytes = Vec::with_capacity(64);

@@ -61,7 +61,7 @@ pub use action::{Action, StopCause};
 pub use config::{ConfigError, ReconcileConfig};
 pub use health::{backoff_delay_ms, HealthChange};
 pub use input::{CellCopies, CellHandoff, CellQuorum, Membership, ReconcileInput, SpecEntry};
-pub use issue::{issue_id, ApproveError, Issue, IssueKind, Layer};
+pub use issue::{issue_id, ApproveError, Issue, IssueKind, Layer, RestartError};
 pub use report::ProbeTarget;
 pub use status::InstanceStatus;
 
@@ -82,6 +82,8 @@ pub struct Reconciler {
     timers: MeshTimers,
     issues: BTreeMap<String, Issue>,
     approvals: BTreeSet<String>,
+    /// Instances an operator asked to restart, by handle, until their stop is sent.
+    restarts: BTreeSet<String>,
     /// Replicas placed here at the last tick, with the desired version.
     placed: BTreeMap<ReplicaId, String>,
     wake_at_ms: Option<u64>,
@@ -104,6 +106,7 @@ impl Reconciler {
             timers: MeshTimers::default(),
             issues: BTreeMap::new(),
             approvals: BTreeSet::new(),
+            restarts: BTreeSet::new(),
             placed: BTreeMap::new(),
             wake_at_ms: None,
             now_ms: 0,
@@ -228,6 +231,7 @@ impl Reconciler {
             cache: &self.cache,
             timers: &self.timers,
             approvals: &self.approvals,
+            restarts: &self.restarts,
             now_ms: now,
             suspicious: view::suspicious_reasons(
                 &self.node,
@@ -275,6 +279,32 @@ impl Reconciler {
     /// cut off from the majority does not postpone its self-fencing.
     pub fn last_majority_ms(&self) -> Option<u64> {
         self.timers.last_majority_ms
+    }
+
+    /// Restarts `replica`'s running instance on this node: the next tick stops it (cause
+    /// [`StopCause::Restart`], the stop grace of any stop) and, once it is gone, starts a new
+    /// one if the replica is still placed here. Returns the handle being restarted. Refused when
+    /// no instance of it runs here (pending, starting before it was ever listed, stopping).
+    pub fn restart(&mut self, replica: &ReplicaId) -> Result<String, RestartError> {
+        let alive = self.local.alive_of(replica);
+        let running = alive.iter().rev().find(|(_, t)| {
+            t.stop.is_none() && t.phase.may_be_alive() && t.phase != crate::instance::Phase::Pending
+        });
+        match running {
+            Some((handle, _)) => {
+                let handle = handle.to_string();
+                self.restarts.insert(handle.clone());
+                Ok(handle)
+            }
+            None => Err(RestartError::NotRunning {
+                replica: replica.to_string(),
+                node: self.node.clone(),
+                phase: alive
+                    .last()
+                    .map(|(_, t)| format!(": it is {}", t.status_phase()))
+                    .unwrap_or_default(),
+            }),
+        }
     }
 
     /// Since when this node has seen a strict majority of the mesh without a break, if it sees

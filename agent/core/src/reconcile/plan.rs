@@ -98,6 +98,8 @@ pub(crate) struct Ctx<'a> {
     pub cache: &'a SpecCache,
     pub timers: &'a MeshTimers,
     pub approvals: &'a BTreeSet<String>,
+    /// Instances an operator asked to restart (by handle).
+    pub restarts: &'a BTreeSet<String>,
     pub now_ms: u64,
     /// Why the view is suspicious (empty: it is not).
     pub suspicious: Vec<String>,
@@ -205,7 +207,21 @@ pub(crate) fn plan_placed(
             why,
         );
     }
-    let running: Vec<&(String, Tracked)> = alive.iter().filter(|(_, t)| t.stop.is_none()).collect();
+    let mut running: Vec<&(String, Tracked)> =
+        alive.iter().filter(|(_, t)| t.stop.is_none()).collect();
+    // An operator's restart: stop it, and plan the rest as if it were already gone (its
+    // replacement starts once it is, as after any planned stop).
+    running.retain(|(handle, t)| {
+        if !ctx.restarts.contains(handle) {
+            return true;
+        }
+        let reason = format!("restart asked by an operator (instance {handle})");
+        plan.act(
+            Rank::Repair,
+            ctx.stop(handle, t, StopCause::Restart, reason),
+        );
+        false
+    });
     let current = running
         .iter()
         .rev()

@@ -114,6 +114,13 @@ impl Reconciler {
     /// Forgets replicas that are neither placed here nor have a record here, and dates how long
     /// each replica has had no alive instance here (its published claim, see [`exclusive`]).
     pub(crate) fn prune(&mut self) {
+        // A restart is done once its stop was sent (or the instance is gone).
+        let instances = &self.local.instances;
+        self.restarts.retain(|h| {
+            instances
+                .get(h)
+                .is_some_and(|t| t.alive() && t.stop.is_none())
+        });
         let recorded: BTreeSet<&ReplicaId> =
             self.local.instances.values().map(|t| &t.replica).collect();
         let alive: BTreeSet<&ReplicaId> = self

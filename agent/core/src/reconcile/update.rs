@@ -216,7 +216,8 @@ pub(crate) enum Change {
 /// Compares what an instance was made from: run and resources (applied at start) and settings
 /// (applied by the reload hook).
 pub(crate) fn change(old: &WorkloadSpec, new: &WorkloadSpec) -> Change {
-    if old.run != new.run || old.resources != new.resources {
+    if old.run != new.run || old.resources != new.resources || old.restarted_at != new.restarted_at
+    {
         Change::Replace
     } else if old.settings == new.settings {
         Change::None

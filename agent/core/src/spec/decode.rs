@@ -135,6 +135,7 @@ fn workload(ctx: &mut Ctx, root: &Node) -> Option<WorkloadSpec> {
         update: Default::default(),
         settings: Default::default(),
         reload: None,
+        restarted_at: None,
     };
     if let Some((n, p)) = f.require(ctx, "name") {
         spec.name = string(ctx, &p, n).unwrap_or_default();
@@ -169,6 +170,9 @@ fn workload(ctx: &mut Ctx, root: &Node) -> Option<WorkloadSpec> {
     }
     if let Some((n, p)) = f.get(ctx, "reload") {
         spec.reload = policy::reload(ctx, &p, n);
+    }
+    if let Some((n, p)) = f.get(ctx, "restarted_at") {
+        spec.restarted_at = string(ctx, &p, n);
     }
     f.finish(ctx, SECTIONS);
     Some(spec)

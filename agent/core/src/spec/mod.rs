@@ -63,7 +63,15 @@ pub struct WorkloadSpec {
     pub settings: BTreeMap<String, String>,
     /// How to tell a running replica that its live settings changed.
     pub reload: Option<ReloadHook>,
+    /// A restart stamp: any change of it replaces every replica at the pace of `[update]`, as a
+    /// change of `run` does (`shoal restart NAME` sets it to the time of the request; like the
+    /// `restartedAt` annotation `kubectl rollout restart` writes). Free text, at most
+    /// [`RESTARTED_AT_BYTES_MAX`] bytes.
+    pub restarted_at: Option<String>,
 }
+
+/// Longest `restarted_at` stamp.
+pub const RESTARTED_AT_BYTES_MAX: usize = 64;
 
 /// What a replica runs: exactly one of a host process or a container.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,9 +8,10 @@ use super::*;
 use crate::resources::{format_cpu_millis, format_memory_bytes};
 
 /// Sections in the order a person reads them (the TOML writer alone would sort them).
-const ORDER: [&str; 11] = [
+const ORDER: [&str; 12] = [
     "name",
     "replicas",
+    "restarted_at",
     "process",
     "container",
     "resources",
@@ -80,6 +81,9 @@ fn to_table(spec: &WorkloadSpec) -> Table {
     let mut t = Table::new();
     t.insert("name".into(), Value::String(spec.name.clone()));
     t.insert("replicas".into(), Value::Integer(spec.replicas.into()));
+    if let Some(stamp) = &spec.restarted_at {
+        t.insert("restarted_at".into(), Value::String(stamp.clone()));
+    }
     match &spec.run {
         Run::Process(p) => {
             let mut process = Table::new();

@@ -81,6 +81,9 @@ pub(crate) fn check(spec: &WorkloadSpec, r: &mut Report) {
             range_message(0, REPLICAS_MAX.into(), spec.replicas.into()),
         );
     }
+    if let Some(stamp) = &spec.restarted_at {
+        check_text(r, "restarted_at", stamp, super::RESTARTED_AT_BYTES_MAX);
+    }
     match &spec.run {
         Run::Process(p) => {
             check_command(r, "process.command", &p.command, true);
