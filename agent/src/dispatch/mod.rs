@@ -269,7 +269,8 @@ impl Api {
             .collect()
     }
 
-    /// Records an accepted (or refused) apply or delete in this agent's events, with who asked.
+    /// Records an accepted (or refused) apply or delete in this agent's events, with who asked,
+    /// and wakes the host loop after an accepted one.
     fn record_write(
         &self,
         kind: &str,
@@ -296,6 +297,11 @@ impl Api {
         };
         let replica = (names.len() == 1).then(|| names[0].clone());
         host.record_asked(kind, replica, reason, by);
+        // This agent's own replicas of the new version need not wait for the next tick (peers
+        // hear of it by gossip and act at theirs).
+        if result.is_ok() {
+            host.wake();
+        }
     }
 }
 
