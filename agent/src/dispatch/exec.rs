@@ -75,10 +75,14 @@ impl Api {
         let here = host
             .observed()
             .into_iter()
-            .filter(|s| s.replica == replica && s.handle.is_some())
-            .min_by_key(|s| s.phase != Phase::Running);
+            .filter(|s| s.replica == replica)
+            .min_by_key(|s| s.phase != Phase::Running || s.handle.is_none());
         let handle = match here {
-            Some(s) if s.phase == Phase::Running => s.handle.unwrap_or_default(),
+            Some(InstanceStatus {
+                phase: Phase::Running,
+                handle: Some(handle),
+                ..
+            }) => handle,
             Some(s) => return Err(not_running(&replica, &self.node.name, &s)),
             None => {
                 return Err(ApiError::new(
@@ -153,11 +157,12 @@ fn pick_running(
     let mut copies: Vec<(&String, bool, &InstanceStatus)> = observed
         .iter()
         .flat_map(|(node, (alive, list))| list.iter().map(move |s| (node, *alive, s)))
-        .filter(|(_, _, s)| &s.replica == replica && s.handle.is_some())
+        .filter(|(_, _, s)| &s.replica == replica)
         .collect();
-    copies.sort_by_key(|(node, alive, s)| (!alive, s.phase != Phase::Running, node.as_str()));
+    let running = |s: &InstanceStatus| s.phase == Phase::Running && s.handle.is_some();
+    copies.sort_by_key(|(node, alive, s)| (!alive, !running(s), node.as_str()));
     match copies.first() {
-        Some((node, true, s)) if s.phase == Phase::Running => Ok(node.to_string()),
+        Some((node, true, s)) if running(s) => Ok(node.to_string()),
         Some((node, alive, s)) => {
             let mut error = not_running(replica, node, s);
             if !alive {
@@ -168,8 +173,8 @@ fn pick_running(
         None => Err(ApiError::new(
             ErrorKind::NotFound,
             format!(
-                "{replica} has no instance on any node this agent hears of (pending, or not \
-                 placed yet): `shoal status {}` says why",
+                "{replica} has no instance on any node this agent hears of (not placed yet, \
+                 or no such replica): `shoal status {}` says why",
                 replica.workload
             ),
         )),
