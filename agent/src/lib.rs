@@ -10,6 +10,7 @@ pub mod authority;
 pub mod cells;
 pub mod dispatch;
 pub mod dns;
+pub mod exec;
 pub mod gossip;
 pub mod guard;
 pub mod host;

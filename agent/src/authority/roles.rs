@@ -3,10 +3,10 @@
 //! - anyone with a Shoal certificate ([`Role::Reader`] and up) reads: get, status, nodes, issues,
 //!   events, the cells list, logs;
 //! - a [`Role::Client`] also writes the desired state and steers the hosts: apply, delete,
-//!   approve, drain;
+//!   approve, drain, exec (running a command in a replica is a write: it can change anything);
 //! - a [`Role::Node`] makes the agent-to-agent requests (replication, anti-entropy, clocks, the
-//!   failure detector's question, the cell exchange, a `logs` forwarded to the node running
-//!   the replica) and forwards an operator's approve or drain
+//!   failure detector's question, the cell exchange, a `logs` or an `exec` forwarded to the
+//!   node running the replica) and forwards an operator's approve or drain
 //!   to the node it concerns. A node does not apply or delete: a write starts with a client.
 
 use crate::mesh::api::Request;
@@ -43,6 +43,8 @@ pub fn needs(req: &Request) -> Needs {
         Request::Logs { .. } => Needs::Read,
         Request::Undo { .. } | Request::Pause { .. } | Request::Restart { .. } => Needs::Write,
         Request::Approve { .. } | Request::Drain { .. } => Needs::WriteOrForward,
+        Request::Exec { .. } | Request::ExecIo { .. } => Needs::Write,
+        Request::ExecHere { .. } | Request::ExecIoHere { .. } => Needs::Agent,
         Request::Replicate { .. }
         | Request::Digest
         | Request::Pull { .. }
@@ -146,6 +148,27 @@ mod tests {
         let here = Request::RestartHere {
             replica: shoal_core::instance::ReplicaId::new("w", 0),
             by: "c".into(),
+        };
+        assert_eq!(needs(&here), Needs::Agent);
+        // Exec runs anything in a replica: a write, never a reader's.
+        let exec = Request::Exec {
+            workload: "w".into(),
+            replica: 0,
+            command: vec!["sh".into()],
+            stdin: false,
+        };
+        assert!(!allows(Role::Reader, needs(&exec)));
+        assert!(allows(Role::Client, needs(&exec)));
+        let io = Request::ExecIo {
+            node: "n1".into(),
+            session: 1,
+            io: Default::default(),
+        };
+        assert!(!allows(Role::Reader, needs(&io)));
+        let here = Request::ExecIoHere {
+            session: 1,
+            io: Default::default(),
+            by: "alice".into(),
         };
         assert_eq!(needs(&here), Needs::Agent);
     }

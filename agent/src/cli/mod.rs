@@ -18,6 +18,7 @@ mod completions;
 mod connect;
 mod demo;
 mod endpoints;
+mod exec;
 mod guard;
 mod history;
 mod logs;
@@ -88,6 +89,8 @@ enum Command {
     Drain(ops::DrainArgs),
     /// Let a drained node take replicas again.
     Undrain(ops::DrainArgs),
+    /// Run a command in a running replica (from any agent): its output printed, its exit code.
+    Exec(exec::Args),
     /// Start 5 agents on loopback, run a service, kill a host, watch the mesh heal, clean up.
     Demo(demo::Args),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
@@ -165,6 +168,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Events(args) => ops::events(args),
         Command::Drain(args) => ops::drain(args, true),
         Command::Undrain(args) => ops::drain(args, false),
+        Command::Exec(args) => exec::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Completions(args) => completions::run::<Cli>(args),
     }

@@ -7,6 +7,7 @@
 //! membership and cells lists, a page at a time, in [`pages`].
 
 mod endpoints;
+mod exec;
 mod history;
 mod logs;
 mod ops;
@@ -28,13 +29,19 @@ use crate::tls::Peer;
 pub struct Api {
     node: Arc<MeshNode>,
     host: Option<Arc<Host>>,
+    /// The exec sessions running on this node.
+    exec: Arc<crate::exec::Sessions>,
 }
 
 impl Api {
     /// The API of `node`, answering for its host when it has one (an agent without a host loop
     /// answers store and membership requests only).
     pub fn new(node: Arc<MeshNode>, host: Option<Arc<Host>>) -> Arc<Api> {
-        Arc::new(Api { node, host })
+        Arc::new(Api {
+            node,
+            host,
+            exec: crate::exec::Sessions::new(),
+        })
     }
 
     /// The node it serves.
@@ -209,6 +216,32 @@ impl Api {
                     next_after: page.next_after,
                 })
             }
+            Request::Exec {
+                workload,
+                replica,
+                command,
+                stdin,
+            } => {
+                let by = asked_by(None);
+                self.handle_exec(workload, replica, command, stdin, by)
+                    .await
+            }
+            Request::ExecIo { node, session, io } => {
+                self.handle_exec_io(node, session, io, asked_by(None)).await
+            }
+            Request::ExecHere {
+                replica,
+                command,
+                stdin,
+                by,
+            } => {
+                let via = Some(peer_name.0.clone());
+                self.handle_exec_here(replica, command, stdin, by, via)
+                    .await
+            }
+            Request::ExecIoHere { session, io, by } => {
+                self.handle_exec_io_here(session, io, by).await
+            }
         };
         result.unwrap_or_else(Response::Error)
     }
@@ -339,6 +372,10 @@ fn request_kind(req: &Request) -> &'static str {
         Request::CellStatus { .. } => "cell-status",
         Request::CellCopies { .. } => "cell-copies",
         Request::NameUsed { .. } => "name-used",
+        Request::Exec { .. } => "exec",
+        Request::ExecIo { .. } => "exec-io",
+        Request::ExecHere { .. } => "exec-here",
+        Request::ExecIoHere { .. } => "exec-io-here",
     }
 }
 

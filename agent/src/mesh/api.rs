@@ -228,6 +228,77 @@ pub enum Request {
         /// What to read.
         query: crate::runtime::logs::LogQuery,
     },
+    /// Run a command in a running replica, on the node that runs it (the callee forwards to it
+    /// as [`Request::ExecHere`]); answered with the session to poll with [`Request::ExecIo`].
+    Exec {
+        /// The workload.
+        workload: String,
+        /// The replica.
+        replica: u32,
+        /// The program and its arguments (see [`crate::exec`] for the bounds).
+        command: Vec<String>,
+        /// Give the command a stdin (else it reads `/dev/null`).
+        stdin: bool,
+    },
+    /// Stdin for an exec session and its output since an offset, on `node` (the callee
+    /// forwards to it as [`Request::ExecIoHere`]).
+    ExecIo {
+        /// The node running the session (from [`Response::ExecStarted`]).
+        node: String,
+        /// The session.
+        session: u64,
+        /// What the client sends and has received.
+        io: ExecInput,
+    },
+    /// Agent to agent: an [`Request::Exec`] forwarded to the node running the replica.
+    ExecHere {
+        /// The replica.
+        replica: shoal_core::instance::ReplicaId,
+        /// The program and its arguments.
+        command: Vec<String>,
+        /// Give the command a stdin.
+        stdin: bool,
+        /// The client who asked (the session answers only its polls).
+        by: String,
+    },
+    /// Agent to agent: an [`Request::ExecIo`] forwarded to the node running the session.
+    ExecIoHere {
+        /// The session.
+        session: u64,
+        /// What the client sends and has received.
+        io: ExecInput,
+        /// The client who asked.
+        by: String,
+    },
+}
+
+/// One poll of an exec session: stdin from an offset, and how much output the client has.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecInput {
+    /// The offset of `stdin`'s first byte in everything the client sent.
+    pub stdin_offset: u64,
+    /// Stdin bytes (at most [`crate::exec::STDIN_CHUNK_BYTES_MAX`]).
+    pub stdin: Vec<u8>,
+    /// Stdin ends after these bytes.
+    pub stdin_eof: bool,
+    /// The client received the output up to here: send what follows.
+    pub output_offset: u64,
+    /// End the session now (the command is killed).
+    pub close: bool,
+}
+
+/// What an exec session answers a poll.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecOutput {
+    /// Output from the asked offset on, by stream, in the order read.
+    pub chunks: Vec<(crate::runtime::logs::Stream, Vec<u8>)>,
+    /// The offset after these chunks (the next poll's `output_offset`).
+    pub output_next: u64,
+    /// Stdin bytes the session accepted since it started (send again from there).
+    pub stdin_accepted: u64,
+    /// Set once the command exited and all its output is in this answer: its exit code
+    /// (128 + signal), `None` inside when the runtime could not learn it.
+    pub exit: Option<Option<i32>>,
 }
 
 /// An agent's answer.
@@ -388,6 +459,15 @@ pub enum Response {
         /// The instance being stopped (its replacement starts once it is gone).
         instance: String,
     },
+    /// An exec session started.
+    ExecStarted {
+        /// The node running it (poll there through any agent).
+        node: String,
+        /// The session.
+        session: u64,
+    },
+    /// An exec session's output since the asked offset.
+    ExecOutput(Box<ExecOutput>),
 }
 
 /// A page of one replica's instance output, and where it was read.

@@ -504,4 +504,13 @@ impl Runtime for DockerRuntime {
     ) -> Result<crate::runtime::logs::LogPage, RuntimeError> {
         logs::read(self, replica, previous, query).await
     }
+
+    async fn exec(
+        &self,
+        handle: &str,
+        request: &crate::runtime::exec::ExecRequest,
+    ) -> Result<crate::runtime::exec::ExecChild, RuntimeError> {
+        let docker = self.client.get().await?;
+        exec::exec_session(&docker, handle, request).await
+    }
 }

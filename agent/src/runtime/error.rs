@@ -124,6 +124,13 @@ pub enum RuntimeError {
         /// What is missing, and where to look instead.
         reason: String,
     },
+    /// An operator's command could not be started in the instance (not running, program not
+    /// found, engine refusal). Nothing is left running.
+    #[error("{reason}")]
+    ExecFailed {
+        /// Why, naming the instance.
+        reason: String,
+    },
 }
 
 impl RuntimeError {

@@ -411,4 +411,17 @@ impl Runtime for MemRuntime {
             ),
         })
     }
+
+    async fn exec(
+        &self,
+        handle: &str,
+        _request: &crate::runtime::exec::ExecRequest,
+    ) -> Result<crate::runtime::exec::ExecChild, RuntimeError> {
+        Err(RuntimeError::ExecFailed {
+            reason: format!(
+                "instance {handle} runs on the in-memory runtime, whose instances are records, \
+                 not processes: there is nothing to run a command in"
+            ),
+        })
+    }
 }

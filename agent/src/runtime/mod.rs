@@ -32,6 +32,7 @@ use crate::core::spec::{Probe, ReloadHook, WorkloadSpec};
 
 pub mod docker;
 mod error;
+pub mod exec;
 pub mod logs;
 pub mod mem;
 pub mod probe;
@@ -245,6 +246,15 @@ pub trait Runtime: Send + Sync {
         previous: bool,
         query: &logs::LogQuery,
     ) -> Result<logs::LogPage, RuntimeError>;
+
+    /// Starts `request`'s command in the context of the running instance `handle` (its
+    /// environment and working directory, or its container) for an operator; the caller drives
+    /// it ([`exec::ExecChild`]). [`RuntimeError::ExecFailed`] when it cannot run.
+    async fn exec(
+        &self,
+        handle: &str,
+        request: &exec::ExecRequest,
+    ) -> Result<exec::ExecChild, RuntimeError>;
 }
 
 /// The environment variable that carries a live setting to the workload.

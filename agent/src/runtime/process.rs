@@ -35,6 +35,7 @@ use crate::runtime::{
 
 mod cgroup;
 mod control;
+mod exec;
 mod exit;
 mod logs;
 mod spawn;
@@ -345,5 +346,13 @@ impl Runtime for ProcessRuntime {
             .map_err(|e| RuntimeError::NoLogs {
                 reason: format!("reading logs failed: {e}"),
             })?
+    }
+
+    async fn exec(
+        &self,
+        handle: &str,
+        request: &crate::runtime::exec::ExecRequest,
+    ) -> Result<crate::runtime::exec::ExecChild, RuntimeError> {
+        self.inner.exec(handle, request)
     }
 }

@@ -119,3 +119,89 @@ pub(crate) fn named_addr(
         )),
     }
 }
+
+/// Starts an operator's command in container `id` (`shoal exec`), attached to its output (and
+/// stdin when asked), without a TTY. The engine cannot kill an exec: a kill sends SIGKILL to the
+/// exec's host pid as the engine reports it, which works where the agent may signal the
+/// engine's processes (the usual root agent beside its engine).
+pub(crate) async fn exec_session(
+    docker: &Docker,
+    id: &str,
+    request: &crate::runtime::exec::ExecRequest,
+) -> Result<crate::runtime::exec::ExecChild, crate::runtime::RuntimeError> {
+    use crate::runtime::exec::{ExecChild, OUTPUT_CHANNEL_CHUNKS, OUTPUT_CHUNK_BYTES_MAX};
+    use crate::runtime::logs::Stream;
+    use bollard::container::LogOutput;
+    use tokio::sync::{mpsc, oneshot};
+
+    let failed = |what: &str, e: bollard::errors::Error| crate::runtime::RuntimeError::ExecFailed {
+        reason: format!("{what} in container {id}: {}", error_chain(&e)),
+    };
+    let options = CreateExecOptions {
+        cmd: Some(request.command.clone()),
+        attach_stdin: Some(request.stdin),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(false),
+        ..CreateExecOptions::default()
+    };
+    let created = docker
+        .create_exec(id, options)
+        .await
+        .map_err(|e| failed("creating the exec", e))?;
+    let started = docker
+        .start_exec(&created.id, None)
+        .await
+        .map_err(|e| failed("starting the exec", e))?;
+    let StartExecResults::Attached { mut output, input } = started else {
+        return Err(crate::runtime::RuntimeError::ExecFailed {
+            reason: format!("the engine started the exec in container {id} detached"),
+        });
+    };
+    let (output_tx, output_rx) = mpsc::channel(OUTPUT_CHANNEL_CHUNKS);
+    let (exit_tx, exit) = oneshot::channel();
+    let (kill, mut kill_rx) = oneshot::channel::<()>();
+    let docker = docker.clone();
+    let exec_id = created.id;
+    tokio::spawn(async move {
+        let killed = loop {
+            let chunk = tokio::select! {
+                chunk = output.next() => chunk,
+                _ = &mut kill_rx => break true,
+            };
+            let (stream, bytes) = match chunk {
+                None | Some(Err(_)) => break false,
+                Some(Ok(LogOutput::StdErr { message })) => (Stream::Stderr, message),
+                Some(Ok(LogOutput::StdOut { message } | LogOutput::Console { message })) => {
+                    (Stream::Stdout, message)
+                }
+                Some(Ok(LogOutput::StdIn { .. })) => continue,
+            };
+            for piece in bytes.chunks(OUTPUT_CHUNK_BYTES_MAX) {
+                if output_tx.send((stream, piece.to_vec())).await.is_err() {
+                    break;
+                }
+            }
+        };
+        drop(output_tx);
+        let inspected = docker.inspect_exec(&exec_id).await.ok();
+        if killed {
+            if let Some(pid) = inspected.as_ref().and_then(|i| i.pid).filter(|p| *p > 1) {
+                let pid = nix::unistd::Pid::from_raw(pid as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+            let _ = exit_tx.send(Some(137));
+            return;
+        }
+        let code = inspected
+            .and_then(|i| i.exit_code)
+            .map(|c| i32::try_from(c).unwrap_or(i32::MAX));
+        let _ = exit_tx.send(code);
+    });
+    Ok(ExecChild {
+        stdin: request.stdin.then_some(input),
+        output: output_rx,
+        exit,
+        kill,
+    })
+}

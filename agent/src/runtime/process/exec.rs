@@ -1,0 +1,97 @@
+//! An operator's command in a running process instance (`shoal exec`): the instance's
+//! environment and working directory, its cgroup when it has one, its own process group (killed
+//! whole when the command exits or the session ends), a child of the agent.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+
+use nix::sys::signal::Signal;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{signal_group, state, Inner};
+use crate::runtime::exec::{pump, ExecChild, ExecRequest, OUTPUT_CHANNEL_CHUNKS};
+use crate::runtime::logs::Stream;
+use crate::runtime::RuntimeError;
+
+impl Inner {
+    /// Spawns `request`'s command beside the live instance `handle`.
+    pub(super) fn exec(
+        &self,
+        handle: &str,
+        request: &ExecRequest,
+    ) -> Result<ExecChild, RuntimeError> {
+        let failed = |reason: String| RuntimeError::ExecFailed { reason };
+        let (state, _) = self.snapshot(handle)?;
+        if state.exited() || !state::is_same_live_process(state.pid, state.proc_start_ticks) {
+            return Err(failed(format!("instance {handle} is not running")));
+        }
+        let Some((program, args)) = request.command.split_first() else {
+            return Err(failed("the command is empty".into()));
+        };
+        let stdin = if request.stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        };
+        let mut command = tokio::process::Command::new(program);
+        command
+            .args(args)
+            .env_clear()
+            .envs(&state.env)
+            .current_dir(&state.working_dir)
+            .stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => failed(format!(
+                "{program:?} not found in instance {handle} (its PATH is {:?})",
+                state.env.get("PATH").map(String::as_str).unwrap_or("")
+            )),
+            _ => failed(format!("spawning {program:?} in instance {handle}: {e}")),
+        })?;
+        let pid = child.id().map(|id| id as i32).unwrap_or_default();
+        // Its limits are the instance's: the command counts against them (best effort, as for
+        // the instance: the moment between spawn and the move is outside).
+        if let Some(dir) = &state.cgroup {
+            if let Err(e) = std::fs::write(dir.join("cgroup.procs"), pid.to_string()) {
+                tracing::debug!(handle, error = %e, "exec command left outside the cgroup");
+            }
+        }
+        let (output_tx, output) = mpsc::channel(OUTPUT_CHANNEL_CHUNKS);
+        if let Some(stdout) = child.stdout.take() {
+            tokio::spawn(pump(stdout, Stream::Stdout, output_tx.clone()));
+        }
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(pump(stderr, Stream::Stderr, output_tx));
+        }
+        let stdin = child
+            .stdin
+            .take()
+            .map(|s| Box::pin(s) as std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>);
+        let (exit_tx, exit) = oneshot::channel();
+        let (kill, kill_rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let status = tokio::select! {
+                status = child.wait() => status,
+                _ = kill_rx => {
+                    signal_group(pid, Signal::SIGKILL);
+                    child.wait().await
+                }
+            };
+            // What it left behind in its group goes with it, so its output ends.
+            signal_group(pid, Signal::SIGKILL);
+            let code = status
+                .ok()
+                .and_then(|s| s.code().or(s.signal().map(|n| 128 + n)));
+            let _ = exit_tx.send(code);
+        });
+        Ok(ExecChild {
+            stdin,
+            output,
+            exit,
+            kill,
+        })
+    }
+}
