@@ -63,7 +63,7 @@ enum Command {
     /// Change a workload's replica count (a new version of its spec).
     Scale(scale::Args),
     /// Delete a workload everywhere.
-    Delete(workloads::NameArgs),
+    Delete(workloads::DeleteArgs),
     /// Show where a workload's replicas are.
     Status(workloads::NameArgs),
     /// Every replica's address and health, as the agents' DNS answers them.

@@ -81,9 +81,11 @@ impl Api {
                 self.record_write("apply", &names, &result, &by);
                 result
             }
-            Request::Delete { name } => {
+            Request::Delete { name, purge_data } => {
                 let by = asked_by(None);
-                let result = node.handle_delete(name.clone(), by.clone()).await;
+                let result = node
+                    .handle_delete(name.clone(), purge_data, by.clone())
+                    .await;
                 self.record_write("delete", &[name], &result, &by);
                 result
             }

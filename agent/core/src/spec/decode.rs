@@ -135,6 +135,7 @@ fn workload(ctx: &mut Ctx, root: &Node) -> Option<WorkloadSpec> {
         update: Default::default(),
         settings: Default::default(),
         reload: None,
+        volumes: Vec::new(),
     };
     if let Some((n, p)) = f.require(ctx, "name") {
         spec.name = string(ctx, &p, n).unwrap_or_default();
@@ -169,6 +170,9 @@ fn workload(ctx: &mut Ctx, root: &Node) -> Option<WorkloadSpec> {
     }
     if let Some((n, p)) = f.get(ctx, "reload") {
         spec.reload = policy::reload(ctx, &p, n);
+    }
+    if let Some((n, p)) = f.get(ctx, "volumes") {
+        spec.volumes = super::volumes::decode(ctx, &p, n);
     }
     f.finish(ctx, SECTIONS);
     Some(spec)
