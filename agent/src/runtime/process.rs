@@ -335,13 +335,25 @@ impl Runtime for ProcessRuntime {
     }
 
     async fn purge_data(&self, workload: &str) -> Result<(), RuntimeError> {
-        let dirs = crate::runtime::volumes::VolumeDirs::new(&self.inner.config.data_dir);
+        // The default working directories (`replicas/<workload>/`) are the workload's data too.
+        let data_dir = self.inner.config.data_dir.clone();
+        let dirs = crate::runtime::volumes::VolumeDirs::new(&data_dir);
         let workload = workload.to_string();
-        tokio::task::spawn_blocking(move || dirs.purge(&workload))
-            .await
-            .map_err(|e| RuntimeError::StartFailed {
-                reason: format!("purging data failed: {e}"),
-            })?
+        tokio::task::spawn_blocking(move || {
+            dirs.purge(&workload)?;
+            let working = data_dir.join("replicas").join(&workload);
+            match std::fs::remove_dir_all(&working) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(RuntimeError::io(
+                    format!("removing {}", working.display()),
+                    e,
+                )),
+                _ => Ok(()),
+            }
+        })
+        .await
+        .map_err(|e| RuntimeError::StartFailed {
+            reason: format!("purging data failed: {e}"),
+        })?
     }
 
     async fn logs(
