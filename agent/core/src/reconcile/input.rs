@@ -214,7 +214,10 @@ impl ReconcileInput {
 pub fn host_path_refusal(volume: &str, path: &str, roots: &[String]) -> String {
     let allowed = match roots {
         [] => "this agent allows no host paths (start it with --volume-root DIR)".to_string(),
-        _ => format!("this agent allows host paths under {}", roots.join(", ")),
+        _ => format!(
+            "this agent allows host paths under {} only (--volume-root)",
+            roots.join(", ")
+        ),
     };
     format!("volume {volume:?}: host path {path} is refused: {allowed}")
 }
