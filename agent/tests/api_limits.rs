@@ -372,7 +372,14 @@ async fn apply_past_the_store_byte_bound_names_the_bound_and_what_to_do() {
         "{message}"
     );
     // Which works: a delete frees its bytes, and the refused spec fits.
-    let deleted = call(&node, Request::Delete { name: "w0".into() }).await;
+    let deleted = call(
+        &node,
+        Request::Delete {
+            name: "w0".into(),
+            purge_data: false,
+        },
+    )
+    .await;
     assert!(matches!(deleted, Response::Deleted(_)), "{deleted:?}");
     let again = Request::Apply {
         specs: vec![big_spec("w4", SPEC_BYTES)],

@@ -198,6 +198,7 @@ async fn roles_bound_names_and_signed_entries_hold_against_peers_with_valid_cert
         version: Version::new(future, node),
         body: Body::Tombstone {
             deleted_at_ms: future.wall_ms,
+            purge_data: false,
         },
         proof: Vec::new(),
     };
@@ -222,6 +223,7 @@ async fn roles_bound_names_and_signed_entries_hold_against_peers_with_valid_cert
     own.name = "other".into();
     own.body = Body::Tombstone {
         deleted_at_ms: future.wall_ms,
+        purge_data: false,
     };
     signer.seal(&mut own, "mallory");
     let answer = call(&mallory, api, Request::Replicate { entries: vec![own] }).await;

@@ -128,7 +128,14 @@ async fn history_lists_replaced_versions_and_undo_applies_a_past_one() {
     );
 
     // A delete takes the history with it: a new `web` starts with none.
-    let deleted = call(&nodes[0], Request::Delete { name: "web".into() }).await;
+    let deleted = call(
+        &nodes[0],
+        Request::Delete {
+            name: "web".into(),
+            purge_data: false,
+        },
+    )
+    .await;
     assert!(matches!(deleted, Response::Deleted(_)), "{deleted:?}");
     let applied = call(
         &nodes[0],

@@ -128,7 +128,14 @@ async fn a_skewed_agent_refuses_writes_and_no_acknowledged_write_is_lost() {
     assert!(message.contains("30000 ms"), "{message}");
     assert_eq!(refused_metric(&nodes[3], "clock_offset").await, 1.0);
     // Deletes too.
-    let delete = call(&nodes[3], Request::Delete { name: "web".into() }).await;
+    let delete = call(
+        &nodes[3],
+        Request::Delete {
+            name: "web".into(),
+            purge_data: false,
+        },
+    )
+    .await;
     expect_clock_skew(delete, &["behind"]);
     // The others still accept writes (one wrong clock of five does not stop them).
     let Response::Applied(_) = apply(&nodes[1], 5).await else {

@@ -37,6 +37,8 @@ const DOCKER_BODY: &str = "agent/src/runtime/docker/body.rs";
 const DOCKER_PULL: &str = "agent/src/runtime/docker/pull.rs";
 const SPAWN: &str = "agent/src/runtime/process/spawn.rs";
 const VIEW: &str = "agent/src/mesh/view.rs";
+const VOLUMES: &str = "agent/src/runtime/volumes.rs";
+const DOCKER_VOLUMES: &str = "agent/src/runtime/docker/volumes.rs";
 
 /// Every field of the serde form of [`WorkloadSpec`], by path: `.` between fields, `[]` for the
 /// elements of an array, the variant name for an enum. A listed path is a leaf: maps (env,
@@ -189,6 +191,15 @@ const FIELDS: &[(&str, Reader)] = &[
         ),
     ),
     ("reload.Signal", Code(CONTROL, "ReloadHook::Signal")),
+    ("volumes[].name", Code(VOLUMES, "volume.name")),
+    ("volumes[].kind", Code(VOLUMES, "match volume.kind")),
+    ("volumes[].path", Code(DOCKER_VOLUMES, "m.volume.path")),
+    ("volumes[].host_path", Code(VOLUMES, "volume.host_path")),
+    ("volumes[].source", Code(VOLUMES, "volume.source")),
+    (
+        "volumes[].read_only",
+        Code(DOCKER_VOLUMES, "m.volume.read_only"),
+    ),
     (
         "reload.Exec.command",
         Code(CONTROL, "ReloadHook::Exec { command }"),
@@ -213,13 +224,18 @@ fn samples() -> Vec<WorkloadSpec> {
          [restart]\npolicy = \"on-failure\"\nbackoff_initial = \"1s\"\nbackoff_max = \"1m\"\n\
          backoff_reset = \"5m\"\n\
          [update]\nmax_unavailable = 2\n\
-         [settings]\nlevel = \"debug\"\n[reload]\nsignal = \"HUP\"\n",
+         [settings]\nlevel = \"debug\"\n[reload]\nsignal = \"HUP\"\n\
+         [[volumes]]\nname = \"data\"\n",
         // A container with ports, a tcp probe and an exec hook.
         "[container]\nimage = \"nginx:1.27\"\ncommand = [\"nginx\"]\nenv = { B = \"2\" }\n\
          ports = [{ name = \"dns\", container = 80, host = 8080, protocol = \"udp\" }]\n\
          [health.tcp]\nport = 80\n\
          [update]\nmax_surge = 3\n\
-         [reload]\ncommand = [\"nginx\", \"-s\", \"reload\"]\n",
+         [reload]\ncommand = [\"nginx\", \"-s\", \"reload\"]\n\
+         [[volumes]]\nname = \"etc\"\nkind = \"host\"\nhost_path = \"/etc/nginx\"\n\
+         path = \"/etc/nginx\"\nread_only = true\n\
+         [[volumes]]\nname = \"cache\"\nkind = \"docker\"\nsource = \"web-cache\"\n\
+         path = \"/cache\"\n",
         // An http probe.
         "restarted_at = \"2026-12-01 21:30:00.123Z\"\n[container]\nimage = \"nginx:1.27\"\n[health.http]\nport = 80\npath = \"/healthz\"\n",
     ];

@@ -423,12 +423,13 @@ fn arb_spec() -> impl Strategy<Value = WorkloadSpec> {
             update,
             settings,
             reload,
+            proptest::collection::vec((0..3u8, "/[a-z]{1,6}", any::<bool>()), 0..3),
         ),
     )
         .prop_map(
             |(
                 (name, replicas, run, resources, placement),
-                (health, restart, mut update, settings, reload),
+                (health, restart, mut update, settings, reload, volumes),
             )| {
                 // Fix up the cross-field rules rather than filtering: every case stays useful.
                 if placement.exclusive {
@@ -446,6 +447,26 @@ fn arb_spec() -> impl Strategy<Value = WorkloadSpec> {
                 } else {
                     reload.or(Some(ReloadHook::Signal(ReloadSignal::Hup)))
                 };
+                let container = matches!(run, Run::Container(_));
+                let volumes = volumes
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (kind, host_path, read_only))| {
+                        let kind = match kind {
+                            1 => VolumeKind::Host,
+                            2 if container => VolumeKind::Docker,
+                            _ => VolumeKind::Data,
+                        };
+                        Volume {
+                            name: format!("v{i}"),
+                            kind,
+                            path: container.then(|| format!("/m{i}")),
+                            host_path: (kind == VolumeKind::Host).then_some(host_path),
+                            source: None,
+                            read_only: container && read_only,
+                        }
+                    })
+                    .collect();
                 WorkloadSpec {
                     name,
                     replicas,
@@ -458,6 +479,7 @@ fn arb_spec() -> impl Strategy<Value = WorkloadSpec> {
                     settings,
                     reload,
                     restarted_at: None,
+                    volumes,
                 }
             },
         )

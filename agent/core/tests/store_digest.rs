@@ -13,7 +13,10 @@ const NOW_MS: u64 = 10_000;
 fn arb_entry() -> impl Strategy<Value = Entry> {
     let body = prop_oneof![
         prop::collection::vec(any::<u8>(), 0..8).prop_map(Body::Live),
-        (0u64..4).prop_map(|deleted_at_ms| Body::Tombstone { deleted_at_ms }),
+        (0u64..4).prop_map(|deleted_at_ms| Body::Tombstone {
+            deleted_at_ms,
+            purge_data: false
+        }),
     ];
     ("[a-z]{1,3}", 0u64..4, 0u32..3, "n[1-3]", body).prop_map(|(name, w, l, node, body)| Entry {
         name,

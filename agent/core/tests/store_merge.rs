@@ -24,7 +24,10 @@ fn live(bytes: &[u8]) -> Body {
 fn arb_entry() -> impl Strategy<Value = Entry> {
     let body = prop_oneof![
         prop::collection::vec(0u8..3, 0..3).prop_map(Body::Live),
-        (0u64..4).prop_map(|deleted_at_ms| Body::Tombstone { deleted_at_ms }),
+        (0u64..4).prop_map(|deleted_at_ms| Body::Tombstone {
+            deleted_at_ms,
+            purge_data: false
+        }),
     ];
     ("[a-e]", 0u64..4, 0u32..3, "n[1-3]", body)
         .prop_map(|(name, w, l, node, body)| entry(&name, w, l, &node, body))
@@ -107,7 +110,16 @@ proptest! {
 fn a_tombstone_wins_over_older_writes_and_loses_to_newer_ones() {
     let mut store = Store::new("n1", StoreConfig::default());
     store.merge_entries([entry("web", 100, 0, "n2", live(b"v1"))], NOW_MS);
-    let tomb = entry("web", 200, 0, "n3", Body::Tombstone { deleted_at_ms: 200 });
+    let tomb = entry(
+        "web",
+        200,
+        0,
+        "n3",
+        Body::Tombstone {
+            deleted_at_ms: 200,
+            purge_data: false,
+        },
+    );
     assert_eq!(
         store.merge_entries([tomb.clone()], NOW_MS).changed,
         vec!["web"]
@@ -145,7 +157,8 @@ fn a_local_write_after_a_merge_wins_even_with_a_slow_local_clock() {
     assert_eq!(
         tomb.body,
         Body::Tombstone {
-            deleted_at_ms: 15_000
+            deleted_at_ms: 15_000,
+            purge_data: false,
         }
     );
     assert_eq!(store.get("web"), Some(&tomb));
@@ -174,6 +187,7 @@ fn gc_purges_tombstones_only_after_the_grace_period() {
         "n1",
         Body::Tombstone {
             deleted_at_ms: 5_100,
+            purge_data: false,
         },
     );
     let outcome = store.merge_entries([stale], 6_200);
@@ -193,7 +207,16 @@ fn restore_resumes_the_clock_above_every_stored_version() {
     let entries = vec![
         entry("web", 9_000, 4, "n2", live(b"v1")),
         entry("web", 8_000, 0, "n2", live(b"older")),
-        entry("db", 100, 0, "n1", Body::Tombstone { deleted_at_ms: 100 }),
+        entry(
+            "db",
+            100,
+            0,
+            "n1",
+            Body::Tombstone {
+                deleted_at_ms: 100,
+                purge_data: false,
+            },
+        ),
     ];
     let mut store = Store::restore("n1", StoreConfig::default(), Hlc::new(50, 0), entries).unwrap();
     assert_eq!(

@@ -118,6 +118,7 @@ pub async fn open_runtime(
                 tracing::info!(?registries, "registry credentials for pulls");
             }
             config.registry_auth = registry_auth;
+            config.volumes = Some(crate::runtime::volumes::VolumeDirs::new(data_dir));
             if let Some(dns) = dns {
                 let zone = dns.zone.origin().to_ascii();
                 match DockerConfig::container_dns(dns.addr, &zone) {

@@ -87,7 +87,10 @@ mod tests {
         let mut other = base.clone();
         other.version.node = "n2".into();
         assert_ne!(signed_bytes(&other, "alice (client)"), sig);
-        let tomb = entry(Body::Tombstone { deleted_at_ms: 5 });
+        let tomb = entry(Body::Tombstone {
+            deleted_at_ms: 5,
+            purge_data: false,
+        });
         assert_ne!(signed_bytes(&tomb, "alice (client)"), sig);
         assert_ne!(signed_bytes(&base, "bob (client)"), sig);
     }

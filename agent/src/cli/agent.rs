@@ -80,6 +80,10 @@ pub struct Args {
     /// ephemeral range (docs/operations.md, "Named ports").
     #[arg(long, value_name = "LOW-HIGH", default_value = "20000-32767")]
     port_range: String,
+    /// A directory under which workloads may use host paths (`[[volumes]] kind = "host"`),
+    /// repeatable; without any, every host path is refused (docs/operations.md, "Volumes").
+    #[arg(long = "volume-root", value_name = "DIR")]
+    volume_roots: Vec<String>,
     /// Registry credentials for the docker runtime's image pulls: a Docker config.json whose
     /// `auths` gives `auth` (base64 user:password) or `username`/`password` per registry host.
     /// Read once at startup; never gossiped or logged (docs/operations.md, "Image pulls").
@@ -214,11 +218,22 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
         process_logs,
         host: HostConfig {
             port_range,
+            volume_roots: volume_roots(&args.volume_roots)?,
             ..HostConfig::default()
         },
         api_admission,
         gossip_admission,
     })
+}
+
+/// The `--volume-root`s: absolute, normalized paths (compared as written, component by
+/// component, with the host paths of specs).
+fn volume_roots(roots: &[String]) -> anyhow::Result<Vec<String>> {
+    for root in roots {
+        shoal_core::spec::check_absolute_path(root)
+            .map_err(|e| anyhow::anyhow!("--volume-root: {e}"))?;
+    }
+    Ok(roots.to_vec())
 }
 
 /// The endpoints' admission limits: the defaults changed by each `--admission` setting.

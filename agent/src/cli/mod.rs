@@ -67,7 +67,7 @@ enum Command {
     /// Restart a workload (every replica, rolling, as `[update]` says) or one replica at once.
     Restart(restart::Args),
     /// Delete a workload everywhere.
-    Delete(workloads::NameArgs),
+    Delete(workloads::DeleteArgs),
     /// Show where a workload's replicas are.
     Status(workloads::NameArgs),
     /// Every replica's address and health, as the agents' DNS answers them.

@@ -67,6 +67,24 @@ pub struct NameArgs {
     output: Output,
 }
 
+/// Arguments of `shoal delete`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  shoal delete web\n  shoal delete db --purge-data")]
+pub struct DeleteArgs {
+    /// The workload.
+    name: String,
+    /// Also remove its data volumes (kind "data", and the docker volumes Shoal named) on every
+    /// node once no instance of it runs there; nodes down now purge when they return, within
+    /// the tombstone's grace period. Host paths are never touched.
+    #[arg(long)]
+    purge_data: bool,
+    #[command(flatten)]
+    client: ClientOpts,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t)]
+    output: Output,
+}
+
 fn print_json(value: &impl Serialize) {
     println!(
         "{}",
@@ -290,9 +308,12 @@ pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Deletes a workload everywhere.
-pub fn delete(args: NameArgs) -> anyhow::Result<ExitCode> {
-    let Response::Deleted(deleted) = call(&args.client, Request::Delete { name: args.name })?
-    else {
+pub fn delete(args: DeleteArgs) -> anyhow::Result<ExitCode> {
+    let request = Request::Delete {
+        name: args.name,
+        purge_data: args.purge_data,
+    };
+    let Response::Deleted(deleted) = call(&args.client, request)? else {
         bail!("unexpected answer from the agent");
     };
     if args.output == Output::Json {
@@ -304,6 +325,15 @@ pub fn delete(args: NameArgs) -> anyhow::Result<ExitCode> {
             format_version(&deleted.version),
             deleted.durable_on.join(", ")
         );
+        if args.purge_data {
+            println!("  its data volumes are removed on every node once its instances there stop");
+        } else {
+            println!(
+                "  its data volumes stay on each node under DATA_DIR/volumes/{}/ \
+                 (`shoal delete {} --purge-data` removes them)",
+                deleted.name, deleted.name
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -81,6 +81,9 @@ impl Api {
         let node = self.node.clone();
         let result = match req {
             Request::Apply { specs } => {
+                if let Some(refusal) = self.host_path_refused(&specs) {
+                    return Response::Error(refusal);
+                }
                 let by = asked_by(None);
                 let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
                 let result = node
@@ -89,9 +92,11 @@ impl Api {
                 self.record_write("apply", &names, &result, &by);
                 result
             }
-            Request::Delete { name } => {
+            Request::Delete { name, purge_data } => {
                 let by = asked_by(None);
-                let result = node.handle_delete(name.clone(), by.clone()).await;
+                let result = node
+                    .handle_delete(name.clone(), purge_data, by.clone())
+                    .await;
                 self.record_write("delete", &[name], &result, &by);
                 result
             }
@@ -286,6 +291,24 @@ impl Api {
             number: crl.number,
             revoked: crl.revoked.len() as u32,
             adopted,
+        })
+    }
+
+    /// The refusal of an apply whose spec uses a host path this agent does not allow
+    /// (`--volume-root`): the agent that takes the apply says so at once. Other agents may allow
+    /// other roots; one that does not refuses to start the replica (an `unsupported` issue).
+    fn host_path_refused(
+        &self,
+        specs: &[shoal_core::spec::WorkloadSpec],
+    ) -> Option<crate::mesh::api::ApiError> {
+        let roots = self.host.as_ref()?.volume_roots();
+        specs.iter().find_map(|spec| {
+            let (volume, path) = spec.host_path_refused(roots)?;
+            let why = shoal_core::reconcile::host_path_refusal(volume, path, roots);
+            Some(crate::mesh::api::ApiError::new(
+                crate::mesh::api::ErrorKind::Invalid,
+                format!("{}: {why}", spec.name),
+            ))
         })
     }
 

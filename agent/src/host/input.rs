@@ -144,6 +144,9 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
             shell.input.owners = shell.placement.assigned.clone();
         }
     }
+    if shell.input.volume_roots != host.config.volume_roots {
+        shell.input.volume_roots = host.config.volume_roots.clone();
+    }
     shell.input.draining = node.record().is_some_and(|r| r.draining);
     shell.input.capacity = node
         .record()

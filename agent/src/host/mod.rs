@@ -24,6 +24,7 @@ pub mod heard;
 mod input;
 mod majority;
 mod ports;
+mod purge;
 mod rollout;
 
 pub mod events;
@@ -68,6 +69,9 @@ pub struct HostConfig {
     pub probes_concurrent_max: usize,
     /// Where named ports without a number are allocated (`--port-range`).
     pub port_range: shoal_core::ports::PortRange,
+    /// The directories under which replicas may use host paths (`--volume-root`); empty
+    /// refuses every host path.
+    pub volume_roots: Vec<String>,
 }
 
 impl Default for HostConfig {
@@ -78,6 +82,7 @@ impl Default for HostConfig {
             events_max: 1000,
             probes_concurrent_max: 32,
             port_range: shoal_core::ports::PORT_RANGE_DEFAULT,
+            volume_roots: Vec::new(),
         }
     }
 }
@@ -231,6 +236,8 @@ pub struct HostLoop {
     endpoints_at: Option<(u64, Vec<InstanceStatus>)>,
     /// Whether this node saw a majority of the mesh at the last round (None before the first).
     had_majority: Option<bool>,
+    /// `delete --purge-data` on this node (`purge.rs`).
+    purges: purge::Purges,
 }
 
 impl Host {
@@ -288,6 +295,7 @@ impl Host {
             rollouts: rollout::Rollouts::default(),
             endpoints_at: None,
             had_majority: None,
+            purges: purge::Purges::default(),
         };
         (host, host_loop)
     }
@@ -295,6 +303,11 @@ impl Host {
     /// The node this host serves.
     pub fn node(&self) -> &Arc<MeshNode> {
         &self.node
+    }
+
+    /// The directories under which this node lets replicas use host paths (`--volume-root`).
+    pub fn volume_roots(&self) -> &[String] {
+        &self.config.volume_roots
     }
 
     /// The runtime.
@@ -699,6 +712,7 @@ impl HostLoop {
             self.host.execute(action);
         }
         self.start_probes(now);
+        self.tend_purges(now).await;
         let observed = self.reconciler.observed();
         self.tend_rollouts(&observed, now);
         let last_majority = self.reconciler.last_majority_ms();
@@ -742,6 +756,27 @@ impl HostLoop {
             )
         };
         self.host.record(kind, None, reason);
+    }
+
+    /// Purges the data of workloads deleted with `--purge-data` once none of their instances
+    /// is listed here (`purge.rs`).
+    async fn tend_purges(&mut self, now: u64) {
+        let digest = self.shell.specs_digest();
+        self.purges.refresh(&self.host, digest).await;
+        let input = self.shell.input();
+        if self.purges.is_idle() {
+            return;
+        }
+        // A runtime that cannot list shows nothing: purge nothing on that round.
+        if input.runtime_unavailable.is_some() {
+            return;
+        }
+        let listed: Vec<String> = input
+            .instances
+            .iter()
+            .map(|i| i.replica.workload.clone())
+            .collect();
+        self.purges.start_due(&self.host, &listed, now);
     }
 
     /// The exclusive workloads, computed again when the store moved.

@@ -33,6 +33,8 @@ pub enum Request {
     Delete {
         /// The workload.
         name: String,
+        /// Also purge its data volumes on every node (`--purge-data`): carried by the tombstone.
+        purge_data: bool,
     },
     /// A page of the membership as this agent sees it, by node name.
     Nodes {

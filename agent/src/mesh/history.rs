@@ -215,7 +215,10 @@ mod tests {
         assert_eq!(History::decode(Some(&history.encode())), history);
         assert_eq!(History::decode(Some(b"junk")), History::default());
         let tomb = Entry {
-            body: Body::Tombstone { deleted_at_ms: 1 },
+            body: Body::Tombstone {
+                deleted_at_ms: 1,
+                purge_data: false,
+            },
             ..entry(1, b"")
         };
         assert_eq!(

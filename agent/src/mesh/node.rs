@@ -359,6 +359,7 @@ impl MeshNode {
     pub(crate) async fn handle_delete(
         self: Arc<Self>,
         name: String,
+        purge_data: bool,
         by: String,
     ) -> Result<Response, ApiError> {
         if name.starts_with(RESERVED_PREFIX) {
@@ -376,7 +377,7 @@ impl MeshNode {
             .with_store(move |s| match s.get(&key) {
                 Some(e) if !e.is_tombstone() => {
                     let seal = |e: &mut Entry| authority.seal(e, &by);
-                    let deleted = s.delete_sealed(&key, now, seal)?;
+                    let deleted = s.delete_sealed_with(&key, now, purge_data, seal)?;
                     // Its history, pause mark and rollout record go with it (replicated by
                     // anti-entropy).
                     let own_entries = [

@@ -29,7 +29,9 @@ use tokio::sync::broadcast;
 use tokio::task::AbortHandle;
 
 use crate::core::instance::RuntimeInstance;
-use crate::core::spec::{PortRef, Probe, Protocol, ReloadHook, ReloadSignal, Run, WorkloadSpec};
+use crate::core::spec::{
+    PortRef, Probe, Protocol, ReloadHook, ReloadSignal, Run, VolumeKind, WorkloadSpec,
+};
 use crate::runtime::{
     probe, setting_env_name, ProbeOutcome, Runtime, RuntimeError, RuntimeEvent, RuntimeKind,
     StartRequest, EVENTS_CAPACITY,
@@ -45,6 +47,7 @@ mod logs;
 mod observed;
 mod pull;
 mod standby;
+mod volumes;
 
 pub use auth::{RegistryAuth, RegistryAuthError};
 use body::{engine_error, instance_from_inspect};
@@ -242,8 +245,16 @@ impl Runtime for DockerRuntime {
 
     fn supports(&self, spec: &WorkloadSpec) -> Result<(), String> {
         match spec.run {
-            Run::Container(_) => Ok(()),
-            Run::Process(_) => Err(PROCESS_ON_DOCKER.to_string()),
+            Run::Container(_) => {}
+            Run::Process(_) => return Err(PROCESS_ON_DOCKER.to_string()),
+        }
+        let data = spec.volumes.iter().find(|v| v.kind == VolumeKind::Data);
+        match (data, &self.config.volumes) {
+            (Some(v), None) => Err(format!(
+                "volume {:?}: this docker runtime keeps no data volumes (no data directory)",
+                v.name
+            )),
+            _ => Ok(()),
         }
     }
 
@@ -266,7 +277,17 @@ impl Runtime for DockerRuntime {
         if pull_first {
             self.pulls.pull(&docker, &spec.image, replica).await?;
         }
-        let body = body::create_body(&request, spec, self.config.dns.as_ref());
+        let mounts = match &self.config.volumes {
+            Some(dirs) => dirs.prepare(&request)?,
+            None if request.spec.volumes.is_empty() => Vec::new(),
+            None => {
+                let reason = self.supports(&request.spec).err().unwrap_or_default();
+                return Err(RuntimeError::Unsupported { reason });
+            }
+        };
+        let node = &self.config.node;
+        volumes::create_owned(&docker, node, &replica.workload, &mounts).await?;
+        let body = body::create_body(&request, spec, self.config.dns.as_ref(), &mounts);
         // Exclusive replicas get a fencing token per start, which no standby made earlier has; a
         // fixed (or allocated) host port is held by the dead container until the engine's cleanup, which a
         // standby started at once would race.
@@ -494,6 +515,19 @@ impl Runtime for DockerRuntime {
         &self,
     ) -> BTreeMap<crate::core::instance::ReplicaId, crate::core::instance::PullProgress> {
         self.pulls.waiting()
+    }
+
+    async fn purge_data(&self, workload: &str) -> Result<(), RuntimeError> {
+        if let Some(dirs) = self.config.volumes.clone() {
+            let name = workload.to_string();
+            tokio::task::spawn_blocking(move || dirs.purge(&name))
+                .await
+                .map_err(|e| RuntimeError::StartFailed {
+                    reason: format!("purging data failed: {e}"),
+                })??;
+        }
+        let docker = self.client.get().await?;
+        volumes::purge(&docker, &self.config.node, workload).await
     }
 
     async fn logs(

@@ -37,6 +37,7 @@ pub mod logs;
 pub mod mem;
 pub mod probe;
 pub mod process;
+pub mod volumes;
 
 pub use error::RuntimeError;
 
@@ -235,6 +236,14 @@ pub trait Runtime: Send + Sync {
     /// (docker only; the agent shows them as `pulling`).
     fn pulling(&self) -> BTreeMap<ReplicaId, PullProgress> {
         BTreeMap::new()
+    }
+
+    /// Removes what `workload` keeps on this node in its volumes (`shoal delete --purge-data`):
+    /// its data volumes, and the docker volumes Shoal named for its replicas. Called once no
+    /// instance of it is listed here. Nothing to remove is fine; the default keeps nothing.
+    async fn purge_data(&self, workload: &str) -> Result<(), RuntimeError> {
+        let _ = workload;
+        Ok(())
     }
 
     /// Output of the replica's newest instance on this node (with `previous`, of the one before

@@ -5,7 +5,9 @@
 //! under `<data_dir>/logs/` (see `process/logs.rs` and [`crate::runtime::logs`]). The process leads its own process group,
 //! so a stop reaches everything it forked: SIGTERM to the group, then SIGKILL after the grace.
 //! Its working directory defaults to `<data_dir>/replicas/<workload>/<replica>/`, which outlives
-//! instances so a restarted replica finds its files again.
+//! instances so a restarted replica finds its files again; its data volumes are under
+//! `<data_dir>/volumes/` ([`crate::runtime::volumes`]), named in `SHOAL_VOLUME_<NAME>` and
+//! `SHOAL_DATA_DIR`.
 //!
 //! Adoption: [`ProcessRuntime::open`] reads every state file. A live process whose start time still
 //! matches is watched through a pidfd (it is not our child, so `wait` is impossible; `/proc` is
@@ -331,6 +333,28 @@ impl Runtime for ProcessRuntime {
 
     fn limits_note(&self) -> Option<String> {
         self.inner.cgroups.note()
+    }
+
+    async fn purge_data(&self, workload: &str) -> Result<(), RuntimeError> {
+        // The default working directories (`replicas/<workload>/`) are the workload's data too.
+        let data_dir = self.inner.config.data_dir.clone();
+        let dirs = crate::runtime::volumes::VolumeDirs::new(&data_dir);
+        let workload = workload.to_string();
+        tokio::task::spawn_blocking(move || {
+            dirs.purge(&workload)?;
+            let working = data_dir.join("replicas").join(&workload);
+            match std::fs::remove_dir_all(&working) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(RuntimeError::io(
+                    format!("removing {}", working.display()),
+                    e,
+                )),
+                _ => Ok(()),
+            }
+        })
+        .await
+        .map_err(|e| RuntimeError::StartFailed {
+            reason: format!("purging data failed: {e}"),
+        })?
     }
 
     async fn logs(

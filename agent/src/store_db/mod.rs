@@ -189,8 +189,20 @@ impl DesiredStore {
         now_ms: u64,
         seal: impl FnMut(&mut Entry),
     ) -> Result<Entry, StoreDbError> {
+        self.delete_sealed_with(name, now_ms, false, seal)
+    }
+
+    /// [`Self::delete_sealed`], the tombstone asking every node to purge the workload's data
+    /// when `purge_data` (`shoal delete --purge-data`).
+    pub fn delete_sealed_with(
+        &mut self,
+        name: &str,
+        now_ms: u64,
+        purge_data: bool,
+        seal: impl FnMut(&mut Entry),
+    ) -> Result<Entry, StoreDbError> {
         self.recover()?;
-        let mut plan = self.core.prepare_delete(name, now_ms)?;
+        let mut plan = self.core.prepare_delete_with(name, now_ms, purge_data)?;
         plan.seal_puts(seal);
         let entry = plan.puts()[0].clone();
         self.persist_and_commit(plan)?;

@@ -150,6 +150,8 @@ pub(super) fn build(
         view_suspect: None,
         // The model's time stands in for every host's wall clock.
         fence_token_floor: now,
+        // The model's specs have no host paths.
+        volume_roots: Vec::new(),
     };
     (input, wake)
 }

@@ -271,6 +271,7 @@ impl World {
                 self.checker.rollouts_superseded(now, &workload);
                 let req = Request::Delete {
                     name: workload.clone(),
+                    purge_data: false,
                 };
                 self.call_api(h, req, "delete", workload, None, origin);
             }

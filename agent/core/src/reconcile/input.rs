@@ -72,6 +72,9 @@ pub struct ReconcileInput {
     /// (a full restart, the last owner's gossip gone) still issues a larger one, as long as the
     /// clocks are sane. `0` sets no floor. docs/reconcile.md, "Fencing tokens".
     pub fence_token_floor: u64,
+    /// The directories under which this node lets replicas use host paths (`shoal agent
+    /// --volume-root`); a spec with a host path elsewhere is not started here.
+    pub volume_roots: Vec<String>,
 }
 
 /// Where a replica running here went, when the cell level moved it to another cell.
@@ -200,9 +203,23 @@ impl ReconcileInput {
             Run::Process(_) if !self.supports_processes => {
                 Some("process spec but this node does not run processes".to_string())
             }
-            _ => None,
+            _ => spec
+                .host_path_refused(&self.volume_roots)
+                .map(|(volume, path)| host_path_refusal(volume, path, &self.volume_roots)),
         }
     }
+}
+
+/// Why a host path is refused on a node with these `--volume-root`s.
+pub fn host_path_refusal(volume: &str, path: &str, roots: &[String]) -> String {
+    let allowed = match roots {
+        [] => "this agent allows no host paths (start it with --volume-root DIR)".to_string(),
+        _ => format!(
+            "this agent allows host paths under {} only (--volume-root)",
+            roots.join(", ")
+        ),
+    };
+    format!("volume {volume:?}: host path {path} is refused: {allowed}")
 }
 
 impl Membership {

@@ -60,7 +60,9 @@ use std::collections::{BTreeMap, BTreeSet};
 pub use action::{Action, StopCause};
 pub use config::{ConfigError, ReconcileConfig};
 pub use health::{backoff_delay_ms, HealthChange};
-pub use input::{CellCopies, CellHandoff, CellQuorum, Membership, ReconcileInput, SpecEntry};
+pub use input::{
+    host_path_refusal, CellCopies, CellHandoff, CellQuorum, Membership, ReconcileInput, SpecEntry,
+};
 pub use issue::{issue_id, ApproveError, Issue, IssueKind, Layer, RestartError};
 pub use report::ProbeTarget;
 pub use status::InstanceStatus;

@@ -136,6 +136,7 @@ fn workload(ctx: &mut Ctx, root: &Node) -> Option<WorkloadSpec> {
         settings: Default::default(),
         reload: None,
         restarted_at: None,
+        volumes: Vec::new(),
     };
     if let Some((n, p)) = f.require(ctx, "name") {
         spec.name = string(ctx, &p, n).unwrap_or_default();
@@ -173,6 +174,9 @@ fn workload(ctx: &mut Ctx, root: &Node) -> Option<WorkloadSpec> {
     }
     if let Some((n, p)) = f.get(ctx, "restarted_at") {
         spec.restarted_at = string(ctx, &p, n);
+    }
+    if let Some((n, p)) = f.get(ctx, "volumes") {
+        spec.volumes = super::volumes::decode(ctx, &p, n);
     }
     f.finish(ctx, SECTIONS);
     Some(spec)

@@ -33,11 +33,16 @@ mod render;
 mod sections;
 mod suggest;
 mod validate;
+mod volumes;
 
 pub use duration::{format_duration_ms, parse_duration_ms};
 pub use error::{Location, SpecError, SpecErrors};
 pub use image::{ImageRef, PullPolicy, DEFAULT_REGISTRY};
 pub use limits::*;
+pub use volumes::{
+    check_absolute_path, host_path_allowed, Volume, VolumeKind, VOLUMES_MAX, VOLUME_NAME_LEN_MAX,
+    VOLUME_SOURCE_LEN_MAX,
+};
 
 /// A validated workload: what to run, how many, with what resources, where, and how to keep it
 /// healthy and update it.
@@ -68,6 +73,8 @@ pub struct WorkloadSpec {
     /// `restartedAt` annotation `kubectl rollout restart` writes). Free text, at most
     /// [`RESTARTED_AT_BYTES_MAX`] bytes.
     pub restarted_at: Option<String>,
+    /// Data each replica keeps across its instances (`[[volumes]]`, `volumes.rs`).
+    pub volumes: Vec<Volume>,
 }
 
 /// Longest `restarted_at` stamp.

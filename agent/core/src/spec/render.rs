@@ -8,7 +8,7 @@ use super::*;
 use crate::resources::{format_cpu_millis, format_memory_bytes};
 
 /// Sections in the order a person reads them (the TOML writer alone would sort them).
-const ORDER: [&str; 12] = [
+const ORDER: [&str; 13] = [
     "name",
     "replicas",
     "restarted_at",
@@ -21,6 +21,7 @@ const ORDER: [&str; 12] = [
     "update",
     "settings",
     "reload",
+    "volumes",
 ];
 
 pub(crate) fn to_toml_string(spec: &WorkloadSpec) -> String {
@@ -30,7 +31,7 @@ pub(crate) fn to_toml_string(spec: &WorkloadSpec) -> String {
         let Some(value) = table.get(key) else {
             continue;
         };
-        if value.is_table() {
+        if value.is_table() || value.is_array() && key == "volumes" {
             out.push('\n');
         }
         let mut one = Table::new();
@@ -179,7 +180,29 @@ fn to_table(spec: &WorkloadSpec) -> Table {
         };
         t.insert("reload".into(), reload);
     }
+    if !spec.volumes.is_empty() {
+        let volumes = spec.volumes.iter().map(volume).collect();
+        t.insert("volumes".into(), Value::Array(volumes));
+    }
     t
+}
+
+fn volume(v: &Volume) -> Value {
+    let mut t = Table::new();
+    t.insert("name".into(), Value::String(v.name.clone()));
+    t.insert("kind".into(), Value::String(v.kind.as_str().into()));
+    let optional = [
+        ("path", &v.path),
+        ("host_path", &v.host_path),
+        ("source", &v.source),
+    ];
+    for (key, value) in optional {
+        if let Some(text) = value {
+            t.insert(key.into(), Value::String(text.clone()));
+        }
+    }
+    t.insert("read_only".into(), Value::Boolean(v.read_only));
+    Value::Table(t)
 }
 
 fn protocol(p: Protocol) -> Value {

@@ -90,7 +90,7 @@ fn container_spec(ctx: &mut Ctx, path: &str, node: &Node) -> ContainerSpec {
 
 /// Array elements keep their source positions: one that fails to decode becomes a placeholder
 /// (its path is already reported), so that `ports[i]` means the same element everywhere.
-fn elements<T: Default>(
+pub(crate) fn elements<T: Default>(
     ctx: &mut Ctx,
     path: &str,
     node: &Node,

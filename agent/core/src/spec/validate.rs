@@ -131,6 +131,7 @@ pub(crate) fn check(spec: &WorkloadSpec, r: &mut Report) {
     check_policy::restart(r, &spec.restart);
     check_policy::update(r, &spec.update, spec.health.as_ref(), placement.exclusive);
     check_policy::settings(r, &spec.settings, spec.reload.as_ref());
+    super::volumes::check(r, spec);
 }
 
 /// A DNS label (RFC 1123): what names a workload in commands, logs and, later, DNS.

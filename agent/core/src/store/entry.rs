@@ -20,6 +20,9 @@ pub enum Body {
         /// When the deletion happened (ms since the Unix epoch): the HLC wall time of the delete,
         /// so never earlier than a write it overrides. The grace period counts from here.
         deleted_at_ms: u64,
+        /// `shoal delete --purge-data`: every node removes the workload's data volumes once no
+        /// instance of it runs there (and while this tombstone is the workload's latest entry).
+        purge_data: bool,
     },
 }
 
@@ -42,9 +45,16 @@ impl Body {
     /// commutative even then. A tombstone beats a live body; otherwise the larger one wins.
     fn tiebreak(&self, other: &Body) -> Ordering {
         match (self, other) {
-            (Body::Tombstone { deleted_at_ms: a }, Body::Tombstone { deleted_at_ms: b }) => {
-                a.cmp(b)
-            }
+            (
+                Body::Tombstone {
+                    deleted_at_ms: a,
+                    purge_data: pa,
+                },
+                Body::Tombstone {
+                    deleted_at_ms: b,
+                    purge_data: pb,
+                },
+            ) => (a, pa).cmp(&(b, pb)),
             (Body::Tombstone { .. }, Body::Live(_)) => Ordering::Greater,
             (Body::Live(_), Body::Tombstone { .. }) => Ordering::Less,
             (Body::Live(a), Body::Live(b)) => a.cmp(b),
@@ -91,7 +101,7 @@ impl Entry {
     /// live entry.
     pub fn purge_at_ms(&self, grace_ms: u64) -> Option<u64> {
         match self.body {
-            Body::Tombstone { deleted_at_ms } => Some(deleted_at_ms.saturating_add(grace_ms)),
+            Body::Tombstone { deleted_at_ms, .. } => Some(deleted_at_ms.saturating_add(grace_ms)),
             Body::Live(_) => None,
         }
     }
@@ -120,8 +130,13 @@ impl Entry {
                 put(&[1]);
                 put(bytes);
             }
-            Body::Tombstone { deleted_at_ms } => {
-                put(&[2]);
+            // A tombstone that purges data has its own tag, so a plain one hashes and signs as
+            // it always did.
+            Body::Tombstone {
+                deleted_at_ms,
+                purge_data,
+            } => {
+                put(if *purge_data { &[3] } else { &[2] });
                 put(&deleted_at_ms.to_le_bytes());
             }
         }

@@ -106,6 +106,17 @@ impl Store {
 
     /// Prepares the deletion of the live entry `name` (a tombstone) at `now_ms`. Ticks the clock.
     pub fn prepare_delete(&mut self, name: &str, now_ms: u64) -> Result<Plan, StoreError> {
+        self.prepare_delete_with(name, now_ms, false)
+    }
+
+    /// [`Self::prepare_delete`], with the tombstone asking every node to purge the workload's
+    /// data (`shoal delete --purge-data`) when `purge_data`.
+    pub fn prepare_delete_with(
+        &mut self,
+        name: &str,
+        now_ms: u64,
+        purge_data: bool,
+    ) -> Result<Plan, StoreError> {
         if self.get_live(name).is_none() {
             return Err(StoreError::NotFound {
                 name: name.to_owned(),
@@ -113,7 +124,11 @@ impl Store {
         }
         // The deletion time is the HLC wall time of the delete, filled in below: never earlier
         // than any write it overrides, whatever this node's physical clock says.
-        self.prepare_own(name, Body::Tombstone { deleted_at_ms: 0 }, now_ms, None)
+        let body = Body::Tombstone {
+            deleted_at_ms: 0,
+            purge_data,
+        };
+        self.prepare_own(name, body, now_ms, None)
     }
 
     /// A write of this node's own: at the clock's next tick, or at `at` when given (the clock
@@ -152,8 +167,9 @@ impl Store {
             None => self.clock.tick(now_ms),
         };
         body = match probe.body {
-            Body::Tombstone { .. } => Body::Tombstone {
+            Body::Tombstone { purge_data, .. } => Body::Tombstone {
                 deleted_at_ms: hlc.wall_ms,
+                purge_data,
             },
             live => live,
         };

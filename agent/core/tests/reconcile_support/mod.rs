@@ -406,6 +406,7 @@ impl Cluster {
                 true => now,
                 false => self.fence_token_floor,
             },
+            volume_roots: Vec::new(),
         }
     }
 

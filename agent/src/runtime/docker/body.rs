@@ -73,6 +73,7 @@ pub(crate) fn create_body(
     request: &StartRequest,
     spec: &ContainerSpec,
     dns: Option<&ContainerDns>,
+    volumes: &[crate::runtime::volumes::Mounted],
 ) -> ContainerCreateBody {
     let replica = &request.replica;
     let mut labels = HashMap::from([
@@ -88,10 +89,9 @@ pub(crate) fn create_body(
     for (name, port) in &request.ports {
         labels.insert(format!("{LABEL_PORT_PREFIX}{name}"), port.to_string());
     }
-    let env = instance_env(request, &spec.env)
-        .into_iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
+    let mut env = instance_env(request, &spec.env);
+    env.extend(crate::runtime::volumes::volume_env(volumes, true));
+    let env = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
     let mut exposed = Vec::new();
     let mut bindings = HashMap::new();
     for port in &spec.ports {
@@ -111,6 +111,7 @@ pub(crate) fn create_body(
         nano_cpus: Some(resources.cpu_millis.saturating_mul(1_000_000) as i64),
         memory: Some(resources.memory_bytes as i64),
         port_bindings: Some(bindings),
+        mounts: (!volumes.is_empty()).then(|| super::volumes::mounts_of(volumes)),
         dns: dns.map(|d| vec![d.server.to_string()]),
         dns_search: dns.map(|d| vec![d.search.clone()]),
         restart_policy: Some(RestartPolicy {
@@ -293,7 +294,7 @@ mod tests {
         let crate::core::spec::Run::Container(container) = &request.spec.run else {
             unreachable!("a container spec");
         };
-        let body = create_body(&request, container, None);
+        let body = create_body(&request, container, None, &[]);
         let labels = body.labels.unwrap();
         assert_eq!(labels[LABEL_FENCE_TOKEN], "42");
         assert!(body
@@ -336,7 +337,7 @@ mod tests {
         let crate::core::spec::Run::Container(container) = &request.spec.run else {
             unreachable!("a container spec");
         };
-        let body = create_body(&request, container, Some(&ok));
+        let body = create_body(&request, container, Some(&ok), &[]);
         let host = body.host_config.unwrap();
         assert_eq!(host.dns, Some(vec!["172.17.0.1".to_string()]));
         assert_eq!(host.dns_search, Some(vec!["shoal".to_string()]));

@@ -32,6 +32,9 @@ pub struct DockerConfig {
     /// Registry credentials for pulls (`--registry-auth`); `None` pulls anonymously. Its
     /// `Debug` names the registries only.
     pub registry_auth: Option<std::sync::Arc<super::auth::RegistryAuth>>,
+    /// Where replicas' data volumes are kept (the agent's data directory); `None` refuses
+    /// specs with data volumes.
+    pub volumes: Option<crate::runtime::volumes::VolumeDirs>,
 }
 
 impl DockerConfig {
@@ -48,6 +51,7 @@ impl DockerConfig {
             standby: true,
             dns: None,
             registry_auth: None,
+            volumes: None,
         }
     }
 

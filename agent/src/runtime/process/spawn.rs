@@ -13,6 +13,7 @@ use super::state::{self, InstanceState};
 use super::{Entry, Inner, DEFAULT_PATH};
 use crate::core::instance::RuntimeInstance;
 use crate::core::spec::{ProcessSpec, Run};
+use crate::runtime::volumes::{volume_env, VolumeDirs};
 use crate::runtime::{instance_env, wall_clock_ms, RuntimeError, RuntimeEvent, StartRequest};
 
 /// Handles tried before giving up (each differs: the hash input includes a counter).
@@ -37,8 +38,10 @@ impl Inner {
             });
         };
         let working_dir = self.working_dir(&request, spec)?;
+        let volumes = VolumeDirs::new(&self.config.data_dir).prepare(&request)?;
         let (handle, dir) = self.claim_handle(&request)?;
-        let env = child_env(&request, spec);
+        let mut env = child_env(&request, spec);
+        env.extend(volume_env(&volumes, false));
         let started_at_ms = wall_clock_ms();
         let outputs = match self.start_relay(&request.replica, &handle, started_at_ms) {
             Ok(outputs) => outputs,
