@@ -11,26 +11,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 
-fn docker_ready() -> bool {
-    if std::env::var("SHOAL_SKIP_DOCKER_TESTS").as_deref() == Ok("1") {
-        eprintln!("SHOAL_SKIP_DOCKER_TESTS=1: docker test skipped");
-        return false;
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        use shoal::runtime::docker::{ensure_busybox_image, DockerConfig, DockerRuntime};
-        let rt = DockerRuntime::connect(DockerConfig::new("image-setup"))
-            .await
-            .unwrap_or_else(|e| panic!("the Docker engine is unreachable ({e}); start it or set SHOAL_SKIP_DOCKER_TESTS=1"));
-        let docker = rt.docker().await.unwrap();
-        ensure_busybox_image(&docker, "shoal-busybox", "latest").await.expect("busybox image");
-    });
-    true
-}
-
 /// Container ids labelled for workload `name` on any of this test's nodes.
 fn containers(prefix: &str, running_only: bool) -> Vec<String> {
     let mut args = vec!["ps", "-q", "--filter", "label=shoal.managed=true"];
@@ -56,6 +36,23 @@ fn containers(prefix: &str, running_only: bool) -> Vec<String> {
                 .starts_with(prefix)
         })
         .collect()
+}
+
+/// Each container's name, node, replica, state and start time, for a failure message.
+fn describe(ids: &[String]) -> String {
+    let format = "{{.Name}} node={{index .Config.Labels \"shoal.node\"}} \
+                  replica={{index .Config.Labels \"shoal.replica\"}} {{.State.Status}} \
+                  started={{.State.StartedAt}}";
+    ids.iter()
+        .map(|id| {
+            let out = Command::new("docker")
+                .args(["inspect", "-f", format, id])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn remove_all(prefix: &str) {
@@ -123,10 +120,14 @@ fn containers_run_restart_move_off_a_dead_host_and_a_missing_image_is_an_issue()
         "2 healthy containers not reached\n{}",
         c.logs()
     );
+    let running = containers(prefix, true);
     assert_eq!(
-        containers(prefix, true).len(),
+        running.len(),
         2,
-        "exactly 2 containers run"
+        "exactly 2 containers run: {}\nstatus: {}\n{}",
+        describe(&running),
+        String::from_utf8_lossy(&c.cli(0, &["status", "box", "-o", "json"]).stdout),
+        c.logs()
     );
 
     // docker kill one container: it runs again.

@@ -13,31 +13,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{free_port, stderr, wait_until, Cluster};
+use common::{docker_ready, free_port, stderr, wait_until, Cluster};
 
 const NODE: &str = "pd1";
-
-fn docker_ready() -> bool {
-    if std::env::var("SHOAL_SKIP_DOCKER_TESTS").as_deref() == Ok("1") {
-        eprintln!("SHOAL_SKIP_DOCKER_TESTS=1: docker test skipped");
-        return false;
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        use shoal::runtime::docker::{ensure_busybox_image, DockerConfig, DockerRuntime};
-        let rt = DockerRuntime::connect(DockerConfig::new("image-setup"))
-            .await
-            .unwrap_or_else(|e| panic!("the Docker engine is unreachable ({e}); start it or set SHOAL_SKIP_DOCKER_TESTS=1"));
-        let docker = rt.docker().await.unwrap();
-        ensure_busybox_image(&docker, "shoal-busybox", "latest")
-            .await
-            .expect("busybox image");
-    });
-    true
-}
 
 /// The default bridge's gateway (the host's address on it, which containers reach).
 fn bridge_gateway() -> IpAddr {

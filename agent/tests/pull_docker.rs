@@ -21,19 +21,11 @@ mod registry_support;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{free_tcp_addr, shoal_bin, stderr, wait_until, Cluster};
+use common::{docker_allowed, free_tcp_addr, shoal_bin, stderr, wait_until, Cluster};
 use registry_support::{push_marked_image, remove_local, Registry, PASSWORD};
 
 const GOOD: &str = "pl-good";
 const BAD: &str = "pl-bad";
-
-fn docker_ready() -> bool {
-    if std::env::var("SHOAL_SKIP_DOCKER_TESTS").as_deref() == Ok("1") {
-        eprintln!("SHOAL_SKIP_DOCKER_TESTS=1: docker test skipped");
-        return false;
-    }
-    true
-}
 
 fn tokio() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -166,7 +158,7 @@ fn a_missing_or_malformed_registry_auth_file_stops_the_agent_naming_the_file() {
 
 #[test]
 fn images_are_pulled_from_a_loopback_registry_and_pull_failures_back_off() {
-    if !docker_ready() {
+    if !docker_allowed() {
         return;
     }
     let _cleanup = Cleanup(Vec::new());

@@ -348,30 +348,6 @@ fn an_update_of_processes_one_unavailable_at_a_time_fails_no_request() {
     });
 }
 
-/// Whether the docker case runs: the engine answers and the busybox image is there, or the
-/// docker tests are deliberately skipped (as host_docker.rs).
-fn docker_ready() -> bool {
-    if std::env::var("SHOAL_SKIP_DOCKER_TESTS").as_deref() == Ok("1") {
-        eprintln!("SHOAL_SKIP_DOCKER_TESTS=1: docker test skipped");
-        return false;
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        use shoal::runtime::docker::{ensure_busybox_image, DockerConfig, DockerRuntime};
-        let rt = DockerRuntime::connect(DockerConfig::new("image-setup"))
-            .await
-            .unwrap_or_else(|e| panic!("the Docker engine is unreachable ({e}); start it or set SHOAL_SKIP_DOCKER_TESTS=1"));
-        let docker = rt.docker().await.unwrap();
-        ensure_busybox_image(&docker, "shoal-busybox", "latest")
-            .await
-            .expect("busybox image");
-    });
-    true
-}
-
 /// Removes the containers of `workload` (every node), at the start and the end of the case.
 struct Containers(&'static str);
 

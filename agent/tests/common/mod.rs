@@ -345,3 +345,41 @@ pub fn write_spec(dir: &Path, name: &str, replicas: u32) -> PathBuf {
     std::fs::write(&path, text).unwrap();
     path
 }
+
+/// Whether the docker tests run: false (and said) with `SHOAL_SKIP_DOCKER_TESTS=1`.
+pub fn docker_allowed() -> bool {
+    if std::env::var("SHOAL_SKIP_DOCKER_TESTS").as_deref() == Ok("1") {
+        eprintln!("SHOAL_SKIP_DOCKER_TESTS=1: docker test skipped");
+        return false;
+    }
+    true
+}
+
+/// [`docker_allowed`], and the local `shoal-busybox:latest` image built (from Debian's
+/// busybox-static) if the engine lacks it. Panics when the engine is unreachable: a docker
+/// test that cannot run must say so, not pass.
+pub fn docker_ready() -> bool {
+    if !docker_allowed() {
+        return false;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        use shoal::runtime::docker::{ensure_busybox_image, DockerConfig, DockerRuntime};
+        let rt = DockerRuntime::connect(DockerConfig::new("image-setup"))
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "the Docker engine is unreachable ({e}); start it or set \
+                     SHOAL_SKIP_DOCKER_TESTS=1"
+                )
+            });
+        let docker = rt.docker().await.unwrap();
+        ensure_busybox_image(&docker, "shoal-busybox", "latest")
+            .await
+            .expect("busybox image");
+    });
+    true
+}
