@@ -19,10 +19,11 @@
 //! Lifecycle: made in the background after each successful start of a replica (off the restart
 //! path); started by the next start of that replica; removed by `list` once a newer standby of
 //! its replica exists (a spec update makes one) or, after [`ORPHAN_GRACE_S`], when no container
-//! of its replica is left (deleted, moved away). They live in the engine, found by label, so a
-//! restarted agent uses and removes the ones it finds like its other containers. Cost: one
-//! created container per replica (its writable layer, no process, no memory) and one create of
-//! engine work after each start.
+//! of its replica is left (deleted, moved away); removed by a purge of its workload's data too (it
+//! mounts the replica's named volumes, which the engine does not remove while it exists). They
+//! live in the engine, found by label, so a restarted agent uses and removes the ones it finds
+//! like its other containers. Cost: one created container per replica (its writable layer, no
+//! process, no memory) and one create of engine work after each start.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -95,6 +96,28 @@ pub(crate) async fn create(
     let options = CreateContainerOptionsBuilder::new().name(name).build();
     if let Err(e) = docker.create_container(Some(options), body).await {
         tracing::debug!(name, error = %e, "no standby container: the next restart creates one");
+    }
+}
+
+/// Removes every standby of `workload` on `node` (its data is being purged: a standby mounts the
+/// replica's named volumes, which the engine refuses to remove while a container uses them).
+pub(crate) async fn remove_workload(docker: &Docker, node: &str, workload: &str) {
+    let mut filters = node_filters(node);
+    let labels = filters
+        .get_mut("label")
+        .expect("node filters select by label");
+    labels.push(format!("{LABEL_WORKLOAD}={workload}"));
+    labels.push(LABEL_STANDBY.to_string());
+    filters.insert("status".into(), vec!["created".into()]);
+    let options = ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let Ok(listed) = docker.list_containers(Some(options)).await else {
+        return; // the volume removal that follows reports the engine's error
+    };
+    for id in listed.into_iter().filter_map(|c| c.id) {
+        remove(docker, &id).await;
     }
 }
 

@@ -67,8 +67,12 @@ pub(crate) async fn create_owned(
     Ok(())
 }
 
-/// Removes the named volumes Shoal created for `workload`'s replicas on this node.
+/// Removes the named volumes Shoal created for `workload`'s replicas on this node, and first the
+/// standby containers of its replicas that mount them.
 pub(crate) async fn purge(docker: &Docker, node: &str, workload: &str) -> Result<(), RuntimeError> {
+    // The replica's standby containers mount its volumes: without them first, the engine refuses
+    // (409, in use) until `list` removes them as orphans.
+    super::standby::remove_workload(docker, node, workload).await;
     let labels = vec![
         format!("{LABEL_MANAGED}=true"),
         format!("{LABEL_NODE}={node}"),
