@@ -13,36 +13,12 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{shoal_command, stderr, wait_until, Cluster};
+use common::{docker_ready, shoal_command, stderr, wait_until, Cluster};
 
 const NODES: [&str; 2] = ["d2a", "d2b"];
 const NAME: &str = "d2vol";
 /// The named volume Shoal creates for replica 0's docker volume `named` (docs/spec.md).
 const NAMED: &str = "shoal-d2vol-0-named";
-
-fn docker_ready() -> bool {
-    if std::env::var("SHOAL_SKIP_DOCKER_TESTS").as_deref() == Ok("1") {
-        eprintln!("SHOAL_SKIP_DOCKER_TESTS=1: docker test skipped");
-        return false;
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        use shoal::runtime::docker::{ensure_busybox_image, DockerConfig, DockerRuntime};
-        let rt = DockerRuntime::connect(DockerConfig::new("image-setup"))
-            .await
-            .unwrap_or_else(|e| {
-                panic!("the Docker engine is unreachable ({e}); start it or set SHOAL_SKIP_DOCKER_TESTS=1")
-            });
-        let docker = rt.docker().await.unwrap();
-        ensure_busybox_image(&docker, "shoal-busybox", "latest")
-            .await
-            .expect("busybox image");
-    });
-    true
-}
 
 fn docker(args: &[&str]) -> Vec<String> {
     let out = Command::new("docker").args(args).output().unwrap();
