@@ -727,37 +727,6 @@ impl HostLoop {
         stats.round_last_us = began.elapsed().as_micros() as u64;
     }
 
-    /// Records when this node loses sight of a majority of the mesh and when it sees one again:
-    /// while it lacks one, no death verdict is trusted, and the fencing delay of a dead member
-    /// counts from the regain, so an operator (and a test) can tell why a replacement waited.
-    fn note_majority(&mut self) {
-        let now = self.reconciler.majority_since_ms().is_some();
-        let before = self.had_majority.replace(now);
-        if before.is_none() || before == Some(now) {
-            return;
-        }
-        let m = &self.shell.input().membership;
-        let (live, known) = (m.live_count(&self.host.node.name), m.members_known);
-        let (kind, reason) = if now {
-            (
-                "majority-regained",
-                format!(
-                    "sees a majority of the mesh again ({live} of {known} members): fencing \
-                     delays of dead members count from now"
-                ),
-            )
-        } else {
-            (
-                "majority-lost",
-                format!(
-                    "lost sight of a majority of the mesh ({live} of {known} members): no death \
-                     verdict is trusted until it returns"
-                ),
-            )
-        };
-        self.host.record(kind, None, reason);
-    }
-
     /// Purges the data of workloads deleted with `--purge-data` once none of their instances
     /// is listed here (`purge.rs`).
     async fn tend_purges(&mut self, now: u64) {

@@ -5,11 +5,12 @@ use std::collections::{BTreeMap, HashMap};
 
 use bollard::models::{
     ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, HealthConfig,
-    HostConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
+    HostConfig, Mount, MountType, PortBinding, RestartPolicy, RestartPolicyNameEnum,
 };
 
 use crate::core::instance::{Phase, ReplicaId, RuntimeInstance};
 use crate::core::spec::{ContainerSpec, Probe, Protocol};
+use crate::runtime::volumes::{Mounted, Source};
 use crate::runtime::{instance_env, RuntimeError, StartRequest};
 
 /// Marks every container Shoal manages.
@@ -111,7 +112,7 @@ pub(crate) fn create_body(
         nano_cpus: Some(resources.cpu_millis.saturating_mul(1_000_000) as i64),
         memory: Some(resources.memory_bytes as i64),
         port_bindings: Some(bindings),
-        mounts: (!volumes.is_empty()).then(|| super::volumes::mounts_of(volumes)),
+        mounts: (!volumes.is_empty()).then(|| mounts_of(volumes)),
         dns: dns.map(|d| vec![d.server.to_string()]),
         dns_search: dns.map(|d| vec![d.search.clone()]),
         restart_policy: Some(RestartPolicy {
@@ -272,6 +273,26 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     text
+}
+
+/// The create body's mounts for `mounts`.
+fn mounts_of(mounts: &[Mounted]) -> Vec<Mount> {
+    mounts
+        .iter()
+        .map(|m| {
+            let (typ, source) = match &m.source {
+                Source::Dir(dir) => (MountType::BIND, dir.display().to_string()),
+                Source::Named { name, .. } => (MountType::VOLUME, name.clone()),
+            };
+            Mount {
+                target: m.volume.path.clone(),
+                source: Some(source),
+                typ: Some(typ),
+                read_only: Some(m.volume.read_only),
+                ..Mount::default()
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

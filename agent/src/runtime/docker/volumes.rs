@@ -9,33 +9,13 @@
 
 use std::collections::HashMap;
 
-use bollard::models::{Mount, MountType, VolumeCreateRequest};
+use bollard::models::VolumeCreateRequest;
 use bollard::query_parameters::ListVolumesOptionsBuilder;
 use bollard::Docker;
 
 use super::body::{engine_error, status_of, LABEL_MANAGED, LABEL_NODE, LABEL_WORKLOAD};
 use crate::runtime::volumes::{Mounted, Source};
 use crate::runtime::RuntimeError;
-
-/// The create body's mounts for `mounts`.
-pub(crate) fn mounts_of(mounts: &[Mounted]) -> Vec<Mount> {
-    mounts
-        .iter()
-        .map(|m| {
-            let (typ, source) = match &m.source {
-                Source::Dir(dir) => (MountType::BIND, dir.display().to_string()),
-                Source::Named { name, .. } => (MountType::VOLUME, name.clone()),
-            };
-            Mount {
-                target: m.volume.path.clone(),
-                source: Some(source),
-                typ: Some(typ),
-                read_only: Some(m.volume.read_only),
-                ..Mount::default()
-            }
-        })
-        .collect()
-}
 
 /// Creates the replica's own named volumes, labelled for the purge (creating one that exists
 /// changes nothing).
