@@ -4,6 +4,9 @@
 //! saw a majority. If a restart reset that clock, restarting an isolated agent would postpone its
 //! fencing; so the time is saved in `DATA_DIR/last-majority` every few seconds and handed back to
 //! the reconciler before its first round. A value a few seconds old only fences sooner.
+//!
+//! The loop also records when this node loses and regains a majority (`majority-lost`,
+//! `majority-regained` events).
 
 use std::path::Path;
 
@@ -36,25 +39,6 @@ pub fn write(path: &Path, ms: u64) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn round_trips_and_ignores_what_it_cannot_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("last-majority");
-        assert_eq!(read(&path), None, "missing");
-        write(&path, 1_800_000_123_456).unwrap();
-        assert_eq!(read(&path), Some(1_800_000_123_456));
-        write(&path, 1_800_000_200_000).unwrap();
-        assert_eq!(read(&path), Some(1_800_000_200_000), "replaced");
-        std::fs::write(&path, "garbage").unwrap();
-        assert_eq!(read(&path), None, "garbled");
-        assert!(!path.with_extension("tmp").exists());
-    }
-}
-
 impl super::HostLoop {
     /// Records when this node loses sight of a majority of the mesh and when it sees one again:
     /// while it lacks one, no death verdict is trusted, and the fencing delay of a dead member
@@ -85,5 +69,24 @@ impl super::HostLoop {
             )
         };
         self.host.record(kind, None, reason);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_ignores_what_it_cannot_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("last-majority");
+        assert_eq!(read(&path), None, "missing");
+        write(&path, 1_800_000_123_456).unwrap();
+        assert_eq!(read(&path), Some(1_800_000_123_456));
+        write(&path, 1_800_000_200_000).unwrap();
+        assert_eq!(read(&path), Some(1_800_000_200_000), "replaced");
+        std::fs::write(&path, "garbage").unwrap();
+        assert_eq!(read(&path), None, "garbled");
+        assert!(!path.with_extension("tmp").exists());
     }
 }
