@@ -1,6 +1,7 @@
 //! `shoal scale NAME N` on real agents: the spec the mesh holds gets another replica count as a
 //! new version (the rest of the spec kept), the replicas follow, and bad input is refused with
-//! exit 1: an unknown workload, a count past the limit.
+//! exit 1: an unknown workload, a count past the limit. Deleting it then (the only workload)
+//! stops its instance without an approval.
 
 mod common;
 
@@ -79,4 +80,22 @@ fn scale_changes_only_the_replica_count_and_refuses_bad_input() {
     let out = cluster.cli(0, &["scale", "web", "10001"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("replicas"), "{}", stderr(&out));
+
+    // Deleting the only workload stops its instance with no approval: the tombstone says it was
+    // deleted on purpose (an empty store without one would hold the stop as suspicious).
+    let out = cluster.cli(0, &["delete", "web"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let running = || {
+        std::process::Command::new("pgrep")
+            .args(["-f", "sleep 3593"])
+            .output()
+            .is_ok_and(|o| !o.stdout.is_empty())
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || !running()),
+        "the deleted workload's instance still runs\n{}",
+        cluster.logs()
+    );
+    let issues = String::from_utf8_lossy(&cluster.cli(0, &["issues"]).stdout).to_string();
+    assert!(!issues.contains("suspicious"), "{issues}");
 }

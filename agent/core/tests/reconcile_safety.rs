@@ -574,3 +574,43 @@ fn exclusive_replicas_taken_over_go_back_when_their_owner_returns() {
     }
     assert!(c.issue("n2", IssueKind::SuspiciousView).is_none());
 }
+
+#[test]
+fn deleting_the_last_workloads_stops_their_instances_without_approval() {
+    let mut c = five_workloads_on_n1("");
+    // Every workload deleted on purpose: the store holds their tombstones.
+    c.deleted = c.specs.keys().cloned().collect();
+    c.specs.clear();
+    c.owners.clear();
+    c.run_for(3_000);
+    assert!(c.issue("n1", IssueKind::SuspiciousView).is_none());
+    assert_eq!(
+        c.count("n1", |a| matches!(
+            a,
+            Action::Stop {
+                cause: StopCause::Deleted,
+                ..
+            }
+        )),
+        5
+    );
+}
+
+#[test]
+fn an_empty_view_with_one_instance_of_a_workload_never_deleted_is_still_held() {
+    let mut c = five_workloads_on_n1("");
+    // Four tombstones, and one workload whose spec vanished without one (a lost store).
+    c.deleted = ["a", "b", "c", "d"].into_iter().map(String::from).collect();
+    c.specs.clear();
+    c.owners.clear();
+    c.run_for(30_000);
+    assert_eq!(c.count("n1", |a| matches!(a, Action::Stop { .. })), 0);
+    let held = c.issue("n1", IssueKind::SuspiciousView).expect("held");
+    assert!(
+        held.held
+            .as_deref()
+            .unwrap()
+            .contains("1 instances of workloads never deleted"),
+        "{held:?}"
+    );
+}

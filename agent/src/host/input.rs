@@ -341,12 +341,20 @@ async fn refresh_specs(host: &Host, shell: &mut ShellState) -> bool {
     if shell.specs_digest == Some(digest) {
         return false;
     }
-    let (specs, errors, caps, records) = host
+    let (specs, errors, caps, records, deleted) = host
         .node
         .with_store(|s| {
             use crate::authority::caps::{NodeCaps, STORE_NAME};
             use crate::mesh::history;
             let (specs, errors) = view::live_specs(s.list_live());
+            // Workload names only (reserved entries such as `shoal:paused:NAME` never name an
+            // instance's workload, so they would change nothing; they are left out all the same).
+            let deleted: BTreeSet<String> = s
+                .core()
+                .iter()
+                .filter(|e| e.is_tombstone() && !e.name.starts_with("shoal:"))
+                .map(|e| e.name.clone())
+                .collect();
             let caps = NodeCaps::from_body(s.get(STORE_NAME).and_then(|e| e.body.live()));
             let mut records = BTreeMap::new();
             let specs: Vec<_> = specs
@@ -361,9 +369,10 @@ async fn refresh_specs(host: &Host, shell: &mut ShellState) -> bool {
                     (spec, version, paused)
                 })
                 .collect();
-            (specs, errors, caps, records)
+            (specs, errors, caps, records, deleted)
         })
         .await;
+    shell.input.deleted = deleted;
     shell.caps = caps;
     shell.records = records;
     for e in errors {

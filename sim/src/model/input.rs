@@ -148,6 +148,9 @@ pub(super) fn build(
         draining: false,
         capacity: Some(mesh.capacity),
         view_suspect: None,
+        // The model's store has no tombstones: an empty view stays suspicious, as it should
+        // for a store that lost its specs.
+        deleted: BTreeSet::new(),
         // The model's time stands in for every host's wall clock.
         fence_token_floor: now,
         // The model's specs have no host paths.

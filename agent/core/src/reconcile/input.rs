@@ -75,6 +75,11 @@ pub struct ReconcileInput {
     /// The directories under which this node lets replicas use host paths (`shoal agent
     /// --volume-root`); a spec with a host path elsewhere is not started here.
     pub volume_roots: Vec<String>,
+    /// Workloads deleted on purpose: the store holds a tombstone for each (`shoal delete`). No
+    /// spec at all while instances run makes the view suspicious (a wiped or unsynced store
+    /// looks like that), unless every running instance's workload is one of these: a tombstone
+    /// is evidence, which a lost store cannot forge.
+    pub deleted: BTreeSet<String>,
 }
 
 /// Where a replica running here went, when the cell level moved it to another cell.

@@ -28,7 +28,8 @@
 //!   `self_fence_ms` stops its exclusive instances.
 //! - **Fencing tokens**: each start of an exclusive replica carries a token that grows whenever
 //!   its ownership moves and stays the same across restarts on one owner (`fence_token.rs`).
-//! - **Never mass-stop**: while the view is suspicious (no specs while instances run, no majority,
+//! - **Never mass-stop**: while the view is suspicious (no specs while instances of workloads
+//!   never deleted run, no majority,
 //!   most instances suddenly placed elsewhere while not draining, or the shell says so), stops on
 //!   this node's own authority are held behind one approvable safety issue.
 //!

@@ -280,10 +280,14 @@ pub(crate) fn suspicious_reasons(
         .filter(|t| t.alive())
         .map(|t| &t.replica)
         .collect();
-    if input.specs.is_empty() && !alive.is_empty() {
+    let unexplained = alive
+        .iter()
+        .filter(|r| !input.deleted.contains(&r.workload))
+        .count();
+    if input.specs.is_empty() && unexplained > 0 {
         reasons.push(format!(
-            "no workload specs at all while {} instances run here",
-            alive.len()
+            "no workload specs at all while {unexplained} instances of workloads never deleted \
+             run here"
         ));
     }
     let m = &input.membership;

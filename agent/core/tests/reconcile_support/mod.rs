@@ -194,6 +194,8 @@ pub struct Cluster {
     pub agents: BTreeMap<String, Agent>,
     pub specs: BTreeMap<String, SpecEntry>,
     pub owners: BTreeMap<ReplicaId, String>,
+    /// Workloads with a tombstone (deleted on purpose).
+    pub deleted: BTreeSet<String>,
     /// A node's own placement when it differs from `owners` (a partitioned view).
     pub owners_of: BTreeMap<String, BTreeMap<ReplicaId, String>>,
     /// Pairs of nodes that cannot reach each other.
@@ -229,6 +231,7 @@ impl Cluster {
             agents: BTreeMap::new(),
             specs: BTreeMap::new(),
             owners: BTreeMap::new(),
+            deleted: BTreeSet::new(),
             owners_of: BTreeMap::new(),
             cut: BTreeSet::new(),
             dead_after_ms: 3_000,
@@ -407,6 +410,7 @@ impl Cluster {
                 false => self.fence_token_floor,
             },
             volume_roots: Vec::new(),
+            deleted: self.deleted.clone(),
         }
     }
 
