@@ -3,6 +3,8 @@
 //! more than a MiB of stdin echoed back in order through the session's bounds; the instance's
 //! environment; clear errors for a replica that does not run, an unknown workload or replica,
 //! a missing program; a read-only certificate refused; the exec recorded in the node's events.
+//! And the bounds: 16 sessions per agent (the 17th refused), a session whose client vanished
+//! killed after the 30 s idle timeout and its slot freed.
 
 mod common;
 
@@ -201,4 +203,83 @@ fn exec_through_any_agent_streams_bounds_and_refuses_clearly() {
 
 fn pki_reader(pki_dir: &Path, name: &str) {
     shoal::pki::load_identity(pki_dir, name, SelfIssue::As(Role::Reader)).expect("identity");
+}
+
+/// Processes whose command line starts with `needle` (not the CLIs that name it in their
+/// arguments).
+fn count(needle: &str) -> usize {
+    std::process::Command::new("pgrep")
+        .args(["-f", &format!("^{needle}")])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn sixteen_sessions_at_most_and_an_abandoned_one_is_killed_after_its_idle_timeout() {
+    let mut c = Cluster::new();
+    // Unique to this test: the commands the sessions run, found by pgrep.
+    let marker = format!("sleep 35{}", std::process::id() % 100 + 100);
+    c.cleanup.push(marker.clone());
+    c.cleanup.push("exec-bounds-test".to_string());
+    c.add("b1");
+    c.wait_members(1, Duration::from_secs(20));
+    let dir = c.dir.path().to_path_buf();
+    let spec = write_spec(
+        &dir,
+        "held",
+        "[\"sh\", \"-c\", \": exec-bounds-test; while :; do sleep 1; done\"]",
+    );
+    let out = c.cli(0, &["apply", "-f", spec.to_str().unwrap(), "--wait"]);
+    assert!(out.status.success(), "apply: {}", stderr(&out));
+    let a = &c.agents[0];
+    let args: Vec<&str> = marker.split(' ').collect();
+    let mut clients: Vec<std::process::Child> = (0..shoal::exec::SESSIONS_MAX)
+        .map(|_| {
+            shoal_command(None)
+                .args(["exec", "held/0", "--"])
+                .args(&args)
+                .env("SHOAL_AGENT", a.api.to_string())
+                .env("SHOAL_PKI", &c.pki)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        wait_until(Duration::from_secs(20), || count(&marker)
+            == shoal::exec::SESSIONS_MAX),
+        "{} sessions did not all start: {} running",
+        shoal::exec::SESSIONS_MAX,
+        count(&marker)
+    );
+    let (code, _, err) = exec(&c, 0, &["held/0", "--", "true"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("exec sessions run on this node already"),
+        "{err}"
+    );
+
+    // The clients vanish without a word: nobody polls, so each session's command is killed
+    // after the idle timeout (30 s), and the sessions are free again.
+    for client in &mut clients {
+        let _ = client.kill();
+        let _ = client.wait();
+    }
+    let killed = std::time::Instant::now();
+    let idle = shoal::exec::IDLE_TIMEOUT;
+    assert!(
+        wait_until(idle + Duration::from_secs(15), || count(&marker) == 0),
+        "abandoned sessions' commands still run {:?} after their clients died: {}",
+        killed.elapsed(),
+        count(&marker)
+    );
+    assert!(
+        killed.elapsed() >= idle - Duration::from_secs(1),
+        "killed before the idle timeout: {:?}",
+        killed.elapsed()
+    );
+    let (code, out, err) = exec(&c, 0, &["held/0", "--", "echo", "free"]);
+    assert_eq!((code, out.as_str()), (0, "free\n"), "{err}");
 }
