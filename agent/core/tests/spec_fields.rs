@@ -38,7 +38,8 @@ const DOCKER_PULL: &str = "agent/src/runtime/docker/pull.rs";
 const SPAWN: &str = "agent/src/runtime/process/spawn.rs";
 const VIEW: &str = "agent/src/mesh/view.rs";
 const VOLUMES: &str = "agent/src/runtime/volumes.rs";
-const DOCKER_VOLUMES: &str = "agent/src/runtime/docker/volumes.rs";
+/// Where the container create body mounts volumes.
+const DOCKER_MOUNTS: &str = "agent/src/runtime/docker/body.rs";
 
 /// Every field of the serde form of [`WorkloadSpec`], by path: `.` between fields, `[]` for the
 /// elements of an array, the variant name for an enum. A listed path is a leaf: maps (env,
@@ -193,12 +194,12 @@ const FIELDS: &[(&str, Reader)] = &[
     ("reload.Signal", Code(CONTROL, "ReloadHook::Signal")),
     ("volumes[].name", Code(VOLUMES, "volume.name")),
     ("volumes[].kind", Code(VOLUMES, "match volume.kind")),
-    ("volumes[].path", Code(DOCKER_VOLUMES, "m.volume.path")),
+    ("volumes[].path", Code(DOCKER_MOUNTS, "m.volume.path")),
     ("volumes[].host_path", Code(VOLUMES, "volume.host_path")),
     ("volumes[].source", Code(VOLUMES, "volume.source")),
     (
         "volumes[].read_only",
-        Code(DOCKER_VOLUMES, "m.volume.read_only"),
+        Code(DOCKER_MOUNTS, "m.volume.read_only"),
     ),
     (
         "reload.Exec.command",
