@@ -38,26 +38,6 @@ fn pids() -> BTreeMap<u32, Vec<u32>> {
     by_replica
 }
 
-fn json(cluster: &Cluster, i: usize, args: &[&str]) -> serde_json::Value {
-    let out = cluster.cli(i, args);
-    serde_json::from_slice(&out.stdout).unwrap_or_default()
-}
-
-/// Replicas of `web` with a healthy running instance, as agent `i` sees them.
-fn serving(cluster: &Cluster, i: usize) -> usize {
-    let status = json(cluster, i, &["status", "web", "-o", "json"]);
-    let mut replicas: Vec<u64> = status["instances"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|inst| inst["phase"] == "running" && inst["healthy"] == true)
-        .filter_map(|inst| inst["replica"].as_u64())
-        .collect();
-    replicas.sort_unstable();
-    replicas.dedup();
-    replicas.len()
-}
-
 #[test]
 fn restart_replaces_every_replica_rolling_or_one_replica_at_once() {
     let mut cluster = Cluster::new();
@@ -78,7 +58,7 @@ fn restart_replaces_every_replica_rolling_or_one_replica_at_once() {
     .unwrap();
     let out = cluster.cli(0, &["apply", "-f", path.to_str().unwrap(), "--wait"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let version = json(&cluster, 0, &["get", "web", "-o", "json"])[0]["version"].clone();
+    let version = cluster.cli_json(0, &["get", "web", "-o", "json"])[0]["version"].clone();
     let before = pids();
     assert_eq!(before.len(), 3, "{before:?}");
 
@@ -89,7 +69,7 @@ fn restart_replaces_every_replica_rolling_or_one_replica_at_once() {
         let sampler = s.spawn(|| {
             let mut fewest = usize::MAX;
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                fewest = fewest.min(serving(&cluster, 1));
+                fewest = fewest.min(cluster.serving_replicas(1, "web"));
                 std::thread::sleep(Duration::from_millis(100));
             }
             fewest
@@ -120,16 +100,16 @@ fn restart_replaces_every_replica_rolling_or_one_replica_at_once() {
         fewest >= 2,
         "fewer than replicas - max_unavailable served: {fewest}"
     );
-    let now = json(&cluster, 0, &["get", "web", "-o", "json"]);
+    let now = cluster.cli_json(0, &["get", "web", "-o", "json"]);
     assert_ne!(now[0]["version"], version, "a new version");
-    let history = json(&cluster, 0, &["history", "web", "-o", "json"]);
+    let history = cluster.cli_json(0, &["history", "web", "-o", "json"]);
     assert_eq!(
         history[0]["runs"], history[1]["runs"],
         "the same program: {history}"
     );
 
     // One replica, through the agent that does not run it.
-    let status = json(&cluster, 0, &["status", "web", "-o", "json"]);
+    let status = cluster.cli_json(0, &["status", "web", "-o", "json"]);
     let node_of_1 = status["instances"]
         .as_array()
         .unwrap()
@@ -158,7 +138,7 @@ fn restart_replaces_every_replica_rolling_or_one_replica_at_once() {
     let after = pids();
     assert_eq!(after[&0], before[&0], "replica 0 untouched");
     assert_eq!(after[&2], before[&2], "replica 2 untouched");
-    let status = json(&cluster, 0, &["status", "web", "-o", "json"]);
+    let status = cluster.cli_json(0, &["status", "web", "-o", "json"]);
     let restarts: Vec<u64> = status["instances"]
         .as_array()
         .unwrap()

@@ -26,14 +26,9 @@ fn spec(dir: &Path, file: &str, name: &str, command: &str) -> PathBuf {
     path
 }
 
-fn json(cluster: &Cluster, i: usize, args: &[&str]) -> serde_json::Value {
-    let out = cluster.cli(i, args);
-    serde_json::from_slice(&out.stdout).unwrap_or_default()
-}
-
 /// Replicas with a healthy running instance of any version, and the commands they run.
 fn serving(cluster: &Cluster, i: usize, name: &str) -> Option<(u32, Vec<String>)> {
-    let status = json(cluster, i, &["status", name, "-o", "json"]);
+    let status = cluster.cli_json(i, &["status", name, "-o", "json"]);
     let list = status["instances"].as_array()?;
     let mut replicas = std::collections::BTreeSet::new();
     let mut versions = Vec::new();
@@ -62,7 +57,7 @@ async fn a_crashing_version_is_rolled_back_to_the_last_complete_one() {
         "web",
         r#"["sh", "-c", "echo bad version >&2; exit 3"]"#,
     );
-    let rollout = |i: usize| json(&cluster, i, &["rollout", "status", "web", "-o", "json"]);
+    let rollout = |i: usize| cluster.cli_json(i, &["rollout", "status", "web", "-o", "json"]);
 
     let out = cluster.cli(0, &["apply", "-f", good.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -125,7 +120,7 @@ async fn a_crashing_version_is_rolled_back_to_the_last_complete_one() {
         from["reason"].as_str().unwrap().contains("crash loop"),
         "{status}"
     );
-    let history = json(&cluster, 1, &["history", "web", "-o", "json"]);
+    let history = cluster.cli_json(1, &["history", "web", "-o", "json"]);
     assert_eq!(history[0]["runs"], "sleep 3594", "{history}");
     assert_eq!(history[1]["outcome"], "rolled back", "{history}");
     assert!(
@@ -171,7 +166,7 @@ async fn a_crashing_version_is_rolled_back_to_the_last_complete_one() {
     // completes, and the rollback's own rollout is recorded complete in the history.
     let out = cluster.cli(0, &["apply", "-f", good.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let history = json(&cluster, 0, &["history", "web", "-o", "json"]);
+    let history = cluster.cli_json(0, &["history", "web", "-o", "json"]);
     assert_eq!(history[0]["version"], restored, "{history}");
     let next = spec(&dir, "next.toml", "web", r#"["sleep", "3595"]"#);
     let out = cluster.cli(0, &["apply", "-f", next.to_str().unwrap()]);
@@ -180,7 +175,7 @@ async fn a_crashing_version_is_rolled_back_to_the_last_complete_one() {
         rollout(1)["state"] == "complete"
     });
     assert!(complete, "the next rollout never completed: {}", rollout(1));
-    let history = json(&cluster, 0, &["history", "web", "-o", "json"]);
+    let history = cluster.cli_json(0, &["history", "web", "-o", "json"]);
     assert_eq!(history[0]["runs"], "sleep 3595", "{history}");
     assert_eq!(history[1]["outcome"], "complete", "{history}");
     // Recorded complete before the next apply (the version a rollback goes back to).
@@ -201,7 +196,7 @@ async fn a_crashing_version_is_rolled_back_to_the_last_complete_one() {
     );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("rolled back"), "{}", stderr(&out));
-    let history = json(&cluster, 0, &["history", "web", "-o", "json"]);
+    let history = cluster.cli_json(0, &["history", "web", "-o", "json"]);
     assert_eq!(history[0]["runs"], "sleep 3595", "{history}");
 }
 
@@ -215,7 +210,7 @@ async fn a_failed_version_with_nothing_to_go_back_to_stays_failed_and_says_why()
     let bad = spec(&dir, "bad.toml", "crashy", r#"["sh", "-c", "exit 4"]"#);
     let out = cluster.cli(0, &["apply", "-f", bad.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let rollout = || json(&cluster, 1, &["rollout", "status", "crashy", "-o", "json"]);
+    let rollout = || cluster.cli_json(1, &["rollout", "status", "crashy", "-o", "json"]);
     let failed = wait_until(Duration::from_secs(DEADLINE_S + 10), || {
         rollout()["reason"]
             .as_str()
@@ -223,7 +218,7 @@ async fn a_failed_version_with_nothing_to_go_back_to_stays_failed_and_says_why()
     });
     assert!(failed, "never recorded failed: {}", rollout());
     assert_eq!(rollout()["state"], "failed");
-    let history = json(&cluster, 0, &["history", "crashy", "-o", "json"]);
+    let history = cluster.cli_json(0, &["history", "crashy", "-o", "json"]);
     assert_eq!(
         history.as_array().map(Vec::len),
         Some(1),

@@ -9,26 +9,6 @@ use std::time::Duration;
 
 use common::{stderr, wait_until, Cluster};
 
-fn json(cluster: &Cluster, i: usize, args: &[&str]) -> serde_json::Value {
-    let out = cluster.cli(i, args);
-    serde_json::from_slice(&out.stdout).unwrap_or_default()
-}
-
-/// Replicas of `web` with a healthy running instance, as agent `i` sees them.
-fn serving(cluster: &Cluster, i: usize) -> usize {
-    let status = json(cluster, i, &["status", "web", "-o", "json"]);
-    let mut replicas: Vec<u64> = status["instances"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|inst| inst["phase"] == "running" && inst["healthy"] == true)
-        .filter_map(|inst| inst["replica"].as_u64())
-        .collect();
-    replicas.sort_unstable();
-    replicas.dedup();
-    replicas.len()
-}
-
 #[test]
 fn scale_changes_only_the_replica_count_and_refuses_bad_input() {
     let mut cluster = Cluster::new();
@@ -46,26 +26,28 @@ fn scale_changes_only_the_replica_count_and_refuses_bad_input() {
     .unwrap();
     let out = cluster.cli(0, &["apply", "-f", path.to_str().unwrap(), "--wait"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let before = json(&cluster, 1, &["get", "web", "-o", "json"]);
+    let before = cluster.cli_json(1, &["get", "web", "-o", "json"]);
 
     // Through the other agent, waiting for the new replicas.
     let out = cluster.cli(1, &["scale", "web", "4", "--wait", "--wait-timeout", "30s"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let said = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(said.contains("scaled from 2 to 4 replicas"), "{said}");
-    assert_eq!(serving(&cluster, 0), 4, "{}", cluster.logs());
-    let after = json(&cluster, 0, &["get", "web", "-o", "json"]);
+    assert_eq!(cluster.serving_replicas(0, "web"), 4, "{}", cluster.logs());
+    let after = cluster.cli_json(0, &["get", "web", "-o", "json"]);
     assert_eq!(after[0]["replicas"], 4, "{after}");
     assert_ne!(after[0]["version"], before[0]["version"], "a new version");
     // The rest of the spec is what was applied: history's current entry still runs the same.
-    let history = json(&cluster, 0, &["history", "web", "-o", "json"]);
+    let history = cluster.cli_json(0, &["history", "web", "-o", "json"]);
     assert_eq!(history[0]["runs"], history[1]["runs"], "{history}");
 
     // Down again; the same count again is no new version.
     let out = cluster.cli(0, &["scale", "web", "1"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        wait_until(Duration::from_secs(20), || serving(&cluster, 1) == 1),
+        wait_until(Duration::from_secs(20), || cluster
+            .serving_replicas(1, "web")
+            == 1),
         "scaled down to 1\n{}",
         cluster.logs()
     );

@@ -12,6 +12,7 @@ use shoal_core::Resources;
 
 use super::{Host, INSTANCES_KEY};
 use crate::mesh::view::{self, Member, MemberCache};
+use crate::store_db::RESERVED_PREFIX;
 
 /// How long after start the view counts as suspect unless the store synced with a peer first.
 pub const START_SUSPECT_MS: u64 = 10_000;
@@ -352,7 +353,7 @@ async fn refresh_specs(host: &Host, shell: &mut ShellState) -> bool {
             let deleted: BTreeSet<String> = s
                 .core()
                 .iter()
-                .filter(|e| e.is_tombstone() && !e.name.starts_with("shoal:"))
+                .filter(|e| e.is_tombstone() && !e.name.starts_with(RESERVED_PREFIX))
                 .map(|e| e.name.clone())
                 .collect();
             let caps = NodeCaps::from_body(s.get(STORE_NAME).and_then(|e| e.body.live()));

@@ -194,6 +194,24 @@ impl Cluster {
         }
     }
 
+    /// The CLI's JSON output against agent `i` (`Null` when it printed none).
+    pub fn cli_json(&self, i: usize, args: &[&str]) -> serde_json::Value {
+        serde_json::from_slice(&self.cli(i, args).stdout).unwrap_or_default()
+    }
+
+    /// Replicas of `name` with a healthy running instance, as agent `i`'s status shows them.
+    pub fn serving_replicas(&self, i: usize, name: &str) -> usize {
+        let status = self.cli_json(i, &["status", name, "-o", "json"]);
+        let replicas: std::collections::BTreeSet<u64> = status["instances"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|inst| inst["phase"] == "running" && inst["healthy"] == true)
+            .filter_map(|inst| inst["replica"].as_u64())
+            .collect();
+        replicas.len()
+    }
+
     /// Runs the CLI against agent `i` (from its network namespace).
     pub fn cli(&self, i: usize, args: &[&str]) -> Output {
         let a = &self.agents[i];

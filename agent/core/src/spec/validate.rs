@@ -234,14 +234,24 @@ fn check_env(r: &mut Report, path: &str, env: &BTreeMap<String, String>) {
 /// A port name: what `SHOAL_PORT_<NAME>` and `_NAME._tcp` are made of. As Kubernetes' port
 /// names (an IANA service name): lowercase letters, digits and '-', a letter first, no '--'.
 pub(crate) fn check_port_name(name: &str) -> Result<(), String> {
-    const HELP: &str = "use lowercase letters, digits and '-', starting with a letter, \
-                        not ending with '-' and without '--' (e.g. \"http\", \"grpc-admin\")";
+    check_label_name(name, "port", PORT_NAME_LEN_MAX, "\"http\", \"grpc-admin\"")
+}
+
+/// A short lowercase name (`what`: port, volume): lowercase letters, digits and '-', a letter
+/// first, not ending with '-' and without '--', at most `len_max` characters; `example` goes
+/// in the message.
+pub(crate) fn check_label_name(
+    name: &str,
+    what: &str,
+    len_max: usize,
+    example: &str,
+) -> Result<(), String> {
     if name.is_empty() {
         return Err("must not be empty".to_string());
     }
-    if name.len() > PORT_NAME_LEN_MAX {
+    if name.len() > len_max {
         return Err(format!(
-            "{name:?} is {} characters; a port name is at most {PORT_NAME_LEN_MAX}",
+            "{name:?} is {} characters; a {what} name is at most {len_max}",
             name.len()
         ));
     }
@@ -252,7 +262,10 @@ pub(crate) fn check_port_name(name: &str) -> Result<(), String> {
         && !name.ends_with('-')
         && !name.contains("--");
     if !ok {
-        return Err(format!("{name:?} is not a valid port name: {HELP}"));
+        return Err(format!(
+            "{name:?} is not a valid {what} name: use lowercase letters, digits and '-', \
+             starting with a letter, not ending with '-' and without '--' (e.g. {example})"
+        ));
     }
     Ok(())
 }

@@ -279,28 +279,7 @@ fn check_kind_fields(r: &mut Report, v: &Volume, container: bool, at: &str) {
 
 /// A volume name: lowercase letters, digits and `-`, a letter first, no `-` last, no `--`.
 fn check_volume_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("must not be empty".to_string());
-    }
-    if name.len() > VOLUME_NAME_LEN_MAX {
-        return Err(format!(
-            "{name:?} is {} characters; a volume name is at most {VOLUME_NAME_LEN_MAX}",
-            name.len()
-        ));
-    }
-    let ok = name.starts_with(|c: char| c.is_ascii_lowercase())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.ends_with('-')
-        && !name.contains("--");
-    if !ok {
-        return Err(format!(
-            "{name:?} is not a valid volume name: use lowercase letters, digits and '-', \
-             starting with a letter, not ending with '-' and without '--' (e.g. \"data\")"
-        ));
-    }
-    Ok(())
+    super::validate::check_label_name(name, "volume", VOLUME_NAME_LEN_MAX, "\"data\"")
 }
 
 /// A docker volume name as the engine accepts it: `[a-zA-Z0-9][a-zA-Z0-9_.-]*`.
