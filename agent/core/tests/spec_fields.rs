@@ -37,6 +37,8 @@ const DOCKER_BODY: &str = "agent/src/runtime/docker/body.rs";
 const DOCKER_PULL: &str = "agent/src/runtime/docker/pull.rs";
 const SPAWN: &str = "agent/src/runtime/process/spawn.rs";
 const VIEW: &str = "agent/src/mesh/view.rs";
+/// Where a sticky replica waits for its data.
+const DATA: &str = "agent/core/src/reconcile/data.rs";
 const VOLUMES: &str = "agent/src/runtime/volumes.rs";
 /// Where the container create body mounts volumes.
 const DOCKER_MOUNTS: &str = "agent/src/runtime/docker/body.rs";
@@ -97,6 +99,14 @@ const FIELDS: &[(&str, Reader)] = &[
         Code(VIEW, "spec.placement.exclusive"),
     ),
     ("placement.priority", Code(VIEW, "spec.placement.priority")),
+    (
+        "placement.sticky_for_ms",
+        Code(DATA, "placement.sticky_for_ms()"),
+    ),
+    (
+        "placement.on_data_loss",
+        Code(DATA, "placement.on_data_loss()"),
+    ),
     (
         "health.probe.Exec.command",
         Code(CONTROL, "Probe::Exec { command }"),
@@ -219,7 +229,7 @@ fn samples() -> Vec<WorkloadSpec> {
          ports = [{ name = \"http\", port = 8080, protocol = \"udp\" }]\n\
          env = { A = \"1\" }\n\
          [placement]\nspread = \"zone\"\nconstraints = [\"disk == ssd\"]\nexclusive = true\n\
-         priority = 5\n\
+         priority = 5\nsticky_for = \"10m\"\non_data_loss = \"start-empty\"\n\
          [health]\nexec = { command = [\"true\"] }\ninterval = \"5s\"\ntimeout = \"2s\"\n\
          failure_threshold = 4\nstart_grace = \"20s\"\n\
          [restart]\npolicy = \"on-failure\"\nbackoff_initial = \"1s\"\nbackoff_max = \"1m\"\n\

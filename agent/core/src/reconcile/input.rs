@@ -80,6 +80,11 @@ pub struct ReconcileInput {
     /// looks like that), unless every running instance's workload is one of these: a tombstone
     /// is evidence, which a lost store cannot forge.
     pub deleted: BTreeSet<String>,
+    /// The node that holds each replica's data, for replicas that keep data of their own: the
+    /// last node the mesh recorded running it (the store's `shoal:data:` entries). An exclusive
+    /// replica placed here whose data another node holds waits for it (`data.rs`). A replica
+    /// missing here has no data anywhere yet.
+    pub data_holders: BTreeMap<ReplicaId, String>,
 }
 
 /// Where a replica running here went, when the cell level moved it to another cell.

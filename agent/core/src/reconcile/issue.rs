@@ -46,6 +46,10 @@ pub enum IssueKind {
     /// An exclusive replica the mesh cannot decide about (held): owner unreachable but not
     /// confirmed dead, or no majority visible.
     ExclusiveUndecided,
+    /// An exclusive replica's data is on another node (down, or not chosen): it waits for it
+    /// (held), unless an operator approves starting it empty here, or `on_data_loss =
+    /// "start-empty"` and `sticky_for` has passed.
+    DataElsewhere,
     /// This node lost sight of a majority and stopped its exclusive replicas.
     SelfFenced,
     /// This node's view looks wrong; stops on its own authority are held.
@@ -84,6 +88,7 @@ impl IssueKind {
             IssueKind::SettingsDiffer => Layer::Application,
             IssueKind::ExclusiveWaiting
             | IssueKind::ExclusiveUndecided
+            | IssueKind::DataElsewhere
             | IssueKind::SelfFenced
             | IssueKind::SuspiciousView
             | IssueKind::ClockSkew => Layer::Safety,
@@ -104,6 +109,7 @@ impl IssueKind {
             IssueKind::SettingsDiffer => "settings-differ",
             IssueKind::ExclusiveWaiting => "exclusive-waiting",
             IssueKind::ExclusiveUndecided => "exclusive-undecided",
+            IssueKind::DataElsewhere => "data-elsewhere",
             IssueKind::SelfFenced => "self-fenced",
             IssueKind::SuspiciousView => "suspicious-view",
             IssueKind::Unsupported => "unsupported",

@@ -41,6 +41,7 @@
 mod action;
 mod cache;
 mod config;
+mod data;
 mod exclusive;
 mod fence_token;
 mod health;

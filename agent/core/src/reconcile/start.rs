@@ -5,6 +5,7 @@
 
 use crate::instance::ReplicaId;
 use crate::reconcile::action::Action;
+use crate::reconcile::data::data_allows;
 use crate::reconcile::exclusive::{start_guard, Guard};
 use crate::reconcile::fence_token;
 use crate::reconcile::input::SpecEntry;
@@ -80,6 +81,9 @@ pub(crate) fn plan_start(
         );
         plan.issue(kind, Some(replica), msg);
         plan.wake_at(state.next_start_at_ms);
+        return;
+    }
+    if !data_allows(ctx, plan, replica, entry, state) {
         return;
     }
     if exclusive {

@@ -96,6 +96,11 @@ pub(crate) struct ReplicaState {
     pub fence_token: Option<u64>,
     /// The highest fencing token peers published for the replica while it waited here.
     pub fence_seen: u64,
+    /// Since when its start has waited for its data, held on another node (`data.rs`).
+    pub data_wait_since_ms: Option<u64>,
+    /// An operator's approval or the spec's `on_data_loss` let it start here without the data
+    /// another node holds: later starts here do not ask again.
+    pub data_taken: bool,
 }
 
 /// How the last instance of a replica ended.

@@ -6,7 +6,7 @@ use super::validate::{check_command, check_text, range_message, Report};
 use super::*;
 
 /// A duration within `min_ms..=DURATION_MS_MAX`.
-fn duration(r: &mut Report, path: &str, ms: u64, min_ms: u64) {
+pub(crate) fn duration(r: &mut Report, path: &str, ms: u64, min_ms: u64) {
     if ms < min_ms {
         r.err(
             path,

@@ -20,7 +20,14 @@ pub(crate) const SECTIONS: &[(&str, &[&str])] = &[
     ("resources", &["cpu", "memory"]),
     (
         "placement",
-        &["spread", "constraints", "exclusive", "priority"],
+        &[
+            "spread",
+            "constraints",
+            "exclusive",
+            "priority",
+            "sticky_for",
+            "on_data_loss",
+        ],
     ),
     (
         "health",
@@ -235,6 +242,7 @@ fn placement(ctx: &mut Ctx, path: &str, node: &Node) -> Placement {
         let range = |v| range_message(super::PRIORITY_MIN.into(), super::PRIORITY_MAX.into(), v);
         out.priority = integer(ctx, &p, n, range).unwrap_or_default();
     }
+    super::sticky::decode(ctx, &mut f, &mut out);
     f.finish(ctx, SECTIONS);
     out
 }

@@ -31,6 +31,7 @@ mod policy;
 mod reader;
 mod render;
 mod sections;
+mod sticky;
 mod suggest;
 mod validate;
 mod volumes;
@@ -39,6 +40,7 @@ pub use duration::{format_duration_ms, parse_duration_ms};
 pub use error::{Location, SpecError, SpecErrors};
 pub use image::{ImageRef, PullPolicy, DEFAULT_REGISTRY};
 pub use limits::*;
+pub use sticky::{OnDataLoss, STICKY_FOR_MS_DEFAULT};
 pub use volumes::{
     check_absolute_path, host_path_allowed, Volume, VolumeKind, VOLUMES_MAX, VOLUME_NAME_LEN_MAX,
     VOLUME_SOURCE_LEN_MAX,
@@ -216,6 +218,11 @@ pub struct Placement {
     pub exclusive: bool,
     /// Higher places first and is never displaced by lower; `PRIORITY_MIN..=PRIORITY_MAX`.
     pub priority: i32,
+    /// Exclusive replicas with data of their own: how long one waits for the node that holds its
+    /// data while that node is down (`None`: [`STICKY_FOR_MS_DEFAULT`]; `sticky.rs`).
+    pub sticky_for_ms: Option<u64>,
+    /// What such a replica does once `sticky_for` has passed (`None`: wait).
+    pub on_data_loss: Option<OnDataLoss>,
 }
 
 /// How replicas of one workload are spread.

@@ -9,7 +9,7 @@ use super::validate::range_message;
 use super::*;
 
 /// A duration string such as `"10s"`.
-fn duration(ctx: &mut Ctx, path: &str, node: &Node) -> Option<u64> {
+pub(crate) fn duration(ctx: &mut Ctx, path: &str, node: &Node) -> Option<u64> {
     let Value::Str(text) = &node.value else {
         ctx.wrong_type(path, node, "a duration such as \"10s\" or \"500ms\"");
         return None;

@@ -136,7 +136,7 @@ fn to_table(spec: &WorkloadSpec) -> Table {
         Spread::Node => "node",
         Spread::Zone => "zone",
     };
-    let placement = table([
+    let mut placement = table([
         ("spread", Value::String(spread.into())),
         (
             "constraints",
@@ -150,6 +150,14 @@ fn to_table(spec: &WorkloadSpec) -> Table {
         ("exclusive", Value::Boolean(p.exclusive)),
         ("priority", Value::Integer(p.priority.into())),
     ]);
+    if let Value::Table(placement) = &mut placement {
+        if let Some(ms) = p.sticky_for_ms {
+            placement.insert("sticky_for".into(), duration(ms));
+        }
+        if let Some(on) = p.on_data_loss {
+            placement.insert("on_data_loss".into(), Value::String(on.as_str().into()));
+        }
+    }
     t.insert("placement".into(), placement);
     if let Some(h) = &spec.health {
         t.insert("health".into(), health(h));

@@ -132,6 +132,7 @@ pub(crate) fn check(spec: &WorkloadSpec, r: &mut Report) {
     check_policy::update(r, &spec.update, spec.health.as_ref(), placement.exclusive);
     check_policy::settings(r, &spec.settings, spec.reload.as_ref());
     super::volumes::check(r, spec);
+    super::sticky::check(r, spec);
 }
 
 /// A DNS label (RFC 1123): what names a workload in commands, logs and, later, DNS.

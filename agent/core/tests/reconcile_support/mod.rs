@@ -217,6 +217,8 @@ pub struct Cluster {
     /// Agents whose gossip knows no other member (restarted while cut off: their seeds are
     /// unreachable): they see themselves alone, one known member, no peer state.
     pub knows_only_itself: BTreeSet<String>,
+    /// The node that holds each replica's data, handed to every agent.
+    pub data_holders: BTreeMap<ReplicaId, String>,
 }
 
 impl Cluster {
@@ -242,6 +244,7 @@ impl Cluster {
             fence_token_floor: 0,
             fence_token_floor_is_now: false,
             knows_only_itself: BTreeSet::new(),
+            data_holders: BTreeMap::new(),
         };
         for n in nodes {
             let agent = Agent {
@@ -411,6 +414,7 @@ impl Cluster {
             },
             volume_roots: Vec::new(),
             deleted: self.deleted.clone(),
+            data_holders: self.data_holders.clone(),
         }
     }
 
