@@ -400,11 +400,18 @@ pub fn status(args: NameArgs) -> anyhow::Result<ExitCode> {
             None => "-",
         };
         let pulling = i.pull.as_ref().map(pull_line);
+        // A replica away from its data says where the data is.
+        let away = i
+            .data_on
+            .as_deref()
+            .filter(|&d| i.node.as_deref() != Some(d))
+            .map(|d| format!("its data is on {d}"));
         let reason = i
             .reason
             .as_deref()
             .or(pulling.as_deref())
             .or(i.last_error.as_deref())
+            .or(away.as_deref())
             .unwrap_or("");
         let token = column(&i.fence_token.map_or("-".to_string(), |t| t.to_string()));
         println!(

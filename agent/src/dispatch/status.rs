@@ -94,6 +94,7 @@ impl Api {
                         )),
                         fence_token: None,
                         pull: None,
+                        data_on: None,
                     })),
             }
         }
@@ -146,9 +147,12 @@ impl Api {
         name: String,
         asked: Range<u32>,
     ) -> Result<(StatusView, BTreeMap<String, Vec<u32>>), ApiError> {
-        let (specs, _) = self
+        let ((specs, _), (holders, _)) = self
             .node
-            .with_store(|s| view::live_specs(s.list_live()))
+            .with_store(|s| {
+                let holders = crate::mesh::data::holders(s.core().iter());
+                (view::live_specs(s.list_live()), holders)
+            })
             .await;
         let Some((spec, version)) = specs.iter().find(|(s, _)| s.name == name).cloned() else {
             return Err(not_found(&name));
@@ -157,7 +161,7 @@ impl Api {
         let nodes = view::placement_nodes(&members, &self.node.caps());
         let workloads: Vec<_> = specs
             .iter()
-            .map(|(s, _)| view::placement_workload(s))
+            .map(|(s, _)| view::placement_workload_held(s, &holders))
             .collect();
         let own_cell = self.node.cells.own().to_string();
         let (placed, cell_of) = match self.node.cells.placement_cells() {
@@ -213,7 +217,14 @@ impl Api {
                     reason,
                     fence_token: None,
                     pull: None,
+                    data_on: None,
                 });
+            }
+        }
+        if spec.keeps_replica_data() {
+            for i in &mut instances {
+                let id = ReplicaId::new(&name, i.replica);
+                i.data_on = holders.get(&id).cloned();
             }
         }
         let mut notes = Vec::new();
@@ -260,6 +271,7 @@ fn handing_off(id: &ReplicaId, cell: &str, observed: &Observed) -> Vec<InstanceV
                 reason: Some(format!("placed in cell {cell}: handing off")),
                 fence_token: status.fence_token,
                 pull: status.pull.clone(),
+                data_on: None,
             });
         }
     }
@@ -303,6 +315,7 @@ fn observed_here(
                 },
                 fence_token: status.fence_token,
                 pull: status.pull.clone(),
+                data_on: None,
             });
         }
     }

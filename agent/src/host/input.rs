@@ -50,6 +50,7 @@ pub struct ShellState {
     cells: Option<Vec<Cell>>,
     /// Peers' observed state that failed to decode, counted.
     pub statuses_rejected: u64,
+
     /// The input of the last round, updated in place.
     input: ReconcileInput,
     /// Counts the rounds in which the members, their keys or the specs moved.
@@ -342,11 +343,11 @@ async fn refresh_specs(host: &Host, shell: &mut ShellState) -> bool {
     if shell.specs_digest == Some(digest) {
         return false;
     }
-    let (specs, errors, caps, records, deleted) = host
+    let (specs, errors, caps, records, deleted, (holders, refused)) = host
         .node
         .with_store(|s| {
             use crate::authority::caps::{NodeCaps, STORE_NAME};
-            use crate::mesh::history;
+            use crate::mesh::{data, history};
             let (specs, errors) = view::live_specs(s.list_live());
             // Workload names only (reserved entries such as `shoal:paused:NAME` never name an
             // instance's workload, so they would change nothing; they are left out all the same).
@@ -370,10 +371,16 @@ async fn refresh_specs(host: &Host, shell: &mut ShellState) -> bool {
                     (spec, version, paused)
                 })
                 .collect();
-            (specs, errors, caps, records, deleted)
+            let holders = data::holders(s.core().iter());
+            (specs, errors, caps, records, deleted, holders)
         })
         .await;
     shell.input.deleted = deleted;
+    shell.input.data_holders = holders;
+    host.stats.lock().expect("stats lock").data_records_refused = refused;
+    if refused > 0 {
+        tracing::warn!(refused, "data holder records refused: a body names another node than its writer, or the name does not parse");
+    }
     shell.caps = caps;
     shell.records = records;
     for e in errors {
@@ -416,6 +423,11 @@ fn refresh_placement(host: &Host, shell: &mut ShellState, members: &[Member]) {
         h.write(name.as_bytes());
         h.write(entry.version.as_bytes());
     }
+    for (replica, node) in &shell.input.data_holders {
+        h.write(replica.workload.as_bytes());
+        h.write_u32(replica.replica);
+        h.write(node.as_bytes());
+    }
     let key = h.finish();
     if shell.placement_key == Some(key) {
         return;
@@ -424,7 +436,7 @@ fn refresh_placement(host: &Host, shell: &mut ShellState, members: &[Member]) {
     let workloads: Vec<_> = shell
         .specs
         .values()
-        .map(|e| view::placement_workload(&e.spec))
+        .map(|e| view::placement_workload_held(&e.spec, &shell.input.data_holders))
         .collect();
     shell.placement = match &shell.cells {
         Some(cells) => {

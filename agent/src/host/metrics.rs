@@ -39,6 +39,24 @@ pub fn host_families(host: &Host) -> Vec<Family> {
             stats.rounds as f64,
         ),
         Family::single(
+            "shoal_data_records_written",
+            "Data holder records this node wrote (it runs a replica whose data the store placed elsewhere or nowhere).",
+            Kind::Counter,
+            stats.data_records_written as f64,
+        ),
+        Family::single(
+            "shoal_data_records_failed",
+            "Data holder record writes that failed (tried again).",
+            Kind::Counter,
+            stats.data_records_failed as f64,
+        ),
+        Family::single(
+            "shoal_data_records_refused",
+            "Data holder records in the store refused at the last read (a body naming another node than its writer).",
+            Kind::Gauge,
+            stats.data_records_refused as f64,
+        ),
+        Family::single(
             "shoal_placement_seconds",
             "Duration of the last placement computation.",
             Kind::Gauge,

@@ -17,6 +17,7 @@
 //! saved last-majority time.
 
 pub mod clock;
+mod data;
 mod endpoints;
 mod exec;
 mod guard;
@@ -120,6 +121,11 @@ pub struct HostStats {
     pub feedback_dropped: u64,
     /// Latest a reconciler timer was served after its deadline, ms (monotonic clock).
     pub timer_late_max_ms: u64,
+    /// Data holder records this node wrote, and writes that failed (`data.rs`).
+    pub data_records_written: u64,
+    pub data_records_failed: u64,
+    /// Data holder records in the store refused at the last read (`mesh/data.rs`).
+    pub data_records_refused: u64,
 }
 
 /// What the loop published after its last round: read by the API and `/metrics` without
@@ -238,6 +244,8 @@ pub struct HostLoop {
     had_majority: Option<bool>,
     /// `delete --purge-data` on this node (`purge.rs`).
     purges: purge::Purges,
+    /// Data holder records this node writes (`data.rs`).
+    data_records: data::DataRecords,
 }
 
 impl Host {
@@ -296,6 +304,7 @@ impl Host {
             endpoints_at: None,
             had_majority: None,
             purges: purge::Purges::default(),
+            data_records: data::DataRecords::default(),
         };
         (host, host_loop)
     }
@@ -715,6 +724,7 @@ impl HostLoop {
         self.tend_purges(now).await;
         let observed = self.reconciler.observed();
         self.tend_rollouts(&observed, now);
+        self.tend_data_records(&observed, now);
         let last_majority = self.reconciler.last_majority_ms();
         self.save_majority_time(last_majority);
         self.save_members_known().await;

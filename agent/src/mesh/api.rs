@@ -661,6 +661,10 @@ pub struct InstanceView {
     pub fence_token: Option<u64>,
     /// While `pulling`: the image and the bytes pulled so far.
     pub pull: Option<shoal_core::instance::PullProgress>,
+    /// For a replica with data of its own: the node the store records holding its data
+    /// (placement prefers it; `mesh/data.rs`). `None`: no data recorded anywhere yet.
+    #[serde(default)]
+    pub data_on: Option<String>,
 }
 
 /// One version of a workload, as `shoal history` lists it.

@@ -2,6 +2,7 @@
 //! agent process that wires them over QUIC.
 
 pub mod api;
+pub mod data;
 mod get;
 pub mod history;
 pub mod mem;

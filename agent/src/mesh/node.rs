@@ -380,11 +380,22 @@ impl MeshNode {
                     let deleted = s.delete_sealed_with(&key, now, purge_data, seal)?;
                     // Its history, pause mark and rollout record go with it (replicated by
                     // anti-entropy).
-                    let own_entries = [
+                    let mut own_entries = vec![
                         history::store_name(&key),
                         history::paused_name(&key),
                         history::rollout_name(&key),
                     ];
+                    // With its data, the records of where the data was (a plain delete keeps
+                    // both: the workload applied again finds its data where it was).
+                    if purge_data {
+                        let prefix = super::data::workload_prefix(&key);
+                        own_entries.extend(
+                            s.core()
+                                .iter()
+                                .filter(|e| e.name.starts_with(&prefix))
+                                .map(|e| e.name.clone()),
+                        );
+                    }
                     for own in own_entries {
                         if s.get(&own).is_some_and(|e| !e.is_tombstone()) {
                             let seal = |e: &mut Entry| authority.seal(e, &by);

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use chitchat::{Chitchat, ChitchatId, NodeState};
+use shoal_core::instance::ReplicaId;
 use shoal_core::placement::model::{Node, Spread, Workload};
 use shoal_core::spec::{self, WorkloadSpec};
 use shoal_core::store::Entry;
@@ -340,6 +341,25 @@ pub fn live_specs<'a>(
         }
     }
     (specs, errors)
+}
+
+/// The placement engine's view of a spec, with the nodes that hold its replicas' data (for a
+/// spec whose replicas keep data of their own; `mesh/data.rs`): placement prefers them.
+pub fn placement_workload_held(
+    spec: &WorkloadSpec,
+    holders: &BTreeMap<ReplicaId, String>,
+) -> Workload {
+    let mut w = placement_workload(spec);
+    if spec.keeps_replica_data() {
+        let first = ReplicaId::new(&spec.name, 0);
+        w.sticky = holders
+            .range(first..)
+            .take_while(|(r, _)| r.workload == spec.name)
+            .filter(|(r, _)| r.replica < spec.replicas)
+            .map(|(r, node)| (r.replica, node.clone()))
+            .collect();
+    }
+    w
 }
 
 /// The placement engine's view of a spec.
