@@ -18,6 +18,7 @@ use shoal_core::reconcile::InstanceStatus;
 
 use super::HostLoop;
 use crate::mesh::data;
+use crate::mesh::node::MeshNode;
 
 /// Record writes in flight at most.
 const WRITES_IN_FLIGHT_MAX: usize = 16;
@@ -32,6 +33,25 @@ pub(super) struct DataRecords {
     in_flight: Arc<Mutex<BTreeSet<ReplicaId>>>,
     /// When each replica's record was last tried (monotonic ms).
     tried_at: BTreeMap<ReplicaId, u64>,
+}
+
+/// Records this node as the holder of `replica`'s data unless the store already does: before an
+/// exclusive replica with data starts here (`exec.rs`).
+pub(super) async fn claim(node: &Arc<MeshNode>, replica: &ReplicaId) -> Result<(), String> {
+    let name = data::record_name(replica);
+    let me = node.name.clone();
+    let key = name.clone();
+    let held = node
+        .with_store(move |s| s.get(&key).and_then(|e| e.body.live()).map(<[u8]>::to_vec))
+        .await;
+    if held.as_deref() == Some(me.as_bytes()) {
+        return Ok(());
+    }
+    let written = node
+        .clone()
+        .store_reserved(name, data::encode(&me), WRITER.to_string())
+        .await;
+    written.map(|_| ()).map_err(|e| e.message)
 }
 
 impl HostLoop {

@@ -51,7 +51,24 @@ impl Host {
                 };
                 let addr = self.advertised_addr();
                 let book = self.port_book();
+                let mesh = self.node.clone();
                 tokio::spawn(async move {
+                    // A sticky replica's data is recorded here before it can write any: a node
+                    // that dies after its start can never leave data the record does not name.
+                    if spec.sticky() {
+                        if let Err(why) = super::data::claim(&mesh, &id).await {
+                            super::ports::start_done(&book, ports.ticket, None);
+                            let error = format!("its data holder record was not written: {why}");
+                            if tx
+                                .try_send(Feedback::StartFailed { replica: id, error })
+                                .is_err()
+                            {
+                                count_drop();
+                            }
+                            wake();
+                            return;
+                        }
+                    }
                     let request = StartRequest {
                         replica: id.clone(),
                         spec,
