@@ -190,6 +190,7 @@ fn workloads(
                 16..=18 => 100,
                 _ => -10,
             },
+            sticky: Default::default(),
         });
     }
     let want_cpu = capacity.cpu_millis as f64 * utilization;

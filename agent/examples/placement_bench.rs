@@ -189,6 +189,7 @@ fn workloads(
                 16..=18 => 100,
                 _ => -10,
             },
+            sticky: Default::default(),
         });
     }
     let want_cpu: f64 = capacity.cpu_millis as f64 * utilization;

@@ -40,6 +40,7 @@ fn cluster(nodes: usize, workloads: usize) -> (Vec<Node>, Vec<Workload>) {
             constraints: vec![],
             exclusive: false,
             priority: (i % 4) as i32,
+            sticky: Default::default(),
         })
         .collect();
     (nodes, workloads)

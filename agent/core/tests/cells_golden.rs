@@ -119,6 +119,7 @@ fn workload(line: &str) -> Workload {
             .collect(),
         exclusive: false,
         priority: 0,
+        sticky: Default::default(),
     };
     for word in &words[1..] {
         match word.split_once('=') {

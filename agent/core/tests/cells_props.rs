@@ -120,6 +120,7 @@ fn arb_workloads(request_scale: u64) -> impl Strategy<Value = Vec<Workload>> {
                         .collect(),
                     exclusive,
                     priority,
+                    sticky: Default::default(),
                 },
             )
             .collect()
@@ -476,6 +477,7 @@ fn the_cell_level_spreads_replicas_evenly() {
             constraints: Vec::new(),
             exclusive: false,
             priority: 0,
+            sticky: Default::default(),
         };
         let p = place_cells(&cells, std::slice::from_ref(&w));
         let mut per: BTreeMap<&str, u32> = BTreeMap::new();

@@ -91,6 +91,7 @@ fn free_is_what_the_cell_placed_subtracted() {
         constraints: vec![],
         exclusive: false,
         priority: 0,
+        sticky: Default::default(),
     };
     let s = summarize("c1", 1, &[], &nodes, &placement, &[web], None);
     assert_eq!(

@@ -83,6 +83,7 @@ fn cluster(
             },
             exclusive: rng.below(20) == 0,
             priority: [0, 0, 0, 1, -1][rng.below(5) as usize],
+            sticky: Default::default(),
         });
     }
     let demand: f64 = workloads

@@ -36,12 +36,13 @@ fn workload(id: &str, replicas: u32, cpu: u64, mib: u64) -> Workload {
         constraints: vec![],
         exclusive: false,
         priority: 0,
+        sticky: Default::default(),
     }
 }
 
 #[test]
 fn version() {
-    assert_eq!(PLACEMENT_ALGORITHM_VERSION, 5);
+    assert_eq!(PLACEMENT_ALGORITHM_VERSION, 6);
 }
 
 #[test]

@@ -70,6 +70,7 @@ fn arb_workload(id_pool: u32) -> impl Strategy<Value = Workload> {
                     .collect(),
                 exclusive,
                 priority,
+                sticky: Default::default(),
             },
         )
 }
@@ -569,6 +570,7 @@ fn infeasible_requests_are_reported() {
         constraints: vec![],
         exclusive: true,
         priority: 0,
+        sticky: Default::default(),
     };
     let p = place(
         &nodes,
@@ -635,6 +637,7 @@ fn first_choices_follow_capacity() {
             constraints: vec![],
             exclusive: false,
             priority: 0,
+            sticky: Default::default(),
         })
         .collect();
     let p = place(&nodes, &workloads);

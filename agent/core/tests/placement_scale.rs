@@ -33,6 +33,7 @@ fn web(replicas: u32, spread: Spread) -> Workload {
         constraints: vec![],
         exclusive: false,
         priority: 0,
+        sticky: Default::default(),
     }
 }
 
@@ -152,6 +153,7 @@ mod props {
                         },
                         exclusive: false,
                         priority,
+                        sticky: Default::default(),
                     })
                     .collect()
             },

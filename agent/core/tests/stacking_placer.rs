@@ -53,6 +53,7 @@ fn arb_workload() -> impl Strategy<Value = Workload> {
                 },
                 exclusive: false,
                 priority,
+                sticky: Default::default(),
             },
         )
 }
@@ -146,6 +147,7 @@ fn stacked_replicas_and_a_down_node_match_a_full_pass() {
         constraints: Vec::new(),
         exclusive: false,
         priority: 0,
+        sticky: Default::default(),
     };
     let mut nodes: Vec<Node> = (0..5).map(|i| node(&format!("n{i}"), false)).collect();
     let mut placer = StackedPlacer::new();

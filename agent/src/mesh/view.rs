@@ -378,6 +378,7 @@ pub fn placement_workload(spec: &WorkloadSpec) -> Workload {
         constraints: spec.placement.constraints.clone(),
         exclusive: spec.placement.exclusive,
         priority: spec.placement.priority,
+        sticky: BTreeMap::new(),
     }
 }
 

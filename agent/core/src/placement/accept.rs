@@ -1,13 +1,16 @@
-//! The capacity pass (algorithm version 4): deferred acceptance over the replicas' own lists, then
+//! The capacity pass (algorithm version 6): deferred acceptance over the replicas' own lists, then
 //! guests into the room left, one priority level at a time.
 //!
 //! It runs in two [`Mode`]s. The **ideal** pass treats every known node as up and not draining.
 //! The **actual** pass gives down and draining nodes nothing (they keep their place in the
 //! rankings) and lets every replica first propose to its **home**, its node in the ideal pass,
-//! with a claim of tier 0 that no other proposal beats; only when a higher priority's extra load
+//! with a claim that no proposal away from home beats; only when a higher priority's extra load
 //! leaves its home too little room does it go on to its own list like the replicas whose home is
-//! down. With no node down or draining the actual placement is the ideal one (the engine skips the
-//! second pass).
+//! down. A replica with data has for home the node holding it instead (`sticky`, when that node
+//! is known and eligible), with a claim of tier 0 that beats even a replica at its ideal home
+//! (tier 1); zone repair never moves it off that node. With no node down or draining and no
+//! holder off its replica's ideal node, the actual placement is the ideal one (the engine skips
+//! the second pass).
 //!
 //! Within a level:
 //! 1. **Deferred acceptance, in simultaneous rounds.** Every free replica proposes to the next node
@@ -31,7 +34,8 @@
 //!    sibling uses (a weaker sibling away from home there gives way), so a replica's zone
 //!    depends on its lower siblings only and scaling moves none that stays. Actual pass: as in
 //!    version 3, a workload sharing a zone while a zone it does not use has a node with room
-//!    moves a sharing replica there, one away from its home first, so replicas at home stay.
+//!    moves a sharing replica there, one away from its home first, so replicas at home stay;
+//!    one at the node holding its data never moves (data outweighs the spread).
 //!    Steps 2 and 3 repeat until neither changes anything: every change places a replica or
 //!    clears one of sharing with stronger ones (ideal) or adds a used zone (actual), and touches
 //!    only weaker replicas besides, so this ends (a bound of four rounds per replica makes
@@ -47,6 +51,7 @@ use super::engine::{Tracked, Which};
 use super::hash::pair_hash;
 use super::model::{Spread, Unschedulable};
 use super::rank::Entry;
+use super::sticky;
 use super::table::{eligible, ClassTable, NodeTable};
 use crate::resources::Resources;
 
@@ -83,8 +88,9 @@ const NONE: u32 = u32::MAX;
 /// (order, replica) names one replica.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Claim {
-    /// 0 for a replica claiming its node in the ideal placement (its home; only in the actual
-    /// pass), 1 otherwise: a replica at home is never displaced by one that is not.
+    /// In the actual pass, 0 for a replica claiming the node that holds its data (its home), 1
+    /// for one claiming its node in the ideal placement (its home); 2 otherwise. A replica at
+    /// home is never displaced by one that is not, and data stays before a replica returns.
     tier: u8,
     /// Position of the node in the replica's own list (0: its first choice).
     rank: u32,
@@ -118,8 +124,10 @@ struct Rep {
     proposed: u32,
     /// The node holding it, or NONE.
     node: u32,
-    /// Its node in the ideal placement (actual pass only), or NONE.
+    /// Its node in the ideal placement, or the node holding its data (actual pass only), or NONE.
     home: u32,
+    /// Its home is the node holding its data (`sticky::holder`).
+    sticky: bool,
     /// It has proposed to its home (first, before its own list).
     tried_home: bool,
     /// 0 when the acceptance left it at its home (actual pass), else 1: with the index, its
@@ -316,6 +324,14 @@ impl Pass<'_> {
             let t = workloads[w as usize].as_ref().expect("ordered workload");
             for (replica, &index) in t.indices.iter().enumerate() {
                 let replica = replica as u32;
+                let ideal = match self.ideal.and_then(|i| i[w as usize].get(replica as usize)) {
+                    Some(Outcome::Assigned { slot, .. }) => *slot,
+                    _ => NONE,
+                };
+                // In the actual pass, the node holding the replica's data is its home.
+                let holder = self
+                    .ideal
+                    .and_then(|_| sticky::holder(self.nodes, t, index));
                 reps.push(Rep {
                     hash: t.hash,
                     offset: t.offset(replica as usize),
@@ -328,10 +344,8 @@ impl Pass<'_> {
                     node: NONE,
                     tried_home: false,
                     tier: 1,
-                    home: match self.ideal.and_then(|i| i[w as usize].get(replica as usize)) {
-                        Some(Outcome::Assigned { slot, .. }) => *slot,
-                        _ => NONE,
-                    },
+                    home: holder.unwrap_or(ideal),
+                    sticky: holder.is_some(),
                 });
             }
         }
@@ -410,9 +424,9 @@ impl Pass<'_> {
                 let next = if rep.home != NONE && !rep.tried_home && self.usable[rep.home as usize]
                 {
                     rep.tried_home = true;
-                    Some((rep.home, 0, 0))
+                    Some((rep.home, 0, u8::from(!rep.sticky)))
                 } else {
-                    self.next_own(t, rep).map(|(node, rank)| (node, rank, 1))
+                    self.next_own(t, rep).map(|(node, rank)| (node, rank, 2))
                 };
                 if let Some((node, rank, tier)) = next {
                     let claim = Claim {
@@ -797,9 +811,9 @@ impl Pass<'_> {
 
     /// Step 3 in the actual pass: zone-spread workloads of the level that share a zone while a
     /// zone they do not use has a node with room move a sharing replica there, one at a time:
-    /// one away from its home first, the highest index first. Replicas at home are where the
-    /// ideal pass put them, so a node going down moves the replicas that had to leave, not those
-    /// that stayed. True if any moved.
+    /// one away from its home first, the highest index first; one at the node holding its data
+    /// never. Replicas at home are where the ideal pass put them, so a node going down moves the
+    /// replicas that had to leave, not those that stayed. True if any moved.
     fn zone_repair_actual(
         &mut self,
         workloads: &mut [Option<Tracked>],
@@ -842,12 +856,16 @@ impl Pass<'_> {
                     .collect();
                 sharing.sort_unstable();
                 sharing.dedup();
-                // In the actual pass, a replica away from its home moves before one at home.
-                let away = |r: u32| {
-                    let rep = &reps[siblings.start + r as usize];
-                    rep.home != NONE && rep.home != rep.node
-                };
-                let Some(mover) = sharing.iter().copied().max_by_key(|&r| (away(r), r)) else {
+                // In the actual pass, a replica away from its home moves before one at home, and
+                // one at the node holding its data not at all.
+                let rep = |r: u32| &reps[siblings.start + r as usize];
+                let away = |r: u32| rep(r).home != NONE && rep(r).home != rep(r).node;
+                let Some(mover) = sharing
+                    .iter()
+                    .copied()
+                    .filter(|&r| !(rep(r).sticky && rep(r).at_home()))
+                    .max_by_key(|&r| (away(r), r))
+                else {
                     break;
                 };
                 let (room, usable) = (&self.room, &self.usable);

@@ -467,6 +467,11 @@ impl PlacementEngine {
         let reshape = t.indices != share.indices
             || t.spec.spread != spec.spread
             || t.home_zones != share.home_zones;
+        // Data holders count in the actual pass only: the ideal placement stands.
+        let only_sticky = !reshape
+            && (t.spec.replicas, t.spec.exclusive, t.spec.priority)
+                == (spec.replicas, spec.exclusive, spec.priority)
+            && t.spec.sticky != spec.sticky;
         if reshape {
             self.reshape(slot, share);
         } else {
@@ -475,7 +480,11 @@ impl PlacementEngine {
                 .expect("indexed workload is gone")
                 .spec = share.workload;
         }
-        self.changed();
+        if only_sticky {
+            self.stale = true;
+        } else {
+            self.changed();
+        }
         Ok(())
     }
 

@@ -28,6 +28,10 @@
 //!    home can beat. So a node going down moves its own replicas into the room others leave, and
 //!    others only where a higher priority's displaced replica needs their room; when it comes
 //!    back, the placement is the ideal one again.
+//!    A replica with data (`sticky`) has for home the node holding its data instead, while that
+//!    node is known and eligible, so nodes joining or leaving the rankings do not move it; its
+//!    claim there beats even a replica at its ideal home. The actual pass then runs even with
+//!    every node available (`sticky` has the rules).
 //! 3. **Incremental** (`engine`): exact cached prefixes of every ranking, extended a chunk at a
 //!    time when a walk runs out, patched on node changes; the pass is replayed. The result equals
 //!    [`place`] on the same inputs.
@@ -41,6 +45,7 @@ pub mod hash;
 pub mod model;
 mod rank;
 mod replay;
+mod sticky;
 mod table;
 
 pub use engine::PlacementEngine;
@@ -59,7 +64,8 @@ pub use model::{
 /// jump hash over the replica count, so scaling moved replicas that stayed), and among siblings
 /// at one node the lowest index wins. Version 5: host ports the agent allocates are a resource
 /// (a replica needs one per named port without a number; a node has its port range's size).
-pub const PLACEMENT_ALGORITHM_VERSION: u32 = 5;
+/// Version 6: a replica's data holder (`Workload::sticky`) is its home in the actual pass.
+pub const PLACEMENT_ALGORITHM_VERSION: u32 = 6;
 
 /// The placement of these workloads on these nodes: pure, and independent of the order of both
 /// slices. Invalid or duplicated inputs are left out and listed in [`Placement::rejected`].

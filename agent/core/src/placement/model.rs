@@ -78,6 +78,16 @@ pub struct Workload {
     pub exclusive: bool,
     /// Higher goes first in the capacity pass; a lower priority never displaces a higher one.
     pub priority: i32,
+    /// The node that holds each replica's data (replica index to node id), for replicas with data
+    /// volumes: in the actual pass such a replica's home is that node instead of its ideal one,
+    /// while the node is known and eligible for the workload (so data stays where it is when nodes
+    /// join or leave the rankings). Empty for most workloads.
+    ///
+    /// Never an input error: an index at or above `replicas` (or not in the share placed) and a
+    /// node id no known node has are ignored, as is a node the constraints rule out; a node id
+    /// that later joins takes effect then.
+    #[serde(default)]
+    pub sticky: BTreeMap<u32, String>,
 }
 
 /// Some replicas of a workload, to be placed on these nodes: a cell's share of it (see

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use super::accept::{self, Mode, Outcome};
 use super::engine::{PlacementEngine, Which};
 use super::model::{Placement, ReplicaId, Spread};
+use super::sticky;
 use crate::resources::Resources;
 
 impl PlacementEngine {
@@ -55,7 +56,11 @@ impl PlacementEngine {
             self.ideal_stale = false;
             changed.clear();
         }
-        if self.nodes.any_unavailable() {
+        // With every node available and every data holder at its replica's ideal node (no sticky
+        // entries at all, mostly), the actual placement is the ideal one.
+        if self.nodes.any_unavailable()
+            || sticky::diverges(&self.nodes, &self.workloads, &self.ideal)
+        {
             accept::run(
                 (&self.nodes, &self.classes),
                 &mut self.workloads,
@@ -66,7 +71,6 @@ impl PlacementEngine {
                 Mode::Actual { ideal: &self.ideal },
             );
         } else {
-            // Every node is available: the actual placement is the ideal one.
             for (slot, (out, ideal)) in self.outcomes.iter_mut().zip(&self.ideal).enumerate() {
                 if out == ideal {
                     continue;
@@ -133,6 +137,8 @@ impl PlacementEngine {
             );
             expected += outcomes.len();
             let mut nodes_held: Vec<u32> = Vec::new();
+            // (zone, at the node holding its data) of each placed replica.
+            let mut zones_held: Vec<(u32, bool)> = Vec::new();
             for (replica, o) in outcomes.iter().enumerate() {
                 let id = ReplicaId::new(&t.spec.id, t.indices[replica]);
                 let assigned = self.placement.assigned.get(&id);
@@ -162,6 +168,8 @@ impl PlacementEngine {
                     let u = used.entry(*n).or_default();
                     *u = u.saturating_add(&t.spec.request);
                     nodes_held.push(*n);
+                    let pinned = sticky::holder(&self.nodes, t, t.indices[replica]) == Some(*n);
+                    zones_held.push((self.nodes.zone[*n as usize], pinned));
                 }
             }
             let count = nodes_held.len();
@@ -173,13 +181,15 @@ impl PlacementEngine {
                 "{}: two replicas on one node",
                 t.spec.id
             );
-            let mut zones: Vec<u32> = nodes_held
-                .iter()
-                .map(|&n| self.nodes.zone[n as usize])
-                .collect();
-            zones.sort_unstable();
+            zones_held.sort_unstable();
+            // Replicas at the node holding their data stay in a shared zone; zone repair moves
+            // the others.
+            let movable_sharer = zones_held
+                .chunk_by(|a, b| a.0 == b.0)
+                .any(|zone| zone.len() > 1 && zone.iter().any(|&(_, pinned)| !pinned));
+            let mut zones: Vec<u32> = zones_held.iter().map(|h| h.0).collect();
             zones.dedup();
-            if t.spec.spread == Spread::Zone && zones.len() < count {
+            if t.spec.spread == Spread::Zone && movable_sharer {
                 shared.push((slot, zones));
             }
             if count < outcomes.len() {

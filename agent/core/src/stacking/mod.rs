@@ -24,6 +24,12 @@
 //! workload name (a DNS label), so these names never collide with real workloads. With `R <= K`
 //! and every replica placed, nothing changes: the result is [`place`](crate::placement::place)'s.
 //!
+//! Every layer, overflow layers included, is a clone of the workload and keeps its
+//! [`sticky`](Workload::sticky) holders, keyed by the real replica index: a replica of any layer
+//! prefers the node holding its data. In an overflow layer the holder counts only if it is still
+//! among the nodes with room left and below the even level; otherwise it is ignored as any
+//! unknown or ineligible holder is, and the replica takes the room left like the others.
+//!
 //! [`place_stacked_shares`] does the same for shares of workloads (a cell's replicas of each).
 
 use std::collections::BTreeMap;
@@ -262,6 +268,7 @@ mod tests {
             constraints: vec![],
             exclusive: false,
             priority: 0,
+            sticky: Default::default(),
         }
     }
 
