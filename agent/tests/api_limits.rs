@@ -481,6 +481,7 @@ fn the_largest_item_of_each_list_fits_a_frame_past_a_full_page() {
             done_bytes: u64::MAX,
             total_bytes: u64::MAX,
         }),
+        data_on: Some(long("d", 63)),
     };
     assert!(fits_past_a_full_page(&vec![instance; 1000]));
 

@@ -78,7 +78,11 @@ fn exclusive_replica_waits_for_its_data_and_stays_with_it() {
         first = db0(&c, 0).filter(|(node, _, data)| data.as_deref() == Some(node.as_str()));
         first.is_some()
     });
-    assert!(recorded, "db/0 never ran with its data recorded\n{}", c.logs());
+    assert!(
+        recorded,
+        "db/0 never ran with its data recorded\n{}",
+        c.logs()
+    );
     let holder = first.unwrap().0;
     let h = c.agents.iter().position(|a| a.name == holder).unwrap();
     let count_of = |c: &Cluster, i: usize| c.agents[i].data_dir.join("volumes/db/0/data/count");
@@ -118,7 +122,11 @@ fn exclusive_replica_waits_for_its_data_and_stays_with_it() {
         db0(&c, other)
             .is_some_and(|(node, _, data)| node == owner && data.as_deref() == Some(&owner))
     });
-    assert!(moved, "db/0 did not start on {owner} after approval\n{}", c.logs());
+    assert!(
+        moved,
+        "db/0 did not start on {owner} after approval\n{}",
+        c.logs()
+    );
     assert_eq!(lines(&count_of(&c, o)), 1, "started empty on the new owner");
 
     // The old holder comes back: db/0 stays with its newest data.

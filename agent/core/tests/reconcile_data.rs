@@ -34,7 +34,10 @@ fn started_on(c: &Cluster, node: &str, after: u64) -> bool {
 fn replica_waits_for_its_data_under_a_held_issue_and_approval_starts_it_empty() {
     let (mut c, died) = holder_dies("");
     c.run_for(10 * 60_000);
-    assert!(!started_on(&c, "n2", died), "never started empty on its own");
+    assert!(
+        !started_on(&c, "n2", died),
+        "never started empty on its own"
+    );
     let held = c.issue("n2", IssueKind::DataElsewhere).expect("held issue");
     assert_eq!(held.layer, Layer::Safety);
     assert_eq!(held.replica, Some(ReplicaId::new("db", 0)));
@@ -50,7 +53,10 @@ fn replica_waits_for_its_data_under_a_held_issue_and_approval_starts_it_empty() 
     c.run_for(5_000);
     assert!(started_on(&c, "n2", died), "started on approval");
     assert_eq!(c.alive_copies("db", 0).len(), 1);
-    assert!(c.issue("n2", IssueKind::DataElsewhere).is_none(), "resolved");
+    assert!(
+        c.issue("n2", IssueKind::DataElsewhere).is_none(),
+        "resolved"
+    );
 }
 
 #[test]
@@ -74,15 +80,27 @@ fn start_empty_policy_starts_it_once_sticky_for_has_passed() {
     c.run_for(55_000);
     assert!(!started_on(&c, "n2", died), "not before sticky_for");
     let waiting = c.issue("n2", IssueKind::DataElsewhere).expect("held");
-    assert!(waiting.message.contains("it starts empty here at"), "{}", waiting.message);
+    assert!(
+        waiting.message.contains("it starts empty here at"),
+        "{}",
+        waiting.message
+    );
     c.run_for(10_000);
-    let first = c.starts("db", 0).into_iter().find(|&t| t > died).expect("started");
+    let first = c
+        .starts("db", 0)
+        .into_iter()
+        .find(|&t| t > died)
+        .expect("started");
     assert!(
         first >= died + 60_000,
         "not before sticky_for: {}",
         first - died
     );
-    assert!(first <= died + 60_000 + 2 * STEP_MS, "at once after it: {}", first - died);
+    assert!(
+        first <= died + 60_000 + 2 * STEP_MS,
+        "at once after it: {}",
+        first - died
+    );
 }
 
 #[test]
@@ -106,7 +124,10 @@ fn holder_up_but_not_chosen_is_named_as_such() {
     c.run_for(10_000);
     assert!(c.starts("db", 0).is_empty());
     let held = c.issue("n2", IssueKind::DataElsewhere).expect("held");
-    assert!(held.held.unwrap().contains("n3, which is up but cannot take it"));
+    assert!(held
+        .held
+        .unwrap()
+        .contains("n3, which is up but cannot take it"));
 }
 
 #[test]

@@ -325,6 +325,10 @@ fn arb_placement() -> impl Strategy<Value = Placement> {
             constraints,
             exclusive,
             priority,
+            // Valid only with exclusive and a data volume: the fixtures and
+            // reconcile_data.rs cover them.
+            sticky_for_ms: None,
+            on_data_loss: None,
         })
 }
 

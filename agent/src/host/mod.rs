@@ -121,8 +121,9 @@ pub struct HostStats {
     pub feedback_dropped: u64,
     /// Latest a reconciler timer was served after its deadline, ms (monotonic clock).
     pub timer_late_max_ms: u64,
-    /// Data holder records this node wrote, and writes that failed (`data.rs`).
+    /// Data holder records this node wrote (`data.rs`).
     pub data_records_written: u64,
+    /// Data holder record writes that failed (tried again).
     pub data_records_failed: u64,
     /// Data holder records in the store refused at the last read (`mesh/data.rs`).
     pub data_records_refused: u64,

@@ -151,6 +151,8 @@ pub(super) fn build(
         // The model's store has no tombstones: an empty view stays suspicious, as it should
         // for a store that lost its specs.
         deleted: BTreeSet::new(),
+        // The model tier keeps no data: its workloads have no volumes.
+        data_holders: BTreeMap::new(),
         // The model's time stands in for every host's wall clock.
         fence_token_floor: now,
         // The model's specs have no host paths.

@@ -39,11 +39,17 @@ pub(crate) fn data_allows(
     };
     let now = ctx.now_ms;
     let since = *state.data_wait_since_ms.get_or_insert(now);
-    let why = format!("{replica}'s data is on {holder}, which {}", standing(ctx, holder));
+    let why = format!(
+        "{replica}'s data is on {holder}, which {}",
+        standing(ctx, holder)
+    );
     let placement = &entry.spec.placement;
     let due = since.saturating_add(placement.sticky_for_ms());
     if ctx.approved(IssueKind::DataElsewhere, Some(replica)) {
-        let msg = format!("starting it empty on {} on operator approval: {why}", ctx.node);
+        let msg = format!(
+            "starting it empty on {} on operator approval: {why}",
+            ctx.node
+        );
         plan.held(IssueKind::DataElsewhere, Some(replica), msg, why);
         state.data_taken = true;
         return true;
