@@ -116,3 +116,22 @@ fn the_core_bugs_the_swarm_found_stay_fixed() {
         assert_eq!(r["exclusive_duplicates"], 0, "{name}: {r}");
     }
 }
+
+#[test]
+fn exclusive_replicas_wait_for_their_data_or_start_empty_only_by_policy() {
+    for seed in 1..=2 {
+        let r = run("sticky-data", seed);
+        assert_eq!(r["data_started_empty"], 0, "seed {seed}: {r}");
+        assert_eq!(
+            r["data_started_empty_by_policy"], 1,
+            "cache/0 starts empty once its sticky_for passed, seed {seed}: {r}"
+        );
+        assert_eq!(r["invariant_violations"], 0, "seed {seed}: {r}");
+        assert_eq!(r["passed"], true, "seed {seed}: {r}");
+        // db/0 waited for its holder's restart (40 s) instead of the fencing delay alone.
+        let exclusive = r["replacement_exclusive"]["max_ms"]
+            .as_u64()
+            .expect("measured");
+        assert!(exclusive >= 40_000, "seed {seed}: {r}");
+    }
+}

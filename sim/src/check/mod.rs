@@ -2,6 +2,8 @@
 //! runtimes) and the agents' own views. A violation carries its time and evidence.
 //!
 //! - never two alive copies of an exclusive replica;
+//! - never an exclusive replica with data started away from its data without the spec's
+//!   `on_data_loss = "start-empty"` (the simulator never approves);
 //! - no host holds more than its declared capacity;
 //! - every acknowledged spec reaches every live agent (checked at the end, timed throughout);
 //! - after the last fault, running = desired within the scenario's bound (and stays so);
@@ -10,6 +12,7 @@
 
 mod agents;
 mod cells;
+mod data;
 mod liveness;
 mod mesh_specs;
 mod rollouts;
@@ -131,6 +134,14 @@ pub struct Checker {
     pub exclusive_duplicates: u64,
     /// Longest exclusive duplicate (ms).
     pub exclusive_duplicate_longest_ms: u64,
+    /// Exclusive replicas with data started away from their data without approval or policy
+    /// (violations, `data.rs`).
+    pub data_started_empty: u64,
+    /// The same, by the spec's `on_data_loss = "start-empty"` (allowed).
+    pub data_started_empty_by_policy: u64,
+    /// Replicas with data that are not exclusive, moved to a host without their data (allowed).
+    pub data_moved_empty: u64,
+    pub(crate) data: data::DataTrack,
     /// Normal duplicate episodes (two copies of one replica, e.g. during a partition).
     pub duplicates: u64,
     /// Longest normal duplicate (ms).
@@ -335,6 +346,7 @@ impl Checker {
             healthy,
         });
         let fresh = self.check_duplicates(now, &copies, trace);
+        self.track_data(now, &copies, trace);
         for (r, on) in fresh {
             agents::trace_decisions(now, &r, &on, hosts, trace).await;
         }

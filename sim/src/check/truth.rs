@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use shoal::mesh::view::placement_workload;
+use shoal::mesh::view::placement_workload_held;
 use shoal_core::instance::{Phase, ReplicaId};
 use shoal_core::placement::Placement;
 use shoal_core::spec::WorkloadSpec;
@@ -127,6 +127,9 @@ impl Checker {
         for (w, (v, _)) in &self.latest {
             key_text.push_str(&format!("{w}@{v:?};"));
         }
+        for (r, h) in &self.data.holder {
+            key_text.push_str(&format!("{r}={h};"));
+        }
         let key = xxhash_rust::xxh3::xxh3_64(key_text.as_bytes());
         // Building every agent's view of the cells costs hosts x cells summaries per sample:
         // their hashes first, the views only when one moved.
@@ -148,11 +151,21 @@ impl Checker {
                 node
             })
             .collect();
+        // As the agents' store records do, the holders of the replicas' data (`data.rs`).
+        let holders: BTreeMap<ReplicaId, String> = self
+            .data
+            .holder
+            .iter()
+            .filter_map(|(r, &h)| {
+                let host = hosts.iter().find(|x| x.index == h)?;
+                Some((r.clone(), host.name.clone()))
+            })
+            .collect();
         let workloads: Vec<_> = self
             .latest
             .values()
             .filter_map(|(v, s)| v.as_ref().and(s.as_ref()))
-            .map(placement_workload)
+            .map(|s| placement_workload_held(s, &holders))
             .collect();
         // As the agents place: more replicas than eligible hosts stack (docs/placement.md); in
         // a mesh of cells, each cell's node level from its own view of the cells.

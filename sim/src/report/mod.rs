@@ -42,6 +42,12 @@ pub struct Report {
     pub exclusive_duplicates: u64,
     /// Longest exclusive duplicate.
     pub exclusive_duplicate_longest_ms: u64,
+    /// Exclusive replicas with data started away from their data without approval or policy.
+    pub data_started_empty: u64,
+    /// The same by `on_data_loss = "start-empty"` after `sticky_for` (allowed).
+    pub data_started_empty_by_policy: u64,
+    /// Replicas with data that are not exclusive, moved to a host without it (allowed).
+    pub data_moved_empty: u64,
     /// Normal duplicate episodes (allowed: availability first).
     pub duplicates: u64,
     /// Longest normal duplicate.
@@ -187,6 +193,9 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
         detection_all: Dist::of(&c.detection_all_ms),
         exclusive_duplicates: c.exclusive_duplicates,
         exclusive_duplicate_longest_ms: c.exclusive_duplicate_longest_ms,
+        data_started_empty: c.data_started_empty,
+        data_started_empty_by_policy: c.data_started_empty_by_policy,
+        data_moved_empty: c.data_moved_empty,
         duplicates: c.duplicates,
         duplicate_longest_ms: c.duplicate_longest_ms,
         missing_replica_seconds: round3(c.missing_replica_seconds),
@@ -314,6 +323,13 @@ impl Report {
         );
         s += &format!("  spec propagation: {}\n", self.spec_propagation.show());
         s += &self.rollouts_summary();
+        if self.data_started_empty + self.data_started_empty_by_policy + self.data_moved_empty > 0 {
+            s += &format!(
+                "  data: {} exclusive replicas started empty without approval or policy, {} by \
+                 on_data_loss = \"start-empty\", {} other replicas moved empty\n",
+                self.data_started_empty, self.data_started_empty_by_policy, self.data_moved_empty
+            );
+        }
         s += &format!(
             "  exclusive duplicates: {} (longest {} ms); normal duplicates: {} (longest {} ms)\n",
             self.exclusive_duplicates,
