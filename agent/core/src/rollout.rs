@@ -407,6 +407,7 @@ mod tests {
             failures: 0,
             ports: Default::default(),
             pull: None,
+            waits_for_data: false,
         }
     }
 

@@ -161,3 +161,54 @@ fn no_hold_without_a_holder_elsewhere_nor_for_replicas_that_are_not_sticky() {
         assert!(c.issue("n2", IssueKind::DataElsewhere).is_none());
     }
 }
+
+#[test]
+fn a_holder_drained_keeps_running_its_copy_while_the_new_owner_waits() {
+    let mut c = Cluster::new(&["n1", "n2", "n3"]);
+    c.put(spec("db", 1, WITH_DATA), "v1");
+    c.place("db", 0, "n1");
+    c.run_for(5_000);
+    c.data_holders.insert(ReplicaId::new("db", 0), "n1".into());
+    c.agent_mut("n1").draining = true;
+    c.place("db", 0, "n2");
+    let moved = c.now;
+    c.run_for(60_000);
+    let copies = c.alive_copies("db", 0);
+    assert!(!started_on(&c, "n2", moved), "n2 waits for the data");
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert_eq!(
+        copies[0].0, "n1",
+        "the drained holder keeps serving: {copies:?}"
+    );
+}
+
+#[test]
+fn approving_the_new_owner_stops_the_drained_holders_copy_then_starts_it_there() {
+    let mut c = Cluster::new(&["n1", "n2", "n3"]);
+    c.put(spec("db", 1, WITH_DATA), "v1");
+    c.place("db", 0, "n1");
+    c.run_for(5_000);
+    c.data_holders.insert(ReplicaId::new("db", 0), "n1".into());
+    c.agent_mut("n1").draining = true;
+    c.place("db", 0, "n2");
+    c.run_for(10_000);
+    let held = c.issue("n2", IssueKind::DataElsewhere).expect("held");
+    assert!(held.held.unwrap().contains("is up but cannot take it"));
+    let orphan = c
+        .issue("n1", IssueKind::Orphan)
+        .expect("the holder says why it keeps it");
+    assert!(
+        orphan.message.contains("waits for this replica's data"),
+        "{}",
+        orphan.message
+    );
+    c.agent_mut("n2").rec.approve(&held.id).unwrap();
+    let approved = c.now;
+    c.run_for_checked(30_000, |c| {
+        assert!(c.alive_copies("db", 0).len() <= 1, "never two copies");
+    });
+    let copies = c.alive_copies("db", 0);
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].0, "n2", "moved on approval: {copies:?}");
+    assert!(c.first_stop("n1", shoal_core::reconcile::StopCause::ExclusiveMoved) > Some(approved));
+}

@@ -268,6 +268,7 @@ pub(crate) mod tests {
             failures: 0,
             ports: Default::default(),
             pull: None,
+            waits_for_data: false,
         }
     }
 

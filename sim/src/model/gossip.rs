@@ -158,6 +158,7 @@ mod tests {
             failures: 0,
             ports: Default::default(),
             pull: None,
+            waits_for_data: false,
         }
     }
 

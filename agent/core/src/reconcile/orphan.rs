@@ -1,7 +1,9 @@
 //! Instances here whose replica is no longer placed here.
 //!
 //! A deleted workload or a replica scaled away stops at once. An exclusive replica stops at once
-//! (stop before start: the new owner waits for this copy to be gone). A normal replica keeps
+//! (stop before start: the new owner waits for this copy to be gone), unless this node holds its
+//! data and the new owner gossips that it waits for that data (`data.rs`): then it keeps running
+//! until the new owner may start it empty. A normal replica keeps
 //! running until gossip shows the new owner's copy serving (no gap in planned moves), or until
 //! `orphan_handoff_max_ms` has passed; one the cell level moved to another cell, until that cell
 //! reports its copy serving (`ReconcileInput::moved_to_cells`). Stops decided on this node's view alone (deleted, scaled
@@ -70,6 +72,35 @@ pub(crate) fn plan_orphan(ctx: &Ctx<'_>, plan: &mut Plan, handle: &str, t: &Trac
                 replica.workload, e.spec.replicas
             ),
         ),
+        Some(e) if exclusive && e.spec.sticky() && holds_data_here(ctx, replica) => {
+            match owner_waits_for_data(ctx, replica, owner) {
+                Some(true) => {
+                    let msg = format!(
+                        "placed on {where_to}, which waits for this replica's data (on this \
+                         node); keeps running until it may start it empty there (`shoal \
+                         approve` there, or on_data_loss = \"start-empty\")"
+                    );
+                    plan.issue(IssueKind::Orphan, Some(replica), msg);
+                    return;
+                }
+                None if ctx.now_ms < deadline => {
+                    let msg = format!(
+                        "placed on {where_to}; keeps running until {where_to} says whether it \
+                         waits for this replica's data (on this node), at most until {deadline}"
+                    );
+                    plan.issue(IssueKind::Orphan, Some(replica), msg);
+                    plan.wake_at(deadline);
+                    return;
+                }
+                _ => (
+                    StopCause::ExclusiveMoved,
+                    format!(
+                        "exclusive replica placed on {where_to}, which may start it: stop before \
+                         it starts there"
+                    ),
+                ),
+            }
+        }
         Some(_) if exclusive => (
             StopCause::ExclusiveMoved,
             format!("exclusive replica placed on {where_to}: stop before it starts there"),
@@ -119,6 +150,30 @@ pub(crate) fn plan_orphan(ctx: &Ctx<'_>, plan: &mut Plan, handle: &str, t: &Trac
         format!("{reason}; stopping it"),
     );
     plan.act(rank, ctx.stop(handle, t, cause, reason));
+}
+
+/// Whether the store records this node as the holder of the replica's data.
+fn holds_data_here(ctx: &Ctx<'_>, replica: &crate::instance::ReplicaId) -> bool {
+    ctx.input.data_holders.get(replica).map(String::as_str) == Some(ctx.node)
+}
+
+/// What the new owner, live, gossips of its claim on the replica: `Some(true)` while its start
+/// waits for the data this node holds (stopping this copy would only leave the replica down
+/// until an operator acts; the new owner cannot start while it runs, so keeping it is safe),
+/// `Some(false)` once it may start, `None` when it said nothing yet or is not live.
+fn owner_waits_for_data(
+    ctx: &Ctx<'_>,
+    replica: &crate::instance::ReplicaId,
+    owner: Option<&String>,
+) -> Option<bool> {
+    let owner = owner.filter(|o| ctx.input.membership.live.contains(*o))?;
+    let copies = ctx.peers.of(replica);
+    let claims: Vec<bool> = copies
+        .iter()
+        .filter(|c| c.node == owner)
+        .map(|c| c.status.waits_for_data)
+        .collect();
+    (!claims.is_empty()).then(|| claims.iter().any(|&w| w))
 }
 
 /// Whether the new owner is live and gossips a serving copy of the replica.

@@ -129,6 +129,7 @@ impl Reconciler {
                 failures: state.map_or(0, |s| s.failures_of(&t.version)),
                 ports: t.ports.clone(),
                 pull: None,
+                waits_for_data: false,
             });
         }
         // Claims: a replica placed here without an alive instance (pending), or a start sent and
@@ -174,6 +175,7 @@ impl Reconciler {
                 fence_token,
                 ports: BTreeMap::new(),
                 pull,
+                waits_for_data: phase == Phase::Pending && state.data_wait_since_ms.is_some(),
             });
         }
         out.sort_by(|a, b| {

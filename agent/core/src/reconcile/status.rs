@@ -50,6 +50,15 @@ pub struct InstanceStatus {
     /// For a start in flight that waits for its image (`pulling`): the pull's progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull: Option<PullProgress>,
+    /// A pending replica whose start waits for its data, held on another node (`data.rs`): that
+    /// node keeps running its copy meanwhile rather than stopping it for a start that is not
+    /// coming. False everywhere else, and in the gossip of agents that predate it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub waits_for_data: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -653,6 +653,7 @@ pub fn peer_status(
         failures: 0,
         ports: Default::default(),
         pull: None,
+        waits_for_data: false,
     }
 }
 
