@@ -116,6 +116,7 @@ fn exclusive_replica_waits_for_its_data_and_stays_with_it() {
 
     // An operator approves: it starts empty there, and the record follows it.
     let id = held["id"].as_str().unwrap();
+    let approved = std::time::Instant::now();
     let out = c.cli(other, &["approve", id]);
     assert!(out.status.success(), "approve: {}", stderr(&out));
     let moved = wait_until(Duration::from_secs(60), || {
@@ -127,6 +128,9 @@ fn exclusive_replica_waits_for_its_data_and_stays_with_it() {
         "db/0 did not start on {owner} after approval\n{}",
         c.logs()
     );
+    // A figure, not an assertion (docs/measurements.md, "Sticky replicas").
+    let ms = approved.elapsed().as_secs_f64() * 1000.0;
+    println!("{{\"test\":\"sticky_approve_to_running\",\"ms\":{ms:.0}}}");
     assert_eq!(lines(&count_of(&c, o)), 1, "started empty on the new owner");
 
     // The old holder comes back: db/0 stays with its newest data.

@@ -1,5 +1,5 @@
 //! Swarm testing: a whole scenario derived from a seed (mesh size, zones, workloads normal and
-//! exclusive, gossip and host timing, base network, and a random fault schedule using every
+//! exclusive, half the exclusive ones with data that waits for its holder, gossip and host timing, base network, and a random fault schedule using every
 //! fault of the scenario language), written as scenario TOML so that a failing seed can be
 //! saved as a regression scenario and replayed with `shoal-sim run`.
 //!
@@ -78,6 +78,9 @@ struct Workload {
     replicas: u32,
     cpu_m: u32,
     exclusive: bool,
+    /// An exclusive workload with a data volume: its `sticky_for` (s), with `on_data_loss =
+    /// "start-empty"` so that a holder crashed for good does not hold it past the liveness bound.
+    sticky_for_s: Option<u32>,
     spread: bool,
     start_ms: u64,
     start_fail: f64,
@@ -107,6 +110,13 @@ impl Workload {
         );
         if self.exclusive {
             s += "[placement]\nexclusive = true\n";
+            if let Some(secs) = self.sticky_for_s {
+                let _ = write!(
+                    s,
+                    "sticky_for = \"{secs}s\"\non_data_loss = \"start-empty\"\n\
+                     [[volumes]]\nname = \"data\"\n"
+                );
+            }
         } else if self.spread {
             s += "[placement]\nspread = \"zone\"\n";
         }
@@ -186,11 +196,13 @@ impl Gen {
         let room = self.cpu_budget_m().saturating_sub(self.cpu_used_m(at_ms)) / cpu_m;
         let most = if exclusive { 2 } else { 2 * self.nodes };
         let replicas = self.rng.random_range(1..=most).min(room);
+        let sticky_for_s = (exclusive && self.chance(0.5)).then(|| self.rng.random_range(5..=15));
         (replicas > 0).then(|| Workload {
             name,
             replicas,
             cpu_m,
             exclusive,
+            sticky_for_s,
             spread: !exclusive && self.chance(0.3),
             start_ms: self.rng.random_range(1..=20) * 100,
             start_fail: if self.chance(0.1) { 0.2 } else { 0.0 },
