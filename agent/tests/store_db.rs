@@ -250,7 +250,7 @@ fn a_corrupt_fact_is_an_error_naming_its_key() {
         open_err(dir.path()),
         StoreDbError::Schema {
             found: 99,
-            expected: 6
+            expected: 7
         }
     ));
 }

@@ -1,10 +1,17 @@
 //! Where each replica's data is, from the ground truth: the host where a copy of a replica with
 //! data of its own (`WorkloadSpec::keeps_replica_data`) last appeared holds its newest data. A
 //! copy of an exclusive one (`WorkloadSpec::sticky`) that appears on another host started empty:
-//! with `on_data_loss = "start-empty"` and at least `sticky_for` after the holder's copy was
-//! last seen, that is the policy (counted); otherwise the simulator never approves, so it is a
-//! violation (`started-empty`). The holders also feed the target
+//! with `on_data_loss = "start-empty"` that is the policy (counted); otherwise the simulator
+//! never approves, so it is a violation (`started-empty`). The holders also feed the target
 //! placement, as the agents' store records feed theirs.
+//!
+//! Not checked here: that a start by the policy waited `sticky_for`. The new owner counts it from
+//! when its own view moved the replica, which the ground truth cannot date under every fault (a
+//! holder partitioned away or declared dead through packet loss still runs for a while; a drained
+//! one runs until the new owner may start). A version bounded by when the holder's copy was last
+//! seen failed 19 of 400 swarm seeds on legitimate starts (drain, isolate, one-way partitions).
+//! The timing is asserted by `agent/core/tests/reconcile_data.rs` and by the replacement times
+//! of `scenarios/sticky-data.toml` (`sim/tests/scenarios.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -21,8 +28,6 @@ pub(crate) struct DataTrack {
     pub holder: BTreeMap<ReplicaId, u32>,
     /// The (replica, host) copies alive at the last sample.
     alive: BTreeSet<(ReplicaId, u32)>,
-    /// When the holder's copy of each replica was last seen alive.
-    held_until: BTreeMap<ReplicaId, u64>,
 }
 
 impl Checker {
@@ -41,16 +46,10 @@ impl Checker {
             for c in list {
                 let key = (r.clone(), c.host);
                 if !self.data.alive.contains(&key) {
-                    let policy = (spec.placement.on_data_loss() == OnDataLoss::StartEmpty)
-                        .then(|| spec.placement.sticky_for_ms());
+                    let policy = spec.placement.on_data_loss() == OnDataLoss::StartEmpty;
                     fresh.push((r.clone(), c.host, spec.sticky(), policy));
                 }
                 alive.insert(key);
-            }
-        }
-        for (r, host) in &alive {
-            if self.data.holder.get(r) == Some(host) {
-                self.data.held_until.insert(r.clone(), now);
             }
         }
         self.data.alive = alive;
@@ -64,29 +63,16 @@ impl Checker {
                 host + 1,
                 was + 1
             );
-            // The new owner waits `sticky_for` from when it saw the holder gone, which is after
-            // the holder's copy was last alive.
-            let early = policy.and_then(|sticky_for| {
-                let gone = *self.data.held_until.get(&r)?;
-                (now < gone.saturating_add(sticky_for)).then_some(now - gone)
-            });
-            self.data.held_until.insert(r.clone(), now);
             match (sticky, policy) {
                 (false, _) => {
                     self.data_moved_empty += 1;
                     trace.line(now, format!("{what} (not exclusive: it moves empty)"));
                 }
-                (true, Some(_)) if early.is_some() => {
-                    self.data_started_empty += 1;
-                    let after = early.unwrap_or_default();
-                    let detail = format!("{what}, {after} ms after its holder's copy was last seen, before sticky_for");
-                    self.violation(trace, now, "started-empty", detail);
-                }
-                (true, Some(_)) => {
+                (true, true) => {
                     self.data_started_empty_by_policy += 1;
                     trace.line(now, format!("{what} (on_data_loss = \"start-empty\")"));
                 }
-                (true, None) => {
+                (true, false) => {
                     self.data_started_empty += 1;
                     let detail = format!("{what}, without approval or on_data_loss policy");
                     self.violation(trace, now, "started-empty", detail);
