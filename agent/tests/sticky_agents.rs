@@ -147,3 +147,66 @@ fn exclusive_replica_waits_for_its_data_and_stays_with_it() {
     assert_eq!(lines(&count_of(&c, h)), 1, "the old copy is left as it was");
     assert_eq!(lines(&count_of(&c, o)), 1, "no restart on the holder");
 }
+
+#[test]
+fn a_holder_that_comes_back_without_its_data_asks_before_starting_empty() {
+    let mut c = Cluster::new();
+    let marker = format!("6{}", std::process::id() % 100_000);
+    c.cleanup.push(format!("sleep {marker}"));
+    c.add("n1");
+    c.wait_members(1, Duration::from_secs(20));
+    let spec = c.dir.path().join("db.toml");
+    let text = format!(
+        "name = \"db\"\n[process]\n\
+         command = [\"sh\", \"-c\", \"echo start >> $SHOAL_DATA_DIR/count && exec sleep {marker}\"]\n\
+         [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n\
+         [placement]\nexclusive = true\n\
+         [[volumes]]\nname = \"data\"\n"
+    );
+    std::fs::write(&spec, text).unwrap();
+    let out = c.cli(0, &["apply", "-f", spec.to_str().unwrap()]);
+    assert!(out.status.success(), "apply: {}", stderr(&out));
+    let recorded = wait_until(Duration::from_secs(60), || {
+        db0(&c, 0).is_some_and(|(node, _, data)| node == "n1" && data.as_deref() == Some("n1"))
+    });
+    assert!(
+        recorded,
+        "db/0 never ran with its data recorded\n{}",
+        c.logs()
+    );
+
+    // The host goes down and comes back with its data directory gone (a new disk, say).
+    c.kill(0);
+    kill_instance(&marker);
+    let data = c.agents[0].data_dir.join("volumes/db/0/data");
+    std::fs::remove_dir_all(&data).unwrap();
+    c.start(0, None);
+    c.wait_members(1, Duration::from_secs(20));
+    let mut held = None;
+    let raised = wait_until(Duration::from_secs(60), || {
+        held = issues(&c, 0)
+            .into_iter()
+            .find(|i| i["kind"] == "data-elsewhere" && i["held"].is_string());
+        held.is_some()
+    });
+    assert!(raised, "no held data-elsewhere issue\n{}", c.logs());
+    let held = held.unwrap();
+    let why = held["held"].as_str().unwrap();
+    assert!(
+        why.starts_with("db/0's data was on this node, but its volume \"data\"")
+            && why.contains("is missing here"),
+        "{held}"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        db0(&c, 0).is_none(),
+        "started over an empty volume without approval"
+    );
+    assert!(!data.exists(), "nothing ran");
+
+    let out = c.cli(0, &["approve", held["id"].as_str().unwrap()]);
+    assert!(out.status.success(), "approve: {}", stderr(&out));
+    let running = wait_until(Duration::from_secs(60), || db0(&c, 0).is_some());
+    assert!(running, "db/0 did not start after approval\n{}", c.logs());
+    assert_eq!(lines(&data.join("count")), 1, "started empty");
+}

@@ -212,3 +212,51 @@ fn approving_the_new_owner_stops_the_drained_holders_copy_then_starts_it_there()
     assert_eq!(copies[0].0, "n2", "moved on approval: {copies:?}");
     assert!(c.first_stop("n1", shoal_core::reconcile::StopCause::ExclusiveMoved) > Some(approved));
 }
+
+#[test]
+fn a_holder_that_lost_its_data_waits_like_any_other_node() {
+    let mut c = Cluster::new(&["n1", "n2", "n3"]);
+    c.put(spec("db", 1, WITH_DATA), "v1");
+    c.data_holders.insert(ReplicaId::new("db", 0), "n1".into());
+    let gone = "its volume \"data\" (/d/volumes/db/0/data) is missing here".to_string();
+    c.data_missing.insert(
+        "n1".into(),
+        [(ReplicaId::new("db", 0), gone)].into_iter().collect(),
+    );
+    c.place("db", 0, "n1");
+    c.run_for(10_000);
+    assert!(
+        c.starts("db", 0).is_empty(),
+        "not started over an empty volume"
+    );
+    let held = c.issue("n1", IssueKind::DataElsewhere).expect("held");
+    assert_eq!(
+        held.held.as_deref(),
+        Some("db/0's data was on this node, but its volume \"data\" (/d/volumes/db/0/data) is missing here")
+    );
+    c.agent_mut("n1").rec.approve(&held.id).unwrap();
+    c.run_for(5_000);
+    assert_eq!(c.starts("db", 0).len(), 1, "started empty on approval");
+}
+
+#[test]
+fn a_start_that_failed_before_its_volume_existed_is_not_missing_data() {
+    let mut c = Cluster::new(&["n1", "n2", "n3"]);
+    c.put(spec("db", 1, WITH_DATA), "v1");
+    c.place("db", 0, "n1");
+    c.run_for(5_000);
+    assert_eq!(c.starts("db", 0).len(), 1);
+    // The record names n1 and the volume is missing (the start failed before creating it):
+    // this agent started it here itself, so it retries without asking.
+    c.data_holders.insert(ReplicaId::new("db", 0), "n1".into());
+    c.data_missing.insert(
+        "n1".into(),
+        [(ReplicaId::new("db", 0), "gone".to_string())]
+            .into_iter()
+            .collect(),
+    );
+    c.crash("n1", "db", 0, 1);
+    c.run_for(30_000);
+    assert!(c.starts("db", 0).len() >= 2, "restarted");
+    assert!(c.issue("n1", IssueKind::DataElsewhere).is_none());
+}

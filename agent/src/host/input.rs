@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use chitchat::{Chitchat, ChitchatId};
 use shoal_core::cells::{Cell, CellPlacer};
+use shoal_core::instance::ReplicaId;
 use shoal_core::placement::Placement;
 use shoal_core::reconcile::{InstanceStatus, Membership, ReconcileInput, SpecEntry};
 use shoal_core::stacking::StackedPlacer;
@@ -168,6 +169,7 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
     };
     shell.input.instances = instances;
     shell.input.runtime_unavailable = runtime_unavailable;
+    shell.input.data_missing = data_missing(host, &shell.input);
     shell.input.pulling = host.runtime.pulling();
     refresh_handoffs(host, shell);
     shell.input.view_suspect = if node.is_stale() {
@@ -181,6 +183,30 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         shell.input.supports_containers,
         shell.input.supports_processes,
     ) = support_flags(&host.runtime);
+}
+
+/// The exclusive replicas with data placed here, recorded as held here, with no instance, whose
+/// data the runtime says is gone (`ReconcileInput::data_missing`). A stat per such replica.
+fn data_missing(host: &Host, input: &ReconcileInput) -> BTreeMap<ReplicaId, String> {
+    let me = host.node.name.as_str();
+    input
+        .data_holders
+        .iter()
+        .filter(|(r, holder)| *holder == me && input.owners.get(*r).is_some_and(|o| o == me))
+        .filter(|(r, _)| {
+            !input
+                .instances
+                .iter()
+                .any(|i| &i.replica == *r && i.phase.may_be_alive())
+        })
+        .filter_map(|(r, _)| {
+            let spec = &input.specs.get(&r.workload)?.spec;
+            let why = spec
+                .sticky()
+                .then(|| host.runtime.data_missing(r, spec))??;
+            Some((r.clone(), why))
+        })
+        .collect()
 }
 
 /// In a mesh of several cells: tells the cell exchange which instances here run a replica the

@@ -28,7 +28,7 @@ use futures_util::StreamExt;
 use tokio::sync::broadcast;
 use tokio::task::AbortHandle;
 
-use crate::core::instance::RuntimeInstance;
+use crate::core::instance::{ReplicaId, RuntimeInstance};
 use crate::core::spec::{
     PortRef, Probe, Protocol, ReloadHook, ReloadSignal, Run, VolumeKind, WorkloadSpec,
 };
@@ -515,6 +515,11 @@ impl Runtime for DockerRuntime {
         &self,
     ) -> BTreeMap<crate::core::instance::ReplicaId, crate::core::instance::PullProgress> {
         self.pulls.waiting()
+    }
+
+    fn data_missing(&self, replica: &ReplicaId, spec: &WorkloadSpec) -> Option<String> {
+        // Data directories only: a docker volume Shoal names per replica is not inspected here.
+        self.config.volumes.as_ref()?.missing(replica, spec)
     }
 
     async fn purge_data(&self, workload: &str) -> Result<(), RuntimeError> {

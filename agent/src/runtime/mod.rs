@@ -238,6 +238,13 @@ pub trait Runtime: Send + Sync {
         BTreeMap::new()
     }
 
+    /// Why this node does not hold the data of `replica` of `spec` any more (a data directory
+    /// is missing), when it can tell; `None`: it holds it, or cannot tell (the default).
+    fn data_missing(&self, replica: &ReplicaId, spec: &WorkloadSpec) -> Option<String> {
+        let _ = (replica, spec);
+        None
+    }
+
     /// Removes what `workload` keeps on this node in its volumes (`shoal delete --purge-data`):
     /// its data volumes, and the docker volumes Shoal named for its replicas. Called once no
     /// instance of it is listed here. Nothing to remove is fine; the default keeps nothing.

@@ -335,6 +335,10 @@ impl Runtime for ProcessRuntime {
         self.inner.cgroups.note()
     }
 
+    fn data_missing(&self, replica: &ReplicaId, spec: &WorkloadSpec) -> Option<String> {
+        crate::runtime::volumes::VolumeDirs::new(&self.inner.config.data_dir).missing(replica, spec)
+    }
+
     async fn purge_data(&self, workload: &str) -> Result<(), RuntimeError> {
         // The default working directories (`replicas/<workload>/`) are the workload's data too.
         let data_dir = self.inner.config.data_dir.clone();

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::core::instance::ReplicaId;
-use crate::core::spec::{Volume, VolumeKind};
+use crate::core::spec::{Volume, VolumeKind, WorkloadSpec};
 use crate::runtime::{RuntimeError, StartRequest};
 
 /// The variable that carries a replica's first data volume (`SHOAL_DATA_DIR`).
@@ -107,6 +107,22 @@ impl VolumeDirs {
             });
         }
         Ok(out)
+    }
+
+    /// Why the replica's data is not here: the first of its data directories that is missing.
+    pub fn missing(&self, replica: &ReplicaId, spec: &WorkloadSpec) -> Option<String> {
+        spec.volumes
+            .iter()
+            .filter(|v| v.kind == VolumeKind::Data)
+            .map(|v| (v, self.data_dir(replica, &v.name)))
+            .find(|(_, dir)| !dir.is_dir())
+            .map(|(v, dir)| {
+                format!(
+                    "its volume {:?} ({}) is missing here (removed, or a new disk)",
+                    v.name,
+                    dir.display()
+                )
+            })
     }
 
     /// Removes every data volume of `workload` on this node. Nothing there is fine.

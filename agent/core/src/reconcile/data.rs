@@ -10,6 +10,10 @@
 //! - the spec says `on_data_loss = "start-empty"` and `sticky_for` has passed since this node
 //!   began waiting.
 //!
+//! The same wait holds a replica whose record names this node when this node no longer holds the
+//! data (`ReconcileInput::data_missing`: its data directory was removed, or the disk is new):
+//! starting it would start it empty just the same.
+//!
 //! Once it went ahead, later starts here (a crash before the shell recorded this node as the
 //! holder) do not ask again. The wait counts from when this node began waiting, not from when
 //! the holder went down: a node that restarts begins again, which only waits longer.
@@ -30,19 +34,26 @@ pub(crate) fn data_allows(
     entry: &SpecEntry,
     state: &mut ReplicaState,
 ) -> bool {
-    let holder = match ctx.input.data_holders.get(replica) {
-        Some(holder) if entry.spec.sticky() && holder != ctx.node && !state.data_taken => holder,
-        _ => {
-            state.data_wait_since_ms = None;
-            return true;
-        }
+    let why = match ctx.input.data_holders.get(replica) {
+        Some(_) if !entry.spec.sticky() || state.data_taken => None,
+        Some(holder) if holder != ctx.node => Some(format!(
+            "{replica}'s data is on {holder}, which {}",
+            standing(ctx, holder)
+        )),
+        Some(_) if state.started_here => None,
+        Some(_) => ctx
+            .input
+            .data_missing
+            .get(replica)
+            .map(|gone| format!("{replica}'s data was on this node, but {gone}")),
+        None => None,
+    };
+    let Some(why) = why else {
+        state.data_wait_since_ms = None;
+        return true;
     };
     let now = ctx.now_ms;
     let since = *state.data_wait_since_ms.get_or_insert(now);
-    let why = format!(
-        "{replica}'s data is on {holder}, which {}",
-        standing(ctx, holder)
-    );
     let placement = &entry.spec.placement;
     let due = since.saturating_add(placement.sticky_for_ms());
     if ctx.approved(IssueKind::DataElsewhere, Some(replica)) {
@@ -71,7 +82,7 @@ pub(crate) fn data_allows(
             plan.wake_at(due);
             format!("it starts empty here at {due} (sticky_for, on_data_loss = \"start-empty\")")
         }
-        OnDataLoss::Wait => "it waits for that node (on_data_loss = \"wait\")".to_string(),
+        OnDataLoss::Wait => "it waits for its data (on_data_loss = \"wait\")".to_string(),
     };
     let msg = format!(
         "not started: {why}; {then}; approve to start it empty on {} now",

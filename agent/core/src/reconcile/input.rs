@@ -85,6 +85,11 @@ pub struct ReconcileInput {
     /// replica placed here whose data another node holds waits for it (`data.rs`). A replica
     /// missing here has no data anywhere yet.
     pub data_holders: BTreeMap<ReplicaId, String>,
+    /// Replicas placed here whose data the store records on this node but which this node no
+    /// longer holds, with why (a data directory removed, a new disk): the shell checks the
+    /// exclusive replicas with data placed here that have no instance. Starting one would start
+    /// it empty, so it waits as if its data were elsewhere (`data.rs`).
+    pub data_missing: BTreeMap<ReplicaId, String>,
 }
 
 /// Where a replica running here went, when the cell level moved it to another cell.

@@ -155,6 +155,7 @@ pub(crate) fn plan_start(
     let floor = ctx.input.fence_token_floor;
     let fence_token =
         exclusive.then(|| fence_token::for_start(state, local.instances.values(), replica, floor));
+    state.started_here = true;
     let action = Action::Start {
         replica: replica.clone(),
         spec: entry.spec.clone(),

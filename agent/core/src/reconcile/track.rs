@@ -101,6 +101,9 @@ pub(crate) struct ReplicaState {
     /// An operator's approval or the spec's `on_data_loss` let it start here without the data
     /// another node holds: later starts here do not ask again.
     pub data_taken: bool,
+    /// This agent sent a start for it here (a failed start may leave the holder record naming
+    /// this node without its data directories: they are not missing data).
+    pub started_here: bool,
 }
 
 /// How the last instance of a replica ended.

@@ -219,6 +219,8 @@ pub struct Cluster {
     pub knows_only_itself: BTreeSet<String>,
     /// The node that holds each replica's data, handed to every agent.
     pub data_holders: BTreeMap<ReplicaId, String>,
+    /// Per node: the replicas whose data it no longer holds, with why.
+    pub data_missing: BTreeMap<String, BTreeMap<ReplicaId, String>>,
 }
 
 impl Cluster {
@@ -245,6 +247,7 @@ impl Cluster {
             fence_token_floor_is_now: false,
             knows_only_itself: BTreeSet::new(),
             data_holders: BTreeMap::new(),
+            data_missing: BTreeMap::new(),
         };
         for n in nodes {
             let agent = Agent {
@@ -415,6 +418,7 @@ impl Cluster {
             volume_roots: Vec::new(),
             deleted: self.deleted.clone(),
             data_holders: self.data_holders.clone(),
+            data_missing: self.data_missing.get(node).cloned().unwrap_or_default(),
         }
     }
 
