@@ -169,7 +169,7 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
     };
     shell.input.instances = instances;
     shell.input.runtime_unavailable = runtime_unavailable;
-    shell.input.data_missing = data_missing(host, &shell.input);
+    shell.input.data_missing = data_missing(host, &shell.input).await;
     shell.input.pulling = host.runtime.pulling();
     refresh_handoffs(host, shell);
     shell.input.view_suspect = if node.is_stale() {
@@ -186,10 +186,11 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
 }
 
 /// The exclusive replicas with data placed here, recorded as held here, with no instance, whose
-/// data the runtime says is gone (`ReconcileInput::data_missing`). A stat per such replica.
-fn data_missing(host: &Host, input: &ReconcileInput) -> BTreeMap<ReplicaId, String> {
+/// data the runtime says is gone (`ReconcileInput::data_missing`). A stat, or an engine call,
+/// per such replica (few: they are the ones waiting to start here).
+async fn data_missing(host: &Host, input: &ReconcileInput) -> BTreeMap<ReplicaId, String> {
     let me = host.node.name.as_str();
-    input
+    let waiting = input
         .data_holders
         .iter()
         .filter(|(r, holder)| *holder == me && input.owners.get(*r).is_some_and(|o| o == me))
@@ -199,14 +200,15 @@ fn data_missing(host: &Host, input: &ReconcileInput) -> BTreeMap<ReplicaId, Stri
                 .iter()
                 .any(|i| &i.replica == *r && i.phase.may_be_alive())
         })
-        .filter_map(|(r, _)| {
-            let spec = &input.specs.get(&r.workload)?.spec;
-            let why = spec
-                .sticky()
-                .then(|| host.runtime.data_missing(r, spec))??;
-            Some((r.clone(), why))
-        })
-        .collect()
+        .filter_map(|(r, _)| Some((r, input.specs.get(&r.workload)?.spec.clone())))
+        .filter(|(_, spec)| spec.sticky());
+    let mut out = BTreeMap::new();
+    for (r, spec) in waiting {
+        if let Some(why) = host.runtime.data_missing(r, &spec).await {
+            out.insert(r.clone(), why);
+        }
+    }
+    out
 }
 
 /// In a mesh of several cells: tells the cell exchange which instances here run a replica the

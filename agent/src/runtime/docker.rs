@@ -517,9 +517,13 @@ impl Runtime for DockerRuntime {
         self.pulls.waiting()
     }
 
-    fn data_missing(&self, replica: &ReplicaId, spec: &WorkloadSpec) -> Option<String> {
-        // Data directories only: a docker volume Shoal names per replica is not inspected here.
-        self.config.volumes.as_ref()?.missing(replica, spec)
+    async fn data_missing(&self, replica: &ReplicaId, spec: &WorkloadSpec) -> Option<String> {
+        if let Some(why) = self.config.volumes.as_ref()?.missing(replica, spec) {
+            return Some(why);
+        }
+        // An engine that cannot answer says nothing either way: the start finds out.
+        let docker = self.docker().await.ok()?;
+        volumes::owned_missing(&docker, replica, spec).await
     }
 
     async fn purge_data(&self, workload: &str) -> Result<(), RuntimeError> {

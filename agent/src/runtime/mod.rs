@@ -238,9 +238,10 @@ pub trait Runtime: Send + Sync {
         BTreeMap::new()
     }
 
-    /// Why this node does not hold the data of `replica` of `spec` any more (a data directory
-    /// is missing), when it can tell; `None`: it holds it, or cannot tell (the default).
-    fn data_missing(&self, replica: &ReplicaId, spec: &WorkloadSpec) -> Option<String> {
+    /// Why this node does not hold the data of `replica` of `spec` any more (a data directory,
+    /// or the docker volume Shoal names for it, is missing), when it can tell; `None`: it holds
+    /// it, or cannot tell (the default).
+    async fn data_missing(&self, replica: &ReplicaId, spec: &WorkloadSpec) -> Option<String> {
         let _ = (replica, spec);
         None
     }

@@ -335,7 +335,7 @@ impl Runtime for ProcessRuntime {
         self.inner.cgroups.note()
     }
 
-    fn data_missing(&self, replica: &ReplicaId, spec: &WorkloadSpec) -> Option<String> {
+    async fn data_missing(&self, replica: &ReplicaId, spec: &WorkloadSpec) -> Option<String> {
         crate::runtime::volumes::VolumeDirs::new(&self.inner.config.data_dir).missing(replica, spec)
     }
 

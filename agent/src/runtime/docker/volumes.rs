@@ -14,6 +14,8 @@ use bollard::query_parameters::ListVolumesOptionsBuilder;
 use bollard::Docker;
 
 use super::body::{engine_error, status_of, LABEL_MANAGED, LABEL_NODE, LABEL_WORKLOAD};
+use crate::core::instance::ReplicaId;
+use crate::core::spec::{VolumeKind, WorkloadSpec};
 use crate::runtime::volumes::{Mounted, Source};
 use crate::runtime::RuntimeError;
 
@@ -45,6 +47,32 @@ pub(crate) async fn create_owned(
             .map_err(|e| engine_error("create volume", e))?;
     }
     Ok(())
+}
+
+/// Why the replica's own named volumes are not all here: the first the engine does not have
+/// (404). Another engine error says nothing.
+pub(crate) async fn owned_missing(
+    docker: &Docker,
+    replica: &ReplicaId,
+    spec: &WorkloadSpec,
+) -> Option<String> {
+    let owned = spec
+        .volumes
+        .iter()
+        .filter(|v| v.kind == VolumeKind::Docker && v.source.is_none());
+    for v in owned {
+        let name = v.docker_source(&replica.workload, replica.replica)?;
+        match docker.inspect_volume(&name).await {
+            Err(e) if status_of(&e) == Some(404) => {
+                return Some(format!(
+                    "its docker volume {name:?} (volume {:?}) is missing here (removed, or a new engine)",
+                    v.name
+                ))
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Removes the named volumes Shoal created for `workload`'s replicas on this node, and first the
