@@ -269,3 +269,40 @@ proptest! {
         prop_assert_eq!(run(false), run(true));
     }
 }
+
+/// Found by `random_histories_keep_the_invariants`: the surge copy of a rolling update fails its
+/// health and is stopped to be restarted; the next surge copy used to start while it was still
+/// stopping (three copies of one replica: max_surge = 1 exceeded). It waits for it now.
+#[test]
+fn a_surge_copy_restarted_for_its_health_is_gone_before_the_next_starts() {
+    let mut c = cluster();
+    let mut version = 0;
+    c.run_for_checked(2_000, never_two_db_copies);
+    let events = [
+        Event::Update(0, 1),
+        Event::Advance(1),
+        Event::Unhealthy(0, 2),
+        Event::Advance(1),
+    ];
+    for e in &events {
+        apply(&mut c, e, &mut version);
+    }
+    // Every tick checks that no start comes while a copy of the replica at that version lives.
+    c.run_for_checked(30_000, |c| {
+        let copies = c.alive_copies("web", 0);
+        assert!(copies.len() <= 2, "max_surge 1 exceeded: {copies:?}");
+    });
+    let v1_starts = c
+        .log
+        .iter()
+        .filter(|(_, n, a)| {
+            n == "n1"
+                && matches!(a, shoal_core::reconcile::Action::Start { replica, version, .. }
+                    if *replica == ReplicaId::new("web", 0) && version == "v1")
+        })
+        .count();
+    assert!(
+        v1_starts >= 2,
+        "the unhealthy surge copy was replaced: {v1_starts}"
+    );
+}

@@ -87,6 +87,19 @@ pub(crate) fn plan_outdated(
         if state.is_some_and(|s| s.pending_start.is_some()) {
             return;
         }
+        // A new copy still stopping (restarted for its health) goes first: never two extra.
+        let stopping = local
+            .instances
+            .values()
+            .any(|o| o.replica == *replica && o.alive() && o.version == entry.version);
+        if stopping {
+            let msg = format!(
+                "the new copy at {} is stopping; another starts once it is gone",
+                entry.version
+            );
+            plan.issue(IssueKind::Outdated, Some(replica), msg);
+            return;
+        }
         if let Some(at) = state
             .map(|s| s.next_start_at_ms)
             .filter(|&at| ctx.now_ms < at)
