@@ -13,20 +13,12 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{docker_ready, shoal_command, stderr, wait_until, Cluster};
+use common::{docker, docker_ready, shoal_command, stderr, wait_until, Cluster};
 
 const NODES: [&str; 2] = ["d2a", "d2b"];
 const NAME: &str = "d2vol";
 /// The named volume Shoal creates for replica 0's docker volume `named` (docs/spec.md).
 const NAMED: &str = "shoal-d2vol-0-named";
-
-fn docker(args: &[&str]) -> Vec<String> {
-    let out = Command::new("docker").args(args).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
 
 /// Removes this test's containers and docker volumes (also those a killed earlier run left).
 struct Cleanup;

@@ -31,6 +31,21 @@ fn db0(c: &Cluster, i: usize) -> Option<(String, String, Option<String>)> {
     ))
 }
 
+/// Applies `db`: exclusive, a data volume, each start appending a line to `count` in it.
+fn apply_db(c: &Cluster, marker: &str) {
+    let spec = c.dir.path().join("db.toml");
+    let text = format!(
+        "name = \"db\"\n[process]\n\
+         command = [\"sh\", \"-c\", \"echo start >> $SHOAL_DATA_DIR/count && exec sleep {marker}\"]\n\
+         [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n\
+         [placement]\nexclusive = true\n\
+         [[volumes]]\nname = \"data\"\n"
+    );
+    std::fs::write(&spec, text).unwrap();
+    let out = c.cli(0, &["apply", "-f", spec.to_str().unwrap()]);
+    assert!(out.status.success(), "apply: {}", stderr(&out));
+}
+
 fn issues(c: &Cluster, i: usize) -> Vec<Value> {
     let out = c.cli(i, &["issues", "-o", "json", "--timeout", "3s"]);
     serde_json::from_slice::<Value>(&out.stdout)
@@ -60,17 +75,7 @@ fn exclusive_replica_waits_for_its_data_and_stays_with_it() {
         c.add(n);
     }
     c.wait_members(3, Duration::from_secs(30));
-    let spec = c.dir.path().join("db.toml");
-    let text = format!(
-        "name = \"db\"\n[process]\n\
-         command = [\"sh\", \"-c\", \"echo start >> $SHOAL_DATA_DIR/count && exec sleep {marker}\"]\n\
-         [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n\
-         [placement]\nexclusive = true\n\
-         [[volumes]]\nname = \"data\"\n"
-    );
-    std::fs::write(&spec, text).unwrap();
-    let out = c.cli(0, &["apply", "-f", spec.to_str().unwrap()]);
-    assert!(out.status.success(), "apply: {}", stderr(&out));
+    apply_db(&c, &marker);
 
     // Running, and recorded as the holder of its data.
     let mut first = None;
@@ -155,17 +160,7 @@ fn a_holder_that_comes_back_without_its_data_asks_before_starting_empty() {
     c.cleanup.push(format!("sleep {marker}"));
     c.add("n1");
     c.wait_members(1, Duration::from_secs(20));
-    let spec = c.dir.path().join("db.toml");
-    let text = format!(
-        "name = \"db\"\n[process]\n\
-         command = [\"sh\", \"-c\", \"echo start >> $SHOAL_DATA_DIR/count && exec sleep {marker}\"]\n\
-         [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n\
-         [placement]\nexclusive = true\n\
-         [[volumes]]\nname = \"data\"\n"
-    );
-    std::fs::write(&spec, text).unwrap();
-    let out = c.cli(0, &["apply", "-f", spec.to_str().unwrap()]);
-    assert!(out.status.success(), "apply: {}", stderr(&out));
+    apply_db(&c, &marker);
     let recorded = wait_until(Duration::from_secs(60), || {
         db0(&c, 0).is_some_and(|(node, _, data)| node == "n1" && data.as_deref() == Some("n1"))
     });

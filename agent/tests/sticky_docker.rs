@@ -10,21 +10,13 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{docker_ready, stderr, wait_until, Cluster};
+use common::{docker, docker_ready, stderr, wait_until, Cluster};
 use serde_json::Value;
 
 const NODE: &str = "stk1";
 const NAME: &str = "stkdb";
 /// The named volume Shoal creates for replica 0's docker volume `named`.
 const NAMED: &str = "shoal-stkdb-0-named";
-
-fn docker(args: &[&str]) -> Vec<String> {
-    let out = Command::new("docker").args(args).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
 
 /// Removes this test's containers and its volume (also those a killed earlier run left).
 fn clean() {

@@ -24,6 +24,18 @@ fn holder_dies(extra: &str) -> (Cluster, u64) {
     (c, died)
 }
 
+/// db/0 runs on n1, which holds its data; then n1 is drained and placement gives db/0 to n2.
+fn holder_drained() -> Cluster {
+    let mut c = Cluster::new(&["n1", "n2", "n3"]);
+    c.put(spec("db", 1, WITH_DATA), "v1");
+    c.place("db", 0, "n1");
+    c.run_for(5_000);
+    c.data_holders.insert(ReplicaId::new("db", 0), "n1".into());
+    c.agent_mut("n1").draining = true;
+    c.place("db", 0, "n2");
+    c
+}
+
 fn started_on(c: &Cluster, node: &str, after: u64) -> bool {
     c.log.iter().any(|(t, n, a)| {
         *t > after && n == node && matches!(a, shoal_core::reconcile::Action::Start { .. })
@@ -164,13 +176,7 @@ fn no_hold_without_a_holder_elsewhere_nor_for_replicas_that_are_not_sticky() {
 
 #[test]
 fn a_holder_drained_keeps_running_its_copy_while_the_new_owner_waits() {
-    let mut c = Cluster::new(&["n1", "n2", "n3"]);
-    c.put(spec("db", 1, WITH_DATA), "v1");
-    c.place("db", 0, "n1");
-    c.run_for(5_000);
-    c.data_holders.insert(ReplicaId::new("db", 0), "n1".into());
-    c.agent_mut("n1").draining = true;
-    c.place("db", 0, "n2");
+    let mut c = holder_drained();
     let moved = c.now;
     c.run_for(60_000);
     let copies = c.alive_copies("db", 0);
@@ -184,13 +190,7 @@ fn a_holder_drained_keeps_running_its_copy_while_the_new_owner_waits() {
 
 #[test]
 fn approving_the_new_owner_stops_the_drained_holders_copy_then_starts_it_there() {
-    let mut c = Cluster::new(&["n1", "n2", "n3"]);
-    c.put(spec("db", 1, WITH_DATA), "v1");
-    c.place("db", 0, "n1");
-    c.run_for(5_000);
-    c.data_holders.insert(ReplicaId::new("db", 0), "n1".into());
-    c.agent_mut("n1").draining = true;
-    c.place("db", 0, "n2");
+    let mut c = holder_drained();
     c.run_for(10_000);
     let held = c.issue("n2", IssueKind::DataElsewhere).expect("held");
     assert!(held.held.unwrap().contains("is up but cannot take it"));

@@ -60,7 +60,7 @@ impl HostLoop {
     pub(super) fn tend_data_records(&mut self, observed: &[InstanceStatus], now: u64) {
         let input = self.shell.input();
         let me = self.host.node.name.as_str();
-        let due: Vec<ReplicaId> = observed
+        let due: BTreeSet<ReplicaId> = observed
             .iter()
             .filter(|s| s.handle.is_some() && matches!(s.phase, Phase::Starting | Phase::Running))
             .map(|s| &s.replica)
@@ -73,12 +73,9 @@ impl HostLoop {
                     .is_some_and(|e| e.spec.keeps_replica_data())
             })
             .cloned()
-            .collect::<BTreeSet<_>>()
-            .into_iter()
             .collect();
         let records = &mut self.data_records;
-        let wanted: BTreeSet<&ReplicaId> = due.iter().collect();
-        records.tried_at.retain(|r, _| wanted.contains(r));
+        records.tried_at.retain(|r, _| due.contains(r));
         for replica in due {
             if records
                 .tried_at

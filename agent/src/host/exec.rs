@@ -34,19 +34,20 @@ impl Host {
                 };
                 self.record("start", Some(replica), reason);
                 let node = self.node.name.clone();
+                // Nothing ran: the reconciler backs off and raises a runtime issue.
+                let start_failed = move |replica, error| {
+                    if tx
+                        .try_send(Feedback::StartFailed { replica, error })
+                        .is_err()
+                    {
+                        count_drop();
+                    }
+                };
                 let ports = match self.allocate_ports(&id, &spec) {
                     Ok(ports) => ports,
                     Err(e) => {
-                        // Nothing ran: the reconciler backs off and raises a runtime issue.
-                        let error = e.to_string();
-                        if tx
-                            .try_send(Feedback::StartFailed { replica: id, error })
-                            .is_err()
-                        {
-                            count_drop();
-                        }
-                        wake();
-                        return;
+                        start_failed(id, e.to_string());
+                        return wake();
                     }
                 };
                 let addr = self.advertised_addr();
@@ -59,14 +60,8 @@ impl Host {
                         if let Err(why) = super::data::claim(&mesh, &id).await {
                             super::ports::start_done(&book, ports.ticket, None);
                             let error = format!("its data holder record was not written: {why}");
-                            if tx
-                                .try_send(Feedback::StartFailed { replica: id, error })
-                                .is_err()
-                            {
-                                count_drop();
-                            }
-                            wake();
-                            return;
+                            start_failed(id, error);
+                            return wake();
                         }
                     }
                     let request = StartRequest {
@@ -82,13 +77,7 @@ impl Host {
                     let handle = started.as_ref().ok().map(|i| i.handle.as_str());
                     super::ports::start_done(&book, ports.ticket, handle);
                     if let Err(e) = started {
-                        let error = e.to_string();
-                        if tx
-                            .try_send(Feedback::StartFailed { replica: id, error })
-                            .is_err()
-                        {
-                            count_drop();
-                        }
+                        start_failed(id, e.to_string());
                     }
                     wake();
                 });

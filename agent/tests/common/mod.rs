@@ -364,6 +364,15 @@ pub fn write_spec(dir: &Path, name: &str, replicas: u32) -> PathBuf {
     path
 }
 
+/// The lines `docker ARGS` prints on stdout (none when it fails).
+pub fn docker(args: &[&str]) -> Vec<String> {
+    let out = Command::new("docker").args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 /// Whether the docker tests run: false (and said) with `SHOAL_SKIP_DOCKER_TESTS=1`.
 pub fn docker_allowed() -> bool {
     if std::env::var("SHOAL_SKIP_DOCKER_TESTS").as_deref() == Ok("1") {

@@ -167,13 +167,12 @@ fn owner_waits_for_data(
     owner: Option<&String>,
 ) -> Option<bool> {
     let owner = owner.filter(|o| ctx.input.membership.live.contains(*o))?;
-    let copies = ctx.peers.of(replica);
-    let claims: Vec<bool> = copies
+    ctx.peers
+        .of(replica)
         .iter()
         .filter(|c| c.node == owner)
         .map(|c| c.status.waits_for_data)
-        .collect();
-    (!claims.is_empty()).then(|| claims.iter().any(|&w| w))
+        .reduce(|a, b| a || b)
 }
 
 /// Whether the new owner is live and gossips a serving copy of the replica.
