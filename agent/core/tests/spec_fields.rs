@@ -241,14 +241,14 @@ fn samples() -> Vec<WorkloadSpec> {
         "[container]\nimage = \"nginx:1.27\"\ncommand = [\"nginx\"]\nenv = { B = \"2\" }\n\
          ports = [{ name = \"dns\", container = 80, host = 8080, protocol = \"udp\" }]\n\
          [health.tcp]\nport = 80\n\
-         [update]\nmax_surge = 3\n\
          [reload]\ncommand = [\"nginx\", \"-s\", \"reload\"]\n\
          [[volumes]]\nname = \"etc\"\nkind = \"host\"\nhost_path = \"/etc/nginx\"\n\
          path = \"/etc/nginx\"\nread_only = true\n\
          [[volumes]]\nname = \"cache\"\nkind = \"docker\"\nsource = \"web-cache\"\n\
          path = \"/cache\"\n",
-        // An http probe.
-        "restarted_at = \"2026-12-01 21:30:00.123Z\"\n[container]\nimage = \"nginx:1.27\"\n[health.http]\nport = 80\npath = \"/healthz\"\n",
+        // An http probe, and a surge (no fixed host port: a surge copy shares the host).
+        "restarted_at = \"2026-12-01 21:30:00.123Z\"\n[container]\nimage = \"nginx:1.27\"\n[health.http]\nport = 80\npath = \"/healthz\"\n\
+         [update]\nmax_surge = 3\n",
     ];
     texts
         .iter()

@@ -436,7 +436,11 @@ fn arb_spec() -> impl Strategy<Value = WorkloadSpec> {
                 (health, restart, mut update, settings, reload, volumes),
             )| {
                 // Fix up the cross-field rules rather than filtering: every case stays useful.
-                if placement.exclusive {
+                let fixes_host_port = match &run {
+                    Run::Process(p) => p.ports.iter().any(|p| p.port.is_some()),
+                    Run::Container(c) => c.ports.iter().any(|p| p.host.is_some()),
+                };
+                if placement.exclusive || fixes_host_port {
                     update.max_surge = 0;
                 }
                 if update.max_unavailable == 0 && update.max_surge == 0 {

@@ -298,3 +298,40 @@ fn image_references() {
         assert!(m[0].starts_with("container.image: "), "{bad}: {m:?}");
     }
 }
+
+#[test]
+fn a_rule_added_later_refuses_new_specs_but_not_stored_ones() {
+    // Applied under an agent that did not know the rule: a fixed port and a surge.
+    let mut spec = sleeper();
+    spec.update.max_surge = 1;
+    spec.run = Run::Process(ProcessSpec {
+        command: vec!["web".into()],
+        ports: vec![NamedPort {
+            name: "http".into(),
+            port: Some(8080),
+            protocol: Protocol::Tcp,
+        }],
+        ..Default::default()
+    });
+    let errors = spec.validate().unwrap_err().to_string();
+    assert!(
+        errors.starts_with(
+            "update.max_surge: must be 0 while process.ports[0].port fixes host port 8080"
+        ),
+        "{errors}"
+    );
+    assert_eq!(
+        spec.validate_stored(),
+        Ok(()),
+        "a stored spec keeps running"
+    );
+    // The stored rules are still every other rule.
+    spec.replicas = REPLICAS_MAX + 1;
+    assert!(spec.validate_stored().is_err());
+    // Without the fixed number the surge is fine.
+    spec.replicas = 3;
+    if let Run::Process(p) = &mut spec.run {
+        p.ports[0].port = None;
+    }
+    assert_eq!(spec.validate(), Ok(()));
+}

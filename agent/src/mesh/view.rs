@@ -321,7 +321,7 @@ pub fn decode_spec(bytes: &[u8]) -> Result<WorkloadSpec, String> {
     }
     let spec: WorkloadSpec = crate::wire::decode_body::<WorkloadSpec, SPEC_BYTES_MAX>(bytes)
         .map_err(|e| e.to_string())?;
-    spec.validate().map_err(|e| e.to_string())?;
+    spec.validate_stored().map_err(|e| e.to_string())?;
     Ok(spec)
 }
 

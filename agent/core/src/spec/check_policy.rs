@@ -1,7 +1,7 @@
 //! The rules for health checks, restarts, updates and live settings.
 
 use super::duration::format_duration_ms;
-use super::reader::join;
+use super::reader::{index, join};
 use super::validate::{check_command, check_text, range_message, Report};
 use super::*;
 
@@ -149,6 +149,38 @@ pub(crate) fn update(
     if exclusive && u.max_surge > 0 {
         let message = "must be 0 for an exclusive workload: its replicas never run twice at once";
         r.err_related("update.max_surge", &["placement.exclusive"], message);
+    }
+}
+
+/// A surge copy starts on its replica's host beside the old copy, so it cannot bind a host port
+/// the spec fixes while the old copy holds it: it would fail until the rollout fails. Refused
+/// rather than left to fail at the first update (Kubernetes' hostPort has the same limit).
+pub(crate) fn surge_with_fixed_port(r: &mut Report, spec: &WorkloadSpec) {
+    if spec.update.max_surge == 0 || spec.placement.exclusive {
+        // Exclusive workloads already have max_surge refused, one error per field is enough.
+        return;
+    }
+    let fixed = match &spec.run {
+        Run::Process(p) => p.ports.iter().position(|p| p.port.is_some()).map(|i| {
+            (
+                format!("{}.port", index("process.ports", i)),
+                p.ports[i].port,
+            )
+        }),
+        Run::Container(c) => c.ports.iter().position(|p| p.host.is_some()).map(|i| {
+            (
+                format!("{}.host", index("container.ports", i)),
+                c.ports[i].host,
+            )
+        }),
+    };
+    if let Some((path, Some(port))) = fixed {
+        let message = format!(
+            "must be 0 while {path} fixes host port {port}: a surge copy starts on the same host \
+             as the copy it replaces and could not bind the port the old copy holds (leave the number \
+             out and the agent or the engine picks one per copy, or set max_surge = 0)"
+        );
+        r.err_related("update.max_surge", &[&path], message);
     }
 }
 

@@ -119,7 +119,7 @@ pub(crate) fn from_text(
     let mut ctx = Ctx::new(file, format);
     if let Some(spec) = workload(&mut ctx, &root) {
         let mut report = Report::default();
-        super::validate::check(&spec, &mut report);
+        super::validate::check_new(&spec, &mut report);
         report.locate_into(&mut ctx);
         if ctx.errors.is_empty() {
             return Ok(spec);

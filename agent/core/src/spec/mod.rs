@@ -397,9 +397,18 @@ impl WorkloadSpec {
         decode::from_bytes(bytes, file_name)
     }
 
-    /// Re-checks every rule on an already typed spec, e.g. one that arrived over the network.
+    /// Re-checks every rule on an already typed spec, e.g. one an apply request carries.
     /// Problems carry field paths but no file or location.
     pub fn validate(&self) -> Result<(), SpecErrors> {
+        let mut report = validate::Report::default();
+        validate::check_new(self, &mut report);
+        report.into_result(())
+    }
+
+    /// The rules a spec read back from the store must hold: [`WorkloadSpec::validate`] without
+    /// the rules added after specs could be stored (today: no `max_surge` with a fixed host
+    /// port), so that a workload applied under an older agent keeps running on a newer one.
+    pub fn validate_stored(&self) -> Result<(), SpecErrors> {
         let mut report = validate::Report::default();
         validate::check(self, &mut report);
         report.into_result(())

@@ -70,7 +70,17 @@ pub(crate) fn range_message(min: i128, max: i128, got: i128) -> String {
     format!("must be between {min} and {max}, got {got}")
 }
 
-/// Checks every rule, reporting each violation.
+/// Every rule, for a spec an operator writes now (a file, an apply): [`check`] and the rules
+/// added after specs could already be stored.
+pub(crate) fn check_new(spec: &WorkloadSpec, r: &mut Report) {
+    check(spec, r);
+    check_policy::surge_with_fixed_port(r, spec);
+}
+
+/// The rules every stored spec must hold, also one applied before a newer agent added a rule:
+/// a rule added later is checked at apply ([`check_new`]) and never makes a workload that runs
+/// disappear from an upgraded agent's view (its instances would be stopped as orphans). Reports
+/// each violation.
 pub(crate) fn check(spec: &WorkloadSpec, r: &mut Report) {
     if let Err(message) = check_name(&spec.name) {
         r.err("name", message);
