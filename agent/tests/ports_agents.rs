@@ -229,6 +229,55 @@ fn named_ports_are_allocated_answered_and_kept_across_a_restart() {
     let out = c.cli(0, &["delete", "extra"]);
     assert!(out.status.success(), "delete extra: {}", stderr(&out));
 
+    // A fixed number is not allocated but checked: held by another program, the start fails
+    // with a reason that names the port (not a process that cannot bind, in a loop); once the
+    // port is free, the replica starts on it.
+    let squatter = std::net::TcpListener::bind(("0.0.0.0", 0)).expect("bind a port");
+    let fixed_port = squatter.local_addr().unwrap().port();
+    let fixed = c.dir.path().join("fixed.toml");
+    let text = format!(
+        "name = \"fixed\"\n[process]\ncommand = [\"sleep\", \"86423\"]\n\
+         ports = [{{ name = \"admin\", port = {fixed_port} }}]\n\
+         [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n"
+    );
+    std::fs::write(&fixed, text).unwrap();
+    c.cleanup.push("sleep 86423".to_string());
+    let out = c.cli(0, &["apply", "-f", fixed.to_str().unwrap()]);
+    assert!(out.status.success(), "apply fixed: {}", stderr(&out));
+    let wanted =
+        format!("host port {fixed_port}/tcp, which fixed/0's spec fixes, is in use on this host");
+    let said = wait_until(Duration::from_secs(20), || {
+        let events = c.cli(0, &["events", "-o", "json"]);
+        let issues = c.cli(0, &["issues", "-o", "json"]);
+        String::from_utf8_lossy(&events.stdout).contains(&wanted)
+            && String::from_utf8_lossy(&issues.stdout).contains(&wanted)
+    });
+    assert!(
+        said,
+        "an event and an issue say {wanted:?}\n{}\n{}",
+        String::from_utf8_lossy(&c.cli(0, &["issues"]).stdout),
+        c.logs()
+    );
+    drop(squatter);
+    let started = wait_until(Duration::from_secs(30), || {
+        let running = c.cli_json(0, &["status", "fixed", "-o", "json"])["instances"]
+            .as_array()
+            .is_some_and(|rows| rows.iter().any(|r| r["phase"] == "running"));
+        running
+            && endpoints(&c, "fixed")
+                .iter()
+                .any(|e| e.2.get("admin") == Some(&fixed_port))
+    });
+    assert!(
+        started,
+        "fixed/0 runs on port {fixed_port} once it is free: {} {:?}\n{}",
+        c.cli_json(0, &["status", "fixed", "-o", "json"]),
+        endpoints(&c, "fixed"),
+        c.logs()
+    );
+    let out = c.cli(0, &["delete", "fixed"]);
+    assert!(out.status.success(), "delete fixed: {}", stderr(&out));
+
     // Kill the agent and start it again over the same data dir: it adopts the instances, which
     // keep their processes and ports, and DNS answers the same.
     let pids = server_pids(&www);

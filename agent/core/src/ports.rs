@@ -93,6 +93,22 @@ pub enum PortError {
         /// Ports of the range found in use on the host.
         in_use: usize,
     },
+    /// A host port the spec fixes is in use on this host: by another workload's instance that
+    /// fixes it too, or by another program. Placement does not know fixed numbers.
+    #[error(
+        "host port {port}/{protocol}, which {replica}'s spec fixes, is in use on this host (by \
+         another workload that fixes it, or another program): two workloads that fix one port \
+         cannot share a host; keep them apart with placement constraints, or leave the number to \
+         the agent"
+    )]
+    FixedInUse {
+        /// The port.
+        port: u16,
+        /// `tcp` or `udp`.
+        protocol: &'static str,
+        /// The replica that wanted it.
+        replica: String,
+    },
     /// [`BIND_CHECKS_MAX`] candidates in a row were in use on the host.
     #[error(
         "no free port for {replica}: the {tried} ports tried in {range} are used by other \

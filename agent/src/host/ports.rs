@@ -1,7 +1,8 @@
 //! Named ports on this host: the shell around [`PortBook`] (`shoal_core::ports`). A start takes
 //! its ports from the book before the runtime sees it, each checked free on the host by binding
 //! it (TCP and UDP, on every address); the runtime's list each round tells the book what still
-//! holds ports, adopted instances included.
+//! holds ports, adopted instances included. Fixed numbers are not in the book: each start checks
+//! them free on the host, for their protocol.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -9,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use shoal_core::instance::{ReplicaId, RuntimeInstance};
 use shoal_core::ports::{Listed, PortBook, PortError};
-use shoal_core::spec::WorkloadSpec;
+use shoal_core::spec::{Protocol, WorkloadSpec};
 
 use super::Host;
 
@@ -38,6 +39,20 @@ impl Host {
         replica: &ReplicaId,
         spec: &WorkloadSpec,
     ) -> Result<StartPorts, PortError> {
+        let v6 = self.advertised_addr().is_ipv6();
+        // A fixed number is checked, not allocated: the start fails with a reason an operator
+        // can act on instead of a process that cannot bind (or an engine error) in a loop.
+        if let Some((port, protocol)) = spec
+            .fixed_host_ports()
+            .into_iter()
+            .find(|&(port, protocol)| fixed_in_use(port, protocol, v6))
+        {
+            return Err(PortError::FixedInUse {
+                port,
+                protocol: protocol.as_str(),
+                replica: replica.to_string(),
+            });
+        }
         let mut ports: BTreeMap<String, u16> = spec
             .named_ports()
             .into_iter()
@@ -50,7 +65,6 @@ impl Host {
                 ticket: None,
             });
         }
-        let v6 = self.advertised_addr().is_ipv6();
         let mut book = self.ports.lock().expect("ports lock");
         let (allocated, ticket) = book.allocate(replica, &wanted, &mut |p| in_use(p, v6))?;
         if cfg!(debug_assertions) {
@@ -107,6 +121,25 @@ fn in_use(port: u16, v6: bool) -> bool {
     addrs.into_iter().any(|ip| {
         let addr = SocketAddr::new(ip, port);
         std::net::TcpListener::bind(addr).is_err() || std::net::UdpSocket::bind(addr).is_err()
+    })
+}
+
+/// Whether some socket on this host holds `port` for `protocol` (std's listener binds with
+/// SO_REUSEADDR, so connections of a stopped instance in TIME_WAIT do not count).
+fn fixed_in_use(port: u16, protocol: Protocol, v6: bool) -> bool {
+    let mut addrs = vec![IpAddr::V4(Ipv4Addr::UNSPECIFIED)];
+    if v6 {
+        addrs.push(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
+    }
+    addrs.into_iter().any(|ip| {
+        let addr = SocketAddr::new(ip, port);
+        let bound = match protocol {
+            Protocol::Tcp => std::net::TcpListener::bind(addr).map(drop),
+            Protocol::Udp => std::net::UdpSocket::bind(addr).map(drop),
+        };
+        // Only "in use" counts: an agent without the right to bind a low port may still run a
+        // container whose engine publishes it.
+        bound.is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse)
     })
 }
 

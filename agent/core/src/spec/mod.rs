@@ -454,6 +454,23 @@ impl WorkloadSpec {
         }
     }
 
+    /// The host ports the spec fixes (a process port's `port`, a container port's `host`, named
+    /// or not), with their protocol, in declaration order.
+    pub fn fixed_host_ports(&self) -> Vec<(u16, Protocol)> {
+        match &self.run {
+            Run::Process(p) => p
+                .ports
+                .iter()
+                .filter_map(|p| Some((p.port?, p.protocol)))
+                .collect(),
+            Run::Container(c) => c
+                .ports
+                .iter()
+                .filter_map(|p| Some((p.host?, p.protocol)))
+                .collect(),
+        }
+    }
+
     /// The names of the ports the agent allocates for each instance (declared without a number).
     pub fn ports_to_allocate(&self) -> Vec<&str> {
         self.named_ports()
