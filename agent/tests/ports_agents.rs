@@ -275,8 +275,26 @@ fn named_ports_are_allocated_answered_and_kept_across_a_restart() {
         endpoints(&c, "fixed"),
         c.logs()
     );
-    let out = c.cli(0, &["delete", "fixed"]);
-    assert!(out.status.success(), "delete fixed: {}", stderr(&out));
+    // A second workload that fixes the same number: its apply says so at once.
+    let fixed2 = c.dir.path().join("fixed2.toml");
+    // No replica: the note is about the spec, whatever runs.
+    let text = std::fs::read_to_string(&fixed)
+        .unwrap()
+        .replace("name = \"fixed\"", "name = \"fixed2\"\nreplicas = 0");
+    std::fs::write(&fixed2, text).unwrap();
+    let out = c.cli(0, &["apply", "-f", fixed2.to_str().unwrap()]);
+    assert!(out.status.success(), "apply fixed2: {}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!(
+            "note: host port {fixed_port}/tcp is also fixed by fixed: a host given replicas of both starts only one of them"
+        )),
+        "{said}"
+    );
+    for name in ["fixed", "fixed2"] {
+        let out = c.cli(0, &["delete", name]);
+        assert!(out.status.success(), "delete {name}: {}", stderr(&out));
+    }
 
     // Kill the agent and start it again over the same data dir: it adopts the instances, which
     // keep their processes and ports, and DNS answers the same.

@@ -225,8 +225,9 @@ impl MeshNode {
         }
         let members = self.members().await;
         self.skew.refuse_write_if_skewed("apply", &members)?;
+        let clashes = self.fixed_port_clashes(&specs).await;
         let mut results = Vec::new();
-        for spec in specs {
+        for (spec, clash) in specs.into_iter().zip(clashes) {
             let body = view::encode_spec(&spec);
             let now = (self.clock)();
             let name = spec.name.clone();
@@ -285,10 +286,37 @@ impl MeshNode {
             }
             let applied = self.clone().replicate(entry, changed).await;
             let mut applied = applied.map_err(|e| stored_before(e, &results))?;
-            applied.note = note;
+            applied.note = note
+                .into_iter()
+                .chain(clash)
+                .reduce(|a, b| format!("{a}; {b}"));
             results.push(applied);
         }
         Ok(Response::Applied(results))
+    }
+
+    /// For each spec of an apply, the host ports it fixes that another workload (stored, or in
+    /// the same apply) fixes too, as one note (`None`: none).
+    async fn fixed_port_clashes(
+        &self,
+        specs: &[shoal_core::spec::WorkloadSpec],
+    ) -> Vec<Option<String>> {
+        if specs.iter().all(|s| s.fixed_host_ports().is_empty()) {
+            return vec![None; specs.len()];
+        }
+        let stored = self.with_store(|s| view::live_specs(s.list_live()).0).await;
+        specs
+            .iter()
+            .map(|spec| {
+                let others = stored
+                    .iter()
+                    .map(|(s, _)| s)
+                    .filter(|s| !specs.iter().any(|new| new.name == s.name))
+                    .chain(specs);
+                let lines = shoal_core::spec::fixed_port_clashes(spec, others);
+                (!lines.is_empty()).then(|| lines.join("; "))
+            })
+            .collect()
     }
 
     /// The mesh's capacity caps as this node's store holds them (a read of memory: the store's

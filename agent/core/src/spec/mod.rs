@@ -20,6 +20,7 @@ use crate::constraint::Constraint;
 use crate::resources::Resources;
 
 mod check_policy;
+mod clash;
 mod decode;
 mod doc;
 mod duration;
@@ -35,6 +36,8 @@ mod sticky;
 mod suggest;
 mod validate;
 mod volumes;
+
+pub use clash::{fixed_port_clashes, CLASHES_MAX};
 
 pub use duration::{format_duration_ms, parse_duration_ms};
 pub use error::{Location, SpecError, SpecErrors};
