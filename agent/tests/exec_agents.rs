@@ -199,6 +199,43 @@ fn exec_through_any_agent_streams_bounds_and_refuses_clearly() {
                 .starts_with("shoal-cli (client) via")
     });
     assert!(recorded, "no exec event: {events}");
+
+    // (f) a command outlives nothing: when its instance exits, it is killed with it and the
+    // session ends (128 + SIGKILL, and a line that says why), not at its own end 60 s later.
+    // Its own workload and mark, so the other test's instances are out of reach of pkill.
+    let brief = write_spec(
+        &dir,
+        "brief",
+        "[\"sh\", \"-c\", \": exec-instance-exit-test; while :; do sleep 1; done\"]",
+    );
+    c.cleanup.push("exec-instance-exit-test".to_string());
+    let out = c.cli(0, &["apply", "-f", brief.to_str().unwrap()]);
+    assert!(out.status.success(), "apply: {}", stderr(&out));
+    assert!(
+        wait_until(Duration::from_secs(20), || node_of(&c, other, "brief")
+            .is_some()),
+        "brief running\n{}",
+        c.logs()
+    );
+    let started = std::time::Instant::now();
+    let (code, _, err) = exec(
+        &c,
+        other,
+        &[
+            "brief/0",
+            "--",
+            "sh",
+            "-c",
+            "pkill -9 -f 'exec-instance-exit-tes[t]'; sleep 60",
+        ],
+    );
+    let took = started.elapsed();
+    assert_eq!(code, 137, "{err}");
+    assert!(
+        err.contains("shoal: the instance exited; this command was killed with it"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(30), "ended after {took:?}");
 }
 
 fn pki_reader(pki_dir: &Path, name: &str) {

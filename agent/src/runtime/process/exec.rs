@@ -21,7 +21,7 @@ impl Inner {
         request: &ExecRequest,
     ) -> Result<ExecChild, RuntimeError> {
         let failed = |reason: String| RuntimeError::ExecFailed { reason };
-        let (state, _) = self.snapshot(handle)?;
+        let (state, mut instance_exited) = self.snapshot(handle)?;
         if state.exited() || !state::is_same_live_process(state.pid, state.proc_start_ticks) {
             return Err(failed(format!("instance {handle} is not running")));
         }
@@ -64,7 +64,7 @@ impl Inner {
             tokio::spawn(pump(stdout, Stream::Stdout, output_tx.clone()));
         }
         if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(pump(stderr, Stream::Stderr, output_tx));
+            tokio::spawn(pump(stderr, Stream::Stderr, output_tx.clone()));
         }
         let stdin = child
             .stdin
@@ -79,7 +79,17 @@ impl Inner {
                     signal_group(pid, Signal::SIGKILL);
                     child.wait().await
                 }
+                // Like a command in a container that stops: it goes with its instance (its
+                // cgroup could not be removed while it ran, and what it works on is gone).
+                // (A sender gone means the instance was forgotten: it had exited.)
+                _ = async { instance_exited.wait_for(|exited| *exited).await.map(|_| ()) } => {
+                    signal_group(pid, Signal::SIGKILL);
+                    let note = b"shoal: the instance exited; this command was killed with it\n";
+                    let _ = output_tx.send((Stream::Stderr, note.to_vec())).await;
+                    child.wait().await
+                }
             };
+            drop(output_tx);
             // What it left behind in its group goes with it, so its output ends.
             signal_group(pid, Signal::SIGKILL);
             let code = status
