@@ -2,7 +2,8 @@
 //! two agents with the docker runtime on this host's engine (containers labelled by node), a
 //! busybox container printing numbered lines on stdout and one on stderr; all lines, `--tail`,
 //! `--follow` seeing new ones, and `--previous` refused plainly (the engine's logs go with the
-//! removed container). Needs a reachable Docker engine and `/bin/busybox` (see runtime_docker.rs
+//! removed container). A container printing 20 MB keeps no more than the agent's
+//! `--log-max-bytes` on disk (the json-file driver within the bound). Needs a reachable Docker engine and `/bin/busybox` (see runtime_docker.rs
 //! for SHOAL_SKIP_DOCKER_TESTS).
 
 mod common;
@@ -14,6 +15,31 @@ use std::time::{Duration, Instant};
 use common::{docker_ready, shoal_command, stderr, wait_until, Cluster};
 
 const NODES: [&str; 2] = ["ld1", "ld2"];
+
+/// The agents' `--log-max-bytes` (2 MiB), over the default 2 files.
+const LOG_BOUND: u64 = 2 << 20;
+
+/// `docker inspect -f FORMAT` of the replica's container (any, running or not).
+fn inspect(workload: &str, format: &str) -> Option<String> {
+    let out = Command::new("docker")
+        .args([
+            "ps",
+            "-q",
+            "--filter",
+            &format!("label=shoal.workload={workload}"),
+        ])
+        .output()
+        .ok()?;
+    let id = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()?
+        .to_string();
+    let out = Command::new("docker")
+        .args(["inspect", "-f", format, &id])
+        .output()
+        .ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
 
 /// Removes this test's containers (also those a killed earlier run left).
 struct Cleanup;
@@ -48,7 +74,12 @@ fn container_logs_through_another_agent() {
     drop(Cleanup);
     let _cleanup = Cleanup;
     let mut c = Cluster::new();
-    c.agent_args = vec!["--runtime".into(), "docker".into()];
+    c.agent_args = vec![
+        "--runtime".into(),
+        "docker".into(),
+        "--log-max-bytes".into(),
+        LOG_BOUND.to_string(),
+    ];
     for node in NODES {
         c.add(node);
     }
@@ -145,4 +176,56 @@ fn container_logs_through_another_agent() {
 
     let (ok, _, err) = logs(&c, other, &["dlog/0", "--previous"]);
     assert!(!ok && err.contains("no previous container"), "{err}");
+    // 20 MB printed: the engine keeps at most the agent's bound of it, in json-file files of
+    // bound / 2 (the engine's default json-file would keep all 20 MB, and more in JSON).
+    let flood = c.dir.path().join("dflood.toml");
+    std::fs::write(
+        &flood,
+        "name = \"dflood\"\nreplicas = 1\n[container]\nimage = \"shoal-busybox:latest\"\n\
+         pull = \"if-not-present\"\ncommand = [\"sh\", \"-c\", \"head -c 20000000 /dev/zero | \
+         tr '\\\\0' x | fold -w 999; echo flood-done; exec sleep 3600\"]\n\
+         [resources]\ncpu = \"500m\"\nmemory = \"32Mi\"\n",
+    )
+    .unwrap();
+    let out = c.cli(0, &["apply", "-f", flood.to_str().unwrap()]);
+    assert!(out.status.success(), "apply: {}", stderr(&out));
+    let done = wait_until(Duration::from_secs(60), || {
+        logs(&c, 0, &["dflood/0", "--tail", "1"])
+            .1
+            .contains("flood-done")
+    });
+    assert!(
+        done,
+        "the flood ends: {:?}\n{}",
+        logs(&c, 0, &["dflood/0", "--tail", "2"]),
+        c.logs()
+    );
+    let config = inspect("dflood", "{{json .HostConfig.LogConfig}}").unwrap_or_default();
+    let config: serde_json::Value = serde_json::from_str(&config).unwrap_or_default();
+    assert_eq!(config["Type"], "json-file", "{config}");
+    assert_eq!(
+        config["Config"]["max-size"],
+        (LOG_BOUND / 2).to_string(),
+        "{config}"
+    );
+    assert_eq!(config["Config"]["max-file"], "2", "{config}");
+    let path = std::path::PathBuf::from(inspect("dflood", "{{.LogPath}}").unwrap_or_default());
+    let (dir, name) = (
+        path.parent().unwrap(),
+        path.file_name().unwrap().to_str().unwrap(),
+    );
+    let kept: u64 = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(name)))
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    assert!(
+        kept > LOG_BOUND / 2 && kept <= LOG_BOUND,
+        "{kept} bytes of log kept for 20 MB printed; the bound is {LOG_BOUND}"
+    );
+    println!(
+        "{}",
+        serde_json::json!({"test": "logs_docker_bound", "printed_x_bytes": 20_000_000, "kept_bytes": kept, "bound_bytes": LOG_BOUND})
+    );
 }

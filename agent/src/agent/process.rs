@@ -67,8 +67,11 @@ pub struct AgentOptions {
     /// Registry credentials for the docker runtime's pulls (`--registry-auth`), read at startup;
     /// never gossiped, stored or logged.
     pub registry_auth: Option<Arc<crate::runtime::docker::RegistryAuth>>,
-    /// How the process runtime bounds instances' output (`--log-max-bytes`, `--log-files`).
+    /// How the process runtime bounds instances' output (`--log-max-bytes`, `--log-files`); the
+    /// docker runtime bounds containers' logs alike unless `engine_logs`.
     pub process_logs: crate::runtime::process::LogConfig,
+    /// Leave containers' logging to the engine's `daemon.json` (`--engine-logs`).
+    pub engine_logs: bool,
     /// The host loop's timing and bounds.
     pub host: crate::host::HostConfig,
     /// Admission limits of the API endpoint (handshakes and connections it lets in).
@@ -95,6 +98,7 @@ pub async fn open_runtime(
     dns: Option<&crate::dns::DnsConfig>,
     registry_auth: Option<Arc<crate::runtime::docker::RegistryAuth>>,
     logs: &crate::runtime::process::LogConfig,
+    engine_logs: bool,
 ) -> anyhow::Result<Arc<dyn crate::runtime::Runtime>> {
     Ok(match choice {
         RuntimeChoice::Process => {
@@ -119,6 +123,10 @@ pub async fn open_runtime(
             }
             config.registry_auth = registry_auth;
             config.volumes = Some(crate::runtime::volumes::VolumeDirs::new(data_dir));
+            config.log_bound = (!engine_logs).then_some(crate::runtime::docker::LogBound {
+                bytes_max: logs.bytes_max,
+                files: logs.files,
+            });
             if let Some(dns) = dns {
                 let zone = dns.zone.origin().to_ascii();
                 match DockerConfig::container_dns(dns.addr, &zone) {
@@ -278,6 +286,7 @@ pub async fn run_agent(
         opts.dns.as_ref(),
         opts.registry_auth.clone(),
         &opts.process_logs,
+        opts.engine_logs,
     )
     .await?;
     // Before joining: the mesh sees this node only once it can serve and guard.

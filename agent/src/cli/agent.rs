@@ -92,13 +92,18 @@ pub struct Args {
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
-    /// Most bytes a process instance's output keeps on disk, all its rotated files together
-    /// (`shoal logs` reads them; docs/operations.md, "Logs").
+    /// Most bytes an instance's output keeps on disk, all its rotated files together (`shoal
+    /// logs` reads them; docs/operations.md, "Logs"). Containers too: the `json-file` driver
+    /// with max-size and max-file, unless --engine-logs.
     #[arg(long, value_name = "BYTES", default_value = "10Mi")]
     log_max_bytes: String,
     /// How many files --log-max-bytes is spread over (the current one and the rotated ones).
     #[arg(long, value_name = "N", default_value_t = shoal::runtime::logs::LOG_FILES_DEFAULT)]
     log_files: u32,
+    /// Leave containers' logging to the engine (its `daemon.json`: driver and bounds) instead of
+    /// `json-file` within --log-max-bytes. The engine's default `json-file` keeps everything.
+    #[arg(long)]
+    engine_logs: bool,
     /// Change an admission limit of the api or gossip endpoint (repeatable), e.g.
     /// `api.handshakes_per_ip_max=32`, `gossip.connections_per_ip_max=2048`; keys and defaults in
     /// docs/operations.md, "Limits before and after the handshake".
@@ -181,6 +186,9 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
         )),
         None => None,
     };
+    if args.engine_logs && matches!(args.runtime, Runtime::Process) {
+        bail!("--engine-logs is for --runtime docker: process instances are logged by the agent");
+    }
     if registry_auth.is_some() && matches!(args.runtime, Runtime::Process) {
         bail!("--registry-auth is for --runtime docker: the process runtime pulls no images");
     }
@@ -216,6 +224,7 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
         },
         registry_auth,
         process_logs,
+        engine_logs: args.engine_logs,
         host: HostConfig {
             port_range,
             volume_roots: volume_roots(&args.volume_roots)?,

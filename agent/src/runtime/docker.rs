@@ -57,7 +57,7 @@ pub use body::{
     LABEL_WORKLOAD,
 };
 pub(crate) use client::Client;
-pub use client::DockerConfig;
+pub use client::{DockerConfig, LogBound};
 pub use image::{
     ensure_busybox_image, import_marked_busybox_image, BUSYBOX_APPLETS, BUSYBOX_PATHS,
 };
@@ -287,7 +287,13 @@ impl Runtime for DockerRuntime {
         };
         let node = &self.config.node;
         volumes::create_owned(&docker, node, &replica.workload, &mounts).await?;
-        let body = body::create_body(&request, spec, self.config.dns.as_ref(), &mounts);
+        let body = body::create_body(
+            &request,
+            spec,
+            self.config.dns.as_ref(),
+            &mounts,
+            self.config.log_bound,
+        );
         // Exclusive replicas get a fencing token per start, which no standby made earlier has; a
         // fixed (or allocated) host port is held by the dead container until the engine's cleanup, which a
         // standby started at once would race.

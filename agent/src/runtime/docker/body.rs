@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use bollard::models::{
     ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, HealthConfig,
-    HostConfig, Mount, MountType, PortBinding, RestartPolicy, RestartPolicyNameEnum,
+    HostConfig, HostConfigLogConfig, Mount, MountType, PortBinding, RestartPolicy,
+    RestartPolicyNameEnum,
 };
 
 use crate::core::instance::{Phase, ReplicaId, RuntimeInstance};
@@ -70,11 +71,27 @@ pub struct ContainerDns {
     pub search: String,
 }
 
+/// The `json-file` driver within `bound`: each file at most bytes / files (the engine rotates
+/// before a write would pass it), at most `files` of them. The engine's default `json-file` keeps
+/// everything a container ever printed.
+fn log_config(bound: super::LogBound) -> HostConfigLogConfig {
+    let files = bound.files.max(1);
+    let per_file = (bound.bytes_max / u64::from(files)).max(1);
+    HostConfigLogConfig {
+        typ: Some("json-file".to_string()),
+        config: Some(HashMap::from([
+            ("max-size".to_string(), per_file.to_string()),
+            ("max-file".to_string(), files.to_string()),
+        ])),
+    }
+}
+
 pub(crate) fn create_body(
     request: &StartRequest,
     spec: &ContainerSpec,
     dns: Option<&ContainerDns>,
     volumes: &[crate::runtime::volumes::Mounted],
+    log_bound: Option<super::LogBound>,
 ) -> ContainerCreateBody {
     let replica = &request.replica;
     let mut labels = HashMap::from([
@@ -119,6 +136,7 @@ pub(crate) fn create_body(
             name: Some(RestartPolicyNameEnum::NO),
             maximum_retry_count: None,
         }),
+        log_config: log_bound.map(log_config),
         ..HostConfig::default()
     };
     ContainerCreateBody {
@@ -297,7 +315,7 @@ fn mounts_of(mounts: &[Mounted]) -> Vec<Mount> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_rfc3339_ms;
+    use super::{log_config, parse_rfc3339_ms};
 
     #[test]
     fn the_fencing_token_is_labelled_passed_and_read_back() {
@@ -315,7 +333,7 @@ mod tests {
         let crate::core::spec::Run::Container(container) = &request.spec.run else {
             unreachable!("a container spec");
         };
-        let body = create_body(&request, container, None, &[]);
+        let body = create_body(&request, container, None, &[], None);
         let labels = body.labels.unwrap();
         assert_eq!(labels[LABEL_FENCE_TOKEN], "42");
         assert!(body
@@ -358,7 +376,7 @@ mod tests {
         let crate::core::spec::Run::Container(container) = &request.spec.run else {
             unreachable!("a container spec");
         };
-        let body = create_body(&request, container, Some(&ok), &[]);
+        let body = create_body(&request, container, Some(&ok), &[], None);
         let host = body.host_config.unwrap();
         assert_eq!(host.dns, Some(vec!["172.17.0.1".to_string()]));
         assert_eq!(host.dns_search, Some(vec!["shoal".to_string()]));
@@ -367,6 +385,25 @@ mod tests {
         assert_eq!(port("80/tcp"), Some("20001".to_string()), "allocated");
         assert_eq!(port("81/tcp"), Some(String::new()), "the engine picks");
         assert_eq!(body.labels.unwrap()["shoal.port.http"], "20001");
+    }
+
+    #[test]
+    fn a_bound_log_is_json_file_in_files_of_the_bound_over_their_count() {
+        let bound = super::super::LogBound {
+            bytes_max: 10 << 20,
+            files: 2,
+        };
+        let config = log_config(bound);
+        assert_eq!(config.typ.as_deref(), Some("json-file"));
+        let options = config.config.unwrap();
+        assert_eq!(options["max-size"], "5242880");
+        assert_eq!(options["max-file"], "2");
+        // Never a zero size (the engine would read it as no limit).
+        let tiny = log_config(super::super::LogBound {
+            bytes_max: 1,
+            files: 4,
+        });
+        assert_eq!(tiny.config.unwrap()["max-size"], "1");
     }
 
     #[test]

@@ -35,6 +35,19 @@ pub struct DockerConfig {
     /// Where replicas' data volumes are kept (the agent's data directory); `None` refuses
     /// specs with data volumes.
     pub volumes: Option<crate::runtime::volumes::VolumeDirs>,
+    /// The bound on each container's log: the `json-file` driver with `max-size` = bytes / files
+    /// and `max-file` = files (the agent's `--log-max-bytes` and `--log-files`, as for
+    /// processes); `None` leaves logging to the engine's `daemon.json`.
+    pub log_bound: Option<LogBound>,
+}
+
+/// How much of its output a container's log keeps on disk (see [`DockerConfig::log_bound`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogBound {
+    /// Most bytes, all files together.
+    pub bytes_max: u64,
+    /// Files they are spread over (the current one and the rotated ones), at least 1.
+    pub files: u32,
 }
 
 impl DockerConfig {
@@ -52,6 +65,10 @@ impl DockerConfig {
             dns: None,
             registry_auth: None,
             volumes: None,
+            log_bound: Some(LogBound {
+                bytes_max: crate::runtime::logs::LOG_BYTES_MAX_DEFAULT,
+                files: crate::runtime::logs::LOG_FILES_DEFAULT,
+            }),
         }
     }
 
