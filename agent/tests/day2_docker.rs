@@ -13,7 +13,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{docker, docker_ready, shoal_command, stderr, wait_until, Cluster};
+use common::{docker, docker_ready, on_a_terminal, shoal_command, stderr, wait_until, Cluster};
 
 const NODES: [&str; 2] = ["d2a", "d2b"];
 const NAME: &str = "d2vol";
@@ -214,6 +214,26 @@ fn container_exec_and_volumes_survive_a_restart_until_purged() {
     assert!(out.status.success(), "exec -i cat: {}", stderr(&out));
     assert_eq!(out.stdout.len(), sent.len());
     assert!(out.stdout == sent, "the echo differs from what was sent");
+
+    // -t: an engine exec with a terminal, stdin through it. (Its size is not read back here:
+    // this static busybox's `stty` cannot read a terminal's size; exec_agents checks it.)
+    let (shown, code) = on_a_terminal(
+        &c,
+        other,
+        &[
+            "exec",
+            "-t",
+            target,
+            "--",
+            "sh",
+            "-c",
+            "tty; echo ready; read line; echo got-$line; exit 4",
+        ],
+        &[("ready", "typed-in-docker\r")],
+    );
+    assert_eq!(code, 4, "{shown}");
+    assert!(shown.contains("/dev/pts/"), "a terminal: {shown}");
+    assert!(shown.contains("got-typed-in-docker"), "{shown}");
 
     // 4. A new container on the same node finds both volumes' data.
     let out = c.cli(

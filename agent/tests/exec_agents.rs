@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{shoal_command, stderr, wait_until, Cluster};
+use common::{on_a_terminal, shoal_command, stderr, wait_until, Cluster};
 use shoal::pki::{Role, SelfIssue};
 
 /// Marks every test process, so that the cluster's cleanup kills them.
@@ -236,6 +236,94 @@ fn exec_through_any_agent_streams_bounds_and_refuses_clearly() {
         "{err}"
     );
     assert!(took < Duration::from_secs(30), "ended after {took:?}");
+}
+
+#[test]
+fn exec_with_a_terminal_gets_one_of_the_clients_size() {
+    let mut c = Cluster::new();
+    c.cleanup.push("exec-tty-test".to_string());
+    c.add("n1");
+    c.add("n2");
+    c.wait_members(2, Duration::from_secs(20));
+    let spec = write_spec(
+        c.dir.path(),
+        "term",
+        "[\"sh\", \"-c\", \": exec-tty-test; while :; do sleep 1; done\"]",
+    );
+    let out = c.cli(0, &["apply", "-f", spec.to_str().unwrap()]);
+    assert!(out.status.success(), "apply: {}", stderr(&out));
+    let mut node = None;
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            node = node_of(&c, 0, "term");
+            node.is_some()
+        }),
+        "term running\n{}",
+        c.logs()
+    );
+    let runner = c
+        .agents
+        .iter()
+        .position(|a| Some(&a.name) == node.as_ref())
+        .unwrap();
+    let other = 1 - runner;
+    assert!(
+        wait_until(Duration::from_secs(20), || node_of(&c, other, "term")
+            .is_some()),
+        "the other agent hears of term running"
+    );
+    // A terminal of the client's size, a controlling one (`tty`), stdin through it (typed
+    // after the start: the remote terminal echoes it), and the exit code.
+    let (shown, code) = on_a_terminal(
+        &c,
+        other,
+        &[
+            "exec",
+            "-t",
+            "term/0",
+            "--",
+            "sh",
+            "-c",
+            "tty; stty size; echo TERM=$TERM; read line; echo got-$line; exit 3",
+        ],
+        &[("TERM=", "typed-here\r")],
+    );
+    assert_eq!(code, 3, "{shown}");
+    assert!(shown.contains("/dev/pts/"), "a terminal: {shown}");
+    assert!(shown.contains("30 100"), "the client's size: {shown}");
+    assert!(shown.contains("TERM=xterm"), "{shown}");
+    assert!(
+        shown.contains("got-typed-here"),
+        "stdin through the terminal: {shown}"
+    );
+    // Ctrl-C is the terminal's: SIGINT to the command's foreground group (a controlling
+    // terminal), not the end of the CLI.
+    let started = std::time::Instant::now();
+    let (shown, code) = on_a_terminal(
+        &c,
+        other,
+        &[
+            "exec",
+            "-t",
+            "term/0",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo trapped-int; exit 9' INT; echo ready; sleep 60 & wait",
+        ],
+        &[("ready", "\u{3}")],
+    );
+    assert_eq!(code, 9, "the command's own SIGINT trap: {shown}");
+    assert!(shown.contains("trapped-int"), "{shown}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{shown}");
+    // Without a terminal on stdin, -t is refused plainly.
+    let out = c.cli(other, &["exec", "-t", "term/0", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("-t needs a terminal on stdin"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 fn pki_reader(pki_dir: &Path, name: &str) {

@@ -156,6 +156,7 @@ mod tests {
             replica: 0,
             command: vec!["sh".into()],
             stdin: false,
+            tty: None,
         };
         assert!(!allows(Role::Reader, needs(&exec)));
         assert!(allows(Role::Client, needs(&exec)));

@@ -27,13 +27,19 @@ const EXIT_INTERRUPTED: u8 = 130;
 /// Arguments of `shoal exec`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  shoal exec web/0 -- ls -l\n  \
-    shoal exec db/0 -i -- psql < dump.sql\n  shoal exec web/1 --kill-after 30s -- sh -c 'env'")]
+    shoal exec db/0 -i -- psql < dump.sql\n  shoal exec -it web/0 -- sh\n  \
+    shoal exec web/1 --kill-after 30s -- sh -c 'env'")]
 pub struct Args {
     /// The workload and replica (`web/0`).
     target: String,
     /// Pass this command's stdin to the command (otherwise its stdin is closed).
     #[arg(short = 'i', long = "stdin")]
     stdin: bool,
+    /// Give the command a terminal the size of this one (implies -i; stdin must be a terminal).
+    /// This terminal is in raw mode until the command ends: every key, Ctrl-C included, goes
+    /// to the command, and its output comes as it writes it.
+    #[arg(short = 't', long = "tty")]
+    tty: bool,
     /// Kill the command after D (e.g. 30s, 5m) and exit 124.
     #[arg(long, value_name = "D")]
     kill_after: Option<String>,
@@ -66,6 +72,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         )),
         None => None,
     };
+    let tty = if args.tty {
+        Some(terminal_size()?)
+    } else {
+        None
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -74,7 +85,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         workload: workload.to_string(),
         replica,
         command: args.command.clone(),
-        stdin: args.stdin,
+        stdin: args.stdin || args.tty,
+        tty,
+    };
+    // Raw from here to the end (the guard restores the terminal however this returns).
+    let _raw = if args.tty {
+        Some(RawMode::enter()?)
+    } else {
+        None
     };
     runtime.block_on(drive(&args, start, kill_after))
 }
@@ -89,11 +107,12 @@ async fn drive(
         Response::ExecStarted { node, session } => (node, session),
         _ => bail!("unexpected answer from the agent"),
     };
-    let mut stdin = args.stdin.then(read_stdin);
+    let interactive = args.stdin || args.tty;
+    let mut stdin = interactive.then(read_stdin);
     // Stdin read and not yet accepted by the session, from offset `accepted`.
     let mut pending: Vec<u8> = Vec::new();
     let mut accepted = 0u64;
-    let mut stdin_done = !args.stdin;
+    let mut stdin_done = !interactive;
     let mut output_offset = 0u64;
     let deadline = kill_after.map(|d| tokio::time::Instant::now() + d);
     let poll = |io: ExecInput| {
@@ -135,7 +154,7 @@ async fn drive(
         let io = ExecInput {
             stdin_offset: accepted,
             stdin: pending[..send].to_vec(),
-            stdin_eof: args.stdin && stdin_done && send == pending.len(),
+            stdin_eof: interactive && stdin_done && send == pending.len(),
             output_offset,
             close: false,
         };
@@ -169,6 +188,46 @@ async fn drive(
                 }
             });
         }
+    }
+}
+
+/// The size of the terminal on stdin (24 x 80 when it says 0, as a terminal of a `script` or a
+/// serial line may).
+fn terminal_size() -> anyhow::Result<shoal::runtime::exec::TtySize> {
+    let stdin = std::io::stdin();
+    if !rustix::termios::isatty(&stdin) {
+        bail!("-t needs a terminal on stdin (use -i to pass piped input)");
+    }
+    let size = rustix::termios::tcgetwinsize(&stdin).context("reading the terminal's size")?;
+    let or = |n: u16, default: u16| if n == 0 { default } else { n };
+    Ok(shoal::runtime::exec::TtySize {
+        rows: or(size.ws_row, 24),
+        cols: or(size.ws_col, 80),
+    })
+}
+
+/// This process's terminal in raw mode, as it was again when dropped.
+struct RawMode {
+    saved: rustix::termios::Termios,
+}
+
+impl RawMode {
+    fn enter() -> anyhow::Result<RawMode> {
+        use rustix::termios::{tcgetattr, tcsetattr, OptionalActions};
+        let stdin = std::io::stdin();
+        let saved = tcgetattr(&stdin).context("reading the terminal's mode")?;
+        let mut raw = saved.clone();
+        raw.make_raw();
+        tcsetattr(&stdin, OptionalActions::Now, &raw).context("setting the terminal raw")?;
+        Ok(RawMode { saved })
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        let stdin = std::io::stdin();
+        let _ =
+            rustix::termios::tcsetattr(&stdin, rustix::termios::OptionalActions::Now, &self.saved);
     }
 }
 

@@ -13,8 +13,10 @@ use shoal_core::reconcile::InstanceStatus;
 
 use super::Api;
 use crate::exec::ExecError;
+use crate::exec::ExecMode;
 use crate::host::INSTANCES_KEY;
 use crate::mesh::api::{ApiError, ErrorKind, ExecInput, Request, Response};
+use crate::runtime::exec::TtySize;
 
 /// Most characters of the command recorded in the node's events.
 const RECORDED_COMMAND_CHARS_MAX: usize = 200;
@@ -26,7 +28,7 @@ impl Api {
         workload: String,
         replica: u32,
         command: Vec<String>,
-        stdin: bool,
+        (stdin, tty): (bool, Option<TtySize>),
         by: String,
     ) -> Result<Response, ApiError> {
         crate::exec::check_command(&command).map_err(api_error)?;
@@ -45,12 +47,15 @@ impl Api {
             }
         };
         if node == self.node.name {
-            return self.handle_exec_here(id, command, stdin, by, None).await;
+            return self
+                .handle_exec_here(id, command, (stdin, tty), by, None)
+                .await;
         }
         let forwarded = Request::ExecHere {
             replica: id,
             command,
             stdin,
+            tty,
             by,
         };
         self.forward(&node, forwarded).await
@@ -62,7 +67,7 @@ impl Api {
         &self,
         replica: ReplicaId,
         command: Vec<String>,
-        stdin: bool,
+        (stdin, tty): (bool, Option<TtySize>),
         by: String,
         via: Option<String>,
     ) -> Result<Response, ApiError> {
@@ -102,7 +107,7 @@ impl Api {
                 &handle,
                 &replica,
                 command.clone(),
-                stdin,
+                ExecMode { stdin, tty },
                 &by,
             )
             .await;

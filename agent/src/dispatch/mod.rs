@@ -226,9 +226,10 @@ impl Api {
                 replica,
                 command,
                 stdin,
+                tty,
             } => {
                 let by = asked_by(None);
-                self.handle_exec(workload, replica, command, stdin, by)
+                self.handle_exec(workload, replica, command, (stdin, tty), by)
                     .await
             }
             Request::ExecIo { node, session, io } => {
@@ -238,10 +239,11 @@ impl Api {
                 replica,
                 command,
                 stdin,
+                tty,
                 by,
             } => {
                 let via = Some(peer_name.0.clone());
-                self.handle_exec_here(replica, command, stdin, by, via)
+                self.handle_exec_here(replica, command, (stdin, tty), by, via)
                     .await
             }
             Request::ExecIoHere { session, io, by } => {

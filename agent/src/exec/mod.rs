@@ -118,6 +118,15 @@ pub fn check_command(command: &[String]) -> Result<(), ExecError> {
     }
 }
 
+/// How a command's standard streams are given it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecMode {
+    /// A stdin the client writes to (else `/dev/null`).
+    pub stdin: bool,
+    /// A terminal of this size for all three streams (else pipes).
+    pub tty: Option<crate::runtime::exec::TtySize>,
+}
+
 /// The exec sessions of one agent.
 #[derive(Default)]
 pub struct Sessions {
@@ -192,9 +201,10 @@ impl Sessions {
         handle: &str,
         replica: &ReplicaId,
         command: Vec<String>,
-        stdin: bool,
+        mode: ExecMode,
         owner: &str,
     ) -> Result<u64, ExecError> {
+        let ExecMode { stdin, tty } = mode;
         check_command(&command)?;
         {
             let mut table = self.table();
@@ -203,7 +213,16 @@ impl Sessions {
             }
             table.starting += 1;
         }
-        let started = runtime.exec(handle, &ExecRequest { command, stdin }).await;
+        let started = runtime
+            .exec(
+                handle,
+                &ExecRequest {
+                    command,
+                    stdin,
+                    tty,
+                },
+            )
+            .await;
         let mut table = self.table();
         table.starting -= 1;
         let child = started?;

@@ -241,6 +241,8 @@ pub enum Request {
         command: Vec<String>,
         /// Give the command a stdin (else it reads `/dev/null`).
         stdin: bool,
+        /// Run it on a terminal of this size (`shoal exec -t`).
+        tty: Option<crate::runtime::exec::TtySize>,
     },
     /// Stdin for an exec session and its output since an offset, on `node` (the callee
     /// forwards to it as [`Request::ExecIoHere`]).
@@ -260,6 +262,8 @@ pub enum Request {
         command: Vec<String>,
         /// Give the command a stdin.
         stdin: bool,
+        /// Run it on a terminal of this size.
+        tty: Option<crate::runtime::exec::TtySize>,
         /// The client who asked (the session answers only its polls).
         by: String,
     },

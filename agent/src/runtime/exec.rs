@@ -26,6 +26,18 @@ pub struct ExecRequest {
     pub command: Vec<String>,
     /// Give it a stdin the caller writes to (otherwise stdin is closed: `/dev/null`).
     pub stdin: bool,
+    /// Run it on a terminal of this size (stdin, stdout and stderr all the terminal: its output
+    /// comes as stdout); `None`: pipes.
+    pub tty: Option<TtySize>,
+}
+
+/// A terminal's size, as the client's terminal has it when the command starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TtySize {
+    /// Rows (lines).
+    pub rows: u16,
+    /// Columns.
+    pub cols: u16,
 }
 
 /// A command started by [`super::Runtime::exec`].

@@ -410,3 +410,58 @@ pub fn docker_ready() -> bool {
     });
     true
 }
+
+/// Runs `shoal ARGS` on a pseudo terminal of 30 x 100 that Python opens (the CLI's stdin,
+/// stdout and stderr); for each step (WAIT, TYPE), once the terminal showed WAIT it types TYPE.
+/// Returns what the terminal showed and the CLI's exit code.
+pub fn on_a_terminal(
+    c: &Cluster,
+    i: usize,
+    args: &[&str],
+    steps: &[(&str, &str)],
+) -> (String, i32) {
+    const SCRIPT: &str = r#"
+import fcntl, json, os, pty, struct, subprocess, sys, termios, time
+master, slave = pty.openpty()
+fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+p = subprocess.Popen(sys.argv[2:], stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+os.close(slave)
+out = b""
+def read():
+    global out
+    try:
+        chunk = os.read(master, 4096)
+    except OSError:
+        return False
+    out += chunk
+    return bool(chunk)
+for wait, typed in json.loads(sys.argv[1]):
+    deadline = time.time() + 20
+    while wait.encode() not in out and time.time() < deadline and read():
+        pass
+    os.write(master, typed.encode())
+while read():
+    pass
+sys.stdout.buffer.write(out)
+sys.stdout.write("\nEXIT %d\n" % p.wait())
+"#;
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            SCRIPT,
+            &serde_json::to_string(steps).unwrap(),
+            shoal_bin(),
+        ])
+        .args(args)
+        .env("SHOAL_AGENT", c.agents[i].api.to_string())
+        .env("SHOAL_PKI", &c.pki)
+        .output()
+        .expect("python3 runs");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let code = text
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("EXIT ")?.trim().parse().ok())
+        .unwrap_or(-1);
+    (text, code)
+}

@@ -121,7 +121,8 @@ pub(crate) fn named_addr(
 }
 
 /// Starts an operator's command in container `id` (`shoal exec`), attached to its output (and
-/// stdin when asked), without a TTY. The engine cannot kill an exec: a kill sends SIGKILL to the
+/// stdin when asked), on a terminal of the asked size when asked (its output then comes as
+/// stdout). The engine cannot kill an exec: a kill sends SIGKILL to the
 /// exec's host pid as the engine reports it, which works where the agent may signal the
 /// engine's processes (the usual root agent beside its engine).
 pub(crate) async fn exec_session(
@@ -139,10 +140,10 @@ pub(crate) async fn exec_session(
     };
     let options = CreateExecOptions {
         cmd: Some(request.command.clone()),
-        attach_stdin: Some(request.stdin),
+        attach_stdin: Some(request.stdin || request.tty.is_some()),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
-        tty: Some(false),
+        tty: Some(request.tty.is_some()),
         ..CreateExecOptions::default()
     };
     let created = docker
@@ -158,6 +159,16 @@ pub(crate) async fn exec_session(
             reason: format!("the engine started the exec in container {id} detached"),
         });
     };
+    if let Some(size) = request.tty {
+        let resize = bollard::query_parameters::ResizeExecOptionsBuilder::new()
+            .h(i32::from(size.rows))
+            .w(i32::from(size.cols))
+            .build();
+        if let Err(e) = docker.resize_exec(&created.id, resize).await {
+            // The command runs on the engine's default size; not worth failing it.
+            tracing::debug!(container = id, error = %error_chain(&e), "exec terminal not resized");
+        }
+    }
     let (output_tx, output_rx) = mpsc::channel(OUTPUT_CHANNEL_CHUNKS);
     let (exit_tx, exit) = oneshot::channel();
     let (kill, mut kill_rx) = oneshot::channel::<()>();
@@ -199,7 +210,7 @@ pub(crate) async fn exec_session(
         let _ = exit_tx.send(code);
     });
     Ok(ExecChild {
-        stdin: request.stdin.then_some(input),
+        stdin: (request.stdin || request.tty.is_some()).then_some(input),
         output: output_rx,
         exit,
         kill,

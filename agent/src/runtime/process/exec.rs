@@ -1,6 +1,13 @@
 //! An operator's command in a running process instance (`shoal exec`): the instance's
 //! environment and working directory, its cgroup when it has one, its own process group (killed
-//! whole when the command exits or the session ends), a child of the agent.
+//! whole when the command exits, the session ends or the instance exits), a child of the agent.
+//!
+//! With a terminal (`exec -t`) the command's three streams are the slave of a new pseudo
+//! terminal, which must also become its controlling terminal (job control, Ctrl-C as SIGINT):
+//! that takes `setsid()` and `TIOCSCTTY` in the child, which this crate cannot do without
+//! `unsafe`, so the command is started through util-linux's `setsid --ctty` (not forking: the
+//! child is not a group leader when it runs, so `setsid` makes it the leader of a new session
+//! and group whose id is its pid, and the group kill works as for pipes).
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
@@ -12,6 +19,9 @@ use super::{signal_group, state, Inner};
 use crate::runtime::exec::{pump, ExecChild, ExecRequest, OUTPUT_CHANNEL_CHUNKS};
 use crate::runtime::logs::Stream;
 use crate::runtime::RuntimeError;
+
+/// util-linux's `setsid`, which gives a command its terminal as controlling terminal.
+const SETSID: &str = "setsid";
 
 impl Inner {
     /// Spawns `request`'s command beside the live instance `handle`.
@@ -28,23 +38,67 @@ impl Inner {
         let Some((program, args)) = request.command.split_first() else {
             return Err(failed("the command is empty".into()));
         };
-        let stdin = if request.stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
+        let mut terminal = None;
+        let mut command = match request.tty {
+            None => {
+                let mut command = tokio::process::Command::new(program);
+                let stdin = if request.stdin {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                };
+                command
+                    .args(args)
+                    .stdin(stdin)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .process_group(0);
+                command
+            }
+            Some(size) => {
+                let winsize = nix::pty::Winsize {
+                    ws_row: size.rows,
+                    ws_col: size.cols,
+                    ws_xpixel: 0,
+                    ws_ypixel: 0,
+                };
+                let pty = nix::pty::openpty(&winsize, None)
+                    .map_err(|e| failed(format!("opening a terminal: {e}")))?;
+                let slave = |what: &str| {
+                    pty.slave
+                        .try_clone()
+                        .map(Stdio::from)
+                        .map_err(|e| failed(format!("the terminal's {what}: {e}")))
+                };
+                let mut command = tokio::process::Command::new(SETSID);
+                command
+                    .args(["--ctty", "--"])
+                    .arg(program)
+                    .args(args)
+                    .stdin(slave("stdin")?)
+                    .stdout(slave("stdout")?)
+                    .stderr(slave("stderr")?);
+                terminal = Some(pty.master);
+                command
+            }
         };
-        let mut command = tokio::process::Command::new(program);
         command
-            .args(args)
             .env_clear()
             .envs(&state.env)
             .current_dir(&state.working_dir)
-            .stdin(stdin)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true);
-        let mut child = command.spawn().map_err(|e| match e.kind() {
+        if request.tty.is_some() && !state.env.contains_key("TERM") {
+            command.env("TERM", "xterm");
+        }
+        let spawned = command.spawn();
+        // The terminal's slave copies go with the command object: the master then reads the
+        // end of the output when the command and what it started are gone.
+        drop(command);
+        let mut child = spawned.map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound if request.tty.is_some() => failed(format!(
+                "a terminal needs {SETSID} (util-linux) on this node, or {program:?} is not in \
+                 instance {handle}'s PATH"
+            )),
             std::io::ErrorKind::NotFound => failed(format!(
                 "{program:?} not found in instance {handle} (its PATH is {:?})",
                 state.env.get("PATH").map(String::as_str).unwrap_or("")
@@ -60,16 +114,28 @@ impl Inner {
             }
         }
         let (output_tx, output) = mpsc::channel(OUTPUT_CHANNEL_CHUNKS);
+        let mut stdin = child
+            .stdin
+            .take()
+            .map(|s| Box::pin(s) as std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>);
+        if let Some(master) = terminal {
+            let writer = master
+                .try_clone()
+                .map_err(|e| failed(format!("the terminal's input: {e}")))?;
+            let reader = tokio::fs::File::from_std(std::fs::File::from(master));
+            // The terminal's output is one stream; its end (EIO once no process holds the
+            // slave) ends the pump like a pipe's end.
+            tokio::spawn(pump(reader, Stream::Stdout, output_tx.clone()));
+            stdin = Some(Box::pin(tokio::fs::File::from_std(std::fs::File::from(
+                writer,
+            ))));
+        }
         if let Some(stdout) = child.stdout.take() {
             tokio::spawn(pump(stdout, Stream::Stdout, output_tx.clone()));
         }
         if let Some(stderr) = child.stderr.take() {
             tokio::spawn(pump(stderr, Stream::Stderr, output_tx.clone()));
         }
-        let stdin = child
-            .stdin
-            .take()
-            .map(|s| Box::pin(s) as std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>);
         let (exit_tx, exit) = oneshot::channel();
         let (kill, kill_rx) = oneshot::channel::<()>();
         tokio::spawn(async move {
