@@ -316,6 +316,23 @@ fn exec_with_a_terminal_gets_one_of_the_clients_size() {
     assert_eq!(code, 9, "the command's own SIGINT trap: {shown}");
     assert!(shown.contains("trapped-int"), "{shown}");
     assert!(started.elapsed() < Duration::from_secs(30), "{shown}");
+    // A resize of the client's terminal reaches the command's (SIGWINCH there too).
+    let (shown, code) = on_a_terminal(
+        &c,
+        other,
+        &[
+            "exec",
+            "-t",
+            "term/0",
+            "--",
+            "sh",
+            "-c",
+            "trap 'stty size' WINCH; echo ready; while :; do sleep 0.1; done",
+        ],
+        &[("ready", "RESIZE 40 120"), ("40 120", "\u{3}")],
+    );
+    assert!(shown.contains("40 120"), "the new size: {shown}");
+    assert_eq!(code, 130, "{shown}");
     // Without a terminal on stdin, -t is refused plainly.
     let out = c.cli(other, &["exec", "-t", "term/0", "--", "true"]);
     assert_eq!(out.status.code(), Some(1));

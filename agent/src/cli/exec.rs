@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use shoal::exec::STDIN_CHUNK_BYTES_MAX;
 use shoal::mesh::api::{ExecInput, ExecOutput, Request, Response};
+use shoal::runtime::exec::TtySize;
 use shoal::runtime::logs::Stream;
 use tokio::sync::mpsc;
 
@@ -109,6 +110,7 @@ async fn drive(
     };
     let interactive = args.stdin || args.tty;
     let mut stdin = interactive.then(read_stdin);
+    let resized = if args.tty { Some(watch_size()?) } else { None };
     // Stdin read and not yet accepted by the session, from offset `accepted`.
     let mut pending: Vec<u8> = Vec::new();
     let mut accepted = 0u64;
@@ -157,6 +159,9 @@ async fn drive(
             stdin_eof: interactive && stdin_done && send == pending.len(),
             output_offset,
             close: false,
+            resize: resized
+                .as_ref()
+                .and_then(|r| r.lock().expect("size lock").take()),
         };
         let answer = tokio::select! {
             answer = poll(io) => answer?,
@@ -193,17 +198,34 @@ async fn drive(
 
 /// The size of the terminal on stdin (24 x 80 when it says 0, as a terminal of a `script` or a
 /// serial line may).
-fn terminal_size() -> anyhow::Result<shoal::runtime::exec::TtySize> {
+fn terminal_size() -> anyhow::Result<TtySize> {
     let stdin = std::io::stdin();
     if !rustix::termios::isatty(&stdin) {
         bail!("-t needs a terminal on stdin (use -i to pass piped input)");
     }
     let size = rustix::termios::tcgetwinsize(&stdin).context("reading the terminal's size")?;
     let or = |n: u16, default: u16| if n == 0 { default } else { n };
-    Ok(shoal::runtime::exec::TtySize {
+    Ok(TtySize {
         rows: or(size.ws_row, 24),
         cols: or(size.ws_col, 80),
     })
+}
+
+/// The terminal's size each time it changes (SIGWINCH), for the next poll to carry; only the
+/// newest is kept.
+fn watch_size() -> anyhow::Result<std::sync::Arc<std::sync::Mutex<Option<TtySize>>>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut winch = signal(SignalKind::window_change()).context("watching the terminal's size")?;
+    let resized = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let slot = resized.clone();
+    tokio::spawn(async move {
+        while winch.recv().await.is_some() {
+            if let Ok(size) = terminal_size() {
+                *slot.lock().expect("size lock") = Some(size);
+            }
+        }
+    });
+    Ok(resized)
 }
 
 /// This process's terminal in raw mode, as it was again when dropped.

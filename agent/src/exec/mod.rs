@@ -153,6 +153,8 @@ struct Session {
     /// The client acknowledged output: the output pump may read again.
     room: Notify,
     kill: Mutex<Option<oneshot::Sender<()>>>,
+    /// The command's terminal size, when it has a terminal.
+    resize: Option<tokio::sync::watch::Sender<crate::runtime::exec::TtySize>>,
     tasks: Mutex<Vec<AbortHandle>>,
 }
 
@@ -245,6 +247,7 @@ impl Sessions {
             output,
             exit,
             kill,
+            resize,
         } = child;
         let mut stdin_queue = StdinQueue::new(STDIN_BUFFER_BYTES);
         if stdin.is_none() {
@@ -263,6 +266,7 @@ impl Sessions {
             stdin_ready: Notify::new(),
             room: Notify::new(),
             kill: Mutex::new(Some(kill)),
+            resize,
             tasks: Mutex::new(Vec::new()),
         });
         let pump = tokio::spawn(pump_output(session.clone(), output)).abort_handle();
@@ -343,6 +347,12 @@ impl Sessions {
                 stdin_accepted,
                 exit: Some(None),
             });
+        }
+        if let (Some(size), Some(resize)) = (io.resize, &session.resize) {
+            // A terminal of no rows or columns is no size: kept as it was.
+            if size.rows > 0 && size.cols > 0 {
+                resize.send_if_modified(|now| std::mem::replace(now, size) != size);
+            }
         }
         let offset_error = |error| ExecError::Offset { session: id, error };
         let deadline = Instant::now() + POLL_WAIT;

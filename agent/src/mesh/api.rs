@@ -291,6 +291,8 @@ pub struct ExecInput {
     pub output_offset: u64,
     /// End the session now (the command is killed).
     pub close: bool,
+    /// The client's terminal has this size now (`exec -t`; ignored for pipes).
+    pub resize: Option<crate::runtime::exec::TtySize>,
 }
 
 /// What an exec session answers a poll.

@@ -52,6 +52,9 @@ pub struct ExecChild {
     pub exit: oneshot::Receiver<Option<i32>>,
     /// Send, or drop, to kill it.
     pub kill: oneshot::Sender<()>,
+    /// Its terminal's size, for a command on a terminal: a new value resizes it (the command
+    /// gets SIGWINCH). `None` for pipes.
+    pub resize: Option<tokio::sync::watch::Sender<TtySize>>,
 }
 
 /// Reads `reader` to its end into `output` as `stream` chunks; stops early when the receiver

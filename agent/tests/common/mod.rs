@@ -412,7 +412,9 @@ pub fn docker_ready() -> bool {
 }
 
 /// Runs `shoal ARGS` on a pseudo terminal of 30 x 100 that Python opens (the CLI's stdin,
-/// stdout and stderr); for each step (WAIT, TYPE), once the terminal showed WAIT it types TYPE.
+/// stdout and stderr); for each step (WAIT, TYPE), once the terminal showed WAIT it types TYPE
+/// (`RESIZE ROWS COLS` instead resizes the terminal and sends the CLI SIGWINCH, as a terminal
+/// emulator does for its foreground program).
 /// Returns what the terminal showed and the CLI's exit code.
 pub fn on_a_terminal(
     c: &Cluster,
@@ -421,7 +423,7 @@ pub fn on_a_terminal(
     steps: &[(&str, &str)],
 ) -> (String, i32) {
     const SCRIPT: &str = r#"
-import fcntl, json, os, pty, struct, subprocess, sys, termios, time
+import fcntl, json, os, pty, signal, struct, subprocess, sys, termios, time
 master, slave = pty.openpty()
 fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
 p = subprocess.Popen(sys.argv[2:], stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
@@ -439,7 +441,12 @@ for wait, typed in json.loads(sys.argv[1]):
     deadline = time.time() + 20
     while wait.encode() not in out and time.time() < deadline and read():
         pass
-    os.write(master, typed.encode())
+    if typed.startswith("RESIZE "):
+        rows, cols = map(int, typed.split()[1:])
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        p.send_signal(signal.SIGWINCH)
+    else:
+        os.write(master, typed.encode())
 while read():
     pass
 sys.stdout.buffer.write(out)

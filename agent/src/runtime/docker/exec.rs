@@ -146,12 +146,22 @@ pub(crate) async fn exec_session(
         tty: Some(request.tty.is_some()),
         ..CreateExecOptions::default()
     };
+    let mut config: bollard::models::ExecConfig = options.into();
+    // The terminal has the client's size from its start ([rows, columns]).
+    config.console_size = request
+        .tty
+        .map(|size| vec![usize::from(size.rows), usize::from(size.cols)]);
     let created = docker
-        .create_exec(id, options)
+        .create_exec(id, config)
         .await
         .map_err(|e| failed("creating the exec", e))?;
+    let start = request.tty.map(|_| bollard::exec::StartExecOptions {
+        detach: false,
+        tty: true,
+        output_capacity: None,
+    });
     let started = docker
-        .start_exec(&created.id, None)
+        .start_exec(&created.id, start)
         .await
         .map_err(|e| failed("starting the exec", e))?;
     let StartExecResults::Attached { mut output, input } = started else {
@@ -159,16 +169,25 @@ pub(crate) async fn exec_session(
             reason: format!("the engine started the exec in container {id} detached"),
         });
     };
-    if let Some(size) = request.tty {
-        let resize = bollard::query_parameters::ResizeExecOptionsBuilder::new()
-            .h(i32::from(size.rows))
-            .w(i32::from(size.cols))
-            .build();
-        if let Err(e) = docker.resize_exec(&created.id, resize).await {
-            // The command runs on the engine's default size; not worth failing it.
-            tracing::debug!(container = id, error = %error_chain(&e), "exec terminal not resized");
-        }
-    }
+    let resize = request.tty.map(|size| {
+        let (tx, mut rx) = tokio::sync::watch::channel(size);
+        let (docker, exec_id) = (docker.clone(), created.id.clone());
+        tokio::spawn(async move {
+            // Each new size, until the session drops the sender.
+            while rx.changed().await.is_ok() {
+                let size = *rx.borrow_and_update();
+                let options = bollard::query_parameters::ResizeExecOptionsBuilder::new()
+                    .h(i32::from(size.rows))
+                    .w(i32::from(size.cols))
+                    .build();
+                if let Err(e) = docker.resize_exec(&exec_id, options).await {
+                    // The command keeps the size it has; not worth failing it.
+                    tracing::debug!(error = %error_chain(&e), "exec terminal not resized");
+                }
+            }
+        });
+        tx
+    });
     let (output_tx, output_rx) = mpsc::channel(OUTPUT_CHANNEL_CHUNKS);
     let (exit_tx, exit) = oneshot::channel();
     let (kill, mut kill_rx) = oneshot::channel::<()>();
@@ -214,5 +233,6 @@ pub(crate) async fn exec_session(
         output: output_rx,
         exit,
         kill,
+        resize,
     })
 }

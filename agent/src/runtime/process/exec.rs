@@ -118,10 +118,31 @@ impl Inner {
             .stdin
             .take()
             .map(|s| Box::pin(s) as std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>);
-        if let Some(master) = terminal {
+        let mut resize = None;
+        if let (Some(master), Some(size)) = (terminal, request.tty) {
             let writer = master
                 .try_clone()
                 .map_err(|e| failed(format!("the terminal's input: {e}")))?;
+            let sizer = master
+                .try_clone()
+                .map_err(|e| failed(format!("the terminal's size: {e}")))?;
+            let (tx, mut rx) = tokio::sync::watch::channel(size);
+            tokio::spawn(async move {
+                // Until the session drops the sender. The kernel sends the command SIGWINCH.
+                while rx.changed().await.is_ok() {
+                    let size = *rx.borrow_and_update();
+                    let winsize = rustix::termios::Winsize {
+                        ws_row: size.rows,
+                        ws_col: size.cols,
+                        ws_xpixel: 0,
+                        ws_ypixel: 0,
+                    };
+                    if let Err(e) = rustix::termios::tcsetwinsize(&sizer, winsize) {
+                        tracing::debug!(error = %e, "exec terminal not resized");
+                    }
+                }
+            });
+            resize = Some(tx);
             let reader = tokio::fs::File::from_std(std::fs::File::from(master));
             // The terminal's output is one stream; its end (EIO once no process holds the
             // slave) ends the pump like a pipe's end.
@@ -168,6 +189,7 @@ impl Inner {
             output,
             exit,
             kill,
+            resize,
         })
     }
 }
