@@ -516,3 +516,37 @@ fn an_operator_restart_stops_the_instance_and_starts_a_new_one_without_backoff_o
     assert_eq!(c.handle("n1", "web", 0), second);
     assert_eq!(c.count("n1", |a| matches!(a, Action::Stop { .. })), 1);
 }
+
+#[test]
+fn a_stop_waits_the_grace_of_the_spec_the_instance_runs_or_else_the_agents() {
+    let config = ReconcileConfig::default();
+    let mut c = Cluster::new(&["n1"]);
+    let mut db = (*spec("db", 1, "")).clone();
+    db.stop_grace_ms = Some(45_000);
+    c.put(std::sync::Arc::new(db.clone()), "v1");
+    c.put(spec("web", 1, ""), "w1");
+    c.place("db", 0, "n1");
+    c.place("web", 0, "n1");
+    c.run_for(2_000);
+    assert_eq!(c.agent("n1").rec.observed().len(), 2, "both run");
+    // Scaled to 0 in a version that no longer says how long: the instance runs v1's program,
+    // so v1's grace holds.
+    db.replicas = 0;
+    db.stop_grace_ms = None;
+    c.put(std::sync::Arc::new(db), "v2");
+    c.put(spec("web", 0, ""), "w2");
+    c.run_for(1_000);
+    let graces = |workload: &str| -> Vec<u64> {
+        c.log
+            .iter()
+            .filter_map(|(_, _, a)| match a {
+                Action::Stop {
+                    replica, grace_ms, ..
+                } if replica.workload == workload => Some(*grace_ms),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(graces("db"), vec![45_000], "the spec's grace");
+    assert_eq!(graces("web"), vec![config.stop_grace_ms], "the agent's");
+}

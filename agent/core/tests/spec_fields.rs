@@ -201,6 +201,13 @@ const FIELDS: &[(&str, Reader)] = &[
             "old.restarted_at != new.restarted_at",
         ),
     ),
+    (
+        "stop_grace_ms",
+        Code(
+            "agent/core/src/reconcile/plan.rs",
+            ".and_then(|spec| spec.stop_grace_ms)",
+        ),
+    ),
     ("reload.Signal", Code(CONTROL, "ReloadHook::Signal")),
     ("volumes[].name", Code(VOLUMES, "volume.name")),
     ("volumes[].kind", Code(VOLUMES, "match volume.kind")),
@@ -247,7 +254,7 @@ fn samples() -> Vec<WorkloadSpec> {
          [[volumes]]\nname = \"cache\"\nkind = \"docker\"\nsource = \"web-cache\"\n\
          path = \"/cache\"\n",
         // An http probe, and a surge (no fixed host port: a surge copy shares the host).
-        "restarted_at = \"2026-12-01 21:30:00.123Z\"\n[container]\nimage = \"nginx:1.27\"\n[health.http]\nport = 80\npath = \"/healthz\"\n\
+        "restarted_at = \"2026-12-01 21:30:00.123Z\"\nstop_grace = \"45s\"\n[container]\nimage = \"nginx:1.27\"\n[health.http]\nport = 80\npath = \"/healthz\"\n\
          [update]\nmax_surge = 3\n",
     ];
     texts

@@ -487,6 +487,7 @@ fn arb_spec() -> impl Strategy<Value = WorkloadSpec> {
                     settings,
                     reload,
                     restarted_at: None,
+                    stop_grace_ms: None,
                     volumes,
                 }
             },

@@ -119,9 +119,14 @@ impl Ctx<'_> {
 
     /// A stop action for a tracked instance.
     pub fn stop(&self, handle: &str, t: &Tracked, cause: StopCause, reason: String) -> Action {
+        // Fencing keeps its own short grace: the exclusive rules count on it (exclusive.rs).
         let grace_ms = match cause {
             StopCause::Fence => self.config.fence_stop_grace_ms,
-            _ => self.config.stop_grace_ms,
+            _ => self
+                .cache
+                .for_instance(&t.replica, &t.version)
+                .and_then(|spec| spec.stop_grace_ms)
+                .unwrap_or(self.config.stop_grace_ms),
         };
         Action::Stop {
             handle: handle.to_string(),

@@ -144,6 +144,7 @@ fn workload(ctx: &mut Ctx, root: &Node) -> Option<WorkloadSpec> {
         reload: None,
         restarted_at: None,
         volumes: Vec::new(),
+        stop_grace_ms: None,
     };
     if let Some((n, p)) = f.require(ctx, "name") {
         spec.name = string(ctx, &p, n).unwrap_or_default();
@@ -184,6 +185,9 @@ fn workload(ctx: &mut Ctx, root: &Node) -> Option<WorkloadSpec> {
     }
     if let Some((n, p)) = f.get(ctx, "volumes") {
         spec.volumes = super::volumes::decode(ctx, &p, n);
+    }
+    if let Some((n, p)) = f.get(ctx, "stop_grace") {
+        spec.stop_grace_ms = super::policy::duration(ctx, &p, n);
     }
     f.finish(ctx, SECTIONS);
     Some(spec)

@@ -80,7 +80,15 @@ pub struct WorkloadSpec {
     pub restarted_at: Option<String>,
     /// Data each replica keeps across its instances (`[[volumes]]`, `volumes.rs`).
     pub volumes: Vec<Volume>,
+    /// How long a stop waits between the polite signal (SIGTERM, `docker stop`) and the kill,
+    /// for this workload's instances (Kubernetes' `terminationGracePeriodSeconds`, Nomad's
+    /// `kill_timeout`); `None`: the agent's (10 s). At most [`STOP_GRACE_MS_MAX`]. A stop that
+    /// fences an exclusive replica keeps the agent's short fencing grace, whatever this says.
+    pub stop_grace_ms: Option<u64>,
 }
+
+/// Longest `stop_grace`: 10 minutes.
+pub const STOP_GRACE_MS_MAX: u64 = 10 * 60 * 1000;
 
 /// Longest `restarted_at` stamp.
 pub const RESTARTED_AT_BYTES_MAX: usize = 64;

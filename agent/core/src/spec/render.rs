@@ -8,10 +8,11 @@ use super::*;
 use crate::resources::{format_cpu_millis, format_memory_bytes};
 
 /// Sections in the order a person reads them (the TOML writer alone would sort them).
-const ORDER: [&str; 13] = [
+const ORDER: [&str; 14] = [
     "name",
     "replicas",
     "restarted_at",
+    "stop_grace",
     "process",
     "container",
     "resources",
@@ -84,6 +85,9 @@ fn to_table(spec: &WorkloadSpec) -> Table {
     t.insert("replicas".into(), Value::Integer(spec.replicas.into()));
     if let Some(stamp) = &spec.restarted_at {
         t.insert("restarted_at".into(), Value::String(stamp.clone()));
+    }
+    if let Some(ms) = spec.stop_grace_ms {
+        t.insert("stop_grace".into(), duration(ms));
     }
     match &spec.run {
         Run::Process(p) => {

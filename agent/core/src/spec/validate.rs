@@ -94,6 +94,19 @@ pub(crate) fn check(spec: &WorkloadSpec, r: &mut Report) {
     if let Some(stamp) = &spec.restarted_at {
         check_text(r, "restarted_at", stamp, super::RESTARTED_AT_BYTES_MAX);
     }
+    if let Some(ms) = spec
+        .stop_grace_ms
+        .filter(|ms| *ms > super::STOP_GRACE_MS_MAX)
+    {
+        let (got, max) = (
+            super::format_duration_ms(ms),
+            super::format_duration_ms(super::STOP_GRACE_MS_MAX),
+        );
+        r.err(
+            "stop_grace",
+            format!("{got} is longer than the limit of {max}"),
+        );
+    }
     match &spec.run {
         Run::Process(p) => {
             check_command(r, "process.command", &p.command, true);
