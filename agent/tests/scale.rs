@@ -1,7 +1,7 @@
 //! `shoal scale NAME N` on real agents: the spec the mesh holds gets another replica count as a
 //! new version (the rest of the spec kept), the replicas follow, and bad input is refused with
 //! exit 1: an unknown workload, a count past the limit. Deleting it then (the only workload)
-//! stops its instance without an approval.
+//! stops its instance without an approval. And `stop_grace`: each workload's stops wait its own grace.
 
 mod common;
 
@@ -80,4 +80,50 @@ fn scale_changes_only_the_replica_count_and_refuses_bad_input() {
     );
     let issues = String::from_utf8_lossy(&cluster.cli(0, &["issues"]).stdout).to_string();
     assert!(!issues.contains("suspicious"), "{issues}");
+}
+
+/// `stop_grace` on a real agent: two workloads whose processes need 3 s to shut down after
+/// SIGTERM; deleted, the one given 8 s finishes its shutdown, the one given 1 s is killed first.
+#[test]
+fn a_stop_gives_each_workload_its_own_grace() {
+    let mut cluster = Cluster::new();
+    cluster.cleanup.push("stop-grace-test".to_string());
+    cluster.add("g1");
+    cluster.wait_members(1, Duration::from_secs(20));
+    let dir = cluster.dir.path().to_path_buf();
+    for (name, grace) in [("slow", "8s"), ("quick", "1s")] {
+        let done = dir.join(format!("{name}-done"));
+        let text = format!(
+            "name = \"{name}\"\nstop_grace = \"{grace}\"\n[process]\ncommand = [\"sh\", \"-c\", \
+             \": stop-grace-test; trap 'sleep 3; echo done > {}; exit 0' TERM; \
+             while :; do sleep 0.2; done\"]\n[resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n",
+            done.display()
+        );
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let out = cluster.cli(0, &["apply", "-f", path.to_str().unwrap(), "--wait"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    for name in ["slow", "quick"] {
+        let out = cluster.cli(0, &["delete", name]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    // Gone when no process of theirs is left (status has no rows for a deleted workload).
+    let gone = wait_until(Duration::from_secs(30), || {
+        let out = std::process::Command::new("pgrep")
+            .args(["-f", "stop-grace-tes[t]"])
+            .output()
+            .unwrap();
+        out.stdout.is_empty()
+    });
+    assert!(gone, "both stopped\n{}", cluster.logs());
+    assert!(
+        dir.join("slow-done").exists(),
+        "8 s of grace: the shutdown finished\n{}",
+        cluster.logs()
+    );
+    assert!(
+        !dir.join("quick-done").exists(),
+        "1 s of grace: killed before its 3 s shutdown ended"
+    );
 }
