@@ -1,7 +1,8 @@
 //! `shoal scale NAME N` on real agents: the spec the mesh holds gets another replica count as a
 //! new version (the rest of the spec kept), the replicas follow, and bad input is refused with
 //! exit 1: an unknown workload, a count past the limit. Deleting it then (the only workload)
-//! stops its instance without an approval. And `stop_grace`: each workload's stops wait its own grace.
+//! stops its instance without an approval. And `stop_grace`: each workload's stops wait its own
+//! grace.
 
 mod common;
 
