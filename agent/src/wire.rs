@@ -23,8 +23,8 @@ pub const MAGIC: u16 = 0x5348;
 /// 3: specs with the rollout's deadline and failure threshold, which a build of 2 cannot decode;
 /// 4: specs with named ports, and probes that name one; 5: containers with a pull policy, and
 /// status with a pull's progress; 6: specs with volumes and a restart stamp, tombstones that
-/// purge data, and `Delete` with `purge_data`; 7: specs with `sticky_for` and `on_data_loss`,
-/// and `Exec` with a terminal's size).
+/// purge data, and `Delete` with `purge_data`; 7: specs with `sticky_for`, `on_data_loss` and
+/// `stop_grace`, and `Exec` with a terminal's size).
 pub const WIRE_VERSION: u16 = 7;
 /// Bytes of the length prefix.
 pub const LENGTH_PREFIX_BYTES: usize = 4;

@@ -38,7 +38,7 @@ pub(super) const FACT_CELLS_KNOWN: &str = "cells_known";
 /// the rollout's deadline and failure threshold, and histories each version's outcome; 4: specs
 /// carry named ports and probes may name one; 5: containers carry a pull policy; 6: specs carry
 /// volumes and a restart stamp, and a tombstone whether it purges the workload's data; 7: specs
-/// carry `sticky_for` and `on_data_loss`).
+/// carry `sticky_for`, `on_data_loss` and `stop_grace`).
 pub(super) const SCHEMA: u32 = 7;
 
 /// Decode limit for one entry: the largest payload the store accepts plus room for the name,
