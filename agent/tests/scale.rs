@@ -38,6 +38,21 @@ fn scale_changes_only_the_replica_count_and_refuses_bad_input() {
     let after = cluster.cli_json(0, &["get", "web", "-o", "json"]);
     assert_eq!(after[0]["replicas"], 4, "{after}");
     assert_ne!(after[0]["version"], before[0]["version"], "a new version");
+    // The whole spec as the mesh holds it, in TOML that apply takes back: the new count, the
+    // rest as applied.
+    let out = cluster.cli(1, &["get", "web", "--spec"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let held = shoal_core::spec::WorkloadSpec::from_toml_str(&text, "get --spec").unwrap();
+    let mut applied = shoal_core::spec::WorkloadSpec::from_toml_str(
+        &std::fs::read_to_string(&path).unwrap(),
+        "web.toml",
+    )
+    .unwrap();
+    applied.replicas = 4;
+    assert_eq!(held, applied, "{text}");
+    let out = cluster.cli(1, &["get", "--spec"]);
+    assert!(!out.status.success(), "--spec without NAME is refused");
     // The rest of the spec is what was applied: history's current entry still runs the same.
     let history = cluster.cli_json(0, &["history", "web", "-o", "json"]);
     assert_eq!(history[0]["runs"], history[1]["runs"], "{history}");

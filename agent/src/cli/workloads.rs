@@ -43,10 +43,16 @@ pub(super) fn parse_duration(text: &str) -> Result<std::time::Duration, String> 
 
 /// Arguments of `shoal get`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  shoal get\n  shoal get web -o json")]
+#[command(
+    after_help = "Examples:\n  shoal get\n  shoal get web -o json\n  shoal get web --spec > web.toml"
+)]
 pub struct GetArgs {
     /// Only this workload.
     name: Option<String>,
+    /// Print the workload's whole spec as the mesh holds it, in TOML (every default written
+    /// out), which `shoal apply -f` takes back. Needs NAME.
+    #[arg(long, requires = "name", conflicts_with = "output")]
+    spec: bool,
     #[command(flatten)]
     client: ClientOpts,
     /// Output format.
@@ -255,6 +261,10 @@ pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
             let Response::Workload(w) = call(&args.client, Request::Get { name })? else {
                 bail!("unexpected answer from the agent");
             };
+            if args.spec {
+                print!("{}", w.spec.to_toml_string());
+                return Ok(ExitCode::SUCCESS);
+            }
             vec![WorkloadSummary {
                 name: w.name,
                 replicas: w.replicas,
