@@ -12,11 +12,9 @@ use shoal_core::instance::{Phase, ReplicaId};
 use shoal_core::reconcile::InstanceStatus;
 
 use super::Api;
-use crate::exec::ExecError;
-use crate::exec::ExecMode;
+use crate::exec::{ExecError, ExecMode};
 use crate::host::INSTANCES_KEY;
 use crate::mesh::api::{ApiError, ErrorKind, ExecInput, Request, Response};
-use crate::runtime::exec::TtySize;
 
 /// Most characters of the command recorded in the node's events.
 const RECORDED_COMMAND_CHARS_MAX: usize = 200;
@@ -28,7 +26,7 @@ impl Api {
         workload: String,
         replica: u32,
         command: Vec<String>,
-        (stdin, tty): (bool, Option<TtySize>),
+        mode: ExecMode,
         by: String,
     ) -> Result<Response, ApiError> {
         crate::exec::check_command(&command).map_err(api_error)?;
@@ -47,15 +45,13 @@ impl Api {
             }
         };
         if node == self.node.name {
-            return self
-                .handle_exec_here(id, command, (stdin, tty), by, None)
-                .await;
+            return self.handle_exec_here(id, command, mode, by, None).await;
         }
         let forwarded = Request::ExecHere {
             replica: id,
             command,
-            stdin,
-            tty,
+            stdin: mode.stdin,
+            tty: mode.tty,
             by,
         };
         self.forward(&node, forwarded).await
@@ -67,7 +63,7 @@ impl Api {
         &self,
         replica: ReplicaId,
         command: Vec<String>,
-        (stdin, tty): (bool, Option<TtySize>),
+        mode: ExecMode,
         by: String,
         via: Option<String>,
     ) -> Result<Response, ApiError> {
@@ -107,7 +103,7 @@ impl Api {
                 &handle,
                 &replica,
                 command.clone(),
-                ExecMode { stdin, tty },
+                mode,
                 &by,
             )
             .await;

@@ -229,8 +229,8 @@ impl Api {
                 tty,
             } => {
                 let by = asked_by(None);
-                self.handle_exec(workload, replica, command, (stdin, tty), by)
-                    .await
+                let mode = crate::exec::ExecMode { stdin, tty };
+                self.handle_exec(workload, replica, command, mode, by).await
             }
             Request::ExecIo { node, session, io } => {
                 self.handle_exec_io(node, session, io, asked_by(None)).await
@@ -243,8 +243,8 @@ impl Api {
                 by,
             } => {
                 let via = Some(peer_name.0.clone());
-                self.handle_exec_here(replica, command, (stdin, tty), by, via)
-                    .await
+                let mode = crate::exec::ExecMode { stdin, tty };
+                self.handle_exec_here(replica, command, mode, by, via).await
             }
             Request::ExecIoHere { session, io, by } => {
                 self.handle_exec_io_here(session, io, by).await

@@ -114,12 +114,7 @@ pub(crate) fn start_done(book: &Mutex<PortBook>, ticket: Option<u64>, handle: Op
 /// Whether some socket on this host holds `port`: it cannot be bound on the unspecified
 /// address, for TCP or for UDP (`[::]` too on an IPv6 host).
 fn in_use(port: u16, v6: bool) -> bool {
-    let mut addrs = vec![IpAddr::V4(Ipv4Addr::UNSPECIFIED)];
-    if v6 {
-        addrs.push(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
-    }
-    addrs.into_iter().any(|ip| {
-        let addr = SocketAddr::new(ip, port);
+    unspecified(port, v6).any(|addr| {
         std::net::TcpListener::bind(addr).is_err() || std::net::UdpSocket::bind(addr).is_err()
     })
 }
@@ -127,12 +122,7 @@ fn in_use(port: u16, v6: bool) -> bool {
 /// Whether some socket on this host holds `port` for `protocol` (std's listener binds with
 /// SO_REUSEADDR, so connections of a stopped instance in TIME_WAIT do not count).
 fn fixed_in_use(port: u16, protocol: Protocol, v6: bool) -> bool {
-    let mut addrs = vec![IpAddr::V4(Ipv4Addr::UNSPECIFIED)];
-    if v6 {
-        addrs.push(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
-    }
-    addrs.into_iter().any(|ip| {
-        let addr = SocketAddr::new(ip, port);
+    unspecified(port, v6).any(|addr| {
         let bound = match protocol {
             Protocol::Tcp => std::net::TcpListener::bind(addr).map(drop),
             Protocol::Udp => std::net::UdpSocket::bind(addr).map(drop),
@@ -141,6 +131,14 @@ fn fixed_in_use(port: u16, protocol: Protocol, v6: bool) -> bool {
         // container whose engine publishes it.
         bound.is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse)
     })
+}
+
+/// `port` on the unspecified address: IPv4's, and IPv6's too on an IPv6 host.
+fn unspecified(port: u16, v6: bool) -> impl Iterator<Item = SocketAddr> {
+    let v6 = v6.then_some(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
+    std::iter::once(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+        .chain(v6)
+        .map(move |ip| SocketAddr::new(ip, port))
 }
 
 /// A fresh book over `range`.

@@ -78,7 +78,7 @@ impl Inner {
                     .stdin(slave("stdin")?)
                     .stdout(slave("stdout")?)
                     .stderr(slave("stderr")?);
-                terminal = Some(pty.master);
+                terminal = Some((pty.master, size));
                 command
             }
         };
@@ -119,7 +119,7 @@ impl Inner {
             .take()
             .map(|s| Box::pin(s) as std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>);
         let mut resize = None;
-        if let (Some(master), Some(size)) = (terminal, request.tty) {
+        if let Some((master, size)) = terminal {
             let writer = master
                 .try_clone()
                 .map_err(|e| failed(format!("the terminal's input: {e}")))?;
