@@ -160,21 +160,18 @@ pub(crate) fn surge_with_fixed_port(r: &mut Report, spec: &WorkloadSpec) {
         // Exclusive workloads already have max_surge refused, one error per field is enough.
         return;
     }
-    let fixed = match &spec.run {
-        Run::Process(p) => p.ports.iter().position(|p| p.port.is_some()).map(|i| {
-            (
-                format!("{}.port", index("process.ports", i)),
-                p.ports[i].port,
-            )
-        }),
-        Run::Container(c) => c.ports.iter().position(|p| p.host.is_some()).map(|i| {
-            (
-                format!("{}.host", index("container.ports", i)),
-                c.ports[i].host,
-            )
-        }),
-    };
-    if let Some((path, Some(port))) = fixed {
+    let first_fixed =
+        match &spec.run {
+            Run::Process(p) => {
+                p.ports.iter().enumerate().find_map(|(i, p)| {
+                    Some((format!("{}.port", index("process.ports", i)), p.port?))
+                })
+            }
+            Run::Container(c) => c.ports.iter().enumerate().find_map(|(i, p)| {
+                Some((format!("{}.host", index("container.ports", i)), p.host?))
+            }),
+        };
+    if let Some((path, port)) = first_fixed {
         let message = format!(
             "must be 0 while {path} fixes host port {port}: a surge copy starts on the same host \
              as the copy it replaces and could not bind the port the old copy holds (leave the number \
