@@ -23,6 +23,8 @@ pub mod spec;
 pub mod stable_hash;
 pub mod stacking;
 pub mod store;
+pub mod upgrade;
+pub mod version;
 
 pub use constraint::{Constraint, ConstraintOp};
 pub use resources::Resources;

@@ -1,0 +1,165 @@
+//! The versions agents must agree on, and the layout a value is encoded in.
+//!
+//! A build speaks every wire version in [`WIRE_MIN`]`..=`[`WIRE_CUR`]. Frames carry their version
+//! in the header; a body is encoded in the layout of that version. Since version 8 a layout may
+//! differ from the one before only by fields that a type declares as added at a version
+//! ([`since_8`]): at an older layout such a field takes no bytes at all, so every message and
+//! every stored spec of the older build encodes and decodes bit for bit as it did there.
+//!
+//! The layout of the value being encoded or decoded on this thread is [`layout`], set for the
+//! length of one call by [`with_layout`] (the agent's frame and payload codecs do; nothing else
+//! needs to). Encoding at an older layout a value that sets a field that layout lacks is an error,
+//! never a silent drop: the mesh version ([`crate::upgrade`]) keeps such values from being written
+//! while a member could not read them.
+
+use std::cell::Cell;
+
+/// The oldest wire version this build speaks: `71428bd`'s (wire 7, store layout 7).
+pub const WIRE_MIN: u16 = 7;
+/// The newest wire version this build speaks (8: build facts in gossip, the mesh version, the
+/// `upgrade` requests, specs with `user`).
+pub const WIRE_CUR: u16 = 8;
+
+thread_local! {
+    static LAYOUT: Cell<u16> = const { Cell::new(WIRE_CUR) };
+}
+
+/// The layout of the value being encoded or decoded on this thread ([`WIRE_CUR`] outside
+/// [`with_layout`]).
+pub fn layout() -> u16 {
+    LAYOUT.with(Cell::get)
+}
+
+/// Runs `f` with [`layout`] set to `version`, restored afterwards (also when `f` panics).
+pub fn with_layout<R>(version: u16, f: impl FnOnce() -> R) -> R {
+    struct Restore(u16);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LAYOUT.with(|cell| cell.set(self.0));
+        }
+    }
+    let _restore = Restore(LAYOUT.with(|cell| cell.replace(version)));
+    f()
+}
+
+/// True when `version` is one this build speaks.
+pub fn speaks(version: u16) -> bool {
+    (WIRE_MIN..=WIRE_CUR).contains(&version)
+}
+
+/// serde helpers for an `Option` field added at wire version 8: `None` and no bytes at an older
+/// layout; the value at 8 and later. Human-readable formats (JSON, TOML) always carry the field.
+///
+/// ```ignore
+/// #[serde(default, with = "crate::version::since_8")]
+/// pub user: Option<String>,
+/// ```
+pub mod since_8 {
+    use serde::de::DeserializeOwned;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// The version the field was added at.
+    pub const SINCE: u16 = 8;
+
+    /// Serializes the field, or nothing at an older layout (an error when it is set).
+    pub fn serialize<T: Serialize, S: Serializer>(
+        value: &Option<T>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() || super::layout() >= SINCE {
+            return value.serialize(serializer);
+        }
+        if value.is_some() {
+            return Err(serde::ser::Error::custom(format!(
+                "a field added at wire version {SINCE} is set, and this value is encoded for \
+                 version {}",
+                super::layout()
+            )));
+        }
+        ().serialize(serializer)
+    }
+
+    /// Deserializes the field, or `None` from no bytes at an older layout.
+    pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<T>, D::Error> {
+        if deserializer.is_human_readable() || super::layout() >= SINCE {
+            return Option::<T>::deserialize(deserializer);
+        }
+        <()>::deserialize(deserializer)?;
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Old {
+        name: String,
+        n: u32,
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct New {
+        name: String,
+        n: u32,
+        #[serde(default, with = "since_8")]
+        user: Option<String>,
+    }
+
+    fn bin<T: Serialize>(v: &T) -> Result<Vec<u8>, bincode::error::EncodeError> {
+        bincode::serde::encode_to_vec(v, bincode::config::standard())
+    }
+
+    #[test]
+    fn an_added_field_takes_no_bytes_at_the_older_layout() {
+        let old = Old {
+            name: "web".into(),
+            n: 3,
+        };
+        let new = New {
+            name: "web".into(),
+            n: 3,
+            user: None,
+        };
+        let old_bytes = bin(&old).unwrap();
+        assert_eq!(with_layout(7, || bin(&new)).unwrap(), old_bytes);
+        let (decoded, used): (New, usize) = with_layout(7, || {
+            bincode::serde::decode_from_slice(&old_bytes, bincode::config::standard())
+        })
+        .unwrap();
+        assert_eq!((decoded, used), (new, old_bytes.len()));
+    }
+
+    #[test]
+    fn a_set_added_field_is_refused_at_the_older_layout_and_kept_at_its_own() {
+        let new = New {
+            name: "web".into(),
+            n: 3,
+            user: Some("nobody".into()),
+        };
+        let err = with_layout(7, || bin(&new)).unwrap_err().to_string();
+        assert!(err.contains("wire version 8"), "{err}");
+        let bytes = with_layout(8, || bin(&new)).unwrap();
+        let (decoded, _): (New, usize) = with_layout(8, || {
+            bincode::serde::decode_from_slice(&bytes, bincode::config::standard())
+        })
+        .unwrap();
+        assert_eq!(decoded, new);
+        assert_eq!(layout(), WIRE_CUR, "the layout is restored");
+    }
+
+    #[test]
+    fn json_always_carries_the_field() {
+        let new = New {
+            name: "web".into(),
+            n: 3,
+            user: Some("nobody".into()),
+        };
+        let text = with_layout(7, || serde_json::to_string(&new)).unwrap();
+        assert!(text.contains("nobody"));
+    }
+}
