@@ -33,8 +33,8 @@ use crate::admission::{
 use crate::tls::Peer;
 pub use crate::transport_stats::{TransportStats, TransportStatsSnapshot};
 use crate::wire::{
-    decode_body, decode_frame, encode_frame, FrameKind, WireError, API_FRAME_MAX_BYTES,
-    LENGTH_PREFIX_BYTES,
+    decode_body_at, decode_frame, encode_frame_at, FrameKind, WireError, API_FRAME_MAX_BYTES,
+    LENGTH_PREFIX_BYTES, WIRE_CUR, WIRE_MIN,
 };
 
 /// A boxed future, as returned by handlers.
@@ -242,59 +242,97 @@ where
     Req: DeserializeOwned + Send + 'static,
     Resp: Serialize + Send + 'static,
 {
-    let request = match decode_request::<Req>(request_frame) {
+    let (version, request) = match decode_request::<Req>(request_frame) {
         Ok(request) => request,
         Err(err) => {
             TransportStats::bump(&stats.frames_rejected);
             tracing::debug!(%peer, error = %err, "API frame rejected");
-            return encode_reject(&err.to_string());
+            return encode_reject_at(reject_version(request_frame), &err.to_string());
         }
     };
     match tokio::time::timeout(handler_timeout, handler(request, peer)).await {
         Ok(response) => {
             TransportStats::bump(&stats.requests_served);
-            encode_response(response)
+            encode_response(version, response)
         }
-        Err(_) => encode_reject(&format!(
-            "handler took over {}",
-            crate::core::spec::format_duration_ms(handler_timeout.as_millis() as u64)
-        )),
+        Err(_) => encode_reject_at(
+            version,
+            &format!(
+                "handler took over {}",
+                crate::core::spec::format_duration_ms(handler_timeout.as_millis() as u64)
+            ),
+        ),
     }
 }
 
-/// Decodes a whole request frame.
-pub fn decode_request<Req: DeserializeOwned>(frame: &[u8]) -> Result<Req, WireError> {
-    match decode_frame(frame, API_FRAME_MAX_BYTES)? {
-        (FrameKind::Request, body) => decode_body::<Req, API_FRAME_MAX_BYTES>(body),
-        (got, _) => Err(WireError::UnexpectedKind { got }),
+/// The version a reject of `frame` goes back in: the frame's own when this build speaks it, the
+/// nearest one it speaks otherwise (a newer caller then retries in it, an older one reads a
+/// reject whose layout has never changed).
+fn reject_version(frame: &[u8]) -> u16 {
+    match frame.get(LENGTH_PREFIX_BYTES + 2..LENGTH_PREFIX_BYTES + 4) {
+        Some(&[hi, lo]) => u16::from_be_bytes([hi, lo]).clamp(WIRE_MIN, WIRE_CUR),
+        _ => WIRE_CUR,
+    }
+}
+
+/// Decodes a whole request frame: its version (the answer goes back in it) and the request.
+pub fn decode_request<Req: DeserializeOwned>(frame: &[u8]) -> Result<(u16, Req), WireError> {
+    let frame = decode_frame(frame, API_FRAME_MAX_BYTES)?;
+    match frame.kind {
+        FrameKind::Request => Ok((
+            frame.version,
+            decode_body_at::<Req, API_FRAME_MAX_BYTES>(frame.version, frame.body)?,
+        )),
+        got => Err(WireError::UnexpectedKind { got }),
     }
 }
 
 /// Decodes a whole answer frame: a response, or the reason of a reject.
 pub fn decode_answer<Resp: DeserializeOwned>(frame: &[u8]) -> Result<Resp, RpcError> {
-    match decode_frame(frame, API_FRAME_MAX_BYTES)? {
-        (FrameKind::Response, body) => Ok(decode_body::<Resp, API_FRAME_MAX_BYTES>(body)?),
-        (FrameKind::Reject, body) => Err(RpcError::Rejected(decode_body::<
+    let frame = decode_frame(frame, API_FRAME_MAX_BYTES)?;
+    match frame.kind {
+        FrameKind::Response => Ok(decode_body_at::<Resp, API_FRAME_MAX_BYTES>(
+            frame.version,
+            frame.body,
+        )?),
+        FrameKind::Reject => Err(RpcError::Rejected(decode_body_at::<
             String,
             REJECT_REASON_MAX_BYTES,
-        >(body)?)),
-        (got, _) => Err(WireError::UnexpectedKind { got }.into()),
+        >(frame.version, frame.body)?)),
+        got => Err(WireError::UnexpectedKind { got }.into()),
     }
 }
 
-/// Encodes a reject frame with `reason`, cut to a bounded length.
+/// The version of a reject frame older than `sent`, in which the caller may ask again: the
+/// server speaks only older versions (a build before this one, during an upgrade).
+fn older_reject(answer: &[u8], sent: u16) -> Option<u16> {
+    let frame = decode_frame(answer, API_FRAME_MAX_BYTES).ok()?;
+    (frame.kind == FrameKind::Reject && frame.version < sent).then_some(frame.version)
+}
+
+/// Encodes a reject frame with `reason`, cut to a bounded length, in [`WIRE_CUR`].
 pub fn encode_reject(reason: &str) -> Vec<u8> {
+    encode_reject_at(WIRE_CUR, reason)
+}
+
+/// Encodes a reject frame with `reason`, cut to a bounded length, in wire `version`.
+pub fn encode_reject_at(version: u16, reason: &str) -> Vec<u8> {
     let mut end = reason.len().min(REJECT_REASON_MAX_BYTES - 8);
     while !reason.is_char_boundary(end) {
         end -= 1;
     }
-    encode_frame(FrameKind::Reject, &reason[..end], API_FRAME_MAX_BYTES)
-        .expect("a short string always fits a frame")
+    encode_frame_at(
+        version,
+        FrameKind::Reject,
+        &reason[..end],
+        API_FRAME_MAX_BYTES,
+    )
+    .expect("a short string always fits a frame")
 }
 
-fn encode_response<Resp: Serialize>(response: Resp) -> Vec<u8> {
-    encode_frame(FrameKind::Response, &response, API_FRAME_MAX_BYTES)
-        .unwrap_or_else(|err| encode_reject(&format!("response not sent: {err}")))
+fn encode_response<Resp: Serialize>(version: u16, response: Resp) -> Vec<u8> {
+    encode_frame_at(version, FrameKind::Response, &response, API_FRAME_MAX_BYTES)
+        .unwrap_or_else(|err| encode_reject_at(version, &format!("response not sent: {err}")))
 }
 
 async fn reply_reject(send: &mut quinn::SendStream, reason: &str) {
@@ -320,9 +358,18 @@ pub trait RpcClient: Send + Sync {
         request_frame: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, RpcError>;
+
+    /// The wire version requests go out in: an agent's, the mesh version; a one-off caller's,
+    /// [`WIRE_CUR`].
+    fn wire_version(&self) -> u16 {
+        WIRE_CUR
+    }
 }
 
-/// Calls `addr` with `req` through any [`RpcClient`] and decodes the typed response.
+/// Calls `addr` with `req` through any [`RpcClient`] and decodes the typed response. The request
+/// goes in the client's [`RpcClient::wire_version`]; when the server rejects it in an older
+/// version (it speaks nothing newer), it is sent once more in that version. A request that the
+/// older version cannot carry fails with the encoding error, which says so.
 pub async fn call_with<C, Req, Resp>(
     client: &C,
     addr: SocketAddr,
@@ -335,8 +382,14 @@ where
     Req: Serialize,
     Resp: DeserializeOwned,
 {
-    let frame = encode_frame(FrameKind::Request, req, API_FRAME_MAX_BYTES)?;
+    let version = client.wire_version();
+    let frame = encode_frame_at(version, FrameKind::Request, req, API_FRAME_MAX_BYTES)?;
     let answer = client.call_frame(addr, server_name, frame, timeout).await?;
+    if let Some(older) = older_reject(&answer, version) {
+        let frame = encode_frame_at(older, FrameKind::Request, req, API_FRAME_MAX_BYTES)?;
+        let answer = client.call_frame(addr, server_name, frame, timeout).await?;
+        return decode_answer(&answer);
+    }
     decode_answer(&answer)
 }
 
@@ -359,6 +412,8 @@ pub struct QuicRpcClient {
     stats: Arc<TransportStats>,
     /// Closes the cached connections to a server whose certificate gets revoked (an agent's).
     authority: Option<Arc<crate::authority::Authority>>,
+    /// The version requests go out in (an agent's: the mesh version, moved by its upgrade task).
+    wire: Arc<std::sync::atomic::AtomicU16>,
 }
 
 impl QuicRpcClient {
@@ -370,7 +425,15 @@ impl QuicRpcClient {
             connections: Mutex::new(HashMap::new()),
             stats,
             authority: None,
+            wire: Arc::new(std::sync::atomic::AtomicU16::new(WIRE_CUR)),
         }
+    }
+
+    /// The same client, sending in the version `wire` holds (shared with the agent's gossip and
+    /// upgrade task).
+    pub fn with_wire(mut self, wire: Arc<std::sync::atomic::AtomicU16>) -> Self {
+        self.wire = wire;
+        self
     }
 
     /// The same client, its connections tracked by `authority`: a revocation closes the cached
@@ -496,5 +559,9 @@ impl RpcClient for QuicRpcClient {
         tokio::time::timeout(timeout, attempt)
             .await
             .map_err(|_| RpcError::Timeout(timeout))?
+    }
+
+    fn wire_version(&self) -> u16 {
+        self.wire.load(Ordering::Relaxed)
     }
 }

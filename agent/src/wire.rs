@@ -10,6 +10,13 @@
 //! before any body is decoded. Bodies are decoded with `config::standard().with_limit::<N>()` and
 //! must be consumed whole. Every size is checked before anything is allocated for it.
 //!
+//! A build speaks every version in [`WIRE_MIN`]`..=`[`WIRE_CUR`] (`shoal_core::version`): a frame
+//! of any of them is accepted, its body decoded in that version's layout, and the answer to a
+//! request goes back in the version the request came in. What a build sends first goes at the
+//! mesh version (the highest every member speaks, `crate::mesh::upgrade`); a caller that gets a
+//! reject in an older version than it sent retries once in that version ([`crate::rpc`]), so a
+//! new CLI talks to an old agent.
+//!
 //! Architecture Invariant: nothing here panics on bytes from the network, and no decode allocates
 //! more than the frame limit it was given.
 
@@ -19,13 +26,14 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Frame magic: "SH".
 pub const MAGIC: u16 = 0x5348;
-/// The wire version this build speaks (2: certificate roles, entries with a proof of origin;
-/// 3: specs with the rollout's deadline and failure threshold, which a build of 2 cannot decode;
-/// 4: specs with named ports, and probes that name one; 5: containers with a pull policy, and
-/// status with a pull's progress; 6: specs with volumes and a restart stamp, tombstones that
+/// The newest wire version this build speaks (2: certificate roles, entries with a proof of
+/// origin; 3: specs with the rollout's deadline and failure threshold, which a build of 2 cannot
+/// decode; 4: specs with named ports, and probes that name one; 5: containers with a pull policy,
+/// and status with a pull's progress; 6: specs with volumes and a restart stamp, tombstones that
 /// purge data, and `Delete` with `purge_data`; 7: specs with `sticky_for`, `on_data_loss` and
-/// `stop_grace`, and `Exec` with a terminal's size).
-pub const WIRE_VERSION: u16 = 7;
+/// `stop_grace`, and `Exec` with a terminal's size; 8: what `shoal_core::version` lists). Builds
+/// before 8 spoke exactly one version; since 8 a build speaks a range.
+pub use shoal_core::version::{WIRE_CUR, WIRE_MIN};
 /// Bytes of the length prefix.
 pub const LENGTH_PREFIX_BYTES: usize = 4;
 /// Bytes of the envelope header (magic, version, kind).
@@ -102,13 +110,17 @@ pub enum WireError {
     BadMagic(u16),
     /// A Shoal frame of a wire version this build does not speak.
     #[error(
-        "wire version {got} not supported (this build speaks {supported}); upgrade the older side"
+        "wire version {got} not supported (this build speaks {min} to {max}); {}",
+        if *got > *max { "upgrade this side first, or roll the newer side back" }
+        else { "the older side is more than one version behind: upgrade it through the builds between" }
     )]
     BadVersion {
         /// The version found.
         got: u16,
-        /// The version supported.
-        supported: u16,
+        /// The oldest version this build speaks.
+        min: u16,
+        /// The newest version this build speaks.
+        max: u16,
     },
     /// An unknown frame kind.
     #[error("unknown frame kind {0}")]
@@ -141,20 +153,59 @@ pub fn bincode_config() -> bincode::config::Configuration {
     bincode::config::standard()
 }
 
-/// Encodes `body` as a frame of `kind`, refusing to produce more than `max` bytes after the prefix.
+/// A checked frame: its version, its kind and its body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame<'a> {
+    /// The wire version it was written in (one this build speaks).
+    pub version: u16,
+    /// What it carries.
+    pub kind: FrameKind,
+    /// The body, not yet decoded.
+    pub body: &'a [u8],
+}
+
+/// Encodes `body` as a frame of `kind` in this build's newest version ([`WIRE_CUR`]), refusing to
+/// produce more than `max` bytes after the prefix.
 pub fn encode_frame<T: Serialize + ?Sized>(
     kind: FrameKind,
     body: &T,
     max: usize,
 ) -> Result<Vec<u8>, WireError> {
-    let mut frame = start_frame(kind, 256);
-    bincode::serde::encode_into_std_write(body, &mut frame, bincode_config())
-        .map_err(|e| WireError::Encode(e.to_string()))?;
+    encode_frame_at(WIRE_CUR, kind, body, max)
+}
+
+/// Encodes `body` as a frame of `kind` in wire `version` (its header and its body's layout),
+/// refusing to produce more than `max` bytes after the prefix, a version this build does not
+/// speak, and a body that sets what `version` cannot carry.
+pub fn encode_frame_at<T: Serialize + ?Sized>(
+    version: u16,
+    kind: FrameKind,
+    body: &T,
+    max: usize,
+) -> Result<Vec<u8>, WireError> {
+    check_version(version)?;
+    let mut frame = start_frame(version, kind, 256);
+    shoal_core::version::with_layout(version, || {
+        bincode::serde::encode_into_std_write(body, &mut frame, bincode_config())
+    })
+    .map_err(|e| WireError::Encode(e.to_string()))?;
     finish_frame(frame, max)
 }
 
-/// Encodes raw `body` bytes as a frame of `kind` (gossip carries chitchat's own serialization).
+/// Encodes raw `body` bytes as a frame of `kind` in [`WIRE_CUR`].
 pub fn encode_raw_frame(kind: FrameKind, body: &[u8], max: usize) -> Result<Vec<u8>, WireError> {
+    encode_raw_frame_at(WIRE_CUR, kind, body, max)
+}
+
+/// Encodes raw `body` bytes as a frame of `kind` in wire `version` (gossip carries chitchat's own
+/// serialization, the same in every version).
+pub fn encode_raw_frame_at(
+    version: u16,
+    kind: FrameKind,
+    body: &[u8],
+    max: usize,
+) -> Result<Vec<u8>, WireError> {
+    check_version(version)?;
     let frame_len = HEADER_BYTES + body.len();
     if frame_len > max {
         return Err(WireError::TooLarge {
@@ -162,16 +213,28 @@ pub fn encode_raw_frame(kind: FrameKind, body: &[u8], max: usize) -> Result<Vec<
             max,
         });
     }
-    let mut frame = start_frame(kind, body.len());
+    let mut frame = start_frame(version, kind, body.len());
     frame.extend_from_slice(body);
     finish_frame(frame, max)
 }
 
-fn start_frame(kind: FrameKind, body_capacity: usize) -> Vec<u8> {
+fn check_version(version: u16) -> Result<(), WireError> {
+    if shoal_core::version::speaks(version) {
+        Ok(())
+    } else {
+        Err(WireError::BadVersion {
+            got: version,
+            min: WIRE_MIN,
+            max: WIRE_CUR,
+        })
+    }
+}
+
+fn start_frame(version: u16, kind: FrameKind, body_capacity: usize) -> Vec<u8> {
     let mut frame = Vec::with_capacity(LENGTH_PREFIX_BYTES + HEADER_BYTES + body_capacity);
     frame.extend_from_slice(&[0u8; LENGTH_PREFIX_BYTES]);
     frame.extend_from_slice(&MAGIC.to_be_bytes());
-    frame.extend_from_slice(&WIRE_VERSION.to_be_bytes());
+    frame.extend_from_slice(&version.to_be_bytes());
     frame.push(kind as u8);
     frame
 }
@@ -187,8 +250,8 @@ fn finish_frame(mut frame: Vec<u8>, max: usize) -> Result<Vec<u8>, WireError> {
 }
 
 /// Checks a whole frame (prefix included) of at most `max` bytes after the prefix and returns its
-/// kind and body. The prefix must match the bytes exactly.
-pub fn decode_frame(bytes: &[u8], max: usize) -> Result<(FrameKind, &[u8]), WireError> {
+/// version, kind and body. The prefix must match the bytes exactly.
+pub fn decode_frame(bytes: &[u8], max: usize) -> Result<Frame<'_>, WireError> {
     let Some((prefix, rest)) = bytes.split_first_chunk::<LENGTH_PREFIX_BYTES>() else {
         return Err(WireError::Truncated {
             expected: LENGTH_PREFIX_BYTES,
@@ -213,8 +276,8 @@ pub fn decode_frame(bytes: &[u8], max: usize) -> Result<(FrameKind, &[u8]), Wire
     decode_envelope(rest)
 }
 
-/// Checks an envelope (a frame without its prefix) and returns its kind and body.
-pub fn decode_envelope(envelope: &[u8]) -> Result<(FrameKind, &[u8]), WireError> {
+/// Checks an envelope (a frame without its prefix) and returns its version, kind and body.
+pub fn decode_envelope(envelope: &[u8]) -> Result<Frame<'_>, WireError> {
     let Some((header, body)) = envelope.split_first_chunk::<HEADER_BYTES>() else {
         return Err(WireError::Truncated {
             expected: HEADER_BYTES,
@@ -226,22 +289,33 @@ pub fn decode_envelope(envelope: &[u8]) -> Result<(FrameKind, &[u8]), WireError>
         return Err(WireError::BadMagic(magic));
     }
     let version = u16::from_be_bytes([header[2], header[3]]);
-    if version != WIRE_VERSION {
-        return Err(WireError::BadVersion {
-            got: version,
-            supported: WIRE_VERSION,
-        });
-    }
+    check_version(version)?;
     let kind = FrameKind::from_u8(header[4]).ok_or(WireError::UnknownKind(header[4]))?;
-    Ok((kind, body))
+    Ok(Frame {
+        version,
+        kind,
+        body,
+    })
 }
 
-/// Decodes a bincode body, allocating at most `LIMIT` bytes for its contents and requiring every
-/// byte to be consumed.
+/// Decodes a bincode body in [`WIRE_CUR`]'s layout, allocating at most `LIMIT` bytes for its
+/// contents and requiring every byte to be consumed.
 pub fn decode_body<T: DeserializeOwned, const LIMIT: usize>(body: &[u8]) -> Result<T, WireError> {
+    decode_body_at::<T, LIMIT>(WIRE_CUR, body)
+}
+
+/// Decodes a bincode body in wire `version`'s layout, allocating at most `LIMIT` bytes for its
+/// contents and requiring every byte to be consumed.
+pub fn decode_body_at<T: DeserializeOwned, const LIMIT: usize>(
+    version: u16,
+    body: &[u8],
+) -> Result<T, WireError> {
+    check_version(version)?;
     let config = bincode_config().with_limit::<LIMIT>();
-    let (value, used) = bincode::serde::decode_from_slice::<T, _>(body, config)
-        .map_err(|e| WireError::Malformed(e.to_string()))?;
+    let (value, used) = shoal_core::version::with_layout(version, || {
+        bincode::serde::decode_from_slice::<T, _>(body, config)
+    })
+    .map_err(|e| WireError::Malformed(e.to_string()))?;
     if used != body.len() {
         return Err(WireError::Trailing {
             extra: body.len() - used,
@@ -301,9 +375,12 @@ mod tests {
             version: 7,
         };
         let frame = encode_frame(FrameKind::Request, &msg, LIMIT).unwrap();
-        let (kind, body) = decode_frame(&frame, LIMIT).unwrap();
-        assert_eq!(kind, FrameKind::Request);
-        assert_eq!(decode_body::<Sample, LIMIT>(body).unwrap(), msg);
+        let decoded = decode_frame(&frame, LIMIT).unwrap();
+        assert_eq!(
+            (decoded.version, decoded.kind),
+            (WIRE_CUR, FrameKind::Request)
+        );
+        assert_eq!(decode_body::<Sample, LIMIT>(decoded.body).unwrap(), msg);
     }
 
     #[test]
@@ -339,7 +416,7 @@ mod tests {
         let mut body = bincode::serde::encode_to_vec(Sample::Ping, bincode_config()).unwrap();
         body.push(0);
         let frame = encode_raw_frame(FrameKind::Request, &body, LIMIT).unwrap();
-        let (_, body) = decode_frame(&frame, LIMIT).unwrap();
+        let body = decode_frame(&frame, LIMIT).unwrap().body;
         assert!(matches!(
             decode_body::<Sample, LIMIT>(body),
             Err(WireError::Trailing { .. })
@@ -360,6 +437,28 @@ mod tests {
         assert!(decode_body::<Sample, LIMIT>(&body).is_err());
     }
 
+    #[test]
+    fn every_spoken_version_is_accepted_and_answered_in_kind() {
+        for version in WIRE_MIN..=WIRE_CUR {
+            let frame = encode_frame_at(version, FrameKind::Request, &Sample::Ping, LIMIT).unwrap();
+            assert_eq!(u16::from_be_bytes([frame[6], frame[7]]), version);
+            assert_eq!(decode_frame(&frame, LIMIT).unwrap().version, version);
+        }
+        for version in [WIRE_MIN - 1, WIRE_CUR + 1] {
+            let err =
+                encode_frame_at(version, FrameKind::Request, &Sample::Ping, LIMIT).unwrap_err();
+            assert!(matches!(err, WireError::BadVersion { .. }), "{err}");
+            let mut frame = encode_frame(FrameKind::Request, &Sample::Ping, LIMIT).unwrap();
+            frame[6..8].copy_from_slice(&version.to_be_bytes());
+            let err = decode_frame(&frame, LIMIT).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("wire version {version} not supported")),
+                "{err}"
+            );
+            assert!(err.contains(&format!("{WIRE_MIN} to {WIRE_CUR}")), "{err}");
+        }
+    }
+
     #[tokio::test]
     async fn read_frame_bounds_the_prefix() {
         let mut input: &[u8] = &[0xff, 0xff, 0xff, 0xff, 1, 2, 3];
@@ -375,8 +474,8 @@ mod tests {
     proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-            if let Ok((_, body)) = decode_frame(&bytes, LIMIT) {
-                let _ = decode_body::<Sample, LIMIT>(body);
+            if let Ok(frame) = decode_frame(&bytes, LIMIT) {
+                let _ = decode_body_at::<Sample, LIMIT>(frame.version, frame.body);
             }
             let _ = decode_body::<Sample, LIMIT>(&bytes);
             let _ = decode_envelope(&bytes);
@@ -385,9 +484,9 @@ mod tests {
         #[test]
         fn arbitrary_bodies_in_valid_frames_never_panic(body in proptest::collection::vec(any::<u8>(), 0..512)) {
             let frame = encode_raw_frame(FrameKind::Request, &body, LIMIT).unwrap();
-            let (kind, decoded) = decode_frame(&frame, LIMIT).unwrap();
-            prop_assert_eq!(kind, FrameKind::Request);
-            let _ = decode_body::<Sample, LIMIT>(decoded);
+            let decoded = decode_frame(&frame, LIMIT).unwrap();
+            prop_assert_eq!(decoded.kind, FrameKind::Request);
+            let _ = decode_body::<Sample, LIMIT>(decoded.body);
         }
     }
 }

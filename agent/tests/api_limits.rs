@@ -415,6 +415,16 @@ fn the_largest_item_of_each_list_fits_a_frame_past_a_full_page() {
         gossip_addr: addr.clone(),
         api_addr: Some(addr.clone()),
         agent_version: Some(long("v", NODE_RECORD_BYTES_MAX)),
+        // Build facts at their bounds (a peer's record is refused past them).
+        build: Some(shoal::mesh::build::BuildRecord {
+            version: long("v", 64),
+            commit: long("c", 64),
+            wire_min: u16::MAX,
+            wire_max: u16::MAX,
+            layout: u32::MAX,
+            placement_min: u32::MAX,
+            placement_max: u32::MAX,
+        }),
     };
     assert!(fits_past_a_full_page(&node));
 

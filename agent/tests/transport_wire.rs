@@ -67,8 +67,8 @@ enum Message {
 }
 
 fn decode_everything(bytes: &[u8]) {
-    if let Ok((_, body)) = wire::decode_frame(bytes, API_FRAME_MAX_BYTES) {
-        let _ = wire::decode_body::<Message, API_FRAME_MAX_BYTES>(body);
+    if let Ok(frame) = wire::decode_frame(bytes, API_FRAME_MAX_BYTES) {
+        let _ = wire::decode_body_at::<Message, API_FRAME_MAX_BYTES>(frame.version, frame.body);
     }
     let _ = wire::decode_body::<Message, API_FRAME_MAX_BYTES>(bytes);
 }

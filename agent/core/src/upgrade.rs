@@ -176,7 +176,11 @@ mod tests {
 
     #[test]
     fn a_member_too_new_for_the_mesh_is_named() {
-        let a = assess(7, &[member("n9", 8, 9, true), member("n1", 7, 8, true)], false);
+        let a = assess(
+            7,
+            &[member("n9", 8, 9, true), member("n1", 7, 8, true)],
+            false,
+        );
         assert_eq!(a.too_new, ["n9"]);
     }
 

@@ -91,6 +91,64 @@ pub mod since_8 {
     }
 }
 
+/// serde helpers for an informational `Option` field added at wire version 8 (a status answer's
+/// extra column): at an older layout it takes no bytes and is dropped when set, because the
+/// reader of that layout has no place for it and loses nothing it relies on. Never for desired
+/// state: that is [`since_8`], which refuses instead.
+pub mod since_8_lossy {
+    use serde::de::DeserializeOwned;
+    use serde::{Deserializer, Serialize, Serializer};
+
+    /// Serializes the field, or nothing at an older layout.
+    pub fn serialize<T: Serialize, S: Serializer>(
+        value: &Option<T>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() || super::layout() >= super::since_8::SINCE {
+            return value.serialize(serializer);
+        }
+        ().serialize(serializer)
+    }
+
+    /// Deserializes the field, or `None` from no bytes at an older layout.
+    pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<T>, D::Error> {
+        super::since_8::deserialize(deserializer)
+    }
+}
+
+/// A mark, zero bytes on the wire, that a message (a request variant, say) exists only since wire
+/// version `V`: encoding or decoding it at an older layout is an error, so a message an older
+/// peer would misread is never sent to it nor taken from a frame that claims that version.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Since<const V: u16>;
+
+impl<const V: u16> serde::Serialize for Since<V> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if !serializer.is_human_readable() && layout() < V {
+            return Err(serde::ser::Error::custom(format!(
+                "this message exists since wire version {V}; the peer speaks {}",
+                layout()
+            )));
+        }
+        serializer.serialize_unit()
+    }
+}
+
+impl<'de, const V: u16> serde::Deserialize<'de> for Since<V> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        if !deserializer.is_human_readable() && layout() < V {
+            return Err(serde::de::Error::custom(format!(
+                "this message exists since wire version {V}, not in a frame of version {}",
+                layout()
+            )));
+        }
+        <()>::deserialize(deserializer)?;
+        Ok(Since)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,6 +208,30 @@ mod tests {
         .unwrap();
         assert_eq!(decoded, new);
         assert_eq!(layout(), WIRE_CUR, "the layout is restored");
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    enum Req {
+        Old(u32),
+        New { since: Since<8>, n: u32 },
+    }
+
+    #[test]
+    fn a_message_since_8_is_refused_at_7_both_ways() {
+        let new = Req::New { since: Since, n: 1 };
+        assert!(with_layout(7, || bin(&new)).is_err());
+        let bytes = with_layout(8, || bin(&new)).unwrap();
+        let at = |v| {
+            with_layout(v, || {
+                bincode::serde::decode_from_slice::<Req, _>(&bytes, bincode::config::standard())
+            })
+        };
+        assert!(at(7).is_err());
+        assert_eq!(at(8).unwrap().0, new);
+        assert_eq!(
+            with_layout(7, || bin(&Req::Old(3))).unwrap(),
+            bin(&Req::Old(3)).unwrap()
+        );
     }
 
     #[test]

@@ -261,9 +261,13 @@ pub async fn run_agent(
     let api_endpoint = tls::bind_endpoint(opts.api_addr, &identity, ALPN_API, &QuicOptions::api())
         .with_context(|| format!("binding the API on {}", opts.api_addr))?;
     let api_stats = Arc::new(TransportStats::default());
+    // The wire version this agent sends in: the mesh version (crate::mesh::upgrade), one cell
+    // shared by the RPC client, the gossip transport and the node.
+    let wire = crate::mesh::upgrade::wire_cell();
     let rpc_client = Arc::new(
         QuicRpcClient::new(api_endpoint.clone(), api_stats.clone())
-            .with_authority(authority.clone()),
+            .with_authority(authority.clone())
+            .with_wire(wire.clone()),
     );
     authority.follow(tls::LiveEndpoint::new(
         api_endpoint.clone(),
@@ -274,6 +278,7 @@ pub async fn run_agent(
     ));
     let gossip_config = QuicGossipConfig {
         admission: opts.gossip_admission.clone(),
+        wire: wire.clone(),
         ..QuicGossipConfig::default()
     };
     let transport = QuicTransport::new(identity, gossip_config);
@@ -309,6 +314,7 @@ pub async fn run_agent(
         cell: opts.cell.clone(),
         cell_seeds: opts.cell_seeds.clone(),
         authority: authority.clone(),
+        wire,
     };
     let clock = system_clock();
     let running = start_node(setup, store, &transport, rpc_client, clock.clone(), false).await?;

@@ -34,11 +34,13 @@ pub fn needs(req: &Request) -> Needs {
         | Request::Status { .. }
         | Request::Issues { .. }
         | Request::Events { .. }
-        | Request::CellList { .. } => Needs::Read,
+        | Request::CellList { .. }
+        | Request::UpgradeStatus { .. } => Needs::Read,
         Request::Apply { .. }
         | Request::Delete { .. }
         | Request::PublishCrl { .. }
-        | Request::SetCaps { .. } => Needs::Write,
+        | Request::SetCaps { .. }
+        | Request::UpgradeHold { .. } => Needs::Write,
         Request::Caps | Request::History { .. } | Request::Endpoints { .. } => Needs::Read,
         Request::Logs { .. } => Needs::Read,
         Request::Undo { .. } | Request::Pause { .. } | Request::Restart { .. } => Needs::Write,

@@ -27,6 +27,7 @@ mod ops;
 mod pki;
 mod restart;
 mod scale;
+mod upgrade;
 mod validate;
 mod workloads;
 
@@ -36,7 +37,7 @@ pub const EXIT_FAILURE: u8 = 1;
 /// Shoal: a container orchestrator with no center. Every host runs `shoal agent`; the same binary
 /// is the command line.
 #[derive(Debug, Parser)]
-#[command(name = "shoal", version, propagate_version = true)]
+#[command(name = "shoal", version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("SHOAL_COMMIT"), ")"), propagate_version = true)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -95,6 +96,10 @@ enum Command {
     Demo(demo::Args),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
     Completions(completions::Args),
+    /// The mesh version across a rolling upgrade: status, hold, release.
+    Upgrade(upgrade::Args),
+    /// This build (version, commit, wire versions, store layout, placement) and the agent's.
+    Version(upgrade::VersionArgs),
 }
 
 /// Parses the command line (printing help or a usage error and exiting 2 as clap does), runs the
@@ -171,6 +176,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Exec(args) => exec::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Completions(args) => completions::run::<Cli>(args),
+        Command::Upgrade(args) => upgrade::run(args),
+        Command::Version(args) => upgrade::version(args),
     }
 }
 

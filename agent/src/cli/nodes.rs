@@ -43,6 +43,8 @@ struct Row<'a> {
     draining: bool,
     gossip_addr: &'a str,
     api_addr: Option<&'a str>,
+    version: Option<&'a str>,
+    build: Option<&'a shoal::mesh::build::BuildRecord>,
 }
 
 /// The cells the agent knows, every page.
@@ -135,6 +137,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 draining: n.draining,
                 gossip_addr: &n.gossip_addr,
                 api_addr: n.api_addr.as_deref(),
+                version: n.agent_version.as_deref(),
+                build: n.build.as_ref(),
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -146,8 +150,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("NODES OF CELL {cell}");
     }
     println!(
-        "{:<24} {:<6} {:<12} {:>8} {:>10}  GOSSIP",
-        "NAME", "STATE", "ZONE", "CPU", "MEMORY"
+        "{:<24} {:<6} {:<12} {:>8} {:>10}  {:<18} {:<5} GOSSIP",
+        "NAME", "STATE", "ZONE", "CPU", "MEMORY", "VERSION", "WIRE"
     );
     for n in &nodes {
         let state = match (n.alive, n.draining) {
@@ -155,13 +159,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             (true, true) => "drain",
             (true, false) => "alive",
         };
+        // An agent of a build before 8 answers without build facts: its version is all it says.
+        let (version, wire) = match &n.build {
+            Some(b) => (b.label(), format!("{}-{}", b.wire_min, b.wire_max)),
+            None => (
+                n.agent_version.clone().unwrap_or_else(|| "?".into()),
+                "?".into(),
+            ),
+        };
         println!(
-            "{:<24} {:<6} {:<12} {:>8} {:>10}  {}",
+            "{:<24} {:<6} {:<12} {:>8} {:>10}  {:<18} {:<5} {}",
             n.name,
             state,
             n.zone,
             format_cpu_millis(n.cpu_millis),
             format_memory_bytes(n.memory_bytes),
+            version,
+            wire,
             n.gossip_addr
         );
     }

@@ -84,6 +84,11 @@ impl Api {
                 if let Some(refusal) = self.host_path_refused(&specs) {
                     return Response::Error(refusal);
                 }
+                for spec in &specs {
+                    if let Some(refusal) = crate::mesh::upgrade::refusal(&node, spec).await {
+                        return Response::Error(refusal);
+                    }
+                }
                 let by = asked_by(None);
                 let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
                 let result = node
@@ -117,6 +122,22 @@ impl Api {
                 result.map(|_| Response::Caps(caps))
             }
             Request::Caps => Ok(Response::Caps(node.caps())),
+            Request::UpgradeStatus { .. } => Ok(Response::Upgrade(Box::new(
+                crate::mesh::upgrade::view(&node).await,
+            ))),
+            Request::UpgradeHold { held, .. } => {
+                let by = asked_by(None);
+                let result = crate::mesh::upgrade::set_hold(node.clone(), held, by.clone()).await;
+                if let (Ok(_), Some(host)) = (&result, &self.host) {
+                    let what = if held {
+                        "upgrade-hold"
+                    } else {
+                        "upgrade-release"
+                    };
+                    host.record_asked(what, None, format!("mesh version {what}"), &by);
+                }
+                result
+            }
             Request::History { name } => history::versions(&node, self.host.as_deref(), name).await,
             Request::Endpoints { name } => self.handle_endpoints(&name),
             Request::Logs {
@@ -401,6 +422,9 @@ fn request_kind(req: &Request) -> &'static str {
         Request::ExecIo { .. } => "exec-io",
         Request::ExecHere { .. } => "exec-here",
         Request::ExecIoHere { .. } => "exec-io-here",
+        Request::UpgradeStatus { .. } => "upgrade-status",
+        Request::UpgradeHold { held: true, .. } => "upgrade-hold",
+        Request::UpgradeHold { held: false, .. } => "upgrade-release",
     }
 }
 

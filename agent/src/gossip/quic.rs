@@ -64,6 +64,10 @@ pub struct QuicGossipConfig {
     pub compress_min_bytes: Option<usize>,
     /// QUIC limits and timers.
     pub quic: QuicOptions,
+    /// The wire version frames go out in: an agent's mesh version, shared with its RPC client
+    /// and moved by its upgrade task (every member speaks it). Chitchat's bytes are the same in
+    /// every version; the header is what an older build checks.
+    pub wire: Arc<std::sync::atomic::AtomicU16>,
 }
 
 impl Default for QuicGossipConfig {
@@ -80,6 +84,7 @@ impl Default for QuicGossipConfig {
             stream_timeout: Duration::from_secs(5),
             compress_min_bytes: Some(256),
             quic: QuicOptions::gossip(),
+            wire: Arc::new(std::sync::atomic::AtomicU16::new(wire::WIRE_CUR)),
         }
     }
 }
@@ -442,7 +447,11 @@ async fn connection_to(shared: &Arc<Shared>, peer: SocketAddr) -> Option<quinn::
 /// Writes `msg` on a new unidirectional stream of `conn`. False if it could not be handed to QUIC
 /// (the connection is then forgotten so the next message dials afresh).
 async fn send_message(shared: &Shared, conn: &quinn::Connection, msg: &ChitchatMessage) -> bool {
-    let frame = match encode_gossip(msg, shared.config.compress_min_bytes) {
+    let version = shared
+        .config
+        .wire
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let frame = match encode_gossip_at(version, msg, shared.config.compress_min_bytes) {
         Ok(frame) => frame,
         Err(err) => {
             tracing::warn!(error = %err, "gossip message not sent");
@@ -470,8 +479,19 @@ async fn send_message(shared: &Shared, conn: &quinn::Connection, msg: &ChitchatM
     }
 }
 
-/// Encodes a chitchat message as a gossip frame, zstd-compressed from `compress_min_bytes` on.
+/// Encodes a chitchat message as a gossip frame in [`wire::WIRE_CUR`], zstd-compressed from
+/// `compress_min_bytes` on.
 pub fn encode_gossip(
+    msg: &ChitchatMessage,
+    compress_min_bytes: Option<usize>,
+) -> Result<Vec<u8>, WireError> {
+    encode_gossip_at(wire::WIRE_CUR, msg, compress_min_bytes)
+}
+
+/// Encodes a chitchat message as a gossip frame of wire `version`, zstd-compressed from
+/// `compress_min_bytes` on.
+pub fn encode_gossip_at(
+    version: u16,
     msg: &ChitchatMessage,
     compress_min_bytes: Option<usize>,
 ) -> Result<Vec<u8>, WireError> {
@@ -479,7 +499,8 @@ pub fn encode_gossip(
     if compress_min_bytes.is_some_and(|min| raw.len() >= min) {
         if let Ok(packed) = zstd::bulk::compress(&raw, 1) {
             if packed.len() < raw.len() {
-                return wire::encode_raw_frame(
+                return wire::encode_raw_frame_at(
+                    version,
                     FrameKind::GossipZstd,
                     &packed,
                     GOSSIP_FRAME_MAX_BYTES,
@@ -487,12 +508,13 @@ pub fn encode_gossip(
             }
         }
     }
-    wire::encode_raw_frame(FrameKind::Gossip, &raw, GOSSIP_FRAME_MAX_BYTES)
+    wire::encode_raw_frame_at(version, FrameKind::Gossip, &raw, GOSSIP_FRAME_MAX_BYTES)
 }
 
-/// Decodes a gossip frame (prefix included) into a chitchat message.
+/// Decodes a gossip frame (prefix included) of any version this build speaks into a chitchat
+/// message.
 pub fn decode_gossip(frame: &[u8]) -> Result<ChitchatMessage, WireError> {
-    let (kind, body) = wire::decode_frame(frame, GOSSIP_FRAME_MAX_BYTES)?;
+    let wire::Frame { kind, body, .. } = wire::decode_frame(frame, GOSSIP_FRAME_MAX_BYTES)?;
     let unpacked;
     let mut raw = match kind {
         FrameKind::Gossip => body,

@@ -513,6 +513,7 @@ mod tests {
             digest: None,
             stale: false,
             leaving: false,
+            build: None,
         }
     }
 

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 use shoal_core::spec::WorkloadSpec;
 use shoal_core::store::Entry;
+use shoal_core::version::Since;
 
 pub use super::page::PAGE_ITEMS_MAX;
 
@@ -276,6 +277,20 @@ pub enum Request {
         /// The client who asked.
         by: String,
     },
+    /// `shoal upgrade status`: the mesh version, members per build, what waits and for whom.
+    /// Since wire 8 (variants are only ever added at the end: a version's layout keeps its
+    /// variants' indices).
+    UpgradeStatus {
+        /// Exists since wire 8.
+        since: Since<8>,
+    },
+    /// `shoal upgrade hold` / `release`: keep the mesh version where it is, or let it move.
+    UpgradeHold {
+        /// Hold (true) or release (false).
+        held: bool,
+        /// Exists since wire 8.
+        since: Since<8>,
+    },
 }
 
 /// One poll of an exec session: stdin from an offset, and how much output the client has.
@@ -476,6 +491,8 @@ pub enum Response {
     },
     /// An exec session's output since the asked offset.
     ExecOutput(Box<ExecOutput>),
+    /// The mesh version and the builds of its members (since wire 8).
+    Upgrade(Box<crate::mesh::upgrade::UpgradeView>),
 }
 
 /// A page of one replica's instance output, and where it was read.
@@ -623,6 +640,9 @@ pub struct NodeView {
     pub api_addr: Option<String>,
     /// Agent version, when known.
     pub agent_version: Option<String>,
+    /// Its build facts (since wire 8; a build before 8 gossips none and gets its defaults).
+    #[serde(default, with = "shoal_core::version::since_8_lossy")]
+    pub build: Option<crate::mesh::build::BuildRecord>,
 }
 
 /// Where a workload's replicas are.

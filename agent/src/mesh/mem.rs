@@ -73,6 +73,7 @@ pub fn mem_setup(i: usize, subnet: u8, zone: &str) -> MeshSetup {
         cell: crate::cells::DEFAULT_CELL.to_string(),
         cell_seeds: Vec::new(),
         authority: Default::default(),
+        wire: crate::mesh::upgrade::wire_cell(),
     }
 }
 

@@ -136,6 +136,31 @@ pub async fn mesh_families(
                 ("endpoint", "api", a.roles_refused),
             ]),
         },
+        {
+            let build = super::build::BuildRecord::this();
+            Family {
+                name: "shoal_build_info",
+                help: "This agent's build: version, commit, the wire versions it speaks and the \
+                       store layout it writes (always 1).",
+                kind: Kind::Gauge,
+                samples: vec![(
+                    vec![
+                        ("version", build.version),
+                        ("commit", build.commit),
+                        ("wire_min", build.wire_min.to_string()),
+                        ("wire_max", build.wire_max.to_string()),
+                        ("layout", build.layout.to_string()),
+                    ],
+                    1.0,
+                )],
+            }
+        },
+        Family::single(
+            "shoal_mesh_version",
+            "The mesh version recorded now: the wire version every member speaks (never moves back).",
+            Kind::Gauge,
+            f64::from(node.mesh_version()),
+        ),
         Family::single(
             "shoal_requests_unauthorized",
             "API requests refused because the caller's certificate role may not make them.",

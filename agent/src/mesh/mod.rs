@@ -2,6 +2,7 @@
 //! agent process that wires them over QUIC.
 
 pub mod api;
+pub mod build;
 pub mod data;
 mod get;
 pub mod history;
@@ -14,4 +15,5 @@ pub mod rollback;
 pub mod run;
 pub mod skew;
 pub mod sync;
+pub mod upgrade;
 pub mod view;

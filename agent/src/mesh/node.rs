@@ -68,6 +68,11 @@ pub struct MeshNode {
     members: Mutex<view::MemberCache>,
     /// Where an operator's drain is kept across restarts (`DATA_DIR/draining`), when on disk.
     drain_marker: std::sync::OnceLock<std::path::PathBuf>,
+    /// The wire version this agent sends in (the mesh version), shared with its gossip transport
+    /// and RPC client; moved by [`super::upgrade::run`].
+    pub wire: Arc<std::sync::atomic::AtomicU16>,
+    /// The highest mesh version this agent has seen recorded: it never moves back.
+    pub(crate) mesh_version_seen: std::sync::atomic::AtomicU16,
 }
 
 impl MeshNode {
@@ -94,7 +99,16 @@ impl MeshNode {
             record: Mutex::new(None),
             members: Mutex::new(view::MemberCache::default()),
             drain_marker: std::sync::OnceLock::new(),
+            wire: super::upgrade::wire_cell(),
+            mesh_version_seen: std::sync::atomic::AtomicU16::new(shoal_core::version::WIRE_MIN),
         }
+    }
+
+    /// The same node sending in the version `wire` holds (shared with its transport and RPC
+    /// client), before it is shared.
+    pub fn with_wire(mut self, wire: Arc<std::sync::atomic::AtomicU16>) -> Self {
+        self.wire = wire;
+        self
     }
 
     /// The same node in `cell` (checked by the caller), before it is shared.

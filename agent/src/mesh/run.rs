@@ -51,6 +51,9 @@ pub struct MeshSetup {
     ///
     /// [`Authority::unsigned`]: crate::authority::Authority::unsigned
     pub authority: Arc<crate::authority::Authority>,
+    /// The wire version this node sends in, shared with its transport and RPC client
+    /// ([`super::upgrade::wire_cell`]); set from the store's mesh version before joining.
+    pub wire: Arc<std::sync::atomic::AtomicU16>,
 }
 
 /// A started mesh node and its background tasks.
@@ -132,9 +135,27 @@ pub async fn start_node(
         &gossip_cluster,
         &setup.tuning,
     );
+    // Before the first gossip frame: what this agent sends in is the mesh version it last knew
+    // (a build of the version before it is then still heard), the oldest it speaks when it knows
+    // none.
+    let recorded = super::upgrade::decode_version(
+        store
+            .get(super::upgrade::MESH_VERSION_NAME)
+            .and_then(|e| e.body.live()),
+    );
+    let wire_version = recorded
+        .unwrap_or(shoal_core::version::WIRE_MIN)
+        .clamp(shoal_core::version::WIRE_MIN, shoal_core::version::WIRE_CUR);
+    setup
+        .wire
+        .store(wire_version, std::sync::atomic::Ordering::Relaxed);
     let mut kvs = vec![
         (NODE_KEY.to_string(), setup.record.encode()),
         (DIGEST_KEY.to_string(), summary),
+        (
+            super::build::BUILD_KEY.to_string(),
+            super::build::BuildRecord::this().encode(),
+        ),
     ];
     if stale {
         kvs.push((STALE_KEY.to_string(), "1".to_string()));
@@ -159,7 +180,8 @@ pub async fn start_node(
     let node = Arc::new(
         MeshNode::new(setup.name.clone(), store, gossip, rpc_client, clock)
             .in_cell(&setup.cell)
-            .with_authority(setup.authority.clone()),
+            .with_authority(setup.authority.clone())
+            .with_wire(setup.wire.clone()),
     );
     node.cells.set_seeds(setup.cell_seeds.clone());
     if !seeds.is_empty() {
@@ -170,10 +192,12 @@ pub async fn start_node(
     node.inline_store
         .store(inline_store, std::sync::atomic::Ordering::Relaxed);
     *node.record.lock().expect("record lock") = Some(setup.record.clone());
+    let joins = !seeds.is_empty();
     let tasks = vec![
         tokio::spawn(super::sync::AntiEntropy::new(node.clone()).run()),
         tokio::spawn(watch_seeds(node.clone(), seeds)),
         tokio::spawn(crate::cells::exchange::CellExchange::new(node.clone()).run()),
+        tokio::spawn(super::upgrade::run(node.clone(), joins)),
     ];
     Ok(RunningNode { node, tasks })
 }

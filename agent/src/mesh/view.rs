@@ -42,6 +42,17 @@ pub struct Member {
     pub stale: bool,
     /// It announced a graceful leave.
     pub leaving: bool,
+    /// Its build facts, when it gossips them (builds before 8 do not: [`Member::build`]).
+    pub build: Option<super::build::BuildRecord>,
+}
+
+impl Member {
+    /// Its build facts: what it gossips, or a build before 8's when it gossips none.
+    pub fn build(&self) -> super::build::BuildRecord {
+        self.build
+            .clone()
+            .unwrap_or_else(|| super::build::BuildRecord::legacy(self.record.as_ref()))
+    }
 }
 
 /// Every known member, one per node id, sorted by node id. Where several identities claim one
@@ -175,6 +186,7 @@ struct Facts {
     digest: Option<String>,
     stale: bool,
     leaving: bool,
+    build: Option<super::build::BuildRecord>,
 }
 
 impl Facts {
@@ -185,6 +197,7 @@ impl Facts {
             digest: None,
             stale: false,
             leaving: false,
+            build: None,
         };
         for (key, value) in state.key_values() {
             match key {
@@ -192,6 +205,9 @@ impl Facts {
                 DIGEST_KEY => facts.digest = Some(value.to_string()),
                 STALE_KEY => facts.stale = true,
                 LEAVING_KEY => facts.leaving = true,
+                super::build::BUILD_KEY => {
+                    facts.build = super::build::BuildRecord::decode(value).ok();
+                }
                 _ => {}
             }
         }
@@ -207,6 +223,7 @@ impl Facts {
             digest: self.digest,
             stale: self.stale,
             leaving: self.leaving,
+            build: self.build,
         }
     }
 }
@@ -301,17 +318,37 @@ pub fn node_view(m: &Member) -> NodeView {
         gossip_addr: m.id.gossip_advertise_addr.to_string(),
         api_addr: m.record.as_ref().map(|r| r.api_addr.to_string()),
         agent_version: m.record.as_ref().map(|r| r.agent_version.clone()),
+        build: Some(m.build()),
     }
 }
 
-/// Encodes a spec as a store body.
+/// First byte of a spec body written in a tagged layout (the next byte is its wire version). A
+/// body of layout 7, the untagged form every build before 8 wrote, starts with the varint length
+/// of the name, which is never 255.
+pub const SPEC_LAYOUT_TAG: u8 = 0xff;
+
+/// Encodes a spec as a store body, in the oldest layout that can hold it: untagged layout 7 (what
+/// builds before 8 read) unless it sets a field added since, then tagged with the newest layout.
+/// The mesh version keeps the tagged form from being written while a member could not read it.
 pub fn encode_spec(spec: &WorkloadSpec) -> Vec<u8> {
-    bincode::serde::encode_to_vec(spec, crate::wire::bincode_config())
-        .expect("a workload spec always encodes")
+    let config = crate::wire::bincode_config();
+    let oldest = shoal_core::version::with_layout(crate::wire::WIRE_MIN, || {
+        bincode::serde::encode_to_vec(spec, config)
+    });
+    if let Ok(bytes) = oldest {
+        return bytes;
+    }
+    let mut bytes = vec![SPEC_LAYOUT_TAG, crate::wire::WIRE_CUR as u8];
+    shoal_core::version::with_layout(crate::wire::WIRE_CUR, || {
+        bincode::serde::encode_into_std_write(spec, &mut bytes, config)
+    })
+    .expect("a workload spec always encodes in the newest layout");
+    bytes
 }
 
 /// Decodes a store body into a spec, with a size limit and a re-validation: a body written by a
-/// buggy or hostile peer is an error, never a panic or a half-read spec.
+/// buggy or hostile peer is an error, never a panic or a half-read spec. A body in a layout this
+/// build does not read (a newer build's) is an error that says so.
 pub fn decode_spec(bytes: &[u8]) -> Result<WorkloadSpec, String> {
     if bytes.len() > SPEC_BYTES_MAX {
         return Err(format!(
@@ -319,8 +356,22 @@ pub fn decode_spec(bytes: &[u8]) -> Result<WorkloadSpec, String> {
             bytes.len()
         ));
     }
-    let spec: WorkloadSpec = crate::wire::decode_body::<WorkloadSpec, SPEC_BYTES_MAX>(bytes)
-        .map_err(|e| e.to_string())?;
+    let (layout, body) = match bytes {
+        [SPEC_LAYOUT_TAG, layout, body @ ..] => (u16::from(*layout), body),
+        [SPEC_LAYOUT_TAG] => return Err("spec body ends after its layout tag".into()),
+        body => (crate::wire::WIRE_MIN, body),
+    };
+    if !shoal_core::version::speaks(layout) {
+        return Err(format!(
+            "spec stored in layout {layout}, which this build does not read (it reads {} to {}): \
+             written by a newer build",
+            crate::wire::WIRE_MIN,
+            crate::wire::WIRE_CUR
+        ));
+    }
+    let spec: WorkloadSpec =
+        crate::wire::decode_body_at::<WorkloadSpec, SPEC_BYTES_MAX>(layout, body)
+            .map_err(|e| e.to_string())?;
     spec.validate_stored().map_err(|e| e.to_string())?;
     Ok(spec)
 }

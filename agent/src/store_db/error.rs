@@ -43,7 +43,15 @@ pub enum StoreDbError {
         detail: String,
     },
     /// The database was written by an incompatible build. Nothing was changed.
-    #[error("the desired-state store has layout {found}, this build reads layout {expected}")]
+    #[error(
+        "the desired-state store has layout {found}, this build reads layout {expected}: {}",
+        if found > expected {
+            "it was written by a newer build; run that build (or a newer one) on this data dir"
+        } else {
+            "it was written by a build older than the oldest this one upgrades from; start the \
+             data dir once with a build between (71428bd reads layouts 7), then with this one"
+        }
+    )]
     Schema {
         /// The layout found.
         found: u32,

@@ -26,6 +26,9 @@ use shoal_core::hlc::Hlc;
 use shoal_core::store::{Digest, Entry, MergeOutcome, Plan, Store, StoreConfig};
 
 pub use codec::PEERS_MAX;
+
+/// The store layout this build reads and writes (`shoal version`, the gossiped build facts).
+pub const LAYOUT: u32 = codec::SCHEMA;
 use db::{Db, Location};
 pub use error::StoreDbError;
 pub use mem_disk::MemDisk;

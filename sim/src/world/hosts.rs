@@ -190,6 +190,7 @@ impl World {
             cell,
             cell_seeds,
             authority: Default::default(),
+            wire: shoal::mesh::upgrade::wire_cell(),
         };
         let (net, disk, clock) = (self.net.clone(), host.disk.clone(), host.clock.wall_clock());
         host.starting = Some(tokio::spawn(async move {
