@@ -1,0 +1,157 @@
+//! The mesh version over the in-memory network with paused time: an older member holds it and is
+//! named, an operator's hold keeps it, it moves within seconds once nothing holds it, and it never
+//! moves back. The older member is a node of this build that gossips the build facts of a build
+//! speaking wire 7 only (what a build before 8 amounts to: `BuildRecord::legacy`); the real older
+//! build is exercised by `scripts/rolling-upgrade.sh` and the recorded frames of `compat.rs`.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use shoal::gossip::mem::MemNetwork;
+use shoal::mesh::api::{Request, Response};
+use shoal::mesh::build::{BuildRecord, BUILD_KEY};
+use shoal::mesh::mem::{call, mem_setup, start_mem_node, tokio_clock};
+use shoal::mesh::run::RunningNode;
+use shoal::mesh::upgrade::UpgradeView;
+use shoal::store_db::MemDisk;
+use shoal_core::version::{Since, WIRE_CUR, WIRE_MIN};
+
+const BASE_MS: u64 = 1_800_000_000_000;
+
+/// `n` nodes; the first (n1, the seed) gossips the build facts of a build that speaks wire 7 only
+/// from the moment it starts, before anyone could move the version: the mesh an upgrade starts
+/// from has its older members first.
+async fn cluster(net: &MemNetwork, n: usize) -> Vec<RunningNode> {
+    let mut nodes = Vec::new();
+    for i in 0..n {
+        let disk = MemDisk::new();
+        let setup = mem_setup(i, 0, "z");
+        let node = start_mem_node(net, setup, &disk, tokio_clock(BASE_MS))
+            .await
+            .unwrap();
+        if i == 0 {
+            speak_only_7(&node, true).await;
+        }
+        nodes.push(node);
+    }
+    nodes
+}
+
+/// Makes `node` gossip the build facts of a build that speaks wire 7 only, or its own again.
+async fn speak_only_7(node: &RunningNode, old: bool) {
+    let build = if old {
+        BuildRecord::legacy(None)
+    } else {
+        BuildRecord::this()
+    };
+    let chitchat = node.node.gossip().chitchat();
+    let mut guard = chitchat.lock().await;
+    guard.self_node_state().set(BUILD_KEY, build.encode());
+}
+
+async fn status(node: &RunningNode) -> UpgradeView {
+    match call(node, Request::UpgradeStatus { since: Since }).await {
+        Response::Upgrade(view) => *view,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+async fn hold(node: &RunningNode, held: bool) {
+    match call(node, Request::UpgradeHold { held, since: Since }).await {
+        Response::Upgrade(_) => {}
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Seconds until every node records `version` (at most `within_s`), or `None`.
+async fn seconds_until(nodes: &[RunningNode], version: u16, within_s: u64) -> Option<u64> {
+    for s in 0..=within_s {
+        if nodes.iter().all(|n| n.node.mesh_version() == version) {
+            return Some(s);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    None
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_older_member_holds_the_version_a_hold_keeps_it_and_it_never_moves_back() {
+    let net = MemNetwork::new(25);
+    let nodes = cluster(&net, 3).await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+
+    for node in &nodes {
+        assert_eq!(node.node.mesh_version(), WIRE_MIN, "{}", node.node.name);
+        assert_eq!(node.node.wire.load(Ordering::Relaxed), WIRE_MIN);
+    }
+    let view = status(&nodes[0]).await;
+    assert_eq!((view.mesh_version, view.next), (WIRE_MIN, None));
+    let holders: Vec<&str> = view.waiting_for.iter().map(|h| h.name.as_str()).collect();
+    assert_eq!(holders, ["n1"], "{view:?}");
+    assert_eq!(view.builds.len(), 2, "two builds: {view:?}");
+
+    // The operator holds the version, then n1 runs the new build: it may move, it does not.
+    hold(&nodes[1], true).await;
+    speak_only_7(&nodes[0], false).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let view = status(&nodes[2]).await;
+    assert_eq!(view.mesh_version, WIRE_MIN, "held: {view:?}");
+    assert_eq!(view.next, Some(WIRE_CUR));
+    assert!(view.hold.is_some());
+
+    // Released: every node records the new version within a few seconds and sends in it.
+    hold(&nodes[0], false).await;
+    let took = seconds_until(&nodes, WIRE_CUR, 10).await;
+    assert!(took.is_some(), "the mesh version did not move within 10 s");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for node in &nodes {
+        assert_eq!(node.node.wire.load(Ordering::Relaxed), WIRE_CUR);
+    }
+
+    // A member back on the older build does not move it back; it is named as behind.
+    speak_only_7(&nodes[0], true).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    for node in &nodes {
+        assert_eq!(node.node.mesh_version(), WIRE_CUR, "{}", node.node.name);
+    }
+    let view = status(&nodes[0]).await;
+    assert_eq!(view.waiting_for.len(), 1, "{view:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_older_member_holds_the_version_until_it_is_back_on_the_new_build() {
+    let net = MemNetwork::new(26);
+    let t0 = tokio::time::Instant::now();
+    let mut nodes = cluster(&net, 3).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    // n1 dies while it speaks 7 only: the others still count it.
+    nodes.remove(0).crash();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let view = status(&nodes[0]).await;
+    assert_eq!(view.mesh_version, WIRE_MIN, "{view:?}");
+    let n1 = view
+        .waiting_for
+        .iter()
+        .find(|h| h.name == "n1")
+        .expect("n1 named");
+    assert!(!n1.alive, "named as dead: {view:?}");
+
+    // n1 comes back on the new build (a fresh store: what a replaced host looks like), joining
+    // through n2.
+    let disk = MemDisk::new();
+    let mut setup = mem_setup(0, 0, "z");
+    setup.seeds = vec![mem_setup(1, 0, "z").gossip_addr];
+    // Its clock reads what the others' read now (a generation above the dead identity's, and no
+    // skew that would refuse its writes).
+    let now_ms = BASE_MS + t0.elapsed().as_millis() as u64;
+    let back = start_mem_node(&net, setup, &disk, tokio_clock(now_ms))
+        .await
+        .unwrap();
+    nodes.push(back);
+    let took = seconds_until(&nodes, WIRE_CUR, 15).await;
+    let views = [status(&nodes[0]).await, status(&nodes[2]).await];
+    assert!(
+        took.is_some(),
+        "the mesh version did not move after n1 came back: {views:#?}"
+    );
+}
