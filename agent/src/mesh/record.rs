@@ -27,9 +27,10 @@ type Decoded = HashMap<u64, (Box<str>, NodeRecord)>;
 
 static DECODED: LazyLock<Mutex<Decoded>> = LazyLock::new(Mutex::default);
 
-/// What a node says about itself.
+/// What a node says about itself. Fields this build does not know (a newer build's) are ignored,
+/// never an error: builds before 8 refused them, which is why the build facts have a key of
+/// their own (`super::build`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct NodeRecord {
     /// Declared capacity: placement accounts against this, never against live load.
     pub cpu_millis: u64,
@@ -160,8 +161,12 @@ mod tests {
         assert!(NodeRecord::decode("{").is_err());
         assert!(NodeRecord::decode("\u{0}\u{1}").is_err());
         assert!(NodeRecord::decode(&"x".repeat(NODE_RECORD_BYTES_MAX + 1)).is_err());
+    }
+
+    #[test]
+    fn a_newer_builds_field_is_ignored() {
         let mut v: serde_json::Value = serde_json::from_str(&sample().encode()).unwrap();
         v["surprise"] = 1.into();
-        assert!(NodeRecord::decode(&v.to_string()).is_err());
+        assert_eq!(NodeRecord::decode(&v.to_string()), Ok(sample()));
     }
 }
