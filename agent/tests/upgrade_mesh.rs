@@ -49,6 +49,14 @@ async fn speak_only_7(node: &RunningNode, old: bool) {
     guard.self_node_state().set(BUILD_KEY, build.encode());
 }
 
+fn apply_as_user() -> Request {
+    let text = "name = \"asuser\"\nuser = \"nobody\"\n[process]\ncommand = [\"sleep\", \"9\"]\n\
+                [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n";
+    Request::Apply {
+        specs: vec![shoal_core::spec::WorkloadSpec::from_toml_str(text, "asuser.toml").unwrap()],
+    }
+}
+
 async fn status(node: &RunningNode) -> UpgradeView {
     match call(node, Request::UpgradeStatus { since: Since }).await {
         Response::Upgrade(view) => *view,
@@ -90,6 +98,19 @@ async fn an_older_member_holds_the_version_a_hold_keeps_it_and_it_never_moves_ba
     assert_eq!(holders, ["n1"], "{view:?}");
     assert_eq!(view.builds.len(), 2, "two builds: {view:?}");
 
+    // A spec with a field of wire 8 is refused while the mesh is at 7, naming who holds it.
+    let refused = call(&nodes[1], apply_as_user()).await;
+    let Response::Error(err) = refused else {
+        panic!("applied at mesh version 7: {refused:?}")
+    };
+    for says in ["`user`", "mesh version 7", "n1 (wire 7)"] {
+        assert!(
+            err.message.contains(says),
+            "{says:?} not in: {}",
+            err.message
+        );
+    }
+
     // The operator holds the version, then n1 runs the new build: it may move, it does not.
     hold(&nodes[1], true).await;
     speak_only_7(&nodes[0], false).await;
@@ -107,6 +128,8 @@ async fn an_older_member_holds_the_version_a_hold_keeps_it_and_it_never_moves_ba
     for node in &nodes {
         assert_eq!(node.node.wire.load(Ordering::Relaxed), WIRE_CUR);
     }
+    let applied = call(&nodes[1], apply_as_user()).await;
+    assert!(matches!(applied, Response::Applied(_)), "{applied:?}");
 
     // A member back on the older build does not move it back; it is named as behind.
     speak_only_7(&nodes[0], true).await;

@@ -208,6 +208,13 @@ const FIELDS: &[(&str, Reader)] = &[
             ".and_then(|spec| spec.stop_grace_ms)",
         ),
     ),
+    (
+        "user",
+        Code(
+            "agent/src/runtime/process/user.rs",
+            "request.spec.user.as_deref()",
+        ),
+    ),
     ("reload.Signal", Code(CONTROL, "ReloadHook::Signal")),
     ("volumes[].name", Code(VOLUMES, "volume.name")),
     ("volumes[].kind", Code(VOLUMES, "match volume.kind")),
@@ -254,7 +261,7 @@ fn samples() -> Vec<WorkloadSpec> {
          [[volumes]]\nname = \"cache\"\nkind = \"docker\"\nsource = \"web-cache\"\n\
          path = \"/cache\"\n",
         // An http probe, and a surge (no fixed host port: a surge copy shares the host).
-        "restarted_at = \"2026-12-01 21:30:00.123Z\"\nstop_grace = \"45s\"\n[container]\nimage = \"nginx:1.27\"\n[health.http]\nport = 80\npath = \"/healthz\"\n\
+        "restarted_at = \"2026-12-01 21:30:00.123Z\"\nstop_grace = \"45s\"\nuser = \"app:app\"\n[container]\nimage = \"nginx:1.27\"\n[health.http]\nport = 80\npath = \"/healthz\"\n\
          [update]\nmax_surge = 3\n",
     ];
     texts

@@ -488,6 +488,7 @@ fn arb_spec() -> impl Strategy<Value = WorkloadSpec> {
                     reload,
                     restarted_at: None,
                     stop_grace_ms: None,
+                    user: None,
                     volumes,
                 }
             },

@@ -301,14 +301,23 @@ pub async fn set_hold(node: Arc<MeshNode>, held: bool, by: String) -> Result<Res
 }
 
 /// Why a spec of an apply cannot be stored at the mesh version: it sets a field that the version
-/// lacks (it does not encode in that version's layout). Names the members holding the version
-/// back and what to do.
+/// lacks (`WorkloadSpec::fields_since`; as a backstop, it does not encode in that version's
+/// layout). Names the members holding the version back and what to do.
 pub async fn refusal(node: &MeshNode, spec: &shoal_core::spec::WorkloadSpec) -> Option<ApiError> {
     let mesh_version = node.mesh_version();
-    let fits = shoal_core::version::with_layout(mesh_version, || {
-        bincode::serde::encode_to_vec(spec, crate::wire::bincode_config())
-    });
-    let why = fits.err()?.to_string();
+    let why = match shoal_core::upgrade::refuse_spec(&spec.fields_since(), mesh_version) {
+        Some(refusal) => format!(
+            "`{}`, of wire version {}",
+            refusal.fields.join("`, `"),
+            refusal.needs
+        ),
+        None => {
+            let fits = shoal_core::version::with_layout(mesh_version, || {
+                bincode::serde::encode_to_vec(spec, crate::wire::bincode_config())
+            });
+            fits.err()?.to_string()
+        }
+    };
     let (assessment, _) = node.upgrade_assessment().await;
     let mut holders: Vec<String> = assessment
         .waiting_for

@@ -42,6 +42,7 @@ mod exit;
 mod logs;
 mod spawn;
 pub(crate) mod state;
+mod user;
 
 use cgroup::Cgroups;
 pub use logs::{default_relay_program, LogConfig};

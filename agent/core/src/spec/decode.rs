@@ -145,6 +145,7 @@ fn workload(ctx: &mut Ctx, root: &Node) -> Option<WorkloadSpec> {
         restarted_at: None,
         volumes: Vec::new(),
         stop_grace_ms: None,
+        user: None,
     };
     if let Some((n, p)) = f.require(ctx, "name") {
         spec.name = string(ctx, &p, n).unwrap_or_default();
@@ -188,6 +189,9 @@ fn workload(ctx: &mut Ctx, root: &Node) -> Option<WorkloadSpec> {
     }
     if let Some((n, p)) = f.get(ctx, "stop_grace") {
         spec.stop_grace_ms = super::policy::duration(ctx, &p, n);
+    }
+    if let Some((n, p)) = f.get(ctx, "user") {
+        spec.user = string(ctx, &p, n);
     }
     f.finish(ctx, SECTIONS);
     Some(spec)

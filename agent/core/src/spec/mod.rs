@@ -34,6 +34,7 @@ mod render;
 mod sections;
 mod sticky;
 mod suggest;
+pub mod user;
 mod validate;
 mod volumes;
 
@@ -85,7 +86,16 @@ pub struct WorkloadSpec {
     /// `kill_timeout`); `None`: the agent's (10 s). At most [`STOP_GRACE_MS_MAX`]. A stop that
     /// fences an exclusive replica keeps the agent's short fencing grace, whatever this says.
     pub stop_grace_ms: Option<u64>,
+    /// Who the replica's instances run as (`user = "nobody"`, `"1000"`, `"1000:1000"`,
+    /// `"app:app"`; Docker's `--user`, Nomad's task `user`): `None`, the agent's user. A field of
+    /// wire version 8: no bytes at layout 7, and refused at apply while the mesh is older
+    /// ([`WorkloadSpec::fields_since`]). At most [`USER_BYTES_MAX`] bytes.
+    #[serde(default, with = "crate::version::since_8")]
+    pub user: Option<String>,
 }
+
+/// Longest `user`.
+pub const USER_BYTES_MAX: usize = 64;
 
 /// Longest `stop_grace`: 10 minutes.
 pub const STOP_GRACE_MS_MAX: u64 = 10 * 60 * 1000;

@@ -8,11 +8,12 @@ use super::*;
 use crate::resources::{format_cpu_millis, format_memory_bytes};
 
 /// Sections in the order a person reads them (the TOML writer alone would sort them).
-const ORDER: [&str; 14] = [
+const ORDER: [&str; 15] = [
     "name",
     "replicas",
     "restarted_at",
     "stop_grace",
+    "user",
     "process",
     "container",
     "resources",
@@ -88,6 +89,9 @@ fn to_table(spec: &WorkloadSpec) -> Table {
     }
     if let Some(ms) = spec.stop_grace_ms {
         t.insert("stop_grace".into(), duration(ms));
+    }
+    if let Some(user) = &spec.user {
+        t.insert("user".into(), Value::String(user.clone()));
     }
     match &spec.run {
         Run::Process(p) => {

@@ -75,6 +75,11 @@ pub(crate) fn range_message(min: i128, max: i128, got: i128) -> String {
 pub(crate) fn check_new(spec: &WorkloadSpec, r: &mut Report) {
     check(spec, r);
     check_policy::surge_with_fixed_port(r, spec);
+    if let Some(user) = &spec.user {
+        if let Err(message) = super::user::check(user) {
+            r.err("user", message);
+        }
+    }
 }
 
 /// The rules every stored spec must hold, also one applied before a newer agent added a rule:

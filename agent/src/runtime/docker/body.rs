@@ -147,6 +147,8 @@ pub(crate) fn create_body(
         exposed_ports: Some(exposed),
         healthcheck: health_config(request),
         host_config: Some(host_config),
+        // `user`, as given: the engine resolves names inside the image (`docker run --user`).
+        user: request.spec.user.clone(),
         ..ContainerCreateBody::default()
     }
 }

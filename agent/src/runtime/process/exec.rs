@@ -41,7 +41,7 @@ impl Inner {
         let mut terminal = None;
         let mut command = match request.tty {
             None => {
-                let mut command = tokio::process::Command::new(program);
+                let mut command = super::user::command(state.run_as.as_ref(), program);
                 let stdin = if request.stdin {
                     Stdio::piped()
                 } else {
@@ -70,7 +70,7 @@ impl Inner {
                         .map(Stdio::from)
                         .map_err(|e| failed(format!("the terminal's {what}: {e}")))
                 };
-                let mut command = tokio::process::Command::new(SETSID);
+                let mut command = super::user::command(state.run_as.as_ref(), SETSID);
                 command
                     .args(["--ctty", "--"])
                     .arg(program)

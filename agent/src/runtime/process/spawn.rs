@@ -12,8 +12,8 @@ use super::logs::Outputs;
 use super::state::{self, InstanceState};
 use super::{Entry, Inner, DEFAULT_PATH};
 use crate::core::instance::RuntimeInstance;
-use crate::core::spec::{ProcessSpec, Run};
-use crate::runtime::volumes::{volume_env, VolumeDirs};
+use crate::core::spec::{ProcessSpec, Run, VolumeKind};
+use crate::runtime::volumes::{volume_env, Source, VolumeDirs};
 use crate::runtime::{instance_env, wall_clock_ms, RuntimeError, RuntimeEvent, StartRequest};
 
 /// Handles tried before giving up (each differs: the hash input includes a counter).
@@ -37,8 +37,22 @@ impl Inner {
                 reason: super::CONTAINER_ON_PROCESS.into(),
             });
         };
+        let run_as = super::user::resolve(&request)?;
         let working_dir = self.working_dir(&request, spec)?;
         let volumes = VolumeDirs::new(&self.config.data_dir).prepare(&request)?;
+        if let Some(run_as) = &run_as {
+            // Its own directories become its user's (Kubernetes' fsGroup); a spec's working_dir
+            // and host-path volumes are the operator's and stay as they are.
+            let data_dir = &self.config.data_dir;
+            if spec.working_dir.is_none() {
+                super::user::give(&working_dir, data_dir, run_as)?;
+            }
+            for m in volumes.iter().filter(|m| m.volume.kind == VolumeKind::Data) {
+                if let Source::Dir(dir) = &m.source {
+                    super::user::give(dir, data_dir, run_as)?;
+                }
+            }
+        }
         let (handle, dir) = self.claim_handle(&request)?;
         let mut env = child_env(&request, spec);
         env.extend(volume_env(&volumes, false));
@@ -53,7 +67,7 @@ impl Inner {
         // On a failed spawn the pipes' write ends close here: the relay sees EOF and exits. The
         // log directory goes too, or it would pass for the replica's newest instance.
         let log_dir = outputs.dir.clone();
-        let child = match spawn_child(spec, &env, &working_dir, outputs) {
+        let child = match spawn_child(spec, &env, &working_dir, outputs, run_as.as_ref()) {
             Ok(child) => child,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
@@ -86,6 +100,7 @@ impl Inner {
             working_dir,
             cgroup,
             ports: request.ports.clone(),
+            run_as,
         };
         if let Err(e) = state.save(&dir) {
             // Without a state file a restarted agent could not adopt it: do not leave it running.
@@ -158,12 +173,14 @@ fn child_env(request: &StartRequest, spec: &ProcessSpec) -> BTreeMap<String, Str
     env
 }
 
-/// Spawns the command as the leader of a new process group, output to its log relay's pipes.
+/// Spawns the command as the leader of a new process group, output to its log relay's pipes,
+/// as `run_as` when given (through util-linux's `setpriv`, which then execs the command).
 fn spawn_child(
     spec: &ProcessSpec,
     env: &BTreeMap<String, String>,
     working_dir: &Path,
     outputs: Outputs,
+    run_as: Option<&super::user::RunAs>,
 ) -> Result<tokio::process::Child, RuntimeError> {
     let (program, args) = spec
         .command
@@ -171,7 +188,7 @@ fn spawn_child(
         .ok_or_else(|| RuntimeError::StartFailed {
             reason: "the spec's command is empty".into(),
         })?;
-    let mut command = tokio::process::Command::new(program);
+    let mut command = super::user::command(run_as, program);
     command
         .args(args)
         .env_clear()

@@ -43,6 +43,10 @@ pub(crate) struct InstanceState {
     /// state files of agents that predate named ports.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub ports: BTreeMap<String, u16>,
+    /// The user and group it runs as (the spec's `user`, resolved on this host); `None`: the
+    /// agent's. Exec commands run as it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<super::user::RunAs>,
 }
 
 impl InstanceState {
