@@ -16,6 +16,10 @@ tombstone must stay) and a spec changed once (its history must stay). Then:
 3. a spec setting `user` (a field of wire 8) is refused while an old agent remains, naming it, and
    accepted once the mesh version moved; its replica runs as that user.
 
+Agents of the old build are stopped with SIGKILL (a build before 8 fences its exclusive
+replicas on SIGTERM; a kill is a crash the guard's lease covers, docs/operations.md), agents of
+this build with SIGTERM (a planned restart).
+
 Ground truth comes from the host, not from Shoal: the web service's answers, the processes
 (`pgrep`) and the containers (`docker ps`) found before and after. Prints one JSON object.
 """
@@ -54,6 +58,7 @@ class Mesh:
     def __init__(self, work, old, new):
         self.work, self.old, self.new = work, old, new
         self.procs = {}
+        self.running = {}  # agent -> the binary it runs
         self.pki = os.path.join(work, "pki")
 
     def gossip(self, i):
@@ -69,6 +74,7 @@ class Mesh:
         """Puts `binary` at agent i's path as a new file (rename): what a package upgrade does.
         Processes still running the old file keep it."""
         path = self.binary_path(i)
+        self.running[i] = binary
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = path + ".new"
         shutil.copy2(binary, tmp)
@@ -87,11 +93,11 @@ class Mesh:
         out = open(os.path.join(self.work, f"n{i}.log"), "ab")
         self.procs[i] = subprocess.Popen(cmd, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
 
-    def stop(self, i):
-        """SIGTERM, then the wait for the exit; returns the ms it took."""
+    def stop(self, i, sig=signal.SIGTERM):
+        """`sig`, then the wait for the exit; returns the ms it took."""
         proc = self.procs.pop(i)
         t0 = now_ms()
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -116,7 +122,7 @@ class Mesh:
 def spec_files(work):
     specs = {
         "web": f'''name = "web"
-replicas = 3
+replicas = 2
 [process]
 command = ["sh", "-c", "exec python3 -m http.server $SHOAL_PORT_HTTP --bind 127.0.0.1 --directory {WEB_MARK}"]
 ports = [{{ name = "http" }}]
@@ -297,20 +303,38 @@ def member(mesh, i, observer):
     return None
 
 
-def adopted(mesh, i):
-    """Agent i answers and reports its own share of every workload running."""
-    for name in ("web", "pg", "box"):
+def adopted(mesh, i, before):
+    """Agent i answers and reports running again every replica it ran before the restart
+    (`before`: replica indexes by workload). That they are the same processes and containers is
+    checked on the host (pgrep, docker ps), not here."""
+    for name, ids in before.items():
         view = mesh.json("status", name, agent=i)
-        mine = [x for x in view["instances"] if x.get("node") == f"n{i}"]
-        if any(x["phase"] != "running" for x in mine):
+        running = {x["replica"] for x in view["instances"]
+                   if x.get("node") == f"n{i}" and x["phase"] == "running"}
+        if not ids <= running:
             return False
     return True
 
 
+def running_here(mesh, i):
+    """The instances agent i runs now, by workload."""
+    out = {}
+    for name in ("web", "pg", "box"):
+        view = mesh.json("status", name, agent=i)
+        out[name] = {x["replica"] for x in view["instances"]
+                     if x.get("node") == f"n{i}" and x["phase"] == "running"}
+    return out
+
+
 def replace(mesh, i, binary, commit):
     observer = mesh.live_agent(avoid=i)
+    before = running_here(mesh, i)
+    # An agent of a build before 8 fences its exclusive replicas on SIGTERM: it is stopped as
+    # docs/operations.md says for that case, with SIGKILL (a crash, which the guard's lease
+    # covers); agents of this build get SIGTERM, a planned restart.
+    sig = signal.SIGKILL if mesh.running[i] == mesh.old else signal.SIGTERM
     t0 = now_ms()
-    exit_ms = mesh.stop(i)
+    exit_ms = mesh.stop(i, sig)
     mesh.install(i, binary)
     mesh.start(i)
 
@@ -327,11 +351,11 @@ def replace(mesh, i, binary, commit):
         if asked.returncode == 0 else "?"
     if running != commit:
         raise RuntimeError(f"n{i} runs {running}, not {commit}")
-    wait_for(f"n{i} adopted its instances", lambda: adopted(mesh, i), every_s=0.05)
+    wait_for(f"n{i} adopted its instances", lambda: adopted(mesh, i, before), every_s=0.05)
     adopted_ms = now_ms() - t0
     settled_ms = wait_for("every replica running", lambda: all_running(mesh))
-    return {"agent": f"n{i}", "to": commit, "sigterm_to_exit_ms": exit_ms,
-            "sigterm_to_alive_ms": alive_ms, "sigterm_to_adopted_ms": adopted_ms,
+    return {"agent": f"n{i}", "to": commit, "signal": sig.name, "signal_to_exit_ms": exit_ms,
+            "signal_to_alive_ms": alive_ms, "signal_to_adopted_ms": adopted_ms,
             "then_all_running_ms": settled_ms}
 
 
@@ -364,7 +388,7 @@ def main():
         wait_for("5 live members", lambda: sum(n["alive"] for n in mesh.json("nodes")) == AGENTS)
         for name in ("web", "pg", "box", "gone"):
             mesh.cli("apply", "-f", specs[name])
-        mesh.cli("scale", "web", "3")  # a second version of web: a history entry
+        mesh.cli("scale", "web", "3")  # a second version of web: a history entry (2 -> 3)
         wait_for("every replica running", lambda: all_running(mesh, ("web", "pg", "box", "gone")), 120)
         mesh.cli("delete", "gone")
         wait_for("gone stopped", lambda: not pids("sleep 86404"))

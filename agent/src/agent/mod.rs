@@ -74,6 +74,26 @@ impl Agent {
         }
     }
 
+    /// Stops for a planned restart (`--restart-grace`): stops the host loop, keeps every instance
+    /// running, exclusive ones included, under the guard's lease extended to a full lease from
+    /// now (at most `grace_ms`: the guard fences them when it ends unless a restarted agent
+    /// renews it), tells the mesh it means to be back by then, and stops. Returns the grace in
+    /// force (0 and a plain [`Agent::leave`] without a guard).
+    pub async fn restart(mut self, grace_ms: u64) -> u64 {
+        self.host_task.abort();
+        let lease_ms = self.host.hold_guard();
+        if lease_ms == 0 {
+            self.leave().await;
+            return 0;
+        }
+        let grace = grace_ms.min(lease_ms);
+        let until = (self.host.node().clock)() + grace;
+        if let Some(running) = self.running.take() {
+            running.restart(until).await;
+        }
+        grace
+    }
+
     /// Stops every task at once, as a crash would: instances keep running, the store keeps what
     /// was durable.
     pub fn crash(mut self) {

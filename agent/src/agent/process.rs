@@ -385,9 +385,16 @@ pub async fn run_agent(
     names.abort();
     joining.abort();
     watch.abort();
-    tracing::info!("leaving the mesh");
     drop(dns);
-    agent.leave().await;
+    let grace_ms = opts.host.restart_grace_ms;
+    if grace_ms > 0 && conflict.is_none() {
+        tracing::info!(grace_ms, "stopping for a restart: instances keep running");
+        let grace = agent.restart(grace_ms).await;
+        tracing::info!(grace_ms = grace, "stopped; the guard fences exclusive instances unless an agent is back within the grace");
+    } else {
+        tracing::info!("leaving the mesh");
+        agent.leave().await;
+    }
     server.abort();
     if let Some(metrics) = metrics {
         metrics.abort();

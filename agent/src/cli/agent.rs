@@ -59,6 +59,12 @@ pub struct Args {
     /// Failure domain.
     #[arg(long, default_value = "default")]
     zone: String,
+    /// A SIGTERM is a planned restart: every instance keeps running, exclusive ones under the
+    /// guard's lease for this long (at most the lease, 10s), and peers (mesh version 8 on) move
+    /// nothing while it restarts; if no agent is back by then the guard fences them and the mesh
+    /// replaces them as after a crash. 0s: a SIGTERM fences exclusive instances and leaves.
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    restart_grace: String,
     /// A node label for placement constraints, `key=value` (repeatable).
     #[arg(long = "label", value_name = "KEY=VALUE")]
     labels: Vec<String>,
@@ -228,11 +234,28 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
         host: HostConfig {
             port_range,
             volume_roots: volume_roots(&args.volume_roots)?,
+            restart_grace_ms: restart_grace(&args.restart_grace)?,
             ..HostConfig::default()
         },
         api_admission,
         gossip_admission,
     })
+}
+
+/// `--restart-grace`: at most the guard's lease, which is what keeps exclusive instances safe
+/// while no agent renews it.
+fn restart_grace(text: &str) -> anyhow::Result<u64> {
+    let ms = shoal_core::spec::parse_duration_ms(text)
+        .map_err(|e| anyhow::anyhow!("--restart-grace: {e}"))?;
+    let max = shoal::host::RESTART_GRACE_MS_DEFAULT;
+    if ms > max {
+        bail!(
+            "--restart-grace {text}: at most the guard's lease ({}): past it nothing would fence an \
+             exclusive instance of an agent that does not come back",
+            shoal_core::spec::format_duration_ms(max)
+        );
+    }
+    Ok(ms)
 }
 
 /// The `--volume-root`s: absolute, normalized paths (compared as written, component by

@@ -158,7 +158,12 @@ impl Api {
             return Err(not_found(&name));
         };
         let members = self.node.members().await;
-        let nodes = view::placement_nodes(&members, &self.node.caps());
+        let nodes = view::placement_nodes(
+            &members,
+            &self.node.caps(),
+            (self.node.clock)(),
+            self.node.restart_hold(),
+        );
         let workloads: Vec<_> = specs
             .iter()
             .map(|(s, _)| view::placement_workload_held(s, &holders))

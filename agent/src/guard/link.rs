@@ -285,6 +285,10 @@ impl GuardLease for GuardLink {
     fn release(&mut self) {
         GuardLink::release(self)
     }
+
+    fn hold(&mut self) {
+        GuardLink::hold(self)
+    }
 }
 
 #[cfg(test)]

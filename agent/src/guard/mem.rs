@@ -153,6 +153,14 @@ impl GuardLease for MemGuard {
             s.release_pending = true;
         }
     }
+
+    fn hold(&mut self) {
+        let mut s = self.lock();
+        if s.gone || s.release_pending || !s.armed {
+            return;
+        }
+        s.expires_ms = s.now_ms() + s.lease_ms;
+    }
 }
 
 impl Shared {

@@ -72,6 +72,10 @@ pub trait GuardLease: Send {
     /// The agent leaves: the guard stops what still runs of the exclusive workloads and exits.
     /// No renewal after this.
     fn release(&mut self);
+
+    /// Extends the last lease to a full lease from now, guarding the same instances (a planned
+    /// restart: the next agent adopts the guard and renews).
+    fn hold(&mut self);
 }
 
 /// Which runtime's instances a guard stops.

@@ -56,6 +56,9 @@ pub struct ShellState {
     input: ReconcileInput,
     /// Counts the rounds in which the members, their keys or the specs moved.
     generation: u64,
+    /// Members held up in a planned restart (`Member::held_up`) at the last round: when one's
+    /// restart ends unreturned, the membership and the placement are computed again.
+    held_up: BTreeSet<String>,
 }
 
 impl ShellState {
@@ -113,14 +116,28 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         if moved.keys {
             refresh_peers(&guard, shell, moved.members);
         }
+        // Held up while they restart (planned, within their grace, at mesh version 8 or later):
+        // not dead, so an exclusive replica of theirs waits for them and for the fencing delay
+        // counted from the end of the grace.
+        let (wall, hold) = ((host.clock)(), node.restart_hold());
+        let held_up: BTreeSet<String> = shell
+            .members
+            .members()
+            .iter()
+            .filter(|m| m.held_up(wall, hold))
+            .map(|m| m.name.clone())
+            .collect();
+        let held_moved = held_up != shell.held_up;
+        shell.held_up = held_up;
         let dead: BTreeSet<String> = guard
             .dead_nodes()
             .map(|id| id.node_id.to_string())
+            .filter(|name| !shell.held_up.contains(name))
             .collect();
-        if moved.members || dead != shell.input.membership.dead {
+        if moved.members || held_moved || dead != shell.input.membership.dead {
             shell.input.membership = membership(shell.members.members(), dead);
         }
-        moved.members
+        moved.members || held_moved
     };
     shell.input.membership.heard_at = host.heard_snapshot();
     // Wall time: a new owner's fencing token is at least this, should the mesh have forgotten
@@ -433,7 +450,12 @@ async fn refresh_specs(host: &Host, shell: &mut ShellState) -> bool {
 
 fn refresh_placement(host: &Host, shell: &mut ShellState, members: &[Member]) {
     use std::hash::Hasher;
-    let nodes = view::placement_nodes(members, &shell.caps);
+    let nodes = view::placement_nodes(
+        members,
+        &shell.caps,
+        (host.clock)(),
+        host.node.restart_hold(),
+    );
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     for n in &nodes {
         h.write(n.id.as_bytes());
@@ -514,6 +536,7 @@ mod tests {
             stale: false,
             leaving: false,
             build: None,
+            restarting_until: None,
         }
     }
 

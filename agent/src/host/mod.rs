@@ -73,6 +73,9 @@ pub struct HostConfig {
     /// The directories under which replicas may use host paths (`--volume-root`); empty
     /// refuses every host path.
     pub volume_roots: Vec<String>,
+    /// `--restart-grace`: a SIGTERM is a planned restart that keeps exclusive instances running
+    /// under the guard's lease for this long (at most the lease); 0: they are fenced on stop.
+    pub restart_grace_ms: u64,
 }
 
 impl Default for HostConfig {
@@ -84,9 +87,13 @@ impl Default for HostConfig {
             probes_concurrent_max: 32,
             port_range: shoal_core::ports::PORT_RANGE_DEFAULT,
             volume_roots: Vec::new(),
+            restart_grace_ms: RESTART_GRACE_MS_DEFAULT,
         }
     }
 }
+
+/// `--restart-grace`'s default: the guard's lease (`ReconcileConfig::self_fence_ms`, 10 s).
+pub const RESTART_GRACE_MS_DEFAULT: u64 = 10_000;
 
 /// What finished in the background and must reach the reconciler.
 pub(crate) enum Feedback {
@@ -468,6 +475,19 @@ impl Host {
     /// Hands the host its guard; the loop renews it from its next round on.
     pub fn attach_guard(&self, link: impl GuardLease + 'static) {
         *self.guard.lock().expect("guard lock") = Some(Box::new(link));
+    }
+
+    /// Extends the guard's lease to a full lease from now and keeps the guard running, for a
+    /// planned restart: the restarted agent adopts it and renews; if none does, the guard fences
+    /// the exclusive instances when the lease ends. Returns the lease length (0 without a guard).
+    pub fn hold_guard(&self) -> u64 {
+        match self.guard.lock().expect("guard lock").as_mut() {
+            Some(link) => {
+                link.hold();
+                link.lease_ms()
+            }
+            None => 0,
+        }
     }
 
     /// Releases the guard as the agent leaves (after [`Host::fence_on_leave`]): it stops what

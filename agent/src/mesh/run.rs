@@ -13,13 +13,16 @@ use super::api::{Request, Response};
 use super::node::{MeshNode, WallClock};
 use super::record::{NodeRecord, DIGEST_KEY, NODE_KEY};
 use super::sync::to_hex;
-use super::view::{LEAVING_KEY, STALE_KEY};
+use super::view::{LEAVING_KEY, RESTARTING_KEY, STALE_KEY};
 use crate::gossip::{chitchat_config_tuned, GossipTuning};
 use crate::rpc::{self, RpcClient};
 use crate::store_db::DesiredStore;
 
 /// How long a leaving agent keeps gossiping its "leaving" mark before it stops.
 pub const LEAVE_ANNOUNCE: Duration = Duration::from_millis(800);
+/// How long an agent stopping for a planned restart gossips it before it stops: a few gossip
+/// rounds. A peer that misses it sees a crash, which is safe (docs/reconcile.md).
+pub const RESTART_ANNOUNCE: Duration = Duration::from_millis(400);
 
 /// The cluster id: derived from the CA certificate, so two clusters never mix gossip.
 pub fn cluster_id(ca_der: &[u8]) -> String {
@@ -85,6 +88,27 @@ impl RunningNode {
                 .set(LEAVING_KEY, "1");
         }
         tokio::time::sleep(LEAVE_ANNOUNCE).await;
+        self.crash();
+    }
+
+    /// Stops for a planned restart: announces that this agent means to be back by `until_ms`
+    /// (wall time) where every member knows the fact (mesh version 8 on: peers hold it up in
+    /// placement and do not count it dead until then), else announces a leave as
+    /// [`RunningNode::leave`]; gossips it for [`RESTART_ANNOUNCE`], then stops every task.
+    pub async fn restart(self, until_ms: u64) {
+        {
+            let hold = self.node.restart_hold();
+            let chitchat = self.node.gossip().chitchat();
+            let mut guard = chitchat.lock().await;
+            if hold {
+                guard
+                    .self_node_state()
+                    .set(RESTARTING_KEY, until_ms.to_string());
+            } else {
+                guard.self_node_state().set(LEAVING_KEY, "1");
+            }
+        }
+        tokio::time::sleep(RESTART_ANNOUNCE).await;
         self.crash();
     }
 

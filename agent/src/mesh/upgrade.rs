@@ -35,6 +35,10 @@ pub const MESH_VERSION_NAME: &str = "shoal:mesh-version";
 pub const HOLD_NAME: &str = "shoal:upgrade-hold";
 /// How often an agent checks whether the mesh version may move.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// The mesh version from which peers hold a member up in placement while it restarts
+/// (`RESTARTING_KEY`): every member then knows the fact, so all place alike.
+pub const RESTART_HOLD_SINCE: u16 = 8;
+
 /// How long a started agent waits before it may move the mesh version (its view of the
 /// membership fills in over a few gossip rounds).
 pub const SETTLE: Duration = Duration::from_secs(3);
@@ -164,6 +168,12 @@ impl MeshNode {
         let version = stored.unwrap_or(WIRE_MIN).max(seen).max(WIRE_MIN);
         self.mesh_version_seen.fetch_max(version, Ordering::Relaxed);
         version
+    }
+
+    /// Whether a member stopped for a planned restart is held up (`super::view::Member::held_up`):
+    /// from mesh version [`RESTART_HOLD_SINCE`] on.
+    pub fn restart_hold(&self) -> bool {
+        self.mesh_version() >= RESTART_HOLD_SINCE
     }
 
     /// The operator's hold, when held.

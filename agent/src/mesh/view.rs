@@ -18,6 +18,16 @@ use crate::authority::caps::NodeCaps;
 /// Chitchat key an agent sets when it leaves gracefully: peers stop counting it at once.
 pub const LEAVING_KEY: &str = "leaving";
 
+/// Chitchat key an agent sets as it stops for a planned restart (`--restart-grace`): the wall
+/// time (ms) until which it means to be back. Peers of mesh version 8 and later keep it up in
+/// placement and do not count it dead until then ([`Member::held_up`]), so nothing moves and no
+/// exclusive replica of it is taken over while it restarts (docs/reconcile.md, "Planned
+/// restarts").
+pub const RESTARTING_KEY: &str = "restarting";
+/// Longest planned restart a peer honours, whatever the key says (the guard's lease bounds the
+/// agent's own).
+pub const RESTART_HOLD_MS_MAX: u64 = 60_000;
+
 /// Chitchat key an agent sets while its store is stale (out of sync longer than the tombstone
 /// grace): it waits for a peer that is not stale to resynchronize from.
 pub const STALE_KEY: &str = "stale";
@@ -44,9 +54,21 @@ pub struct Member {
     pub leaving: bool,
     /// Its build facts, when it gossips them (builds before 8 do not: [`Member::build`]).
     pub build: Option<super::build::BuildRecord>,
+    /// It stopped for a planned restart and means to be back by this wall time (ms).
+    pub restarting_until: Option<u64>,
 }
 
 impl Member {
+    /// Not live, but stopped for a planned restart whose end (bounded by
+    /// [`RESTART_HOLD_MS_MAX`] from `now_ms`) has not come: kept up in placement and not counted
+    /// dead. Only where the mesh version says every member knows the fact (`hold`).
+    pub fn held_up(&self, now_ms: u64, hold: bool) -> bool {
+        hold && !self.alive
+            && self
+                .restarting_until
+                .is_some_and(|until| now_ms < until && until <= now_ms + RESTART_HOLD_MS_MAX)
+    }
+
     /// Its build facts: what it gossips, or a build before 8's when it gossips none.
     pub fn build(&self) -> super::build::BuildRecord {
         self.build
@@ -187,6 +209,7 @@ struct Facts {
     stale: bool,
     leaving: bool,
     build: Option<super::build::BuildRecord>,
+    restarting_until: Option<u64>,
 }
 
 impl Facts {
@@ -198,6 +221,7 @@ impl Facts {
             stale: false,
             leaving: false,
             build: None,
+            restarting_until: None,
         };
         for (key, value) in state.key_values() {
             match key {
@@ -208,6 +232,7 @@ impl Facts {
                 super::build::BUILD_KEY => {
                     facts.build = super::build::BuildRecord::decode(value).ok();
                 }
+                RESTARTING_KEY => facts.restarting_until = value.parse().ok(),
                 _ => {}
             }
         }
@@ -224,6 +249,7 @@ impl Facts {
             stale: self.stale,
             leaving: self.leaving,
             build: self.build,
+            restarting_until: self.restarting_until,
         }
     }
 }
@@ -277,15 +303,16 @@ pub fn name_taken_by(chitchat: &Chitchat, me: &ChitchatId) -> Option<SocketAddr>
 
 /// The placement inputs: every known member with a record, sorted by id; those not alive (failed,
 /// or leaving) are `down`, which keeps their place in the rankings until chitchat forgets them
-/// (`dead_node_grace_period`), so that a failure moves their replicas and little else. Each
-/// node's capacity is the smaller of what it declares and the mesh's `caps`.
-pub fn placement_nodes(members: &[Member], caps: &NodeCaps) -> Vec<Node> {
+/// (`dead_node_grace_period`), so that a failure moves their replicas and little else, unless
+/// [`Member::held_up`] at `now_ms` (a planned restart, where `hold`). Each node's capacity is the
+/// smaller of what it declares and the mesh's `caps`.
+pub fn placement_nodes(members: &[Member], caps: &NodeCaps, now_ms: u64, hold: bool) -> Vec<Node> {
     members
         .iter()
         .filter_map(|m| {
             m.record.as_ref().map(|r| {
                 let mut node = r.placement_node(&m.name);
-                node.down = !m.alive;
+                node.down = !m.alive && !m.held_up(now_ms, hold);
                 caps.clamp(&mut node);
                 node
             })
@@ -440,6 +467,38 @@ mod tests {
     use chitchat::{DeletionStatus, VersionedValue};
 
     use super::*;
+
+    #[test]
+    fn a_restarting_member_is_held_up_until_its_end_and_only_where_the_mesh_knows_the_fact() {
+        let member = |alive: bool, until: Option<u64>| Member {
+            name: "n1".into(),
+            id: id("n1", 1),
+            alive,
+            record: None,
+            digest: None,
+            stale: false,
+            leaving: false,
+            build: None,
+            restarting_until: until,
+        };
+        let restarting = member(false, Some(10_000));
+        assert!(restarting.held_up(9_999, true));
+        assert!(!restarting.held_up(10_000, true), "its grace ended");
+        assert!(!restarting.held_up(9_999, false), "a mesh before version 8");
+        assert!(
+            !member(false, None).held_up(0, true),
+            "a crash is not a restart"
+        );
+        assert!(
+            !member(true, Some(10_000)).held_up(0, true),
+            "alive needs no hold"
+        );
+        let too_long = member(false, Some(RESTART_HOLD_MS_MAX + 1));
+        assert!(
+            !too_long.held_up(0, true),
+            "a hold past the bound is not honoured"
+        );
+    }
 
     fn id(name: &str, generation: u64) -> ChitchatId {
         let addr = format!("10.0.0.{}:7000", name[1..].parse::<u8>().unwrap());
