@@ -307,13 +307,8 @@ def adopted(mesh, i, before):
     """Agent i answers and reports running again every replica it ran before the restart
     (`before`: replica indexes by workload). That they are the same processes and containers is
     checked on the host (pgrep, docker ps), not here."""
-    for name, ids in before.items():
-        view = mesh.json("status", name, agent=i)
-        running = {x["replica"] for x in view["instances"]
-                   if x.get("node") == f"n{i}" and x["phase"] == "running"}
-        if not ids <= running:
-            return False
-    return True
+    now = running_here(mesh, i)
+    return all(ids <= now[name] for name, ids in before.items())
 
 
 def running_here(mesh, i):

@@ -90,26 +90,10 @@ fn print_view(view: &UpgradeView) {
         (None, 0) if view.too_new.is_empty() => {
             println!("every member runs a build as new as the answering agent's")
         }
-        (None, waiting) => {
-            let names: Vec<String> = view
-                .waiting_for
-                .iter()
-                .map(|h| {
-                    let dead = if h.alive { "" } else { ", dead" };
-                    format!("{} (wire {}{dead})", h.name, h.wire_max)
-                })
-                .collect();
-            let more = waiting.saturating_sub(names.len());
-            let more = if more > 0 {
-                format!(" and {more} more")
-            } else {
-                String::new()
-            };
-            println!(
-                "waiting for {waiting} member(s) to run a newer build: {}{more}",
-                names.join(", ")
-            );
-        }
+        (None, waiting) => println!(
+            "waiting for {waiting} member(s) to run a newer build: {}",
+            shoal::mesh::upgrade::describe_holders(&view.waiting_for, waiting)
+        ),
     }
     if !view.too_new.is_empty() {
         println!(

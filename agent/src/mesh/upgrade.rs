@@ -284,18 +284,41 @@ pub async fn view(node: &MeshNode) -> UpgradeView {
         next: (assessment.supported > assessment.current).then_some(assessment.supported),
         hold: node.upgrade_hold(),
         builds: groups,
-        waiting_for: assessment
-            .waiting_for
-            .iter()
-            .map(|h| HolderView {
-                name: h.name.clone(),
-                wire_max: h.wire_max,
-                alive: h.alive,
-            })
-            .collect(),
+        waiting_for: holder_views(&assessment),
         waiting_count: assessment.waiting_count,
         too_new: assessment.too_new,
     }
+}
+
+fn holder_views(assessment: &Assessment) -> Vec<HolderView> {
+    assessment
+        .waiting_for
+        .iter()
+        .map(|h| HolderView {
+            name: h.name.clone(),
+            wire_max: h.wire_max,
+            alive: h.alive,
+        })
+        .collect()
+}
+
+/// `n5 (wire 7), n3 (wire 7, dead) and 2 more`: the members holding the version back, of
+/// `count` in all.
+pub fn describe_holders(holders: &[HolderView], count: usize) -> String {
+    let names: Vec<String> = holders
+        .iter()
+        .map(|h| {
+            let dead = if h.alive { "" } else { ", dead" };
+            format!("{} (wire {}{dead})", h.name, h.wire_max)
+        })
+        .collect();
+    let more = count.saturating_sub(names.len());
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!("{}{more}", names.join(", "))
 }
 
 /// `shoal upgrade hold` / `release`.
@@ -329,20 +352,7 @@ pub async fn refusal(node: &MeshNode, spec: &shoal_core::spec::WorkloadSpec) -> 
         }
     };
     let (assessment, _) = node.upgrade_assessment().await;
-    let mut holders: Vec<String> = assessment
-        .waiting_for
-        .iter()
-        .map(|h| {
-            let dead = if h.alive { "" } else { ", dead" };
-            format!("{} (wire {}{dead})", h.name, h.wire_max)
-        })
-        .collect();
-    if assessment.waiting_count > holders.len() {
-        holders.push(format!(
-            "and {} more",
-            assessment.waiting_count - holders.len()
-        ));
-    }
+    let holders = holder_views(&assessment);
     let held_back = if holders.is_empty() {
         match node.upgrade_hold() {
             Some(hold) => format!(
@@ -355,7 +365,7 @@ pub async fn refusal(node: &MeshNode, spec: &shoal_core::spec::WorkloadSpec) -> 
         format!(
             "held back by {}: upgrade them or, if gone for good, remove them; `shoal upgrade \
              status` shows the rest",
-            holders.join(", ")
+            describe_holders(&holders, assessment.waiting_count)
         )
     };
     Some(ApiError::new(
