@@ -226,16 +226,17 @@ pub async fn start_node(
     Ok(RunningNode { node, tasks })
 }
 
-/// Gossips for a few rounds after joining and reports a live agent already using this name: at
-/// most 8 rounds, and [`NAME_CHECK_ROUNDS_WITH_PEERS`] once a live peer was heard (a peer's
-/// state names every identity it holds live, this name's other one included), so a restarted
-/// agent is back in about a second rather than two.
+/// Gossips for a few rounds after joining and reports a live agent already using this name.
+///
+/// The 8 rounds (2 s) also let the membership fill in before the host loop's first round: ended
+/// as soon as a peer was heard (tried in issue 25 to shorten restarts), the restarted agent
+/// placed over a partial view and started an extra copy of a replica
+/// (`agent/tests/restart_grace.rs` caught it).
 async fn wait_for_name_conflict(
     gossip: &chitchat::ChitchatHandle,
     gossip_interval: Duration,
 ) -> Option<SocketAddr> {
     let me = gossip.chitchat_id().clone();
-    let mut rounds_with_peers = 0;
     for _ in 0..8 {
         tokio::time::sleep(gossip_interval).await;
         let chitchat = gossip.chitchat();
@@ -243,18 +244,9 @@ async fn wait_for_name_conflict(
         if let Some(addr) = super::view::name_taken_by(&guard, &me) {
             return Some(addr);
         }
-        if guard.live_nodes().any(|id| *id != me) {
-            rounds_with_peers += 1;
-            if rounds_with_peers >= NAME_CHECK_ROUNDS_WITH_PEERS {
-                break;
-            }
-        }
     }
     None
 }
-
-/// Gossip rounds with a live peer after which the name check at start ends.
-const NAME_CHECK_ROUNDS_WITH_PEERS: u32 = 3;
 
 /// Logs, with backoff, while this agent has no live peer although it was given seeds: the
 /// operator sees why it is alone. chitchat keeps contacting the seeds by itself.
