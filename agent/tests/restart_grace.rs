@@ -1,6 +1,7 @@
 //! Planned restarts on real agents (`--restart-grace`, default 10 s): a SIGTERM keeps every
 //! instance running, the exclusive one under the guard's lease, and peers move nothing while the
-//! agent restarts; the restarted agent adopts them. One that does not come back: the guard fences
+//! agent restarts; the restarted agent adopts them, also those that run a past version of their
+//! spec (found in the store's history). One that does not come back: the guard fences
 //! the exclusive instance when the lease ends and another node starts it only after the grace and
 //! the fencing delay, never two copies at once. The host's processes are the ground truth
 //! (`pgrep`), polled every 50 ms throughout.
@@ -90,6 +91,18 @@ fn a_planned_restart_keeps_every_instance_and_a_missing_agent_is_replaced_only_a
         "db and web did not start\n{}",
         c.logs()
     );
+    // A change that running instances are not made from (`[update]`): they are carried to the
+    // new version, their runtime still says the old one. A restarted agent finds the old spec
+    // in the store's history and carries them again instead of replacing them.
+    apply(
+        &c,
+        "web",
+        &format!(
+            "name = \"web\"\nreplicas = 3\n[process]\ncommand = [\"sleep\", \"{WEB_MARK}\"]\n\
+             [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n[update]\nmax_unavailable = 2\n"
+        ),
+    );
+    std::thread::sleep(Duration::from_secs(2));
     let holder = db_node(&c, 0).unwrap();
     let i = c.agents.iter().position(|a| a.name == holder).unwrap();
     let observer = (i + 1) % 3;

@@ -59,6 +59,9 @@ pub struct ShellState {
     /// Members held up in a planned restart (`Member::held_up`) at the last round: when one's
     /// restart ends unreturned, the membership and the placement are computed again.
     held_up: BTreeSet<String>,
+    /// Past versions instances here run that the store's history did not have (not looked up
+    /// again until the specs move).
+    past_missing: BTreeSet<(String, String)>,
 }
 
 impl ShellState {
@@ -185,6 +188,10 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         ),
     };
     shell.input.instances = instances;
+    if specs_moved {
+        shell.past_missing.clear();
+    }
+    refresh_past_specs(host, shell).await;
     shell.input.runtime_unavailable = runtime_unavailable;
     shell.input.data_missing = data_missing(host, &shell.input).await;
     shell.input.pulling = host.runtime.pulling();
@@ -288,6 +295,61 @@ fn refresh_handoffs(host: &Host, shell: &mut ShellState) {
         .collect();
     cells.handoffs.set_moved(moved);
     shell.input.moved_to_cells = cells.handoffs.view(cells.mono_ms());
+}
+
+/// The specs of the past versions this node's instances run (an agent that restarted never saw
+/// them applied), from the store's history: decoded once, kept while an instance runs them.
+async fn refresh_past_specs(host: &Host, shell: &mut ShellState) {
+    let input = &mut shell.input;
+    let wanted: BTreeSet<(String, String)> = input
+        .instances
+        .iter()
+        .filter(|i| {
+            input
+                .specs
+                .get(&i.replica.workload)
+                .is_some_and(|e| e.version != i.spec_version)
+        })
+        .map(|i| (i.replica.workload.clone(), i.spec_version.clone()))
+        .collect();
+    input.past_specs.retain(|key, _| wanted.contains(key));
+    let missing: Vec<(String, String)> = wanted
+        .into_iter()
+        .filter(|k| !input.past_specs.contains_key(k) && !shell.past_missing.contains(k))
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let found = host
+        .node
+        .with_store(move |s| {
+            missing
+                .into_iter()
+                .map(|(workload, version)| {
+                    let name = crate::mesh::history::store_name(&workload);
+                    let history = crate::mesh::history::History::decode(
+                        s.get(&name).and_then(|e| e.body.live()),
+                    );
+                    let body = history
+                        .versions
+                        .into_iter()
+                        .find(|p| p.version == version)
+                        .map(|p| p.spec);
+                    ((workload, version), body)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+    for (key, body) in found {
+        match body.and_then(|b| view::decode_spec(&b).ok()) {
+            Some(spec) => {
+                shell.input.past_specs.insert(key, Arc::new(spec));
+            }
+            None => {
+                shell.past_missing.insert(key);
+            }
+        }
+    }
 }
 
 /// The failure detector's facts from the members and the dead identities' names.

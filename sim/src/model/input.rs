@@ -154,6 +154,7 @@ pub(super) fn build(
         // The model tier keeps no data: its workloads have no volumes.
         data_holders: BTreeMap::new(),
         data_missing: BTreeMap::new(),
+        past_specs: BTreeMap::new(),
         // The model's time stands in for every host's wall clock.
         fence_token_floor: now,
         // The model's specs have no host paths.

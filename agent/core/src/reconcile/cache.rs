@@ -37,6 +37,15 @@ impl SpecCache {
                 self.desired.insert(workload.clone(), entry.spec.clone());
             }
         }
+        // Past versions instances here run that this agent never saw applied (it restarted):
+        // from the store's history, as the shell found them. The runtime's list, not the
+        // tracked instances: this runs before the first round adopts them.
+        for ri in &input.instances {
+            let key = (ri.replica.workload.clone(), ri.spec_version.clone());
+            if let Some(spec) = input.past_specs.get(&key) {
+                self.specs.entry(key).or_insert_with(|| spec.clone());
+            }
+        }
         self.specs.retain(|(workload, version), _| {
             let desired = workloads.contains(workload)
                 && input.spec(workload).is_some_and(|e| &e.version == version);
@@ -44,6 +53,13 @@ impl SpecCache {
                 || instances
                     .values()
                     .any(|t| &t.replica.workload == workload && &t.version == version)
+                || input
+                    .past_specs
+                    .contains_key(&(workload.clone(), version.clone()))
+                    && input
+                        .instances
+                        .iter()
+                        .any(|ri| &ri.replica.workload == workload && &ri.spec_version == version)
         });
     }
 

@@ -90,6 +90,12 @@ pub struct ReconcileInput {
     /// exclusive replicas with data placed here that have no instance. Starting one would start
     /// it empty, so it waits as if its data were elsewhere (`data.rs`).
     pub data_missing: BTreeMap<ReplicaId, String>,
+    /// Specs of past versions that this node's instances still run, by (workload, version), as
+    /// the store's history keeps them (`shoal:history:NAME`): an agent that restarted (an
+    /// upgrade) did not see them applied, and without them an instance of a version that
+    /// differs from the desired one only in `replicas` or placement would be replaced instead
+    /// of carried to the new version. Only versions of instances listed here count.
+    pub past_specs: BTreeMap<(String, String), Arc<WorkloadSpec>>,
 }
 
 /// Where a replica running here went, when the cell level moved it to another cell.

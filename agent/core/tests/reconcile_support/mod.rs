@@ -419,6 +419,7 @@ impl Cluster {
             deleted: self.deleted.clone(),
             data_holders: self.data_holders.clone(),
             data_missing: self.data_missing.get(node).cloned().unwrap_or_default(),
+            past_specs: BTreeMap::new(),
         }
     }
 
