@@ -99,6 +99,50 @@ fn a_paused_owners_guard_kills_its_exclusive_copy_before_the_mesh_starts_another
 }
 
 #[test]
+fn planned_agent_restarts_move_nothing_and_never_run_two_copies() {
+    // scenarios/upgrade-rolling.toml: every agent restarts in turn (an upgrade), the exclusive
+    // owner first. No replica starts anywhere after the workloads settled, the guard never fires,
+    // never two copies.
+    let dir = std::env::temp_dir().join(format!("shoal-sim-upgrade-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for seed in 1..=2 {
+        let out = support::sim()
+            .args(["run", &scenario("upgrade-rolling"), "--seed"])
+            .arg(seed.to_string())
+            .args(["--json", "--out"])
+            .arg(&dir)
+            .output()
+            .expect("shoal-sim runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let r: serde_json::Value =
+            serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("report");
+        assert_eq!(r["passed"], true, "seed {seed}: {r}");
+        assert_eq!(r["exclusive_duplicates"], 0, "seed {seed}: {r}");
+        assert_eq!(r["duplicates"], 0, "seed {seed}: {r}");
+        let trace = dir.join(format!("upgrade-rolling-seed{seed}.trace.txt"));
+        let trace = std::fs::read_to_string(&trace).expect("trace written");
+        let upgrades = trace
+            .lines()
+            .filter(|l| l.contains(" upgrade node="))
+            .count();
+        assert_eq!(upgrades, 7, "seed {seed}: every upgrade ran:\n{trace}");
+        // Starts after 10 s (the workloads settled before the first upgrade at 15 s).
+        let late: Vec<&str> = trace
+            .lines()
+            .filter(|l| l.contains(": running") || l.contains("guard of"))
+            .filter(|l| {
+                l.split_whitespace()
+                    .next()
+                    .and_then(|t| t.trim_end_matches('s').parse::<f64>().ok())
+                    .is_some_and(|t| t > 10.0)
+            })
+            .collect();
+        assert!(late.is_empty(), "seed {seed}: moved or fenced: {late:#?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn the_core_bugs_the_swarm_found_stay_fixed() {
     // scenarios/regress (3 hosts each; docs/sim.md, Findings): an agent restarted alone in a
     // minority started an exclusive replica; the mass-stop guard held the stops of deleted or

@@ -284,7 +284,13 @@ fn push_member(out: &mut Vec<Member>, member: Member) {
         (false, false) => member.id.generation_id > seen.id.generation_id,
     };
     if replaces {
+        // A planned restart is announced by the identity that stopped; the next identity of the
+        // name, not yet live, is that restart in progress: it keeps the announcement.
+        let restarting_until = seen.restarting_until;
         *seen = member;
+        if !seen.alive && seen.restarting_until.is_none() {
+            seen.restarting_until = restarting_until;
+        }
     }
 }
 

@@ -109,6 +109,8 @@ pub struct AgentParts {
     pub config: HostConfig,
     /// True while the host is paused: its loop does nothing.
     pub paused: tokio::sync::watch::Receiver<bool>,
+    /// The guard a previous agent left running (a planned restart): adopted instead of a new one.
+    pub guard: Option<MemGuard>,
 }
 
 /// Assembles and starts the agent: the same [`Agent`] as `shoal agent`, with its guard (returned
@@ -129,11 +131,13 @@ pub fn start_agent(parts: AgentParts) -> (Agent, MemGuard) {
     let mono: shoal::host::clock::MonoClock =
         Arc::new(move || base_ms + t0.elapsed().as_millis() as u64);
     // The lease of `shoal agent`'s guard (`GuardConfig::new`): the reconciler's self-fencing time.
-    let guard = MemGuard::start(
-        parts.mem.clone(),
-        config.reconcile.self_fence_ms,
-        parts.clock.clone(),
-    );
+    let guard = parts.guard.unwrap_or_else(|| {
+        MemGuard::start(
+            parts.mem.clone(),
+            config.reconcile.self_fence_ms,
+            parts.clock.clone(),
+        )
+    });
     let (host, host_loop) = Host::new(
         parts.running.node.clone(),
         Arc::new(parts.mem),

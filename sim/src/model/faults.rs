@@ -355,6 +355,7 @@ pub(super) fn not_modelled(action: &Action) -> &'static str {
         Action::Delete { .. } => "delete",
         Action::Drain { .. } => "drain",
         Action::Flap { .. } => "flap (network)",
+        Action::Upgrade { .. } => "upgrade",
         Action::Crash { .. } | Action::Restart { .. } | Action::Instance { .. } => "modelled",
     }
 }

@@ -238,6 +238,15 @@ pub enum Action {
         /// Which hosts (among the crashed ones).
         target: Selector,
     },
+    /// A planned agent restart, as an upgrade makes one (`shoal agent --restart-grace`): the
+    /// agent stops (its instances and its guard run on), and a new one starts over the same
+    /// runtime, disk and guard `down_ms` later.
+    Upgrade {
+        /// Which hosts.
+        target: Selector,
+        /// How long no agent runs.
+        down_ms: u64,
+    },
     /// Agents freeze (instances keep running); nothing reaches or leaves them.
     Pause {
         /// Which hosts.
@@ -346,6 +355,7 @@ impl Action {
         match self {
             Action::Crash { .. } => "crash",
             Action::Restart { .. } => "restart",
+            Action::Upgrade { .. } => "upgrade",
             Action::Pause { .. } => "pause",
             Action::Partition { .. } => "partition",
             Action::Heal => "heal",
@@ -377,6 +387,7 @@ impl Action {
                 restart_after_ms, ..
             } => restart_after_ms.unwrap_or(0),
             Action::Pause { duration_ms, .. } => *duration_ms,
+            Action::Upgrade { down_ms, .. } => *down_ms,
             Action::Partition { duration_ms, .. } | Action::Link { duration_ms, .. } => {
                 duration_ms.unwrap_or(0)
             }

@@ -451,6 +451,13 @@ fn event(c: &mut Check<'_>, off: usize, e: &RawEvent, n: u32) -> Option<Event> {
             restart_after_ms: c.ms(off, "restart_after", &e.restart_after),
         },
         "restart" => Action::Restart { target },
+        "upgrade" => Action::Upgrade {
+            target,
+            down_ms: match &e.duration {
+                Some(_) => c.ms(off, "duration", &e.duration)?,
+                None => 1_000,
+            },
+        },
         "pause" => {
             let text = need(c, "duration", &e.duration);
             Action::Pause {

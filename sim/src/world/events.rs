@@ -103,6 +103,36 @@ impl World {
                     self.schedule_step(now + d, step);
                 }
             }
+            Action::Upgrade { target, down_ms } => {
+                // Only an agent that runs can stop for a planned restart: a host starting or
+                // down fails the event (it did not happen), as every event that cannot act.
+                let pool: Vec<u32> = self
+                    .hosts
+                    .iter()
+                    .filter(|h| h.state == HostState::Up && h.running.is_some())
+                    .map(|h| h.index)
+                    .collect();
+                let Some(hosts) = self.pick(&origin, "target", &target, &pool, "up hosts") else {
+                    return;
+                };
+                let stopped: Vec<u32> = hosts
+                    .iter()
+                    .copied()
+                    .filter(|&h| self.upgrade_host(h))
+                    .collect();
+                assert_eq!(stopped, hosts, "the pool holds only hosts whose agent runs");
+                self.log(format!(
+                    "upgrade {} (agents restart, instances run on)",
+                    c(&stopped)
+                ));
+                self.checker.fault_window(now, now + down_ms, "upgrade");
+                let step = Step::Restart {
+                    hosts: stopped,
+                    origin,
+                    tries: 0,
+                };
+                self.schedule_step(now + down_ms, step);
+            }
             Action::Restart { target } => {
                 let down: Vec<u32> = self
                     .hosts

@@ -66,6 +66,9 @@ pub struct Host {
     pub up_since_ms: u64,
     /// Incarnations so far.
     pub incarnation: u32,
+    /// Down for a planned agent restart (`upgrade`): its instances and guard run on, so they
+    /// are not buried with the agent.
+    pub restarting: bool,
     /// The disk must lose its unsynced writes before the next start.
     disk_crashed: bool,
     starting: Option<tokio::task::JoinHandle<anyhow::Result<RunningNode>>>,
@@ -106,6 +109,7 @@ impl Host {
             guard: None,
             up_since_ms: 0,
             incarnation: 0,
+            restarting: false,
             disk_crashed: false,
             starting: None,
             ghost: None,
@@ -224,6 +228,7 @@ impl World {
                         t0: self.t0,
                         config: self.scenario.host.clone(),
                         paused: host.paused.subscribe(),
+                        guard: host.guard.take(),
                     });
                     let api = host_addr(host.index, API_PORT);
                     self.net
@@ -231,6 +236,7 @@ impl World {
                     host.running = Some(agent);
                     host.guard = Some(guard);
                     host.state = HostState::Up;
+                    host.restarting = false;
                     host.up_since_ms = now;
                     let line = format!("{} up", host.name);
                     self.trace.line(now, line);
@@ -276,6 +282,7 @@ impl World {
         if let Some(guard) = host.guard.take() {
             guard.stop();
         }
+        host.restarting = false;
         self.net.stop_rpc(host_addr(h, API_PORT));
         self.net.set_paused(h, false);
         host.paused.send_replace(false);
@@ -290,6 +297,29 @@ impl World {
         let name = host.name.clone();
         self.checker
             .host_crashed(now, h, &name, generation, held, &self.hosts);
+    }
+
+    /// A planned agent restart (an upgrade): the agent stops as on SIGTERM with its restart
+    /// grace (instances and guard run on, the mesh is told), and starts again `down_ms` later
+    /// over the same runtime, disk and guard. False when the host is not up.
+    pub(super) fn upgrade_host(&mut self, h: u32) -> bool {
+        let host = &mut self.hosts[h as usize];
+        if host.state != HostState::Up {
+            return false;
+        }
+        let Some(agent) = host.running.take() else {
+            return false;
+        };
+        self.net.stop_rpc(host_addr(h, API_PORT));
+        // The next incarnation starts once this one is gone, as after a crash.
+        host.ghost = Some(Arc::downgrade(agent.node()));
+        let grace_ms = shoal::host::RESTART_GRACE_MS_DEFAULT;
+        tokio::spawn(async move {
+            agent.restart(grace_ms).await;
+        });
+        host.state = HostState::Down;
+        host.restarting = true;
+        true
     }
 
     /// Traces what the hosts' guards killed since the last call.

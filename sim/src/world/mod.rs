@@ -275,7 +275,7 @@ impl World {
     fn bury_zombies(&mut self, now: u64) {
         for h in 0..self.hosts.len() {
             let host = &self.hosts[h];
-            if host.state != HostState::Down {
+            if host.state != HostState::Down || host.restarting {
                 continue;
             }
             let zombies: Vec<String> = host
