@@ -7,13 +7,13 @@
 mod transport_support;
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use chitchat::transport::Transport;
 use chitchat::{spawn_chitchat, ChitchatHandle};
 use shoal::gossip::chitchat_config;
-use shoal::gossip::mem::MemNetwork;
+use shoal::gossip::mem::{LinkFault, MemNetwork};
 use shoal::gossip::quic::{QuicGossipConfig, QuicTransport};
 use shoal::rpc::{self, Handler, RpcError};
 use shoal::tls::{self, PeerName, QuicOptions, ALPN_GOSSIP, ANY_MEMBER};
@@ -194,8 +194,12 @@ async fn five_nodes_converge_over_quic_and_strangers_stay_out() {
 #[tokio::test(start_paused = true)]
 async fn mem_network_partition_and_heal() {
     let net = MemNetwork::new(7);
-    net.set_delay(Duration::from_millis(1), Duration::from_millis(20));
-    net.set_drop_probability(0.05);
+    net.set_default_fault(LinkFault {
+        loss: 0.05,
+        delay: Duration::from_millis(1),
+        jitter: Duration::from_millis(19),
+        duplicate: 0.0,
+    });
     let addrs: Vec<SocketAddr> = (0..5)
         .map(|i| SocketAddr::from(([10, 0, 0, i as u8 + 1], 7000)))
         .collect();
@@ -211,7 +215,8 @@ async fn mem_network_partition_and_heal() {
     eprintln!("mem: 5 nodes converged after {took:?} (tokio time)");
 
     // Split {m0, m1} from {m2, m3, m4}: each side sees only itself.
-    net.partition(&addrs[..2], &addrs[2..]);
+    let hosts: Vec<IpAddr> = addrs.iter().map(|a| a.ip()).collect();
+    net.partition(&hosts[..2], &hosts[2..]);
     let took = wait_until(Duration::from_secs(30), "partition detected", || async {
         all_see(&nodes[..2], &names("m", 0..2)).await
             && all_see(&nodes[2..], &names("m", 2..5)).await
@@ -237,8 +242,8 @@ async fn mem_network_partition_and_heal() {
 
     // A one-way block: m4 stops hearing from everyone; the others still hear m4's gossip replies
     // only when m4 initiates, which it does; m4 declares the others dead.
-    for addr in &addrs[..4] {
-        net.block(*addr, addrs[4]);
+    for host in &hosts[..4] {
+        net.set_blocked(*host, hosts[4], true);
     }
     wait_until(Duration::from_secs(30), "one-way block", || async {
         live_names(&nodes[4]).await == names("m", 4..5)
@@ -249,10 +254,10 @@ async fn mem_network_partition_and_heal() {
         all_see(&nodes, &everyone)
     })
     .await;
-    let stats = net.stats();
+    let totals = net.totals();
     assert!(
-        stats.dropped_random > 0 && stats.dropped_partition > 0,
-        "{stats:?}"
+        totals.dropped_loss > 0 && totals.dropped_blocked > 0,
+        "{totals:?}"
     );
 }
 
@@ -263,7 +268,10 @@ async fn mem_network_carries_rpc_through_its_faults() {
     let client: SocketAddr = "10.0.0.2:8000".parse().unwrap();
     let handler: Handler<u32, u32> = std::sync::Arc::new(|x, _peer| Box::pin(async move { x + 1 }));
     let server_stats = net.serve_rpc(server, PeerName("s".into()), handler);
-    net.set_delay(Duration::from_millis(50), Duration::from_millis(50));
+    net.set_default_fault(LinkFault {
+        delay: Duration::from_millis(50),
+        ..LinkFault::default()
+    });
     let caller = net.rpc_client(client, shoal::tls::Peer::new("c", shoal::pki::Role::Node));
     let timeout = Duration::from_secs(1);
     let start = Instant::now();
@@ -274,7 +282,7 @@ async fn mem_network_carries_rpc_through_its_faults() {
     assert_eq!(start.elapsed(), Duration::from_millis(100));
     let wrong_name = rpc::call_with::<_, u32, u32>(&caller, server, "x", &1, timeout).await;
     assert!(matches!(wrong_name, Err(RpcError::Connect { .. })));
-    net.block(server, client);
+    net.set_blocked(server.ip(), client.ip(), true);
     let cut = rpc::call_with::<_, u32, u32>(&caller, server, ANY_MEMBER, &1, timeout).await;
     assert!(matches!(cut, Err(RpcError::Timeout(_))));
     // The one-way block lost the answer, not the request: the server handled it.
@@ -296,7 +304,12 @@ async fn measure_false_positives_under_loss() {
     let loss_percent = env("SHOAL_MEASURE_LOSS_PERCENT", 10);
     let duration = Duration::from_secs(env("SHOAL_MEASURE_SECONDS", 600));
     let net = MemNetwork::new(env("SHOAL_MEASURE_SEED", 1));
-    net.set_delay(Duration::from_micros(200), Duration::from_millis(5));
+    let mut fault = LinkFault {
+        delay: Duration::from_micros(200),
+        jitter: Duration::from_micros(4800),
+        ..LinkFault::default()
+    };
+    net.set_default_fault(fault);
     let addrs: Vec<SocketAddr> = (0..n)
         .map(|i| SocketAddr::from(([10, 0, (i / 250) as u8, (i % 250) as u8 + 1], 7000)))
         .collect();
@@ -309,7 +322,8 @@ async fn measure_false_positives_under_loss() {
         all_see(&nodes, &everyone)
     })
     .await;
-    net.set_drop_probability(loss_percent as f64 / 100.0);
+    fault.loss = loss_percent as f64 / 100.0;
+    net.set_default_fault(fault);
     // Count, per observer, the transitions of a live peer to "not live".
     let mut false_dead = 0usize;
     let mut previous: Vec<BTreeSet<String>> = vec![everyone.clone(); n];
@@ -324,7 +338,7 @@ async fn measure_false_positives_under_loss() {
     }
     eprintln!(
         "{n} nodes, {loss_percent}% loss, {duration:?} (tokio time): {false_dead} false dead verdicts; {:?}",
-        net.stats()
+        net.totals()
     );
 }
 

@@ -3,9 +3,10 @@
 //! chitchat reaches the network only through its `Transport`/`Socket` traits. Two implementations:
 //! - [`quic::QuicTransport`]: one quinn endpoint on the gossip address, mutual TLS, one
 //!   unidirectional stream per message (what agents use);
-//! - [`mem::MemNetwork`]: in-process links that drop (seeded rng), delay and partition, timed by
-//!   tokio's clock (what the simulator and paused-time tests use). It also carries RPC
-//!   ([`mem::MemRpcClient`]), so store sync runs over the same faulty links as gossip.
+//! - [`mem::MemNetwork`]: in-process links between hosts that lose, delay, reorder, duplicate,
+//!   block one way and pause, decided by a seeded rng and timed by tokio's clock (what the
+//!   simulator and paused-time tests use). It also carries RPC ([`mem::MemRpcClient`]), so store
+//!   sync runs over the same faulty links as gossip.
 //!
 //! chitchat 0.11.2 is pinned because its message type implements the public `Serializable` /
 //! `Deserializable` traits; from 0.12 on, a transport outside the crate cannot serialize messages.

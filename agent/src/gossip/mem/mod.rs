@@ -1,47 +1,93 @@
-//! An in-memory network for many agents in one process: chitchat's `Transport` and RPC over links
-//! that drop (an injected, seeded rng decides), delay, and partition (both ways or one way).
+//! An in-memory network for many agents in one process, what the simulator and the paused-time
+//! tests run on: chitchat's `Transport` ([`MemTransport`]) and the agents' RPC
+//! ([`MemRpcClient`]) over links with loss, delay with jitter, duplication, one-way blocks and
+//! paused hosts.
 //!
-//! All timing goes through tokio's clock (`tokio::time::sleep`), so tests may pause time and
-//! advance it. Fault decisions are drawn from the network's rng in the order messages are sent;
-//! chitchat's own peer selection uses its thread rng, so a run is reproducible in its faults, not
-//! in every gossip choice.
+//! Faults are per host: a host is an IP address, and its gossip and API ports share its links.
+//! Every host's links follow the default [`LinkFault`] unless one of its own is set.
+//!
+//! Time and randomness are inputs: every wait goes through tokio's clock (tests and the simulator
+//! pause it), and every fault is decided by one ChaCha8 generator seeded by the caller, drawn in
+//! the order messages are sent, so a run replays from its seed (chitchat's own peer choices replay
+//! only where its entropy is fixed too, as the simulator's binary does).
+//!
+//! Lean on purpose: gossip messages travel as chitchat values (serialized only for a duplicate);
+//! RPC frames are the real wire frames, answered by the real handler through
+//! [`crate::rpc::answer_frame`]. A lost gossip message is gone (UDP); a lost RPC packet is sent
+//! again after a probe timeout that doubles (QUIC), and the call times out only after
+//! [`RPC_ATTEMPTS_MAX`] losses in a row.
+//!
+//! Architecture Invariant: every queue is bounded; a full queue drops and counts, as UDP would.
 
-use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
+mod rpc;
+mod socket;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use chitchat::transport::{Socket, Transport};
-use chitchat::{ChitchatMessage, Serializable};
-use rand::{Rng, RngExt, SeedableRng};
-use serde::de::DeserializeOwned;
+use chitchat::ChitchatMessage;
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use super::canonical;
-use crate::rpc::{self, BoxFuture, Handler, RpcClient, RpcError, TransportStats};
-use crate::tls::{Peer, PeerName, ANY_MEMBER};
+pub use rpc::MemRpcClient;
+pub use socket::MemTransport;
+
+use crate::rpc::BoxFuture;
+use crate::tls::{Peer, PeerName};
 
 /// Messages queued for one socket before new ones are dropped.
 const SOCKET_QUEUE_LEN: usize = 1024;
-/// Longest a handler may take on the in-memory network.
-const HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
+/// First retransmission delay of a lost RPC packet (QUIC's probe timeout on a fast network).
+const RPC_RETRANSMIT: Duration = Duration::from_millis(200);
+/// Losses in a row after which an RPC exchange is given up.
+pub const RPC_ATTEMPTS_MAX: u32 = 6;
 
 type FrameHandler = Arc<dyn Fn(Vec<u8>, Peer) -> BoxFuture<Vec<u8>> + Send + Sync>;
 
-/// What happened to messages on the network (gossip and RPC alike).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MemNetStats {
-    /// Messages delivered.
-    pub delivered: u64,
-    /// Messages dropped by the random loss.
-    pub dropped_random: u64,
-    /// Messages dropped by a partition or a blocked link.
-    pub dropped_partition: u64,
-    /// Messages dropped because the receiver's queue was full or nobody listened.
-    pub dropped_unreachable: u64,
+/// What can go wrong on a link, besides a block.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LinkFault {
+    /// Probability that a message is lost (gossip: dropped; RPC: sent again after a backoff,
+    /// as QUIC would).
+    pub loss: f64,
+    /// Fixed delay.
+    pub delay: Duration,
+    /// Extra delay drawn uniformly in `0..=jitter` at microsecond steps (reorders messages).
+    pub jitter: Duration,
+    /// Probability that a message is delivered twice (gossip only; RPC rides a stream).
+    pub duplicate: f64,
+}
+
+/// What one host sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct HostTraffic {
+    /// Gossip messages sent.
+    pub gossip_messages: u64,
     /// Gossip bytes sent (chitchat's serialized size).
     pub gossip_bytes: u64,
+    /// RPC frames sent (requests and answers).
+    pub rpc_messages: u64,
+    /// RPC bytes sent.
+    pub rpc_bytes: u64,
+}
+
+/// What happened to messages on the whole network (gossip and RPC alike).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct NetTotals {
+    /// Messages delivered.
+    pub delivered: u64,
+    /// Lost to random loss (for RPC, every lost packet, retransmitted or not).
+    pub dropped_loss: u64,
+    /// Lost to a block, a partition or a paused host.
+    pub dropped_blocked: u64,
+    /// Lost because nobody listened or the queue was full.
+    pub dropped_unreachable: u64,
+    /// Extra copies delivered.
+    pub duplicated: u64,
 }
 
 /// A shared in-memory network. Clones share it.
@@ -51,43 +97,53 @@ pub struct MemNetwork {
 }
 
 struct NetState {
-    rng: Box<dyn Rng + Send>,
-    drop_probability: f64,
-    delay_min: Duration,
-    delay_max: Duration,
+    rng: ChaCha8Rng,
+    default_fault: LinkFault,
+    link_faults: BTreeMap<(IpAddr, IpAddr), LinkFault>,
     /// One-way blocked links (from, to).
-    blocked: HashSet<(SocketAddr, SocketAddr)>,
-    sockets: HashMap<SocketAddr, (u64, mpsc::Sender<(SocketAddr, ChitchatMessage)>)>,
-    rpc_servers: HashMap<SocketAddr, (PeerName, FrameHandler)>,
+    blocked: BTreeSet<(IpAddr, IpAddr)>,
+    paused: BTreeSet<IpAddr>,
+    sockets: BTreeMap<SocketAddr, (u64, mpsc::Sender<(SocketAddr, ChitchatMessage)>)>,
+    rpc_servers: BTreeMap<SocketAddr, (PeerName, FrameHandler)>,
     next_socket_id: u64,
-    stats: MemNetStats,
+    traffic: BTreeMap<IpAddr, HostTraffic>,
+    totals: NetTotals,
+}
+
+/// What a message is carried by.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Carrier {
+    Gossip,
+    Rpc,
 }
 
 /// The fate of one message.
 enum Fate {
-    Deliver(Duration),
+    Deliver { delay: Duration, copies: u8 },
     Drop,
 }
 
-impl MemNetwork {
-    /// A lossless, instant network whose random decisions come from a `StdRng` seeded by `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self::with_rng(rand::rngs::StdRng::seed_from_u64(seed))
-    }
+/// The host (IP address) of a socket address; an IPv4-mapped IPv6 address is its IPv4 host.
+fn host(addr: SocketAddr) -> IpAddr {
+    addr.ip().to_canonical()
+}
 
-    /// A lossless, instant network whose random decisions come from `rng`.
-    pub fn with_rng(rng: impl Rng + Send + 'static) -> Self {
+impl MemNetwork {
+    /// A lossless, instant network whose decisions are drawn from a ChaCha8 generator seeded by
+    /// `seed`.
+    pub fn new(seed: u64) -> Self {
         MemNetwork {
             state: Arc::new(Mutex::new(NetState {
-                rng: Box::new(rng),
-                drop_probability: 0.0,
-                delay_min: Duration::ZERO,
-                delay_max: Duration::ZERO,
-                blocked: HashSet::new(),
-                sockets: HashMap::new(),
-                rpc_servers: HashMap::new(),
+                rng: ChaCha8Rng::seed_from_u64(seed),
+                default_fault: LinkFault::default(),
+                link_faults: BTreeMap::new(),
+                blocked: BTreeSet::new(),
+                paused: BTreeSet::new(),
+                sockets: BTreeMap::new(),
+                rpc_servers: BTreeMap::new(),
                 next_socket_id: 0,
-                stats: MemNetStats::default(),
+                traffic: BTreeMap::new(),
+                totals: NetTotals::default(),
             })),
         }
     }
@@ -96,255 +152,145 @@ impl MemNetwork {
         self.state.lock().expect("mem network lock")
     }
 
-    /// A chitchat transport on this network.
-    pub fn transport(&self) -> MemTransport {
-        MemTransport { net: self.clone() }
+    /// Sets the fault of every link without a fault of its own.
+    pub fn set_default_fault(&self, fault: LinkFault) {
+        self.state().default_fault = fault;
     }
 
-    /// Drops each message with probability `p` (clamped to 0..=1).
-    pub fn set_drop_probability(&self, p: f64) {
-        self.state().drop_probability = p.clamp(0.0, 1.0);
-    }
-
-    /// Delays each message by a uniform duration in `min..=max`.
-    pub fn set_delay(&self, min: Duration, max: Duration) {
+    /// Sets (or with `None` clears) the fault of the link `from -> to`.
+    pub fn set_link_fault(&self, from: IpAddr, to: IpAddr, fault: Option<LinkFault>) {
         let mut state = self.state();
-        state.delay_min = min.min(max);
-        state.delay_max = max.max(min);
+        match fault {
+            Some(f) => state.link_faults.insert((from, to), f),
+            None => state.link_faults.remove(&(from, to)),
+        };
     }
 
-    /// Blocks the link from `from` to `to` (one way).
-    pub fn block(&self, from: SocketAddr, to: SocketAddr) {
-        self.state()
-            .blocked
-            .insert((canonical(from), canonical(to)));
+    /// Blocks (or unblocks) the link `from -> to`, one way.
+    pub fn set_blocked(&self, from: IpAddr, to: IpAddr, blocked: bool) {
+        let mut state = self.state();
+        if blocked {
+            state.blocked.insert((from, to));
+        } else {
+            state.blocked.remove(&(from, to));
+        }
     }
 
-    /// Unblocks the link from `from` to `to`.
-    pub fn unblock(&self, from: SocketAddr, to: SocketAddr) {
-        self.state()
-            .blocked
-            .remove(&(canonical(from), canonical(to)));
+    /// Replaces every block with `links` (the union of the partitions in force).
+    pub fn set_blocked_links(&self, links: BTreeSet<(IpAddr, IpAddr)>) {
+        self.state().blocked = links;
     }
 
-    /// Cuts every link between `side_a` and `side_b`, both ways.
-    pub fn partition(&self, side_a: &[SocketAddr], side_b: &[SocketAddr]) {
+    /// Cuts every link between the hosts `side_a` and the hosts `side_b`, both ways.
+    pub fn partition(&self, side_a: &[IpAddr], side_b: &[IpAddr]) {
         let mut state = self.state();
         for a in side_a {
             for b in side_b {
-                state.blocked.insert((canonical(*a), canonical(*b)));
-                state.blocked.insert((canonical(*b), canonical(*a)));
+                state.blocked.insert((*a, *b));
+                state.blocked.insert((*b, *a));
             }
         }
     }
 
-    /// Restores every link (random loss and delay stay as set).
+    /// Removes every block (partitions heal; link faults and pauses stay).
     pub fn heal(&self) {
         self.state().blocked.clear();
     }
 
-    /// What happened to messages so far.
-    pub fn stats(&self) -> MemNetStats {
-        self.state().stats
+    /// Whether any link is blocked.
+    pub fn any_blocked(&self) -> bool {
+        !self.state().blocked.is_empty()
     }
 
-    fn fate(&self, from: SocketAddr, to: SocketAddr) -> Fate {
+    /// Pauses (or resumes) a host: nothing leaves or reaches it while paused.
+    pub fn set_paused(&self, host: IpAddr, paused: bool) {
+        let mut state = self.state();
+        if paused {
+            state.paused.insert(host);
+        } else {
+            state.paused.remove(&host);
+        }
+    }
+
+    /// What `host` sent so far.
+    pub fn traffic(&self, host: IpAddr) -> HostTraffic {
+        self.state().traffic.get(&host).copied().unwrap_or_default()
+    }
+
+    /// What happened to messages so far.
+    pub fn totals(&self) -> NetTotals {
+        self.state().totals
+    }
+
+    /// Decides what happens to a message of `bytes` from `from` to `to`, and counts it.
+    fn fate(&self, from: SocketAddr, to: SocketAddr, bytes: usize, carrier: Carrier) -> Fate {
         let mut state = self.state();
         let state = &mut *state;
-        if state.blocked.contains(&(from, to)) {
-            state.stats.dropped_partition += 1;
-            return Fate::Drop;
-        }
-        if state.drop_probability > 0.0 && state.rng.random::<f64>() < state.drop_probability {
-            state.stats.dropped_random += 1;
-            return Fate::Drop;
-        }
-        let delay = if state.delay_max > state.delay_min {
-            let span = (state.delay_max - state.delay_min).as_nanos() as u64;
-            state.delay_min + Duration::from_nanos(state.rng.random_range(0..=span))
-        } else {
-            state.delay_min
-        };
-        Fate::Deliver(delay)
-    }
-
-    fn deliver_gossip(&self, from: SocketAddr, to: SocketAddr, msg: ChitchatMessage) {
-        let mut state = self.state();
-        let queued = state
-            .sockets
-            .get(&to)
-            .map(|(_, tx)| tx.try_send((from, msg)).is_ok());
-        if queued == Some(true) {
-            state.stats.delivered += 1;
-        } else {
-            state.stats.dropped_unreachable += 1;
-        }
-    }
-
-    /// Serves typed RPC at `addr` as the node named `name`; returns the server's counters
-    /// (`frames_rejected`, `requests_served`).
-    pub fn serve_rpc<Req, Resp>(
-        &self,
-        addr: SocketAddr,
-        name: PeerName,
-        handler: Handler<Req, Resp>,
-    ) -> Arc<TransportStats>
-    where
-        Req: DeserializeOwned + Send + 'static,
-        Resp: Serialize + Send + 'static,
-    {
-        let stats = Arc::new(TransportStats::default());
-        let server_stats = stats.clone();
-        let frame_handler: FrameHandler = Arc::new(move |frame, peer| {
-            let (handler, stats) = (handler.clone(), server_stats.clone());
-            Box::pin(async move {
-                rpc::answer_frame(&handler, &frame, peer, HANDLER_TIMEOUT, &stats).await
-            })
-        });
-        self.state()
-            .rpc_servers
-            .insert(canonical(addr), (name, frame_handler));
-        stats
-    }
-
-    /// Stops serving RPC at `addr` (the node crashed or left).
-    pub fn stop_rpc(&self, addr: SocketAddr) {
-        self.state().rpc_servers.remove(&canonical(addr));
-    }
-
-    /// An RPC client calling from `addr` as `name` (a node, or a client in tests).
-    pub fn rpc_client(&self, addr: SocketAddr, name: Peer) -> MemRpcClient {
-        MemRpcClient {
-            net: self.clone(),
-            addr: canonical(addr),
-            name,
-        }
-    }
-}
-
-/// chitchat's `Transport` on a [`MemNetwork`].
-pub struct MemTransport {
-    net: MemNetwork,
-}
-
-#[async_trait::async_trait]
-impl Transport for MemTransport {
-    async fn open(&self, listen_addr: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
-        let addr = canonical(listen_addr);
-        let (tx, rx) = mpsc::channel(SOCKET_QUEUE_LEN);
-        let mut state = self.net.state();
-        if state
-            .sockets
-            .get(&addr)
-            .is_some_and(|(_, tx)| !tx.is_closed())
-        {
-            anyhow::bail!("{addr} is already bound on the in-memory network");
-        }
-        state.next_socket_id += 1;
-        let id = state.next_socket_id;
-        state.sockets.insert(addr, (id, tx));
-        Ok(Box::new(MemSocket {
-            net: self.net.clone(),
-            addr,
-            id,
-            rx,
-        }))
-    }
-}
-
-struct MemSocket {
-    net: MemNetwork,
-    addr: SocketAddr,
-    id: u64,
-    rx: mpsc::Receiver<(SocketAddr, ChitchatMessage)>,
-}
-
-impl Drop for MemSocket {
-    fn drop(&mut self) {
-        let mut state = self.net.state();
-        if state
-            .sockets
-            .get(&self.addr)
-            .is_some_and(|(id, _)| *id == self.id)
-        {
-            state.sockets.remove(&self.addr);
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl Socket for MemSocket {
-    async fn send(&mut self, to: SocketAddr, msg: ChitchatMessage) -> anyhow::Result<()> {
-        let to = canonical(to);
-        self.net.state().stats.gossip_bytes += msg.serialized_len() as u64;
-        match self.net.fate(self.addr, to) {
-            Fate::Drop => {}
-            Fate::Deliver(delay) if delay.is_zero() => self.net.deliver_gossip(self.addr, to, msg),
-            Fate::Deliver(delay) => {
-                let (net, from) = (self.net.clone(), self.addr);
-                tokio::spawn(async move {
-                    tokio::time::sleep(delay).await;
-                    net.deliver_gossip(from, to, msg);
-                });
+        let (a, b) = (host(from), host(to));
+        let sent = state.traffic.entry(a).or_default();
+        match carrier {
+            Carrier::Gossip => {
+                sent.gossip_messages += 1;
+                sent.gossip_bytes += bytes as u64;
+            }
+            Carrier::Rpc => {
+                sent.rpc_messages += 1;
+                sent.rpc_bytes += bytes as u64;
             }
         }
-        Ok(())
-    }
-
-    async fn recv(&mut self) -> anyhow::Result<(SocketAddr, ChitchatMessage)> {
-        self.rx
-            .recv()
-            .await
-            .ok_or_else(|| anyhow::anyhow!("in-memory socket closed"))
-    }
-}
-
-/// RPC calls over a [`MemNetwork`], subject to its loss, delay and partitions in both directions.
-/// A lost request or answer surfaces as a timeout, as it would over QUIC.
-pub struct MemRpcClient {
-    net: MemNetwork,
-    addr: SocketAddr,
-    name: Peer,
-}
-
-#[async_trait::async_trait]
-impl RpcClient for MemRpcClient {
-    async fn call_frame(
-        &self,
-        addr: SocketAddr,
-        server_name: &str,
-        request_frame: Vec<u8>,
-        timeout: Duration,
-    ) -> Result<Vec<u8>, RpcError> {
-        let to = canonical(addr);
-        let server = self.net.state().rpc_servers.get(&to).cloned();
-        let Some((name, handler)) = server else {
-            return Err(RpcError::Connect {
-                addr,
-                reason: "nobody serves RPC at this address".into(),
-            });
-        };
-        if server_name != ANY_MEMBER && server_name != name.as_str() {
-            return Err(RpcError::Connect {
-                addr,
-                reason: format!("certificate is for {name}, not {server_name}"),
-            });
+        if state.blocked.contains(&(a, b)) || state.paused.contains(&a) || state.paused.contains(&b)
+        {
+            state.totals.dropped_blocked += 1;
+            return Fate::Drop;
         }
-        let exchange = async {
-            let Fate::Deliver(there) = self.net.fate(self.addr, to) else {
-                return std::future::pending().await;
-            };
-            tokio::time::sleep(there).await;
-            let answer = handler(request_frame, self.name.clone()).await;
-            let Fate::Deliver(back) = self.net.fate(to, self.addr) else {
-                return std::future::pending().await;
-            };
-            tokio::time::sleep(back).await;
-            self.net.state().stats.delivered += 2;
-            answer
-        };
-        tokio::time::timeout(timeout, exchange)
-            .await
-            .map_err(|_| RpcError::Timeout(timeout))
+        let fault = *state
+            .link_faults
+            .get(&(a, b))
+            .unwrap_or(&state.default_fault);
+        let mut delay = fault.delay;
+        match carrier {
+            Carrier::Gossip => {
+                if fault.loss > 0.0 && state.rng.random::<f64>() < fault.loss {
+                    state.totals.dropped_loss += 1;
+                    return Fate::Drop;
+                }
+            }
+            Carrier::Rpc => match retransmit_delay(&mut state.rng, fault.loss, &mut state.totals) {
+                Some(extra) => delay += extra,
+                None => return Fate::Drop,
+            },
+        }
+        if !fault.jitter.is_zero() {
+            let span = fault.jitter.as_micros() as u64;
+            delay += Duration::from_micros(state.rng.random_range(0..=span));
+        }
+        let duplicated = carrier == Carrier::Gossip
+            && fault.duplicate > 0.0
+            && state.rng.random::<f64>() < fault.duplicate;
+        if duplicated {
+            state.totals.duplicated += 1;
+        }
+        let copies = if duplicated { 2 } else { 1 };
+        Fate::Deliver { delay, copies }
     }
+}
+
+/// The extra delay of an RPC message on a link that loses packets with probability `loss`: each
+/// loss costs a probe timeout, doubled after each. `None` after [`RPC_ATTEMPTS_MAX`] losses in a
+/// row (the exchange is given up).
+fn retransmit_delay(rng: &mut ChaCha8Rng, loss: f64, totals: &mut NetTotals) -> Option<Duration> {
+    let mut extra = Duration::ZERO;
+    if loss <= 0.0 {
+        return Some(extra);
+    }
+    let mut probe_timeout = RPC_RETRANSMIT;
+    for _ in 0..RPC_ATTEMPTS_MAX {
+        if rng.random::<f64>() >= loss {
+            return Some(extra);
+        }
+        totals.dropped_loss += 1;
+        extra += probe_timeout;
+        probe_timeout *= 2;
+    }
+    None
 }
