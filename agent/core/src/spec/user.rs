@@ -137,3 +137,65 @@ mod tests {
         assert!(parse(&"x".repeat(100)).unwrap_err().contains("bytes"));
     }
 }
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+    use crate::version::with_layout;
+
+    fn spec(user: &str) -> WorkloadSpec {
+        let text = format!(
+            "name = \"web\"\n{user}[process]\ncommand = [\"web\"]\n\
+             [resources]\ncpu = \"100m\"\nmemory = \"64Mi\"\n"
+        );
+        WorkloadSpec::from_toml_str(&text, "web.toml").unwrap()
+    }
+
+    fn bin(spec: &WorkloadSpec, layout: u16) -> Result<Vec<u8>, String> {
+        with_layout(layout, || {
+            bincode::serde::encode_to_vec(spec, bincode::config::standard())
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    fn unbin(bytes: &[u8], layout: u16) -> WorkloadSpec {
+        let (spec, used): (WorkloadSpec, usize) = with_layout(layout, || {
+            bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+        })
+        .unwrap();
+        assert_eq!(used, bytes.len(), "every byte read at layout {layout}");
+        spec
+    }
+
+    /// `user` is the last field: at 8 a spec without it is the layout-7 bytes and one `None`
+    /// byte, so at 7 it is exactly what the builds before 8 wrote (agent/tests/compat.rs checks
+    /// that against their recorded bytes).
+    #[test]
+    fn without_user_the_layout_7_bytes_are_the_older_builds() {
+        let plain = spec("");
+        let at_7 = bin(&plain, 7).unwrap();
+        let at_8 = bin(&plain, 8).unwrap();
+        assert_eq!(at_8.len(), at_7.len() + 1);
+        assert_eq!((&at_8[..at_7.len()], at_8[at_7.len()]), (&at_7[..], 0));
+        assert_eq!(unbin(&at_7, 7), plain);
+        assert_eq!(unbin(&at_8, 8), plain);
+        assert!(plain.fields_since().is_empty());
+    }
+
+    #[test]
+    fn with_user_it_is_refused_at_7_and_kept_at_8() {
+        let as_user = spec("user = \"nobody\"\n");
+        assert_eq!(as_user.fields_since(), [("user", 8)]);
+        let err = bin(&as_user, 7).unwrap_err();
+        assert!(err.contains("wire version 8"), "{err}");
+        let at_8 = bin(&as_user, 8).unwrap();
+        assert_eq!(unbin(&at_8, 8), as_user);
+        assert_eq!(
+            as_user.run_as(),
+            Some(UserRef {
+                user: Id::Name("nobody".into()),
+                group: None
+            })
+        );
+    }
+}
