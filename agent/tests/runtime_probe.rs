@@ -120,6 +120,7 @@ async fn host_commands_exit_status_missing_program_and_timeout() {
     ]);
     let run = |args: &[&str]| args.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let ok = probe::exec_host(
+        &[],
         &run(&["sh", "-c", "test \"$GREETING\" = hi && test -z \"$HOME\""]),
         &env,
         dir.path(),
@@ -127,16 +128,23 @@ async fn host_commands_exit_status_missing_program_and_timeout() {
     )
     .await;
     assert_eq!(ok, ProbeOutcome::Healthy, "exactly the given environment");
-    let missing = probe::exec_host(&run(&["no-such-probe-cmd"]), &env, dir.path(), TIMEOUT).await;
+    let missing =
+        probe::exec_host(&[], &run(&["no-such-probe-cmd"]), &env, dir.path(), TIMEOUT).await;
     assert_eq!(reason(&missing), "command \"no-such-probe-cmd\" not found");
-    let killed =
-        probe::exec_host(&run(&["sh", "-c", "kill -9 $$"]), &env, dir.path(), TIMEOUT).await;
+    let killed = probe::exec_host(
+        &[],
+        &run(&["sh", "-c", "kill -9 $$"]),
+        &env,
+        dir.path(),
+        TIMEOUT,
+    )
+    .await;
     assert!(reason(&killed).contains("killed by signal 9"), "{killed:?}");
 
     // On timeout the whole group dies, background children included.
     let t0 = Instant::now();
     let script = "sleep 30 & echo $! > bg.pid; wait";
-    let slow = probe::exec_host(&run(&["sh", "-c", script]), &env, dir.path(), TIMEOUT).await;
+    let slow = probe::exec_host(&[], &run(&["sh", "-c", script]), &env, dir.path(), TIMEOUT).await;
     assert!(reason(&slow).contains("did not finish within"), "{slow:?}");
     assert!(t0.elapsed() < Duration::from_secs(3));
     let bg: i32 = std::fs::read_to_string(dir.path().join("bg.pid"))

@@ -102,18 +102,22 @@ pub(crate) fn parse_status_line(bytes: &[u8]) -> Result<u16, String> {
 }
 
 /// Runs `command` with exactly `env`, in `dir`, as the leader of its own process group; healthy
-/// on exit status 0. After `timeout` the whole group is killed.
+/// on exit status 0. After `timeout` the whole group is killed. `prefix` (a program and its
+/// arguments that exec the command, such as `setpriv` changing the user) goes in front of it;
+/// messages name the command's own program.
 pub async fn exec_host(
+    prefix: &[String],
     command: &[String],
     env: &BTreeMap<String, String>,
     dir: &Path,
     timeout: Duration,
 ) -> ProbeOutcome {
-    let Some((program, args)) = command.split_first() else {
+    let Some(program) = command.first() else {
         return ProbeOutcome::fail("empty command");
     };
-    let spawned = tokio::process::Command::new(program)
-        .args(args)
+    let mut run = prefix.iter().chain(command);
+    let spawned = tokio::process::Command::new(run.next().expect("the command is not empty"))
+        .args(run)
         .env_clear()
         .envs(env)
         .current_dir(dir)

@@ -132,7 +132,9 @@ impl Inner {
                 for (name, value) in settings {
                     env.insert(setting_env_name(name), value.clone());
                 }
-                match probe::exec_host(command, &env, &state.working_dir, timeout).await {
+                let as_user = super::user::prefix(state.run_as.as_ref());
+                let run = probe::exec_host(&as_user, command, &env, &state.working_dir, timeout);
+                match run.await {
                     ProbeOutcome::Healthy => Ok(()),
                     ProbeOutcome::Unhealthy { reason } => Err(failed(reason)),
                 }
@@ -160,7 +162,8 @@ impl Inner {
         let target = |port: &PortRef| target_addr(&state, port);
         match probe {
             Probe::Exec { command } => {
-                probe::exec_host(command, &state.env, &state.working_dir, timeout).await
+                let as_user = super::user::prefix(state.run_as.as_ref());
+                probe::exec_host(&as_user, command, &state.env, &state.working_dir, timeout).await
             }
             Probe::Tcp { port } => match target(port) {
                 Ok(addr) => probe::tcp(addr, timeout).await,

@@ -68,24 +68,45 @@ pub(super) fn command(
     run_as: Option<&RunAs>,
     program: impl AsRef<OsStr>,
 ) -> tokio::process::Command {
-    let Some(run_as) = run_as else {
+    let prefix = prefix(run_as);
+    let Some((setpriv, args)) = prefix.split_first() else {
         return tokio::process::Command::new(program);
     };
-    let mut command = tokio::process::Command::new(SETPRIV);
-    command
-        .arg("--reuid")
-        .arg(run_as.uid.to_string())
-        .arg("--regid")
-        .arg(run_as.gid.to_string())
-        .arg("--clear-groups")
-        .arg("--")
-        .arg(program);
+    let mut command = tokio::process::Command::new(setpriv);
+    command.args(args).arg(program);
     command
 }
 
-/// Makes `dir` (a replica's own directory under `data_dir`) its user's: the whole tree when its
-/// top is not theirs yet, and every directory from `data_dir` down to it traversable (o+x: enter
-/// by name, no listing), as the agent creates them 0700.
+/// What goes before a command to run it as `run_as`: `setpriv` with the user, the group and the
+/// supplementary groups cleared; nothing for the agent's user. Every command the runtime runs
+/// for an instance takes it: its own, `shoal exec`, exec probes and reload hooks (a probe run as
+/// root could run a script the instance's user wrote).
+pub(super) fn prefix(run_as: Option<&RunAs>) -> Vec<String> {
+    let Some(run_as) = run_as else {
+        return Vec::new();
+    };
+    [
+        SETPRIV,
+        "--reuid",
+        &run_as.uid.to_string(),
+        "--regid",
+        &run_as.gid.to_string(),
+        "--clear-groups",
+        "--",
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
+/// Makes `dir` (a replica's own directory under `data_dir`) its user's: the tree when its top is
+/// not theirs yet, and every directory from `data_dir` down to it traversable (o+x: enter by
+/// name, no listing), as the agent creates them 0700.
+///
+/// The tree may hold what the instance's previous user wrote (the spec's `user` changed), and
+/// that user's processes may still run. So the walk is GNU `chown -R -P`'s, which never follows
+/// a symbolic link, also one swapped in during the walk (a link is changed, not its target),
+/// and from a user other than root only that user's entries change hands (`--from`): a hard
+/// link it made to a file of root's stays root's.
 pub(super) fn give(dir: &Path, data_dir: &Path, run_as: &RunAs) -> Result<(), RuntimeError> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let io = |what: &str, path: &Path, e: std::io::Error| {
@@ -106,18 +127,30 @@ pub(super) fn give(dir: &Path, data_dir: &Path, run_as: &RunAs) -> Result<(), Ru
     if (meta.uid(), meta.gid()) == (run_as.uid, run_as.gid) {
         return Ok(());
     }
-    chown_tree(dir, run_as).map_err(|e| io("giving the instance's user", dir, e))
+    let from = (meta.uid() != 0).then_some(meta.uid());
+    chown_tree(dir, run_as, from).map_err(|e| io("giving the instance's user", dir, e))
 }
 
-/// `chown -R` without following symbolic links (a link in the tree is changed, not its target).
-fn chown_tree(path: &Path, run_as: &RunAs) -> std::io::Result<()> {
-    std::os::unix::fs::lchown(path, Some(run_as.uid), Some(run_as.gid))?;
-    if std::fs::symlink_metadata(path)?.is_dir() {
-        for entry in std::fs::read_dir(path)? {
-            chown_tree(&entry?.path(), run_as)?;
-        }
+/// `chown -R -P --no-dereference [--from=FROM] UID:GID DIR`.
+fn chown_tree(dir: &Path, run_as: &RunAs, from: Option<u32>) -> std::io::Result<()> {
+    let mut command = std::process::Command::new("chown");
+    command.args(["-R", "-P", "--no-dereference"]);
+    if let Some(uid) = from {
+        command.arg(format!("--from={uid}"));
     }
-    Ok(())
+    let out = command
+        .arg(format!("{}:{}", run_as.uid, run_as.gid))
+        .arg("--")
+        .arg(dir)
+        .output()?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let why = String::from_utf8_lossy(&out.stderr);
+    Err(std::io::Error::other(format!(
+        "chown (GNU coreutils) failed: {}",
+        why.trim()
+    )))
 }
 
 /// `getent DATABASE KEY`'s line (NSS: files, LDAP, ...), if any.
