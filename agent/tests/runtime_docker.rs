@@ -1,7 +1,8 @@
 //! The docker runtime against the real engine, with a busybox image built locally from Debian's
 //! busybox-static (no registry): image import, start/list/stop/remove, limits as the engine
 //! records them, exit events, adoption by a fresh runtime, clear errors for a missing image or
-//! command, probes and reload hooks, and an engine outage in the middle of a run.
+//! command, probes and reload hooks, an engine outage in the middle of a run, and `user` (the
+//! container's `User`, its output and an exec as it, a name the image lacks refused).
 //!
 //! These tests need a running Docker engine and `/bin/busybox` (`apt-get install busybox-static`;
 //! `.ci/run` does both checks). Without an engine they FAIL with a message saying so; set
@@ -596,4 +597,82 @@ async fn a_named_port_is_published_on_its_allocated_host_port_and_kept_by_adopti
     let found = listed.iter().find(|i| &i.handle == h).expect("adopted");
     assert_eq!(found.ports["http"], port);
     cleanup(&again, node).await;
+}
+
+/// What `command` prints in the container `handle` through `rt.exec` (the container's user).
+async fn exec_output(rt: &DockerRuntime, handle: &str, command: &str) -> String {
+    let request = shoal::runtime::exec::ExecRequest {
+        command: vec!["sh".into(), "-c".into(), command.into()],
+        stdin: false,
+        tty: None,
+    };
+    let mut child = rt.exec(handle, &request).await.expect("exec");
+    let mut out = Vec::new();
+    while let Some((_, chunk)) = tokio::time::timeout(EVENT_WAIT, child.output.recv())
+        .await
+        .expect("exec output")
+    {
+        out.extend(chunk);
+    }
+    String::from_utf8_lossy(&out).to_string()
+}
+
+#[tokio::test]
+async fn a_container_runs_as_the_specs_user_and_so_does_exec() {
+    use shoal::runtime::logs::{LogQuery, LogStart};
+    let node = "dt-user";
+    let Some(rt) = setup(node).await else { return };
+    // The busybox image has no /etc/passwd: ids, as `docker run --user 65534:65534` takes them.
+    let asuser = spec(&format!(
+        "name = \"asuser\"\nuser = \"65534:65534\"\n[container]\nimage = \"{IMAGE}\"\n\
+         pull = \"if-not-present\"\ncommand = [\"sh\", \"-c\", \"id -u; id -G; exec sleep 30\"]\n\
+         [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n"
+    ));
+    let inst = rt.start(request(&asuser, 0, node)).await.expect("start");
+    let docker = rt.docker().await.unwrap();
+    let config = docker
+        .inspect_container(&inst.handle, None)
+        .await
+        .unwrap()
+        .config
+        .unwrap();
+    assert_eq!(config.user.as_deref(), Some("65534:65534"));
+    let query = LogQuery {
+        start: LogStart::Tail(10),
+        since_ms: None,
+        bytes_max: 4096,
+        instance: None,
+    };
+    let replica = shoal::core::instance::ReplicaId::new("asuser", 0);
+    let deadline = Instant::now() + EVENT_WAIT;
+    loop {
+        let page = rt.logs(&replica, false, &query).await.unwrap();
+        let lines: Vec<&str> = page.lines.iter().map(|l| l.text.as_str()).collect();
+        if lines == ["65534", "65534"] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the container's output: {lines:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let out = exec_output(&rt, &inst.handle, "id -u; id -G").await;
+    assert_eq!(out, "65534\n65534\n", "exec runs as the container's user");
+
+    // A name the image does not know: the engine refuses the start, and says which.
+    let named = spec(&format!(
+        "name = \"ghost\"\nuser = \"no-such-user-shoal\"\n[container]\nimage = \"{IMAGE}\"\n\
+         pull = \"if-not-present\"\ncommand = [\"true\"]\n\
+         [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n"
+    ));
+    let err = rt.start(request(&named, 0, node)).await.unwrap_err();
+    assert!(err.to_string().contains("no-such-user-shoal"), "{err}");
+    let listed = rt.list().await.unwrap();
+    assert_eq!(
+        listed.len(),
+        1,
+        "the failed start leaves no container: {listed:?}"
+    );
+    cleanup(&rt, node).await;
 }
