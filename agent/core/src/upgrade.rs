@@ -105,19 +105,6 @@ pub fn placement_algorithm(mesh_version: u16) -> u32 {
     }
 }
 
-/// The mesh version from which every member knows planned restarts (`shoal agent
-/// --restart-grace`): the gossiped announcement, the hold it asks of peers and the
-/// acknowledgement ([`crate::reconcile::extension`]).
-pub const RESTART_GRACE_SINCE: u16 = 8;
-
-/// Whether an agent may stop for a planned restart that keeps its exclusive instances running
-/// past the guard's usual lease, at `mesh_version`: only once every member knows the
-/// announcement and holds off for it. Below, a member of an older build would see a crash and
-/// wait only the fencing delay, so a SIGTERM stops as before (the usual lease, a leave mark).
-pub fn restart_grace_allowed(mesh_version: u16) -> bool {
-    mesh_version >= RESTART_GRACE_SINCE
-}
-
 /// Why a spec cannot be applied at the recorded mesh version.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpecRefusal {
@@ -145,13 +132,6 @@ pub fn refuse_spec(fields: &[(&'static str, u16)], mesh_version: u16) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn planned_restarts_past_the_lease_need_mesh_version_8() {
-        assert!(!restart_grace_allowed(7));
-        assert!(restart_grace_allowed(8));
-        assert!(restart_grace_allowed(9));
-    }
 
     fn member(name: &str, min: u16, max: u16, alive: bool) -> MemberBuild {
         MemberBuild {

@@ -155,8 +155,6 @@ pub(super) fn build(
         data_holders: BTreeMap::new(),
         data_missing: BTreeMap::new(),
         past_specs: BTreeMap::new(),
-        // The model tier has no planned restarts (`upgrade` is not modelled there).
-        restarts: Vec::new(),
         // The model's time stands in for every host's wall clock.
         fence_token_floor: now,
         // The model's specs have no host paths.

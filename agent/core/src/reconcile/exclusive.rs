@@ -13,11 +13,6 @@
 //!    (re)gained a two-way majority if that is later: a claim published while it could not be
 //!    heard reached nobody.
 //!
-//! And 5b: a member that announced a planned restart (`ReconcileInput::restarts`) is waited for
-//! until its grace has passed since this node first saw the announcement, and the fencing delay
-//! of (5) counts from then at the earliest, whether the detector holds it dead or unreachable
-//! (`restart.rs`; an approval never lifts it, as it never lifts 5).
-//!
 //! In a mesh of several cells, also: 7. no other cell reports a copy that may be alive or claims
 //! it with a name that sorts first, and every cell up in this agent's table answered that
 //! lately (`ReconcileInput::cell_copies`); 3 includes the cell's quorum of cells
@@ -145,26 +140,9 @@ pub(crate) fn start_guard(
         } else {
             ""
         };
-        // A planned restart: its guard may keep the copy until the hold ends (rule 5b), and the
-        // fencing delay counts from that end at the earliest, whatever the detector says.
-        let restart_end = timers.restarts.end_of(n);
-        if let Some(end) = restart_end.filter(|end| now_ms < *end) {
-            let until = end.saturating_add(config.fencing_delay_ms);
-            if wait.as_ref().is_none_or(|(_, u)| until > *u) {
-                let why = format!(
-                    "{n} stopped for a planned restart{what}; its guard may keep its copy while \
-                     it restarts: held until {end}, then the fencing delay, until {until}"
-                );
-                wait = Some((why, until));
-            }
-            continue;
-        }
         match timers.dead_since.get(n) {
             Some(&dead_ms) if majority => {
-                let fenced = timers.fenced_at(dead_ms, config, now_ms);
-                let after_restart =
-                    restart_end.map_or(0, |end| end.saturating_add(config.fencing_delay_ms));
-                let until = fenced.max(after_restart);
+                let until = timers.fenced_at(dead_ms, config, now_ms);
                 if now_ms < until && wait.as_ref().is_none_or(|(_, u)| until > *u) {
                     let why = format!("{n} was confirmed dead{what}; fencing delay until {until}");
                     wait = Some((why, until));

@@ -96,12 +96,6 @@ pub struct ReconcileInput {
     /// differs from the desired one only in `replicas` or placement would be replaced instead
     /// of carried to the new version. Only versions of instances listed here count.
     pub past_specs: BTreeMap<(String, String), Arc<WorkloadSpec>>,
-    /// The planned restarts members announced (`shoal agent --restart-grace`): every identity
-    /// whose gossip carries one, dead ones included, for as long as gossip keeps them. An
-    /// exclusive replica such a member may run does not start here until the grace has passed
-    /// since this node first saw the notice, and the fencing delay after that
-    /// (docs/reconcile.md, "Planned restarts"). Order does not matter.
-    pub restarts: Vec<super::restart::RestartNotice>,
 }
 
 /// Where a replica running here went, when the cell level moved it to another cell.

@@ -50,7 +50,6 @@ mod issue;
 mod orphan;
 mod plan;
 mod report;
-mod restart;
 mod round;
 mod start;
 mod status;
@@ -68,9 +67,6 @@ pub use input::{
 };
 pub use issue::{issue_id, ApproveError, Issue, IssueKind, Layer, RestartError};
 pub use report::ProbeTarget;
-pub use restart::{
-    extension, RestartNotice, RESTART_ACKS_MAX, RESTART_GRACE_MS_MAX, RESTART_HOLDS_MAX,
-};
 pub use status::InstanceStatus;
 
 use crate::instance::ReplicaId;
@@ -343,14 +339,6 @@ impl Reconciler {
     pub fn restore_members_known(&mut self, members: usize) {
         let t = &mut self.timers;
         t.members_floor = Some(t.members_floor.map_or(members, |f| f.max(members)));
-    }
-
-    /// The planned restarts of members this node holds now (`ReconcileInput::restarts`), to
-    /// acknowledge in gossip: the member that announced one extends its guard's lease only once
-    /// every member it holds live acknowledged it (see [`extension`]). Publish it after the tick
-    /// that took the notices, never before: an acknowledgement promises a hold.
-    pub fn restart_holds(&self) -> Vec<RestartNotice> {
-        self.timers.restarts.in_force(self.now_ms)
     }
 
     /// Whether [`Reconciler::handle_tick`] has run once. Until then [`Reconciler::observed`] knows

@@ -44,8 +44,6 @@ pub(crate) struct MeshTimers {
     /// The member count (as the shell counted it) at the last tick with a strict majority: what
     /// the shell persists for [`MeshTimers::members_floor`].
     pub majority_members: Option<usize>,
-    /// The planned restarts of members this node holds (`restart.rs`).
-    pub restarts: super::restart::RestartHolds,
 }
 
 /// How long after a peer came back moves of replicas to it are taken for a handback (ms).
@@ -60,8 +58,6 @@ impl MeshTimers {
         config: &ReconcileConfig,
         now_ms: u64,
     ) {
-        self.restarts
-            .observe(node, &input.restarts, config.fencing_delay_ms, now_ms);
         let m = &input.membership;
         // Death verdicts are trusted while this node sees a majority (it receives the mesh's
         // gossip); keeping and starting exclusive replicas also needs the mesh to hear it.

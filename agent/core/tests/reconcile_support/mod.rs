@@ -221,8 +221,6 @@ pub struct Cluster {
     pub data_holders: BTreeMap<ReplicaId, String>,
     /// Per node: the replicas whose data it no longer holds, with why.
     pub data_missing: BTreeMap<String, BTreeMap<ReplicaId, String>>,
-    /// Per node: the planned restarts its gossip carries (`ReconcileInput::restarts`).
-    pub restarts: BTreeMap<String, Vec<shoal_core::reconcile::RestartNotice>>,
 }
 
 impl Cluster {
@@ -250,7 +248,6 @@ impl Cluster {
             knows_only_itself: BTreeSet::new(),
             data_holders: BTreeMap::new(),
             data_missing: BTreeMap::new(),
-            restarts: BTreeMap::new(),
         };
         for n in nodes {
             let agent = Agent {
@@ -423,7 +420,6 @@ impl Cluster {
             data_holders: self.data_holders.clone(),
             data_missing: self.data_missing.get(node).cloned().unwrap_or_default(),
             past_specs: BTreeMap::new(),
-            restarts: self.restarts.get(node).cloned().unwrap_or_default(),
         }
     }
 
