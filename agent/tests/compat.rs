@@ -6,11 +6,14 @@
 //! (`expect.json`). This build must decode every frame in the version it came in, re-encode it in
 //! that version to the same bytes (so an older peer reads what this build sends it), decode every
 //! payload and write it back identically, and open the data dir with everything in it.
+//! `placement-A.json` is an older build's placement of a seeded input under algorithm A, which
+//! every agent of a mesh version naming A must compute alike.
 //!
 //! The guard: every version this build speaks and the layout it writes must have fixtures, so
 //! bumping `WIRE_CUR` or the layout without recording them fails here, and a change to the
 //! layout of a type of the newest version without a bump fails the byte-for-byte check.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use shoal::mesh::api::{Request, Response};
@@ -22,8 +25,11 @@ use shoal::wire::{
     decode_frame, encode_frame_at, FrameKind, API_FRAME_MAX_BYTES, GOSSIP_FRAME_MAX_BYTES,
     WIRE_CUR, WIRE_MIN,
 };
+use shoal_core::placement::{Node, Workload, PLACEMENT_ALGORITHM_VERSION};
 use shoal_core::spec::WorkloadSpec;
+use shoal_core::stacking::place_stacked;
 use shoal_core::store::StoreConfig;
+use shoal_core::upgrade::placement_algorithm;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/compat")
@@ -41,6 +47,13 @@ fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
 
 fn stem(path: &Path) -> String {
     path.file_stem().unwrap().to_string_lossy().to_string()
+}
+
+/// The spec in the TOML file `path`, parsed by this build.
+fn spec_source(path: &Path) -> WorkloadSpec {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    WorkloadSpec::from_toml_str(&text, &path.display().to_string())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 #[test]
@@ -82,12 +95,12 @@ fn every_recorded_frame_decodes_in_its_version_and_re_encodes_to_the_same_bytes(
                 let (v, request) = decode_request::<Request>(&bytes)
                     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 assert_eq!(v, version);
-                check_request(&name, &request);
+                check_request(&dir, &name, &request);
                 encode_frame_at(version, FrameKind::Request, &request, API_FRAME_MAX_BYTES)
             } else if name.starts_with("resp-") {
                 let response = decode_answer::<Response>(&bytes)
                     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                check_response(&name, &response);
+                check_response(&dir, &name, &response);
                 encode_frame_at(version, FrameKind::Response, &response, API_FRAME_MAX_BYTES)
             } else if name == "reject" {
                 let Err(RpcError::Rejected(reason)) = decode_answer::<Response>(&bytes) else {
@@ -112,11 +125,16 @@ fn every_recorded_frame_decodes_in_its_version_and_re_encodes_to_the_same_bytes(
     }
 }
 
-fn check_request(name: &str, request: &Request) {
+/// The recorded request is the one the recorder built: the apply's specs are the recorded TOML
+/// sources (every field of wire 7 among them) as this build parses them.
+fn check_request(dir: &Path, name: &str, request: &Request) {
     match (name, request) {
         ("req-apply", Request::Apply { specs }) => {
             let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
             assert_eq!(names, ["web", "pg", "box"]);
+            for (spec, source) in specs.iter().zip(["process", "exclusive", "container"]) {
+                assert_eq!(*spec, spec_source(&dir.join(format!("{source}.toml"))));
+            }
             assert_eq!(specs[0].stop_grace_ms, Some(45_000));
             assert!(specs[1].placement.exclusive);
             assert!(specs.iter().all(|s| s.user.is_none()));
@@ -135,8 +153,13 @@ fn check_request(name: &str, request: &Request) {
     }
 }
 
-fn check_response(name: &str, response: &Response) {
+fn check_response(dir: &Path, name: &str, response: &Response) {
     match (name, response) {
+        ("resp-workload", Response::Workload(view)) => {
+            assert_eq!((view.name.as_str(), view.replicas), ("pg", 1));
+            assert_eq!(view.version, "1796349308286.3@n2");
+            assert_eq!(view.spec, spec_source(&dir.join("exclusive.toml")));
+        }
         ("resp-applied", Response::Applied(applied)) => {
             assert_eq!(applied[0].durable_on, ["n1", "n3"]);
         }
@@ -160,14 +183,16 @@ fn every_recorded_spec_payload_decodes_as_its_source_and_is_written_back_identic
     }
 }
 
+/// What a recorded data dir holds (`layout-L/expect.json`); every live workload's spec is also
+/// there as `NAME.toml`, its source after the changes the script made.
 #[derive(serde::Deserialize)]
 struct Expect {
     commit: String,
     live: Vec<String>,
     tombstoned: Vec<String>,
-    history: Vec<String>,
+    /// History key to the number of past versions in it.
+    history: BTreeMap<String, usize>,
     data_records: Vec<String>,
-    replicas: std::collections::BTreeMap<String, u32>,
 }
 
 #[test]
@@ -192,7 +217,8 @@ fn a_data_dir_of_every_layout_read_opens_with_everything_in_it() {
         for entry in store.list_live() {
             let body = entry.body.live().unwrap();
             let spec = decode_spec(body).unwrap_or_else(|e| panic!("{}: {e}", entry.name));
-            assert_eq!(Some(&spec.replicas), expect.replicas.get(&entry.name));
+            let source = layout.join(format!("{}.toml", entry.name));
+            assert_eq!(spec, spec_source(&source), "{}", layout.display());
         }
         for name in &expect.tombstoned {
             assert!(
@@ -201,9 +227,14 @@ fn a_data_dir_of_every_layout_read_opens_with_everything_in_it() {
                 layout.display()
             );
         }
-        for name in &expect.history {
+        for (name, versions) in &expect.history {
             let history = History::decode(store.get(name).and_then(|e| e.body.live()));
-            assert!(!history.versions.is_empty(), "{name} is empty");
+            assert_eq!(
+                history.versions.len(),
+                *versions,
+                "{name} in {}",
+                layout.display()
+            );
             for past in &history.versions {
                 decode_spec(&past.spec).unwrap();
             }
@@ -237,4 +268,75 @@ fn a_spec_of_wire_8_is_stored_tagged_and_refused_at_7_with_a_reason() {
         err.contains("layout 9") && err.contains("newer build"),
         "{err}"
     );
+}
+
+#[test]
+fn every_placement_algorithm_spoken_has_an_older_builds_placement_and_this_build_agrees() {
+    for version in WIRE_MIN..=WIRE_CUR {
+        let algorithm = placement_algorithm(version);
+        let path = fixtures().join(format!("placement-{algorithm}.json"));
+        assert!(
+            path.is_file(),
+            "{} is missing: mesh version {version} runs placement algorithm {algorithm}; record \
+             it with `scripts/compat-fixtures.sh COMMIT VERSION` from a build that runs it",
+            path.display()
+        );
+        // A build that keeps an older algorithm beside a newer one needs its entry point here.
+        assert_eq!(
+            algorithm,
+            PLACEMENT_ALGORITHM_VERSION,
+            "mesh version {version} runs algorithm {algorithm}: check it against {}",
+            path.display()
+        );
+        check_placement(&path);
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct RecordedPlacement {
+    algorithm: u32,
+    nodes: Vec<Node>,
+    workloads: Vec<Workload>,
+    assigned: BTreeMap<String, String>,
+    unschedulable: BTreeMap<String, serde_json::Value>,
+}
+
+fn check_placement(path: &Path) {
+    let recorded: RecordedPlacement =
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    assert_eq!(recorded.algorithm, PLACEMENT_ALGORITHM_VERSION);
+    // The input must exercise what the algorithm decides: down and draining nodes, data holders,
+    // layers of workloads with more replicas than nodes, replicas left without a node.
+    assert!(recorded.nodes.iter().any(|n| n.down) && recorded.nodes.iter().any(|n| n.draining));
+    assert!(recorded.workloads.iter().any(|w| !w.sticky.is_empty()));
+    assert!(recorded.assigned.len() > 200 && !recorded.unschedulable.is_empty());
+    let placement = place_stacked(&recorded.nodes, &recorded.workloads);
+    let assigned: BTreeMap<String, String> = placement
+        .assigned
+        .iter()
+        .map(|(replica, node)| (replica.to_string(), node.clone()))
+        .collect();
+    let moved: Vec<String> = recorded
+        .assigned
+        .iter()
+        .filter(|(replica, node)| assigned.get(*replica) != Some(node))
+        .map(|(replica, node)| format!("{replica}: {node} -> {:?}", assigned.get(replica)))
+        .collect();
+    assert!(
+        moved.is_empty() && assigned.len() == recorded.assigned.len(),
+        "{}: this build places differently from the build that recorded algorithm {} \
+         ({} replicas placed here, {} there); an output change needs a new algorithm version \
+         and mesh version: {moved:?}",
+        path.display(),
+        recorded.algorithm,
+        assigned.len(),
+        recorded.assigned.len()
+    );
+    let unschedulable: BTreeSet<String> = placement
+        .unschedulable
+        .keys()
+        .map(|r| r.to_string())
+        .collect();
+    let recorded_unschedulable: BTreeSet<String> = recorded.unschedulable.into_keys().collect();
+    assert_eq!(unschedulable, recorded_unschedulable, "{}", path.display());
 }
