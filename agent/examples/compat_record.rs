@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use shoal::mesh::api::{ApiError, Applied, ErrorKind, Request, Response, WorkloadView};
+use shoal::wire::api::{ApiError, Applied, ErrorKind, Request, Response, WorkloadView};
 use shoal::wire::{encode_frame, FrameKind, API_FRAME_MAX_BYTES, GOSSIP_FRAME_MAX_BYTES};
 use shoal_core::constraint::Constraint;
 use shoal_core::placement::{Node, Spread, Workload, PLACEMENT_ALGORITHM_VERSION};
@@ -129,7 +129,7 @@ fn main() {
     for (file, text) in SPECS {
         let spec = WorkloadSpec::from_toml_str(text, file).expect("a fixture spec is valid");
         std::fs::write(out.join(format!("{file}.toml")), text).unwrap();
-        let payload = shoal::mesh::view::encode_spec(&spec);
+        let payload = shoal::state::mesh::view::encode_spec(&spec);
         std::fs::write(out.join(format!("{file}.spec")), payload).unwrap();
         specs.push(spec);
     }
@@ -173,7 +173,7 @@ fn main() {
             replica: 2,
             command: vec!["sh".into(), "-c".into(), "ls -la".into()],
             stdin: true,
-            tty: Some(shoal::runtime::exec::TtySize { rows: 24, cols: 80 }),
+            tty: Some(shoal::node::runtime::exec::TtySize { rows: 24, cols: 80 }),
         }),
     );
     frame(
@@ -208,10 +208,11 @@ fn main() {
     frame(
         "reject",
         FrameKind::Reject,
-        shoal::rpc::encode_reject("handler took over 30s"),
+        shoal::transport::rpc::encode_reject("handler took over 30s"),
     );
     let gossip =
-        shoal::gossip::quic::encode_gossip(&chitchat::ChitchatMessage::BadCluster, None).unwrap();
+        shoal::transport::gossip::quic::encode_gossip(&chitchat::ChitchatMessage::BadCluster, None)
+            .unwrap();
     assert!(gossip.len() <= GOSSIP_FRAME_MAX_BYTES + 4);
     frame("gossip", FrameKind::Gossip, gossip);
     println!("recorded into {}", out.display());

@@ -37,9 +37,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Parser;
 use futures_util::future::join_all;
-use shoal::mesh::api::{Request, Response, PAGE_ITEMS_MAX};
-use shoal::rpc::QuicRpcClient;
-use shoal::tls::ANY_MEMBER;
+use shoal::identity::tls::ANY_MEMBER;
+use shoal::transport::rpc::QuicRpcClient;
+use shoal::wire::api::{Request, Response, PAGE_ITEMS_MAX};
 
 /// Longest wait for the mesh to form and for the death to be detected everywhere.
 mod support;

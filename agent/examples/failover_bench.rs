@@ -41,9 +41,9 @@ use futures_util::future::join_all;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use shoal::core::spec::WorkloadSpec;
-use shoal::mesh::api::{Request, Response, StatusView, PAGE_ITEMS_MAX};
-use shoal::rpc::QuicRpcClient;
-use shoal::tls::ANY_MEMBER;
+use shoal::identity::tls::ANY_MEMBER;
+use shoal::transport::rpc::QuicRpcClient;
+use shoal::wire::api::{Request, Response, StatusView, PAGE_ITEMS_MAX};
 
 /// Time between two polls of the surviving agent.
 mod support;

@@ -26,9 +26,9 @@ use clap::Parser;
 use shoal::core::instance::ReplicaId;
 use shoal::core::reconcile::ReconcileConfig;
 use shoal::core::spec::WorkloadSpec;
-use shoal::guard::{GuardConfig, GuardLink, GuardRuntime};
-use shoal::runtime::process::{ProcessConfig, ProcessRuntime};
-use shoal::runtime::{Runtime, StartRequest};
+use shoal::node::guard::{GuardConfig, GuardLink, GuardRuntime};
+use shoal::node::runtime::process::{ProcessConfig, ProcessRuntime};
+use shoal::node::runtime::{Runtime, StartRequest};
 
 /// The guard's RSS and CPU while it guards idle instances.
 #[derive(Debug, Parser)]

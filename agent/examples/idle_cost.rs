@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Parser;
 use shoal::core::spec::WorkloadSpec;
-use shoal::mesh::api::{Request, Response, PAGE_ITEMS_MAX};
-use shoal::rpc::QuicRpcClient;
-use shoal::tls::ANY_MEMBER;
+use shoal::identity::tls::ANY_MEMBER;
+use shoal::transport::rpc::QuicRpcClient;
+use shoal::wire::api::{Request, Response, PAGE_ITEMS_MAX};
 
 /// Time between two polls while waiting.
 mod support;

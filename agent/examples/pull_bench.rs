@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use registry_support::{push_marked_image, remove_local, Registry, PASSWORD, USER};
-use shoal::pki::{self, IssueOptions, Role};
+use shoal::identity::pki::{self, IssueOptions, Role};
 
 const NODE: &str = "pull-bench";
 const TARGET_RATIO: f64 = 1.5;
@@ -226,7 +226,7 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let docker = tokio.block_on(async {
-        use shoal::runtime::docker::{DockerConfig, DockerRuntime};
+        use shoal::node::runtime::docker::{DockerConfig, DockerRuntime};
         let rt = DockerRuntime::connect(DockerConfig::new("pull-bench-setup")).await?;
         rt.docker().await
     })?;

@@ -1037,7 +1037,7 @@ fn import_image() -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async {
         let docker = bollard::Docker::connect_with_local_defaults()?;
-        shoal::runtime::docker::ensure_busybox_image(&docker, IMAGE_REPO, IMAGE_TAG).await?;
+        shoal::node::runtime::docker::ensure_busybox_image(&docker, IMAGE_REPO, IMAGE_TAG).await?;
         anyhow::Ok(())
     })
 }

@@ -19,9 +19,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use shoal::mesh::api::{Request, Response};
-use shoal::pki::{self, IssueOptions, Role, SelfIssue};
-use shoal::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
+use shoal::identity::pki::{self, IssueOptions, Role, SelfIssue};
+use shoal::identity::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
+use shoal::wire::api::{Request, Response};
 use support::free_udp_addrs;
 
 const TARGET_MS: u128 = 10_000;
@@ -91,7 +91,8 @@ async fn ask(id: &pki::Identity, addr: SocketAddr) -> bool {
         limit: 1,
     };
     let answer: Result<Response, _> =
-        shoal::rpc::call(&endpoint, addr, ANY_MEMBER, &req, Duration::from_secs(2)).await;
+        shoal::transport::rpc::call(&endpoint, addr, ANY_MEMBER, &req, Duration::from_secs(2))
+            .await;
     endpoint.close(0u32.into(), b"done");
     let _ = tokio::time::timeout(Duration::from_millis(200), endpoint.wait_idle()).await;
     matches!(answer, Ok(Response::Nodes { .. }))
@@ -136,11 +137,11 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let revoked = pki::revoke(&admin, "alice")?;
-    let der = shoal::authority::crl::der_from_pem_or_der(&std::fs::read(&revoked.crl)?)
+    let der = shoal::identity::crl::der_from_pem_or_der(&std::fs::read(&revoked.crl)?)
         .map_err(anyhow::Error::msg)?;
     let endpoint = tls::client_endpoint(mesh.apis[0], &operator, ALPN_API, &QuicOptions::api())?;
     let published = Instant::now();
-    let answer: Response = shoal::rpc::call(
+    let answer: Response = shoal::transport::rpc::call(
         &endpoint,
         mesh.apis[0],
         ANY_MEMBER,

@@ -28,7 +28,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use shoal::pki::{self, IssueOptions, Role};
+use shoal::identity::pki::{self, IssueOptions, Role};
 use support::free_udp_addrs;
 
 /// Probe interval of the workloads, ms: the "first healthy probe" of the target.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{stderr, wait_until, Cluster};
 use rcgen::{CertificateParams, DnType, Issuer, KeyPair, SanType};
-use shoal::pki::{self, IssueOptions, Role};
+use shoal::identity::pki::{self, IssueOptions, Role};
 
 /// What roles.py saw.
 #[derive(Debug, serde::Deserialize)]

@@ -5,16 +5,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use shoal::agent::mem::{join_mem_node, mem_setup, tokio_clock};
 use shoal::agent::Agent;
-use shoal::gossip::mem::MemNetwork;
-use shoal::host::{Host, HostConfig};
-use shoal::mesh::api::{Request, Response, PAGE_ITEMS_MAX};
-use shoal::mesh::mem::{join_mem_node, mem_setup, tokio_clock};
-use shoal::pki::Role;
-use shoal::runtime::mem::MemRuntime;
-use shoal::runtime::Runtime;
-use shoal::store_db::MemDisk;
-use shoal::tls::{Peer, PeerName};
+use shoal::identity::pki::Role;
+use shoal::identity::tls::{Peer, PeerName};
+use shoal::node::host::{Host, HostConfig};
+use shoal::node::runtime::mem::MemRuntime;
+use shoal::node::runtime::Runtime;
+use shoal::state::store_db::MemDisk;
+use shoal::transport::gossip::mem::MemNetwork;
+use shoal::wire::api::{Request, Response, PAGE_ITEMS_MAX};
 use shoal_core::spec::WorkloadSpec;
 
 const BASE_MS: u64 = 1_800_000_000_000;
@@ -28,7 +28,7 @@ async fn start_agent(net: &MemNetwork, i: usize, disk: &MemDisk) -> (Agent, MemR
         .await
         .unwrap();
     let runtime = MemRuntime::new(&name, i as u64);
-    let mono = shoal::host::clock::monotonic_from(&clock);
+    let mono = shoal::node::host::clock::monotonic_from(&clock);
     let config = HostConfig {
         tick: Duration::from_millis(200),
         ..HostConfig::default()

@@ -7,23 +7,23 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shoal::cells::CellView;
-use shoal::gossip::mem::{MemNetwork, MemRpcClient};
-use shoal::host::events::{EventLog, EVENT_TEXT_BYTES_MAX};
-use shoal::mesh::api::{
+use shoal::agent::mem::{call, mem_setup, start_mem_node, tokio_clock};
+use shoal::agent::run::{start_node, RunningNode};
+use shoal::identity::pki::Role;
+use shoal::identity::tls::{Peer, ANY_MEMBER};
+use shoal::node::host::events::{EventLog, EVENT_TEXT_BYTES_MAX};
+use shoal::state::cells::CellView;
+use shoal::state::mesh::node::PULL_PAGE_BYTES;
+use shoal::state::mesh::record::NODE_RECORD_BYTES_MAX;
+use shoal::state::mesh::view::encode_spec;
+use shoal::state::store_db::{DesiredStore, MemDisk};
+use shoal::transport::gossip::mem::{MemNetwork, MemRpcClient};
+use shoal::transport::rpc::{call_with, RpcError};
+use shoal::wire::api::{
     ErrorKind, InstanceView, NodeView, Request, Response, WorkloadSummary, WorkloadView,
     PAGE_ITEMS_MAX,
 };
-use shoal::mesh::mem::{call, mem_setup, start_mem_node, tokio_clock};
-use shoal::mesh::node::PULL_PAGE_BYTES;
-use shoal::mesh::page::{encoded_len, PAGE_BYTES_MAX};
-use shoal::mesh::record::NODE_RECORD_BYTES_MAX;
-use shoal::mesh::run::{start_node, RunningNode};
-use shoal::mesh::view::encode_spec;
-use shoal::pki::Role;
-use shoal::rpc::{call_with, RpcError};
-use shoal::store_db::{DesiredStore, MemDisk};
-use shoal::tls::{Peer, ANY_MEMBER};
+use shoal::wire::page::{encoded_len, PAGE_BYTES_MAX};
 use shoal::wire::API_FRAME_MAX_BYTES;
 use shoal_core::cells::{
     CellSummary, LabelOffer, ZoneOffer, CELLS_MAX, CELL_CONTACTS_MAX, CELL_CONTACT_LEN_MAX,
@@ -416,7 +416,7 @@ fn the_largest_item_of_each_list_fits_a_frame_past_a_full_page() {
         api_addr: Some(addr.clone()),
         agent_version: Some(long("v", NODE_RECORD_BYTES_MAX)),
         // Build facts at their bounds (a peer's record is refused past them).
-        build: Some(shoal::mesh::build::BuildRecord {
+        build: Some(shoal::state::mesh::build::BuildRecord {
             version: long("v", 64),
             commit: long("c", 64),
             wire_min: u16::MAX,
@@ -554,8 +554,8 @@ fn a_pull_page_of_the_largest_entries_fits_a_frame() {
 
 #[test]
 fn the_largest_endpoints_answer_fits_a_frame() {
-    use shoal::dns::table::{PublishedPort, ENDPOINTS_PER_WORKLOAD_MAX};
-    use shoal::dns::{Endpoint, WorkloadEndpoints};
+    use shoal::node::dns::table::{PublishedPort, ENDPOINTS_PER_WORKLOAD_MAX};
+    use shoal::node::dns::{Endpoint, WorkloadEndpoints};
     use shoal_core::spec::{NAMED_PORTS_MAX, PORT_NAME_LEN_MAX};
     // Every named port a spec may declare, each name as long as it may be, the largest numbers.
     let name = |i: usize| format!("{i:0>width$}", width = PORT_NAME_LEN_MAX);
@@ -586,10 +586,10 @@ fn the_largest_endpoints_answer_fits_a_frame() {
 
 #[test]
 fn the_largest_logs_answer_fits_a_frame() {
-    use shoal::mesh::api::LogsAnswer;
-    use shoal::runtime::logs::{
+    use shoal::node::runtime::logs::{
         LogCursor, LogLine, LogPage, Stream, PAGE_BYTES_MAX, PAGE_LINES_MAX,
     };
+    use shoal::wire::api::LogsAnswer;
     // A full page: the most lines, together the most text, plus one line as long as a record
     // may be (a first line is always given whole), each with the largest stamp.
     let per_line = PAGE_BYTES_MAX as usize / PAGE_LINES_MAX;
@@ -606,7 +606,7 @@ fn the_largest_logs_answer_fits_a_frame() {
         at_ns: u64::MAX,
         stream: Stream::Stdout,
         partial: false,
-        text: "\u{fffd}".repeat(shoal::runtime::logs::LINE_BYTES_MAX),
+        text: "\u{fffd}".repeat(shoal::node::runtime::logs::LINE_BYTES_MAX),
     });
     let answer = Response::Logs(Box::new(LogsAnswer {
         node: "n".repeat(63),

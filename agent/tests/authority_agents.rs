@@ -9,10 +9,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{run_cli, stderr, wait_until, write_spec, Cluster};
-use shoal::authority::Authority;
-use shoal::mesh::api::{ErrorKind, Request, Response};
-use shoal::pki::{self, IssueOptions, Role, SelfIssue};
-use shoal::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
+use shoal::identity::authority::Authority;
+use shoal::identity::pki::{self, IssueOptions, Role, SelfIssue};
+use shoal::identity::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
+use shoal::wire::api::{ErrorKind, Request, Response};
 use shoal_core::hlc::{Hlc, Version};
 use shoal_core::store::{Body, Entry};
 
@@ -22,7 +22,9 @@ fn identity(pki_dir: &Path, name: &str, role: Role) -> pki::Identity {
 
 async fn call(id: &pki::Identity, addr: SocketAddr, req: Request) -> Result<Response, String> {
     let endpoint = tls::client_endpoint(addr, id, ALPN_API, &QuicOptions::api()).unwrap();
-    let answer = shoal::rpc::call(&endpoint, addr, ANY_MEMBER, &req, Duration::from_secs(3)).await;
+    let answer =
+        shoal::transport::rpc::call(&endpoint, addr, ANY_MEMBER, &req, Duration::from_secs(3))
+            .await;
     endpoint.close(0u32.into(), b"done");
     answer.map_err(|e| e.to_string())
 }

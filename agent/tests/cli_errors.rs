@@ -6,10 +6,10 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
-use shoal::mesh::api::{Request, Response};
-use shoal::pki::{self, Role, SelfIssue};
-use shoal::rpc::{self, Handler, RpcServerConfig, TransportStats};
-use shoal::tls::{self, QuicOptions, ALPN_API};
+use shoal::identity::pki::{self, Role, SelfIssue};
+use shoal::identity::tls::{self, QuicOptions, ALPN_API};
+use shoal::transport::rpc::{self, Handler, RpcServerConfig, TransportStats};
+use shoal::wire::api::{Request, Response};
 use shoal::wire::API_FRAME_MAX_BYTES;
 
 /// Runs `shoal ARGS --agent AGENT --pki DIR --client-name operator` off the async runtime.

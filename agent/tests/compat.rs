@@ -16,11 +16,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use shoal::mesh::api::{Request, Response};
-use shoal::mesh::history::History;
-use shoal::mesh::view::{decode_spec, encode_spec};
-use shoal::rpc::{decode_answer, decode_request, RpcError};
-use shoal::store_db::{DesiredStore, LAYOUT};
+use shoal::state::mesh::history::History;
+use shoal::state::mesh::view::{decode_spec, encode_spec};
+use shoal::state::store_db::{DesiredStore, LAYOUT};
+use shoal::transport::rpc::{decode_answer, decode_request, RpcError};
+use shoal::wire::api::{Request, Response};
 use shoal::wire::{
     decode_frame, encode_frame_at, FrameKind, API_FRAME_MAX_BYTES, GOSSIP_FRAME_MAX_BYTES,
     WIRE_CUR, WIRE_MIN,
@@ -107,11 +107,11 @@ fn every_recorded_frame_decodes_in_its_version_and_re_encodes_to_the_same_bytes(
                     panic!("{}: not a reject", path.display())
                 };
                 assert_eq!(reason, "handler took over 30s");
-                Ok(shoal::rpc::encode_reject_at(version, &reason))
+                Ok(shoal::transport::rpc::encode_reject_at(version, &reason))
             } else if name == "gossip" {
-                let message = shoal::gossip::quic::decode_gossip(&bytes)
+                let message = shoal::transport::gossip::quic::decode_gossip(&bytes)
                     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                shoal::gossip::quic::encode_gossip_at(version, &message, None)
+                shoal::transport::gossip::quic::encode_gossip_at(version, &message, None)
             } else {
                 panic!("{}: unknown fixture kind", path.display())
             };

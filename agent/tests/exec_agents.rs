@@ -14,7 +14,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::{on_a_terminal, shoal_command, stderr, wait_until, Cluster};
-use shoal::pki::{Role, SelfIssue};
+use shoal::identity::pki::{Role, SelfIssue};
 
 /// Marks every test process, so that the cluster's cleanup kills them.
 const MARK: &str = ": exec-agents-test";
@@ -344,7 +344,8 @@ fn exec_with_a_terminal_gets_one_of_the_clients_size() {
 }
 
 fn pki_reader(pki_dir: &Path, name: &str) {
-    shoal::pki::load_identity(pki_dir, name, SelfIssue::As(Role::Reader)).expect("identity");
+    shoal::identity::pki::load_identity(pki_dir, name, SelfIssue::As(Role::Reader))
+        .expect("identity");
 }
 
 /// Processes whose command line starts with `needle` (not the CLIs that name it in their
@@ -376,7 +377,7 @@ fn sixteen_sessions_at_most_and_an_abandoned_one_is_killed_after_its_idle_timeou
     assert!(out.status.success(), "apply: {}", stderr(&out));
     let a = &c.agents[0];
     let args: Vec<&str> = marker.split(' ').collect();
-    let mut clients: Vec<std::process::Child> = (0..shoal::exec::SESSIONS_MAX)
+    let mut clients: Vec<std::process::Child> = (0..shoal::node::exec::SESSIONS_MAX)
         .map(|_| {
             shoal_command(None)
                 .args(["exec", "held/0", "--"])
@@ -391,9 +392,9 @@ fn sixteen_sessions_at_most_and_an_abandoned_one_is_killed_after_its_idle_timeou
         .collect();
     assert!(
         wait_until(Duration::from_secs(20), || count(&marker)
-            == shoal::exec::SESSIONS_MAX),
+            == shoal::node::exec::SESSIONS_MAX),
         "{} sessions did not all start: {} running",
-        shoal::exec::SESSIONS_MAX,
+        shoal::node::exec::SESSIONS_MAX,
         count(&marker)
     );
     let (code, _, err) = exec(&c, 0, &["held/0", "--", "true"]);
@@ -410,7 +411,7 @@ fn sixteen_sessions_at_most_and_an_abandoned_one_is_killed_after_its_idle_timeou
         let _ = client.wait();
     }
     let killed = std::time::Instant::now();
-    let idle = shoal::exec::IDLE_TIMEOUT;
+    let idle = shoal::node::exec::IDLE_TIMEOUT;
     assert!(
         wait_until(idle + Duration::from_secs(15), || count(&marker) == 0),
         "abandoned sessions' commands still run {:?} after their clients died: {}",

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use chitchat::transport::Transport;
 use chitchat::{ChitchatId, ChitchatMessage, Deserializable, Serializable};
-use shoal::gossip::mem::MemNetwork;
-use shoal::mesh::mem::{mem_setup, start_mem_node, tokio_clock};
-use shoal::mesh::run::RunningNode;
-use shoal::store_db::MemDisk;
+use shoal::agent::mem::{mem_setup, start_mem_node, tokio_clock};
+use shoal::agent::run::RunningNode;
+use shoal::state::store_db::MemDisk;
+use shoal::transport::gossip::mem::MemNetwork;
 
 const BASE_MS: u64 = 1_800_000_000_000;
 

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use runtime_support::{exit_of, process_spec, request};
 use shoal::core::reconcile::ReconcileConfig;
-use shoal::guard::{GuardConfig, GuardLink, GuardRuntime};
-use shoal::runtime::process::{ProcessConfig, ProcessRuntime};
-use shoal::runtime::Runtime;
+use shoal::node::guard::{GuardConfig, GuardLink, GuardRuntime};
+use shoal::node::runtime::process::{ProcessConfig, ProcessRuntime};
+use shoal::node::runtime::Runtime;
 
 const NODE: &str = "g1";
 const LEASE_MS: u64 = 1_500;
@@ -259,7 +259,7 @@ async fn a_tampered_lease_file_kills_at_once() {
     renew_for(&mut link, &[&handle2], Duration::from_millis(400)).await;
     let mut text: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&lease).unwrap()).unwrap();
-    text["expires_boot_ms"] = serde_json::json!(shoal::guard::boot_now_ms() + 3_600_000);
+    text["expires_boot_ms"] = serde_json::json!(shoal::node::guard::boot_now_ms() + 3_600_000);
     std::fs::write(&lease, serde_json::to_vec(&text).unwrap()).unwrap();
     assert!(killed_within(db2_pid, Duration::from_secs(2))
         .await

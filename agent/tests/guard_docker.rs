@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
 use runtime_support::{request, spec};
 use shoal::core::reconcile::ReconcileConfig;
-use shoal::guard::{GuardConfig, GuardLink, GuardRuntime};
-use shoal::runtime::docker::{ensure_busybox_image, DockerConfig, DockerRuntime};
-use shoal::runtime::Runtime;
+use shoal::node::guard::{GuardConfig, GuardLink, GuardRuntime};
+use shoal::node::runtime::docker::{ensure_busybox_image, DockerConfig, DockerRuntime};
+use shoal::node::runtime::Runtime;
 
 const NODE: &str = "dt-guard";
 const LEASE_MS: u64 = 3_000;

@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use shoal::gossip::mem::MemNetwork;
-use shoal::mesh::api::{ErrorKind, Request, Response, VersionView};
-use shoal::mesh::mem::{call, mem_setup, start_mem_node, tokio_clock};
-use shoal::mesh::run::RunningNode;
-use shoal::store_db::MemDisk;
+use shoal::agent::mem::{call, mem_setup, start_mem_node, tokio_clock};
+use shoal::agent::run::RunningNode;
+use shoal::state::store_db::MemDisk;
+use shoal::transport::gossip::mem::MemNetwork;
+use shoal::wire::api::{ErrorKind, Request, Response, VersionView};
 use shoal_core::spec::WorkloadSpec;
 
 const BASE_MS: u64 = 1_800_000_000_000;

@@ -8,13 +8,13 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use shoal::gossip::mem::MemNetwork;
-use shoal::mesh::api::{ErrorKind, Request, Response, PAGE_ITEMS_MAX};
-use shoal::mesh::mem::{call, mem_setup, start_mem_node};
-use shoal::mesh::node::WallClock;
-use shoal::mesh::run::{MeshSetup, RunningNode};
-use shoal::rpc::TransportStats;
-use shoal::store_db::MemDisk;
+use shoal::agent::mem::{call, mem_setup, start_mem_node};
+use shoal::agent::run::{MeshSetup, RunningNode};
+use shoal::state::mesh::node::WallClock;
+use shoal::state::store_db::MemDisk;
+use shoal::transport::gossip::mem::MemNetwork;
+use shoal::transport::rpc::TransportStats;
+use shoal::wire::api::{ErrorKind, Request, Response, PAGE_ITEMS_MAX};
 use shoal_core::reconcile::IssueKind;
 use shoal_core::spec::WorkloadSpec;
 
@@ -73,7 +73,7 @@ async fn versions(nodes: &[RunningNode]) -> Vec<String> {
 
 async fn refused_metric(node: &RunningNode, reason: &str) -> f64 {
     let stats = TransportStats::default();
-    let families = shoal::mesh::metrics::mesh_families(&node.node, &stats, &stats).await;
+    let families = shoal::state::mesh::metrics::mesh_families(&node.node, &stats, &stats).await;
     let family = families
         .iter()
         .find(|f| f.name == "shoal_writes_refused")

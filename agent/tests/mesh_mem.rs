@@ -4,11 +4,11 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use shoal::gossip::mem::MemNetwork;
-use shoal::mesh::api::{ErrorKind, Request, Response, PAGE_ITEMS_MAX};
-use shoal::mesh::mem::{call, mem_setup, start_mem_node, tokio_clock};
-use shoal::mesh::run::{MeshSetup, RunningNode};
-use shoal::store_db::MemDisk;
+use shoal::agent::mem::{call, mem_setup, start_mem_node, tokio_clock};
+use shoal::agent::run::{MeshSetup, RunningNode};
+use shoal::state::store_db::MemDisk;
+use shoal::transport::gossip::mem::MemNetwork;
+use shoal::wire::api::{ErrorKind, Request, Response, PAGE_ITEMS_MAX};
 use shoal_core::spec::WorkloadSpec;
 
 const BASE_MS: u64 = 1_800_000_000_000;

@@ -505,7 +505,7 @@ fn after_a_host_dies_its_exclusive_replica_runs_elsewhere_within_the_fencing_del
         return;
     };
     let fencing_delay = Duration::from_millis(
-        shoal::host::HostConfig::default()
+        shoal::node::host::HostConfig::default()
             .reconcile
             .fencing_delay_ms,
     );

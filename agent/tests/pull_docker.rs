@@ -35,7 +35,7 @@ fn tokio() -> tokio::runtime::Runtime {
 }
 
 async fn engine() -> bollard::Docker {
-    use shoal::runtime::docker::{ensure_busybox_image, DockerConfig, DockerRuntime};
+    use shoal::node::runtime::docker::{ensure_busybox_image, DockerConfig, DockerRuntime};
     let rt = DockerRuntime::connect(DockerConfig::new("image-setup"))
         .await
         .unwrap_or_else(|e| {

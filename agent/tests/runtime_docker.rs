@@ -18,8 +18,8 @@ use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOpt
 use runtime_support::{exit_of, request, spec};
 use shoal::core::instance::Phase;
 use shoal::core::spec::{Probe, ReloadHook, ReloadSignal};
-use shoal::runtime::docker::{ensure_busybox_image, DockerConfig, DockerRuntime};
-use shoal::runtime::{ProbeOutcome, Runtime, RuntimeError, RuntimeEvent};
+use shoal::node::runtime::docker::{ensure_busybox_image, DockerConfig, DockerRuntime};
+use shoal::node::runtime::{ProbeOutcome, Runtime, RuntimeError, RuntimeEvent};
 
 const IMAGE: &str = "shoal-busybox:latest";
 const EVENT_WAIT: Duration = Duration::from_secs(10);
@@ -448,7 +448,7 @@ async fn standbys(rt: &DockerRuntime, node: &str) -> Vec<String> {
         "label".to_string(),
         vec![
             format!("shoal.node={node}"),
-            shoal::runtime::docker::LABEL_STANDBY.to_string(),
+            shoal::node::runtime::docker::LABEL_STANDBY.to_string(),
         ],
     )]);
     let options = ListContainersOptionsBuilder::new()
@@ -601,7 +601,7 @@ async fn a_named_port_is_published_on_its_allocated_host_port_and_kept_by_adopti
 
 /// What `command` prints in the container `handle` through `rt.exec` (the container's user).
 async fn exec_output(rt: &DockerRuntime, handle: &str, command: &str) -> String {
-    let request = shoal::runtime::exec::ExecRequest {
+    let request = shoal::node::runtime::exec::ExecRequest {
         command: vec!["sh".into(), "-c".into(), command.into()],
         stdin: false,
         tty: None,
@@ -619,7 +619,7 @@ async fn exec_output(rt: &DockerRuntime, handle: &str, command: &str) -> String 
 
 #[tokio::test]
 async fn a_container_runs_as_the_specs_user_and_so_does_exec() {
-    use shoal::runtime::logs::{LogQuery, LogStart};
+    use shoal::node::runtime::logs::{LogQuery, LogStart};
     let node = "dt-user";
     let Some(rt) = setup(node).await else { return };
     // The busybox image has no /etc/passwd: ids, as `docker run --user 65534:65534` takes them.

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use runtime_support::{eventually, exits_of, process_spec, request, spec};
 use shoal::core::instance::Phase;
-use shoal::runtime::logs::Stream;
-use shoal::runtime::mem::MemRuntime;
-use shoal::runtime::process::{ProcessConfig, ProcessRuntime};
-use shoal::runtime::{Runtime, FENCE_TOKEN_ENV};
+use shoal::node::runtime::logs::Stream;
+use shoal::node::runtime::mem::MemRuntime;
+use shoal::node::runtime::process::{ProcessConfig, ProcessRuntime};
+use shoal::node::runtime::{Runtime, FENCE_TOKEN_ENV};
 
 const NODE: &str = "n1";
 const EVENT_WAIT: Duration = Duration::from_secs(5);

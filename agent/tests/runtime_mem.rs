@@ -8,8 +8,8 @@ use std::time::Duration;
 use runtime_support::{process_spec, request, spec};
 use shoal::core::instance::{Phase, RuntimeInstance};
 use shoal::core::spec::Probe;
-use shoal::runtime::mem::{MemProfile, MemRuntime};
-use shoal::runtime::{ProbeOutcome, Runtime, RuntimeError, RuntimeEvent};
+use shoal::node::runtime::mem::{MemProfile, MemRuntime};
+use shoal::node::runtime::{ProbeOutcome, Runtime, RuntimeError, RuntimeEvent};
 use tokio::time::Instant;
 
 const NODE: &str = "n1";

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use shoal::runtime::probe;
-use shoal::runtime::ProbeOutcome;
+use shoal::node::runtime::probe;
+use shoal::node::runtime::ProbeOutcome;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;

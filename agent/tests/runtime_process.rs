@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use runtime_support::{eventually, exit_of, process_spec, request, spec};
 use shoal::core::instance::Phase;
 use shoal::core::spec::{Probe, ReloadHook, ReloadSignal};
-use shoal::runtime::logs::Stream;
-use shoal::runtime::process::{ProcessConfig, ProcessRuntime};
-use shoal::runtime::{Runtime, RuntimeError};
+use shoal::node::runtime::logs::Stream;
+use shoal::node::runtime::process::{ProcessConfig, ProcessRuntime};
+use shoal::node::runtime::{Runtime, RuntimeError};
 
 const NODE: &str = "n1";
 const EVENT_WAIT: Duration = Duration::from_secs(5);
@@ -294,8 +294,8 @@ async fn what_cannot_start_is_a_clear_error_and_leaves_nothing() {
     // No log directory either (it would pass for the replica's newest instance).
     let ghost_logs = dir.path().join("logs/ghost/0");
     assert_eq!(std::fs::read_dir(&ghost_logs).map_or(0, |d| d.count()), 0);
-    let query = shoal::runtime::logs::LogQuery {
-        start: shoal::runtime::logs::LogStart::Tail(10),
+    let query = shoal::node::runtime::logs::LogQuery {
+        start: shoal::node::runtime::logs::LogStart::Tail(10),
         since_ms: None,
         bytes_max: 1024,
         instance: None,
@@ -419,7 +419,7 @@ async fn reload_hooks_and_exec_probes_run_in_the_instance_context() {
         .await;
     assert_eq!(
         bad,
-        shoal::runtime::ProbeOutcome::fail("\"sh\" failed with exit status 3: broken")
+        shoal::node::runtime::ProbeOutcome::fail("\"sh\" failed with exit status 3: broken")
     );
     let t0 = Instant::now();
     let slow = rt

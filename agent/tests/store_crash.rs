@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use shoal::core::store::StoreConfig;
-use shoal::store_db::DesiredStore;
+use shoal::state::store_db::DesiredStore;
 
 const CHILD_ENV: &str = "SHOAL_STORE_CRASH_CHILD";
 const TEST_NAME: &str = "acknowledged_writes_survive_a_process_abort";

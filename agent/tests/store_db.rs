@@ -7,7 +7,7 @@ use std::path::Path;
 use shoal::core::hlc::Hlc;
 use shoal::core::hlc::Version;
 use shoal::core::store::{Body, Entry, Rejection, StoreConfig};
-use shoal::store_db::{DesiredStore, StoreDbError, DB_FILE, PEERS_MAX};
+use shoal::state::store_db::{DesiredStore, StoreDbError, DB_FILE, PEERS_MAX};
 
 fn open(dir: &Path) -> DesiredStore {
     DesiredStore::open(dir, "n1", StoreConfig::default()).expect("open the store")

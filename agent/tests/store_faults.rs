@@ -3,7 +3,7 @@
 
 use shoal::core::hlc::{Hlc, Version};
 use shoal::core::store::{Body, Entry, StoreConfig};
-use shoal::store_db::{DesiredStore, MemDisk, StoreDbError};
+use shoal::state::store_db::{DesiredStore, MemDisk, StoreDbError};
 
 fn open(disk: &MemDisk) -> DesiredStore {
     DesiredStore::open_in_memory(disk, "n1", StoreConfig::default()).expect("open the store")

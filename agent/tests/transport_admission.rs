@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use shoal::admission::{AdmissionConfig, CONNECTION_SUPERSEDED};
-use shoal::rpc::{self, Handler, RpcError, RpcServerConfig, TransportStats};
-use shoal::tls::{self, QuicOptions, ALPN_API};
+use shoal::identity::tls::{self, QuicOptions, ALPN_API};
+use shoal::transport::admission::{AdmissionConfig, CONNECTION_SUPERSEDED};
+use shoal::transport::rpc::{self, Handler, RpcError, RpcServerConfig, TransportStats};
 use shoal::wire::{self, FrameKind};
 use tokio::net::UdpSocket;
 use transport_support::TestPki;

@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use chitchat::transport::Transport;
 use chitchat::{spawn_chitchat, ChitchatHandle};
-use shoal::gossip::chitchat_config;
-use shoal::gossip::mem::{LinkFault, MemNetwork};
-use shoal::gossip::quic::{QuicGossipConfig, QuicTransport};
-use shoal::rpc::{self, Handler, RpcError};
-use shoal::tls::{self, PeerName, QuicOptions, ALPN_GOSSIP, ANY_MEMBER};
+use shoal::identity::tls::{self, PeerName, QuicOptions, ALPN_GOSSIP, ANY_MEMBER};
+use shoal::transport::gossip::chitchat_config;
+use shoal::transport::gossip::mem::{LinkFault, MemNetwork};
+use shoal::transport::gossip::quic::{QuicGossipConfig, QuicTransport};
+use shoal::transport::rpc::{self, Handler, RpcError};
 use shoal::wire::{self, FrameKind, GOSSIP_FRAME_MAX_BYTES};
 use tokio::time::Instant;
 use transport_support::TestPki;
@@ -272,7 +272,10 @@ async fn mem_network_carries_rpc_through_its_faults() {
         delay: Duration::from_millis(50),
         ..LinkFault::default()
     });
-    let caller = net.rpc_client(client, shoal::tls::Peer::new("c", shoal::pki::Role::Node));
+    let caller = net.rpc_client(
+        client,
+        shoal::identity::tls::Peer::new("c", shoal::identity::pki::Role::Node),
+    );
     let timeout = Duration::from_secs(1);
     let start = Instant::now();
     let answer: u32 = rpc::call_with(&caller, server, "s", &41u32, timeout)

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use shoal::rpc::{self, Handler, QuicRpcClient, RpcError, RpcServerConfig, TransportStats};
-use shoal::tls::{self, QuicOptions, ALPN_API, ALPN_GOSSIP, ANY_MEMBER};
+use shoal::identity::tls::{self, QuicOptions, ALPN_API, ALPN_GOSSIP, ANY_MEMBER};
+use shoal::transport::rpc::{
+    self, Handler, QuicRpcClient, RpcError, RpcServerConfig, TransportStats,
+};
 use shoal::wire::{self, FrameKind, API_FRAME_MAX_BYTES};
 use transport_support::TestPki;
 

@@ -7,13 +7,13 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use shoal::gossip::mem::MemNetwork;
-use shoal::mesh::api::{Request, Response};
-use shoal::mesh::build::{BuildRecord, BUILD_KEY};
-use shoal::mesh::mem::{call, mem_setup, start_mem_node, tokio_clock};
-use shoal::mesh::run::RunningNode;
-use shoal::mesh::upgrade::UpgradeView;
-use shoal::store_db::MemDisk;
+use shoal::agent::mem::{call, mem_setup, start_mem_node, tokio_clock};
+use shoal::agent::run::RunningNode;
+use shoal::state::mesh::build::BUILD_KEY;
+use shoal::state::mesh::upgrade::UpgradeView;
+use shoal::state::store_db::MemDisk;
+use shoal::transport::gossip::mem::MemNetwork;
+use shoal::wire::api::{Request, Response};
 use shoal_core::version::{Since, WIRE_CUR, WIRE_MIN};
 
 const BASE_MS: u64 = 1_800_000_000_000;
@@ -40,9 +40,9 @@ async fn cluster(net: &MemNetwork, n: usize) -> Vec<RunningNode> {
 /// Makes `node` gossip the build facts of a build that speaks wire 7 only, or its own again.
 async fn speak_only_7(node: &RunningNode, old: bool) {
     let build = if old {
-        BuildRecord::legacy(None)
+        shoal::state::mesh::build::legacy(None)
     } else {
-        BuildRecord::this()
+        shoal::state::mesh::build::this()
     };
     let chitchat = node.node.gossip().chitchat();
     let mut guard = chitchat.lock().await;

@@ -20,10 +20,10 @@ use std::time::Duration;
 use common::{stderr, wait_until, Cluster};
 use runtime_support::{eventually, request, spec};
 use shoal::core::spec::{Probe, ReloadHook};
-use shoal::runtime::exec::{ExecRequest, TtySize};
-use shoal::runtime::logs::Stream;
-use shoal::runtime::process::{ProcessConfig, ProcessRuntime};
-use shoal::runtime::Runtime;
+use shoal::node::runtime::exec::{ExecRequest, TtySize};
+use shoal::node::runtime::logs::Stream;
+use shoal::node::runtime::process::{ProcessConfig, ProcessRuntime};
+use shoal::node::runtime::Runtime;
 
 const NODE: &str = "n1";
 const WAIT: Duration = Duration::from_secs(10);

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use shoal::mesh::node::WallClock;
+use shoal::state::mesh::node::WallClock;
 
 /// Wall-clock time at the start of every run (2027-01-15), in ms since the Unix epoch.
 pub const BASE_MS: u64 = 1_800_000_000_000;

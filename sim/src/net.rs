@@ -1,15 +1,15 @@
-//! The simulated network: the agent's in-memory network ([`shoal::gossip::mem`]) addressed by
+//! The simulated network: the agent's in-memory network ([`shoal::transport::gossip::mem`]) addressed by
 //! host number. Every host is one IPv4 address `10.x.y.z` (host index `i + 1` in the low 24
 //! bits): its gossip port and its API port share it, so faults are per host, as the network's are.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use shoal::gossip::mem::{MemNetwork, MemRpcClient, MemTransport};
-use shoal::rpc::Handler;
-use shoal::tls::{Peer, PeerName};
+use shoal::identity::tls::{Peer, PeerName};
+use shoal::transport::gossip::mem::{MemNetwork, MemRpcClient, MemTransport};
+use shoal::transport::rpc::Handler;
 
-pub use shoal::gossip::mem::{HostTraffic, LinkFault, NetTotals};
+pub use shoal::transport::gossip::mem::{HostTraffic, LinkFault, NetTotals};
 
 /// Gossip port of every host.
 pub const GOSSIP_PORT: u16 = 7000;

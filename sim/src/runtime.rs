@@ -24,11 +24,11 @@ pub struct Seen {
 /// reading ([`crate::clock::BASE_MS`]) plus ms since the run's start; [`Ground::seen`] gives ms
 /// since the run's start.
 #[derive(Clone)]
-pub struct Ground(shoal::runtime::mem::MemRuntime);
+pub struct Ground(shoal::node::runtime::mem::MemRuntime);
 
 impl Ground {
     /// The ground truth of `rt`.
-    pub fn new(rt: shoal::runtime::mem::MemRuntime) -> Self {
+    pub fn new(rt: shoal::node::runtime::mem::MemRuntime) -> Self {
         Ground(rt)
     }
 
@@ -58,8 +58,10 @@ impl Ground {
 
 /// `MemRuntime::list` without awaiting: it never waits (one lock, one copy), so one poll
 /// finishes it; anything else would be a change in that runtime, and panics here.
-fn list_now(rt: &shoal::runtime::mem::MemRuntime) -> Vec<shoal_core::instance::RuntimeInstance> {
-    use shoal::runtime::Runtime;
+fn list_now(
+    rt: &shoal::node::runtime::mem::MemRuntime,
+) -> Vec<shoal_core::instance::RuntimeInstance> {
+    use shoal::node::runtime::Runtime;
     use std::future::Future;
     let mut fut = std::pin::pin!(rt.list());
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());

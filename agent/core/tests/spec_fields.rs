@@ -32,16 +32,16 @@ enum Reader {
 
 use Reader::{Code, Refused};
 
-const CONTROL: &str = "agent/src/runtime/process/control.rs";
-const DOCKER_BODY: &str = "agent/src/runtime/docker/body.rs";
-const DOCKER_PULL: &str = "agent/src/runtime/docker/pull.rs";
-const SPAWN: &str = "agent/src/runtime/process/spawn.rs";
-const VIEW: &str = "agent/src/mesh/view.rs";
+const CONTROL: &str = "agent/src/node/runtime/process/control.rs";
+const DOCKER_BODY: &str = "agent/src/node/runtime/docker/body.rs";
+const DOCKER_PULL: &str = "agent/src/node/runtime/docker/pull.rs";
+const SPAWN: &str = "agent/src/node/runtime/process/spawn.rs";
+const VIEW: &str = "agent/src/state/mesh/view.rs";
 /// Where a sticky replica waits for its data.
 const DATA: &str = "agent/core/src/reconcile/data.rs";
-const VOLUMES: &str = "agent/src/runtime/volumes.rs";
+const VOLUMES: &str = "agent/src/node/runtime/volumes.rs";
 /// Where the container create body mounts volumes.
-const DOCKER_MOUNTS: &str = "agent/src/runtime/docker/body.rs";
+const DOCKER_MOUNTS: &str = "agent/src/node/runtime/docker/body.rs";
 
 /// Every field of the serde form of [`WorkloadSpec`], by path: `.` between fields, `[]` for the
 /// elements of an array, the variant name for an enum. A listed path is a leaf: maps (env,
@@ -54,15 +54,15 @@ const FIELDS: &[(&str, Reader)] = &[
     ("run.Process.working_dir", Code(SPAWN, "spec.working_dir")),
     (
         "run.Process.ports[].name",
-        Code("agent/src/dns/table.rs", "port.name.clone()"),
+        Code("agent/src/node/dns/table.rs", "port.name.clone()"),
     ),
     (
         "run.Process.ports[].port",
-        Code("agent/src/dns/table.rs", "port.port"),
+        Code("agent/src/node/dns/table.rs", "port.port"),
     ),
     (
         "run.Process.ports[].protocol",
-        Code("agent/src/dns/table.rs", "port.protocol"),
+        Code("agent/src/node/dns/table.rs", "port.protocol"),
     ),
     ("run.Container.ports[].name", Code(DOCKER_BODY, "port.name")),
     ("run.Container.image", Code(DOCKER_BODY, "spec.image")),
@@ -177,7 +177,10 @@ const FIELDS: &[(&str, Reader)] = &[
     ),
     (
         "update.auto_rollback",
-        Code("agent/src/host/rollout.rs", "spec.update.auto_rollback"),
+        Code(
+            "agent/src/node/host/rollout.rs",
+            "spec.update.auto_rollback",
+        ),
     ),
     (
         "update.progress_deadline_ms",
@@ -192,7 +195,7 @@ const FIELDS: &[(&str, Reader)] = &[
     ),
     (
         "settings",
-        Code("agent/src/runtime/mod.rs", "request.spec.settings"),
+        Code("agent/src/node/runtime/mod.rs", "request.spec.settings"),
     ),
     (
         "restarted_at",
@@ -211,7 +214,7 @@ const FIELDS: &[(&str, Reader)] = &[
     (
         "user",
         Code(
-            "agent/src/runtime/process/user.rs",
+            "agent/src/node/runtime/process/user.rs",
             "request.spec.user.as_deref()",
         ),
     ),

@@ -6,16 +6,16 @@ use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
 use std::sync::Arc;
 
-use shoal::rpc::{QuicRpcClient, RpcError, TransportStats};
-use shoal::tls::{self, QuicOptions, ALPN_API};
+use shoal::identity::tls::{self, QuicOptions, ALPN_API};
+use shoal::transport::rpc::{QuicRpcClient, RpcError, TransportStats};
 
 /// An RPC client with one QUIC connection per agent, presenting a client certificate it issues
 /// from the CA in `pki`. Must be called inside the tokio runtime (the endpoint needs it).
 pub fn bench_rpc(pki: &Path) -> anyhow::Result<QuicRpcClient> {
-    let identity = shoal::pki::load_identity(
+    let identity = shoal::identity::pki::load_identity(
         pki,
         "shoal-bench",
-        shoal::pki::SelfIssue::As(shoal::pki::Role::Client),
+        shoal::identity::pki::SelfIssue::As(shoal::identity::pki::Role::Client),
     )?;
     let any: SocketAddr = "127.0.0.1:0".parse()?;
     let endpoint = tls::client_endpoint(any, &identity, ALPN_API, &QuicOptions::api())?;

@@ -3,16 +3,18 @@
 //! Ownership runs one way (the API holds the host and the node, the host holds the node, the
 //! node holds neither), so dropping or crashing an agent frees all of it once its tasks end.
 
+pub mod mem;
 mod process;
+pub mod run;
 
 use std::sync::Arc;
 
+use crate::agent::run::RunningNode;
 use crate::dispatch::Api;
-use crate::host::{Host, HostLoop};
-use crate::mesh::api::{Request, Response};
-use crate::mesh::node::MeshNode;
-use crate::mesh::run::RunningNode;
-use crate::rpc;
+use crate::node::host::{Host, HostLoop};
+use crate::state::mesh::node::MeshNode;
+use crate::transport::rpc;
+use crate::wire::api::{Request, Response};
 
 pub use process::{node_record, open_runtime, run_agent, AgentOptions, RuntimeChoice};
 

@@ -13,17 +13,17 @@ use anyhow::Context;
 use shoal_core::store::StoreConfig;
 
 use super::Agent;
-use crate::gossip::quic::{QuicGossipConfig, QuicTransport};
-use crate::gossip::GossipTuning;
-use crate::guard::{GuardConfig, GuardLink, GuardRuntime};
-use crate::host::Host;
-use crate::mesh::metrics;
-use crate::mesh::node::system_clock;
-use crate::mesh::record::NodeRecord;
-use crate::mesh::run::{cluster_id, start_node, MeshSetup};
-use crate::rpc::{self, QuicRpcClient, RpcServerConfig, TransportStats};
-use crate::store_db::DesiredStore;
-use crate::tls::{self, QuicOptions, ALPN_API};
+use crate::agent::run::{cluster_id, start_node, MeshSetup};
+use crate::identity::tls::{self, QuicOptions, ALPN_API};
+use crate::node::guard::{GuardConfig, GuardLink, GuardRuntime};
+use crate::node::host::Host;
+use crate::state::mesh::metrics;
+use crate::state::mesh::node::system_clock;
+use crate::state::mesh::record::NodeRecord;
+use crate::state::store_db::DesiredStore;
+use crate::transport::gossip::quic::{QuicGossipConfig, QuicTransport};
+use crate::transport::gossip::GossipTuning;
+use crate::transport::rpc::{self, QuicRpcClient, RpcServerConfig, TransportStats};
 
 /// Everything `shoal agent` needs.
 #[derive(Clone, Debug)]
@@ -44,7 +44,7 @@ pub struct AgentOptions {
     pub self_issue: bool,
     /// Members to join through.
     pub seeds: Vec<SocketAddr>,
-    /// The cell, a DNS label ([`crate::cells::DEFAULT_CELL`] for a mesh of one cell).
+    /// The cell, a DNS label ([`crate::state::cells::DEFAULT_CELL`] for a mesh of one cell).
     pub cell: String,
     /// API addresses of agents of other cells to learn the mesh's cells from.
     pub cell_seeds: Vec<SocketAddr>,
@@ -61,23 +61,23 @@ pub struct AgentOptions {
     /// Where to serve OpenMetrics `/metrics` (plain HTTP), if anywhere.
     pub metrics_addr: Option<SocketAddr>,
     /// Where to answer DNS for the mesh's workloads, and the zone, if anywhere.
-    pub dns: Option<crate::dns::DnsConfig>,
+    pub dns: Option<crate::node::dns::DnsConfig>,
     /// Which runtime runs this node's instances.
     pub runtime: RuntimeChoice,
     /// Registry credentials for the docker runtime's pulls (`--registry-auth`), read at startup;
     /// never gossiped, stored or logged.
-    pub registry_auth: Option<Arc<crate::runtime::docker::RegistryAuth>>,
+    pub registry_auth: Option<Arc<crate::node::runtime::docker::RegistryAuth>>,
     /// How the process runtime bounds instances' output (`--log-max-bytes`, `--log-files`); the
     /// docker runtime bounds containers' logs alike unless `engine_logs`.
-    pub process_logs: crate::runtime::process::LogConfig,
+    pub process_logs: crate::node::runtime::process::LogConfig,
     /// Leave containers' logging to the engine's `daemon.json` (`--engine-logs`).
     pub engine_logs: bool,
     /// The host loop's timing and bounds.
-    pub host: crate::host::HostConfig,
+    pub host: crate::node::host::HostConfig,
     /// Admission limits of the API endpoint (handshakes and connections it lets in).
-    pub api_admission: crate::admission::AdmissionConfig,
+    pub api_admission: crate::transport::admission::AdmissionConfig,
     /// Admission limits of the gossip endpoint.
-    pub gossip_admission: crate::admission::AdmissionConfig,
+    pub gossip_admission: crate::transport::admission::AdmissionConfig,
 }
 
 /// The runtime an agent runs its instances with.
@@ -95,35 +95,35 @@ pub async fn open_runtime(
     choice: RuntimeChoice,
     data_dir: &std::path::Path,
     name: &str,
-    dns: Option<&crate::dns::DnsConfig>,
-    registry_auth: Option<Arc<crate::runtime::docker::RegistryAuth>>,
-    logs: &crate::runtime::process::LogConfig,
+    dns: Option<&crate::node::dns::DnsConfig>,
+    registry_auth: Option<Arc<crate::node::runtime::docker::RegistryAuth>>,
+    logs: &crate::node::runtime::process::LogConfig,
     engine_logs: bool,
-) -> anyhow::Result<Arc<dyn crate::runtime::Runtime>> {
+) -> anyhow::Result<Arc<dyn crate::node::runtime::Runtime>> {
     Ok(match choice {
         RuntimeChoice::Process => {
-            let config = crate::runtime::process::ProcessConfig {
+            let config = crate::node::runtime::process::ProcessConfig {
                 logs: logs.clone(),
-                ..crate::runtime::process::ProcessConfig::new(data_dir, name)
+                ..crate::node::runtime::process::ProcessConfig::new(data_dir, name)
             };
-            let runtime = crate::runtime::process::ProcessRuntime::open(config)
+            let runtime = crate::node::runtime::process::ProcessRuntime::open(config)
                 .await
                 .context("opening the process runtime")?;
-            if let Some(note) = crate::runtime::Runtime::limits_note(&runtime) {
+            if let Some(note) = crate::node::runtime::Runtime::limits_note(&runtime) {
                 tracing::warn!(%note, "resource limits");
             }
             Arc::new(runtime)
         }
         RuntimeChoice::Docker => {
-            use crate::runtime::docker::DockerConfig;
+            use crate::node::runtime::docker::DockerConfig;
             let mut config = DockerConfig::new(name);
             if let Some(auth) = &registry_auth {
                 let registries: Vec<&str> = auth.registries().collect();
                 tracing::info!(?registries, "registry credentials for pulls");
             }
             config.registry_auth = registry_auth;
-            config.volumes = Some(crate::runtime::volumes::VolumeDirs::new(data_dir));
-            config.log_bound = (!engine_logs).then_some(crate::runtime::docker::LogBound {
+            config.volumes = Some(crate::node::runtime::volumes::VolumeDirs::new(data_dir));
+            config.log_bound = (!engine_logs).then_some(crate::node::runtime::docker::LogBound {
                 bytes_max: logs.bytes_max,
                 files: logs.files,
             });
@@ -139,7 +139,7 @@ pub async fn open_runtime(
                 }
             }
             Arc::new(
-                crate::runtime::docker::DockerRuntime::new(config)
+                crate::node::runtime::docker::DockerRuntime::new(config)
                     .context("opening the docker runtime")?,
             )
         }
@@ -184,19 +184,19 @@ async fn start_guard(opts: &AgentOptions) -> GuardLink {
 }
 
 /// Answers agents joining through this one from another cell, and joins through seeds of other
-/// cells while this agent hears no member of its own ([`crate::gossip::directory`]).
+/// cells while this agent hears no member of its own ([`crate::transport::gossip::directory`]).
 fn serve_directory(
     opts: &AgentOptions,
     transport: &QuicTransport,
-    node: &Arc<crate::mesh::node::MeshNode>,
+    node: &Arc<crate::state::mesh::node::MeshNode>,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let weak = Arc::downgrade(node);
     transport.set_directory(Arc::new(move |ask| {
         let weak = weak.clone();
         Box::pin(async move {
             match weak.upgrade() {
-                Some(node) => crate::cells::exchange::directory_answer(&node, ask).await,
-                None => crate::gossip::directory::Answer {
+                Some(node) => crate::state::mesh::cell_exchange::directory_answer(&node, ask).await,
+                None => crate::transport::gossip::directory::Answer {
                     cell: String::new(),
                     api: ask.gossip,
                     peers: Vec::new(),
@@ -208,25 +208,27 @@ fn serve_directory(
     let quic = QuicOptions::gossip();
     let ask = move |seed, question| {
         let (identity, quic) = (identity.clone(), quic.clone());
-        async move { crate::gossip::directory::ask(&identity, &quic, seed, &question).await }
+        async move { crate::transport::gossip::directory::ask(&identity, &quic, seed, &question).await }
     };
-    Ok(tokio::spawn(crate::cells::exchange::join_across_cells(
-        Arc::downgrade(node),
-        opts.seeds.clone(),
-        opts.gossip_addr,
-        ask,
-    )))
+    Ok(tokio::spawn(
+        crate::state::mesh::cell_exchange::join_across_cells(
+            Arc::downgrade(node),
+            opts.seeds.clone(),
+            opts.gossip_addr,
+            ask,
+        ),
+    ))
 }
 
 /// This node's identity: a node certificate issued for `--name` (issued on the spot with
 /// `--self-issue` and a CA key).
-fn load_node_identity(opts: &AgentOptions) -> anyhow::Result<crate::pki::Identity> {
-    use crate::pki::{Role, SelfIssue};
+fn load_node_identity(opts: &AgentOptions) -> anyhow::Result<crate::identity::pki::Identity> {
+    use crate::identity::pki::{Role, SelfIssue};
     let self_issue = match opts.self_issue {
         true => SelfIssue::As(Role::Node),
         false => SelfIssue::No,
     };
-    let identity = crate::pki::load_identity(&opts.pki_dir, &opts.name, self_issue)
+    let identity = crate::identity::pki::load_identity(&opts.pki_dir, &opts.name, self_issue)
         .with_context(|| format!("loading the identity of {:?}", opts.name))?;
     if identity.role != Role::Node {
         anyhow::bail!(
@@ -247,7 +249,8 @@ pub async fn run_agent(
 ) -> anyhow::Result<()> {
     let identity = load_node_identity(&opts)?;
     let authority = Arc::new(
-        crate::authority::Authority::certified(&identity).context("loading the node key")?,
+        crate::identity::authority::Authority::certified(&identity)
+            .context("loading the node key")?,
     );
     std::fs::create_dir_all(&opts.data_dir)
         .with_context(|| format!("creating --data-dir {}", opts.data_dir.display()))?;
@@ -261,9 +264,9 @@ pub async fn run_agent(
     let api_endpoint = tls::bind_endpoint(opts.api_addr, &identity, ALPN_API, &QuicOptions::api())
         .with_context(|| format!("binding the API on {}", opts.api_addr))?;
     let api_stats = Arc::new(TransportStats::default());
-    // The wire version this agent sends in: the mesh version (crate::mesh::upgrade), one cell
+    // The wire version this agent sends in: the mesh version (crate::state::mesh::upgrade), one cell
     // shared by the RPC client, the gossip transport and the node.
-    let wire = crate::mesh::upgrade::wire_cell();
+    let wire = crate::state::mesh::upgrade::wire_cell();
     let rpc_client = Arc::new(
         QuicRpcClient::new(api_endpoint.clone(), api_stats.clone())
             .with_authority(authority.clone())
@@ -320,7 +323,7 @@ pub async fn run_agent(
     let running = start_node(setup, store, &transport, rpc_client, clock.clone(), false).await?;
     running.node.set_drain_marker(drain_marker);
     let joining = serve_directory(&opts, &transport, &running.node)?;
-    let mono = crate::host::clock::monotonic_from(&clock);
+    let mono = crate::node::host::clock::monotonic_from(&clock);
     let (host, mut host_loop) = Host::new(
         running.node.clone(),
         runtime,
@@ -342,37 +345,37 @@ pub async fn run_agent(
         },
         api_stats.clone(),
     ));
-    let watch = tokio::spawn(crate::authority::watch::watch(
+    let watch = tokio::spawn(crate::state::mesh::crl_watch::watch(
         Arc::downgrade(agent.host().node()),
         opts.pki_dir.clone(),
         opts.data_dir.clone(),
         opts.name.clone(),
     ));
-    let dns_stats = Arc::new(crate::dns::DnsStats::default());
+    let dns_stats = Arc::new(crate::node::dns::DnsStats::default());
     let dns = match opts.dns.clone() {
         Some(config) => Some(start_dns(config, agent.host(), dns_stats.clone()).await?),
         None => None,
     };
     let metrics = opts.metrics_addr.map(|addr| {
         let host = agent.host().clone();
-        let collect: crate::metrics::Collector = Arc::new(move || {
+        let collect: crate::transport::metrics::Collector = Arc::new(move || {
             let (host, gossip, api) = (host.clone(), gossip_stats.clone(), api_stats.clone());
             let dns_stats = dns_stats.clone();
             Box::pin(async move {
                 let mut families = metrics::mesh_families(host.node(), &gossip, &api).await;
-                families.extend(crate::host::metrics::host_families(&host));
+                families.extend(crate::node::host::metrics::host_families(&host));
                 families.extend(dns_stats.families());
                 families
             })
         });
         tokio::spawn(async move {
-            if let Err(e) = crate::metrics::serve(addr, collect).await {
+            if let Err(e) = crate::transport::metrics::serve(addr, collect).await {
                 tracing::error!(%addr, error = %e, "the /metrics endpoint stopped");
             }
         })
     });
     // A name in use in another cell stops this agent as a name conflict inside its cell does.
-    let mut names = tokio::spawn(crate::cells::names::watch_names(Arc::downgrade(
+    let mut names = tokio::spawn(crate::state::mesh::cell_names::watch_names(Arc::downgrade(
         agent.host().node(),
     )));
     let conflict = tokio::select! {
@@ -409,15 +412,15 @@ pub async fn run_agent(
 /// Serves DNS on `config.addr` from the host's endpoint table (held weakly: the server never
 /// keeps a stopped agent's host alive).
 async fn start_dns(
-    config: crate::dns::DnsConfig,
+    config: crate::node::dns::DnsConfig,
     host: &Arc<Host>,
-    stats: Arc<crate::dns::DnsStats>,
-) -> anyhow::Result<crate::dns::DnsServer> {
+    stats: Arc<crate::node::dns::DnsStats>,
+) -> anyhow::Result<crate::node::dns::DnsServer> {
     let addr = config.addr;
     let host = Arc::downgrade(host);
-    let source: crate::dns::TableSource =
+    let source: crate::node::dns::TableSource =
         Arc::new(move || host.upgrade().map(|h| h.endpoints()).unwrap_or_default());
-    let server = crate::dns::DnsServer::start(config, source, stats)
+    let server = crate::node::dns::DnsServer::start(config, source, stats)
         .await
         .with_context(|| format!("binding DNS (--dns) on {addr}, UDP and TCP"))?;
     tracing::info!(%addr, "answering DNS");

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use shoal::admission::AdmissionConfig;
 use shoal::agent::{run_agent, AgentOptions, RuntimeChoice};
-use shoal::gossip::GossipTuning;
-use shoal::host::HostConfig;
+use shoal::node::host::HostConfig;
+use shoal::transport::admission::AdmissionConfig;
+use shoal::transport::gossip::GossipTuning;
 use shoal_core::resources::{parse_cpu_millis, parse_memory_bytes};
 
 /// Arguments of `shoal agent`.
@@ -44,7 +44,7 @@ pub struct Args {
     seeds: Vec<SocketAddr>,
     /// The cell: this agent's gossip domain (a DNS label; every --seed must be of the same
     /// cell). A mesh of one cell needs none.
-    #[arg(long, default_value = shoal::cells::DEFAULT_CELL)]
+    #[arg(long, default_value = shoal::state::cells::DEFAULT_CELL)]
     cell: String,
     /// The API address of an agent of another cell, to learn the mesh's other cells from when
     /// this cell knows none yet (repeatable).
@@ -104,7 +104,7 @@ pub struct Args {
     #[arg(long, value_name = "BYTES", default_value = "10Mi")]
     log_max_bytes: String,
     /// How many files --log-max-bytes is spread over (the current one and the rotated ones).
-    #[arg(long, value_name = "N", default_value_t = shoal::runtime::logs::LOG_FILES_DEFAULT)]
+    #[arg(long, value_name = "N", default_value_t = shoal::node::runtime::logs::LOG_FILES_DEFAULT)]
     log_files: u32,
     /// Leave containers' logging to the engine (its `daemon.json`: driver and bounds) instead of
     /// `json-file` within --log-max-bytes. The engine's default `json-file` keeps everything.
@@ -179,16 +179,18 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
         };
         labels.insert(k.trim().to_string(), v.trim().to_string());
     }
-    shoal::pki::validate_name(&args.name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
-    shoal::cells::check_cell_name(&args.cell).map_err(|e| anyhow::anyhow!("--cell: {e}"))?;
+    shoal::identity::pki::validate_name(&args.name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+    shoal::state::cells::check_cell_name(&args.cell).map_err(|e| anyhow::anyhow!("--cell: {e}"))?;
     let (api_admission, gossip_admission) = admission_limits(&args.admission)?;
-    let zone = shoal::dns::Zone::new(&args.dns_domain).map_err(|e| anyhow::anyhow!(e))?;
-    let dns = args.dns.map(|addr| shoal::dns::DnsConfig { addr, zone });
+    let zone = shoal::node::dns::Zone::new(&args.dns_domain).map_err(|e| anyhow::anyhow!(e))?;
+    let dns = args
+        .dns
+        .map(|addr| shoal::node::dns::DnsConfig { addr, zone });
     let port_range = shoal_core::ports::PortRange::parse(&args.port_range)
         .map_err(|e| anyhow::anyhow!("--port-range: {e}"))?;
     let registry_auth = match &args.registry_auth {
         Some(path) => Some(std::sync::Arc::new(
-            shoal::runtime::docker::RegistryAuth::load(path)?,
+            shoal::node::runtime::docker::RegistryAuth::load(path)?,
         )),
         None => None,
     };
@@ -198,7 +200,7 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
     if registry_auth.is_some() && matches!(args.runtime, Runtime::Process) {
         bail!("--registry-auth is for --runtime docker: the process runtime pulls no images");
     }
-    let process_logs = shoal::runtime::process::LogConfig {
+    let process_logs = shoal::node::runtime::process::LogConfig {
         bytes_max: parse_memory_bytes(&args.log_max_bytes)
             .map_err(|e| anyhow::anyhow!("--log-max-bytes: {e}"))?,
         files: args.log_files,
@@ -247,7 +249,7 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
 fn restart_grace(text: &str) -> anyhow::Result<u64> {
     let ms = shoal_core::spec::parse_duration_ms(text)
         .map_err(|e| anyhow::anyhow!("--restart-grace: {e}"))?;
-    let max = shoal::host::RESTART_GRACE_MS_DEFAULT;
+    let max = shoal::node::host::RESTART_GRACE_MS_DEFAULT;
     if ms > max {
         bail!(
             "--restart-grace {text}: at most the guard's lease ({}): past it nothing would fence an \

@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 
 use anyhow::bail;
-use shoal::authority::caps::NodeCaps;
-use shoal::mesh::api::{Request, Response};
+use shoal::identity::authority::caps::NodeCaps;
+use shoal::wire::api::{Request, Response};
 use shoal_core::resources::{parse_cpu_millis, parse_memory_bytes};
 
 use super::connect::{call, ClientOpts, Output};

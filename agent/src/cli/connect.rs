@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use shoal::mesh::api::{Request, Response};
-use shoal::pki::{self, Identity, Role, SelfIssue, CA_KEY_FILE};
-use shoal::rpc::RpcError;
-use shoal::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
+use shoal::identity::pki::{self, Identity, Role, SelfIssue, CA_KEY_FILE};
+use shoal::identity::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
+use shoal::transport::rpc::RpcError;
+use shoal::wire::api::{Request, Response};
 use shoal::wire::{encode_frame, FrameKind, WireError, API_FRAME_MAX_BYTES};
 
 /// Default agent API address.
@@ -110,10 +110,11 @@ pub(super) async fn call_async(opts: &ClientOpts, req: Request) -> anyhow::Resul
     }
     let identity = client_identity(&opts.pki, opts.client_name.as_deref(), opts.self_issue)?;
     let endpoint = tls::client_endpoint(opts.agent, &identity, ALPN_API, &QuicOptions::api())?;
-    let answer = shoal::rpc::call(&endpoint, opts.agent, ANY_MEMBER, &req, opts.timeout).await;
+    let answer =
+        shoal::transport::rpc::call(&endpoint, opts.agent, ANY_MEMBER, &req, opts.timeout).await;
     endpoint.close(0u32.into(), b"done");
     // Let the close go out before this process exits: else the agent keeps the connection until
-    // its idle timeout, counted against this certificate's connections (shoal::admission). The
+    // its idle timeout, counted against this certificate's connections (shoal::transport::admission). The
     // connection's driver sends it as soon as it runs; draining all of it would take 3 PTOs.
     let _ = tokio::time::timeout(Duration::from_millis(2), endpoint.wait_idle()).await;
     match answer.map_err(|e| call_failed(opts.agent, e))? {
@@ -124,16 +125,16 @@ pub(super) async fn call_async(opts: &ClientOpts, req: Request) -> anyhow::Resul
 
 /// A client that keeps one connection to the agent across calls (a command that calls many times,
 /// like `shoal logs --follow`, makes one handshake).
-pub(super) fn session(opts: &ClientOpts) -> anyhow::Result<shoal::rpc::QuicRpcClient> {
+pub(super) fn session(opts: &ClientOpts) -> anyhow::Result<shoal::transport::rpc::QuicRpcClient> {
     let identity = client_identity(&opts.pki, opts.client_name.as_deref(), opts.self_issue)?;
     let endpoint = tls::client_endpoint(opts.agent, &identity, ALPN_API, &QuicOptions::api())?;
-    let stats = std::sync::Arc::new(shoal::transport_stats::TransportStats::default());
-    Ok(shoal::rpc::QuicRpcClient::new(endpoint, stats))
+    let stats = std::sync::Arc::new(shoal::transport::stats::TransportStats::default());
+    Ok(shoal::transport::rpc::QuicRpcClient::new(endpoint, stats))
 }
 
 /// One call over a [`session`]; an API error becomes an `Err` with its message.
 pub(super) async fn session_call(
-    client: &shoal::rpc::QuicRpcClient,
+    client: &shoal::transport::rpc::QuicRpcClient,
     opts: &ClientOpts,
     req: &Request,
 ) -> anyhow::Result<Response> {

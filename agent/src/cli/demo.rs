@@ -7,7 +7,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use shoal::mesh::api::{Request, Response, StatusView, PAGE_ITEMS_MAX};
+use shoal::wire::api::{Request, Response, StatusView, PAGE_ITEMS_MAX};
 use shoal_core::hlc::format_version;
 use shoal_core::spec::format_duration_ms;
 
@@ -116,9 +116,9 @@ async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
     )?;
     // The demo's agents issue their node certificates from the CA key (a sandbox); the CLI
     // gets its client certificate here, so that `shoal` commands against the demo find it.
-    shoal::pki::init(&demo.dir.join("pki"))?;
-    let client_role = shoal::pki::IssueOptions::new(shoal::pki::Role::Client);
-    shoal::pki::issue(&demo.dir.join("pki"), "shoal-cli", &client_role)?;
+    shoal::identity::pki::init(&demo.dir.join("pki"))?;
+    let client_role = shoal::identity::pki::IssueOptions::new(shoal::identity::pki::Role::Client);
+    shoal::identity::pki::issue(&demo.dir.join("pki"), "shoal-cli", &client_role)?;
     step(&format!(
         "starting {AGENTS} agents on loopback (process runtime, data under {})",
         demo.dir.display()

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::bail;
-use shoal::mesh::api::{Request, Response};
+use shoal::wire::api::{Request, Response};
 
 use super::connect::{call, ClientOpts, Output};
 

@@ -1,6 +1,6 @@
 //! `shoal exec NAME/REPLICA -- CMD ARGS...`: run a command in a running replica, on the node
 //! running it (any agent forwards), its stdout and stderr printed as they come, its exit code
-//! this command's. The session is polled over the request/response API (`shoal::exec`): each
+//! this command's. The session is polled over the request/response API (`shoal::node::exec`): each
 //! poll carries the stdin read so far (with `-i`) and the output offset received so far.
 
 use std::io::{Read, Write};
@@ -8,10 +8,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use shoal::exec::STDIN_CHUNK_BYTES_MAX;
-use shoal::mesh::api::{ExecInput, ExecOutput, Request, Response};
-use shoal::runtime::exec::TtySize;
-use shoal::runtime::logs::Stream;
+use shoal::node::exec::STDIN_CHUNK_BYTES_MAX;
+use shoal::node::runtime::exec::TtySize;
+use shoal::node::runtime::logs::Stream;
+use shoal::wire::api::{ExecInput, ExecOutput, Request, Response};
 use tokio::sync::mpsc;
 
 use super::connect::{session, session_call, ClientOpts};
@@ -65,7 +65,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.target
         )
     })?;
-    shoal::exec::check_command(&args.command)?;
+    shoal::node::exec::check_command(&args.command)?;
     let kill_after = match &args.kill_after {
         Some(text) => Some(Duration::from_millis(
             shoal_core::spec::parse_duration_ms(text)

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use shoal::guard::{run_guard, GuardOptions, GuardRuntime};
+use shoal::node::guard::{run_guard, GuardOptions, GuardRuntime};
 
 /// Arguments of `shoal guard`.
 #[derive(Debug, clap::Args)]

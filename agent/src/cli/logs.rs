@@ -1,14 +1,14 @@
 //! `shoal logs NAME[/REPLICA]`: a replica's output, read on the node running it (any agent
 //! forwards), and `--follow` to keep printing what it writes; and the hidden `shoal log-relay`
-//! the process runtime runs beside each instance (`shoal::runtime::logs::relay`).
+//! the process runtime runs beside each instance (`shoal::node::runtime::logs::relay`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use shoal::mesh::api::{LogsAnswer, Request, Response};
-use shoal::runtime::logs::{line::rfc3339_ns, LogQuery, LogStart, PAGE_BYTES_MAX};
+use shoal::node::runtime::logs::{line::rfc3339_ns, LogQuery, LogStart, PAGE_BYTES_MAX};
+use shoal::wire::api::{LogsAnswer, Request, Response};
 
 use super::connect::{session, session_call, ClientOpts};
 
@@ -217,7 +217,7 @@ pub struct RelayArgs {
 
 /// Runs the relay: stdin is the instance's stdout pipe, stdout its stderr pipe.
 pub fn relay(args: RelayArgs) -> anyhow::Result<ExitCode> {
-    shoal::runtime::logs::relay::run(&args.dir, args.max_bytes, args.files)
+    shoal::node::runtime::logs::relay::run(&args.dir, args.max_bytes, args.files)
         .with_context(|| format!("relaying output into {}", args.dir.display()))?;
     Ok(ExitCode::SUCCESS)
 }

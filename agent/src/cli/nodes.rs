@@ -4,11 +4,11 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 use serde::Serialize;
-use shoal::mesh::api::{Request, Response, PAGE_ITEMS_MAX};
+use shoal::wire::api::{Request, Response, PAGE_ITEMS_MAX};
 use shoal_core::resources::{format_cpu_millis, format_memory_bytes};
 
-use shoal::cells::CellView;
-use shoal::mesh::api::NodeView;
+use shoal::state::cells::CellView;
+use shoal::wire::api::NodeView;
 
 use super::connect::{call_pages, ClientOpts, Output};
 
@@ -44,7 +44,7 @@ struct Row<'a> {
     gossip_addr: &'a str,
     api_addr: Option<&'a str>,
     version: Option<&'a str>,
-    build: Option<&'a shoal::mesh::build::BuildRecord>,
+    build: Option<&'a shoal::state::mesh::build::BuildRecord>,
 }
 
 /// The cells the agent knows, every page.
@@ -83,7 +83,9 @@ fn nodes_of(args: &Args, known: &[CellView]) -> anyhow::Result<(String, Vec<Node
     let own = known
         .iter()
         .find(|c| c.own)
-        .map_or(shoal::cells::DEFAULT_CELL, |c| c.summary.cell.as_str());
+        .map_or(shoal::state::cells::DEFAULT_CELL, |c| {
+            c.summary.cell.as_str()
+        });
     let want = args.cell.as_deref().unwrap_or(own);
     if want == own {
         return Ok((own.to_string(), nodes(&args.client)?));
@@ -98,7 +100,7 @@ fn nodes_of(args: &Args, known: &[CellView]) -> anyhow::Result<(String, Vec<Node
     };
     let mut last = anyhow::anyhow!("cell {want} lists no contact");
     for contact in &cell.summary.contacts {
-        let Some(c) = shoal::cells::parse_contact(contact) else {
+        let Some(c) = shoal::state::cells::parse_contact(contact) else {
             continue;
         };
         let client = ClientOpts {

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::bail;
-use shoal::mesh::api::{Request, Response, PAGE_ITEMS_MAX};
+use shoal::wire::api::{Request, Response, PAGE_ITEMS_MAX};
 use shoal_core::reconcile::Layer;
 
 use super::connect::{call, call_pages, ClientOpts, Output};

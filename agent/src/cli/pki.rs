@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use shoal::mesh::api::{Request, Response};
-use shoal::pki::{IssueOptions, Role, LEAF_VALIDITY_DAYS_DEFAULT};
+use shoal::identity::pki::{IssueOptions, Role, LEAF_VALIDITY_DAYS_DEFAULT};
+use shoal::wire::api::{Request, Response};
 
 use super::connect::{call, ClientOpts};
 
@@ -105,7 +105,7 @@ enum Command {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
         Command::Init { dir } => {
-            shoal::pki::init(&dir)?;
+            shoal::identity::pki::init(&dir)?;
             println!(
                 "cluster CA written to {} (keep ca.key off the hosts: agents need only ca.crt)",
                 dir.display()
@@ -126,7 +126,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 (RoleArg::Client, true) => Role::Reader,
             };
             let options = IssueOptions { role, ips, days };
-            let files = shoal::pki::issue(&dir, &name, &options)?;
+            let files = shoal::identity::pki::issue(&dir, &name, &options)?;
             println!(
                 "issued {} and {} ({role}, {days} days)",
                 files.cert.display(),
@@ -134,7 +134,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
         }
         Command::Renew { dir, name, days } => {
-            let files = shoal::pki::renew(&dir, &name, days)?;
+            let files = shoal::identity::pki::renew(&dir, &name, days)?;
             println!(
                 "renewed {} and {}; copy them over the old ones (an agent picks them up live)",
                 files.cert.display(),
@@ -142,7 +142,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
         }
         Command::Revoke { dir, name } => {
-            let revoked = shoal::pki::revoke(&dir, &name)?;
+            let revoked = shoal::identity::pki::revoke(&dir, &name)?;
             println!(
                 "{} (number {}): {} certificate(s) of {name} revoked now, {} in the list; \
                  publish it with `shoal pki publish-crl --crl {}`",
@@ -156,7 +156,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::PublishCrl { crl, client } => {
             let bytes =
                 std::fs::read(&crl).with_context(|| format!("reading {}", crl.display()))?;
-            let der = shoal::authority::crl::der_from_pem_or_der(&bytes)
+            let der = shoal::identity::crl::der_from_pem_or_der(&bytes)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", crl.display()))?;
             let Response::CrlPublished {
                 number,

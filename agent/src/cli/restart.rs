@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use shoal::mesh::api::{Request, Response};
+use shoal::wire::api::{Request, Response};
 use shoal_core::hlc::format_version;
 
 use super::connect::{call, ClientOpts};

@@ -4,9 +4,9 @@
 use std::process::ExitCode;
 
 use anyhow::bail;
-use shoal::mesh::api::{Request, Response};
-use shoal::mesh::build::BuildRecord;
-use shoal::mesh::upgrade::UpgradeView;
+use shoal::state::mesh::build::BuildRecord;
+use shoal::state::mesh::upgrade::UpgradeView;
+use shoal::wire::api::{Request, Response};
 use shoal_core::version::Since;
 
 use super::connect::{call, ClientOpts, Output};
@@ -92,7 +92,7 @@ fn print_view(view: &UpgradeView) {
         }
         (None, waiting) => println!(
             "waiting for {waiting} member(s) to run a newer build: {}",
-            shoal::mesh::upgrade::describe_holders(&view.waiting_for, waiting)
+            shoal::state::mesh::upgrade::describe_holders(&view.waiting_for, waiting)
         ),
     }
     if !view.too_new.is_empty() {
@@ -139,7 +139,7 @@ pub struct VersionArgs {
 /// Runs `shoal version`: this build, and the agent's unless `--local`. An agent that does not
 /// answer is said on stderr; the exit code stays 0 (this build's facts were printed).
 pub fn version(args: VersionArgs) -> anyhow::Result<ExitCode> {
-    let this = BuildRecord::this();
+    let this = shoal::state::mesh::build::this();
     let agent = if args.local {
         None
     } else {

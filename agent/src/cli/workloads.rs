@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use serde::Serialize;
-use shoal::mesh::api::{Request, Response, StatusView, WorkloadSummary, PAGE_ITEMS_MAX};
+use shoal::wire::api::{Request, Response, StatusView, WorkloadSummary, PAGE_ITEMS_MAX};
 use shoal_core::hlc::format_version;
 use shoal_core::resources::{format_cpu_millis, format_memory_bytes};
 use shoal_core::spec::format_duration_ms;

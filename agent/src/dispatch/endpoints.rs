@@ -2,7 +2,7 @@
 //! table the agent's DNS answers from.
 
 use super::Api;
-use crate::mesh::api::{ApiError, ErrorKind, Response};
+use crate::wire::api::{ApiError, ErrorKind, Response};
 
 impl Api {
     /// The endpoints of workload `name`, or not found.

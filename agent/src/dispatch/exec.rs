@@ -1,7 +1,7 @@
 //! `shoal exec`: find the node running the replica from this agent's view of the mesh (as
 //! `shoal logs` does) and start the command there, forwarding as [`Request::ExecHere`]; then
 //! pass each poll of the session to that node ([`Request::ExecIoHere`]). The sessions
-//! themselves are [`crate::exec`]'s.
+//! themselves are [`crate::node::exec`]'s.
 //!
 //! Only a running instance takes a command: a replica that is starting, stopping, exited,
 //! failed or pending is refused with its phase and node, as is one with no instance.
@@ -12,9 +12,9 @@ use shoal_core::instance::{Phase, ReplicaId};
 use shoal_core::reconcile::InstanceStatus;
 
 use super::Api;
-use crate::exec::{ExecError, ExecMode};
-use crate::host::INSTANCES_KEY;
-use crate::mesh::api::{ApiError, ErrorKind, ExecInput, Request, Response};
+use crate::node::exec::{ExecError, ExecMode};
+use crate::node::host::INSTANCES_KEY;
+use crate::wire::api::{ApiError, ErrorKind, ExecInput, Request, Response};
 
 /// Most characters of the command recorded in the node's events.
 const RECORDED_COMMAND_CHARS_MAX: usize = 200;
@@ -29,7 +29,7 @@ impl Api {
         mode: ExecMode,
         by: String,
     ) -> Result<Response, ApiError> {
-        crate::exec::check_command(&command).map_err(api_error)?;
+        crate::node::exec::check_command(&command).map_err(api_error)?;
         let mut observed: BTreeMap<String, (bool, Vec<InstanceStatus>)> =
             self.gossiped(INSTANCES_KEY).await;
         if let Some(host) = &self.host {

@@ -1,5 +1,5 @@
 //! `shoal history` and `shoal rollout undo`: a workload's versions from the store, and a past
-//! version's content applied again as a new version (see [`crate::mesh::history`]).
+//! version's content applied again as a new version (see [`crate::state::mesh::history`]).
 
 use std::sync::Arc;
 
@@ -7,11 +7,11 @@ use shoal_core::spec::{Run, WorkloadSpec};
 
 use shoal_core::rollout::Record;
 
-use crate::host::Host;
-use crate::mesh::api::{ApiError, ErrorKind, Response, VersionView};
-use crate::mesh::history::{self, History, Past};
-use crate::mesh::node::MeshNode;
-use crate::mesh::view;
+use crate::node::host::Host;
+use crate::state::mesh::history::{self, History, Past};
+use crate::state::mesh::node::MeshNode;
+use crate::state::mesh::view;
+use crate::wire::api::{ApiError, ErrorKind, Response, VersionView};
 
 /// Longest `runs` text in a version view.
 const RUNS_CHARS_MAX: usize = 120;

@@ -1,7 +1,7 @@
 //! `shoal logs`: find the node running the replica from this agent's view of the mesh (its own
 //! host's instances, every other node's gossiped ones) and read there, forwarding as
 //! [`Request::LogsHere`] when it is another node. Reading is its runtime's business
-//! ([`crate::runtime::Runtime::logs`]).
+//! ([`crate::node::runtime::Runtime::logs`]).
 //!
 //! Without a replica number the lowest-numbered replica that has an instance is read (like
 //! `kubectl logs deployment/x` picking one pod): the answer names it. Among nodes reporting an
@@ -14,10 +14,10 @@ use shoal_core::instance::{Phase, ReplicaId};
 use shoal_core::reconcile::InstanceStatus;
 
 use super::Api;
-use crate::host::INSTANCES_KEY;
-use crate::mesh::api::{ApiError, ErrorKind, LogsAnswer, Request, Response};
-use crate::runtime::logs::LogQuery;
-use crate::runtime::RuntimeError;
+use crate::node::host::INSTANCES_KEY;
+use crate::node::runtime::logs::LogQuery;
+use crate::node::runtime::RuntimeError;
+use crate::wire::api::{ApiError, ErrorKind, LogsAnswer, Request, Response};
 
 impl Api {
     /// Reads a replica's output wherever it runs.

@@ -13,24 +13,24 @@ mod logs;
 mod ops;
 mod pages;
 mod restart;
+pub mod roles;
 mod status;
 
 use std::sync::Arc;
 
-use crate::authority::roles;
-use crate::host::Host;
-use crate::mesh::api::{Request, Response};
-use crate::mesh::node::{MeshNode, PULL_PAGE_BYTES};
-use crate::pki::Role;
-use crate::rpc;
-use crate::tls::Peer;
+use crate::identity::pki::Role;
+use crate::identity::tls::Peer;
+use crate::node::host::Host;
+use crate::state::mesh::node::{MeshNode, PULL_PAGE_BYTES};
+use crate::transport::rpc;
+use crate::wire::api::{Request, Response};
 
 /// Answers API requests for one agent.
 pub struct Api {
     node: Arc<MeshNode>,
     host: Option<Arc<Host>>,
     /// The exec sessions running on this node.
-    exec: Arc<crate::exec::Sessions>,
+    exec: Arc<crate::node::exec::Sessions>,
 }
 
 impl Api {
@@ -40,7 +40,7 @@ impl Api {
         Arc::new(Api {
             node,
             host,
-            exec: crate::exec::Sessions::new(),
+            exec: crate::node::exec::Sessions::new(),
         })
     }
 
@@ -67,8 +67,8 @@ impl Api {
         if !roles::allows(peer.role, needs) {
             self.node.authority.count_unauthorized();
             tracing::warn!(%peer, kind, "API request refused: role");
-            return Response::Error(crate::mesh::api::ApiError::new(
-                crate::mesh::api::ErrorKind::Unauthorized,
+            return Response::Error(crate::wire::api::ApiError::new(
+                crate::wire::api::ErrorKind::Unauthorized,
                 roles::refusal(peer.role, needs, kind),
             ));
         }
@@ -85,7 +85,7 @@ impl Api {
                     return Response::Error(refusal);
                 }
                 for spec in &specs {
-                    if let Some(refusal) = crate::mesh::upgrade::refusal(&node, spec).await {
+                    if let Some(refusal) = crate::state::mesh::upgrade::refusal(&node, spec).await {
                         return Response::Error(refusal);
                     }
                 }
@@ -114,7 +114,7 @@ impl Api {
             Request::SetCaps { caps } => {
                 let by = asked_by(None);
                 let body = caps.encode();
-                let name = crate::authority::caps::STORE_NAME;
+                let name = crate::identity::authority::caps::STORE_NAME;
                 let result = node.clone().store_reserved(name, body, by.clone()).await;
                 if let (Ok(_), Some(host)) = (&result, &self.host) {
                     host.record_asked("set-caps", None, format!("capacity caps {caps:?}"), &by);
@@ -123,11 +123,12 @@ impl Api {
             }
             Request::Caps => Ok(Response::Caps(node.caps())),
             Request::UpgradeStatus { .. } => Ok(Response::Upgrade(Box::new(
-                crate::mesh::upgrade::view(&node).await,
+                crate::state::mesh::upgrade::view(&node).await,
             ))),
             Request::UpgradeHold { held, .. } => {
                 let by = asked_by(None);
-                let result = crate::mesh::upgrade::set_hold(node.clone(), held, by.clone()).await;
+                let result =
+                    crate::state::mesh::upgrade::set_hold(node.clone(), held, by.clone()).await;
                 if let (Ok(_), Some(host)) = (&result, &self.host) {
                     let what = if held {
                         "upgrade-hold"
@@ -221,7 +222,7 @@ impl Api {
                 Ok(Response::NameUsed { live })
             }
             Request::CellCopies { replicas } => {
-                if replicas.len() > crate::cells::handoff::SERVING_ASK_MAX {
+                if replicas.len() > crate::state::cells::handoff::SERVING_ASK_MAX {
                     Err(too_many("CellCopies replicas"))
                 } else {
                     Ok(self.handle_cell_copies(replicas).await)
@@ -250,7 +251,7 @@ impl Api {
                 tty,
             } => {
                 let by = asked_by(None);
-                let mode = crate::exec::ExecMode { stdin, tty };
+                let mode = crate::node::exec::ExecMode { stdin, tty };
                 self.handle_exec(workload, replica, command, mode, by).await
             }
             Request::ExecIo { node, session, io } => {
@@ -264,7 +265,7 @@ impl Api {
                 by,
             } => {
                 let via = Some(peer_name.0.clone());
-                let mode = crate::exec::ExecMode { stdin, tty };
+                let mode = crate::node::exec::ExecMode { stdin, tty };
                 self.handle_exec_here(replica, command, mode, by, via).await
             }
             Request::ExecIoHere { session, io, by } => {
@@ -280,9 +281,9 @@ impl Api {
         &self,
         der: Vec<u8>,
         by: String,
-    ) -> Result<Response, crate::mesh::api::ApiError> {
-        use crate::mesh::api::{ApiError, ErrorKind};
-        if der.len() > crate::authority::crl::CRL_BYTES_MAX {
+    ) -> Result<Response, crate::wire::api::ApiError> {
+        use crate::wire::api::{ApiError, ErrorKind};
+        if der.len() > crate::identity::crl::CRL_BYTES_MAX {
             return Err(ApiError::new(ErrorKind::Invalid, "the CRL is too large"));
         }
         let adopted = self
@@ -296,7 +297,7 @@ impl Api {
         self.node
             .clone()
             .store_reserved(
-                crate::authority::crl::STORE_NAME,
+                crate::identity::crl::STORE_NAME,
                 crl.der.clone(),
                 by.clone(),
             )
@@ -323,13 +324,13 @@ impl Api {
     fn host_path_refused(
         &self,
         specs: &[shoal_core::spec::WorkloadSpec],
-    ) -> Option<crate::mesh::api::ApiError> {
+    ) -> Option<crate::wire::api::ApiError> {
         let roots = self.host.as_ref()?.volume_roots();
         specs.iter().find_map(|spec| {
             let (volume, path) = spec.host_path_refused(roots)?;
             let why = shoal_core::reconcile::host_path_refusal(volume, path, roots);
-            Some(crate::mesh::api::ApiError::new(
-                crate::mesh::api::ErrorKind::Invalid,
+            Some(crate::wire::api::ApiError::new(
+                crate::wire::api::ErrorKind::Invalid,
                 format!("{}: {why}", spec.name),
             ))
         })
@@ -354,7 +355,7 @@ impl Api {
         &self,
         kind: &str,
         names: &[String],
-        result: &Result<Response, crate::mesh::api::ApiError>,
+        result: &Result<Response, crate::wire::api::ApiError>,
         by: &str,
     ) {
         let Some(host) = &self.host else {
@@ -428,9 +429,9 @@ fn request_kind(req: &Request) -> &'static str {
     }
 }
 
-fn too_many(what: &str) -> crate::mesh::api::ApiError {
-    crate::mesh::api::ApiError::new(
-        crate::mesh::api::ErrorKind::Invalid,
+fn too_many(what: &str) -> crate::wire::api::ApiError {
+    crate::wire::api::ApiError::new(
+        crate::wire::api::ErrorKind::Invalid,
         format!(
             "{what}: more than {} cells in one message",
             shoal_core::cells::CELLS_MAX
@@ -444,13 +445,13 @@ async fn handle_cells(
     node: &MeshNode,
     cell: String,
     known: Vec<shoal_core::cells::Known>,
-) -> Result<Response, crate::mesh::api::ApiError> {
+) -> Result<Response, crate::wire::api::ApiError> {
     if known.len() > shoal_core::cells::CELLS_MAX {
         return Err(too_many("Cells known"));
     }
     tracing::trace!(from_cell = %cell, "cells pull");
     let store = node
-        .with_store(|s| crate::mesh::sync::to_hex(&s.digest().summary().encode()))
+        .with_store(|s| crate::state::mesh::sync::to_hex(&s.digest().summary().encode()))
         .await;
     Ok(Response::Cells {
         cell: node.cells.own().to_string(),

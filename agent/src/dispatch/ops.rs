@@ -9,11 +9,12 @@ use shoal_core::placement::model::ReplicaId;
 use shoal_core::reconcile::{InstanceStatus, Issue};
 
 use super::Api;
-use crate::host::{INSTANCES_KEY, ISSUES_KEY};
-use crate::mesh::api::{ApiError, ErrorKind, IssueKey, Request, Response};
-use crate::mesh::skew::CLOCK_ISSUE_KEY;
-use crate::mesh::{page, view};
-use crate::rpc;
+use crate::node::host::{INSTANCES_KEY, ISSUES_KEY};
+use crate::state::mesh::skew::CLOCK_ISSUE_KEY;
+use crate::state::mesh::view;
+use crate::transport::rpc;
+use crate::wire::api::{ApiError, ErrorKind, IssueKey, Request, Response};
+use crate::wire::page;
 
 /// Longest wait for a forwarded approve or drain.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
@@ -55,7 +56,8 @@ impl Api {
         if let Some(host) = &self.host {
             observed.insert(self.node.name.clone(), (true, host.observed()));
         }
-        let answer = crate::cells::handoff::copies_answer(&replicas, &placed.assigned, &observed);
+        let answer =
+            crate::state::cells::handoff::copies_answer(&replicas, &placed.assigned, &observed);
         Response::CellCopies(answer)
     }
 
@@ -79,7 +81,7 @@ impl Api {
         // The mesh's own issues (clock skew) live under their own key; this node's, fresh.
         let mut clock: BTreeMap<String, (bool, Vec<Issue>)> = self.gossiped(CLOCK_ISSUE_KEY).await;
         let members = self.node.members().await;
-        let mine = crate::mesh::sync::current_issue(&self.node, &members)
+        let mine = crate::state::mesh::sync::current_issue(&self.node, &members)
             .await
             .into_iter()
             .collect();

@@ -1,9 +1,10 @@
-//! The membership and the cells, a page at a time (see [`crate::mesh::page`]): ten thousand
+//! The membership and the cells, a page at a time (see [`crate::wire::page`]): ten thousand
 //! members with 16 KiB records, or a thousand cells' summaries, do not fit one frame.
 
 use super::Api;
-use crate::mesh::api::Response;
-use crate::mesh::{page, view};
+use crate::state::mesh::view;
+use crate::wire::api::Response;
+use crate::wire::page;
 
 impl Api {
     /// A page of the members whose names sort after `after`.

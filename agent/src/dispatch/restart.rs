@@ -16,9 +16,9 @@ use shoal_core::reconcile::InstanceStatus;
 
 use super::logs::pick;
 use super::Api;
-use crate::host::{HostRestartError, INSTANCES_KEY};
-use crate::mesh::api::{ApiError, ErrorKind, Request, Response};
-use crate::mesh::node::MeshNode;
+use crate::node::host::{HostRestartError, INSTANCES_KEY};
+use crate::state::mesh::node::MeshNode;
+use crate::wire::api::{ApiError, ErrorKind, Request, Response};
 
 /// Applies `name`'s held spec again with a new restart stamp (the time of the request on this
 /// agent's clock, and who asked).

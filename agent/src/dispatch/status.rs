@@ -1,7 +1,7 @@
 //! `status`: where a workload's replicas are and how they run, wherever they run, a page of
 //! replicas at a time. Ten thousand replicas with a 256-byte last error each take more than a
 //! frame, so a page covers a window of replica indices (at most [`PAGE_ITEMS_MAX`]) and ends at
-//! a whole replica within the page budget ([`crate::mesh::page`]). The agent asked answers its
+//! a whole replica within the page budget ([`crate::wire::page`]). The agent asked answers its
 //! own cell's replicas of the window from its gossip and asks one envoy of each other cell
 //! holding some for the same window; when an envoy's page ends early, so does the answer.
 
@@ -13,10 +13,10 @@ use shoal_core::placement::model::ReplicaId;
 use shoal_core::reconcile::InstanceStatus;
 
 use super::Api;
-use crate::host::INSTANCES_KEY;
-use crate::mesh::api::{ApiError, ErrorKind, InstanceView, Request, Response, StatusView};
-use crate::mesh::page::{self, PAGE_ITEMS_MAX};
-use crate::mesh::view;
+use crate::node::host::INSTANCES_KEY;
+use crate::state::mesh::view;
+use crate::wire::api::{ApiError, ErrorKind, InstanceView, Request, Response, StatusView};
+use crate::wire::page::{self, PAGE_ITEMS_MAX};
 
 /// Most notes in one page (one per node with instances in it that has one).
 const NOTES_MAX: usize = 64;
@@ -119,7 +119,7 @@ impl Api {
     }
 
     /// Asks an envoy of `cell` (the first of its contacts that answers, each given
-    /// [`CELLS_CALL_TIMEOUT`](crate::cells::CELLS_CALL_TIMEOUT)) for its replicas of `name` in
+    /// [`CELLS_CALL_TIMEOUT`](crate::state::cells::CELLS_CALL_TIMEOUT)) for its replicas of `name` in
     /// the same page.
     async fn ask_cell(
         &self,
@@ -137,7 +137,7 @@ impl Api {
             Response::Status { view, next_after } => Ok((view, next_after)),
             other => Err(other),
         };
-        crate::cells::exchange::ask_contacts(&self.node, cell, &req, accept).await
+        crate::state::mesh::cell_exchange::ask_contacts(&self.node, cell, &req, accept).await
     }
 
     /// This cell's part of the status for the replicas in `asked`, and those of them placed in
@@ -150,7 +150,7 @@ impl Api {
         let ((specs, _), (holders, _)) = self
             .node
             .with_store(|s| {
-                let holders = crate::mesh::data::holders(s.core().iter());
+                let holders = crate::state::mesh::data::holders(s.core().iter());
                 (view::live_specs(s.list_live()), holders)
             })
             .await;

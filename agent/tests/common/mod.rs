@@ -394,7 +394,7 @@ pub fn docker_ready() -> bool {
         .build()
         .unwrap();
     runtime.block_on(async {
-        use shoal::runtime::docker::{ensure_busybox_image, DockerConfig, DockerRuntime};
+        use shoal::node::runtime::docker::{ensure_busybox_image, DockerConfig, DockerRuntime};
         let rt = DockerRuntime::connect(DockerConfig::new("image-setup"))
             .await
             .unwrap_or_else(|e| {

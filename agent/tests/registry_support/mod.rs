@@ -149,7 +149,7 @@ pub async fn push_marked_image(
     marker: &str,
 ) -> (String, String) {
     let local = format!("shoal-pull-src-{repository}");
-    shoal::runtime::docker::import_marked_busybox_image(docker, &local, tag, marker)
+    shoal::node::runtime::docker::import_marked_busybox_image(docker, &local, tag, marker)
         .await
         .expect("import a marked busybox image");
     let remote = format!("{}/{repository}", registry.host());

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use shoal::core::instance::ReplicaId;
 use shoal::core::spec::WorkloadSpec;
-use shoal::runtime::{RuntimeEvent, StartRequest};
+use shoal::node::runtime::{RuntimeEvent, StartRequest};
 use tokio::sync::broadcast;
 
 /// A validated spec from TOML (panics with every problem if invalid: a test bug).

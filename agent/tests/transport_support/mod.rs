@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use shoal::pki::{self, Identity};
+use shoal::identity::pki::{self, Identity};
 
 /// A fresh PKI directory holding a new CA, removed on drop.
 pub struct TestPki {

@@ -4,9 +4,9 @@
 use std::collections::BTreeSet;
 
 use chitchat::Chitchat;
-use shoal::mesh::api::{Request, Response};
-use shoal::pki::Role;
-use shoal::tls::Peer;
+use shoal::identity::pki::Role;
+use shoal::identity::tls::Peer;
+use shoal::wire::api::{Request, Response};
 use shoal_core::hlc::format_version;
 use shoal_core::instance::ReplicaId;
 

@@ -173,7 +173,7 @@ mod tests {
     use super::*;
     use crate::check::truth::{Copies, Copy};
     use crate::check::Checker;
-    use shoal::mesh::view::placement_workload;
+    use shoal::state::mesh::view::placement_workload;
     use shoal_core::cells::summarize;
     use shoal_core::instance::Phase;
     use shoal_core::resources::Resources;

@@ -5,9 +5,9 @@
 //! an acknowledged apply; a write whose content the simulator never sent is a violation.
 
 use serde::Serialize;
-use shoal::mesh::api::{Request, Response};
-use shoal::pki::Role;
-use shoal::tls::Peer;
+use shoal::identity::pki::Role;
+use shoal::identity::tls::Peer;
+use shoal::wire::api::{Request, Response};
 use shoal_core::hlc::{format_version, Version};
 use shoal_core::spec::WorkloadSpec;
 

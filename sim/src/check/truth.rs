@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use shoal::mesh::view::placement_workload_held;
+use shoal::state::mesh::view::placement_workload_held;
 use shoal_core::instance::{Phase, ReplicaId};
 use shoal_core::placement::Placement;
 use shoal_core::spec::WorkloadSpec;

@@ -9,12 +9,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use shoal::agent::run::RunningNode;
 use shoal::agent::Agent;
-use shoal::guard::MemGuard;
-use shoal::host::{Host, HostConfig as LoopConfig};
-use shoal::mesh::node::WallClock;
-use shoal::mesh::run::RunningNode;
-use shoal::runtime::mem::{MemProfile, MemRuntime, REVISION_ENV};
+use shoal::node::guard::MemGuard;
+use shoal::node::host::{Host, HostConfig as LoopConfig};
+use shoal::node::runtime::mem::{MemProfile, MemRuntime, REVISION_ENV};
+use shoal::state::mesh::node::WallClock;
 use shoal_core::reconcile::ReconcileConfig;
 use shoal_core::spec::{Run, WorkloadSpec};
 
@@ -117,7 +117,7 @@ pub struct AgentParts {
 /// too, for the simulator to watch it and to stop it when the host dies). The monotonic clock is
 /// the simulation's, never the skewed wall clock, and reads like true wall-clock time
 /// ([`crate::clock::BASE_MS`] at the start), as a real agent's starts at the wall clock's
-/// reading (`shoal::host::clock::monotonic_from`): what the agent gossips on it (a phase's
+/// reading (`shoal::node::host::clock::monotonic_from`): what the agent gossips on it (a phase's
 /// `since_ms`) is compared with peers' wall clocks. The in-memory runtime dates instances on
 /// the same scale (`MemRuntime::with_origin_ms`), as a real runtime's wall-clock dates.
 pub fn start_agent(parts: AgentParts) -> (Agent, MemGuard) {
@@ -128,7 +128,7 @@ pub fn start_agent(parts: AgentParts) -> (Agent, MemGuard) {
     };
     let t0 = parts.t0;
     let base_ms = parts.mem.origin_ms();
-    let mono: shoal::host::clock::MonoClock =
+    let mono: shoal::node::host::clock::MonoClock =
         Arc::new(move || base_ms + t0.elapsed().as_millis() as u64);
     // The lease of `shoal agent`'s guard (`GuardConfig::new`): the reconciler's self-fencing time.
     let guard = parts.guard.unwrap_or_else(|| {

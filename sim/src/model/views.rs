@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use shoal::mesh::view::placement_workload;
+use shoal::state::mesh::view::placement_workload;
 use shoal_core::cells::{place_cells, summarize, Cell, CellPlacement, CellSummary};
 use shoal_core::instance::ReplicaId;
 use shoal_core::placement::model::{Placement, Workload};

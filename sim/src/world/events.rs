@@ -4,10 +4,10 @@
 use std::collections::BTreeSet;
 
 use rand::seq::SliceRandom;
-use shoal::mesh::api::Request;
-use shoal::mesh::record::NODE_KEY;
-use shoal::pki::Role;
-use shoal::tls::Peer;
+use shoal::identity::pki::Role;
+use shoal::identity::tls::Peer;
+use shoal::state::mesh::record::NODE_KEY;
+use shoal::wire::api::Request;
 use shoal_core::spec::WorkloadSpec;
 
 use super::{ApiAnswer, HostState, Origin, Step, World};

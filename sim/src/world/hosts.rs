@@ -3,13 +3,13 @@
 
 use std::sync::{Arc, Weak};
 
+use shoal::agent::run::{start_node, MeshSetup, RunningNode};
 use shoal::agent::Agent;
-use shoal::mesh::node::{MeshNode, WallClock};
-use shoal::mesh::record::NodeRecord;
-use shoal::mesh::run::{start_node, MeshSetup, RunningNode};
-use shoal::pki::Role;
-use shoal::store_db::{DesiredStore, MemDisk};
-use shoal::tls::{Peer, PeerName};
+use shoal::identity::pki::Role;
+use shoal::identity::tls::{Peer, PeerName};
+use shoal::state::mesh::node::{MeshNode, WallClock};
+use shoal::state::mesh::record::NodeRecord;
+use shoal::state::store_db::{DesiredStore, MemDisk};
 use shoal_core::store::StoreConfig;
 
 use super::World;
@@ -19,7 +19,7 @@ use crate::net::{host_addr, SimNet, API_PORT, GOSSIP_PORT};
 use crate::runtime::Ground;
 use crate::scenario::{Mesh, Scenario};
 use rand::SeedableRng;
-use shoal::runtime::mem::MemRuntime;
+use shoal::node::runtime::mem::MemRuntime;
 use std::net::SocketAddr;
 
 /// Hosts every agent names as seeds.
@@ -61,7 +61,7 @@ pub struct Host {
     /// The running agent.
     pub running: Option<Agent>,
     /// The running agent's guard (it dies with the host).
-    pub guard: Option<shoal::guard::MemGuard>,
+    pub guard: Option<shoal::node::guard::MemGuard>,
     /// When the current incarnation came up (sim ms).
     pub up_since_ms: u64,
     /// Incarnations so far.
@@ -88,7 +88,7 @@ impl Host {
             placement_version: shoal_core::placement::PLACEMENT_ALGORITHM_VERSION,
             api_addr: host_addr(index, API_PORT),
             limits_note: None,
-            ports: shoal::mesh::record::default_ports(),
+            ports: shoal::state::mesh::record::default_ports(),
         };
         let name = format!("n{}", index + 1);
         let rng = rand::rngs::ChaCha8Rng::seed_from_u64(seed ^ (u64::from(index) << 32) ^ 0x6d656d);
@@ -160,7 +160,11 @@ fn seeds_of(mesh: &Mesh, h: u32) -> (String, Vec<SocketAddr>, Vec<SocketAddr>) {
             .filter(|s| *s != h)
             .map(|s| host_addr(s, GOSSIP_PORT))
             .collect();
-        return (shoal::cells::DEFAULT_CELL.to_string(), seeds, Vec::new());
+        return (
+            shoal::state::cells::DEFAULT_CELL.to_string(),
+            seeds,
+            Vec::new(),
+        );
     };
     let first = h % mesh.cells;
     let seeds = (0..SEED_HOSTS)
@@ -194,7 +198,7 @@ impl World {
             cell,
             cell_seeds,
             authority: Default::default(),
-            wire: shoal::mesh::upgrade::wire_cell(),
+            wire: shoal::state::mesh::upgrade::wire_cell(),
         };
         let (net, disk, clock) = (self.net.clone(), host.disk.clone(), host.clock.wall_clock());
         host.starting = Some(tokio::spawn(async move {
@@ -313,7 +317,7 @@ impl World {
         self.net.stop_rpc(host_addr(h, API_PORT));
         // The next incarnation starts once this one is gone, as after a crash.
         host.ghost = Some(Arc::downgrade(agent.node()));
-        let grace_ms = shoal::host::RESTART_GRACE_MS_DEFAULT;
+        let grace_ms = shoal::node::host::RESTART_GRACE_MS_DEFAULT;
         tokio::spawn(async move {
             agent.restart(grace_ms).await;
         });

@@ -5,9 +5,9 @@
 //! every agent must hold every acknowledged spec and see every host live, all held for
 //! [`crate::check::LIVENESS_HOLD_MS`], within the scenario's `liveness_within` (60 s by default).
 
-use shoal::mesh::api::{Request, Response};
-use shoal::pki::Role;
-use shoal::tls::Peer;
+use shoal::identity::pki::Role;
+use shoal::identity::tls::Peer;
+use shoal::wire::api::{Request, Response};
 
 use super::{HostState, World};
 

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::SeedableRng;
-use shoal::gossip::GossipTuning;
-use shoal::mesh::api::Response;
+use shoal::transport::gossip::GossipTuning;
+use shoal::wire::api::Response;
 use shoal_core::spec::WorkloadSpec;
 use tokio::sync::mpsc;
 
@@ -450,7 +450,7 @@ impl World {
                     self.checker.acknowledged(now, &a.name, None, None);
                 }
                 Response::Error(e)
-                    if e.kind == shoal::mesh::api::ErrorKind::NotFound && answer.spec.is_none() =>
+                    if e.kind == shoal::wire::api::ErrorKind::NotFound && answer.spec.is_none() =>
                 {
                     // A delete sent again after "not durable" finds the deletion already
                     // stored there: it spreads from there, as an acknowledged one would.
@@ -463,7 +463,7 @@ impl World {
                     );
                     self.checker.acknowledged(now, &answer.workload, None, None);
                 }
-                Response::Error(e) if e.kind == shoal::mesh::api::ErrorKind::NotDurable => {
+                Response::Error(e) if e.kind == shoal::wire::api::ErrorKind::NotDurable => {
                     // What the error tells an operator to do: run the command again.
                     let line = format!(
                         "{} {} not durable yet via {via}: sending it again in 1 s",

@@ -1,0 +1,272 @@
+//! Starting a mesh node over any chitchat transport: joins, checks its name, runs anti-entropy
+//! and watches its seeds. The agent process around it is [`crate::agent`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use chitchat::spawn_chitchat;
+use chitchat::transport::Transport;
+
+use crate::state::mesh::node::{MeshNode, WallClock};
+use crate::state::mesh::record::{NodeRecord, DIGEST_KEY, NODE_KEY};
+use crate::state::mesh::sync::to_hex;
+use crate::state::mesh::view::{LEAVING_KEY, RESTARTING_KEY, STALE_KEY};
+use crate::state::store_db::DesiredStore;
+use crate::transport::gossip::{chitchat_config_tuned, GossipTuning};
+use crate::transport::rpc::{self, RpcClient};
+use crate::wire::api::{Request, Response};
+
+/// How long a leaving agent keeps gossiping its "leaving" mark before it stops.
+pub const LEAVE_ANNOUNCE: Duration = Duration::from_millis(800);
+/// How long an agent stopping for a planned restart gossips it before it stops: a few gossip
+/// rounds. A peer that misses it sees a crash, which is safe (docs/reconcile.md).
+pub const RESTART_ANNOUNCE: Duration = Duration::from_millis(400);
+
+/// The cluster id: derived from the CA certificate, so two clusters never mix gossip.
+pub fn cluster_id(ca_der: &[u8]) -> String {
+    format!("shoal-{:016x}", xxhash_rust::xxh3::xxh3_64(ca_der))
+}
+
+/// What a mesh node needs besides its store and network.
+#[derive(Clone, Debug)]
+pub struct MeshSetup {
+    /// Node id.
+    pub name: String,
+    /// Gossip address, bound and advertised.
+    pub gossip_addr: SocketAddr,
+    /// Seeds to join through (peers saved in the store are added).
+    pub seeds: Vec<SocketAddr>,
+    /// The record to gossip.
+    pub record: NodeRecord,
+    /// Gossip timing.
+    pub tuning: GossipTuning,
+    /// Cluster id (derived from the CA).
+    pub cluster_id: String,
+    /// The cell (a DNS label; [`crate::state::cells::DEFAULT_CELL`] for a one-cell mesh): its own
+    /// gossip domain.
+    pub cell: String,
+    /// API addresses of agents of other cells to learn the mesh's cells from.
+    pub cell_seeds: Vec<SocketAddr>,
+    /// Signs this node's writes and checks its peers' ([`Authority::unsigned`] on the in-memory
+    /// network).
+    ///
+    /// [`Authority::unsigned`]: crate::identity::authority::Authority::unsigned
+    pub authority: Arc<crate::identity::authority::Authority>,
+    /// The wire version this node sends in, shared with its transport and RPC client
+    /// ([`crate::state::mesh::upgrade::wire_cell`]); set from the store's mesh version before joining.
+    pub wire: Arc<std::sync::atomic::AtomicU16>,
+}
+
+/// A started mesh node and its background tasks.
+pub struct RunningNode {
+    /// The node.
+    pub node: Arc<MeshNode>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Dropped without [`RunningNode::leave`], the node stops as in a crash.
+impl Drop for RunningNode {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        let _ = self.node.gossip().initiate_shutdown();
+    }
+}
+
+impl RunningNode {
+    /// Announces the leave, gossips it for [`LEAVE_ANNOUNCE`], then stops every task.
+    pub async fn leave(self) {
+        {
+            let chitchat = self.node.gossip().chitchat();
+            chitchat
+                .lock()
+                .await
+                .self_node_state()
+                .set(LEAVING_KEY, "1");
+        }
+        tokio::time::sleep(LEAVE_ANNOUNCE).await;
+        self.crash();
+    }
+
+    /// Stops for a planned restart: announces that this agent means to be back by `until_ms`
+    /// (wall time) where every member knows the fact (mesh version 8 on: peers hold it up in
+    /// placement and do not count it dead until then), else announces a leave as
+    /// [`RunningNode::leave`]; gossips it for [`RESTART_ANNOUNCE`], then stops every task.
+    pub async fn restart(self, until_ms: u64) {
+        {
+            let hold = self.node.restart_hold();
+            let chitchat = self.node.gossip().chitchat();
+            let mut guard = chitchat.lock().await;
+            if hold {
+                guard
+                    .self_node_state()
+                    .set(RESTARTING_KEY, until_ms.to_string());
+            } else {
+                guard.self_node_state().set(LEAVING_KEY, "1");
+            }
+        }
+        tokio::time::sleep(RESTART_ANNOUNCE).await;
+        self.crash();
+    }
+
+    /// Stops every task at once, as a crash would (the store keeps what was durable).
+    pub fn crash(self) {
+        drop(self);
+    }
+}
+
+/// The API handler of a `node` without a host loop (store and membership requests only; an
+/// agent serves [`crate::agent::Agent::handler`]).
+pub fn api_handler(node: Arc<MeshNode>) -> rpc::Handler<Request, Response> {
+    crate::dispatch::Api::new(node, None).handler()
+}
+
+/// Starts a mesh node over any chitchat transport and RPC client: joins, checks that its name is
+/// not in use, and runs anti-entropy. The caller serves [`api_handler`] on its API address.
+pub async fn start_node(
+    setup: MeshSetup,
+    mut store: DesiredStore,
+    transport: &dyn Transport,
+    rpc_client: Arc<dyn RpcClient>,
+    clock: WallClock,
+    inline_store: bool,
+) -> anyhow::Result<RunningNode> {
+    let stale = store.is_stale(clock())?;
+    if stale {
+        tracing::warn!(
+            "this node was out of sync longer than the tombstone grace: it will resynchronize \
+             from the first live peer that is not stale"
+        );
+    }
+    let generation = store.generation_next(clock())?;
+    let mut seeds = setup.seeds.clone();
+    for peer in store.peers_load()? {
+        if !seeds.contains(&peer) && peer != setup.gossip_addr {
+            seeds.push(peer);
+        }
+    }
+    let summary = to_hex(&store.digest().summary().encode());
+    crate::state::cells::check_cell_name(&setup.cell).map_err(anyhow::Error::msg)?;
+    let gossip_cluster = crate::state::cells::gossip_cluster_id(&setup.cluster_id, &setup.cell);
+    let config = chitchat_config_tuned(
+        &setup.name,
+        generation,
+        setup.gossip_addr,
+        &seeds,
+        &gossip_cluster,
+        &setup.tuning,
+    );
+    // Before the first gossip frame: what this agent sends in is the mesh version it last knew
+    // (a build of the version before it is then still heard), the oldest it speaks when it knows
+    // none.
+    let recorded = crate::state::mesh::upgrade::decode_version(
+        store
+            .get(crate::state::mesh::upgrade::MESH_VERSION_NAME)
+            .and_then(|e| e.body.live()),
+    );
+    let wire_version = recorded
+        .unwrap_or(shoal_core::version::WIRE_MIN)
+        .clamp(shoal_core::version::WIRE_MIN, shoal_core::version::WIRE_CUR);
+    setup
+        .wire
+        .store(wire_version, std::sync::atomic::Ordering::Relaxed);
+    let mut kvs = vec![
+        (NODE_KEY.to_string(), setup.record.encode()),
+        (DIGEST_KEY.to_string(), summary),
+        (
+            crate::state::mesh::build::BUILD_KEY.to_string(),
+            crate::state::mesh::build::this().encode(),
+        ),
+    ];
+    if stale {
+        kvs.push((STALE_KEY.to_string(), "1".to_string()));
+    }
+    let gossip = spawn_chitchat(config, kvs, transport)
+        .await
+        .with_context(|| format!("starting gossip on {}", setup.gossip_addr))?;
+    tracing::info!(
+        name = %setup.name, gossip = %setup.gossip_addr, api = %setup.record.api_addr, generation,
+        seeds = ?seeds, cluster = %setup.cluster_id, cell = %setup.cell, "agent started"
+    );
+    if !seeds.is_empty() {
+        if let Some(other) = wait_for_name_conflict(&gossip, setup.tuning.gossip_interval).await {
+            let _ = gossip.initiate_shutdown();
+            anyhow::bail!(
+                "the name {:?} is already used by a live agent at {other}: choose another --name \
+                 (or stop that agent first)",
+                setup.name
+            );
+        }
+    }
+    let node = Arc::new(
+        MeshNode::new(setup.name.clone(), store, gossip, rpc_client, clock)
+            .in_cell(&setup.cell)
+            .with_authority(setup.authority.clone())
+            .with_wire(setup.wire.clone()),
+    );
+    node.cells.set_seeds(setup.cell_seeds.clone());
+    if !seeds.is_empty() {
+        node.cells.joins_through_seeds();
+    }
+    node.stale
+        .store(stale, std::sync::atomic::Ordering::Relaxed);
+    node.inline_store
+        .store(inline_store, std::sync::atomic::Ordering::Relaxed);
+    *node.record.lock().expect("record lock") = Some(setup.record.clone());
+    let joins = !seeds.is_empty();
+    let tasks = vec![
+        tokio::spawn(crate::state::mesh::sync::AntiEntropy::new(node.clone()).run()),
+        tokio::spawn(watch_seeds(node.clone(), seeds)),
+        tokio::spawn(crate::state::mesh::cell_exchange::CellExchange::new(node.clone()).run()),
+        tokio::spawn(crate::state::mesh::upgrade::run(node.clone(), joins)),
+    ];
+    Ok(RunningNode { node, tasks })
+}
+
+/// Gossips for a few rounds after joining and reports a live agent already using this name.
+///
+/// The 8 rounds (2 s) also let the membership fill in before the host loop's first round: ended
+/// as soon as a peer was heard (tried in issue 25 to shorten restarts), the restarted agent
+/// placed over a partial view and started an extra copy of a replica
+/// (`agent/tests/restart_grace.rs` caught it).
+async fn wait_for_name_conflict(
+    gossip: &chitchat::ChitchatHandle,
+    gossip_interval: Duration,
+) -> Option<SocketAddr> {
+    let me = gossip.chitchat_id().clone();
+    for _ in 0..8 {
+        tokio::time::sleep(gossip_interval).await;
+        let chitchat = gossip.chitchat();
+        let guard = chitchat.lock().await;
+        if let Some(addr) = crate::state::mesh::view::name_taken_by(&guard, &me) {
+            return Some(addr);
+        }
+    }
+    None
+}
+
+/// Logs, with backoff, while this agent has no live peer although it was given seeds: the
+/// operator sees why it is alone. chitchat keeps contacting the seeds by itself.
+async fn watch_seeds(node: Arc<MeshNode>, seeds: Vec<SocketAddr>) {
+    if seeds.is_empty() {
+        return;
+    }
+    let mut wait = Duration::from_secs(2);
+    loop {
+        tokio::time::sleep(wait).await;
+        let alone = node
+            .members()
+            .await
+            .iter()
+            .all(|m| !m.alive || m.name == node.name);
+        if alone {
+            tracing::warn!(?seeds, retry_in = ?wait, "no live peer yet: seeds unreachable or refusing this node's certificate");
+            wait = (wait * 2).min(Duration::from_secs(60));
+        } else {
+            wait = Duration::from_secs(2);
+        }
+    }
+}

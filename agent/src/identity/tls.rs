@@ -1,0 +1,480 @@
+//! Mutual TLS over QUIC: rustls configurations (ring provider, TLS 1.3 only, client certificates
+//! required and chained to the cluster CA) and quinn endpoints built from them.
+//!
+//! TLS proves that a peer belongs to the cluster, not which node it is: callers that care check
+//! [`peer_name`] against the node the peer claims to be. A dialer that does not know the name of
+//! the node behind an address (gossip dials addresses) connects with [`ANY_MEMBER`] as the server
+//! name: the certificate chain is still verified against the CA, only the name check is skipped.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{EndpointConfig, IdleTimeout, TransportConfig, VarInt};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, ServerName, UnixTime};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+pub use crate::identity::names::{cert_identity, cert_name, Peer, PeerName};
+use crate::identity::pki::Identity;
+
+/// ALPN protocol of the gossip endpoint.
+pub const ALPN_GOSSIP: &[u8] = b"shoal-gossip/1";
+/// ALPN protocol of the API endpoint.
+pub const ALPN_API: &[u8] = b"shoal-api/1";
+/// Server name to dial with when any member of the cluster may answer: the chain is verified
+/// against the CA, the name is not (check [`peer_name`] afterwards where it matters).
+pub const ANY_MEMBER: &str = "any-member.shoal.invalid";
+
+/// What went wrong while building TLS or QUIC configuration. Nothing is bound on error.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// rustls rejected the identity (key not matching the certificate, unsupported key, ...).
+    #[error("TLS configuration: {0}")]
+    Rustls(#[from] rustls::Error),
+    /// The CA certificates could not be used as trust roots.
+    #[error("cluster CA certificate unusable as a trust root: {0}")]
+    Roots(String),
+    /// The rustls configuration cannot carry QUIC (no TLS 1.3 initial cipher suite).
+    #[error("TLS configuration unusable for QUIC: {0}")]
+    Quic(String),
+    /// A QUIC transport parameter is out of range.
+    #[error("QUIC transport option out of range: {0}")]
+    Option(String),
+    /// The identity cannot serve here (wrong role, ...).
+    #[error("{0}")]
+    Identity(String),
+    /// The UDP socket could not be bound.
+    #[error("binding UDP {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+/// QUIC transport limits and timers of an endpoint.
+#[derive(Debug, Clone)]
+pub struct QuicOptions {
+    /// A connection silent for this long is closed. Must exceed the longest gap between two
+    /// contacts of the same peers (gossip picks peers at random).
+    pub idle_timeout: Duration,
+    /// Keep-alive ping interval on open connections (`None`: no pings).
+    pub keep_alive_interval: Option<Duration>,
+    /// Most bidirectional streams a peer may have open at once on one connection.
+    pub bidi_streams_max: u32,
+    /// Most unidirectional streams a peer may have open at once on one connection.
+    pub uni_streams_max: u32,
+    /// Most bytes buffered for one stream before the application reads them.
+    pub stream_window_bytes: u32,
+    /// Most bytes buffered for one connection over all its streams.
+    pub connection_window_bytes: u32,
+    /// Path MTU discovery (off saves about 5 KB per connection on loopback).
+    pub mtu_discovery: bool,
+}
+
+impl QuicOptions {
+    /// Options for the API endpoint: bidirectional request streams, no uni streams.
+    ///
+    /// What one connection can make the server hold: its requests' frames, up to the caller's
+    /// certificate budget ([`crate::transport::admission::AdmissionConfig::request_bytes_per_peer_max`],
+    /// shared by the certificate's connections), plus what waits unread in QUIC's buffers, at
+    /// most the 1 MiB connection window; answers, at most 8 streams x the 4 MiB frame limit, for
+    /// at most the answer write timeout (docs/operations.md, "Limits before and after the
+    /// handshake"). The windows need not hold a whole frame: the server reads as data arrives.
+    pub fn api() -> Self {
+        QuicOptions {
+            idle_timeout: Duration::from_secs(30),
+            keep_alive_interval: None,
+            bidi_streams_max: 8,
+            uni_streams_max: 0,
+            stream_window_bytes: 1 << 20,
+            connection_window_bytes: 1 << 20,
+            mtu_discovery: false,
+        }
+    }
+
+    /// Options for the gossip endpoint: one uni stream per message, and one bidirectional stream
+    /// at a time for a directory ask. A connection's reader takes one stream at a time, so it
+    /// holds at most one 1 MiB frame plus the 2 MiB connection window of unread streams.
+    pub fn gossip() -> Self {
+        QuicOptions {
+            idle_timeout: Duration::from_secs(60),
+            keep_alive_interval: Some(Duration::from_secs(10)),
+            bidi_streams_max: 1, // the directory (crate::transport::gossip::directory), one ask at a time
+            uni_streams_max: 32,
+            stream_window_bytes: 1 << 20,
+            connection_window_bytes: 2 << 20,
+            mtu_discovery: false,
+        }
+    }
+
+    fn transport_config(&self) -> Result<Arc<TransportConfig>, TlsError> {
+        let mut transport = TransportConfig::default();
+        let idle = IdleTimeout::try_from(self.idle_timeout)
+            .map_err(|e| TlsError::Option(format!("idle_timeout: {e}")))?;
+        transport
+            .max_idle_timeout(Some(idle))
+            .keep_alive_interval(self.keep_alive_interval)
+            .max_concurrent_bidi_streams(VarInt::from_u32(self.bidi_streams_max))
+            .max_concurrent_uni_streams(VarInt::from_u32(self.uni_streams_max))
+            .stream_receive_window(VarInt::from_u32(self.stream_window_bytes))
+            .receive_window(VarInt::from_u32(self.connection_window_bytes))
+            .send_window(u64::from(self.connection_window_bytes));
+        if !self.mtu_discovery {
+            transport.mtu_discovery_config(None);
+        }
+        Ok(Arc::new(transport))
+    }
+}
+
+/// The crypto provider used everywhere: ring, passed explicitly so that no process-wide default
+/// is needed (and no panic if another provider is compiled in).
+pub fn crypto_provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn roots(identity: &Identity) -> Result<Arc<RootCertStore>, TlsError> {
+    roots_of(&identity.ca_certs)
+}
+
+fn roots_of(ca_certs: &[CertificateDer<'static>]) -> Result<Arc<RootCertStore>, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for ca in ca_certs {
+        roots
+            .add(ca.clone())
+            .map_err(|e| TlsError::Roots(e.to_string()))?;
+    }
+    Ok(Arc::new(roots))
+}
+
+/// A verifier of client certificates: chained to `ca_certs`, not revoked by `crls`.
+pub fn client_verifier(
+    ca_certs: &[CertificateDer<'static>],
+    crls: &[CertificateRevocationListDer<'static>],
+) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    WebPkiClientVerifier::builder_with_provider(roots_of(ca_certs)?, crypto_provider())
+        .with_crls(crls.iter().cloned())
+        .only_check_end_entity_revocation()
+        .allow_unknown_revocation_status()
+        .build()
+        .map_err(|e| TlsError::Roots(e.to_string()))
+}
+
+/// A TLS 1.3 server configuration that requires a client certificate chained to the cluster CA.
+pub fn server_config(identity: &Identity, alpn: &[u8]) -> Result<rustls::ServerConfig, TlsError> {
+    server_config_with(identity, alpn, &[])
+}
+
+/// [`server_config`], refusing the client certificates `crls` revoke.
+pub fn server_config_with(
+    identity: &Identity,
+    alpn: &[u8],
+    crls: &[CertificateRevocationListDer<'static>],
+) -> Result<rustls::ServerConfig, TlsError> {
+    let provider = crypto_provider();
+    let verifier = client_verifier(&identity.ca_certs, crls)?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(identity.cert_chain.clone(), identity.key.clone_key())?;
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Ok(config)
+}
+
+/// A TLS 1.3 client configuration presenting `identity` and verifying the server against the
+/// cluster CA (by name, unless the server name is [`ANY_MEMBER`]).
+pub fn client_config(identity: &Identity, alpn: &[u8]) -> Result<rustls::ClientConfig, TlsError> {
+    client_config_with(identity, alpn, &[])
+}
+
+/// [`client_config`], refusing the server certificates `crls` revoke.
+pub fn client_config_with(
+    identity: &Identity,
+    alpn: &[u8],
+    crls: &[CertificateRevocationListDer<'static>],
+) -> Result<rustls::ClientConfig, TlsError> {
+    let provider = crypto_provider();
+    let webpki = WebPkiServerVerifier::builder_with_provider(roots(identity)?, provider.clone())
+        .with_crls(crls.iter().cloned())
+        .only_check_end_entity_revocation()
+        .allow_unknown_revocation_status()
+        .build()
+        .map_err(|e| TlsError::Roots(e.to_string()))?;
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(ClusterServerVerifier { webpki }))
+        .with_client_auth_cert(identity.cert_chain.clone(), identity.key.clone_key())?;
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Ok(config)
+}
+
+/// Verifies the server's chain with webpki against the cluster CA; checks the name unless the
+/// caller dialed [`ANY_MEMBER`], in which case the certificate's own name is used for the check.
+#[derive(Debug)]
+struct ClusterServerVerifier {
+    webpki: Arc<WebPkiServerVerifier>,
+}
+
+impl ServerCertVerifier for ClusterServerVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let any = matches!(server_name, ServerName::DnsName(n) if n.as_ref() == ANY_MEMBER);
+        if !any {
+            let v = &self.webpki;
+            return v.verify_server_cert(
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp_response,
+                now,
+            );
+        }
+        let own_name = cert_name(end_entity)
+            .and_then(|n| ServerName::try_from(n).ok())
+            .ok_or(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForName,
+            ))?;
+        self.webpki
+            .verify_server_cert(end_entity, intermediates, &own_name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
+}
+
+/// The end-entity certificate a connection's peer presented.
+pub fn peer_cert(conn: &quinn::Connection) -> Option<CertificateDer<'static>> {
+    let identity = conn.peer_identity()?;
+    let certs = identity.downcast::<Vec<CertificateDer<'static>>>().ok()?;
+    certs.first().cloned()
+}
+
+/// The authenticated name and role of the peer of an established connection, or why its
+/// certificate is not accepted (see [`cert_identity`]).
+pub fn peer(conn: &quinn::Connection) -> Result<Peer, String> {
+    cert_identity(&peer_cert(conn).ok_or("no peer certificate")?)
+}
+
+/// The authenticated name of the peer of an established connection (its certificate's name).
+pub fn peer_name(conn: &quinn::Connection) -> Option<PeerName> {
+    cert_name(&peer_cert(conn)?).map(PeerName)
+}
+
+/// A quinn endpoint configuration whose stateless-reset key and connection-id key are derived
+/// from the node's private key, so that they survive restarts: a restarted node can then reset
+/// its peers' stale connections at once instead of letting writes vanish until they time out.
+/// The ALPN is mixed in so that each of a node's endpoints has its own keys.
+pub fn endpoint_config(identity: &Identity, alpn: &[u8]) -> EndpointConfig {
+    use ring::hkdf;
+    let prk =
+        hkdf::Salt::new(hkdf::HKDF_SHA256, b"shoal-quic-keys/1").extract(identity.key.secret_der());
+    let derive = |label: &[u8]| {
+        let mut out = [0u8; 32];
+        let labels = [alpn, label];
+        // Both calls only fail for output lengths over 255 * 32 bytes.
+        let okm = prk.expand(&labels, hkdf::HKDF_SHA256).expect("hkdf expand");
+        okm.fill(&mut out).expect("hkdf fill");
+        out
+    };
+    let reset = derive(b"stateless-reset");
+    let cid = derive(b"connection-id");
+    let cid_key = u64::from_le_bytes(cid[..8].try_into().expect("8 bytes"));
+    let mut config = EndpointConfig::new(Arc::new(ring::hmac::Key::new(
+        ring::hmac::HMAC_SHA256,
+        &reset,
+    )));
+    config.cid_generator(move || {
+        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+    });
+    config
+}
+
+/// quinn server configuration for `identity` and `alpn` with `options`.
+pub fn quic_server_config(
+    identity: &Identity,
+    alpn: &[u8],
+    options: &QuicOptions,
+) -> Result<quinn::ServerConfig, TlsError> {
+    quic_server_config_with(identity, alpn, options, &[])
+}
+
+fn quic_server_config_with(
+    identity: &Identity,
+    alpn: &[u8],
+    options: &QuicOptions,
+    crls: &[CertificateRevocationListDer<'static>],
+) -> Result<quinn::ServerConfig, TlsError> {
+    let crypto = QuicServerConfig::try_from(server_config_with(identity, alpn, crls)?)
+        .map_err(|e| TlsError::Quic(e.to_string()))?;
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    config.transport_config(options.transport_config()?);
+    // An attempt waits in quinn's queue only until the accept loop decides on it, at once
+    // (crate::transport::admission): a few datagrams each. quinn's defaults (65,536 attempts, 10 MiB each,
+    // 100 MiB in all) are sized for servers that await something before deciding.
+    config
+        .max_incoming(INCOMING_MAX)
+        .incoming_buffer_size(INCOMING_BUFFER_BYTES)
+        .incoming_buffer_size_total(INCOMING_BUFFER_TOTAL_BYTES);
+    Ok(config)
+}
+
+/// Most connection attempts waiting for the accept loop; further ones are refused by quinn.
+const INCOMING_MAX: usize = 1024;
+/// Datagrams buffered per waiting attempt after its first one.
+const INCOMING_BUFFER_BYTES: u64 = 16 << 10;
+/// Datagrams buffered for all waiting attempts together.
+const INCOMING_BUFFER_TOTAL_BYTES: u64 = 1 << 20;
+
+/// quinn client configuration for `identity` and `alpn` with `options`.
+pub fn quic_client_config(
+    identity: &Identity,
+    alpn: &[u8],
+    options: &QuicOptions,
+) -> Result<quinn::ClientConfig, TlsError> {
+    quic_client_config_with(identity, alpn, options, &[])
+}
+
+fn quic_client_config_with(
+    identity: &Identity,
+    alpn: &[u8],
+    options: &QuicOptions,
+    crls: &[CertificateRevocationListDer<'static>],
+) -> Result<quinn::ClientConfig, TlsError> {
+    let crypto = QuicClientConfig::try_from(client_config_with(identity, alpn, crls)?)
+        .map_err(|e| TlsError::Quic(e.to_string()))?;
+    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+    config.transport_config(options.transport_config()?);
+    Ok(config)
+}
+
+/// An endpoint whose TLS configuration an agent keeps current (a renewed certificate, a new
+/// revocation list): see [`crate::identity::authority::Authority::follow`].
+pub struct LiveEndpoint {
+    endpoint: quinn::Endpoint,
+    identity: Identity,
+    alpn: Vec<u8>,
+    options: QuicOptions,
+    /// The endpoint accepts connections (else it only dials).
+    serves: bool,
+}
+
+impl LiveEndpoint {
+    /// Follows `endpoint`, bound with `identity`, `alpn` and `options`.
+    pub fn new(
+        endpoint: quinn::Endpoint,
+        identity: &Identity,
+        alpn: &[u8],
+        options: &QuicOptions,
+        serves: bool,
+    ) -> Self {
+        LiveEndpoint {
+            endpoint,
+            identity: identity.clone(),
+            alpn: alpn.to_vec(),
+            options: options.clone(),
+            serves,
+        }
+    }
+
+    /// Rebuilds the endpoint's server and client configurations with `identity` (when given:
+    /// a renewed certificate) and `crls`. New connections use them; open ones keep theirs (the
+    /// caller closes those of revoked certificates).
+    pub fn refresh(
+        &mut self,
+        identity: Option<&Identity>,
+        crls: &[CertificateRevocationListDer<'static>],
+    ) -> Result<(), TlsError> {
+        if let Some(identity) = identity {
+            self.identity = identity.clone();
+        }
+        let (id, alpn, options) = (&self.identity, &self.alpn, &self.options);
+        if self.serves {
+            let server = quic_server_config_with(id, alpn, options, crls)?;
+            self.endpoint.set_server_config(Some(server));
+        }
+        let client = quic_client_config_with(id, alpn, options, crls)?;
+        self.endpoint.set_default_client_config(client);
+        Ok(())
+    }
+}
+
+/// Binds one endpoint on `addr` that both accepts (mutual TLS, `alpn`) and dials (the same
+/// identity and `alpn` as its default client configuration).
+pub fn bind_endpoint(
+    addr: SocketAddr,
+    identity: &Identity,
+    alpn: &[u8],
+    options: &QuicOptions,
+) -> Result<quinn::Endpoint, TlsError> {
+    let server = quic_server_config(identity, alpn, options)?;
+    bind(addr, identity, alpn, options, Some(server))
+}
+
+/// Binds a dial-only endpoint on an ephemeral port of the same family as `peer` (for the CLI).
+pub fn client_endpoint(
+    peer: SocketAddr,
+    identity: &Identity,
+    alpn: &[u8],
+    options: &QuicOptions,
+) -> Result<quinn::Endpoint, TlsError> {
+    let any: SocketAddr = if peer.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    bind(any, identity, alpn, options, None)
+}
+
+fn bind(
+    addr: SocketAddr,
+    identity: &Identity,
+    alpn: &[u8],
+    options: &QuicOptions,
+    server: Option<quinn::ServerConfig>,
+) -> Result<quinn::Endpoint, TlsError> {
+    let client = quic_client_config(identity, alpn, options)?;
+    let socket =
+        std::net::UdpSocket::bind(addr).map_err(|source| TlsError::Bind { addr, source })?;
+    let mut endpoint = quinn::Endpoint::new(
+        endpoint_config(identity, alpn),
+        server,
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+    .map_err(|source| TlsError::Bind { addr, source })?;
+    endpoint.set_default_client_config(client);
+    Ok(endpoint)
+}

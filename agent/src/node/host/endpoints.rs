@@ -1,0 +1,64 @@
+//! The endpoint table (`crate::node::dns::EndpointTable`) built after a round, from the shell's view:
+//! the specs, the members and their addresses, the peers' gossiped instances and this node's
+//! own. Built again only when one of them moved; published for the DNS server and the API.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use shoal_core::reconcile::InstanceStatus;
+
+use super::{Host, HostLoop};
+use crate::node::dns::{EndpointTable, HostInfo, TableInput};
+use crate::state::mesh::view::Member;
+
+impl Host {
+    /// Every workload's endpoints as of the last round that moved them.
+    pub fn endpoints(&self) -> Arc<EndpointTable> {
+        self.endpoints.lock().expect("endpoints lock").clone()
+    }
+}
+
+impl HostLoop {
+    /// Builds and publishes the endpoint table when the members, gossip, specs or this node's
+    /// instances moved since it was last built.
+    pub(super) fn refresh_endpoints(&mut self, observed: &[InstanceStatus]) {
+        let generation = self.shell.generation();
+        if let Some((at, own)) = &self.endpoints_at {
+            if *at == generation && own.as_slice() == observed {
+                return;
+            }
+        }
+        let hosts: BTreeMap<String, HostInfo> = self
+            .shell
+            .members()
+            .iter()
+            .map(|m| (m.name.clone(), host_info(m)))
+            .collect();
+        let input = self.shell.input();
+        let table = EndpointTable::build(&TableInput {
+            specs: &input.specs,
+            hosts: &hosts,
+            me: &self.host.node.name,
+            own: observed,
+            peers: &input.peers,
+        });
+        *self.host.endpoints.lock().expect("endpoints lock") = Arc::new(table);
+        self.endpoints_at = Some((generation, observed.to_vec()));
+    }
+}
+
+/// A member's address: the IP of its API address, or of its gossip address when the API is
+/// bound to an unspecified address (`0.0.0.0`); `None` when both are.
+fn host_info(member: &Member) -> HostInfo {
+    let api = member.record.as_ref().map(|r| r.api_addr.ip());
+    let gossip = member.id.gossip_advertise_addr.ip();
+    let addr = api
+        .into_iter()
+        .chain([gossip])
+        .find(|ip: &IpAddr| !ip.is_unspecified());
+    HostInfo {
+        addr,
+        live: member.alive,
+    }
+}

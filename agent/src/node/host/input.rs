@@ -1,0 +1,626 @@
+//! Builds the reconciler's input from the store, the gossip view and the runtime.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use chitchat::{Chitchat, ChitchatId};
+use shoal_core::cells::{Cell, CellPlacer};
+use shoal_core::instance::ReplicaId;
+use shoal_core::placement::Placement;
+use shoal_core::reconcile::{InstanceStatus, Membership, ReconcileInput, SpecEntry};
+use shoal_core::stacking::StackedPlacer;
+use shoal_core::Resources;
+
+use super::{Host, INSTANCES_KEY};
+use crate::state::mesh::view::{self, Member, MemberCache};
+use crate::state::store_db::RESERVED_PREFIX;
+
+/// How long after start the view counts as suspect unless the store synced with a peer first.
+pub const START_SUSPECT_MS: u64 = 10_000;
+/// Longest observed-state value accepted from a peer, in bytes.
+pub const INSTANCES_BYTES_MAX: usize = 512 * 1024;
+
+/// Caches the shell keeps between rounds, and the reconciler's input itself: each round updates
+/// only what moved (membership, peers' observed state, specs, placement), so a quiet round costs
+/// a walk over chitchat's node states, not a decode and a copy of everything.
+#[derive(Default)]
+pub struct ShellState {
+    /// The membership, re-read where chitchat's versions moved.
+    members: MemberCache,
+    /// Peers' observed state, by chitchat id, with the chitchat version it was decoded at.
+    statuses: HashMap<ChitchatId, (u64, Vec<InstanceStatus>)>,
+    /// Which identity and version each entry of `input.peers` was taken from.
+    peers_from: BTreeMap<String, (ChitchatId, u64)>,
+    /// The store digest the specs were decoded at.
+    specs_digest: Option<u64>,
+    /// The mesh's capacity caps, read with the specs.
+    caps: crate::identity::authority::caps::NodeCaps,
+    specs: BTreeMap<String, SpecEntry>,
+    /// The rollout records of the live workloads that have one (`shoal:rollout:NAME`), read
+    /// with the specs.
+    records: BTreeMap<String, shoal_core::rollout::Record>,
+    placement_key: Option<u64>,
+    /// The last placement computed.
+    pub placement: Arc<Placement>,
+    /// Keeps the placement up to date incrementally (a full pass costs about a second at
+    /// 10,000 nodes; a node going down or a spec change, tens of milliseconds).
+    placer: StackedPlacer,
+    /// The same in a mesh of several cells: the cell level, then this cell's node level.
+    cell_placer: CellPlacer,
+    /// The cells placed over last (`None`: one cell, single-level placement).
+    cells: Option<Vec<Cell>>,
+    /// Peers' observed state that failed to decode, counted.
+    pub statuses_rejected: u64,
+
+    /// The input of the last round, updated in place.
+    input: ReconcileInput,
+    /// Counts the rounds in which the members, their keys or the specs moved.
+    generation: u64,
+    /// Members held up in a planned restart (`Member::held_up`) at the last round: when one's
+    /// restart ends unreturned, the membership and the placement are computed again.
+    held_up: BTreeSet<String>,
+    /// Past versions instances here run that the store's history did not have (not looked up
+    /// again until the specs move).
+    past_missing: BTreeSet<(String, String)>,
+}
+
+impl ShellState {
+    /// The store digest the specs were last decoded at.
+    pub fn specs_digest(&self) -> Option<u64> {
+        self.specs_digest
+    }
+
+    /// The rollout records, by workload, as the store held them when the specs were read.
+    pub fn records(&self) -> &BTreeMap<String, shoal_core::rollout::Record> {
+        &self.records
+    }
+
+    /// Moves with every round in which the members, their gossiped keys or the specs moved:
+    /// what is derived from them alone need not be computed again while it stays.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The members as the last [`build`] read them.
+    pub fn members(&self) -> &Arc<[Member]> {
+        self.members.members()
+    }
+
+    /// The reconciler's input as the last [`build`] left it.
+    pub fn input(&self) -> &ReconcileInput {
+        &self.input
+    }
+
+    /// Tells the reconciler why no guard can be relied on (exclusive replicas then wait).
+    pub fn set_guard_unavailable(&mut self, why: Option<String>) {
+        self.input.exclusive_guard_unavailable = why;
+    }
+
+    /// The workloads whose replicas are exclusive.
+    pub fn exclusive_workloads(&self) -> BTreeSet<String> {
+        self.specs
+            .iter()
+            .filter(|(_, e)| e.spec.placement.exclusive)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+}
+
+/// Brings the reconciler's input up to date for one round at `now`.
+pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
+    let node = &host.node;
+    let members_moved = {
+        let chitchat = node.gossip().chitchat();
+        let guard = chitchat.lock().await;
+        let moved = shell.members.refresh(&guard);
+        if moved.keys || moved.members {
+            shell.generation += 1;
+        }
+        if moved.keys {
+            refresh_peers(&guard, shell, moved.members);
+        }
+        // Held up while they restart (planned, within their grace, at mesh version 8 or later):
+        // not dead, so an exclusive replica of theirs waits for them and for the fencing delay
+        // counted from the end of the grace.
+        let (wall, hold) = ((host.clock)(), node.restart_hold());
+        let held_up: BTreeSet<String> = shell
+            .members
+            .members()
+            .iter()
+            .filter(|m| m.held_up(wall, hold))
+            .map(|m| m.name.clone())
+            .collect();
+        let held_moved = held_up != shell.held_up;
+        shell.held_up = held_up;
+        let dead: BTreeSet<String> = guard
+            .dead_nodes()
+            .map(|id| id.node_id.to_string())
+            .filter(|name| !shell.held_up.contains(name))
+            .collect();
+        if moved.members || held_moved || dead != shell.input.membership.dead {
+            shell.input.membership = membership(shell.members.members(), dead);
+        }
+        moved.members || held_moved
+    };
+    shell.input.membership.heard_at = host.heard_snapshot();
+    // Wall time: a new owner's fencing token is at least this, should the mesh have forgotten
+    // every earlier one (docs/reconcile.md, "Fencing tokens").
+    shell.input.fence_token_floor = (host.clock)();
+    let specs_moved = refresh_specs(host, shell).await;
+    if specs_moved {
+        shell.generation += 1;
+        shell.input.specs = shell.specs.clone();
+    }
+    // The placement is a function of the members, the specs and the cells only.
+    let cells = node.cells.placement_cells();
+    let cells_moved = cells != shell.cells;
+    if cells_moved {
+        shell.cells = cells;
+        shell.placement_key = None;
+    }
+    if members_moved || specs_moved || cells_moved {
+        let before = shell.placement.clone();
+        let members = std::mem::take(&mut shell.members);
+        refresh_placement(host, shell, members.members());
+        shell.members = members;
+        if !Arc::ptr_eq(&before, &shell.placement) {
+            shell.input.owners = shell.placement.assigned.clone();
+        }
+    }
+    if shell.input.volume_roots != host.config.volume_roots {
+        shell.input.volume_roots = host.config.volume_roots.clone();
+    }
+    shell.input.draining = node.record().is_some_and(|r| r.draining);
+    shell.input.capacity = node
+        .record()
+        .map(|r| Resources::new(r.cpu_millis, r.memory_bytes));
+    let (instances, runtime_unavailable) = match host.runtime.list().await {
+        Ok(list) => {
+            host.hold_listed_ports(&list);
+            (list, None)
+        }
+        Err(e) => (
+            Vec::new(),
+            Some(format!(
+                "the {} runtime cannot be listed: {e}",
+                host.runtime.kind()
+            )),
+        ),
+    };
+    shell.input.instances = instances;
+    if specs_moved {
+        shell.past_missing.clear();
+    }
+    refresh_past_specs(host, shell).await;
+    shell.input.runtime_unavailable = runtime_unavailable;
+    shell.input.data_missing = data_missing(host, &shell.input).await;
+    shell.input.pulling = host.runtime.pulling();
+    refresh_handoffs(host, shell);
+    shell.input.view_suspect = if node.is_stale() {
+        Some("the store is resynchronizing after a long absence".to_string())
+    } else if !node.synced_once() && now < host.started_mono_ms() + START_SUSPECT_MS {
+        Some("the agent just started and has not synced with a peer yet".to_string())
+    } else {
+        None
+    };
+    (
+        shell.input.supports_containers,
+        shell.input.supports_processes,
+    ) = support_flags(&host.runtime);
+}
+
+/// The exclusive replicas with data placed here, recorded as held here, with no instance, whose
+/// data the runtime says is gone (`ReconcileInput::data_missing`). A stat, or an engine call,
+/// per such replica (few: they are the ones waiting to start here).
+async fn data_missing(host: &Host, input: &ReconcileInput) -> BTreeMap<ReplicaId, String> {
+    let me = host.node.name.as_str();
+    let waiting = input
+        .data_holders
+        .iter()
+        .filter(|(r, holder)| *holder == me && input.owners.get(*r).is_some_and(|o| o == me))
+        .filter(|(r, _)| {
+            !input
+                .instances
+                .iter()
+                .any(|i| &i.replica == *r && i.phase.may_be_alive())
+        })
+        .filter_map(|(r, _)| Some((r, input.specs.get(&r.workload)?.spec.clone())))
+        .filter(|(_, spec)| spec.sticky());
+    let mut out = BTreeMap::new();
+    for (r, spec) in waiting {
+        if let Some(why) = host.runtime.data_missing(r, &spec).await {
+            out.insert(r.clone(), why);
+        }
+    }
+    out
+}
+
+/// In a mesh of several cells: tells the cell exchange which instances here run a replica the
+/// cell level placed in another cell, and which exclusive replicas placed here do not run yet
+/// (it asks the other cells about them), and hands the reconciler the answers and this cell's
+/// quorum of cells.
+fn refresh_handoffs(host: &Host, shell: &mut ShellState) {
+    let cells = &host.node.cells;
+    shell.input.membership.cells = cells.quorum();
+    let exclusive: BTreeSet<_> = match shell.input.membership.cells {
+        Some(_) => shell
+            .input
+            .owners
+            .iter()
+            .filter(|(r, owner)| {
+                **owner == host.node.name
+                    && shell
+                        .specs
+                        .get(&r.workload)
+                        .is_some_and(|e| e.spec.placement.exclusive)
+                    && !shell
+                        .input
+                        .instances
+                        .iter()
+                        .any(|i| &i.replica == *r && i.phase.may_be_alive())
+            })
+            .map(|(r, _)| r.clone())
+            .collect(),
+        None => BTreeSet::new(),
+    };
+    if exclusive.is_empty() {
+        if !shell.input.cell_copies.is_empty() {
+            cells.handoffs.set_exclusive(BTreeSet::new());
+            shell.input.cell_copies.clear();
+        }
+    } else {
+        cells.handoffs.set_exclusive(exclusive);
+        shell.input.cell_copies =
+            cells
+                .handoffs
+                .copies(cells.mono_ms(), cells.own(), &cells.up_cells());
+    }
+    if shell.cells.is_none() {
+        if !shell.input.moved_to_cells.is_empty() {
+            cells.handoffs.set_moved(BTreeMap::new());
+            shell.input.moved_to_cells.clear();
+        }
+        return;
+    }
+    let assigned = &shell.cell_placer.last().cells.assigned;
+    let moved: BTreeMap<_, _> = shell
+        .input
+        .instances
+        .iter()
+        .filter(|i| i.phase.may_be_alive() && !shell.input.owners.contains_key(&i.replica))
+        .filter_map(|i| {
+            let cell = assigned.get(&i.replica)?;
+            (cell != cells.own()).then(|| (i.replica.clone(), cell.clone()))
+        })
+        .collect();
+    cells.handoffs.set_moved(moved);
+    shell.input.moved_to_cells = cells.handoffs.view(cells.mono_ms());
+}
+
+/// The specs of the past versions this node's instances run (an agent that restarted never saw
+/// them applied), from the store's history: decoded once, kept while an instance runs them.
+async fn refresh_past_specs(host: &Host, shell: &mut ShellState) {
+    let input = &mut shell.input;
+    let wanted: BTreeSet<(String, String)> = input
+        .instances
+        .iter()
+        .filter(|i| {
+            input
+                .specs
+                .get(&i.replica.workload)
+                .is_some_and(|e| e.version != i.spec_version)
+        })
+        .map(|i| (i.replica.workload.clone(), i.spec_version.clone()))
+        .collect();
+    input.past_specs.retain(|key, _| wanted.contains(key));
+    let missing: Vec<(String, String)> = wanted
+        .into_iter()
+        .filter(|k| !input.past_specs.contains_key(k) && !shell.past_missing.contains(k))
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let found = host
+        .node
+        .with_store(move |s| {
+            missing
+                .into_iter()
+                .map(|(workload, version)| {
+                    let name = crate::state::mesh::history::store_name(&workload);
+                    let history = crate::state::mesh::history::History::decode(
+                        s.get(&name).and_then(|e| e.body.live()),
+                    );
+                    let body = history
+                        .versions
+                        .into_iter()
+                        .find(|p| p.version == version)
+                        .map(|p| p.spec);
+                    ((workload, version), body)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+    for (key, body) in found {
+        match body.and_then(|b| view::decode_spec(&b).ok()) {
+            Some(spec) => {
+                shell.input.past_specs.insert(key, Arc::new(spec));
+            }
+            None => {
+                shell.past_missing.insert(key);
+            }
+        }
+    }
+}
+
+/// The failure detector's facts from the members and the dead identities' names.
+fn membership(members: &[Member], dead: BTreeSet<String>) -> Membership {
+    let live: BTreeSet<String> = members
+        .iter()
+        .filter(|m| m.alive)
+        .map(|m| m.name.clone())
+        .collect();
+    // A member counts once it has published something (its record or store digest, which every
+    // agent does before it runs anything) or is live. chitchat adopts every node a peer's digest
+    // names, even one that never existed: counted, a digest naming thousands of such ghosts took
+    // every agent's majority away (tests/gossip_hostile.rs).
+    let counted: Vec<&Member> = members
+        .iter()
+        .filter(|m| m.alive || m.record.is_some() || m.digest.is_some())
+        .collect();
+    let members_known = counted.iter().filter(|m| !m.leaving).count().max(1);
+    // A member that announced its leave, or that the detector neither holds live nor dead, is
+    // unreachable: its instances may still run, so exclusive replicas wait (see reconcile.md).
+    let unreachable: BTreeSet<String> = counted
+        .iter()
+        .filter(|m| !m.alive && !dead.contains(&m.name))
+        .map(|m| m.name.clone())
+        .collect();
+    Membership {
+        live,
+        dead,
+        unreachable,
+        members_known,
+        heard_at: Default::default(),
+        cells: None,
+    }
+}
+
+/// Updates `input.peers` from the members' observed-state keys, decoding a value only when its
+/// chitchat version moved. When the members moved, also drops the entries of names no longer
+/// members and the decoded values of identities chitchat forgot.
+fn refresh_peers(chitchat: &Chitchat, shell: &mut ShellState, members_moved: bool) {
+    let members = shell.members.members();
+    for member in members.iter() {
+        let value = chitchat
+            .node_state(&member.id)
+            .and_then(|state| state.get_versioned(INSTANCES_KEY));
+        let Some(value) = value else {
+            shell.input.peers.remove(&member.name);
+            shell.peers_from.remove(&member.name);
+            continue;
+        };
+        let from = (member.id.clone(), value.version);
+        if shell.peers_from.get(&member.name) == Some(&from) {
+            continue;
+        }
+        let cached = shell
+            .statuses
+            .entry(member.id.clone())
+            .or_insert((u64::MAX, Vec::new()));
+        if cached.0 != value.version {
+            let decoded = (value.value.len() <= INSTANCES_BYTES_MAX)
+                .then(|| serde_json::from_str::<Vec<InstanceStatus>>(&value.value).ok())
+                .flatten();
+            match decoded {
+                Some(list) => *cached = (value.version, list),
+                None => {
+                    shell.statuses_rejected += 1;
+                    cached.0 = value.version;
+                }
+            }
+        }
+        shell
+            .input
+            .peers
+            .insert(member.name.clone(), cached.1.clone());
+        shell.peers_from.insert(member.name.clone(), from);
+    }
+    if members_moved {
+        let named = |name: &String| members.binary_search_by(|m| m.name.cmp(name)).is_ok();
+        shell.input.peers.retain(|name, _| named(name));
+        shell.peers_from.retain(|name, _| named(name));
+        shell
+            .statuses
+            .retain(|id, _| chitchat.node_state(id).is_some());
+    }
+}
+
+fn support_flags(runtime: &Arc<dyn crate::node::runtime::Runtime>) -> (bool, bool) {
+    use crate::node::runtime::RuntimeKind;
+    match runtime.kind() {
+        RuntimeKind::Process => (false, true),
+        RuntimeKind::Docker => (true, false),
+        RuntimeKind::Mem => (true, true),
+    }
+}
+
+/// Decodes the specs again if the store moved; returns whether it did.
+async fn refresh_specs(host: &Host, shell: &mut ShellState) -> bool {
+    let digest = host.node.with_store(|s| s.digest().root_hash()).await;
+    if shell.specs_digest == Some(digest) {
+        return false;
+    }
+    let (specs, errors, caps, records, deleted, (holders, refused)) = host
+        .node
+        .with_store(|s| {
+            use crate::identity::authority::caps::{NodeCaps, STORE_NAME};
+            use crate::state::mesh::{data, history};
+            let (specs, errors) = view::live_specs(s.list_live());
+            // Workload names only (reserved entries such as `shoal:paused:NAME` never name an
+            // instance's workload, so they would change nothing; they are left out all the same).
+            let deleted: BTreeSet<String> = s
+                .core()
+                .iter()
+                .filter(|e| e.is_tombstone() && !e.name.starts_with(RESERVED_PREFIX))
+                .map(|e| e.name.clone())
+                .collect();
+            let caps = NodeCaps::from_body(s.get(STORE_NAME).and_then(|e| e.body.live()));
+            let mut records = BTreeMap::new();
+            let specs: Vec<_> = specs
+                .into_iter()
+                .map(|(spec, version)| {
+                    let marker = history::paused_name(&spec.name);
+                    let paused = s.get(&marker).is_some_and(|e| !e.is_tombstone());
+                    let record = s.get(&history::rollout_name(&spec.name));
+                    if let Some(r) = history::decode_record(record.and_then(|e| e.body.live())) {
+                        records.insert(spec.name.clone(), r);
+                    }
+                    (spec, version, paused)
+                })
+                .collect();
+            let holders = data::holders(s.core().iter());
+            (specs, errors, caps, records, deleted, holders)
+        })
+        .await;
+    shell.input.deleted = deleted;
+    shell.input.data_holders = holders;
+    host.stats.lock().expect("stats lock").data_records_refused = refused;
+    if refused > 0 {
+        tracing::warn!(refused, "data holder records refused: a body names another node than its writer, or the name does not parse");
+    }
+    shell.caps = caps;
+    shell.records = records;
+    for e in errors {
+        tracing::warn!(error = %e, "a stored spec does not decode; it is left out");
+    }
+    shell.specs = specs
+        .into_iter()
+        .map(|(spec, version, paused)| {
+            (
+                spec.name.clone(),
+                SpecEntry {
+                    version,
+                    spec: Arc::new(spec),
+                    paused,
+                },
+            )
+        })
+        .collect();
+    shell.specs_digest = Some(digest);
+    true
+}
+
+fn refresh_placement(host: &Host, shell: &mut ShellState, members: &[Member]) {
+    use std::hash::Hasher;
+    let nodes = view::placement_nodes(
+        members,
+        &shell.caps,
+        (host.clock)(),
+        host.node.restart_hold(),
+    );
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for n in &nodes {
+        h.write(n.id.as_bytes());
+        h.write_u64(n.capacity.cpu_millis);
+        h.write_u64(n.capacity.memory_bytes);
+        h.write(n.zone.as_bytes());
+        h.write_u8(u8::from(n.draining));
+        h.write_u8(u8::from(n.down));
+        for (k, v) in &n.labels {
+            h.write(k.as_bytes());
+            h.write(v.as_bytes());
+        }
+    }
+    for (name, entry) in &shell.specs {
+        h.write(name.as_bytes());
+        h.write(entry.version.as_bytes());
+    }
+    for (replica, node) in &shell.input.data_holders {
+        h.write(replica.workload.as_bytes());
+        h.write_u32(replica.replica);
+        h.write(node.as_bytes());
+    }
+    let key = h.finish();
+    if shell.placement_key == Some(key) {
+        return;
+    }
+    let began = std::time::Instant::now();
+    let workloads: Vec<_> = shell
+        .specs
+        .values()
+        .map(|e| view::placement_workload_held(&e.spec, &shell.input.data_holders))
+        .collect();
+    shell.placement = match &shell.cells {
+        Some(cells) => {
+            let own = host.node.cells.own();
+            Arc::new(
+                shell
+                    .cell_placer
+                    .update(own, cells, &nodes, &workloads)
+                    .local
+                    .clone(),
+            )
+        }
+        None => Arc::new(shell.placer.update(&nodes, &workloads)),
+    };
+    shell.placement_key = Some(key);
+    host.node
+        .cells
+        .set_local(crate::state::cells::LocalPlacement {
+            placement: shell.placement.clone(),
+            workloads: Arc::new(workloads),
+        });
+    host.stats.lock().expect("stats lock").placement_last_us = began.elapsed().as_micros() as u64;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::mesh::record::NodeRecord;
+
+    fn member(name: &str, alive: bool, published: bool) -> Member {
+        let addr = std::net::SocketAddr::from(([10, 0, 0, 1], 7000));
+        Member {
+            name: name.to_string(),
+            id: ChitchatId::new(name.to_string(), 1, addr),
+            alive,
+            record: published.then(|| NodeRecord {
+                cpu_millis: 1000,
+                memory_bytes: 1 << 30,
+                labels: Default::default(),
+                zone: "z".into(),
+                draining: false,
+                agent_version: "test".into(),
+                placement_version: 3,
+                api_addr: addr,
+                limits_note: None,
+                ports: crate::state::mesh::record::default_ports(),
+            }),
+            digest: None,
+            stale: false,
+            leaving: false,
+            build: None,
+            restarting_until: None,
+        }
+    }
+
+    #[test]
+    fn members_that_never_published_anything_do_not_count_against_the_majority() {
+        let mut members = vec![member("n1", true, true), member("n2", true, true)];
+        members.extend((0..3000).map(|i| member(&format!("ghost-{i:05}"), false, false)));
+        let m = membership(&members, BTreeSet::new());
+        assert_eq!(m.members_known, 2);
+        assert!(m.unreachable.is_empty(), "{:?}", m.unreachable.first());
+        assert!(m.has_majority("n1"));
+
+        // A silent member that did publish still counts: without a majority, exclusive replicas
+        // wait (n3 may still run its instances).
+        members.push(member("n3", false, true));
+        members.push(member("n4", false, true));
+        members.push(member("n5", false, true));
+        let m = membership(&members, BTreeSet::new());
+        assert_eq!(m.members_known, 5);
+        assert_eq!(m.unreachable.len(), 3);
+        assert!(!m.has_majority("n1"));
+    }
+}

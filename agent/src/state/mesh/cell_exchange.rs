@@ -1,0 +1,434 @@
+//! The cell exchange: a task over one agent's node (the node does not hold it). See the module
+//! above for what envoys and members do each round.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use shoal_core::cells::{summarize, CellSummary};
+
+use crate::identity::tls::ANY_MEMBER;
+use crate::state::cells::{
+    contact_text, parse_contact, CELLS_CALL_TIMEOUT, CELLS_INTERVAL, CELL_PEERS_PER_ROUND,
+    ENVOYS_PER_CELL,
+};
+use crate::state::mesh::node::MeshNode;
+use crate::state::mesh::sync::{pull_from, to_hex};
+use crate::state::mesh::view::{self, Member};
+use crate::transport::rpc;
+use crate::wire::api::{Request, Response};
+
+/// A peer to exchange with: its certificate's name (or [`ANY_MEMBER`]) and API address.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Peer {
+    name: String,
+    addr: SocketAddr,
+}
+
+/// The envoys of `cell` among `members`: its live members with a record, ranked by a hash of the
+/// cell and their name (the same ranking on every member), the first [`ENVOYS_PER_CELL`].
+pub fn envoys(cell: &str, members: &[Member]) -> Vec<(String, SocketAddr, SocketAddr)> {
+    let mut ranked: Vec<(u64, String, SocketAddr, SocketAddr)> = members
+        .iter()
+        .filter(|m| m.alive)
+        .filter_map(|m| {
+            let r = m.record.as_ref()?;
+            let key = format!("{cell}/{}", m.name);
+            Some((
+                xxhash_rust::xxh3::xxh3_64(key.as_bytes()),
+                m.name.clone(),
+                r.api_addr,
+                m.id.gossip_advertise_addr,
+            ))
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    ranked
+        .into_iter()
+        .take(ENVOYS_PER_CELL)
+        .map(|(_, name, api, gossip)| (name, api, gossip))
+        .collect()
+}
+
+/// What `members` (this agent's cell, live or not) add up to by their records.
+fn own_bound(members: &[Member]) -> shoal_core::cells::OwnBound {
+    let mut bound = shoal_core::cells::OwnBound::default();
+    for r in members.iter().filter_map(|m| m.record.as_ref()) {
+        let capacity = shoal_core::Resources::new(r.cpu_millis, r.memory_bytes);
+        bound.members += 1;
+        bound.capacity = bound.capacity.saturating_add(&capacity);
+        bound.largest = shoal_core::Resources::new(
+            bound.largest.cpu_millis.max(capacity.cpu_millis),
+            bound.largest.memory_bytes.max(capacity.memory_bytes),
+        );
+    }
+    bound
+}
+
+/// An envoy that knows other cells still asks every seed every this many rounds (beside its
+/// peers of the round). A seed's cell
+/// may have published nothing yet when this cell first asked it, and then learned of no other
+/// cell either (its agents joined through their own cell, so they have no seeds): without these
+/// asks, that cell and the rest of the mesh would never meet (found in the simulator: 100 hosts
+/// in 3 cells, the seed's cell never received a spec applied elsewhere).
+const SEEDS_EVERY_ROUNDS: u64 = 10;
+
+/// The exchange task of one agent.
+pub struct CellExchange {
+    node: Arc<MeshNode>,
+    round: u64,
+    /// The summary this agent published last (hysteresis of the ranked figures).
+    published: Option<CellSummary>,
+    /// The cell each seed said it is in (at most the seeds' bound, 16).
+    seed_cells: std::collections::BTreeMap<SocketAddr, String>,
+}
+
+impl CellExchange {
+    /// The exchange of `node`, no round run yet.
+    pub fn new(node: Arc<MeshNode>) -> Self {
+        CellExchange {
+            node,
+            round: 0,
+            published: None,
+            seed_cells: Default::default(),
+        }
+    }
+
+    /// Runs forever (cancel the task to stop it).
+    pub async fn run(mut self) {
+        loop {
+            tokio::time::sleep(CELLS_INTERVAL).await;
+            self.round().await;
+        }
+    }
+
+    /// One round: an envoy publishes and exchanges, a member pulls from an envoy.
+    pub async fn round(&mut self) {
+        self.round += 1;
+        let node = self.node.clone();
+        let cells = &node.cells;
+        let members = node.members().await;
+        cells.set_own_bound(own_bound(&members));
+        let envoys = envoys(cells.own(), &members);
+        let me = envoys.iter().any(|(name, _, _)| *name == node.name);
+        if me {
+            let contacts: Vec<String> = envoys
+                .iter()
+                .map(|(name, api, gossip)| contact_text(name, *api, *gossip))
+                .collect();
+            self.publish(&members, &contacts);
+            let peers = self.envoy_peers(&envoys);
+            let n = peers.len();
+            // Every envoy walks the same sorted list, each from its own place (a hash of its
+            // name): walked in step, every envoy of the mesh would call the same two peers in a
+            // round, and a spec would cross cells only when the walk reached a cell that held it
+            // (18 s at 20 cells in the simulator, growing with the cells).
+            let start = xxhash_rust::xxh3::xxh3_64(node.name.as_bytes()) as usize;
+            for k in 0..n.min(CELL_PEERS_PER_ROUND) {
+                let at = start.wrapping_add(self.round as usize * CELL_PEERS_PER_ROUND + k);
+                self.exchange(&peers[at % n], true).await;
+            }
+            if cells.multi() {
+                let every = self.round.is_multiple_of(SEEDS_EVERY_ROUNDS);
+                for addr in cells.seeds() {
+                    // A seed whose cell this agent does not hold yet is asked every round.
+                    let known = self
+                        .seed_cells
+                        .get(&addr)
+                        .is_some_and(|cell| cells.summary(cell).is_some());
+                    if every || !known {
+                        let peer = Peer {
+                            name: ANY_MEMBER.to_string(),
+                            addr,
+                        };
+                        if let Some(cell) = self.exchange(&peer, true).await {
+                            self.seed_cells.insert(addr, cell);
+                        }
+                    }
+                }
+            }
+        } else if !envoys.is_empty() {
+            let (name, addr, _) = &envoys[self.round as usize % envoys.len()];
+            let peer = Peer {
+                name: name.clone(),
+                addr: *addr,
+            };
+            self.exchange(&peer, false).await;
+        } else {
+            // No envoy known yet (the cell is forming): ask the seeds.
+            for addr in cells.seeds() {
+                let peer = Peer {
+                    name: ANY_MEMBER.to_string(),
+                    addr,
+                };
+                self.exchange(&peer, false).await;
+            }
+        }
+        ask_copies(&node, self.round).await;
+    }
+
+    /// Publishes this cell's summary from the membership and the host loop's last placement.
+    fn publish(&mut self, members: &[Member], contacts: &[String]) {
+        let node = &self.node;
+        let nodes =
+            view::placement_nodes(members, &node.caps(), (node.clock)(), node.restart_hold());
+        let local = node.cells.local();
+        let summary = summarize(
+            node.cells.own(),
+            0,
+            contacts,
+            &nodes,
+            &local.placement,
+            &local.workloads,
+            self.published.as_ref(),
+        );
+        let mut summary = summary;
+        summary.sees = node.cells.up_cells();
+        self.published = Some(summary.clone());
+        node.cells.publish(summary, (node.clock)());
+    }
+
+    /// Whom an envoy exchanges with: the other envoys of its cell, the contacts of every other
+    /// cell it knows, and the seeds while it knows no other cell; sorted, without itself.
+    fn envoy_peers(&self, envoys: &[(String, SocketAddr, SocketAddr)]) -> Vec<Peer> {
+        let node = &self.node;
+        let mut peers: Vec<Peer> = envoys
+            .iter()
+            .filter(|(name, _, _)| *name != node.name)
+            .map(|(name, addr, _)| Peer {
+                name: name.clone(),
+                addr: *addr,
+            })
+            .collect();
+        for cell in node.cells.list() {
+            if cell.own {
+                continue;
+            }
+            peers.extend(cell.summary.contacts.iter().filter_map(|c| {
+                let c = parse_contact(c)?;
+                Some(Peer {
+                    name: c.name,
+                    addr: c.api,
+                })
+            }));
+        }
+        if !node.cells.multi() {
+            peers.extend(node.cells.seeds().into_iter().map(|addr| Peer {
+                name: ANY_MEMBER.to_string(),
+                addr,
+            }));
+        }
+        peers.sort();
+        peers.dedup();
+        peers
+    }
+
+    /// Pulls what `peer` holds that is newer; an envoy pushes back what the peer lacks and,
+    /// when the peer is of another cell and its store differs, pulls the differing entries.
+    /// Returns the peer's cell when it answered.
+    async fn exchange(&self, peer: &Peer, envoy: bool) -> Option<String> {
+        let node = &self.node;
+        let req = Request::Cells {
+            cell: node.cells.own().to_string(),
+            known: node.cells.known(),
+        };
+        let answer: Result<Response, _> = rpc::call_with(
+            node.rpc.as_ref(),
+            peer.addr,
+            &peer.name,
+            &req,
+            CELLS_CALL_TIMEOUT,
+        )
+        .await;
+        let (cell, entries, known, store) = match answer {
+            Ok(Response::Cells {
+                cell,
+                entries,
+                known,
+                store,
+            }) => (cell, entries, known, store),
+            other => {
+                tracing::debug!(peer = %peer.name, addr = %peer.addr, answer = ?other, "cell exchange failed");
+                return None;
+            }
+        };
+        node.cells.merge(entries, (node.clock)(), &peer.name);
+        node.cells.table_pulled();
+        if !envoy {
+            return Some(cell);
+        }
+        let lacking = node.cells.newer_than(&known);
+        if !lacking.is_empty() {
+            let push = Request::CellsPush { entries: lacking };
+            let answer: Result<Response, _> = rpc::call_with(
+                node.rpc.as_ref(),
+                peer.addr,
+                &peer.name,
+                &push,
+                CELLS_CALL_TIMEOUT,
+            )
+            .await;
+            if let Err(e) = answer {
+                tracing::debug!(peer = %peer.name, error = %e, "cell push failed");
+            }
+        }
+        if cell != node.cells.own() {
+            let mine = node.with_store(|s| s.digest()).await;
+            if to_hex(&mine.summary().encode()) != store {
+                if let Err(e) = pull_from(node, &peer.name, peer.addr, &mine).await {
+                    tracing::debug!(peer = %peer.name, error = %e, "cross-cell pull failed");
+                }
+            }
+        }
+        Some(cell)
+    }
+}
+
+/// One round of questions to other cells about the replicas this agent runs or owns
+/// ([`super::handoff`]) (a cell that does not answer leaves its moved replicas
+/// waiting, up to the handoff bound, and the exclusive replicas waiting).
+pub async fn ask_copies(node: &MeshNode, round: u64) {
+    let cells = &node.cells;
+    let questions = cells.handoffs.to_ask(round, &cells.up_cells());
+    for chunk in questions.chunks(crate::state::cells::handoff::ASKS_IN_FLIGHT) {
+        let asks = chunk
+            .iter()
+            .map(|(cell, replicas)| ask_cell(node, cell, replicas));
+        futures_util::future::join_all(asks).await;
+    }
+}
+
+/// Asks `cell` what it holds of `replicas` and records the answer.
+async fn ask_cell(node: &MeshNode, cell: &str, replicas: &[shoal_core::instance::ReplicaId]) {
+    let req = Request::CellCopies {
+        replicas: replicas.to_vec(),
+    };
+    let accept = |answer| match answer {
+        Response::CellCopies(answer) => Ok(answer),
+        other => Err(other),
+    };
+    match ask_contacts(node, cell, &req, accept).await {
+        Ok(answer) => {
+            let cells = &node.cells;
+            cells
+                .handoffs
+                .answered(cell, replicas, &answer, cells.mono_ms());
+        }
+        Err(why) => tracing::debug!(%cell, %why, "copies ask failed"),
+    }
+}
+
+/// Sends `req` to the contacts of `cell` in turn, each given [`CELLS_CALL_TIMEOUT`], until one
+/// answers with what `accept` takes; the last failure otherwise.
+pub(crate) async fn ask_contacts<T>(
+    node: &MeshNode,
+    cell: &str,
+    req: &Request,
+    accept: impl Fn(Response) -> Result<T, Response>,
+) -> Result<T, String> {
+    let summary = node
+        .cells
+        .summary(cell)
+        .ok_or_else(|| format!("cell {cell} is not known here"))?;
+    let mut last = format!("cell {cell} lists no contact");
+    for contact in summary.contacts.iter().filter_map(|c| parse_contact(c)) {
+        let answer: Result<Response, _> = rpc::call_with(
+            node.rpc.as_ref(),
+            contact.api,
+            &contact.name,
+            req,
+            CELLS_CALL_TIMEOUT,
+        )
+        .await;
+        match answer.map(&accept) {
+            Ok(Ok(taken)) => return Ok(taken),
+            Ok(Err(other)) => last = format!("{}: unexpected answer {other:?}", contact.name),
+            Err(e) => last = format!("{}: {e}", contact.name),
+        }
+    }
+    Err(last)
+}
+
+/// How this agent's directory answers `ask` ([`crate::transport::gossip::directory`]): its cell and API
+/// address, and gossip addresses of members of the asked cell: its own live members when that is
+/// its cell, else agents of that cell that asked lately and the envoys its table lists.
+pub async fn directory_answer(
+    node: &MeshNode,
+    ask: crate::transport::gossip::directory::Ask,
+) -> crate::transport::gossip::directory::Answer {
+    let own = node.cells.own().to_string();
+    let mut peers: Vec<SocketAddr> = if ask.cell == own {
+        node.members()
+            .await
+            .iter()
+            .filter(|m| m.alive)
+            .map(|m| m.id.gossip_advertise_addr)
+            .collect()
+    } else {
+        node.cells.gossip_addrs_of(&ask.cell)
+    };
+    peers.retain(|a| *a != ask.gossip);
+    peers.truncate(crate::transport::gossip::directory::DIRECTORY_PEERS_MAX);
+    if ask.cell != own && crate::state::cells::check_cell_name(&ask.cell).is_ok() {
+        node.cells.note_asker(&ask.cell, ask.gossip);
+    }
+    crate::transport::gossip::directory::Answer {
+        cell: own,
+        api: node.record().map_or(ask.gossip, |r| r.api_addr),
+        peers,
+    }
+}
+
+/// While this agent hears no member of its cell, asks each seed's directory whom of its cell
+/// it knows and gossips to them; learns the seeds' API addresses for the cell exchange. Ends
+/// with the node. (`ask` is the transport's directory call: QUIC for a real agent.)
+pub async fn join_across_cells<F, Fut>(
+    node: std::sync::Weak<MeshNode>,
+    seeds: Vec<SocketAddr>,
+    own_gossip: SocketAddr,
+    ask: F,
+) where
+    F: Fn(SocketAddr, crate::transport::gossip::directory::Ask) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<crate::transport::gossip::directory::Answer>>,
+{
+    if seeds.is_empty() {
+        return;
+    }
+    let mut first = true;
+    loop {
+        tokio::time::sleep(match first {
+            true => std::time::Duration::from_secs(1),
+            false => CELLS_INTERVAL * 2,
+        })
+        .await;
+        let Some(node) = node.upgrade() else {
+            return;
+        };
+        let alone = node
+            .members()
+            .await
+            .iter()
+            .all(|m| !m.alive || m.name == node.name);
+        if !alone && !first {
+            continue;
+        }
+        first = false;
+        for seed in &seeds {
+            let question = crate::transport::gossip::directory::Ask {
+                name: node.name.clone(),
+                cell: node.cells.own().to_string(),
+                gossip: own_gossip,
+            };
+            match ask(*seed, question).await {
+                Ok(answer) => {
+                    if answer.cell != node.cells.own() {
+                        node.cells.add_seed(answer.api);
+                    }
+                    for peer in answer.peers {
+                        let _ = node.gossip().gossip(peer);
+                    }
+                }
+                Err(e) => tracing::debug!(%seed, error = %e, "directory ask failed"),
+            }
+        }
+    }
+}

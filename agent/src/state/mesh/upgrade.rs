@@ -1,0 +1,353 @@
+//! The mesh version in the shell: recorded in the store, moved by the agents, held by operators.
+//!
+//! The mesh's own entry [`MESH_VERSION_NAME`] holds the mesh version: the highest wire version
+//! every known member speaks once it was reached (`shoal_core::upgrade::assess`). Every agent
+//! checks once a [`CHECK_INTERVAL`]; the lowest-named live member of a cell that speaks the next
+//! version writes it (a signed, replicated write like any other). Readers take the highest
+//! version the entry ever held on this agent, so a stale write never moves it back.
+//! [`HOLD_NAME`] is an operator's hold (`shoal upgrade hold` / `release`), last writer wins.
+//!
+//! What other agents must agree on follows the recorded version: what this agent sends first
+//! (its gossip frames and RPC requests, through the shared `wire` cell), the placement algorithm
+//! (`shoal_core::upgrade::placement_algorithm`), the spec fields an apply may set
+//! ([`refusal`]).
+//!
+//! A mesh of cells: the cells do not yet publish their members' builds to one another, so an
+//! agent that knows other cells counts each of them as a build before 8 and the version stays
+//! at 7 there (named in `shoal upgrade status` as `cell NAME`). Said in docs/operations.md.
+
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use shoal_core::upgrade::{assess, Assessment, MemberBuild};
+use shoal_core::version::{WIRE_CUR, WIRE_MIN};
+
+use crate::wire::api::{ApiError, ErrorKind, Response};
+pub use crate::wire::build::{BuildGroup, HoldRecord, HolderView, UpgradeView};
+
+use super::node::MeshNode;
+use super::view::Member;
+
+/// The store name of the mesh version.
+pub const MESH_VERSION_NAME: &str = "shoal:mesh-version";
+/// The store name of an operator's hold.
+pub const HOLD_NAME: &str = "shoal:upgrade-hold";
+/// How often an agent checks whether the mesh version may move.
+pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// The mesh version from which peers hold a member up in placement while it restarts
+/// (`RESTARTING_KEY`): every member then knows the fact, so all place alike.
+pub const RESTART_HOLD_SINCE: u16 = 8;
+
+/// How long a started agent waits before it may move the mesh version (its view of the
+/// membership fills in over a few gossip rounds).
+pub const SETTLE: Duration = Duration::from_secs(3);
+/// Most builds and members per build an answer lists.
+pub const BUILDS_MAX: usize = 32;
+/// Most member names listed per build.
+pub const NAMES_PER_BUILD_MAX: usize = 32;
+
+/// The stored mesh version (JSON: small, readable).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeshVersionRecord {
+    /// The version.
+    pub version: u16,
+}
+
+/// A new cell holding the wire version this agent sends in, at the oldest this build speaks.
+pub fn wire_cell() -> Arc<AtomicU16> {
+    Arc::new(AtomicU16::new(WIRE_MIN))
+}
+
+/// The mesh version a store body holds (`None`: unreadable or absent).
+pub fn decode_version(body: Option<&[u8]>) -> Option<u16> {
+    let record: MeshVersionRecord = serde_json::from_slice(body?).ok()?;
+    Some(record.version)
+}
+
+/// An operator's hold a store body holds, when it is held.
+pub fn decode_hold(body: Option<&[u8]>) -> Option<HoldRecord> {
+    serde_json::from_slice::<HoldRecord>(body?)
+        .ok()
+        .filter(|h| h.held)
+}
+
+/// What one agent knows of the mesh's builds: its cell's members (alive, or dead but not yet
+/// forgotten) and each other cell it knows, counted as a build before 8 (see the module doc).
+pub fn member_builds(members: &[Member], other_cells: &[String]) -> Vec<MemberBuild> {
+    let mut out: Vec<MemberBuild> = members
+        .iter()
+        .map(|m| {
+            let build = m.build();
+            MemberBuild {
+                name: m.name.clone(),
+                wire_min: build.wire_min,
+                wire_max: build.wire_max,
+                alive: m.alive,
+            }
+        })
+        .collect();
+    out.extend(other_cells.iter().map(|cell| MemberBuild {
+        name: format!("cell {cell}"),
+        wire_min: WIRE_MIN,
+        wire_max: WIRE_MIN,
+        alive: true,
+    }));
+    out
+}
+
+impl MeshNode {
+    /// The recorded mesh version (the highest this agent has seen recorded, at least
+    /// [`WIRE_MIN`]).
+    pub fn mesh_version(&self) -> u16 {
+        let stored = {
+            let store = self.store.lock().expect("store lock");
+            decode_version(store.get(MESH_VERSION_NAME).and_then(|e| e.body.live()))
+        };
+        let seen = self.mesh_version_seen.load(Ordering::Relaxed);
+        let version = stored.unwrap_or(WIRE_MIN).max(seen).max(WIRE_MIN);
+        self.mesh_version_seen.fetch_max(version, Ordering::Relaxed);
+        version
+    }
+
+    /// Whether a member stopped for a planned restart is held up (`super::view::Member::held_up`):
+    /// from mesh version [`RESTART_HOLD_SINCE`] on.
+    pub fn restart_hold(&self) -> bool {
+        self.mesh_version() >= RESTART_HOLD_SINCE
+    }
+
+    /// The operator's hold, when held.
+    pub fn upgrade_hold(&self) -> Option<HoldRecord> {
+        let store = self.store.lock().expect("store lock");
+        decode_hold(store.get(HOLD_NAME).and_then(|e| e.body.live()))
+    }
+
+    /// Where the mesh version stands, from this agent's view.
+    pub async fn upgrade_assessment(&self) -> (Assessment, Arc<[Member]>) {
+        let members = self.members().await;
+        let own = self.cells.own().to_string();
+        let others: Vec<String> = self
+            .cells
+            .list()
+            .into_iter()
+            .map(|c| c.summary.cell)
+            .filter(|c| *c != own)
+            .collect();
+        let builds = member_builds(&members, &others);
+        let held = self.upgrade_hold().is_some();
+        (assess(self.mesh_version(), &builds, held), members)
+    }
+}
+
+/// Keeps `node`'s outgoing wire version at the mesh version and moves the mesh version when every
+/// known member speaks the next one (this agent writes it when it is the lowest-named live member
+/// of its cell that speaks it). An agent that joined through seeds or known peers (`joins`) moves
+/// nothing before anti-entropy found it in sync with a live peer and [`SETTLE`] has passed: an
+/// agent just restarted with a new build may not know the older members yet.
+pub async fn run(node: Arc<MeshNode>, joins: bool) {
+    let started = tokio::time::Instant::now();
+    let mut interval = tokio::time::interval(CHECK_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let (assessment, members) = node.upgrade_assessment().await;
+        node.wire
+            .store(assessment.current.min(WIRE_CUR), Ordering::Relaxed);
+        let Some(next) = assessment.move_to else {
+            continue;
+        };
+        if started.elapsed() < SETTLE || (joins && !node.synced_once()) {
+            continue;
+        }
+        let writer = members
+            .iter()
+            .filter(|m| m.alive && m.build().wire_max >= next)
+            .map(|m| m.name.as_str())
+            .min();
+        if writer != Some(node.name.as_str()) {
+            continue;
+        }
+        let body = serde_json::to_vec(&MeshVersionRecord { version: next })
+            .expect("a mesh version always encodes");
+        let by = format!("{} (every known member speaks wire {next})", node.name);
+        match node
+            .clone()
+            .store_reserved(MESH_VERSION_NAME, body, by)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(from = assessment.current, to = next, "mesh version moved");
+                node.mesh_version_seen.fetch_max(next, Ordering::Relaxed);
+            }
+            Err(err) => tracing::warn!(error = %err.message, to = next, "mesh version not moved"),
+        }
+    }
+}
+
+/// `shoal upgrade status` as this agent sees it.
+pub async fn view(node: &MeshNode) -> UpgradeView {
+    let (assessment, members) = node.upgrade_assessment().await;
+    let mut groups: Vec<BuildGroup> = Vec::new();
+    for m in members.iter() {
+        let build = m.build();
+        let name = if m.alive {
+            m.name.clone()
+        } else {
+            format!("{} (dead)", m.name)
+        };
+        if let Some(group) = groups.iter_mut().find(|g| g.build == build) {
+            group.count += 1;
+            if group.members.len() < NAMES_PER_BUILD_MAX {
+                group.members.push(name);
+            }
+        } else if groups.len() < BUILDS_MAX {
+            groups.push(BuildGroup {
+                build,
+                count: 1,
+                members: vec![name],
+            });
+        }
+    }
+    groups.sort_by(|a, b| {
+        (b.build.wire_max, &b.build.version, &b.build.commit).cmp(&(
+            a.build.wire_max,
+            &a.build.version,
+            &a.build.commit,
+        ))
+    });
+    UpgradeView {
+        agent: node.name.clone(),
+        agent_build: crate::state::mesh::build::this(),
+        mesh_version: assessment.current,
+        placement_algorithm: shoal_core::upgrade::placement_algorithm(assessment.current),
+        supported: assessment.supported,
+        next: (assessment.supported > assessment.current).then_some(assessment.supported),
+        hold: node.upgrade_hold(),
+        builds: groups,
+        waiting_for: holder_views(&assessment),
+        waiting_count: assessment.waiting_count,
+        too_new: assessment.too_new,
+    }
+}
+
+fn holder_views(assessment: &Assessment) -> Vec<HolderView> {
+    assessment
+        .waiting_for
+        .iter()
+        .map(|h| HolderView {
+            name: h.name.clone(),
+            wire_max: h.wire_max,
+            alive: h.alive,
+        })
+        .collect()
+}
+
+/// `n5 (wire 7), n3 (wire 7, dead) and 2 more`: the members holding the version back, of
+/// `count` in all.
+pub fn describe_holders(holders: &[HolderView], count: usize) -> String {
+    let names: Vec<String> = holders
+        .iter()
+        .map(|h| {
+            let dead = if h.alive { "" } else { ", dead" };
+            format!("{} (wire {}{dead})", h.name, h.wire_max)
+        })
+        .collect();
+    let more = count.saturating_sub(names.len());
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!("{}{more}", names.join(", "))
+}
+
+/// `shoal upgrade hold` / `release`.
+pub async fn set_hold(node: Arc<MeshNode>, held: bool, by: String) -> Result<Response, ApiError> {
+    let record = HoldRecord {
+        held,
+        by: by.clone(),
+        at_ms: (node.clock)(),
+    };
+    let body = serde_json::to_vec(&record).expect("a hold always encodes");
+    node.clone().store_reserved(HOLD_NAME, body, by).await?;
+    Ok(Response::Upgrade(Box::new(view(&node).await)))
+}
+
+/// Why a spec of an apply cannot be stored at the mesh version: it sets a field that the version
+/// lacks (`WorkloadSpec::fields_since`; as a backstop, it does not encode in that version's
+/// layout). Names the members holding the version back and what to do.
+pub async fn refusal(node: &MeshNode, spec: &shoal_core::spec::WorkloadSpec) -> Option<ApiError> {
+    let mesh_version = node.mesh_version();
+    let why = match shoal_core::upgrade::refuse_spec(&spec.fields_since(), mesh_version) {
+        Some(refusal) => format!(
+            "`{}`, of wire version {}",
+            refusal.fields.join("`, `"),
+            refusal.needs
+        ),
+        None => {
+            let fits = shoal_core::version::with_layout(mesh_version, || {
+                bincode::serde::encode_to_vec(spec, crate::wire::bincode_config())
+            });
+            fits.err()?.to_string()
+        }
+    };
+    let (assessment, _) = node.upgrade_assessment().await;
+    let holders = holder_views(&assessment);
+    let held_back = if holders.is_empty() {
+        match node.upgrade_hold() {
+            Some(hold) => format!(
+                "an operator holds it ({}; `shoal upgrade release`)",
+                hold.by
+            ),
+            None => "it moves within seconds: apply again shortly".to_string(),
+        }
+    } else {
+        format!(
+            "held back by {}: upgrade them or, if gone for good, remove them; `shoal upgrade \
+             status` shows the rest",
+            describe_holders(&holders, assessment.waiting_count)
+        )
+    };
+    Some(ApiError::new(
+        ErrorKind::Invalid,
+        format!(
+            "{}: the spec sets a field the mesh version {mesh_version} lacks ({why}); {held_back}",
+            spec.name
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_bad_bodies_are_none() {
+        let body = serde_json::to_vec(&MeshVersionRecord { version: 8 }).unwrap();
+        assert_eq!(decode_version(Some(&body)), Some(8));
+        assert_eq!(decode_version(Some(b"junk")), None);
+        assert_eq!(decode_version(None), None);
+        let hold = HoldRecord {
+            held: true,
+            by: "ops".into(),
+            at_ms: 1,
+        };
+        let body = serde_json::to_vec(&hold).unwrap();
+        assert_eq!(decode_hold(Some(&body)), Some(hold));
+        let released = serde_json::to_vec(&HoldRecord {
+            held: false,
+            by: "ops".into(),
+            at_ms: 2,
+        })
+        .unwrap();
+        assert_eq!(decode_hold(Some(&released)), None);
+    }
+
+    #[test]
+    fn other_cells_hold_the_version_at_the_oldest() {
+        let builds = member_builds(&[], &["c2".to_string()]);
+        assert_eq!(builds[0].name, "cell c2");
+        assert_eq!(builds[0].wire_max, WIRE_MIN);
+    }
+}

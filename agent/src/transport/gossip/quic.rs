@@ -1,0 +1,594 @@
+//! chitchat's `Transport` over QUIC with mutual TLS.
+//!
+//! One quinn endpoint, bound on the gossip address, both accepts and dials, so the remote address
+//! of any connection is the peer's gossip address, which is where chitchat addresses its replies.
+//! - `send()` never waits on the network: it puts the message in a small bounded queue per peer
+//!   (dropped and counted when full, as UDP would) served by a writer task;
+//! - the writer task reuses the cached connection to its peer (dialed or accepted) or dials one
+//!   (with a timeout and exponential backoff), writes each message on a unidirectional stream and
+//!   finishes it; it exits after a quiet spell, so peers contacted once do not keep a task;
+//! - a reader task per connection reads each stream with a size bound and a timeout, and feeds
+//!   `recv()` through a bounded channel (chitchat cancels `recv()` on every tick, so it must only
+//!   ever wait on a channel).
+//!
+//! Incoming connections pass [`crate::transport::admission`] (address validation, handshake and connection
+//! caps overall, per IP address and per certificate) as on the API endpoint.
+//!
+//! Frames larger than [`QuicGossipConfig::compress_min_bytes`] are zstd-compressed (the Syn digest
+//! grows with the node count and is not compressed by chitchat).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use chitchat::transport::{Socket, Transport};
+use chitchat::{ChitchatMessage, Deserializable, Serializable};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::canonical;
+use super::directory::{self, Lookup};
+use crate::identity::authority::Authority;
+use crate::identity::pki::{Identity, Role};
+use crate::identity::tls::{self, PeerName, QuicOptions, ALPN_GOSSIP, ANY_MEMBER};
+use crate::transport::admission::{Admission, AdmissionConfig, ConnectionSlot, CONNECTION_REFUSED};
+use crate::transport::rpc::TransportStats;
+use crate::wire::{self, FrameKind, WireError, GOSSIP_FRAME_MAX_BYTES, LENGTH_PREFIX_BYTES};
+
+/// Bounds and timers of the QUIC gossip transport.
+#[derive(Debug, Clone)]
+pub struct QuicGossipConfig {
+    /// Messages queued per peer before new ones are dropped.
+    pub peer_queue_len: usize,
+    /// Most peers with a writer task at once; messages to further peers are dropped.
+    pub peers_max: usize,
+    /// What handshakes and connections may hold, overall, per IP address and per certificate
+    /// (its `connections_max` counts accepted and dialed connections).
+    pub admission: AdmissionConfig,
+    /// Messages received but not yet taken by chitchat before new ones are dropped.
+    pub inbound_queue_len: usize,
+    /// Longest wait for a connection to a peer.
+    pub dial_timeout: Duration,
+    /// First wait after a failed dial before dialing that peer again.
+    pub backoff_min: Duration,
+    /// Longest wait between dials to a failing peer.
+    pub backoff_max: Duration,
+    /// A writer task with nothing to send for this long exits.
+    pub writer_idle_exit: Duration,
+    /// Longest time to write, or to read, one message stream.
+    pub stream_timeout: Duration,
+    /// Frames at least this large are zstd-compressed (`None`: never).
+    pub compress_min_bytes: Option<usize>,
+    /// QUIC limits and timers.
+    pub quic: QuicOptions,
+    /// The wire version frames go out in: an agent's mesh version, shared with its RPC client
+    /// and moved by its upgrade task (every member speaks it). Chitchat's bytes are the same in
+    /// every version; the header is what an older build checks.
+    pub wire: Arc<std::sync::atomic::AtomicU16>,
+}
+
+impl Default for QuicGossipConfig {
+    fn default() -> Self {
+        QuicGossipConfig {
+            peer_queue_len: 16,
+            peers_max: 4096,
+            admission: AdmissionConfig::gossip(),
+            inbound_queue_len: 1024,
+            dial_timeout: Duration::from_secs(2),
+            backoff_min: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(5),
+            writer_idle_exit: Duration::from_secs(30),
+            stream_timeout: Duration::from_secs(5),
+            compress_min_bytes: Some(256),
+            quic: QuicOptions::gossip(),
+            wire: Arc::new(std::sync::atomic::AtomicU16::new(wire::WIRE_CUR)),
+        }
+    }
+}
+
+/// A chitchat `Transport` over QUIC with mutual TLS. Keep a clone to read its counters and the
+/// authenticated names of connected peers.
+#[derive(Clone)]
+pub struct QuicTransport {
+    identity: Arc<Identity>,
+    config: QuicGossipConfig,
+    stats: Arc<TransportStats>,
+    peer_names: Arc<Mutex<HashMap<SocketAddr, PeerName>>>,
+    directory: Arc<std::sync::OnceLock<Lookup>>,
+    authority: Arc<std::sync::OnceLock<Arc<Authority>>>,
+}
+
+impl QuicTransport {
+    /// A transport presenting `identity`; nothing is bound until chitchat opens it.
+    pub fn new(identity: Identity, config: QuicGossipConfig) -> Self {
+        QuicTransport {
+            identity: Arc::new(identity),
+            config,
+            stats: Arc::new(TransportStats::default()),
+            peer_names: Arc::default(),
+            directory: Arc::default(),
+            authority: Arc::default(),
+        }
+    }
+
+    /// Has `authority` keep the endpoint's TLS configuration current (renewals, revocations) and
+    /// close the connections of revoked certificates. Set before chitchat opens the transport.
+    pub fn set_authority(&self, authority: Arc<Authority>) {
+        let _ = self.authority.set(authority);
+    }
+
+    /// How this endpoint's directory answers agents joining through it from another cell
+    /// ([`super::directory`]); until set, directory streams are refused.
+    pub fn set_directory(&self, lookup: Lookup) {
+        let _ = self.directory.set(lookup);
+    }
+
+    /// The transport's counters.
+    pub fn stats(&self) -> Arc<TransportStats> {
+        self.stats.clone()
+    }
+
+    /// Certificate names of the peers connected now, by gossip address: lets the agent check that
+    /// the node advertising an address holds the certificate of that node's name.
+    pub fn peer_names(&self) -> HashMap<SocketAddr, PeerName> {
+        self.peer_names.lock().expect("peer names lock").clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for QuicTransport {
+    async fn open(&self, listen_addr: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
+        let endpoint =
+            tls::bind_endpoint(listen_addr, &self.identity, ALPN_GOSSIP, &self.config.quic)
+                .with_context(|| format!("opening the gossip endpoint on {listen_addr}"))?;
+        let (inbound_tx, inbound_rx) = mpsc::channel(self.config.inbound_queue_len);
+        let authority = self.authority.get().cloned();
+        if let Some(authority) = &authority {
+            let (id, quic) = (&self.identity, &self.config.quic);
+            authority.follow(tls::LiveEndpoint::new(
+                endpoint.clone(),
+                id,
+                ALPN_GOSSIP,
+                quic,
+                true,
+            ));
+        }
+        let shared = Arc::new(Shared {
+            authority,
+            endpoint,
+            config: self.config.clone(),
+            stats: self.stats.clone(),
+            connections: Mutex::default(),
+            peer_names: self.peer_names.clone(),
+            admission: Admission::new("gossip", self.config.admission.clone(), self.stats.clone()),
+            inbound_tx,
+            directory: self.directory.clone(),
+        });
+        let accept_task = tokio::spawn(accept_loop(shared.clone()));
+        Ok(Box::new(QuicSocket {
+            shared,
+            writers: HashMap::new(),
+            inbound_rx,
+            accept_task,
+        }))
+    }
+}
+
+/// State shared by the socket and its tasks.
+struct Shared {
+    /// Tracks connections for revocation (absent in tests that build a bare transport).
+    authority: Option<Arc<Authority>>,
+    endpoint: quinn::Endpoint,
+    config: QuicGossipConfig,
+    stats: Arc<TransportStats>,
+    /// The connection writers use per peer gossip address: the latest established either way.
+    connections: Mutex<HashMap<SocketAddr, quinn::Connection>>,
+    peer_names: Arc<Mutex<HashMap<SocketAddr, PeerName>>>,
+    admission: Arc<Admission>,
+    inbound_tx: mpsc::Sender<(SocketAddr, ChitchatMessage)>,
+    directory: Arc<std::sync::OnceLock<Lookup>>,
+}
+
+struct QuicSocket {
+    shared: Arc<Shared>,
+    writers: HashMap<SocketAddr, mpsc::Sender<ChitchatMessage>>,
+    inbound_rx: mpsc::Receiver<(SocketAddr, ChitchatMessage)>,
+    accept_task: JoinHandle<()>,
+}
+
+impl Drop for QuicSocket {
+    fn drop(&mut self) {
+        self.accept_task.abort();
+        self.shared.endpoint.close(0u32.into(), b"gossip closed");
+    }
+}
+
+#[async_trait::async_trait]
+impl Socket for QuicSocket {
+    async fn send(&mut self, to: SocketAddr, msg: ChitchatMessage) -> anyhow::Result<()> {
+        let to = canonical(to);
+        let msg = match self.writers.get(&to) {
+            None => msg,
+            Some(tx) => match tx.try_send(msg) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    TransportStats::bump(&self.shared.stats.messages_dropped);
+                    return Ok(());
+                }
+                Err(mpsc::error::TrySendError::Closed(msg)) => {
+                    self.writers.remove(&to);
+                    msg
+                }
+            },
+        };
+        if self.writers.len() >= self.shared.config.peers_max {
+            self.writers.retain(|_, tx| !tx.is_closed());
+            if self.writers.len() >= self.shared.config.peers_max {
+                TransportStats::bump(&self.shared.stats.messages_dropped);
+                return Ok(());
+            }
+        }
+        let (tx, rx) = mpsc::channel(self.shared.config.peer_queue_len);
+        tx.try_send(msg).expect("a new channel has room");
+        tokio::spawn(run_writer(self.shared.clone(), to, rx));
+        self.writers.insert(to, tx);
+        Ok(())
+    }
+
+    async fn recv(&mut self) -> anyhow::Result<(SocketAddr, ChitchatMessage)> {
+        // Cancel-safe: only a channel receive is awaited.
+        self.inbound_rx
+            .recv()
+            .await
+            .context("gossip endpoint closed")
+    }
+}
+
+async fn accept_loop(shared: Arc<Shared>) {
+    while let Some(incoming) = shared.endpoint.accept().await {
+        // Decided at once: a Retry, a refusal, or a handshake slot.
+        let Some(handshake) = shared.admission.admit(incoming) else {
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            if let Some((conn, slot)) = handshake.complete().await {
+                run_reader(shared, conn, slot).await;
+            }
+        });
+    }
+}
+
+/// Registers `conn` and reads its streams until it closes.
+async fn run_reader(shared: Arc<Shared>, conn: quinn::Connection, slot: ConnectionSlot) {
+    let peer = canonical(conn.remote_address());
+    // Gossip is between agents: only node certificates, dialed or accepted.
+    let name = match tls::peer(&conn) {
+        Ok(p) if p.role == Role::Node => p.name,
+        refused => {
+            TransportStats::bump(&shared.stats.roles_refused);
+            let why = match refused {
+                Ok(p) => format!("{p} is not a node certificate"),
+                Err(why) => why,
+            };
+            tracing::warn!(%peer, %why, "gossip connection refused: certificate role");
+            conn.close(1u32.into(), b"gossip takes node certificates only");
+            return;
+        }
+    };
+    let Some(_peer_slot) = slot.admit_peer(name.as_str(), &conn) else {
+        conn.close(
+            CONNECTION_REFUSED.into(),
+            b"too many connections of this certificate",
+        );
+        return;
+    };
+    if let Some(authority) = &shared.authority {
+        if !authority.track(&conn) {
+            return;
+        }
+    }
+    shared
+        .connections
+        .lock()
+        .expect("lock")
+        .insert(peer, conn.clone());
+    shared.peer_names.lock().expect("lock").insert(peer, name);
+    let limit = LENGTH_PREFIX_BYTES + GOSSIP_FRAME_MAX_BYTES;
+    loop {
+        let mut stream = tokio::select! {
+            uni = conn.accept_uni() => match uni {
+                Ok(stream) => stream,
+                Err(_) => break,
+            },
+            bi = conn.accept_bi() => match bi {
+                Ok((send, recv)) => {
+                    answer_directory(&shared, peer, send, recv).await;
+                    continue;
+                }
+                Err(_) => break,
+            },
+        };
+        let read = tokio::time::timeout(shared.config.stream_timeout, stream.read_to_end(limit));
+        let frame = match read.await {
+            Ok(Ok(frame)) => frame,
+            Ok(Err(_)) | Err(_) => {
+                TransportStats::bump(&shared.stats.frames_rejected);
+                let _ = stream.stop(1u32.into());
+                continue;
+            }
+        };
+        let stats = &shared.stats;
+        stats
+            .bytes_received
+            .fetch_add(frame.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        match decode_gossip(&frame) {
+            Ok(msg) => {
+                TransportStats::bump(&stats.messages_received);
+                if shared.inbound_tx.try_send((peer, msg)).is_err() {
+                    TransportStats::bump(&stats.messages_dropped);
+                }
+            }
+            Err(err) => {
+                TransportStats::bump(&stats.frames_rejected);
+                tracing::debug!(%peer, error = %err, "gossip frame rejected");
+            }
+        }
+    }
+    forget_connection(&shared, peer, &conn);
+}
+
+/// Answers one directory stream (served one at a time per connection: it bounds the work one
+/// peer can ask for); refused and counted when no directory is set or the ask is bad.
+async fn answer_directory(
+    shared: &Shared,
+    peer: SocketAddr,
+    send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+) {
+    let Some(lookup) = shared.directory.get() else {
+        TransportStats::bump(&shared.stats.frames_rejected);
+        let _ = recv.stop(1u32.into());
+        return;
+    };
+    if let Err(why) = directory::serve(lookup, send, recv, shared.config.stream_timeout).await {
+        TransportStats::bump(&shared.stats.frames_rejected);
+        tracing::debug!(%peer, %why, "directory ask refused");
+    }
+}
+
+fn forget_connection(shared: &Shared, peer: SocketAddr, conn: &quinn::Connection) {
+    let mut connections = shared.connections.lock().expect("lock");
+    if connections.get(&peer).map(|c| c.stable_id()) == Some(conn.stable_id()) {
+        connections.remove(&peer);
+        shared.peer_names.lock().expect("lock").remove(&peer);
+    }
+}
+
+/// Sends queued messages to `peer` until the queue closes or stays empty for a while.
+async fn run_writer(
+    shared: Arc<Shared>,
+    peer: SocketAddr,
+    mut rx: mpsc::Receiver<ChitchatMessage>,
+) {
+    let config = &shared.config;
+    let mut backoff = Duration::ZERO;
+    let mut retry_at: Option<Instant> = None;
+    let mut last: Option<quinn::Connection> = None;
+    while let Ok(Some(msg)) = tokio::time::timeout(config.writer_idle_exit, rx.recv()).await {
+        // A dial succeeds before the server has checked our certificate: a peer that refuses us
+        // closes the connection right after. Back off instead of re-dialing on every message.
+        if last.as_ref().is_some_and(refused_us) {
+            last = None;
+            TransportStats::bump(&shared.stats.dials_failed);
+            backoff = (backoff * 2).clamp(config.backoff_min, config.backoff_max);
+            retry_at = Some(Instant::now() + backoff);
+        }
+        if retry_at.is_some_and(|at| Instant::now() < at) {
+            TransportStats::bump(&shared.stats.messages_dropped);
+            continue;
+        }
+        let conn = connection_to(&shared, peer).await;
+        let sent = match &conn {
+            Some(conn) => send_message(&shared, conn, &msg).await,
+            None => false,
+        };
+        if sent {
+            // Healthy once a second message goes out on a connection that was not refused.
+            let stable_id = |c: &quinn::Connection| c.stable_id();
+            if last.as_ref().map(stable_id) == conn.as_ref().map(stable_id) {
+                backoff = Duration::ZERO;
+            }
+            last = conn;
+            retry_at = None;
+        } else {
+            TransportStats::bump(&shared.stats.messages_dropped);
+            backoff = (backoff * 2).clamp(config.backoff_min, config.backoff_max);
+            retry_at = Some(Instant::now() + backoff);
+        }
+    }
+}
+
+/// Whether the peer closed `conn` at the transport level (a refused certificate, a protocol
+/// error), as opposed to an idle timeout, a reset after a restart or an orderly close.
+fn refused_us(conn: &quinn::Connection) -> bool {
+    matches!(
+        conn.close_reason(),
+        Some(
+            quinn::ConnectionError::ConnectionClosed(_) | quinn::ConnectionError::TransportError(_)
+        )
+    )
+}
+
+/// The cached connection to `peer`, or a new one. A new one also gets a reader: peers reply on
+/// the connection they were reached on.
+async fn connection_to(shared: &Arc<Shared>, peer: SocketAddr) -> Option<quinn::Connection> {
+    let cached = shared.connections.lock().expect("lock").get(&peer).cloned();
+    if let Some(conn) = cached.filter(|c| c.close_reason().is_none()) {
+        return Some(conn);
+    }
+    let slot = shared.admission.dial_slot()?;
+    let dial = async { shared.endpoint.connect(peer, ANY_MEMBER).ok()?.await.ok() };
+    match tokio::time::timeout(shared.config.dial_timeout, dial).await {
+        Ok(Some(conn)) => {
+            tokio::spawn(run_reader(shared.clone(), conn.clone(), slot));
+            Some(conn)
+        }
+        _ => {
+            TransportStats::bump(&shared.stats.dials_failed);
+            None
+        }
+    }
+}
+
+/// Writes `msg` on a new unidirectional stream of `conn`. False if it could not be handed to QUIC
+/// (the connection is then forgotten so the next message dials afresh).
+async fn send_message(shared: &Shared, conn: &quinn::Connection, msg: &ChitchatMessage) -> bool {
+    let version = shared
+        .config
+        .wire
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let frame = match encode_gossip_at(version, msg, shared.config.compress_min_bytes) {
+        Ok(frame) => frame,
+        Err(err) => {
+            tracing::warn!(error = %err, "gossip message not sent");
+            return false;
+        }
+    };
+    let write = async {
+        let mut stream = conn.open_uni().await.ok()?;
+        stream.write_all(&frame).await.ok()?;
+        stream.finish().ok()
+    };
+    match tokio::time::timeout(shared.config.stream_timeout, write).await {
+        Ok(Some(())) => {
+            TransportStats::bump(&shared.stats.messages_sent);
+            let stats = &shared.stats;
+            stats
+                .bytes_sent
+                .fetch_add(frame.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            true
+        }
+        _ => {
+            forget_connection(shared, canonical(conn.remote_address()), conn);
+            false
+        }
+    }
+}
+
+/// Encodes a chitchat message as a gossip frame in [`wire::WIRE_CUR`], zstd-compressed from
+/// `compress_min_bytes` on.
+pub fn encode_gossip(
+    msg: &ChitchatMessage,
+    compress_min_bytes: Option<usize>,
+) -> Result<Vec<u8>, WireError> {
+    encode_gossip_at(wire::WIRE_CUR, msg, compress_min_bytes)
+}
+
+/// Encodes a chitchat message as a gossip frame of wire `version`, zstd-compressed from
+/// `compress_min_bytes` on.
+pub fn encode_gossip_at(
+    version: u16,
+    msg: &ChitchatMessage,
+    compress_min_bytes: Option<usize>,
+) -> Result<Vec<u8>, WireError> {
+    let raw = msg.serialize_to_vec();
+    if compress_min_bytes.is_some_and(|min| raw.len() >= min) {
+        if let Ok(packed) = zstd::bulk::compress(&raw, 1) {
+            if packed.len() < raw.len() {
+                return wire::encode_raw_frame_at(
+                    version,
+                    FrameKind::GossipZstd,
+                    &packed,
+                    GOSSIP_FRAME_MAX_BYTES,
+                );
+            }
+        }
+    }
+    wire::encode_raw_frame_at(version, FrameKind::Gossip, &raw, GOSSIP_FRAME_MAX_BYTES)
+}
+
+/// Decodes a gossip frame (prefix included) of any version this build speaks into a chitchat
+/// message.
+pub fn decode_gossip(frame: &[u8]) -> Result<ChitchatMessage, WireError> {
+    let wire::Frame { kind, body, .. } = wire::decode_frame(frame, GOSSIP_FRAME_MAX_BYTES)?;
+    let unpacked;
+    let mut raw = match kind {
+        FrameKind::Gossip => body,
+        FrameKind::GossipZstd => {
+            unpacked = decompress_bounded(body)?;
+            &unpacked[..]
+        }
+        got => return Err(WireError::UnexpectedKind { got }),
+    };
+    let msg =
+        ChitchatMessage::deserialize(&mut raw).map_err(|e| WireError::Malformed(e.to_string()))?;
+    if !raw.is_empty() {
+        return Err(WireError::Trailing { extra: raw.len() });
+    }
+    Ok(msg)
+}
+
+/// Decompresses a zstd frame whose declared size is within the gossip frame limit.
+fn decompress_bounded(packed: &[u8]) -> Result<Vec<u8>, WireError> {
+    let declared = zstd::zstd_safe::get_frame_content_size(packed)
+        .ok()
+        .flatten()
+        .ok_or_else(|| WireError::Malformed("zstd frame without a content size".into()))?;
+    let max = GOSSIP_FRAME_MAX_BYTES;
+    let len = usize::try_from(declared)
+        .ok()
+        .filter(|len| *len <= max)
+        .ok_or(WireError::TooLarge {
+            len: usize::try_from(declared).unwrap_or(usize::MAX),
+            max,
+        })?;
+    let unpacked =
+        zstd::bulk::decompress(packed, len).map_err(|e| WireError::Malformed(e.to_string()))?;
+    if unpacked.len() != len {
+        return Err(WireError::Malformed("zstd content size mismatch".into()));
+    }
+    Ok(unpacked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn syn(cluster_id: &str) -> ChitchatMessage {
+        // A Syn with an empty digest, built through chitchat's own serialization.
+        let mut bytes = vec![];
+        45_139u16.serialize(&mut bytes); // chitchat's magic number
+        0u8.serialize(&mut bytes); // protocol version
+        0u8.serialize(&mut bytes); // Syn
+        0u16.serialize(&mut bytes); // no digest entries
+        cluster_id.to_string().serialize(&mut bytes);
+        ChitchatMessage::deserialize(&mut &bytes[..]).unwrap()
+    }
+
+    #[test]
+    fn gossip_frames_round_trip_compressed_or_not() {
+        for cluster in ["c", &"x".repeat(5000)] {
+            let msg = syn(cluster);
+            for compress in [None, Some(16)] {
+                let frame = encode_gossip(&msg, compress).unwrap();
+                assert_eq!(decode_gossip(&frame).unwrap(), msg);
+            }
+        }
+        let packed = encode_gossip(&syn(&"x".repeat(5000)), Some(16)).unwrap();
+        assert!(packed.len() < 200, "{}", packed.len());
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_gossip_bodies_never_panic(body in proptest::collection::vec(any::<u8>(), 0..1024), zstd in any::<bool>()) {
+            let kind = if zstd { FrameKind::GossipZstd } else { FrameKind::Gossip };
+            let frame = wire::encode_raw_frame(kind, &body, GOSSIP_FRAME_MAX_BYTES).unwrap();
+            let _ = decode_gossip(&frame);
+        }
+    }
+}
