@@ -1,6 +1,6 @@
 //! Swarm testing: a whole scenario derived from a seed (mesh size, zones, workloads normal and
 //! exclusive, half the exclusive ones with data that waits for its holder, gossip and host timing, base network, and a random fault schedule using every
-//! fault of the scenario language), written as scenario TOML so that a failing seed can be
+//! fault of the scenario language, planned restarts (`upgrade`) and rolling upgrades included), written as scenario TOML so that a failing seed can be
 //! saved as a regression scenario and replayed with `shoal-sim run`.
 //!
 //! The schedule is built so that every event can take effect: at most a minority of the hosts
@@ -22,6 +22,9 @@ const FAULT_SPAN_MS: u64 = 40_000;
 const SETTLE_MS: u64 = 10_000;
 /// An `owner=` selector needs this long without a fault before it.
 const CALM_MS: u64 = 15_000;
+/// How long an upgraded agent counts as down past its `duration`: it joins, checks its name and
+/// syncs again (about 2.5 s in the simulator), rounded up.
+const UPGRADE_REJOIN_MS: u64 = 4_000;
 
 /// The scenario TOML of swarm seed `seed` (same seed, same text).
 pub fn scenario_text(seed: u64) -> String {
@@ -324,7 +327,71 @@ impl Gen {
                 let body = format!("action = \"restart\"\ntarget = \"node=n{}\"\n", h + 1);
                 self.push(t, t, body);
             }
+            13 => self.upgrade(t),
             _ => self.spec_change(t),
+        }
+    }
+
+    /// Whether a host more may be down over `from..to` (at most a minority at any time).
+    fn room(&self, from: u64, to: u64) -> bool {
+        let budget = ((self.nodes - 1) / 2).max(1);
+        let mut points: Vec<u64> = vec![from];
+        points.extend(
+            self.down
+                .iter()
+                .map(|x| x.0)
+                .filter(|&x| from <= x && x < to),
+        );
+        points.iter().all(|&x| {
+            let down = self.down.iter().filter(|y| y.0 <= x && x < y.1).count() as u32;
+            down < budget
+        })
+    }
+
+    /// Planned agent restarts, as an upgrade makes them (`shoal agent --restart-grace`): half
+    /// the time a rolling upgrade of every host in turn, `gap` apart, else one agent. A host in
+    /// a rolling upgrade is skipped when it is crashed then, a pause is in force (a pause picks
+    /// its host when it fires, and a frozen agent cannot restart), or no host more may be down.
+    fn upgrade(&mut self, t: u64) {
+        let down = self.rng.random_range(1..=10) * 100;
+        if self.chance(0.5) {
+            let gap = self.rng.random_range(3..=10) * 1000;
+            let mut order: Vec<u32> = (0..self.nodes).collect();
+            for i in (1..order.len()).rev() {
+                let j = self.rng.random_range(0..=i);
+                order.swap(i, j);
+            }
+            for (i, h) in order.into_iter().enumerate() {
+                let at = t + i as u64 * gap;
+                let until = at + down + UPGRADE_REJOIN_MS;
+                let paused = self
+                    .down
+                    .iter()
+                    .any(|d| d.2.is_none() && d.0 <= until && at < d.1);
+                let crashed = self
+                    .down
+                    .iter()
+                    .any(|d| d.2 == Some(h) && d.0 <= until && at < d.1);
+                if paused || crashed || !self.room(at, until) {
+                    continue;
+                }
+                self.down.push((at, until, Some(h)));
+                let body = format!(
+                    "action = \"upgrade\"\ntarget = \"node=n{}\"\nduration = \"{down}ms\"\n",
+                    h + 1
+                );
+                self.push(at, until, body);
+            }
+        } else {
+            let until = t + down + UPGRADE_REJOIN_MS;
+            if !self.room(t, until) {
+                return;
+            }
+            let target = self.target(t);
+            self.down.push((t, until, None));
+            let body =
+                format!("action = \"upgrade\"\ntarget = \"{target}\"\nduration = \"{down}ms\"\n");
+            self.push(t, until, body);
         }
     }
 
@@ -356,19 +423,7 @@ impl Gen {
         let d = self.rng.random_range(1..=15) * 1000;
         // A pause picks among the serving hosts when it fires: it only counts against the
         // minority that may be down at once.
-        let budget = ((self.nodes - 1) / 2).max(1);
-        let mut points: Vec<u64> = vec![t];
-        points.extend(
-            self.down
-                .iter()
-                .map(|x| x.0)
-                .filter(|&x| t <= x && x < t + d),
-        );
-        let room = points.iter().all(|&x| {
-            let down = self.down.iter().filter(|y| y.0 <= x && x < y.1).count() as u32;
-            down < budget
-        });
-        if !room {
+        if !self.room(t, t + d) {
             return;
         }
         let target = self.target(t);

@@ -104,12 +104,13 @@ impl World {
                 }
             }
             Action::Upgrade { target, down_ms } => {
-                // Only an agent that runs can stop for a planned restart: a host starting or
-                // down fails the event (it did not happen), as every event that cannot act.
+                // Only an agent that runs can stop for a planned restart: a host starting, down
+                // or paused (a frozen agent does not act on SIGTERM until it thaws) fails the
+                // event (it did not happen), as every event that cannot act.
                 let pool: Vec<u32> = self
                     .hosts
                     .iter()
-                    .filter(|h| h.state == HostState::Up && h.running.is_some())
+                    .filter(|h| h.serving() && h.running.is_some())
                     .map(|h| h.index)
                     .collect();
                 let Some(hosts) = self.pick(&origin, "target", &target, &pool, "up hosts") else {
