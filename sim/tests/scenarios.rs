@@ -3,10 +3,27 @@
 
 mod support;
 
-use support::scenario;
-
 fn run(name: &str, seed: u64) -> serde_json::Value {
     support::run(name, seed, None)
+}
+
+/// Runs scenario `name` with `seed`, its files written to a directory of its own; returns the
+/// JSON report and the trace (the directory is removed).
+fn run_traced(name: &str, seed: u64) -> (serde_json::Value, String) {
+    let dir = std::env::temp_dir().join(format!(
+        "shoal-sim-{}-seed{seed}-{}",
+        name.replace('/', "-"),
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let r = support::run(name, seed, Some(&dir));
+    let stem = r["scenario"]
+        .as_str()
+        .expect("the report names its scenario");
+    let trace = dir.join(format!("{stem}-seed{seed}.trace.txt"));
+    let trace = std::fs::read_to_string(&trace).expect("trace written");
+    let _ = std::fs::remove_dir_all(&dir);
+    (r, trace)
 }
 
 #[test]
@@ -72,30 +89,16 @@ fn writes_through_skewed_clocks_are_refused_and_no_acknowledged_write_is_lost() 
 
 #[test]
 fn a_paused_owners_guard_kills_its_exclusive_copy_before_the_mesh_starts_another() {
-    let dir = std::env::temp_dir().join(format!("shoal-sim-pause-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     for seed in 1..=3 {
-        let out = support::sim()
-            .args(["run", &scenario("paused-owner-exclusive"), "--seed"])
-            .arg(seed.to_string())
-            .args(["--json", "--out"])
-            .arg(&dir)
-            .output()
-            .expect("shoal-sim runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let r: serde_json::Value =
-            serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("report");
+        let (r, trace) = run_traced("paused-owner-exclusive", seed);
         assert_eq!(r["exclusive_duplicates"], 0, "seed {seed}: {r}");
         assert_eq!(r["passed"], true, "seed {seed}: {r}");
-        let trace = dir.join(format!("paused-owner-exclusive-seed{seed}.trace.txt"));
-        let trace = std::fs::read_to_string(&trace).expect("trace written");
         let killed = trace
             .lines()
             .find(|l| l.contains("guard of") && l.contains("killed db/0"))
             .unwrap_or_else(|| panic!("seed {seed}: the guard never acted:\n{trace}"));
         assert!(killed.contains("did not renew its lease"), "{killed}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -103,24 +106,11 @@ fn planned_agent_restarts_move_nothing_and_never_run_two_copies() {
     // scenarios/upgrade-rolling.toml: every agent restarts in turn (an upgrade), the exclusive
     // owner first. No replica starts anywhere after the workloads settled, the guard never fires,
     // never two copies.
-    let dir = std::env::temp_dir().join(format!("shoal-sim-upgrade-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     for seed in 1..=2 {
-        let out = support::sim()
-            .args(["run", &scenario("upgrade-rolling"), "--seed"])
-            .arg(seed.to_string())
-            .args(["--json", "--out"])
-            .arg(&dir)
-            .output()
-            .expect("shoal-sim runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let r: serde_json::Value =
-            serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("report");
+        let (r, trace) = run_traced("upgrade-rolling", seed);
         assert_eq!(r["passed"], true, "seed {seed}: {r}");
         assert_eq!(r["exclusive_duplicates"], 0, "seed {seed}: {r}");
         assert_eq!(r["duplicates"], 0, "seed {seed}: {r}");
-        let trace = dir.join(format!("upgrade-rolling-seed{seed}.trace.txt"));
-        let trace = std::fs::read_to_string(&trace).expect("trace written");
         let upgrades = trace
             .lines()
             .filter(|l| l.contains(" upgrade node="))
@@ -139,7 +129,6 @@ fn planned_agent_restarts_move_nothing_and_never_run_two_copies() {
             .collect();
         assert!(late.is_empty(), "seed {seed}: moved or fenced: {late:#?}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //!
 //! A fixed seed gives up SipHash's resistance to chosen-key collisions. The core's maps are keyed
 //! by node and workload ids and constraint lists, which are bounded in length and count
-//! ([`crate::placement::model::ID_LEN_MAX`] bytes; the mesh bounds their number), so a peer choosing colliding ids can
+//! (`placement::model::ID_LEN_MAX` bytes; the mesh bounds their number), so a peer choosing colliding ids can
 //! slow lookups but not exhaust the agent.
 
 #![allow(

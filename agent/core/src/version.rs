@@ -9,7 +9,7 @@
 //! The layout of the value being encoded or decoded on this thread is [`layout`], set for the
 //! length of one call by [`with_layout`] (the agent's frame and payload codecs do; nothing else
 //! needs to). Encoding at an older layout a value that sets a field that layout lacks is an error,
-//! never a silent drop: the mesh version ([`crate::upgrade`]) keeps such values from being written
+//! never a silent drop: the mesh version (module `upgrade`) keeps such values from being written
 //! while a member could not read them.
 
 use std::cell::Cell;

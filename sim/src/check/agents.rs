@@ -10,10 +10,9 @@ use shoal::wire::api::{Request, Response};
 use shoal_core::hlc::format_version;
 use shoal_core::instance::ReplicaId;
 
-use super::{Checker, PendingDetection, PendingReplacement};
+use super::{Checker, HostView, PendingDetection, PendingReplacement};
 use crate::net::SimNet;
 use crate::trace::Trace;
-use crate::world::Host;
 
 /// Time between two false-verdict samples.
 const VERDICT_EVERY_MS: u64 = 500;
@@ -30,13 +29,13 @@ pub(super) async fn trace_decisions(
     now: u64,
     replica: &ReplicaId,
     on: &[u32],
-    hosts: &[Host],
+    hosts: &[HostView<'_>],
     trace: &mut Trace,
 ) {
     const DECISIONS_MAX: usize = 3;
     let name = replica.to_string();
     for &h in on {
-        let Some(api) = hosts[h as usize].api() else {
+        let Some(api) = hosts[h as usize].api else {
             continue;
         };
         let req = Request::Events {
@@ -77,8 +76,8 @@ pub(super) fn live_set(chitchat: &Chitchat) -> BTreeSet<u32> {
         .collect()
 }
 
-pub(super) async fn holds(host: &Host, workload: &str) -> Option<Option<String>> {
-    let api = host.running.as_ref()?.api().clone();
+pub(super) async fn holds(host: &HostView<'_>, workload: &str) -> Option<Option<String>> {
+    let api = host.api?.clone();
     let req = Request::Get {
         name: workload.to_string(),
     };
@@ -100,7 +99,7 @@ impl Checker {
         name: &str,
         generation: Option<u64>,
         held: Vec<ReplicaId>,
-        hosts: &[Host],
+        hosts: &[HostView<'_>],
     ) {
         for replica in held {
             let spec = self
@@ -117,10 +116,10 @@ impl Checker {
         }
         if let Some(generation) = generation {
             // Only the crashed host's cell gossips with it (every host without cells).
-            let cell = &hosts[h as usize].cell;
+            let cell = hosts[h as usize].cell;
             let observers = hosts
                 .iter()
-                .filter(|o| o.serving() && o.index != h && o.cell == *cell)
+                .filter(|o| o.serving() && o.index != h && o.cell == cell)
                 .map(|o| o.index)
                 .collect();
             self.pending_detections.push(PendingDetection {
@@ -135,7 +134,7 @@ impl Checker {
     pub(super) async fn check_agents(
         &mut self,
         now: u64,
-        hosts: &[Host],
+        hosts: &[HostView<'_>],
         net: &SimNet,
         trace: &mut Trace,
     ) {
@@ -146,12 +145,12 @@ impl Checker {
         self.check_propagation(now, hosts).await;
     }
 
-    fn check_detections(&mut self, now: u64, hosts: &[Host], trace: &mut Trace) {
+    fn check_detections(&mut self, now: u64, hosts: &[HostView<'_>], trace: &mut Trace) {
         for p in &mut self.pending_detections {
             let mut seen = Vec::new();
             for &o in &p.observers {
                 let host = &hosts[o as usize];
-                let Some(node) = host.node().filter(|_| host.serving()) else {
+                let Some(node) = host.node.filter(|_| host.serving()) else {
                     seen.push((o, None));
                     continue;
                 };
@@ -184,15 +183,21 @@ impl Checker {
 
     /// A false verdict: an observer's view drops a host that is up, not paused, and reachable
     /// (no partition anywhere), both settled for [`SETTLED_MS`].
-    fn check_verdicts(&mut self, now: u64, hosts: &[Host], net: &SimNet, trace: &mut Trace) {
-        let calm = !net.any_blocked() && hosts.iter().all(|h| !*h.paused.borrow());
+    fn check_verdicts(
+        &mut self,
+        now: u64,
+        hosts: &[HostView<'_>],
+        net: &SimNet,
+        trace: &mut Trace,
+    ) {
+        let calm = !net.any_blocked() && hosts.iter().all(|h| !h.paused);
         let settled: BTreeSet<u32> = hosts
             .iter()
             .filter(|h| h.serving() && now - h.up_since_ms >= SETTLED_MS)
             .map(|h| h.index)
             .collect();
         for o in hosts {
-            let Some(node) = o.node() else {
+            let Some(node) = o.node else {
                 self.last_live.remove(&o.index);
                 continue;
             };
@@ -217,7 +222,7 @@ impl Checker {
         }
     }
 
-    async fn check_propagation(&mut self, now: u64, hosts: &[Host]) {
+    async fn check_propagation(&mut self, now: u64, hosts: &[HostView<'_>]) {
         let serving: BTreeSet<u32> = hosts
             .iter()
             .filter(|h| h.serving())
@@ -254,7 +259,7 @@ impl Checker {
 
     /// End of the run: every live agent must hold the last acknowledged version of every
     /// workload; convergence must have happened within the bound.
-    pub async fn finish(&mut self, now: u64, hosts: &[Host], trace: &mut Trace) {
+    pub async fn finish(&mut self, now: u64, hosts: &[HostView<'_>], trace: &mut Trace) {
         for (w, (version, _)) in self.latest.clone() {
             for h in hosts.iter().filter(|h| h.serving()) {
                 let held = holds(h, &w).await;

@@ -15,31 +15,32 @@ use shoal_core::instance::ReplicaId;
 use shoal_core::placement::model::{Node, Placement, Workload};
 use shoal_core::stacking::{place_stacked, place_stacked_shares};
 
-use crate::world::{Host, HostState};
+use super::HostView;
+use crate::host::HostState;
 
 /// Each up agent's view of the mesh's cells, by host index (`None` inside: it places in one
 /// level).
 pub type Views = BTreeMap<u32, Option<Vec<Cell>>>;
 
 /// The views of the up agents of `hosts` (empty when the scenario has no cells).
-pub fn views(hosts: &[Host]) -> Views {
+pub fn views(hosts: &[HostView<'_>]) -> Views {
     hosts
         .iter()
         .filter(|h| h.state == HostState::Up && h.cell.is_some())
-        .filter_map(|h| Some((h.index, h.node()?.cells.placement_cells())))
+        .filter_map(|h| Some((h.index, h.node?.cells.placement_cells())))
         .collect()
 }
 
 /// A hash of what [`views`] returns for `hosts`, from each agent's
 /// `MeshNode::cells.placement_key()` (no summary copied).
-pub fn views_key(hosts: &[Host]) -> u64 {
+pub fn views_key(hosts: &[HostView<'_>]) -> u64 {
     use std::hash::Hasher;
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     for host in hosts
         .iter()
         .filter(|h| h.state == HostState::Up && h.cell.is_some())
     {
-        let Some(node) = host.node() else { continue };
+        let Some(node) = host.node else { continue };
         h.write_u32(host.index);
         match node.cells.placement_key() {
             Some(key) => {
@@ -63,7 +64,7 @@ pub struct CellTarget {
 
 /// The target for the known hosts of a mesh of cells (`up`: those up now).
 pub fn target(
-    hosts: &[Host],
+    hosts: &[HostView<'_>],
     known: &BTreeSet<u32>,
     up: &BTreeSet<u32>,
     workloads: &[Workload],
@@ -71,17 +72,17 @@ pub fn target(
 ) -> CellTarget {
     let mut members: BTreeMap<String, Vec<Node>> = BTreeMap::new();
     for h in hosts.iter().filter(|h| known.contains(&h.index)) {
-        let Some(cell) = &h.cell else { continue };
-        let mut node = h.record.placement_node(&h.name);
+        let Some(cell) = h.cell else { continue };
+        let mut node = h.record.placement_node(h.name);
         node.down = !up.contains(&h.index);
-        members.entry(cell.clone()).or_default().push(node);
+        members.entry(cell.to_string()).or_default().push(node);
     }
     let agents: Vec<Agent<'_>> = hosts
         .iter()
         .filter_map(|h| {
             Some(Agent {
-                name: &h.name,
-                cell: h.cell.as_deref()?,
+                name: h.name,
+                cell: h.cell?,
                 view: views.get(&h.index)?.as_ref(),
             })
         })

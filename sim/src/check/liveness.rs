@@ -10,9 +10,9 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use super::agents::{holds, live_set};
-use super::Checker;
+use super::{Checker, HostView};
+use crate::host::HostState;
 use crate::trace::Trace;
-use crate::world::{Host, HostState};
 
 /// How long every liveness condition must hold before the phase passes.
 pub const LIVENESS_HOLD_MS: u64 = 2_000;
@@ -64,7 +64,7 @@ impl Checker {
     /// What keeps the mesh from being whole at `now`: hosts not up and serving, running !=
     /// desired, an agent missing an acknowledged spec, an agent whose live set misses a host.
     /// Empty when every liveness condition holds.
-    pub async fn liveness_gaps(&self, hosts: &[Host]) -> Vec<String> {
+    pub async fn liveness_gaps(&self, hosts: &[HostView<'_>]) -> Vec<String> {
         let mut gaps = Vec::new();
         for h in hosts {
             match h.state {
@@ -78,10 +78,9 @@ impl Checker {
             gaps.push(format!("running != desired: {gap}"));
         }
         // An agent's live set holds the hosts of its own cell (every host without cells).
-        let mut cells: std::collections::BTreeMap<&Option<String>, BTreeSet<u32>> =
-            Default::default();
+        let mut cells: std::collections::BTreeMap<Option<&str>, BTreeSet<u32>> = Default::default();
         for h in hosts {
-            cells.entry(&h.cell).or_default().insert(h.index);
+            cells.entry(h.cell).or_default().insert(h.index);
         }
         for h in hosts.iter().filter(|h| h.serving()) {
             for (w, (version, _)) in &self.latest {
@@ -95,7 +94,7 @@ impl Checker {
                     ));
                 }
             }
-            let Some(node) = h.node() else { continue };
+            let Some(node) = h.node else { continue };
             let chitchat = node.gossip().chitchat();
             let Ok(guard) = chitchat.try_lock() else {
                 gaps.push(format!("{}'s gossip state is busy", h.name));

@@ -11,10 +11,9 @@ use shoal::wire::api::{Request, Response};
 use shoal_core::hlc::{format_version, Version};
 use shoal_core::spec::WorkloadSpec;
 
-use super::Checker;
+use super::{Checker, HostView};
 use crate::host::revision;
 use crate::trace::Trace;
-use crate::world::Host;
 
 /// Time between two reads of the agents' specs.
 pub const WATCH_EVERY_MS: u64 = 500;
@@ -37,8 +36,8 @@ pub struct RollbackSeen {
 }
 
 /// The version and spec of `workload` one agent holds.
-async fn held_spec(host: &Host, workload: &str) -> Option<(String, WorkloadSpec)> {
-    let api = host.api()?.clone();
+async fn held_spec(host: &HostView<'_>, workload: &str) -> Option<(String, WorkloadSpec)> {
+    let api = host.api?.clone();
     let req = Request::Get {
         name: workload.to_string(),
     };
@@ -58,12 +57,17 @@ const ROLLOUT_EVENTS: [&str; 3] = ["rollout-complete", "rollout-failed", "rollba
 /// (each version's outcome, the record of the current one, its assessment) and every serving
 /// agent's rollout events. Read when the timeline ends, for the reader of a rollout that ended
 /// otherwise than expected.
-pub async fn trace_agents_rollouts(now: u64, workload: &str, hosts: &[Host], trace: &mut Trace) {
+pub async fn trace_agents_rollouts(
+    now: u64,
+    workload: &str,
+    hosts: &[HostView<'_>],
+    trace: &mut Trace,
+) {
     let peer = || Peer::new("shoal-sim", Role::Client);
     let serving = hosts.iter().filter(|h| h.serving());
     let mut asked_history = false;
     for host in serving {
-        let Some(api) = host.api() else { continue };
+        let Some(api) = host.api else { continue };
         if !asked_history {
             asked_history = true;
             let req = Request::History {
@@ -127,11 +131,16 @@ pub async fn trace_agents_rollouts(now: u64, workload: &str, hosts: &[Host], tra
 impl Checker {
     /// Reads what a few serving agents hold of every live workload (every
     /// [`WATCH_EVERY_MS`]) and adopts a write the mesh made itself.
-    pub(super) async fn watch_mesh_specs(&mut self, now: u64, hosts: &[Host], trace: &mut Trace) {
+    pub(super) async fn watch_mesh_specs(
+        &mut self,
+        now: u64,
+        hosts: &[HostView<'_>],
+        trace: &mut Trace,
+    ) {
         if !now.is_multiple_of(WATCH_EVERY_MS) {
             return;
         }
-        let serving: Vec<&Host> = hosts.iter().filter(|h| h.serving()).collect();
+        let serving: Vec<&HostView<'_>> = hosts.iter().filter(|h| h.serving()).collect();
         let live = self
             .latest
             .iter()

@@ -1,5 +1,7 @@
 //! Invariant checkers and metrics, sampled every tick from the ground truth (the hosts'
-//! runtimes) and the agents' own views. A violation carries its time and evidence.
+//! runtimes) and the agents' own views. A violation carries its time and evidence. The checkers
+//! read each host through a [`HostView`] the driver fills for every call; they never see the
+//! driver (`world`) itself.
 //!
 //! - never two alive copies of an exclusive replica;
 //! - never an exclusive replica with data started away from its data without the spec's
@@ -18,6 +20,7 @@ mod mesh_specs;
 mod rollouts;
 pub mod stats;
 mod truth;
+mod view;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -28,12 +31,12 @@ use shoal_core::spec::WorkloadSpec;
 use crate::net::SimNet;
 use crate::scenario::Scenario;
 use crate::trace::Trace;
-use crate::world::Host;
 
 pub use liveness::{EventFailure, LivenessOutcome, LIVENESS_HOLD_MS};
 pub use mesh_specs::{trace_agents_rollouts, RollbackSeen, WATCH_EVERY_MS};
 pub use rollouts::{Rollout, RolloutStart, ROLLOUT_HOLD_MS};
 pub use truth::Copies;
+pub use view::HostView;
 
 /// A broken invariant.
 #[derive(Clone, Debug, Serialize)]
@@ -314,7 +317,7 @@ impl Checker {
     }
 
     /// Alive copies per replica right now (for `owner=` selectors).
-    pub fn owners_snapshot(&self, hosts: &[Host], now: u64) -> Vec<(ReplicaId, u32)> {
+    pub fn owners_snapshot(&self, hosts: &[HostView<'_>], now: u64) -> Vec<(ReplicaId, u32)> {
         let mut out = Vec::new();
         for h in hosts {
             for i in h
@@ -331,7 +334,13 @@ impl Checker {
     }
 
     /// Samples every invariant and metric at `now`.
-    pub async fn sample(&mut self, now: u64, hosts: &[Host], net: &SimNet, trace: &mut Trace) {
+    pub async fn sample(
+        &mut self,
+        now: u64,
+        hosts: &[HostView<'_>],
+        net: &SimNet,
+        trace: &mut Trace,
+    ) {
         let dt = now.saturating_sub(self.last_sample_ms) as f64 / 1000.0;
         self.last_sample_ms = now;
         let copies = truth::copies(now, hosts, &self.latest);
@@ -453,7 +462,13 @@ impl Checker {
         fresh
     }
 
-    fn check_capacity(&mut self, now: u64, hosts: &[Host], copies: &Copies, trace: &mut Trace) {
+    fn check_capacity(
+        &mut self,
+        now: u64,
+        hosts: &[HostView<'_>],
+        copies: &Copies,
+        trace: &mut Trace,
+    ) {
         let mut used = vec![(0u64, 0u64); hosts.len()];
         for (r, list) in copies {
             let Some(spec) = self.latest.get(&r.workload).and_then(|(_, s)| s.as_ref()) else {

@@ -10,9 +10,9 @@ use shoal_core::placement::Placement;
 use shoal_core::spec::WorkloadSpec;
 use shoal_core::stacking::place_stacked;
 
-use super::Checker;
+use super::{Checker, HostView};
+use crate::host::HostState;
 use crate::trace::Trace;
-use crate::world::{Host, HostState};
 
 /// One alive copy.
 #[derive(Clone, Debug)]
@@ -52,7 +52,7 @@ pub(crate) struct Truth {
 }
 
 /// Every alive copy on every host at `now` (exclusive from the acknowledged specs).
-pub fn copies(now: u64, hosts: &[Host], latest: &Latest) -> Copies {
+pub fn copies(now: u64, hosts: &[HostView<'_>], latest: &Latest) -> Copies {
     let mut out: Copies = BTreeMap::new();
     for h in hosts {
         for i in h
@@ -111,7 +111,7 @@ pub fn counts(copies: &Copies, latest: &Latest) -> (u32, u32, u32, u32) {
 impl Checker {
     /// Recomputes the target placement when the up hosts or the acknowledged specs change, and
     /// counts the moves a membership change caused.
-    pub(super) fn update_truth(&mut self, now: u64, hosts: &[Host], trace: &mut Trace) {
+    pub(super) fn update_truth(&mut self, now: u64, hosts: &[HostView<'_>], trace: &mut Trace) {
         let up: BTreeSet<u32> = hosts
             .iter()
             .filter(|h| h.state == HostState::Up)
@@ -146,7 +146,7 @@ impl Checker {
             .iter()
             .filter(|h| known.contains(&h.index))
             .map(|h| {
-                let mut node = h.record.placement_node(&h.name);
+                let mut node = h.record.placement_node(h.name);
                 node.down = !up.contains(&h.index);
                 node
             })
@@ -158,7 +158,7 @@ impl Checker {
             .iter()
             .filter_map(|(r, &h)| {
                 let host = hosts.iter().find(|x| x.index == h)?;
-                Some((r.clone(), host.name.clone()))
+                Some((r.clone(), host.name.to_string()))
             })
             .collect();
         let workloads: Vec<_> = self
@@ -215,7 +215,7 @@ impl Checker {
 
     /// Running = desired: every assigned replica has exactly one alive copy, running, on its
     /// assigned host, current (see [`Checker::current`]), and nothing else runs.
-    pub(super) fn check_convergence(&mut self, now: u64, copies: &Copies, hosts: &[Host]) {
+    pub(super) fn check_convergence(&mut self, now: u64, copies: &Copies, hosts: &[HostView<'_>]) {
         self.convergence_gap = self.first_gap(copies, hosts);
         if now < self.last_fault_ms || self.convergence_gap.is_some() {
             self.converged_at_ms = None;
@@ -225,7 +225,7 @@ impl Checker {
     }
 
     /// The first way running differs from desired, in replica order (None: they are equal).
-    pub(super) fn first_gap(&self, copies: &Copies, hosts: &[Host]) -> Option<String> {
+    pub(super) fn first_gap(&self, copies: &Copies, hosts: &[HostView<'_>]) -> Option<String> {
         if let Some(gap) = self.truth.cell_gaps.first() {
             return Some(gap.clone());
         }
@@ -265,7 +265,7 @@ impl Checker {
         let starting: Vec<&str> = hosts
             .iter()
             .filter(|h| h.state == HostState::Starting)
-            .map(|h| h.name.as_str())
+            .map(|h| h.name)
             .collect();
         if !starting.is_empty() {
             return Some(format!("{} starting", starting.join(",")));

@@ -20,6 +20,17 @@ use shoal_core::spec::{Run, WorkloadSpec};
 
 use crate::scenario::{HostConfig, InstanceProfile};
 
+/// Where a host is in its life: what the driver (`world`) keeps and the checkers read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostState {
+    /// Not running (crashed or not started yet).
+    Down,
+    /// Its agent is joining.
+    Starting,
+    /// Its agent runs.
+    Up,
+}
+
 /// Instance behaviour per workload and per revision, changed while the run goes on.
 pub type Profiles = Arc<Mutex<ProfileTable>>;
 

@@ -10,8 +10,8 @@ use shoal::state::mesh::record::NODE_KEY;
 use shoal::wire::api::Request;
 use shoal_core::spec::WorkloadSpec;
 
-use super::{ApiAnswer, HostState, Origin, Step, World};
-use crate::host::{revision, set_revision};
+use super::{views, ApiAnswer, Origin, Step, World};
+use crate::host::{revision, set_revision, HostState};
 use crate::scenario::select::Pool;
 use crate::scenario::{Action, PartitionKind, RevisionFaults, Selector};
 
@@ -31,7 +31,9 @@ impl World {
     /// Resolves `sel` among `hosts` with the run's generator.
     pub(super) fn resolve(&mut self, sel: &Selector, hosts: &[u32]) -> Vec<u32> {
         let zones: Vec<String> = self.hosts.iter().map(|h| h.record.zone.clone()).collect();
-        let owners = self.checker.owners_snapshot(&self.hosts, self.now_ms());
+        let owners = self
+            .checker
+            .owners_snapshot(&views(&self.hosts), self.now_ms());
         let zone_of = |h: u32| zones[h as usize].clone();
         let owners_of = |w: &str| {
             owners

@@ -9,7 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{HostState, Origin, Step, World};
+use super::{Origin, Step, World};
+use crate::host::HostState;
 use crate::net::LinkFault;
 use crate::scenario::Selector;
 

@@ -13,8 +13,9 @@ use shoal::state::store_db::{DesiredStore, MemDisk};
 use shoal_core::store::StoreConfig;
 
 use super::World;
+use crate::check::HostView;
 use crate::clock::SimClock;
-use crate::host::{apply_profiles, start_agent, AgentParts};
+use crate::host::{apply_profiles, start_agent, AgentParts, HostState};
 use crate::net::{host_addr, SimNet, API_PORT, GOSSIP_PORT};
 use crate::runtime::Ground;
 use crate::scenario::{Mesh, Scenario};
@@ -24,17 +25,6 @@ use std::net::SocketAddr;
 
 /// Hosts every agent names as seeds.
 const SEED_HOSTS: u32 = 3;
-
-/// Where a host is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HostState {
-    /// Not running (crashed or not started yet).
-    Down,
-    /// Its agent is joining.
-    Starting,
-    /// Its agent runs.
-    Up,
-}
 
 /// One simulated host.
 pub struct Host {
@@ -131,10 +121,31 @@ impl Host {
         self.state == HostState::Up && !*self.paused.borrow()
     }
 
+    /// What the checkers read of this host now.
+    pub(super) fn view(&self) -> HostView<'_> {
+        HostView {
+            index: self.index,
+            name: &self.name,
+            cell: self.cell.as_deref(),
+            state: self.state,
+            paused: *self.paused.borrow(),
+            up_since_ms: self.up_since_ms,
+            record: &self.record,
+            ground: &self.ground,
+            node: self.node(),
+            api: self.api(),
+        }
+    }
+
     /// The previous incarnation's agent is still referenced by a call in flight.
     pub(super) fn ghost_alive(&self) -> bool {
         self.ghost.as_ref().is_some_and(|w| w.strong_count() > 0)
     }
+}
+
+/// What the checkers read of every host, in index order (`views[i]` is host `i`).
+pub(super) fn views(hosts: &[Host]) -> Vec<HostView<'_>> {
+    hosts.iter().map(Host::view).collect()
 }
 
 /// Joins an agent's mesh node to the simulated network: the same `start_node` as `shoal agent`,
@@ -300,7 +311,7 @@ impl World {
         host.state = HostState::Down;
         let name = host.name.clone();
         self.checker
-            .host_crashed(now, h, &name, generation, held, &self.hosts);
+            .host_crashed(now, h, &name, generation, held, &views(&self.hosts));
     }
 
     /// A planned agent restart (an upgrade): the agent stops as on SIGTERM with its restart

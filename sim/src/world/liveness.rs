@@ -9,11 +9,12 @@ use shoal::identity::pki::Role;
 use shoal::identity::tls::Peer;
 use shoal::wire::api::{Request, Response};
 
-use super::{HostState, World};
+use super::{views, World};
+use crate::check::LivenessOutcome;
+use crate::host::HostState;
 
 /// Issues written to the trace when the phase fails.
 const ISSUES_TRACED_MAX: usize = 40;
-use crate::check::LivenessOutcome;
 
 impl World {
     pub(super) async fn run_liveness(&mut self, next_tick: &mut u64, progress: &dyn Fn(u64)) {
@@ -148,7 +149,7 @@ impl World {
     /// One liveness sample; true once every condition held for [`crate::check::LIVENESS_HOLD_MS`].
     pub(super) async fn liveness_held(&mut self) -> bool {
         let now = self.now_ms();
-        let gaps = self.checker.liveness_gaps(&self.hosts).await;
+        let gaps = self.checker.liveness_gaps(&views(&self.hosts)).await;
         self.checker.liveness_sample(now, gaps, &mut self.trace)
     }
 }

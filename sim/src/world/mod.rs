@@ -21,12 +21,12 @@ use shoal_core::spec::WorkloadSpec;
 use tokio::sync::mpsc;
 
 use crate::check::Checker;
-use crate::host::Profiles;
+use crate::host::{HostState, Profiles};
 use crate::net::SimNet;
 use crate::scenario::{Action, Scenario};
 use crate::trace::Trace;
 
-pub use hosts::{Host, HostState};
+use hosts::{views, Host};
 
 /// Time between two checker samples.
 pub const TICK_MS: u64 = 100;
@@ -219,7 +219,7 @@ impl World {
         self.run_liveness(&mut next_tick, progress).await;
         self.end_run();
         self.checker
-            .finish(self.now_ms(), &self.hosts, &mut self.trace)
+            .finish(self.now_ms(), &views(&self.hosts), &mut self.trace)
             .await;
     }
 
@@ -248,7 +248,7 @@ impl World {
             if now >= *next_tick {
                 self.checker.in_flight = self.api_pending.values().map(|p| p.2.clone()).collect();
                 self.checker
-                    .sample(now, &self.hosts, &self.net, &mut self.trace)
+                    .sample(now, &views(&self.hosts), &self.net, &mut self.trace)
                     .await;
                 self.follow_mesh_writes();
                 *next_tick += TICK_MS;
@@ -309,7 +309,8 @@ impl World {
                 now,
                 format!("the agents on {w}'s rollouts at the end of the timeline:"),
             );
-            crate::check::trace_agents_rollouts(now, &w, &self.hosts, &mut self.trace).await;
+            let hosts = views(&self.hosts);
+            crate::check::trace_agents_rollouts(now, &w, &hosts, &mut self.trace).await;
         }
     }
 

@@ -26,6 +26,7 @@ mod local;
 mod model;
 mod offer;
 mod publish;
+mod quorum;
 mod summary;
 mod table;
 
@@ -33,6 +34,7 @@ pub use assign::{cell_hash, place_cells, CELL_FILL_PERMILLE, CELL_SEED};
 pub use local::{place_mesh, CellPlacer, MeshPlacement};
 pub use model::{Cell, CellInputError, CellPlacement, CellUnschedulable};
 pub use publish::{summarize, RANKED_DRIFT_DIVISOR};
+pub use quorum::CellQuorum;
 pub use summary::{
     CellSummary, LabelOffer, SummaryError, ZoneOffer, CELL_CONTACTS_MAX, CELL_CONTACT_LEN_MAX,
     CELL_LABELS_MAX, CELL_MEMBERS_MAX, CELL_NAME_LEN_MAX, CELL_SUMMARY_BYTES_MAX,

@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::model::Cell;
+use super::quorum::CellQuorum;
 use super::summary::CellSummary;
-use crate::reconcile::CellQuorum;
 use crate::resources::Resources;
 
 /// Most cells a table holds; more are refused and counted.

@@ -63,11 +63,14 @@ pub use action::{Action, StopCause};
 pub use config::{ConfigError, ReconcileConfig};
 pub use health::{backoff_delay_ms, HealthChange};
 pub use input::{
-    host_path_refusal, CellCopies, CellHandoff, CellQuorum, Membership, ReconcileInput, SpecEntry,
+    host_path_refusal, CellCopies, CellHandoff, Membership, ReconcileInput, SpecEntry,
 };
 pub use issue::{issue_id, ApproveError, Issue, IssueKind, Layer, RestartError};
 pub use report::ProbeTarget;
 pub use status::InstanceStatus;
+
+// The cells' quorum an exclusive replica needs lives with the cell table that computes it.
+pub use crate::cells::CellQuorum;
 
 use crate::instance::ReplicaId;
 use cache::SpecCache;
