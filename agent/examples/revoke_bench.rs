@@ -9,77 +9,19 @@
 //! target/release/examples/revoke_bench [--agents 20] [--shoal target/release/shoal]
 //! ```
 
-#[path = "support/mod.rs"]
 mod support;
 
-use std::fs::File;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use shoal::mesh::api::{Request, Response};
 use shoal::pki::{self, IssueOptions, Role, SelfIssue};
 use shoal::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
-use support::free_udp_addrs;
+use support::agents::{Certificates, MeshBuilder};
 
 const TARGET_MS: u128 = 10_000;
-
-struct Mesh {
-    dir: tempfile::TempDir,
-    children: Vec<Child>,
-    apis: Vec<SocketAddr>,
-}
-
-impl Drop for Mesh {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        // The agents' guards outlive a killed agent: they belong to this run's directory.
-        let dir = self.dir.path().display().to_string();
-        let _ = Command::new("pkill").args(["-9", "-f", &dir]).status();
-    }
-}
-
-fn start(shoal: &Path, n: usize) -> anyhow::Result<Mesh> {
-    let dir = tempfile::Builder::new().prefix("shoal-revoke-").tempdir()?;
-    let pki_dir = dir.path().join("pki");
-    pki::init(&pki_dir)?;
-    let addrs = free_udp_addrs(2 * n)?;
-    let mut mesh = Mesh {
-        dir,
-        children: Vec::new(),
-        apis: Vec::new(),
-    };
-    for i in 0..n {
-        let name = format!("n{}", i + 1);
-        pki::issue(&pki_dir, &name, &IssueOptions::new(Role::Node))?;
-        let (gossip, api) = (addrs[2 * i], addrs[2 * i + 1]);
-        let mut cmd = Command::new(shoal);
-        cmd.args(["agent", "--name", &name])
-            .args(["--gossip", &gossip.to_string(), "--api", &api.to_string()])
-            .arg("--data-dir")
-            .arg(mesh.dir.path().join(format!("data-{name}")))
-            .arg("--pki")
-            .arg(&pki_dir)
-            .args(["--cpu", "4", "--memory", "8Gi"]);
-        if i > 0 {
-            cmd.args(["--seed", &addrs[0].to_string()]);
-        }
-        let log = File::create(mesh.dir.path().join(format!("{name}.log")))?;
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .env("RUST_LOG", "warn,shoal=info");
-        mesh.children
-            .push(cmd.spawn().context("starting an agent")?);
-        mesh.apis.push(api);
-    }
-    Ok(mesh)
-}
 
 /// One call as `id` on a fresh connection: Ok when the agent answered.
 async fn ask(id: &pki::Identity, addr: SocketAddr) -> bool {
@@ -109,8 +51,11 @@ async fn main() -> anyhow::Result<()> {
             other => bail!("unknown argument {other}"),
         }
     }
-    let mesh = start(&shoal, agents)?;
-    let pki_dir = mesh.dir.path().join("pki");
+    let mesh = MeshBuilder::new(&shoal, agents, "shoal-revoke-")
+        .certificates(Certificates::Issued)
+        .start()?;
+    let apis: Vec<SocketAddr> = mesh.agents.iter().map(|a| a.api).collect();
+    let pki_dir = mesh.pki();
     // The operator's copy of the CA, apart from the agents' --pki (whose crl.pem they read).
     let admin = mesh.dir.path().join("admin");
     std::fs::create_dir_all(&admin)?;
@@ -124,7 +69,7 @@ async fn main() -> anyhow::Result<()> {
     let ready = Instant::now();
     loop {
         let mut all = true;
-        for &api in &mesh.apis {
+        for &api in &apis {
             all &= ask(&alice, api).await;
         }
         if all {
@@ -138,11 +83,11 @@ async fn main() -> anyhow::Result<()> {
     let revoked = pki::revoke(&admin, "alice")?;
     let der = shoal::authority::crl::der_from_pem_or_der(&std::fs::read(&revoked.crl)?)
         .map_err(anyhow::Error::msg)?;
-    let endpoint = tls::client_endpoint(mesh.apis[0], &operator, ALPN_API, &QuicOptions::api())?;
+    let endpoint = tls::client_endpoint(apis[0], &operator, ALPN_API, &QuicOptions::api())?;
     let published = Instant::now();
     let answer: Response = shoal::rpc::call(
         &endpoint,
-        mesh.apis[0],
+        apis[0],
         ANY_MEMBER,
         &Request::PublishCrl { der },
         Duration::from_secs(5),
@@ -151,13 +96,13 @@ async fn main() -> anyhow::Result<()> {
     if !matches!(answer, Response::CrlPublished { .. }) {
         bail!("publish refused: {answer:?}");
     }
-    let mut refused_ms: Vec<Option<u128>> = vec![None; mesh.apis.len()];
+    let mut refused_ms: Vec<Option<u128>> = vec![None; apis.len()];
     while refused_ms.iter().any(Option::is_none) && published.elapsed() < Duration::from_secs(30) {
         // Every agent still answering is asked at once: a round takes one call's time.
-        let pending: Vec<usize> = (0..mesh.apis.len())
+        let pending: Vec<usize> = (0..apis.len())
             .filter(|&i| refused_ms[i].is_none())
             .collect();
-        let asks = pending.iter().map(|&i| ask(&alice, mesh.apis[i]));
+        let asks = pending.iter().map(|&i| ask(&alice, apis[i]));
         let answered = futures_util::future::join_all(asks).await;
         let at = published.elapsed().as_millis();
         for (&i, answered) in pending.iter().zip(answered) {
