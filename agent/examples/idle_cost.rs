@@ -34,7 +34,7 @@ use shoal::core::spec::WorkloadSpec;
 use shoal::mesh::api::Request;
 use support::agents::{LocalMesh, MeshBuilder};
 use support::client::BenchClient;
-use support::procfs::{clock_ticks_per_sec, pgrep, stat_field, status_kib};
+use support::procfs::{clock_ticks_per_sec, pgrep, stat_fields, status_kib};
 use support::run::run_bench;
 
 /// Time between two polls while waiting.
@@ -250,7 +250,8 @@ fn rss_kib(pid: u32) -> anyhow::Result<u64> {
 
 /// `utime + stime` of `pid` (fields 14 and 15 of /proc/PID/stat), in clock ticks.
 fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
-    Ok(stat_field(pid, 14)? + stat_field(pid, 15)?)
+    let [utime, stime] = stat_fields(pid, [14, 15])?;
+    Ok(utime + stime)
 }
 
 /// `shoal_gossip_bytes_total{direction="out"}` from the agent's /metrics (0 if unreadable).

@@ -32,6 +32,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use clap::Parser;
 use registry_support::{push_marked_image, remove_local, Registry, PASSWORD, USER};
 use shoal::pki::{self, IssueOptions, Role};
 use support::agents::{agent_command, cli};
@@ -175,21 +176,27 @@ fn docker_pull_and_run(config_dir: &Path, image: &str) -> anyhow::Result<u64> {
     Ok(ms)
 }
 
+/// Image pull and start through Shoal against `docker pull` and `docker run -d`.
+#[derive(Parser)]
+struct Args {
+    /// Runs, each with one pull through Shoal and one through the Docker CLI.
+    #[arg(long, default_value_t = 7)]
+    runs: usize,
+    /// The `shoal` binary to run (by default `shoal` in this example's target directory).
+    #[arg(long)]
+    shoal: Option<PathBuf>,
+}
+
 fn main() -> anyhow::Result<()> {
-    let mut runs = 7usize;
-    let mut shoal = std::env::current_exe()?
-        .parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("shoal"))
-        .context("no target directory")?;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--runs" => runs = args.next().context("--runs N")?.parse()?,
-            "--shoal" => shoal = args.next().context("--shoal PATH")?.into(),
-            other => bail!("unknown argument {other:?}"),
-        }
-    }
+    let Args { runs, shoal } = Args::parse();
+    let shoal = match shoal {
+        Some(shoal) => shoal,
+        None => std::env::current_exe()?
+            .parent()
+            .and_then(Path::parent)
+            .map(|d| d.join("shoal"))
+            .context("no target directory")?,
+    };
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let registry = Registry::start(port);
     let config = tempfile::tempdir()?;

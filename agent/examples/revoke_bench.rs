@@ -15,13 +15,25 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
+use clap::Parser;
 use shoal::mesh::api::{Request, Response};
 use shoal::pki::{self, IssueOptions, Role, SelfIssue};
 use shoal::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
 use support::agents::{Certificates, MeshBuilder};
 
 const TARGET_MS: u128 = 10_000;
+
+/// Time from a revocation published to one agent until every agent refuses the certificate.
+#[derive(Parser)]
+struct Args {
+    /// Agents to start.
+    #[arg(long, default_value_t = 20)]
+    agents: usize,
+    /// The release binary to run.
+    #[arg(long, default_value = "target/release/shoal")]
+    shoal: PathBuf,
+}
 
 /// One call as `id` on a fresh connection: Ok when the agent answered.
 async fn ask(id: &pki::Identity, addr: SocketAddr) -> bool {
@@ -41,16 +53,7 @@ async fn ask(id: &pki::Identity, addr: SocketAddr) -> bool {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let mut agents = 20usize;
-    let mut shoal = PathBuf::from("target/release/shoal");
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--agents" => agents = args.next().context("--agents N")?.parse()?,
-            "--shoal" => shoal = args.next().context("--shoal PATH")?.into(),
-            other => bail!("unknown argument {other}"),
-        }
-    }
+    let Args { agents, shoal } = Args::parse();
     let mesh = MeshBuilder::new(&shoal, agents, "shoal-revoke-")
         .certificates(Certificates::Issued)
         .start()?;

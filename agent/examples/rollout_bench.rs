@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use clap::Parser;
 use shoal::pki::{self, IssueOptions, Role};
 use support::agents::{Certificates, LocalMesh, MeshBuilder};
 
@@ -33,6 +34,20 @@ const PROBE_MS: u64 = 1_000;
 const START_MS: u64 = 100;
 const BAD_REPLICAS: u32 = 10;
 const DEADLINE_S: u64 = 30;
+
+/// A good rollout's time against its bound, and a bad one's rollback.
+#[derive(Parser)]
+struct Args {
+    /// Agents to start (at least 6: the bench asks agents 1 to 5 besides the first).
+    #[arg(long, default_value_t = 20)]
+    agents: usize,
+    /// Replicas of the good workload.
+    #[arg(long, default_value_t = 100)]
+    replicas: u32,
+    /// The release binary to run.
+    #[arg(long, default_value = "target/release/shoal")]
+    shoal: PathBuf,
+}
 
 /// The agents, driven through the CLI.
 struct Mesh(LocalMesh);
@@ -121,17 +136,13 @@ fn spec(name: &str, replicas: u32, command: &str, update: &str) -> String {
 }
 
 fn main() -> anyhow::Result<()> {
-    let mut agents = 20usize;
-    let mut replicas = 100u32;
-    let mut shoal = PathBuf::from("target/release/shoal");
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--agents" => agents = args.next().context("--agents N")?.parse()?,
-            "--replicas" => replicas = args.next().context("--replicas N")?.parse()?,
-            "--shoal" => shoal = args.next().context("--shoal PATH")?.into(),
-            other => bail!("unknown argument {other}"),
-        }
+    let Args {
+        agents,
+        replicas,
+        shoal,
+    } = Args::parse();
+    if agents < 6 {
+        bail!("need --agents >= 6: the bench asks agents 1 to 5 besides the first");
     }
     let mesh = Mesh::start(&shoal, agents)?;
     mesh.wait_for(

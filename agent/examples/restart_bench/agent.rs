@@ -129,6 +129,7 @@ impl Agent {
     pub fn log_tail(&self) -> String {
         log_tail(&self.log)
     }
+
     /// SIGKILL, as a crash: its instances run on.
     fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -222,6 +222,7 @@ pub fn since_ns(from_ns: u128, to_ns: u128) -> f64 {
     to_ns.saturating_sub(from_ns) as f64 / 1e6
 }
 
+/// A duration in ms.
 pub fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }

@@ -28,18 +28,31 @@ pub fn clock_ticks_per_sec() -> f64 {
 
 /// Field `n` (numbered from 1 as in proc(5), at least 3) of /proc/PID/stat.
 pub fn stat_field(pid: impl Display, n: usize) -> anyhow::Result<u64> {
+    let [field] = stat_fields(pid, [n])?;
+    Ok(field)
+}
+
+/// Fields `ns` (numbered from 1 as in proc(5), each at least 3) of one reading of /proc/PID/stat.
+pub fn stat_fields<const N: usize>(pid: impl Display, ns: [usize; N]) -> anyhow::Result<[u64; N]> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("process {pid} is gone"))?;
     // The command name may hold spaces: the fields start after its closing parenthesis, with
     // the state (field 3).
-    let field = stat
+    let fields: Vec<&str> = stat
         .rsplit_once(')')
         .context("malformed /proc/PID/stat")?
         .1
         .split_whitespace()
-        .nth(n - 3)
-        .context("short /proc/PID/stat")?;
-    Ok(field.parse()?)
+        .collect();
+    let mut values = [0; N];
+    for (value, n) in values.iter_mut().zip(ns) {
+        assert!(
+            n >= 3,
+            "field {n} of /proc/PID/stat: only fields 3 on are read"
+        );
+        *value = fields.get(n - 3).context("short /proc/PID/stat")?.parse()?;
+    }
+    Ok(values)
 }
 
 /// A `NAME: VALUE kB` line of /proc/PID/status, in KiB (`name` with its colon: `"VmRSS:"`).
