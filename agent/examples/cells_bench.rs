@@ -15,202 +15,30 @@
 //!
 //! The mesh: node `i` of `--nodes` is in cell `i % cells` and every cell is in one zone
 //! (`zone-(cell % 16)`), so zone spread is the cell level's to honour; shapes, labels and
-//! workloads are those of `agent/examples/placement_bench.rs` (same generator, same seed).
+//! workloads are those of placement_bench (the same generator, `support/synth.rs`, and seed).
+
+mod support;
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use clap::Parser;
+
 use shoal_core::cells::{place_cells, place_mesh, summarize, Cell, CellPlacer};
-use shoal_core::constraint::Constraint;
-use shoal_core::placement::{Node, Placement, Share, Spread, Workload};
+use shoal_core::placement::{Node, Placement, Share};
 use shoal_core::resources::Resources;
 use shoal_core::stacking::place_stacked_shares;
+use support::procfs::schedstat_ns;
+use support::synth::{count_reasons, node, used_by, workloads, ClusterArgs, Rng};
 
-const GIB: u64 = 1 << 30;
-const MIB: u64 = 1 << 20;
-
-/// splitmix64, as in placement_bench.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn chance(&mut self, p: f64) -> bool {
-        self.unit() < p
-    }
-}
-
+/// Two-level placement on a synthetic mesh of cells.
+#[derive(Parser)]
 struct Args {
-    nodes: usize,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Cells the nodes are spread over (node `i` in cell `i % cells`).
+    #[arg(long, default_value_t = 100)]
     cells: usize,
-    replicas: usize,
-    utilization: f64,
-    seed: u64,
-    trials: usize,
-    json: bool,
-}
-
-fn parse_args() -> Args {
-    let mut args = Args {
-        nodes: 10_000,
-        cells: 100,
-        replicas: 100_000,
-        utilization: 0.75,
-        seed: 1,
-        trials: 30,
-        json: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
-        match flag.as_str() {
-            "--nodes" => args.nodes = value().parse().expect("--nodes N"),
-            "--cells" => args.cells = value().parse().expect("--cells N"),
-            "--replicas" => args.replicas = value().parse().expect("--replicas N"),
-            "--utilization" => args.utilization = value().parse().expect("--utilization F"),
-            "--seed" => args.seed = value().parse().expect("--seed N"),
-            "--trials" => args.trials = value().parse().expect("--trials N"),
-            "--json" => args.json = true,
-            other => panic!(
-                "unknown flag {other}; flags: --nodes --cells --replicas --utilization --seed --trials --json"
-            ),
-        }
-    }
-    args
-}
-
-/// Node shapes (cores, GiB, weight), as in placement_bench.
-const SHAPES: [(u64, u64, u64); 7] = [
-    (4, 16, 10),
-    (8, 32, 25),
-    (16, 64, 25),
-    (32, 128, 15),
-    (16, 32, 10),
-    (8, 64, 10),
-    (64, 256, 5),
-];
-
-fn node(rng: &mut Rng, i: usize, cells: usize) -> Node {
-    let total: u64 = SHAPES.iter().map(|s| s.2).sum();
-    let mut pick = rng.below(total);
-    let &(cores, gib, _) = SHAPES
-        .iter()
-        .find(|s| {
-            let hit = pick < s.2;
-            pick = pick.saturating_sub(s.2);
-            hit
-        })
-        .expect("weights cover the range");
-    let mut labels = BTreeMap::new();
-    labels.insert(
-        "disk".to_string(),
-        if rng.chance(0.7) { "ssd" } else { "hdd" }.to_string(),
-    );
-    labels.insert(
-        "arch".to_string(),
-        if rng.chance(0.9) { "amd64" } else { "arm64" }.to_string(),
-    );
-    if rng.chance(0.05) {
-        labels.insert("gpu".to_string(), "a100".to_string());
-    }
-    Node {
-        id: format!("node-{i:05}"),
-        capacity: Resources::new(cores * 1000, gib * GIB),
-        labels,
-        zone: format!("zone-{:02}", (i % cells) % 16),
-        draining: false,
-        down: false,
-    }
-}
-
-fn replica_count(rng: &mut Rng) -> u32 {
-    let p = rng.unit();
-    let (lo, hi) = if p < 0.40 {
-        (1, 3)
-    } else if p < 0.75 {
-        (4, 10)
-    } else if p < 0.95 {
-        (11, 30)
-    } else {
-        (31, 200)
-    };
-    (lo + rng.below(hi - lo + 1)) as u32
-}
-
-/// Workloads as in placement_bench: `replicas` in all, requests scaled to `utilization`.
-fn workloads(
-    rng: &mut Rng,
-    replicas: usize,
-    utilization: f64,
-    capacity: Resources,
-) -> Vec<Workload> {
-    let mut out = Vec::new();
-    let mut raw: Vec<(f64, f64)> = Vec::new();
-    let mut placed = 0usize;
-    while placed < replicas {
-        let n = (replica_count(rng) as usize).min(replicas - placed) as u32;
-        placed += n as usize;
-        let cpu = 100.0 * 40f64.powf(rng.unit());
-        let gib_per_core = [1.0, 2.0, 4.0, 8.0][rng.below(4) as usize];
-        raw.push((cpu, cpu / 1000.0 * gib_per_core));
-        let constraints = match rng.below(100) {
-            0..=9 => vec!["disk == ssd"],
-            10..=13 => vec!["zone != zone-03"],
-            14..=15 => vec!["arch == amd64", "disk == ssd"],
-            16 => vec!["gpu"],
-            _ => vec![],
-        };
-        out.push(Workload {
-            id: format!("wl-{:05}", out.len()),
-            replicas: n,
-            request: Resources::default(),
-            spread: if rng.chance(0.3) {
-                Spread::Zone
-            } else {
-                Spread::Node
-            },
-            constraints: constraints
-                .iter()
-                .map(|c| Constraint::parse(c).expect("valid"))
-                .collect(),
-            exclusive: rng.chance(0.05),
-            priority: match rng.below(20) {
-                0..=15 => 0,
-                16..=18 => 100,
-                _ => -10,
-            },
-            sticky: Default::default(),
-        });
-    }
-    let want_cpu = capacity.cpu_millis as f64 * utilization;
-    let want_memory = capacity.memory_bytes as f64 * utilization;
-    let have_cpu: f64 = out
-        .iter()
-        .zip(&raw)
-        .map(|(w, r)| r.0 * w.replicas as f64)
-        .sum();
-    let have_memory: f64 = out
-        .iter()
-        .zip(&raw)
-        .map(|(w, r)| r.1 * GIB as f64 * w.replicas as f64)
-        .sum();
-    for (w, r) in out.iter_mut().zip(&raw) {
-        let cpu = (r.0 * want_cpu / have_cpu).floor().max(1.0) as u64;
-        let memory = ((r.1 * GIB as f64 * want_memory / have_memory).floor() as u64).max(MIB);
-        w.request = Resources::new(cpu, memory);
-    }
-    out
 }
 
 /// Wall and thread CPU time since a start.
@@ -221,10 +49,7 @@ struct Clock {
 }
 
 fn cpu_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    schedstat_ns("/proc/thread-self/schedstat").unwrap_or(0)
 }
 
 impl Clock {
@@ -259,19 +84,22 @@ fn max(v: &[(f64, f64)]) -> (f64, f64) {
 }
 
 fn main() {
-    let args = parse_args();
+    let Args {
+        cluster: args,
+        cells: cell_count,
+    } = Args::parse();
     let mut rng = Rng(args.seed);
     let nodes: Vec<Node> = (0..args.nodes)
-        .map(|i| node(&mut rng, i, args.cells))
+        .map(|i| node(&mut rng, i, (i % cell_count) % 16))
         .collect();
     let capacity = nodes
         .iter()
         .fold(Resources::default(), |a, n| a.saturating_add(&n.capacity));
     let workloads = workloads(&mut rng, args.replicas, args.utilization, capacity);
     let cell_name = |k: usize| format!("cell-{k:03}");
-    let mut members: Vec<Vec<Node>> = vec![Vec::new(); args.cells];
+    let mut members: Vec<Vec<Node>> = vec![Vec::new(); cell_count];
     for (i, n) in nodes.iter().enumerate() {
-        members[i % args.cells].push(n.clone());
+        members[i % cell_count].push(n.clone());
     }
 
     // What the envoys publish (each cell's own placement is not known yet: free = capacity).
@@ -343,7 +171,8 @@ fn main() {
         }
         let mut placer = base.clone();
         let mut grown = own_nodes.clone();
-        let mut fresh = node(&mut rng, args.cells * (args.nodes + t), args.cells);
+        let i = cell_count * (args.nodes + t);
+        let mut fresh = node(&mut rng, i, (i % cell_count) % 16);
         fresh.id = format!("node-new-{t}");
         grown.push(fresh);
         let clock = Clock::start();
@@ -356,9 +185,9 @@ fn main() {
     }
 
     // A whole cell dies: only its replicas change cells (room allowing).
-    let victim = cell_name(args.cells / 2);
+    let victim = cell_name(cell_count / 2);
     let mut dead = cells.clone();
-    dead[args.cells / 2].down = true;
+    dead[cell_count / 2].down = true;
     let clock = Clock::start();
     let after_death = place_cells(&dead, &workloads);
     let cell_down_ms = clock.stop();
@@ -391,15 +220,7 @@ fn main() {
         .count();
 
     // How full the cell level made the cells, by its ranked capacity.
-    let requests: BTreeMap<&str, Resources> = workloads
-        .iter()
-        .map(|w| (w.id.as_str(), w.request))
-        .collect();
-    let mut used: BTreeMap<&str, Resources> = BTreeMap::new();
-    for (r, c) in &cell_level.assigned {
-        let u = used.entry(c.as_str()).or_default();
-        *u = u.saturating_add(&requests[r.workload.as_str()]);
-    }
+    let used = used_by(&workloads, &cell_level.assigned);
     let fill: Vec<f64> = cells
         .iter()
         .map(|c| {
@@ -417,31 +238,15 @@ fn main() {
     for (k, m) in members.iter().enumerate() {
         let local = place_stacked_shares(m, &cell_level.shares(&cell_name(k), &workloads));
         mesh_unschedulable += local.unschedulable.len();
-        for why in local.unschedulable.values() {
-            let name = format!("{why:?}");
-            let name = name
-                .split([' ', '{'])
-                .next()
-                .unwrap_or_default()
-                .to_string();
-            *mesh_reasons.entry(name).or_default() += 1;
-        }
+        count_reasons(&mut mesh_reasons, local.unschedulable.values());
     }
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-    for why in mesh.local.unschedulable.values() {
-        let name = format!("{why:?}");
-        let name = name
-            .split([' ', '{'])
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        *reasons.entry(name).or_default() += 1;
-    }
+    count_reasons(&mut reasons, mesh.local.unschedulable.values());
     let (down, add) = (mean(&down_ms), mean(&add_ms));
     let trials = args.trials.max(1) as f64;
     let report = serde_json::json!({
         "nodes": args.nodes,
-        "cells": args.cells,
+        "cells": cell_count,
         "replicas": cell_level.assigned.len() + cell_level.unschedulable.len(),
         "workloads": workloads.len(),
         "utilization": args.utilization,

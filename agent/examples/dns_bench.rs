@@ -21,13 +21,16 @@ mod support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RecordType};
+use support::agents::{agent_command, pki_init};
+use support::procfs::stat_field;
+use support::stats::percentile;
 use tokio::net::UdpSocket;
 
 #[derive(Parser)]
@@ -51,10 +54,8 @@ fn query_bytes(name: &str) -> Vec<u8> {
 
 /// Runs the CLI against the agent.
 fn cli(shoal: &Path, api: SocketAddr, pki: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(shoal)
+    support::agents::cli(shoal, api, pki)
         .args(args)
-        .env("SHOAL_AGENT", api.to_string())
-        .env("SHOAL_PKI", pki)
         .env("SHOAL_SELF_ISSUE", "true")
         .output()
         .expect("run shoal")
@@ -101,31 +102,14 @@ async fn client(server: SocketAddr, until: Instant, seed: u16) -> (Vec<u64>, u64
 
 fn start_agent(args: &Args, dir: &Path) -> anyhow::Result<(Child, SocketAddr, SocketAddr)> {
     let pki = dir.join("pki");
-    let out = Command::new(&args.shoal)
-        .args(["pki", "init", "--dir", pki.to_str().unwrap()])
-        .output()?;
-    if !out.status.success() {
-        bail!("pki init: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let addrs = support::free_udp_addrs(3)?;
+    pki_init(&args.shoal, &pki)?;
+    let addrs = support::addrs::free_udp_addrs(3)?;
     let (gossip, api, dns) = (addrs[0], addrs[1], addrs[2]);
     let log = std::fs::File::create(dir.join("agent.log"))?;
-    let child = Command::new(&args.shoal)
-        .args(["agent", "--name", "n1", "--gossip", &gossip.to_string()])
-        .args(["--api", &api.to_string(), "--dns", &dns.to_string()])
-        .args(["--data-dir", dir.join("data").to_str().unwrap()])
-        .args([
-            "--pki",
-            pki.to_str().unwrap(),
-            "--cpu",
-            "4",
-            "--memory",
-            "8Gi",
-        ])
+    let child = agent_command(&args.shoal, "n1", gossip, api, &dir.join("data"), &pki, log)
+        .args(["--dns", &dns.to_string()])
         .env("SHOAL_SELF_ISSUE", "true")
         .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(log)
         .spawn()
         .with_context(|| format!("running {}", args.shoal.display()))?;
     Ok((child, api, dns))
@@ -163,12 +147,7 @@ fn children_of(parent: u32) -> Vec<u32> {
         return Vec::new();
     };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            // After the command's `(name)`: state, then the parent's pid.
-            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-            rest.split_whitespace().nth(1) == Some(&parent.to_string())
-        })
+        .filter(|pid| stat_field(pid, 4).is_ok_and(|ppid| ppid == u64::from(parent)))
         .collect()
 }
 
@@ -233,8 +212,8 @@ async fn flood(
             "lost": lost,
             "secs": (secs * 100.0).round() / 100.0,
             "qps": (queries as f64 / secs).round(),
-            "p50_us": support::percentile(&latencies, 50),
-            "p99_us": support::percentile(&latencies, 99),
+            "p50_us": percentile(&latencies, 50),
+            "p99_us": percentile(&latencies, 99),
             "max_us": latencies.iter().max(),
             "inflight": args.inflight,
         })

@@ -28,27 +28,28 @@
 //! `{runs, agents, replicas, detect_ms_median, detect_ms_worst, healed_ms_median,
 //! healed_ms_worst, healed_ms_all, ...}`. The figures are in docs/measurements.md.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::Parser;
 use futures_util::future::join_all;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use shoal::core::spec::WorkloadSpec;
-use shoal::identity::tls::ANY_MEMBER;
-use shoal::transport::rpc::QuicRpcClient;
-use shoal::wire::api::{Request, Response, StatusView, PAGE_ITEMS_MAX};
+use shoal::wire::api::{Request, StatusView};
+use support::agents::{LocalMesh, MeshBuilder};
+use support::client::BenchClient;
+use support::procfs::{clock_ticks_per_sec, pgrep, stat_field};
+use support::run::{each_run, run_bench};
+use support::stats::median;
 
 /// Time between two polls of the surviving agent.
-mod support;
-use support::{bench_rpc, free_udp_addrs, median, skew_hint};
-
 const POLL: Duration = Duration::from_millis(50);
 /// Longest wait for any one stage (mesh formed, healthy, healed).
 const STAGE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -95,6 +96,26 @@ struct RunResult {
     processes_after: usize,
 }
 
+impl RunResult {
+    /// The run's line on stderr.
+    fn line(&self) -> String {
+        format!(
+            "killed {} ({} replicas): dead after {} ms (first survivor {} ms), replacement \
+             started after {} ms, healed after {} ms, {} moved without need {:?}, {} sleep \
+             processes after",
+            self.victim,
+            self.victim_replicas,
+            self.detect_ms,
+            self.detect_first_ms,
+            self.started_ms.map_or("?".to_string(), |ms| ms.to_string()),
+            self.healed_ms,
+            self.moved.len(),
+            self.moved,
+            self.processes_after
+        )
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.agents < 2 || args.replicas == 0 || args.replicas as usize >= args.agents {
@@ -102,67 +123,28 @@ fn main() -> anyhow::Result<()> {
             "need --agents >= 2 and 1 <= --replicas < --agents (the survivors hold every replica)"
         );
     }
-    if !args.shoal.is_file() {
-        bail!(
-            "{} not found: run cargo build --release first (or pass --shoal PATH)",
-            args.shoal.display()
-        );
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let results = runtime.block_on(async {
-        tokio::select! {
-            results = run_all(&args) => results,
-            _ = tokio::signal::ctrl_c() => bail!("interrupted (every process started was stopped)"),
-        }
-    })?;
+    let runs = each_run(args.runs, |run| one_run(&args, run), RunResult::line);
+    let results = run_bench(&args.shoal, runs)?;
     report(&args, &results);
     Ok(())
-}
-
-async fn run_all(args: &Args) -> anyhow::Result<Vec<RunResult>> {
-    let mut results = Vec::new();
-    for run in 0..args.runs {
-        let result = one_run(args, run)
-            .await
-            .with_context(|| format!("run {}", run + 1))?;
-        eprintln!(
-            "run {}/{}: killed {} ({} replicas): dead after {} ms (first survivor {} ms), \
-             replacement started after {} ms, healed after {} ms, {} moved without need {:?}, \
-             {} sleep processes after",
-            run + 1,
-            args.runs,
-            result.victim,
-            result.victim_replicas,
-            result.detect_ms,
-            result.detect_first_ms,
-            result
-                .started_ms
-                .map_or("?".to_string(), |ms| ms.to_string()),
-            result.healed_ms,
-            result.moved.len(),
-            result.moved,
-            result.processes_after
-        );
-        results.push(result);
-    }
-    Ok(results)
 }
 
 async fn one_run(args: &Args, run: usize) -> anyhow::Result<RunResult> {
     // A marker unique to this run: its instances are `sleep MARKER`, found and killed by it.
     let marker = 1_000_000_000 + u64::from(std::process::id()) * 100 + run as u64;
-    let mut mesh = Mesh::start(&args.shoal, args.agents, format!("^sleep {marker}$"))?;
-    let client = Client::new(&mesh.pki())?;
-    mesh.wait_members(&client).await?;
+    let instance_pattern = format!("^sleep {marker}$");
+    let mut mesh = MeshBuilder::new(&args.shoal, args.agents, "shoal-failover-")
+        .kill_at_drop(instance_pattern.clone())
+        .start()?;
+    let client = BenchClient::new(&mesh.pki(), CALL_TIMEOUT)?;
+    mesh.wait_members(&client, STAGE_TIMEOUT, POLL).await?;
     let spec = sleeper(args.replicas, marker)?;
     client
         .call(mesh.api(0), Request::Apply { specs: vec![spec] })
         .await?;
-    mesh.wait_healthy(&client, args.replicas).await?;
+    wait_healthy(&mesh, &client, args.replicas).await?;
     tokio::time::sleep(Duration::from_secs(args.settle_secs)).await;
-    let before = mesh.wait_healthy(&client, args.replicas).await?;
+    let before = wait_healthy(&mesh, &client, args.replicas).await?;
     let placed = healthy_nodes(&before);
     // Rotate over the agents (but the first) that run a replica.
     let holders: Vec<usize> = (1..args.agents)
@@ -178,16 +160,16 @@ async fn one_run(args: &Args, run: usize) -> anyhow::Result<RunResult> {
         .map(|i| mesh.api(i))
         .collect();
 
-    let instances_before = pgrep(&["-f", &mesh.instance_pattern]);
+    let instances_before = pgrep(&["-f", &instance_pattern]);
     let killed_boot_s = boot_seconds();
-    let killed_at = mesh.kill_host(victim);
+    let killed_at = kill_host(&mut mesh, victim);
     // When each survivor (the first agent first) saw the victim dead.
     let mut seen_dead: Vec<Option<Duration>> = vec![None; survivors.len()];
     let healed = loop {
         if killed_at.elapsed() > STAGE_TIMEOUT {
             bail!(
                 "not healed within {STAGE_TIMEOUT:?} of the kill of {victim_name}{}",
-                mesh.logs_hint()
+                mesh.log_tail(0)
             );
         }
         let views = join_all(survivors.iter().map(|&api| client.alive(api))).await;
@@ -199,7 +181,7 @@ async fn one_run(args: &Args, run: usize) -> anyhow::Result<RunResult> {
                 }
             }
         }
-        if let (Ok(alive), Ok(status)) = (&views[0], client.status(mesh.api(0)).await) {
+        if let (Ok(alive), Ok(status)) = (&views[0], client.status(mesh.api(0), WORKLOAD).await) {
             if all_healthy(&status, args.replicas, Some(&victim_name), Some(alive)) {
                 break killed_at.elapsed();
             }
@@ -210,7 +192,7 @@ async fn one_run(args: &Args, run: usize) -> anyhow::Result<RunResult> {
     let detect_first = seen_dead.iter().flatten().min().copied().unwrap_or(detect);
 
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let after = client.status(mesh.api(0)).await?;
+    let after = client.status(mesh.api(0), WORKLOAD).await?;
     // Replicas whose node survived but which no longer run healthy there, with where they are.
     let moved: Vec<String> = placed
         .iter()
@@ -235,7 +217,7 @@ async fn one_run(args: &Args, run: usize) -> anyhow::Result<RunResult> {
         .collect();
     // The start of the victim's replicas' replacements, from the processes' own start times.
     // Only instances count: an agent's children also include its guard, started long before.
-    let instances_now = pgrep(&["-f", &mesh.instance_pattern]);
+    let instances_now = pgrep(&["-f", &instance_pattern]);
     let mut started_boot_s = Some(0.0f64);
     for (replica, _) in placed.iter().filter(|(_, n)| **n == victim_name) {
         let start = after
@@ -265,7 +247,7 @@ async fn one_run(args: &Args, run: usize) -> anyhow::Result<RunResult> {
         detect_first_ms: detect_first.as_millis() as u64,
         healed_ms: healed.as_millis() as u64,
         moved,
-        processes_after: pgrep(&["-f", &mesh.instance_pattern]).len(),
+        processes_after: pgrep(&["-f", &instance_pattern]).len(),
     })
 }
 
@@ -345,225 +327,41 @@ fn report(args: &Args, results: &[RunResult]) {
     println!("{json}");
 }
 
-/// An API client with one QUIC connection per agent, presenting a client certificate it issues.
-struct Client {
-    rpc: QuicRpcClient,
-}
-
-impl Client {
-    /// Must be called inside the tokio runtime (the endpoint needs it).
-    fn new(pki: &Path) -> anyhow::Result<Client> {
-        Ok(Client {
-            rpc: bench_rpc(pki)?,
-        })
-    }
-
-    async fn call(&self, api: SocketAddr, req: Request) -> anyhow::Result<Response> {
-        let answer = self.rpc.call(api, ANY_MEMBER, &req, CALL_TIMEOUT).await;
-        match answer.map_err(skew_hint)? {
-            Response::Error(e) => bail!("{}", e.message),
-            other => Ok(other),
+/// Waits until every replica has a running, healthy instance.
+async fn wait_healthy(
+    mesh: &LocalMesh,
+    client: &BenchClient,
+    replicas: u32,
+) -> anyhow::Result<StatusView> {
+    let start = Instant::now();
+    loop {
+        let status = client.status(mesh.api(0), WORKLOAD).await;
+        if let Ok(status) = &status {
+            if all_healthy(status, replicas, None, None) {
+                return Ok(status.clone());
+            }
         }
-    }
-
-    /// Names of the nodes `api` holds alive.
-    async fn alive(&self, api: SocketAddr) -> anyhow::Result<BTreeSet<String>> {
-        // One page: a bench mesh has fewer members than a page holds.
-        let req = Request::Nodes {
-            after: None,
-            limit: PAGE_ITEMS_MAX,
-        };
-        match self.call(api, req).await? {
-            Response::Nodes {
-                nodes,
-                next_after: None,
-            } => Ok(nodes
-                .into_iter()
-                .filter(|n| n.alive)
-                .map(|n| n.name)
-                .collect()),
-            other => bail!("unexpected answer to Nodes: {other:?}"),
+        if start.elapsed() > STAGE_TIMEOUT {
+            bail!(
+                "replicas not healthy within {STAGE_TIMEOUT:?}; last status: {status:?}{}",
+                mesh.log_tail(0)
+            );
         }
-    }
-
-    async fn status(&self, api: SocketAddr) -> anyhow::Result<StatusView> {
-        let req = Request::Status {
-            name: WORKLOAD.into(),
-            after: None,
-            limit: PAGE_ITEMS_MAX,
-        };
-        match self.call(api, req).await? {
-            Response::Status {
-                view,
-                next_after: None,
-            } => Ok(view),
-            other => bail!("unexpected answer to Status: {other:?}"),
-        }
+        tokio::time::sleep(POLL).await;
     }
 }
 
-struct Agent {
-    name: String,
-    api: SocketAddr,
-    child: Option<Child>,
-}
-
-/// Agent processes in a temp dir; dropping it kills them and their instances.
-struct Mesh {
-    dir: tempfile::TempDir,
-    agents: Vec<Agent>,
-    /// `pkill -f` pattern of the instances, which outlive their agents.
-    instance_pattern: String,
-}
-
-impl Mesh {
-    fn start(shoal: &Path, n: usize, instance_pattern: String) -> anyhow::Result<Mesh> {
-        let dir = tempfile::Builder::new()
-            .prefix("shoal-failover-")
-            .tempdir()?;
-        let mut mesh = Mesh {
-            dir,
-            agents: Vec::new(),
-            instance_pattern,
-        };
-        let pki = mesh.pki();
-        let out = Command::new(shoal)
-            .args(["pki", "init", "--dir"])
-            .arg(&pki)
-            .output()?;
-        if !out.status.success() {
-            bail!("shoal pki init: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        let addrs = free_udp_addrs(2 * n)?;
-        for i in 0..n {
-            let name = format!("n{}", i + 1);
-            let (gossip, api) = (addrs[2 * i], addrs[2 * i + 1]);
-            let mut cmd = Command::new(shoal);
-            cmd.args(["agent", "--name", &name])
-                .args(["--gossip", &gossip.to_string(), "--api", &api.to_string()])
-                .arg("--data-dir")
-                .arg(mesh.dir.path().join(format!("data-{name}")))
-                .env("SHOAL_SELF_ISSUE", "true")
-                .arg("--pki")
-                .arg(&pki)
-                .args(["--cpu", "4", "--memory", "8Gi"]);
-            if i > 0 {
-                cmd.args(["--seed", &addrs[0].to_string()]);
-            }
-            let log = File::create(mesh.dir.path().join(format!("{name}.log")))?;
-            cmd.stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .env("RUST_LOG", "warn,shoal=info");
-            let child = cmd.spawn().context("starting an agent")?;
-            mesh.agents.push(Agent {
-                name,
-                api,
-                child: Some(child),
-            });
-        }
-        Ok(mesh)
+/// SIGKILLs agent `i` and the process groups of its instances; returns the time of the kill.
+fn kill_host(mesh: &mut LocalMesh, i: usize) -> Instant {
+    let mut child = mesh.agents[i].child.take().expect("the victim is running");
+    let instances = pgrep(&["-P", &child.id().to_string()]);
+    let killed_at = Instant::now();
+    let _ = child.kill();
+    for pid in instances {
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
     }
-
-    fn pki(&self) -> PathBuf {
-        self.dir.path().join("pki")
-    }
-
-    fn api(&self, i: usize) -> SocketAddr {
-        self.agents[i].api
-    }
-
-    fn logs_hint(&self) -> String {
-        let log = self.dir.path().join("n1.log");
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let tail: Vec<&str> = text.lines().rev().take(20).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        format!("; last lines of n1's log:\n{}", tail.join("\n"))
-    }
-
-    /// Waits until every agent holds every agent alive.
-    async fn wait_members(&self, client: &Client) -> anyhow::Result<()> {
-        let start = Instant::now();
-        loop {
-            let mut seen = Vec::new();
-            for agent in &self.agents {
-                seen.push(match client.alive(agent.api).await {
-                    Ok(alive) => alive.len().to_string(),
-                    Err(e) => format!("{e:#}"),
-                });
-            }
-            let everyone = self.agents.len().to_string();
-            if seen.iter().all(|s| *s == everyone) {
-                return Ok(());
-            }
-            if start.elapsed() > STAGE_TIMEOUT {
-                bail!(
-                    "the mesh did not form within {STAGE_TIMEOUT:?}; members seen: {seen:?}{}",
-                    self.logs_hint()
-                );
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    /// Waits until every replica has a running, healthy instance.
-    async fn wait_healthy(&self, client: &Client, replicas: u32) -> anyhow::Result<StatusView> {
-        let start = Instant::now();
-        loop {
-            let status = client.status(self.api(0)).await;
-            if let Ok(status) = &status {
-                if all_healthy(status, replicas, None, None) {
-                    return Ok(status.clone());
-                }
-            }
-            if start.elapsed() > STAGE_TIMEOUT {
-                bail!(
-                    "replicas not healthy within {STAGE_TIMEOUT:?}; last status: {status:?}{}",
-                    self.logs_hint()
-                );
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    /// SIGKILLs agent `i` and the process groups of its instances; returns the time of the kill.
-    fn kill_host(&mut self, i: usize) -> Instant {
-        let mut child = self.agents[i].child.take().expect("the victim is running");
-        let instances = pgrep(&["-P", &child.id().to_string()]);
-        let killed_at = Instant::now();
-        let _ = child.kill();
-        for pid in instances {
-            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-        let _ = child.wait();
-        killed_at
-    }
-}
-
-impl Drop for Mesh {
-    fn drop(&mut self) {
-        for agent in &mut self.agents {
-            if let Some(child) = agent.child.as_mut() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
-        let dir = self.dir.path().display().to_string();
-        for pattern in [self.instance_pattern.as_str(), dir.as_str()] {
-            let _ = Command::new("pkill").args(["-9", "-f", pattern]).status();
-        }
-    }
-}
-
-/// Pids that `pgrep ARGS` lists.
-fn pgrep(args: &[&str]) -> Vec<i32> {
-    let Ok(out) = Command::new("pgrep").args(args).output() else {
-        return Vec::new();
-    };
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
+    let _ = child.wait();
+    killed_at
 }
 
 /// Seconds since boot (/proc/uptime), the clock of the processes' start times.
@@ -574,23 +372,6 @@ fn boot_seconds() -> Option<f64> {
 
 /// When `pid` started, in seconds since boot (field 22 of /proc/PID/stat, in clock ticks).
 fn process_start_boot_seconds(pid: i32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command name (which may hold spaces) start at field 3.
-    let ticks: f64 = stat
-        .rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(22 - 3)?
-        .parse()
-        .ok()?;
-    Some(ticks / clock_ticks_per_sec())
-}
-
-fn clock_ticks_per_sec() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
+    let ticks = stat_field(pid, 22).ok()?;
+    Some(ticks as f64 / clock_ticks_per_sec())
 }

@@ -17,6 +17,8 @@
 //! times the renewals in this process, which is what the agent spends on its side. The last stdout
 //! line is one JSON object. The figures are in docs/measurements.md.
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -29,6 +31,7 @@ use shoal::core::spec::WorkloadSpec;
 use shoal::node::guard::{GuardConfig, GuardLink, GuardRuntime};
 use shoal::node::runtime::process::{ProcessConfig, ProcessRuntime};
 use shoal::node::runtime::{Runtime, StartRequest};
+use support::procfs::{schedstat_ns, status_kib};
 
 /// The guard's RSS and CPU while it guards idle instances.
 #[derive(Debug, Parser)]
@@ -161,24 +164,10 @@ async fn measure(args: &Args) -> anyhow::Result<()> {
 /// `VmRSS` of `pid` and its private part (`RssAnon`: what the guard adds; the file-backed rest
 /// is the `shoal` binary's pages, shared with the agent that runs the same file), in KiB.
 fn rss_kib(pid: i32) -> anyhow::Result<(u64, u64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("guard {pid} is gone"))?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .with_context(|| format!("no {name} in /proc/PID/status"))
-    };
-    Ok((field("VmRSS:")?, field("RssAnon:")?))
+    Ok((status_kib(pid, "VmRSS:")?, status_kib(pid, "RssAnon:")?))
 }
 
-/// Time `pid` spent on a CPU, in nanoseconds (`/proc/PID/schedstat`, first field).
+/// Time `pid` spent on a CPU, in nanoseconds.
 fn cpu_ns(pid: i32) -> anyhow::Result<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
-        .with_context(|| format!("guard {pid} is gone"))?;
-    text.split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .context("malformed /proc/PID/schedstat")
+    schedstat_ns(&format!("/proc/{pid}/schedstat"))
 }

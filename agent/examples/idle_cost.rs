@@ -20,25 +20,24 @@
 //! rss_kib_per_agent_mean, cpu_percent_per_agent_mean, cpu_percent_per_agent_max, ...}`. The
 //! figures are in docs/measurements.md.
 
+mod support;
+
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::Parser;
 use shoal::core::spec::WorkloadSpec;
-use shoal::identity::tls::ANY_MEMBER;
-use shoal::transport::rpc::QuicRpcClient;
-use shoal::wire::api::{Request, Response, PAGE_ITEMS_MAX};
+use shoal::wire::api::Request;
+use support::agents::{LocalMesh, MeshBuilder};
+use support::client::BenchClient;
+use support::procfs::{clock_ticks_per_sec, pgrep, stat_fields, status_kib};
+use support::run::run_bench;
 
 /// Time between two polls while waiting.
-mod support;
-use support::{bench_rpc, free_udp_addrs, skew_hint};
-
 const POLL: Duration = Duration::from_millis(200);
 /// Longest wait for the mesh to form and for every instance to be healthy.
 const STAGE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -81,30 +80,20 @@ fn main() -> anyhow::Result<()> {
     if args.agents == 0 || args.instances == 0 || args.seconds == 0 {
         bail!("--agents, --instances and --seconds must be at least 1");
     }
-    if !args.shoal.is_file() {
-        bail!(
-            "{} not found: run cargo build --release first (or pass --shoal PATH)",
-            args.shoal.display()
-        );
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let samples = runtime.block_on(async {
-        tokio::select! {
-            samples = measure(&args) => samples,
-            _ = tokio::signal::ctrl_c() => bail!("interrupted (every process started was stopped)"),
-        }
-    })?;
+    let samples = run_bench(&args.shoal, measure(&args))?;
     report(&args, &samples);
     Ok(())
 }
 
 async fn measure(args: &Args) -> anyhow::Result<Vec<Sample>> {
     let marker = 1_000_000_000 + u64::from(std::process::id()) * 100;
-    let mesh = Mesh::start(&args.shoal, args.agents, format!("^sleep {marker}$"))?;
-    let client = Client::new(&mesh.pki())?;
-    mesh.wait_members(&client).await?;
+    let instance_pattern = format!("^sleep {marker}$");
+    let mesh = MeshBuilder::new(&args.shoal, args.agents, "shoal-idle-")
+        .metrics()
+        .kill_at_drop(instance_pattern.clone())
+        .start()?;
+    let client = BenchClient::new(&mesh.pki(), CALL_TIMEOUT)?;
+    mesh.wait_members(&client, STAGE_TIMEOUT, POLL).await?;
     let workloads = workloads(args.instances, args.agents as u32, marker)?;
     let names: Vec<(String, u32)> = workloads
         .iter()
@@ -134,7 +123,7 @@ async fn measure(args: &Args) -> anyhow::Result<Vec<Sample>> {
         args.seconds
     );
     tokio::time::sleep(Duration::from_secs(args.settle_secs)).await;
-    let running = pgrep(&mesh.instance_pattern);
+    let running = pgrep(&["-f", &instance_pattern]).len();
     if running != args.instances as usize {
         bail!("{running} sleep processes run, {} wanted", args.instances);
     }
@@ -160,18 +149,9 @@ fn workloads(instances: u32, agents: u32, marker: u64) -> anyhow::Result<Vec<Wor
     Ok(specs)
 }
 
-async fn all_healthy(client: &Client, api: SocketAddr, workloads: &[(String, u32)]) -> bool {
+async fn all_healthy(client: &BenchClient, api: SocketAddr, workloads: &[(String, u32)]) -> bool {
     for (name, replicas) in workloads {
-        let req = Request::Status {
-            name: name.clone(),
-            after: None,
-            limit: PAGE_ITEMS_MAX,
-        };
-        let Ok(Response::Status {
-            view: status,
-            next_after: None,
-        }) = client.call(api, req).await
-        else {
+        let Ok(status) = client.status(api, name).await else {
             return false;
         };
         let healthy: BTreeSet<u32> = status
@@ -188,7 +168,7 @@ async fn all_healthy(client: &Client, api: SocketAddr, workloads: &[(String, u32
 }
 
 /// Samples every agent for `seconds`.
-async fn sample(mesh: &Mesh, seconds: u64) -> anyhow::Result<Vec<Sample>> {
+async fn sample(mesh: &LocalMesh, seconds: u64) -> anyhow::Result<Vec<Sample>> {
     let ticks_per_sec = clock_ticks_per_sec();
     let pids: Vec<u32> = mesh
         .agents
@@ -265,44 +245,20 @@ fn report(args: &Args, samples: &[Sample]) {
 
 /// `VmRSS` of `pid`, in KiB.
 fn rss_kib(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("agent {pid} is gone"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .context("no VmRSS in /proc/PID/status")
+    status_kib(pid, "VmRSS:")
 }
 
-/// `utime + stime` of `pid`, in clock ticks.
+/// `utime + stime` of `pid` (fields 14 and 15 of /proc/PID/stat), in clock ticks.
 fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("agent {pid} is gone"))?;
-    // The command name may hold spaces: the fields start after its closing parenthesis, with
-    // the state (field 3); utime and stime are fields 14 and 15.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .context("malformed /proc/PID/stat")?
-        .1
-        .split_whitespace()
-        .collect();
-    let field = |n: usize| -> anyhow::Result<u64> {
-        Ok(fields.get(n - 3).context("short /proc/PID/stat")?.parse()?)
-    };
-    Ok(field(14)? + field(15)?)
-}
-
-fn clock_ticks_per_sec() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
+    let [utime, stime] = stat_fields(pid, [14, 15])?;
+    Ok(utime + stime)
 }
 
 /// `shoal_gossip_bytes_total{direction="out"}` from the agent's /metrics (0 if unreadable).
-fn gossip_out(metrics: SocketAddr) -> u64 {
+fn gossip_out(metrics: Option<SocketAddr>) -> u64 {
+    let Some(metrics) = metrics else {
+        return 0;
+    };
     let scrape = || -> std::io::Result<String> {
         let mut stream = TcpStream::connect_timeout(&metrics, Duration::from_secs(2))?;
         stream.set_read_timeout(Some(Duration::from_secs(2)))?;
@@ -318,156 +274,4 @@ fn gossip_out(metrics: SocketAddr) -> u64 {
         .find_map(|l| l.strip_prefix("shoal_gossip_bytes_total{direction=\"out\"} "))
         .and_then(|v| v.trim().parse::<f64>().ok())
         .map_or(0, |v| v as u64)
-}
-
-/// An API client with one QUIC connection per agent, presenting a client certificate it issues.
-struct Client {
-    rpc: QuicRpcClient,
-}
-
-impl Client {
-    /// Must be called inside the tokio runtime (the endpoint needs it).
-    fn new(pki: &Path) -> anyhow::Result<Client> {
-        Ok(Client {
-            rpc: bench_rpc(pki)?,
-        })
-    }
-
-    async fn call(&self, api: SocketAddr, req: Request) -> anyhow::Result<Response> {
-        let answer = self.rpc.call(api, ANY_MEMBER, &req, CALL_TIMEOUT).await;
-        match answer.map_err(skew_hint)? {
-            Response::Error(e) => bail!("{}", e.message),
-            other => Ok(other),
-        }
-    }
-}
-
-struct Agent {
-    name: String,
-    api: SocketAddr,
-    metrics: SocketAddr,
-    child: Option<Child>,
-}
-
-/// Agent processes in a temp dir; dropping it kills them and their instances.
-struct Mesh {
-    dir: tempfile::TempDir,
-    agents: Vec<Agent>,
-    /// `pkill -f` pattern of the instances, which outlive their agents.
-    instance_pattern: String,
-}
-
-impl Mesh {
-    fn start(shoal: &Path, n: usize, instance_pattern: String) -> anyhow::Result<Mesh> {
-        let dir = tempfile::Builder::new().prefix("shoal-idle-").tempdir()?;
-        let mut mesh = Mesh {
-            dir,
-            agents: Vec::new(),
-            instance_pattern,
-        };
-        let pki = mesh.pki();
-        let out = Command::new(shoal)
-            .args(["pki", "init", "--dir"])
-            .arg(&pki)
-            .output()?;
-        if !out.status.success() {
-            bail!("shoal pki init: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        let udp = free_udp_addrs(2 * n)?;
-        let tcp = free_tcp_addrs(n)?;
-        for i in 0..n {
-            let name = format!("n{}", i + 1);
-            let (gossip, api, metrics) = (udp[2 * i], udp[2 * i + 1], tcp[i]);
-            let mut cmd = Command::new(shoal);
-            cmd.args(["agent", "--name", &name])
-                .args(["--gossip", &gossip.to_string(), "--api", &api.to_string()])
-                .args(["--metrics", &metrics.to_string()])
-                .arg("--data-dir")
-                .arg(mesh.dir.path().join(format!("data-{name}")))
-                .env("SHOAL_SELF_ISSUE", "true")
-                .arg("--pki")
-                .arg(&pki)
-                .args(["--cpu", "4", "--memory", "8Gi"]);
-            if i > 0 {
-                cmd.args(["--seed", &udp[0].to_string()]);
-            }
-            let log = File::create(mesh.dir.path().join(format!("{name}.log")))?;
-            cmd.stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .env("RUST_LOG", "warn,shoal=info");
-            let child = cmd.spawn().context("starting an agent")?;
-            mesh.agents.push(Agent {
-                name,
-                api,
-                metrics,
-                child: Some(child),
-            });
-        }
-        Ok(mesh)
-    }
-
-    fn pki(&self) -> PathBuf {
-        self.dir.path().join("pki")
-    }
-
-    /// Waits until every agent holds every agent alive.
-    async fn wait_members(&self, client: &Client) -> anyhow::Result<()> {
-        let start = Instant::now();
-        loop {
-            let mut formed = true;
-            for agent in &self.agents {
-                let req = Request::Nodes {
-                    after: None,
-                    limit: PAGE_ITEMS_MAX,
-                };
-                let alive = match client.call(agent.api, req).await {
-                    Ok(Response::Nodes { nodes, .. }) => nodes.iter().filter(|n| n.alive).count(),
-                    _ => 0,
-                };
-                formed &= alive == self.agents.len();
-            }
-            if formed {
-                return Ok(());
-            }
-            if start.elapsed() > STAGE_TIMEOUT {
-                bail!("the mesh did not form within {STAGE_TIMEOUT:?}");
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    }
-}
-
-impl Drop for Mesh {
-    fn drop(&mut self) {
-        for agent in &mut self.agents {
-            if let Some(child) = agent.child.as_mut() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
-        let dir = self.dir.path().display().to_string();
-        for pattern in [self.instance_pattern.as_str(), dir.as_str()] {
-            let _ = Command::new("pkill").args(["-9", "-f", pattern]).status();
-        }
-    }
-}
-
-/// How many processes `pgrep -f PATTERN` lists.
-fn pgrep(pattern: &str) -> usize {
-    Command::new("pgrep")
-        .args(["-f", pattern])
-        .output()
-        .map_or(0, |o| String::from_utf8_lossy(&o.stdout).lines().count())
-}
-
-/// `n` distinct free loopback TCP addresses (bound together, then released).
-fn free_tcp_addrs(n: usize) -> anyhow::Result<Vec<SocketAddr>> {
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(listeners
-        .iter()
-        .map(|l| l.local_addr())
-        .collect::<Result<_, _>>()?)
 }

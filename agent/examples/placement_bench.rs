@@ -21,195 +21,23 @@
 //!   a workload scaled by one, against `agent_full_ms` (`place_stacked` from scratch, what it
 //!   paid on every change before); the mean of up to 5 trials.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use shoal_core::constraint::Constraint;
-use shoal_core::placement::{Node, Placement, PlacementEngine, Spread, Workload};
+use clap::Parser;
+
+use shoal_core::placement::{Node, Placement, PlacementEngine, Workload};
 use shoal_core::resources::Resources;
 use shoal_core::stacking::{place_stacked, StackedPlacer};
+use support::synth::{count_reasons, node, used_by, workloads, ClusterArgs, Rng};
 
-const GIB: u64 = 1 << 30;
-const MIB: u64 = 1 << 20;
-
-/// splitmix64: ten lines instead of a dependency; the mix only has to be the same every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn chance(&mut self, p: f64) -> bool {
-        self.unit() < p
-    }
-}
-
+/// Placement from scratch and after single node changes, on a synthetic cluster.
+#[derive(Parser)]
 struct Args {
-    nodes: usize,
-    replicas: usize,
-    utilization: f64,
-    seed: u64,
-    trials: usize,
-    json: bool,
-}
-
-fn parse_args() -> Args {
-    let mut args = Args {
-        nodes: 10_000,
-        replicas: 100_000,
-        utilization: 0.75,
-        seed: 1,
-        trials: 30,
-        json: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
-        match flag.as_str() {
-            "--nodes" => args.nodes = value().parse().expect("--nodes N"),
-            "--replicas" => args.replicas = value().parse().expect("--replicas N"),
-            "--utilization" => args.utilization = value().parse().expect("--utilization F"),
-            "--seed" => args.seed = value().parse().expect("--seed N"),
-            "--trials" => args.trials = value().parse().expect("--trials N"),
-            "--json" => args.json = true,
-            other => panic!("unknown flag {other}; flags: --nodes --replicas --utilization --seed --trials --json"),
-        }
-    }
-    args
-}
-
-/// Node shapes (cores, GiB, weight): a mix of general, compute and memory instance types.
-const SHAPES: [(u64, u64, u64); 7] = [
-    (4, 16, 10),
-    (8, 32, 25),
-    (16, 64, 25),
-    (32, 128, 15),
-    (16, 32, 10),
-    (8, 64, 10),
-    (64, 256, 5),
-];
-
-fn node(rng: &mut Rng, i: usize) -> Node {
-    let total: u64 = SHAPES.iter().map(|s| s.2).sum();
-    let mut pick = rng.below(total);
-    let &(cores, gib, _) = SHAPES
-        .iter()
-        .find(|s| {
-            let hit = pick < s.2;
-            pick = pick.saturating_sub(s.2);
-            hit
-        })
-        .expect("weights cover the range");
-    let mut labels = BTreeMap::new();
-    labels.insert(
-        "disk".to_string(),
-        if rng.chance(0.7) { "ssd" } else { "hdd" }.to_string(),
-    );
-    labels.insert(
-        "arch".to_string(),
-        if rng.chance(0.9) { "amd64" } else { "arm64" }.to_string(),
-    );
-    if rng.chance(0.05) {
-        labels.insert("gpu".to_string(), "a100".to_string());
-    }
-    Node {
-        id: format!("node-{i:05}"),
-        capacity: Resources::new(cores * 1000, gib * GIB),
-        labels,
-        zone: format!("zone-{:02}", i % 16),
-        draining: false,
-        down: false,
-    }
-}
-
-fn replica_count(rng: &mut Rng) -> u32 {
-    let p = rng.unit();
-    let (lo, hi) = if p < 0.40 {
-        (1, 3)
-    } else if p < 0.75 {
-        (4, 10)
-    } else if p < 0.95 {
-        (11, 30)
-    } else {
-        (31, 200)
-    };
-    (lo + rng.below(hi - lo + 1)) as u32
-}
-
-/// Workloads with `replicas` replicas in total, requests scaled so that the sum of requests is
-/// `utilization` of the cluster's CPU and of its memory.
-fn workloads(
-    rng: &mut Rng,
-    replicas: usize,
-    utilization: f64,
-    capacity: Resources,
-) -> Vec<Workload> {
-    let mut out = Vec::new();
-    let mut raw: Vec<(f64, f64)> = Vec::new();
-    let mut placed = 0usize;
-    while placed < replicas {
-        let n = (replica_count(rng) as usize).min(replicas - placed) as u32;
-        placed += n as usize;
-        let cpu = 100.0 * 40f64.powf(rng.unit()); // 100m .. 4 cores, log-uniform
-        let gib_per_core = [1.0, 2.0, 4.0, 8.0][rng.below(4) as usize];
-        raw.push((cpu, cpu / 1000.0 * gib_per_core));
-        let constraints = match rng.below(100) {
-            0..=9 => vec!["disk == ssd"],
-            10..=13 => vec!["zone != zone-03"],
-            14..=15 => vec!["arch == amd64", "disk == ssd"],
-            16 => vec!["gpu"],
-            _ => vec![],
-        };
-        out.push(Workload {
-            id: format!("wl-{:05}", out.len()),
-            replicas: n,
-            request: Resources::default(),
-            spread: if rng.chance(0.3) {
-                Spread::Zone
-            } else {
-                Spread::Node
-            },
-            constraints: constraints
-                .iter()
-                .map(|c| Constraint::parse(c).expect("valid"))
-                .collect(),
-            exclusive: rng.chance(0.05),
-            priority: match rng.below(20) {
-                0..=15 => 0,
-                16..=18 => 100,
-                _ => -10,
-            },
-            sticky: Default::default(),
-        });
-    }
-    let want_cpu: f64 = capacity.cpu_millis as f64 * utilization;
-    let want_memory: f64 = capacity.memory_bytes as f64 * utilization;
-    let have_cpu: f64 = out
-        .iter()
-        .zip(&raw)
-        .map(|(w, r)| r.0 * w.replicas as f64)
-        .sum();
-    let have_memory: f64 = out
-        .iter()
-        .zip(&raw)
-        .map(|(w, r)| r.1 * GIB as f64 * w.replicas as f64)
-        .sum();
-    for (w, r) in out.iter_mut().zip(&raw) {
-        let cpu = (r.0 * want_cpu / have_cpu).floor().max(1.0) as u64;
-        let memory = ((r.1 * GIB as f64 * want_memory / have_memory).floor() as u64).max(MIB);
-        w.request = Resources::new(cpu, memory);
-    }
-    out
+    #[command(flatten)]
+    cluster: ClusterArgs,
 }
 
 fn moved(before: &Placement, after: &Placement) -> usize {
@@ -221,15 +49,7 @@ fn moved(before: &Placement, after: &Placement) -> usize {
 }
 
 fn over_capacity(nodes: &[Node], workloads: &[Workload], p: &Placement) -> usize {
-    let requests: BTreeMap<&str, Resources> = workloads
-        .iter()
-        .map(|w| (w.id.as_str(), w.request))
-        .collect();
-    let mut used: BTreeMap<&str, Resources> = BTreeMap::new();
-    for (r, n) in &p.assigned {
-        let u = used.entry(n.as_str()).or_default();
-        *u = u.saturating_add(&requests[r.workload.as_str()]);
-    }
+    let used = used_by(workloads, &p.assigned);
     nodes
         .iter()
         .filter(|n| {
@@ -244,9 +64,9 @@ fn ms(start: Instant) -> f64 {
 }
 
 fn main() {
-    let args = parse_args();
+    let args = Args::parse().cluster;
     let mut rng = Rng(args.seed);
-    let nodes: Vec<Node> = (0..args.nodes).map(|i| node(&mut rng, i)).collect();
+    let nodes: Vec<Node> = (0..args.nodes).map(|i| node(&mut rng, i, i % 16)).collect();
     let capacity = nodes
         .iter()
         .fold(Resources::default(), |a, n| a.saturating_add(&n.capacity));
@@ -302,7 +122,7 @@ fn main() {
             .expect("known node");
         moved_outright += moved(&baseline, outright.placement());
 
-        let mut fresh = node(&mut rng, args.nodes + t);
+        let mut fresh = node(&mut rng, args.nodes + t, (args.nodes + t) % 16);
         fresh.id = format!("node-new-{t}");
         let mut with_down = engine.clone();
         let start = Instant::now();
@@ -332,15 +152,7 @@ fn main() {
     }
     let agent = agent_costs(&mut rng, &nodes, &workloads, args.trials.clamp(1, 5));
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-    for why in baseline.unschedulable.values() {
-        let name = format!("{why:?}");
-        let name = name
-            .split([' ', '{'])
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        *reasons.entry(name).or_default() += 1;
-    }
+    count_reasons(&mut reasons, baseline.unschedulable.values());
     let trials = args.trials.max(1) as f64;
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);

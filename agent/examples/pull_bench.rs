@@ -20,7 +20,6 @@
 //!
 //! `PULL_BENCH_LOG=FILE` keeps the agent's log there.
 
-#[path = "support/mod.rs"]
 mod support;
 
 #[path = "../tests/registry_support/mod.rs"]
@@ -29,12 +28,15 @@ mod registry_support;
 use std::fs::File;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use clap::Parser;
 use registry_support::{push_marked_image, remove_local, Registry, PASSWORD, USER};
 use shoal::identity::pki::{self, IssueOptions, Role};
+use support::agents::{agent_command, cli};
+use support::docker::remove_containers;
 
 const NODE: &str = "pull-bench";
 const TARGET_RATIO: f64 = 1.5;
@@ -64,26 +66,13 @@ impl Agent {
         pki::init(&pki_dir)?;
         pki::issue(&pki_dir, "shoal-cli", &IssueOptions::new(Role::Client))?;
         pki::issue(&pki_dir, NODE, &IssueOptions::new(Role::Node))?;
-        let addrs = support::free_udp_addrs(2)?;
+        let addrs = support::addrs::free_udp_addrs(2)?;
         let log = File::create(dir.path().join("agent.log"))?;
-        let child = Command::new(shoal)
-            .args(["agent", "--name", NODE, "--runtime", "docker"])
-            .args([
-                "--gossip",
-                &addrs[0].to_string(),
-                "--api",
-                &addrs[1].to_string(),
-            ])
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .arg("--pki")
-            .arg(&pki_dir)
-            .args(["--cpu", "4", "--memory", "8Gi"])
+        let data_dir = dir.path().join("data");
+        let child = agent_command(shoal, NODE, addrs[0], addrs[1], &data_dir, &pki_dir, log)
+            .args(["--runtime", "docker"])
             .arg("--registry-auth")
             .arg(registry_auth)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
             .env(
                 "RUST_LOG",
                 std::env::var("PULL_BENCH_RUST_LOG").unwrap_or("warn,shoal=info".into()),
@@ -99,10 +88,8 @@ impl Agent {
     }
 
     fn cli(&self, args: &[&str]) -> anyhow::Result<std::process::Output> {
-        Command::new(&self.shoal)
+        cli(&self.shoal, self.api, &self.dir.path().join("pki"))
             .args(args)
-            .env("SHOAL_AGENT", self.api.to_string())
-            .env("SHOAL_PKI", self.dir.path().join("pki"))
             .output()
             .context("running the shoal CLI")
     }
@@ -153,17 +140,6 @@ impl Agent {
     }
 }
 
-fn remove_containers(filter: &str) {
-    let out = Command::new("docker")
-        .args(["ps", "-aq", "--filter", filter])
-        .output();
-    if let Ok(out) = out {
-        for id in String::from_utf8_lossy(&out.stdout).lines() {
-            let _ = Command::new("docker").args(["rm", "-f", id]).output();
-        }
-    }
-}
-
 /// `docker pull` then `docker run -d`, ms.
 fn docker_pull_and_run(config_dir: &Path, image: &str) -> anyhow::Result<u64> {
     let began = Instant::now();
@@ -200,21 +176,27 @@ fn docker_pull_and_run(config_dir: &Path, image: &str) -> anyhow::Result<u64> {
     Ok(ms)
 }
 
+/// Image pull and start through Shoal against `docker pull` and `docker run -d`.
+#[derive(Parser)]
+struct Args {
+    /// Runs, each with one pull through Shoal and one through the Docker CLI.
+    #[arg(long, default_value_t = 7)]
+    runs: usize,
+    /// The `shoal` binary to run (by default `shoal` in this example's target directory).
+    #[arg(long)]
+    shoal: Option<PathBuf>,
+}
+
 fn main() -> anyhow::Result<()> {
-    let mut runs = 7usize;
-    let mut shoal = std::env::current_exe()?
-        .parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("shoal"))
-        .context("no target directory")?;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--runs" => runs = args.next().context("--runs N")?.parse()?,
-            "--shoal" => shoal = args.next().context("--shoal PATH")?.into(),
-            other => bail!("unknown argument {other:?}"),
-        }
-    }
+    let Args { runs, shoal } = Args::parse();
+    let shoal = match shoal {
+        Some(shoal) => shoal,
+        None => std::env::current_exe()?
+            .parent()
+            .and_then(Path::parent)
+            .map(|d| d.join("shoal"))
+            .context("no target directory")?,
+    };
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let registry = Registry::start(port);
     let config = tempfile::tempdir()?;
@@ -278,8 +260,8 @@ fn main() -> anyhow::Result<()> {
             size.unwrap_or(0)
         });
     }
-    let shoal_median = support::median(&shoal_ms).unwrap_or(0);
-    let docker_median = support::median(&docker_ms).unwrap_or(0).max(1);
+    let shoal_median = support::stats::median(&shoal_ms).unwrap_or(0);
+    let docker_median = support::stats::median(&docker_ms).unwrap_or(0).max(1);
     let ratio = shoal_median as f64 / docker_median as f64;
     let report = serde_json::json!({
         "runs": runs,

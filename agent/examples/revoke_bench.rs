@@ -9,76 +9,30 @@
 //! target/release/examples/revoke_bench [--agents 20] [--shoal target/release/shoal]
 //! ```
 
-#[path = "support/mod.rs"]
 mod support;
 
-use std::fs::File;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
+use clap::Parser;
+use shoal::wire::api::{Request, Response};
 use shoal::identity::pki::{self, IssueOptions, Role, SelfIssue};
 use shoal::identity::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
-use shoal::wire::api::{Request, Response};
-use support::free_udp_addrs;
+use support::agents::{Certificates, MeshBuilder};
 
 const TARGET_MS: u128 = 10_000;
 
-struct Mesh {
-    dir: tempfile::TempDir,
-    children: Vec<Child>,
-    apis: Vec<SocketAddr>,
-}
-
-impl Drop for Mesh {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        // The agents' guards outlive a killed agent: they belong to this run's directory.
-        let dir = self.dir.path().display().to_string();
-        let _ = Command::new("pkill").args(["-9", "-f", &dir]).status();
-    }
-}
-
-fn start(shoal: &Path, n: usize) -> anyhow::Result<Mesh> {
-    let dir = tempfile::Builder::new().prefix("shoal-revoke-").tempdir()?;
-    let pki_dir = dir.path().join("pki");
-    pki::init(&pki_dir)?;
-    let addrs = free_udp_addrs(2 * n)?;
-    let mut mesh = Mesh {
-        dir,
-        children: Vec::new(),
-        apis: Vec::new(),
-    };
-    for i in 0..n {
-        let name = format!("n{}", i + 1);
-        pki::issue(&pki_dir, &name, &IssueOptions::new(Role::Node))?;
-        let (gossip, api) = (addrs[2 * i], addrs[2 * i + 1]);
-        let mut cmd = Command::new(shoal);
-        cmd.args(["agent", "--name", &name])
-            .args(["--gossip", &gossip.to_string(), "--api", &api.to_string()])
-            .arg("--data-dir")
-            .arg(mesh.dir.path().join(format!("data-{name}")))
-            .arg("--pki")
-            .arg(&pki_dir)
-            .args(["--cpu", "4", "--memory", "8Gi"]);
-        if i > 0 {
-            cmd.args(["--seed", &addrs[0].to_string()]);
-        }
-        let log = File::create(mesh.dir.path().join(format!("{name}.log")))?;
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .env("RUST_LOG", "warn,shoal=info");
-        mesh.children
-            .push(cmd.spawn().context("starting an agent")?);
-        mesh.apis.push(api);
-    }
-    Ok(mesh)
+/// Time from a revocation published to one agent until every agent refuses the certificate.
+#[derive(Parser)]
+struct Args {
+    /// Agents to start.
+    #[arg(long, default_value_t = 20)]
+    agents: usize,
+    /// The release binary to run.
+    #[arg(long, default_value = "target/release/shoal")]
+    shoal: PathBuf,
 }
 
 /// One call as `id` on a fresh connection: Ok when the agent answered.
@@ -91,8 +45,7 @@ async fn ask(id: &pki::Identity, addr: SocketAddr) -> bool {
         limit: 1,
     };
     let answer: Result<Response, _> =
-        shoal::transport::rpc::call(&endpoint, addr, ANY_MEMBER, &req, Duration::from_secs(2))
-            .await;
+        shoal::transport::rpc::call(&endpoint, addr, ANY_MEMBER, &req, Duration::from_secs(2)).await;
     endpoint.close(0u32.into(), b"done");
     let _ = tokio::time::timeout(Duration::from_millis(200), endpoint.wait_idle()).await;
     matches!(answer, Ok(Response::Nodes { .. }))
@@ -100,18 +53,12 @@ async fn ask(id: &pki::Identity, addr: SocketAddr) -> bool {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let mut agents = 20usize;
-    let mut shoal = PathBuf::from("target/release/shoal");
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--agents" => agents = args.next().context("--agents N")?.parse()?,
-            "--shoal" => shoal = args.next().context("--shoal PATH")?.into(),
-            other => bail!("unknown argument {other}"),
-        }
-    }
-    let mesh = start(&shoal, agents)?;
-    let pki_dir = mesh.dir.path().join("pki");
+    let Args { agents, shoal } = Args::parse();
+    let mesh = MeshBuilder::new(&shoal, agents, "shoal-revoke-")
+        .certificates(Certificates::Issued)
+        .start()?;
+    let apis: Vec<SocketAddr> = mesh.agents.iter().map(|a| a.api).collect();
+    let pki_dir = mesh.pki();
     // The operator's copy of the CA, apart from the agents' --pki (whose crl.pem they read).
     let admin = mesh.dir.path().join("admin");
     std::fs::create_dir_all(&admin)?;
@@ -125,7 +72,7 @@ async fn main() -> anyhow::Result<()> {
     let ready = Instant::now();
     loop {
         let mut all = true;
-        for &api in &mesh.apis {
+        for &api in &apis {
             all &= ask(&alice, api).await;
         }
         if all {
@@ -137,13 +84,13 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let revoked = pki::revoke(&admin, "alice")?;
-    let der = shoal::identity::crl::der_from_pem_or_der(&std::fs::read(&revoked.crl)?)
+    let der = shoal::identity::authority::crl::der_from_pem_or_der(&std::fs::read(&revoked.crl)?)
         .map_err(anyhow::Error::msg)?;
-    let endpoint = tls::client_endpoint(mesh.apis[0], &operator, ALPN_API, &QuicOptions::api())?;
+    let endpoint = tls::client_endpoint(apis[0], &operator, ALPN_API, &QuicOptions::api())?;
     let published = Instant::now();
     let answer: Response = shoal::transport::rpc::call(
         &endpoint,
-        mesh.apis[0],
+        apis[0],
         ANY_MEMBER,
         &Request::PublishCrl { der },
         Duration::from_secs(5),
@@ -152,13 +99,13 @@ async fn main() -> anyhow::Result<()> {
     if !matches!(answer, Response::CrlPublished { .. }) {
         bail!("publish refused: {answer:?}");
     }
-    let mut refused_ms: Vec<Option<u128>> = vec![None; mesh.apis.len()];
+    let mut refused_ms: Vec<Option<u128>> = vec![None; apis.len()];
     while refused_ms.iter().any(Option::is_none) && published.elapsed() < Duration::from_secs(30) {
         // Every agent still answering is asked at once: a round takes one call's time.
-        let pending: Vec<usize> = (0..mesh.apis.len())
+        let pending: Vec<usize> = (0..apis.len())
             .filter(|&i| refused_ms[i].is_none())
             .collect();
-        let asks = pending.iter().map(|&i| ask(&alice, mesh.apis[i]));
+        let asks = pending.iter().map(|&i| ask(&alice, apis[i]));
         let answered = futures_util::future::join_all(asks).await;
         let at = published.elapsed().as_millis();
         for (&i, answered) in pending.iter().zip(answered) {

@@ -17,19 +17,16 @@
 //! target/release/examples/rollout_bench [--agents 20] [--replicas 100] [--shoal target/release/shoal]
 //! ```
 
-#[path = "support/mod.rs"]
 mod support;
 
 use std::collections::BTreeSet;
-use std::fs::File;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use clap::Parser;
 use shoal::identity::pki::{self, IssueOptions, Role};
-use support::free_udp_addrs;
+use support::agents::{Certificates, LocalMesh, MeshBuilder};
 
 /// Probe interval of the workloads, ms: the "first healthy probe" of the target.
 const PROBE_MS: u64 = 1_000;
@@ -38,75 +35,39 @@ const START_MS: u64 = 100;
 const BAD_REPLICAS: u32 = 10;
 const DEADLINE_S: u64 = 30;
 
-struct Mesh {
-    dir: tempfile::TempDir,
+/// A good rollout's time against its bound, and a bad one's rollback.
+#[derive(Parser)]
+struct Args {
+    /// Agents to start (at least 6: the bench asks agents 1 to 5 besides the first).
+    #[arg(long, default_value_t = 20)]
+    agents: usize,
+    /// Replicas of the good workload.
+    #[arg(long, default_value_t = 100)]
+    replicas: u32,
+    /// The release binary to run.
+    #[arg(long, default_value = "target/release/shoal")]
     shoal: PathBuf,
-    children: Vec<Child>,
-    apis: Vec<SocketAddr>,
 }
 
-impl Drop for Mesh {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        // Instances and guards outlive a killed agent: they carry this run's marker or directory.
-        let dir = self.dir.path().display().to_string();
-        let _ = Command::new("pkill").args(["-9", "-f", &dir]).status();
-        let _ = Command::new("pkill")
-            .args(["-9", "-f", "sleep 359[67]"])
-            .status();
-    }
-}
+/// The agents, driven through the CLI.
+struct Mesh(LocalMesh);
 
 impl Mesh {
     fn start(shoal: &Path, n: usize) -> anyhow::Result<Mesh> {
-        let dir = tempfile::Builder::new()
-            .prefix("shoal-rollout-")
-            .tempdir()?;
-        let pki_dir = dir.path().join("pki");
-        pki::init(&pki_dir)?;
-        pki::issue(&pki_dir, "shoal-cli", &IssueOptions::new(Role::Client))?;
-        let addrs = free_udp_addrs(2 * n)?;
-        let mut mesh = Mesh {
-            dir,
-            shoal: shoal.to_path_buf(),
-            children: Vec::new(),
-            apis: Vec::new(),
-        };
-        for i in 0..n {
-            let name = format!("n{:02}", i + 1);
-            pki::issue(&pki_dir, &name, &IssueOptions::new(Role::Node))?;
-            let (gossip, api) = (addrs[2 * i], addrs[2 * i + 1]);
-            let mut cmd = Command::new(shoal);
-            cmd.args(["agent", "--name", &name])
-                .args(["--gossip", &gossip.to_string(), "--api", &api.to_string()])
-                .arg("--data-dir")
-                .arg(mesh.dir.path().join(format!("data-{name}")))
-                .arg("--pki")
-                .arg(&pki_dir)
-                .args(["--cpu", "4", "--memory", "8Gi"]);
-            if i > 0 {
-                cmd.args(["--seed", &addrs[0].to_string()]);
-            }
-            let log = File::create(mesh.dir.path().join(format!("{name}.log")))?;
-            cmd.stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .env("RUST_LOG", "warn,shoal=info");
-            mesh.children
-                .push(cmd.spawn().context("starting an agent")?);
-            mesh.apis.push(api);
-        }
-        Ok(mesh)
+        let mesh = MeshBuilder::new(shoal, n, "shoal-rollout-")
+            .certificates(Certificates::Issued)
+            .names(|i| format!("n{:02}", i + 1))
+            // Instances outlive a killed agent: they run this bench's commands.
+            .kill_at_drop("sleep 359[67]".into())
+            .start()?;
+        pki::issue(&mesh.pki(), "shoal-cli", &IssueOptions::new(Role::Client))?;
+        Ok(Mesh(mesh))
     }
 
     fn cli(&self, via: usize, args: &[&str]) -> anyhow::Result<std::process::Output> {
-        Command::new(&self.shoal)
+        self.0
+            .cli(via)
             .args(args)
-            .env("SHOAL_AGENT", self.apis[via].to_string())
-            .env("SHOAL_PKI", self.dir.path().join("pki"))
             .output()
             .context("running the shoal CLI")
     }
@@ -119,7 +80,7 @@ impl Mesh {
     }
 
     fn apply(&self, text: &str, file: &str) -> anyhow::Result<()> {
-        let path = self.dir.path().join(file);
+        let path = self.0.dir.path().join(file);
         std::fs::write(&path, text)?;
         let out = self.cli(0, &["apply", "-f", path.to_str().unwrap()])?;
         if !out.status.success() {
@@ -159,7 +120,7 @@ impl Mesh {
         }
         bail!(
             "{what}: not within {within:?} (logs in {})",
-            self.dir.path().display()
+            self.0.dir.path().display()
         )
     }
 }
@@ -175,17 +136,13 @@ fn spec(name: &str, replicas: u32, command: &str, update: &str) -> String {
 }
 
 fn main() -> anyhow::Result<()> {
-    let mut agents = 20usize;
-    let mut replicas = 100u32;
-    let mut shoal = PathBuf::from("target/release/shoal");
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--agents" => agents = args.next().context("--agents N")?.parse()?,
-            "--replicas" => replicas = args.next().context("--replicas N")?.parse()?,
-            "--shoal" => shoal = args.next().context("--shoal PATH")?.into(),
-            other => bail!("unknown argument {other}"),
-        }
+    let Args {
+        agents,
+        replicas,
+        shoal,
+    } = Args::parse();
+    if agents < 6 {
+        bail!("need --agents >= 6: the bench asks agents 1 to 5 besides the first");
     }
     let mesh = Mesh::start(&shoal, agents)?;
     mesh.wait_for(
