@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use clap::Parser;
-use shoal::wire::api::{Request, Response};
 use shoal::identity::pki::{self, IssueOptions, Role, SelfIssue};
 use shoal::identity::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
+use shoal::wire::api::{Request, Response};
 use support::agents::{Certificates, MeshBuilder};
 
 const TARGET_MS: u128 = 10_000;
@@ -45,7 +45,8 @@ async fn ask(id: &pki::Identity, addr: SocketAddr) -> bool {
         limit: 1,
     };
     let answer: Result<Response, _> =
-        shoal::transport::rpc::call(&endpoint, addr, ANY_MEMBER, &req, Duration::from_secs(2)).await;
+        shoal::transport::rpc::call(&endpoint, addr, ANY_MEMBER, &req, Duration::from_secs(2))
+            .await;
     endpoint.close(0u32.into(), b"done");
     let _ = tokio::time::timeout(Duration::from_millis(200), endpoint.wait_idle()).await;
     matches!(answer, Ok(Response::Nodes { .. }))

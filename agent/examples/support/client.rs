@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::bail;
-use shoal::wire::api::{Request, Response, StatusView, PAGE_ITEMS_MAX};
-use shoal::transport::rpc::{QuicRpcClient, RpcError, TransportStats};
 use shoal::identity::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
+use shoal::transport::rpc::{QuicRpcClient, RpcError, TransportStats};
+use shoal::wire::api::{Request, Response, StatusView, PAGE_ITEMS_MAX};
 
 /// An RPC client with one QUIC connection per agent, presenting a client certificate it issues
 /// from the CA in `pki`. Must be called inside the tokio runtime (the endpoint needs it).
