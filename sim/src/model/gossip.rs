@@ -144,22 +144,8 @@ mod tests {
     use shoal_core::instance::Phase;
 
     fn status(replica: u32, phase: Phase) -> InstanceStatus {
-        InstanceStatus {
-            replica: ReplicaId::new("w", replica),
-            handle: Some(format!("w-{replica}")),
-            phase,
-            healthy: phase == Phase::Running,
-            restarts: 0,
-            spec_version: "v1".into(),
-            since_ms: 0,
-            exit_code: None,
-            last_error: None,
-            fence_token: None,
-            failures: 0,
-            ports: Default::default(),
-            pull: None,
-            waits_for_data: false,
-        }
+        let handle = Some(format!("w-{replica}"));
+        InstanceStatus::new(ReplicaId::new("w", replica), handle, phase, "v1")
     }
 
     #[test]

@@ -225,22 +225,7 @@ mod tests {
     use crate::reconcile::status::InstanceStatus;
 
     fn status(phase: Phase) -> InstanceStatus {
-        InstanceStatus {
-            replica: ReplicaId::new("db", 0),
-            handle: Some("h".into()),
-            phase,
-            healthy: phase == Phase::Running,
-            restarts: 0,
-            spec_version: "v1".into(),
-            since_ms: 0,
-            exit_code: None,
-            last_error: None,
-            fence_token: None,
-            failures: 0,
-            ports: Default::default(),
-            pull: None,
-            waits_for_data: false,
-        }
+        InstanceStatus::new(ReplicaId::new("db", 0), Some("h".into()), phase, "v1")
     }
 
     fn input(

@@ -66,6 +66,32 @@ fn is_zero(n: &u32) -> bool {
 }
 
 impl InstanceStatus {
+    /// A report of `replica`'s instance `handle` in `phase` at `spec_version`, healthy when
+    /// running, with nothing else to tell: no restarts, failures, exit, error, ports or pull.
+    pub fn new(
+        replica: ReplicaId,
+        handle: Option<String>,
+        phase: Phase,
+        spec_version: impl Into<String>,
+    ) -> InstanceStatus {
+        InstanceStatus {
+            replica,
+            handle,
+            phase,
+            healthy: phase == Phase::Running,
+            restarts: 0,
+            spec_version: spec_version.into(),
+            since_ms: 0,
+            exit_code: None,
+            last_error: None,
+            fence_token: None,
+            failures: 0,
+            ports: BTreeMap::new(),
+            pull: None,
+            waits_for_data: false,
+        }
+    }
+
     /// Whether a process or container may be alive (counts as a copy for exclusive replicas).
     pub fn may_be_alive(&self) -> bool {
         self.phase.may_be_alive()

@@ -181,26 +181,13 @@ pub(crate) mod tests {
 
     /// An instance of `workload` replica `replica`, healthy or not.
     pub fn status(workload: &str, replica: u32, healthy: bool) -> InstanceStatus {
-        InstanceStatus {
-            replica: ReplicaId::new(workload, replica),
-            handle: Some(format!("{workload}-{replica}")),
-            phase: if healthy {
-                Phase::Running
-            } else {
-                Phase::Starting
-            },
-            healthy,
-            restarts: 0,
-            spec_version: "1".into(),
-            since_ms: 0,
-            exit_code: None,
-            last_error: None,
-            fence_token: None,
-            failures: 0,
-            ports: Default::default(),
-            pull: None,
-            waits_for_data: false,
-        }
+        let phase = if healthy {
+            Phase::Running
+        } else {
+            Phase::Starting
+        };
+        let handle = Some(format!("{workload}-{replica}"));
+        InstanceStatus::new(ReplicaId::new(workload, replica), handle, phase, "1")
     }
 
     /// Three nodes n1..n3 at 10.0.0.1..3 (n3 not live), `web` (3 replicas, ports 80 -> 8080

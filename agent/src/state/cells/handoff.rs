@@ -230,20 +230,8 @@ mod tests {
 
     fn status(replica: &ReplicaId, healthy: bool) -> InstanceStatus {
         InstanceStatus {
-            replica: replica.clone(),
-            handle: Some("h".to_string()),
-            phase: Phase::Running,
             healthy,
-            restarts: 0,
-            spec_version: "v1".to_string(),
-            since_ms: 0,
-            exit_code: None,
-            last_error: None,
-            fence_token: None,
-            failures: 0,
-            ports: Default::default(),
-            pull: None,
-            waits_for_data: false,
+            ..InstanceStatus::new(replica.clone(), Some("h".into()), Phase::Running, "v1")
         }
     }
 
