@@ -38,6 +38,7 @@ pub fn scenario_text(seed: u64) -> String {
         permanent_down: Vec::new(),
         drained: 0,
         healed: Vec::new(),
+        upgrades: Vec::new(),
         late: 0,
     };
     g.nodes = g.rng.random_range(3..=12);
@@ -73,6 +74,9 @@ struct Gen {
     /// Lasting partitions and the explicit heal that ends each: their windows never overlap
     /// (a heal heals every partition, and the next heal would find none).
     healed: Vec<(u64, u64)>,
+    /// Planned restarts by host name (`upgrade` with `node=`): a pause picks its host when it
+    /// fires, so none is drawn while one of these is in force.
+    upgrades: Vec<(u64, u64, u32)>,
     late: u32,
 }
 
@@ -250,6 +254,10 @@ impl Gen {
                     .down
                     .iter()
                     .any(|d| d.2 == Some(h) && d.0 < to && from < d.1)
+                    // nor down or joining when a planned restart of it fires
+                    && !self.upgrades.iter().any(|u| {
+                        u.2 == h && u.0 < to.saturating_add(UPGRADE_REJOIN_MS) && from < u.1
+                    })
             })
             .collect();
         (room && !free.is_empty()).then(|| *self.pick(&free))
@@ -350,8 +358,9 @@ impl Gen {
 
     /// Planned agent restarts, as an upgrade makes them (`shoal agent --restart-grace`): half
     /// the time a rolling upgrade of every host in turn, `gap` apart, else one agent. A host in
-    /// a rolling upgrade is skipped when it is crashed then, a pause is in force (a pause picks
-    /// its host when it fires, and a frozen agent cannot restart), or no host more may be down.
+    /// a rolling upgrade is skipped when it is crashed or still joining then, a pause is in force
+    /// (a pause picks its host when it fires, and a frozen agent cannot restart; no pause is
+    /// drawn over a planned restart either), or no host more may be down.
     fn upgrade(&mut self, t: u64) {
         let down = self.rng.random_range(1..=10) * 100;
         if self.chance(0.5) {
@@ -368,14 +377,15 @@ impl Gen {
                     .down
                     .iter()
                     .any(|d| d.2.is_none() && d.0 <= until && at < d.1);
-                let crashed = self
-                    .down
-                    .iter()
-                    .any(|d| d.2 == Some(h) && d.0 <= until && at < d.1);
+                // Down, or still joining after its restart.
+                let crashed = self.down.iter().any(|d| {
+                    d.2 == Some(h) && d.0 <= until && at < d.1.saturating_add(UPGRADE_REJOIN_MS)
+                });
                 if paused || crashed || !self.room(at, until) {
                     continue;
                 }
                 self.down.push((at, until, Some(h)));
+                self.upgrades.push((at, until, h));
                 let body = format!(
                     "action = \"upgrade\"\ntarget = \"node=n{}\"\nduration = \"{down}ms\"\n",
                     h + 1
@@ -423,7 +433,7 @@ impl Gen {
         let d = self.rng.random_range(1..=15) * 1000;
         // A pause picks among the serving hosts when it fires: it only counts against the
         // minority that may be down at once.
-        if !self.room(t, t + d) {
+        if !self.room(t, t + d) || self.upgrades.iter().any(|u| u.0 <= t + d && t < u.1) {
             return;
         }
         let target = self.target(t);
