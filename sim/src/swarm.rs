@@ -394,7 +394,10 @@ impl Gen {
             }
         } else {
             let until = t + down + UPGRADE_REJOIN_MS;
-            if !self.room(t, until) {
+            // `one` picks its host when it fires: never while a planned restart by name is
+            // near, which could find its host down or joining.
+            let near = |u: &(u64, u64, u32)| u.0 <= until + UPGRADE_REJOIN_MS && t < u.1;
+            if !self.room(t, until) || self.upgrades.iter().any(near) {
                 return;
             }
             let target = self.target(t);
