@@ -178,3 +178,58 @@ async fn a_dead_older_member_holds_the_version_until_it_is_back_on_the_new_build
         "the mesh version did not move after n1 came back: {views:#?}"
     );
 }
+
+/// Node `i` of cell `c` (the second of each speaks wire 7 only at first): named `c{c}-n{i}`, on subnet `30 + c`, seeded through the cell's first
+/// node, and cell 1 through the first node of cell 0.
+fn cell_setup(c: usize, i: usize) -> shoal::agent::run::MeshSetup {
+    let mut s = mem_setup(i, 30 + c as u8, "z");
+    s.name = format!("c{c}-n{i}");
+    s.cell = format!("c{c}");
+    s.cell_seeds = match c {
+        0 => Vec::new(),
+        _ => vec![mem_setup(0, 30, "z").record.api_addr],
+    };
+    s
+}
+
+#[tokio::test(start_paused = true)]
+async fn another_cells_older_member_holds_the_version_and_is_named_through_its_cells_report() {
+    let net = MemNetwork::new(27);
+    let mut nodes = Vec::new();
+    for c in 0..2 {
+        for i in 0..2 {
+            let node = start_mem_node(
+                &net,
+                cell_setup(c, i),
+                &MemDisk::new(),
+                tokio_clock(BASE_MS),
+            )
+            .await
+            .unwrap();
+            if i == 1 {
+                speak_only_7(&node, true).await;
+            }
+            nodes.push(node);
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    // A mesh of two cells, each with a member of the older build; c0's is upgraded first.
+    speak_only_7(&nodes[1], false).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+
+    // Cell c0 knows c1 only through c1's report: c1-n1 holds the version, named from c0.
+    for node in &nodes {
+        assert_eq!(node.node.mesh_version(), WIRE_MIN, "{}", node.node.name);
+    }
+    let view = status(&nodes[0]).await;
+    let holders: Vec<&str> = view.waiting_for.iter().map(|h| h.name.as_str()).collect();
+    assert_eq!(holders, ["cell c1: c1-n1"], "{view:?}");
+    assert_eq!(view.next, None, "{view:?}");
+
+    // c1-n1 on the new build: c1 reports it and the whole mesh moves, both cells.
+    speak_only_7(&nodes[3], false).await;
+    let took = seconds_until(&nodes, WIRE_CUR, 20).await;
+    assert!(took.is_some(), "the mesh version did not move within 20 s");
+    let view = status(&nodes[1]).await;
+    assert!(view.waiting_for.is_empty(), "{view:?}");
+}

@@ -12,9 +12,12 @@
 //! (`shoal_core::upgrade::placement_algorithm`), the spec fields an apply may set
 //! ([`refusal`]).
 //!
-//! A mesh of cells: the cells do not yet publish their members' builds to one another, so an
-//! agent that knows other cells counts each of them as a build before 8 and the version stays
-//! at 7 there (named in `shoal upgrade status` as `cell NAME`). Said in docs/operations.md.
+//! A mesh of cells: an agent's gossip holds its own cell's members only, so each cell reports
+//! its members' builds in the store ([`CELL_WIRE_PREFIX`]`CELL`, written by its lowest-named live
+//! member once other cells are known; replicated across cells as every entry), and an agent
+//! counts each other cell as that report says: its lowest `wire_max`, its members that hold it
+//! back named `cell NAME: n7, n8`. A cell without a report (one of builds before 8, or not
+//! reported yet) holds the version at 7.
 
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
@@ -48,6 +51,40 @@ pub const BUILDS_MAX: usize = 32;
 /// Most member names listed per build.
 pub const NAMES_PER_BUILD_MAX: usize = 32;
 
+/// Each cell's report of the wire versions its members speak, `shoal:cell-wire:CELL`, written by
+/// the cell's lowest-named live member once other cells are known: how an agent learns whether
+/// the members of other cells speak the next version (they are not in its gossip). Older builds
+/// keep and replicate the entry as any other.
+pub const CELL_WIRE_PREFIX: &str = "shoal:cell-wire:";
+
+/// What a cell reports of its members' builds (JSON).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellWireRecord {
+    /// The newest wire version every known member of the cell speaks (the lowest `wire_max`).
+    pub wire_max: u16,
+    /// The highest `wire_min` of a member (above the mesh version: a member too new for it).
+    pub wire_min: u16,
+    /// Members that speak less than the writer's newest version (at most
+    /// [`shoal_core::upgrade::NAMED_MAX`], oldest first), to name them in other cells.
+    pub holders: Vec<String>,
+    /// How many there are in all.
+    pub holders_count: usize,
+}
+
+impl CellWireRecord {
+    /// The report of a cell with these members.
+    pub fn of(members: &[Member]) -> CellWireRecord {
+        let builds = member_builds(members, &[]);
+        let assessment = assess(WIRE_MIN, &builds, false);
+        CellWireRecord {
+            wire_max: builds.iter().map(|b| b.wire_max).min().unwrap_or(WIRE_CUR),
+            wire_min: builds.iter().map(|b| b.wire_min).max().unwrap_or(WIRE_MIN),
+            holders: assessment.waiting_for.into_iter().map(|h| h.name).collect(),
+            holders_count: assessment.waiting_count,
+        }
+    }
+}
+
 /// The stored mesh version (JSON: small, readable).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MeshVersionRecord {
@@ -74,8 +111,12 @@ pub fn decode_hold(body: Option<&[u8]>) -> Option<HoldRecord> {
 }
 
 /// What one agent knows of the mesh's builds: its cell's members (alive, or dead but not yet
-/// forgotten) and each other cell it knows, counted as a build before 8 (see the module doc).
-pub fn member_builds(members: &[Member], other_cells: &[String]) -> Vec<MemberBuild> {
+/// forgotten) and each other cell it knows, as that cell's report says (`None`: no report yet,
+/// counted as a build before 8, which writes none).
+pub fn member_builds(
+    members: &[Member],
+    other_cells: &[(String, Option<CellWireRecord>)],
+) -> Vec<MemberBuild> {
     let mut out: Vec<MemberBuild> = members
         .iter()
         .map(|m| {
@@ -88,11 +129,32 @@ pub fn member_builds(members: &[Member], other_cells: &[String]) -> Vec<MemberBu
             }
         })
         .collect();
-    out.extend(other_cells.iter().map(|cell| MemberBuild {
-        name: format!("cell {cell}"),
-        wire_min: WIRE_MIN,
-        wire_max: WIRE_MIN,
-        alive: true,
+    out.extend(other_cells.iter().map(|(cell, report)| match report {
+        Some(r) => {
+            let named = match r.holders.as_slice() {
+                [] => String::new(),
+                names if r.holders_count > names.len() => {
+                    format!(
+                        ": {} and {} more",
+                        names.join(", "),
+                        r.holders_count - names.len()
+                    )
+                }
+                names => format!(": {}", names.join(", ")),
+            };
+            MemberBuild {
+                name: format!("cell {cell}{named}"),
+                wire_min: r.wire_min,
+                wire_max: r.wire_max,
+                alive: true,
+            }
+        }
+        None => MemberBuild {
+            name: format!("cell {cell} (no report of its builds yet)"),
+            wire_min: WIRE_MIN,
+            wire_max: WIRE_MIN,
+            alive: true,
+        },
     }));
     out
 }
@@ -127,13 +189,21 @@ impl MeshNode {
     pub async fn upgrade_assessment(&self) -> (Assessment, Arc<[Member]>) {
         let members = self.members().await;
         let own = self.cells.own().to_string();
-        let others: Vec<String> = self
-            .cells
-            .list()
-            .into_iter()
-            .map(|c| c.summary.cell)
-            .filter(|c| *c != own)
-            .collect();
+        let others: Vec<(String, Option<CellWireRecord>)> = {
+            let store = self.store.lock().expect("store lock");
+            self.cells
+                .list()
+                .into_iter()
+                .map(|c| c.summary.cell)
+                .filter(|c| *c != own)
+                .map(|cell| {
+                    let name = format!("{CELL_WIRE_PREFIX}{cell}");
+                    let body = store.get(&name).and_then(|e| e.body.live());
+                    let report = body.and_then(|b| serde_json::from_slice(b).ok());
+                    (cell, report)
+                })
+                .collect()
+        };
         let builds = member_builds(&members, &others);
         let held = self.upgrade_hold().is_some();
         (assess(self.mesh_version(), &builds, held), members)
@@ -154,12 +224,13 @@ pub async fn run(node: Arc<MeshNode>, joins: bool) {
         let (assessment, members) = node.upgrade_assessment().await;
         node.wire
             .store(assessment.current.min(WIRE_CUR), Ordering::Relaxed);
-        let Some(next) = assessment.move_to else {
-            continue;
-        };
         if started.elapsed() < SETTLE || (joins && !node.synced_once()) {
             continue;
         }
+        report_cell(&node, &members).await;
+        let Some(next) = assessment.move_to else {
+            continue;
+        };
         let writer = members
             .iter()
             .filter(|m| m.alive && m.build().wire_max >= next)
@@ -182,6 +253,38 @@ pub async fn run(node: Arc<MeshNode>, joins: bool) {
             }
             Err(err) => tracing::warn!(error = %err.message, to = next, "mesh version not moved"),
         }
+    }
+}
+
+/// Writes this cell's [`CellWireRecord`] when this agent is the cell's lowest-named live member,
+/// other cells are known, and the stored report differs.
+async fn report_cell(node: &Arc<MeshNode>, members: &[Member]) {
+    let own = node.cells.own().to_string();
+    if node.cells.list().iter().all(|c| c.summary.cell == own) {
+        return;
+    }
+    let writer = members
+        .iter()
+        .filter(|m| m.alive)
+        .map(|m| m.name.as_str())
+        .min();
+    if writer != Some(node.name.as_str()) {
+        return;
+    }
+    let record = CellWireRecord::of(members);
+    let name = format!("{CELL_WIRE_PREFIX}{own}");
+    let stored: Option<CellWireRecord> = {
+        let store = node.store.lock().expect("store lock");
+        let body = store.get(&name).and_then(|e| e.body.live());
+        body.and_then(|b| serde_json::from_slice(b).ok())
+    };
+    if stored.as_ref() == Some(&record) {
+        return;
+    }
+    let body = serde_json::to_vec(&record).expect("a cell report always encodes");
+    let by = format!("{} (the builds of cell {own})", node.name);
+    if let Err(err) = node.clone().store_reserved(name, body, by).await {
+        tracing::warn!(error = %err.message, "cell build report not written");
     }
 }
 
@@ -346,8 +449,27 @@ mod tests {
 
     #[test]
     fn other_cells_hold_the_version_at_the_oldest() {
-        let builds = member_builds(&[], &["c2".to_string()]);
-        assert_eq!(builds[0].name, "cell c2");
+        let builds = member_builds(&[], &[("c2".to_string(), None)]);
+        assert_eq!(builds[0].name, "cell c2 (no report of its builds yet)");
         assert_eq!(builds[0].wire_max, WIRE_MIN);
+        let report = CellWireRecord {
+            wire_max: 8,
+            wire_min: 7,
+            holders: vec![],
+            holders_count: 0,
+        };
+        let builds = member_builds(&[], &[("c2".to_string(), Some(report))]);
+        assert_eq!(
+            (builds[0].name.as_str(), builds[0].wire_max),
+            ("cell c2", 8)
+        );
+        let report = CellWireRecord {
+            wire_max: 7,
+            wire_min: 7,
+            holders: vec!["n7".into()],
+            holders_count: 3,
+        };
+        let builds = member_builds(&[], &[("c2".to_string(), Some(report))]);
+        assert_eq!(builds[0].name, "cell c2: n7 and 2 more");
     }
 }
