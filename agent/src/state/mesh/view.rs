@@ -285,11 +285,16 @@ fn push_member(out: &mut Vec<Member>, member: Member) {
     };
     if replaces {
         // A planned restart is announced by the identity that stopped; the next identity of the
-        // name, not yet live, is that restart in progress: it keeps the announcement.
+        // name, not yet live, is that restart in progress: it keeps the announcement. A new
+        // identity whose record has not arrived yet keeps the previous one's, so the node does
+        // not drop out of placement (and its replicas move) for the gossip round in between.
         let restarting_until = seen.restarting_until;
-        *seen = member;
+        let previous = std::mem::replace(seen, member);
         if !seen.alive && seen.restarting_until.is_none() {
             seen.restarting_until = restarting_until;
+        }
+        if seen.record.is_none() {
+            seen.record = previous.record;
         }
     }
 }
@@ -504,6 +509,40 @@ mod tests {
             !too_long.held_up(0, true),
             "a hold past the bound is not honoured"
         );
+    }
+
+    #[test]
+    fn a_new_identity_keeps_the_previous_ones_record_until_its_own_arrives() {
+        let member = |generation: u64, alive: bool, cpu: Option<u64>| Member {
+            name: "n1".into(),
+            id: id("n1", generation),
+            alive,
+            record: cpu.map(|c| NodeRecord::decode(&record(c)).unwrap()),
+            digest: None,
+            stale: false,
+            leaving: false,
+            build: None,
+            restarting_until: (!alive).then_some(10_000),
+        };
+        let mut out = Vec::new();
+        push_member(&mut out, member(1, false, Some(1000)));
+        push_member(&mut out, member(2, true, None));
+        assert_eq!(out.len(), 1);
+        assert!(out[0].alive && out[0].id.generation_id == 2);
+        assert_eq!(out[0].record.as_ref().map(|r| r.cpu_millis), Some(1000));
+        // Its own record, once it has one, is the one kept.
+        let mut out = Vec::new();
+        push_member(&mut out, member(1, false, Some(1000)));
+        push_member(&mut out, member(2, true, Some(3000)));
+        assert_eq!(out[0].record.as_ref().map(|r| r.cpu_millis), Some(3000));
+        // A later identity not yet live keeps the restart's announcement and the record.
+        let mut out = Vec::new();
+        push_member(&mut out, member(1, false, Some(1000)));
+        let mut next = member(2, false, None);
+        next.restarting_until = None;
+        push_member(&mut out, next);
+        assert_eq!(out[0].restarting_until, Some(10_000));
+        assert_eq!(out[0].record.as_ref().map(|r| r.cpu_millis), Some(1000));
     }
 
     fn id(name: &str, generation: u64) -> ChitchatId {
