@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use shoal::state::mesh::history::History;
 use shoal::state::mesh::view::{decode_spec, encode_spec};
-use shoal::state::store_db::{DesiredStore, LAYOUT};
+use shoal::state::store_db::{DesiredStore, LAYOUT, LAYOUTS_READ};
 use shoal::transport::rpc::{decode_answer, decode_request, RpcError};
 use shoal::wire::api::{Request, Response};
 use shoal::wire::{
@@ -67,13 +67,16 @@ fn every_version_spoken_and_the_layout_written_have_fixtures() {
             dir.display()
         );
     }
-    let layout = fixtures().join(format!("layout-{LAYOUT}"));
-    assert!(
-        layout.join("desired.redb").is_file(),
-        "{} is missing: this build writes store layout {LAYOUT}; a new layout needs a migration \
-         from the one before and a data dir of it (scripts/compat-fixtures.sh)",
-        layout.display()
-    );
+    for read in LAYOUTS_READ {
+        let layout = fixtures().join(format!("layout-{read}"));
+        assert!(
+            layout.join("desired.redb").is_file(),
+            "{} is missing: this build reads store layout {read} (it writes {LAYOUT}); a new \
+             layout needs a migration from the one before (agent/src/state/store_db/migrate.rs) \
+             and a data dir of each layout read (scripts/compat-fixtures.sh)",
+            layout.display()
+        );
+    }
 }
 
 #[test]

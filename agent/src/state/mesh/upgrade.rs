@@ -33,10 +33,10 @@ pub use crate::wire::build::{BuildGroup, HoldRecord, HolderView, UpgradeView};
 use super::node::MeshNode;
 use super::view::Member;
 
-/// The store name of the mesh version.
-pub const MESH_VERSION_NAME: &str = "shoal:mesh-version";
+pub use crate::state::store_db::MESH_VERSION_NAME;
 /// The store name of an operator's hold.
 pub const HOLD_NAME: &str = "shoal:upgrade-hold";
+
 /// How often an agent checks whether the mesh version may move.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// The mesh version from which peers hold a member up in placement while it restarts

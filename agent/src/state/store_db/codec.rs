@@ -40,6 +40,13 @@ pub(super) const FACT_CELLS_KNOWN: &str = "cells_known";
 /// volumes and a restart stamp, and a tombstone whether it purges the workload's data; 7: specs
 /// carry `sticky_for`, `on_data_loss` and `stop_grace`).
 pub(super) const SCHEMA: u32 = 7;
+/// The oldest layout this build opens: older data dirs are refused, naming the build to pass
+/// through (`StoreDbError::Schema`). Raised only with a step in `migrate::MIGRATIONS` from each
+/// layout between.
+pub(super) const READS_FROM: u32 = 7;
+/// The layouts this build reads and writes as they are: [`SCHEMA`], and an older one whose step
+/// to the next waits for the mesh version (`migrate::Migration::after_mesh`).
+pub(super) const WRITES: std::ops::RangeInclusive<u32> = SCHEMA..=SCHEMA;
 
 /// Decode limit for one entry: the largest payload the store accepts plus room for the name,
 /// version and framing. [`super::DesiredStore`] refuses configs whose payload bound exceeds it.

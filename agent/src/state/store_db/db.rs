@@ -59,38 +59,12 @@ impl Db {
         Ok(db)
     }
 
-    /// Creates the tables and writes the layout version on first open; checks it afterwards.
+    /// Creates the tables and stamps the layout on first open; checks it afterwards and migrates
+    /// an older one ([`super::migrate`]).
     fn stamp(&self) -> Result<(), StoreDbError> {
-        let txn = self.handle()?.begin_write().map_err(write_err)?;
-        {
-            txn.open_table(ENTRIES).map_err(write_err)?;
-            let mut facts = txn.open_table(FACTS).map_err(write_err)?;
-            let found = facts
-                .get(codec::FACT_SCHEMA)
-                .map_err(read_err)?
-                .map(|v| v.value().to_vec());
-            match found {
-                None => {
-                    let schema = encode(&codec::SCHEMA);
-                    facts
-                        .insert(codec::FACT_SCHEMA, schema.as_slice())
-                        .map_err(write_err)?;
-                }
-                Some(bytes) => {
-                    let found: u32 =
-                        decode::<_, FACT_BYTES_MAX>("facts", codec::FACT_SCHEMA, &bytes)?;
-                    if found != codec::SCHEMA {
-                        return Err(StoreDbError::Schema {
-                            found,
-                            expected: codec::SCHEMA,
-                        });
-                    }
-                    // Already stamped: nothing to write (dropping the transaction aborts it).
-                    return Ok(());
-                }
-            }
-        }
-        txn.commit().map_err(write_err)
+        let db = self.handle()?;
+        super::migrate::bring_up(db, &super::migrate::bounds(), super::migrate::MIGRATIONS)?;
+        Ok(())
     }
 
     /// True after a failed write: the next write must [`Db::reopen`] first.

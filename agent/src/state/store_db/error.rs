@@ -58,6 +58,19 @@ pub enum StoreDbError {
         /// The layout this build reads.
         expected: u32,
     },
+    /// The data dir's layout waits for the mesh version to move before its next step, and this
+    /// build cannot run on it as it is. Nothing was changed.
+    #[error(
+        "the desired-state store has layout {layout}, whose migration waits for the mesh version \
+         (recorded: {mesh_version}), and this build does not write layout {layout}: run the \
+         previous build on this data dir until the mesh version moves"
+    )]
+    Waiting {
+        /// The layout the data dir is in.
+        layout: u32,
+        /// The mesh version the store records.
+        mesh_version: u16,
+    },
     /// The store's rules refused the operation (a bound, an unknown name). Nothing was changed.
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -18,6 +18,7 @@ mod codec;
 mod db;
 mod error;
 mod mem_disk;
+mod migrate;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -29,9 +30,12 @@ pub use codec::PEERS_MAX;
 
 /// The store layout this build reads and writes (`shoal version`, the gossiped build facts).
 pub const LAYOUT: u32 = codec::SCHEMA;
+/// The store layouts this build opens: older ones are migrated to [`LAYOUT`] (`migrate.rs`).
+pub const LAYOUTS_READ: std::ops::RangeInclusive<u32> = codec::READS_FROM..=codec::SCHEMA;
 use db::{Db, Location};
 pub use error::StoreDbError;
 pub use mem_disk::MemDisk;
+pub use migrate::MESH_VERSION_NAME;
 
 /// File name of the database inside the data dir.
 pub const DB_FILE: &str = "desired.redb";
