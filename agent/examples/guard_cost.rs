@@ -82,6 +82,7 @@ async fn measure(args: &Args) -> anyhow::Result<()> {
             fence_token: Some(1 + u64::from(replica)),
             addr: std::net::IpAddr::from([127, 0, 0, 1]),
             ports: Default::default(),
+            volume_roots: std::sync::Arc::from(Vec::new()),
         };
         handles.insert(rt.start(request).await?.handle);
     }

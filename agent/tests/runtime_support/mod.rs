@@ -36,6 +36,8 @@ pub fn request(spec: &Arc<WorkloadSpec>, replica: u32, node: &str) -> StartReque
         fence_token: None,
         addr: std::net::IpAddr::from([127, 0, 0, 1]),
         ports: Default::default(),
+        // The runtime tests may use any host path.
+        volume_roots: Arc::from(vec!["/".to_string()]),
     }
 }
 

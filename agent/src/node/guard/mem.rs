@@ -303,6 +303,7 @@ mod tests {
             spec: Arc::new(spec),
             fence_token: None,
             addr: std::net::IpAddr::from([127, 0, 0, 1]),
+            volume_roots: Arc::from(Vec::new()),
             ports: Default::default(),
         };
         runtime.start(request).await.expect("start").handle

@@ -51,6 +51,8 @@ impl Host {
                     }
                 };
                 let addr = self.advertised_addr();
+                let volume_roots: std::sync::Arc<[String]> =
+                    std::sync::Arc::from(self.config.volume_roots.clone());
                 let book = self.port_book();
                 let mesh = self.node.clone();
                 tokio::spawn(async move {
@@ -72,6 +74,7 @@ impl Host {
                         fence_token,
                         addr,
                         ports: ports.ports,
+                        volume_roots,
                     };
                     let started = runtime.start(request).await;
                     let handle = started.as_ref().ok().map(|i| i.handle.as_str());

@@ -92,10 +92,14 @@ pub struct StartRequest {
     /// The host port of each of the spec's named ports (allocated by the host, or fixed by the
     /// spec), handed to the instance as `SHOAL_PORT_<NAME>` and recorded with it.
     pub ports: BTreeMap<String, u16>,
+    /// The node's `--volume-root` directories: each of the spec's host paths must resolve,
+    /// symlinks included, beneath one of them at this start (`volumes::VolumeDirs::prepare`).
+    pub volume_roots: Arc<[String]>,
 }
 
 impl StartRequest {
-    /// A request with no named ports, on the unspecified address (tests and tools).
+    /// A request with no named ports and no volume roots, on the unspecified address (tests and
+    /// tools).
     pub fn new(
         replica: ReplicaId,
         spec: Arc<WorkloadSpec>,
@@ -110,6 +114,7 @@ impl StartRequest {
             fence_token: None,
             addr: IpAddr::from([0, 0, 0, 0]),
             ports: BTreeMap::new(),
+            volume_roots: Arc::from(Vec::new()),
         }
     }
 }

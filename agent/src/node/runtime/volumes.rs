@@ -83,16 +83,12 @@ impl VolumeDirs {
                 }
                 VolumeKind::Host => {
                     let path = PathBuf::from(volume.host_path.as_deref().unwrap_or_default());
-                    if !path.is_dir() {
-                        return Err(RuntimeError::StartFailed {
-                            reason: format!(
-                                "volume {:?}: host path {} is not a directory on this host",
-                                volume.name,
-                                path.display()
-                            ),
-                        });
-                    }
-                    Source::Dir(path)
+                    let resolved = beneath_roots(&path, &request.volume_roots).map_err(|why| {
+                        RuntimeError::StartFailed {
+                            reason: format!("volume {:?}: {why}", volume.name),
+                        }
+                    })?;
+                    Source::Dir(resolved)
                 }
                 VolumeKind::Docker => Source::Named {
                     name: volume
@@ -167,6 +163,48 @@ pub fn volume_env(mounts: &[Mounted], in_container: bool) -> BTreeMap<String, St
     env
 }
 
+/// `path` with every link resolved, when it is a directory beneath one of `roots` (each resolved
+/// too); why not otherwise. Checked at every start, not only at apply: a directory inside a root
+/// replaced by a link out of it (to `/etc`) is refused, and the instance is given the resolved
+/// path, so a link swapped in after this check does not redirect it.
+fn beneath_roots(path: &Path, roots: &[String]) -> Result<PathBuf, String> {
+    let resolved = std::fs::canonicalize(path).map_err(|e| {
+        format!(
+            "host path {} cannot be resolved on this host: {e}",
+            path.display()
+        )
+    })?;
+    if !resolved.is_dir() {
+        return Err(format!(
+            "host path {} is not a directory on this host",
+            path.display()
+        ));
+    }
+    let resolved_roots: Vec<String> = roots
+        .iter()
+        .filter_map(|r| std::fs::canonicalize(r).ok())
+        .filter_map(|r| r.to_str().map(str::to_string))
+        .collect();
+    let inside = resolved
+        .to_str()
+        .is_some_and(|p| crate::core::spec::host_path_allowed(p, &resolved_roots));
+    if inside {
+        return Ok(resolved);
+    }
+    let allowed = match roots {
+        [] => "this node allows no host path (no --volume-root)".to_string(),
+        roots => format!(
+            "outside every --volume-root of this node ({})",
+            roots.join(", ")
+        ),
+    };
+    Err(format!(
+        "host path {} resolves to {}, {allowed}",
+        path.display(),
+        resolved.display()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -191,6 +229,10 @@ mod tests {
             "[[volumes]]\nname = \"data\"\n[[volumes]]\nname = \"wal\"\n\
              [[volumes]]\nname = \"etc\"\nkind = \"host\"\nhost_path = \"/tmp\"\n",
         );
+        let req = StartRequest {
+            volume_roots: Arc::from(vec!["/tmp".to_string()]),
+            ..req
+        };
         let mounts = dirs.prepare(&req).unwrap();
         let data = tmp.path().join("volumes/db/2/data");
         assert_eq!(mounts[0].source, Source::Dir(data.clone()));
@@ -207,6 +249,48 @@ mod tests {
         dirs.purge("db").unwrap();
         assert!(!tmp.path().join("volumes/db").exists());
         dirs.purge("db").unwrap();
+    }
+
+    #[test]
+    fn a_host_path_is_resolved_at_each_start_and_refused_when_a_link_leads_out_of_its_root() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        std::fs::create_dir_all(root.join("real/inner")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("alias")).unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("escape")).unwrap();
+        let dirs = VolumeDirs::new(tmp.path());
+        let start = |path: &Path, roots: &[&Path]| {
+            let req = request(&format!(
+                "[[volumes]]\nname = \"h\"\nkind = \"host\"\nhost_path = {:?}\n",
+                path.to_str().unwrap()
+            ));
+            let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+            let req = StartRequest {
+                volume_roots: Arc::from(roots),
+                ..req
+            };
+            dirs.prepare(&req)
+        };
+        let real = std::fs::canonicalize(root.join("real/inner")).unwrap();
+        // A link that stays inside the root: the instance gets the resolved directory.
+        let mounts = start(&root.join("alias/inner"), &[&root]).unwrap();
+        assert_eq!(mounts[0].source, Source::Dir(real));
+        // A link out of the root (the /etc of the probe): refused, naming where it leads.
+        let err = start(&root.join("escape"), &[&root])
+            .unwrap_err()
+            .to_string();
+        let resolved = std::fs::canonicalize(&outside).unwrap();
+        assert!(err.contains("volume \"h\""), "{err}");
+        assert!(err.contains(&resolved.display().to_string()), "{err}");
+        assert!(err.contains("outside every --volume-root"), "{err}");
+        // No root on this node: no host path at all.
+        let err = start(&root.join("real"), &[]).unwrap_err().to_string();
+        assert!(err.contains("no --volume-root"), "{err}");
+        // A root that is itself a link is resolved too.
+        std::os::unix::fs::symlink(&root, tmp.path().join("root-link")).unwrap();
+        assert!(start(&root.join("real"), &[&tmp.path().join("root-link")]).is_ok());
     }
 
     #[test]

@@ -168,6 +168,7 @@ mod tests {
             node: "n1".into(),
             fence_token: None,
             addr: std::net::IpAddr::from([127, 0, 0, 1]),
+            volume_roots: Arc::from(Vec::new()),
             ports: Default::default(),
         }
     }
