@@ -303,3 +303,22 @@ fn a_node_out_of_sync_longer_than_the_grace_period_discards_its_entries() {
     let next = store.apply("web", b"v2".to_vec(), 10).unwrap();
     assert!(next.version > web.version, "the clock survived the discard");
 }
+
+#[test]
+fn the_store_file_is_its_owners_only_also_one_an_older_build_left_readable() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mode = |dir: &Path| {
+        let meta = std::fs::metadata(dir.join(DB_FILE)).unwrap();
+        meta.permissions().mode() & 0o777
+    };
+    drop(open(dir.path()));
+    assert_eq!(mode(dir.path()), 0o600);
+    std::fs::set_permissions(
+        dir.path().join(DB_FILE),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    drop(open(dir.path()));
+    assert_eq!(mode(dir.path()), 0o600, "tightened at the next open");
+}

@@ -242,6 +242,27 @@ fn load_node_identity(opts: &AgentOptions) -> anyhow::Result<crate::identity::pk
     Ok(identity)
 }
 
+/// Makes the data dir its owner's only (0700), keeping the traverse bit for others when it is
+/// all they have (0701): the process runtime sets it so for an instance that runs as another
+/// user, which enters its own directories by name (no listing; the files the agent writes below
+/// are the owner's only). A dir others could list (0755, the default of an older build) becomes
+/// 0700.
+fn tighten_data_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir)
+        .with_context(|| format!("reading --data-dir {}", dir.display()))?
+        .permissions()
+        .mode();
+    let traverse_only = mode & 0o005 == 0o001;
+    let tight = if traverse_only { 0o701 } else { 0o700 };
+    if mode & 0o777 != tight {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(tight))
+            .with_context(|| format!("making --data-dir {} private", dir.display()))?;
+        tracing::info!(dir = %dir.display(), from = format!("{:o}", mode & 0o777), to = format!("{tight:o}"), "data dir made private");
+    }
+    Ok(())
+}
+
 /// Runs an agent over QUIC until `shutdown` resolves, then leaves the mesh gracefully.
 pub async fn run_agent(
     opts: AgentOptions,
@@ -254,6 +275,7 @@ pub async fn run_agent(
     );
     std::fs::create_dir_all(&opts.data_dir)
         .with_context(|| format!("creating --data-dir {}", opts.data_dir.display()))?;
+    tighten_data_dir(&opts.data_dir)?;
     let store = DesiredStore::open(&opts.data_dir, &opts.name, StoreConfig::default())
         .with_context(|| format!("opening the store under {}", opts.data_dir.display()))?;
     let ca = identity
@@ -425,4 +447,27 @@ async fn start_dns(
         .with_context(|| format!("binding DNS (--dns) on {addr}, UDP and TCP"))?;
     tracing::info!(%addr, "answering DNS");
     Ok(server)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::tighten_data_dir;
+
+    #[test]
+    fn the_data_dir_is_made_private_keeping_the_traverse_bit_for_instances_of_other_users() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mode = || std::fs::metadata(tmp.path()).unwrap().permissions().mode() & 0o777;
+        let set = |m: u32| std::fs::set_permissions(tmp.path(), PermissionsExt::from_mode(m));
+        set(0o755).unwrap();
+        tighten_data_dir(tmp.path()).unwrap();
+        assert_eq!(mode(), 0o700);
+        set(0o711).unwrap();
+        tighten_data_dir(tmp.path()).unwrap();
+        assert_eq!(mode(), 0o701, "others may still enter by name, not list");
+        set(0o705).unwrap();
+        tighten_data_dir(tmp.path()).unwrap();
+        assert_eq!(mode(), 0o700);
+    }
 }

@@ -44,7 +44,15 @@ impl Db {
                 if let Some(dir) = path.parent() {
                     std::fs::create_dir_all(dir).map_err(|e| open_err(e.into()))?;
                 }
-                Database::create(path)
+                let db = Database::create(path);
+                // Owner-only: specs hold their environment. Tightened at every open, so a file
+                // written by an older build is too.
+                if db.is_ok() {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                        .map_err(|e| open_err(e.into()))?;
+                }
+                db
             }
             Location::Memory(disk) => Database::builder().create_with_backend(disk.backend()),
         };

@@ -14,6 +14,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::OUTPUT_PREFIX;
@@ -154,9 +155,11 @@ impl Rotating {
     }
 
     fn reopen(&mut self) -> io::Result<()> {
+        // Owner-only: an instance's output may hold what its environment does.
         let file = OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(Self::path(&self.dir, self.seq))?;
         self.size = file.metadata()?.len();
         self.file = Some(file);
@@ -256,5 +259,10 @@ mod tests {
         let newest = std::fs::read_to_string(Rotating::path(dir.path(), seqs[2])).unwrap();
         assert!(newest.contains("record 499 "), "{newest}");
         assert_eq!(w.dropped, 0);
+        use std::os::unix::fs::PermissionsExt;
+        for seq in seqs {
+            let meta = std::fs::metadata(Rotating::path(dir.path(), seq)).unwrap();
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600, "output.{seq}.log");
+        }
     }
 }
