@@ -25,7 +25,7 @@ pub struct Args {
 enum RoleArg {
     /// An agent (`shoal agent --name NAME`).
     Node,
-    /// An operator or a tool (the CLI); add --read-only for get, status, nodes, issues, events.
+    /// An operator or a tool (the CLI); add --read-only for the reads only.
     Client,
 }
 
@@ -52,7 +52,9 @@ enum Command {
         /// What the holder may do: an agent (node) or an operator (client).
         #[arg(long, value_enum)]
         role: RoleArg,
-        /// With --role client: reads only (get, status, nodes, issues, events).
+        /// With --role client: the reads only (get, status, nodes, issues, events, cells, caps,
+        /// history, endpoints, logs, upgrade status; docs/operations.md, "Who may make which
+        /// request", lists every request and the role it needs).
         #[arg(long)]
         read_only: bool,
         /// IP addresses to add as subject alternative names (repeatable).

@@ -25,41 +25,36 @@ pub enum Needs {
     Agent,
 }
 
-/// What `req` needs of its caller.
-pub fn needs(req: &Request) -> Needs {
-    match req {
-        Request::Get { .. }
-        | Request::List { .. }
-        | Request::Nodes { .. }
-        | Request::Status { .. }
-        | Request::Issues { .. }
-        | Request::Events { .. }
-        | Request::CellList { .. }
-        | Request::UpgradeStatus { .. } => Needs::Read,
-        Request::Apply { .. }
-        | Request::Delete { .. }
-        | Request::PublishCrl { .. }
-        | Request::SetCaps { .. }
-        | Request::UpgradeHold { .. } => Needs::Write,
-        Request::Caps | Request::History { .. } | Request::Endpoints { .. } => Needs::Read,
-        Request::Logs { .. } => Needs::Read,
-        Request::Undo { .. } | Request::Pause { .. } | Request::Restart { .. } => Needs::Write,
-        Request::Approve { .. } | Request::Drain { .. } => Needs::WriteOrForward,
-        Request::Exec { .. } | Request::ExecIo { .. } => Needs::Write,
-        Request::ExecHere { .. } | Request::ExecIoHere { .. } => Needs::Agent,
-        Request::Replicate { .. }
-        | Request::Digest
-        | Request::Pull { .. }
-        | Request::Clock
-        | Request::Hears
-        | Request::Cells { .. }
-        | Request::CellsPush { .. }
-        | Request::CellStatus { .. }
-        | Request::CellCopies { .. }
-        | Request::NameUsed { .. }
-        | Request::LogsHere { .. }
-        | Request::RestartHere { .. } => Needs::Agent,
-    }
+/// Writes [`needs`] (an exhaustive match: a new request does not compile without its line) and
+/// [`TABLE`], the same lines as data, from one list.
+macro_rules! roles {
+    ($($needs:ident: [$($variant:ident),* $(,)?]),* $(,)?) => {
+        /// What `req` needs of its caller.
+        pub fn needs(req: &Request) -> Needs {
+            match req {
+                $($(Request::$variant { .. })|* => Needs::$needs,)*
+            }
+        }
+
+        /// Every request by name with what it needs, in the order of [`needs`]: the table of
+        /// docs/operations.md ("Who may make which request"), checked against it by a test.
+        pub const TABLE: &[(&str, Needs)] = &[$($((stringify!($variant), Needs::$needs),)*)*];
+    };
+}
+
+roles! {
+    Read: [
+        Get, List, Nodes, Status, Issues, Events, CellList, UpgradeStatus, Caps, History,
+        Endpoints, Logs,
+    ],
+    Write: [
+        Apply, Delete, PublishCrl, SetCaps, UpgradeHold, Undo, Pause, Restart, Exec, ExecIo,
+    ],
+    WriteOrForward: [Approve, Drain],
+    Agent: [
+        ExecHere, ExecIoHere, Replicate, Digest, Pull, Clock, Hears, Cells, CellsPush,
+        CellStatus, CellCopies, NameUsed, LogsHere, RestartHere,
+    ],
 }
 
 /// Whether `role` may make a request that needs `needs`.
@@ -93,6 +88,44 @@ pub fn refusal(role: Role, needs: Needs, kind: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The words docs/operations.md uses for a [`Needs`].
+    fn word(needs: Needs) -> &'static str {
+        match needs {
+            Needs::Read => "read",
+            Needs::Write => "write",
+            Needs::WriteOrForward => "write or forward",
+            Needs::Agent => "agent",
+        }
+    }
+
+    #[test]
+    fn the_operators_table_of_roles_is_the_one_the_agent_enforces() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations.md");
+        let text = std::fs::read_to_string(path).unwrap();
+        let begin = text
+            .find("<!-- roles:begin -->")
+            .expect("the table's begin marker");
+        let end = text
+            .find("<!-- roles:end -->")
+            .expect("the table's end marker");
+        let documented: Vec<(String, String)> = text[begin..end]
+            .lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                let name = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+                Some((name.to_string(), cells.get(2)?.to_string()))
+            })
+            .collect();
+        let enforced: Vec<(String, String)> = TABLE
+            .iter()
+            .map(|(name, needs)| (name.to_string(), word(*needs).to_string()))
+            .collect();
+        assert_eq!(
+            documented, enforced,
+            "docs/operations.md's table of roles is not the code's"
+        );
+    }
 
     #[test]
     fn each_role_gets_exactly_its_requests() {
