@@ -415,6 +415,10 @@ async fn a_revocation_given_to_one_agent_reaches_every_agent_and_closes_open_con
         "alice still answered 10 s after publishing:\n{}",
         cluster.logs()
     );
+    // The refused caller is told why: the TLS alert closing its connection says revoked.
+    let answer = call(&alice, cluster.agents[0].api, nodes()).await;
+    let err = answer.expect_err("a revoked client answered");
+    assert!(err.contains("error 44") && err.contains("Revoked"), "{err}");
     let closed = tokio::time::timeout(Duration::from_secs(10), open.closed()).await;
     assert!(closed.is_ok(), "alice's open connection was not closed");
     eprintln!(

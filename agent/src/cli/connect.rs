@@ -149,6 +149,9 @@ pub(super) async fn session_call(
 /// connection, none in time, the connection lost mid-call) may the agent be down; a refusal or
 /// an answer this CLI cannot read came from a running agent and is shown as it is.
 pub(super) fn call_failed(agent: SocketAddr, e: RpcError) -> anyhow::Error {
+    if let Some(why) = certificate_refused(&e.to_string()) {
+        return anyhow::anyhow!("the agent at {agent} refused this CLI's certificate: {why}");
+    }
     match e {
         RpcError::Connect { .. } | RpcError::Timeout(_) | RpcError::Stream(_) => {
             anyhow::Error::new(e).context(format!(
@@ -166,6 +169,32 @@ pub(super) fn call_failed(agent: SocketAddr, e: RpcError) -> anyhow::Error {
             anyhow::anyhow!("the agent at {agent} answered, but the answer cannot be read: {e}")
         }
     }
+}
+
+/// Why an agent refused this CLI's certificate, from the TLS alert its connection was closed with
+/// (`the cryptographic handshake failed: error N`), when it was.
+fn certificate_refused(error: &str) -> Option<String> {
+    let (_, after) = error.split_once("the cryptographic handshake failed: error ")?;
+    let code: u8 = after
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()?;
+    let why = match code {
+        42 | 46 => "the agent does not accept it (bad_certificate or certificate_unknown)",
+        44 => "it is revoked (certificate_revoked): issue a new one with `shoal pki issue`",
+        45 => "it has expired (certificate_expired): renew it with `shoal pki renew`",
+        48 => {
+            "it is issued by another CA than the agent's (unknown_ca): use one of this mesh's PKI"
+        }
+        116 => "the agent needs one and got none (certificate_required)",
+        _ => {
+            return Some(format!(
+                "the TLS handshake failed with alert {code} ({error})"
+            ))
+        }
+    };
+    Some(why.to_string())
 }
 
 /// Follows a paged list to its end: asks `ask(after)` from `after = None`, takes the items and
@@ -196,5 +225,25 @@ pub fn call_pages<T, K: Ord + Clone>(
             ),
             next => after = next,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_certificate_is_told_as_such() {
+        let lost =
+            "stream failed: read error: connection lost (aborted by peer: the cryptographic \
+                    handshake failed: error 44: invalid peer certificate: Revoked)";
+        assert!(certificate_refused(lost).unwrap().contains("revoked"));
+        let other_ca = "... the cryptographic handshake failed: error 48: invalid peer certificate";
+        assert!(certificate_refused(other_ca)
+            .unwrap()
+            .contains("another CA"));
+        let odd = "... the cryptographic handshake failed: error 80";
+        assert!(certificate_refused(odd).unwrap().contains("alert 80"));
+        assert_eq!(certificate_refused("connection lost (timed out)"), None);
     }
 }

@@ -539,8 +539,8 @@ impl RpcClient for QuicRpcClient {
     ) -> Result<Vec<u8>, RpcError> {
         let attempt = async {
             let conn = self.connect(addr, server_name).await?;
-            let streams = match conn.open_bi().await {
-                Ok(streams) => streams,
+            let (conn, streams) = match conn.open_bi().await {
+                Ok(streams) => (conn, streams),
                 // A cached connection may have died since. The server has not seen the request
                 // when no stream could be opened, so one retry on a new connection is safe.
                 Err(_) => {
@@ -549,12 +549,23 @@ impl RpcClient for QuicRpcClient {
                         .expect("connection cache lock")
                         .remove(&(addr, server_name.to_string()));
                     let conn = self.connect(addr, server_name).await?;
-                    conn.open_bi()
+                    let streams = conn
+                        .open_bi()
                         .await
-                        .map_err(|e| RpcError::Stream(e.to_string()))?
+                        .map_err(|e| RpcError::Stream(e.to_string()))?;
+                    (conn, streams)
                 }
             };
-            self.exchange(streams, &request_frame).await
+            match self.exchange(streams, &request_frame).await {
+                // Why the connection went: a server that refused this caller's certificate
+                // (revoked, expired, another CA) closes it with a TLS alert after the handshake
+                // looked done from here, so the stream only says "connection lost".
+                Err(RpcError::Stream(what)) => Err(RpcError::Stream(match conn.close_reason() {
+                    Some(why) => format!("{what} ({why})"),
+                    None => what,
+                })),
+                other => other,
+            }
         };
         tokio::time::timeout(timeout, attempt)
             .await
