@@ -41,6 +41,44 @@ pub struct Admission {
     config: AdmissionConfig,
     stats: Arc<TransportStats>,
     state: Mutex<State>,
+    /// Refused handshakes are logged at info at most this often.
+    refusals_logged: Mutex<LogEvery>,
+}
+
+/// How often a refused handshake (a revoked, expired or foreign certificate, or garbage) is
+/// logged at info per endpoint: a flood of them must not flood the log. The others are logged at
+/// debug, and their number is said in the next info line; all are counted in
+/// `handshakes_refused`.
+pub const REFUSAL_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A log line's rate limit: one per `every`, with how many were passed over since the last.
+#[derive(Debug)]
+pub struct LogEvery {
+    every: std::time::Duration,
+    last: Option<tokio::time::Instant>,
+    passed_over: u64,
+}
+
+impl LogEvery {
+    /// A limit of one line per `every`.
+    pub fn new(every: std::time::Duration) -> LogEvery {
+        LogEvery {
+            every,
+            last: None,
+            passed_over: 0,
+        }
+    }
+
+    /// `Some(lines passed over since the last)` when a line may be logged at `now`, `None` when
+    /// it is passed over (and counted).
+    pub fn admit(&mut self, now: tokio::time::Instant) -> Option<u64> {
+        if self.last.is_some_and(|last| now < last + self.every) {
+            self.passed_over += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.passed_over))
+    }
 }
 
 struct State {
@@ -71,6 +109,7 @@ impl Admission {
             }),
             config,
             stats,
+            refusals_logged: Mutex::new(LogEvery::new(REFUSAL_LOG_EVERY)),
         })
     }
 
@@ -184,6 +223,29 @@ impl State {
     }
 }
 
+impl Admission {
+    /// Logs a refused handshake: at info within [`REFUSAL_LOG_EVERY`], else at debug.
+    fn log_refusal(&self, remote: SocketAddr, error: &dyn std::fmt::Display) {
+        let now = tokio::time::Instant::now();
+        let admitted = self
+            .refusals_logged
+            .lock()
+            .expect("log limit lock")
+            .admit(now);
+        let endpoint = self.endpoint;
+        match admitted {
+            Some(not_logged) => tracing::info!(
+                endpoint,
+                %remote,
+                %error,
+                not_logged_since = not_logged,
+                "handshake refused (a certificate this agent does not accept, or not TLS)"
+            ),
+            None => tracing::debug!(endpoint, %remote, %error, "handshake refused"),
+        }
+    }
+}
+
 /// A validated attempt holding a handshake slot; run [`Self::complete`] in its own task.
 pub struct Handshake {
     incoming: quinn::Incoming,
@@ -210,7 +272,7 @@ impl Handshake {
             Ok(connecting) => connecting,
             Err(err) => {
                 TransportStats::bump(&stats.handshakes_refused);
-                tracing::debug!(endpoint, %remote, error = %err, "handshake refused");
+                admission.log_refusal(remote, &err);
                 return None;
             }
         };
@@ -221,7 +283,7 @@ impl Handshake {
                 Ok(Ok(conn)) => conn,
                 Ok(Err(err)) => {
                     TransportStats::bump(&stats.handshakes_refused);
-                    tracing::debug!(endpoint, %remote, error = %err, "handshake refused");
+                    admission.log_refusal(remote, &err);
                     return None;
                 }
                 Err(_) => {
@@ -382,5 +444,25 @@ impl Drop for PeerSlot {
         if state.ledger.handle_peer_end(&self.name) == 0 {
             state.budgets.remove(&self.name);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::LogEvery;
+
+    #[test]
+    fn a_refusal_is_logged_once_per_interval_and_the_next_line_counts_the_rest() {
+        let mut limit = LogEvery::new(Duration::from_secs(10));
+        let t0 = tokio::time::Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert_eq!(limit.admit(at(0)), Some(0));
+        assert_eq!(limit.admit(at(1_000)), None);
+        assert_eq!(limit.admit(at(9_999)), None);
+        assert_eq!(limit.admit(at(10_000)), Some(2));
+        assert_eq!(limit.admit(at(10_000)), None);
+        assert_eq!(limit.admit(at(25_000)), Some(1));
     }
 }
