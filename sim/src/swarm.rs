@@ -236,18 +236,7 @@ impl Gen {
     /// A host free to crash over `from..to` (not crashed by another event then), while at most
     /// a minority is crashed or paused at any time; None when there is none.
     fn free_host(&mut self, from: u64, to: u64) -> Option<u32> {
-        let budget = ((self.nodes - 1) / 2).max(1);
-        let mut points: Vec<u64> = vec![from];
-        points.extend(
-            self.down
-                .iter()
-                .map(|d| d.0)
-                .filter(|&t| from <= t && t < to),
-        );
-        let room = points.iter().all(|&t| {
-            let down = self.down.iter().filter(|d| d.0 <= t && t < d.1).count() as u32;
-            down < budget
-        });
+        let room = self.room(from, to);
         let free: Vec<u32> = (0..self.nodes)
             .filter(|&h| {
                 !self

@@ -27,13 +27,14 @@ use serde::{Deserialize, Serialize};
 use shoal_core::upgrade::{assess, Assessment, MemberBuild};
 use shoal_core::version::{WIRE_CUR, WIRE_MIN};
 
+use crate::state::store_db::DesiredStore;
 use crate::wire::api::{ApiError, ErrorKind, Response};
 pub use crate::wire::build::{BuildGroup, HoldRecord, HolderView, UpgradeView};
 
 use super::node::MeshNode;
 use super::view::Member;
 
-pub use crate::state::store_db::MESH_VERSION_NAME;
+pub use crate::state::store_db::{decode_version, MeshVersionRecord, MESH_VERSION_NAME};
 /// The store name of an operator's hold.
 pub const HOLD_NAME: &str = "shoal:upgrade-hold";
 
@@ -85,22 +86,9 @@ impl CellWireRecord {
     }
 }
 
-/// The stored mesh version (JSON: small, readable).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MeshVersionRecord {
-    /// The version.
-    pub version: u16,
-}
-
 /// A new cell holding the wire version this agent sends in, at the oldest this build speaks.
 pub fn wire_cell() -> Arc<AtomicU16> {
     Arc::new(AtomicU16::new(WIRE_MIN))
-}
-
-/// The mesh version a store body holds (`None`: unreadable or absent).
-pub fn decode_version(body: Option<&[u8]>) -> Option<u16> {
-    let record: MeshVersionRecord = serde_json::from_slice(body?).ok()?;
-    Some(record.version)
 }
 
 /// An operator's hold a store body holds, when it is held.
@@ -197,9 +185,7 @@ impl MeshNode {
                 .map(|c| c.summary.cell)
                 .filter(|c| *c != own)
                 .map(|cell| {
-                    let name = format!("{CELL_WIRE_PREFIX}{cell}");
-                    let body = store.get(&name).and_then(|e| e.body.live());
-                    let report = body.and_then(|b| serde_json::from_slice(b).ok());
+                    let report = cell_report(&store, &cell);
                     (cell, report)
                 })
                 .collect()
@@ -256,6 +242,13 @@ pub async fn run(node: Arc<MeshNode>, joins: bool) {
     }
 }
 
+/// The report `cell` holds in `store`, when it holds a readable one.
+fn cell_report(store: &DesiredStore, cell: &str) -> Option<CellWireRecord> {
+    let name = format!("{CELL_WIRE_PREFIX}{cell}");
+    let body = store.get(&name).and_then(|e| e.body.live())?;
+    serde_json::from_slice(body).ok()
+}
+
 /// Writes this cell's [`CellWireRecord`] when this agent is the cell's lowest-named live member,
 /// other cells are known, and the stored report differs.
 async fn report_cell(node: &Arc<MeshNode>, members: &[Member]) {
@@ -273,11 +266,7 @@ async fn report_cell(node: &Arc<MeshNode>, members: &[Member]) {
     }
     let record = CellWireRecord::of(members);
     let name = format!("{CELL_WIRE_PREFIX}{own}");
-    let stored: Option<CellWireRecord> = {
-        let store = node.store.lock().expect("store lock");
-        let body = store.get(&name).and_then(|e| e.body.live());
-        body.and_then(|b| serde_json::from_slice(b).ok())
-    };
+    let stored = cell_report(&node.store.lock().expect("store lock"), &own);
     if stored.as_ref() == Some(&record) {
         return;
     }

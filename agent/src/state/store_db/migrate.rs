@@ -36,6 +36,19 @@ pub(super) const MIGRATIONS: &[Migration] = &[];
 /// decide which steps may run.
 pub const MESH_VERSION_NAME: &str = "shoal:mesh-version";
 
+/// The stored mesh version (JSON: small, readable).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MeshVersionRecord {
+    /// The version.
+    pub version: u16,
+}
+
+/// The mesh version a store body holds (`None`: unreadable or absent).
+pub fn decode_version(body: Option<&[u8]>) -> Option<u16> {
+    let record: MeshVersionRecord = serde_json::from_slice(body?).ok()?;
+    Some(record.version)
+}
+
 /// Where a data dir's layout stands after [`bring_up`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Layout {
@@ -175,12 +188,7 @@ fn recorded_mesh_version(db: &Database) -> Result<u16, StoreDbError> {
     };
     let entry: shoal_core::store::Entry =
         decode::<_, { codec::ENTRY_BYTES_MAX }>("entries", MESH_VERSION_NAME, value.value())?;
-    let version = entry
-        .body
-        .live()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
-        .and_then(|v| v.get("version")?.as_u64())
-        .and_then(|v| u16::try_from(v).ok());
+    let version = decode_version(entry.body.live());
     Ok(version.unwrap_or(oldest).max(oldest))
 }
 

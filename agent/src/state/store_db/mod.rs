@@ -35,7 +35,7 @@ pub const LAYOUTS_READ: std::ops::RangeInclusive<u32> = codec::READS_FROM..=code
 use db::{Db, Location};
 pub use error::StoreDbError;
 pub use mem_disk::MemDisk;
-pub use migrate::MESH_VERSION_NAME;
+pub use migrate::{decode_version, MeshVersionRecord, MESH_VERSION_NAME};
 
 /// File name of the database inside the data dir.
 pub const DB_FILE: &str = "desired.redb";
