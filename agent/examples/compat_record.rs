@@ -278,10 +278,11 @@ fn placement_input() -> (Vec<Node>, Vec<Workload>) {
                 zone: ZONES[i % ZONES.len()].to_string(),
                 draining: i % 11 == 3,
                 down: i % 7 == 5,
+                caps: None,
             }
         })
         .collect();
-    let workloads = (0..30usize)
+    let workloads: Vec<Workload> = (0..30usize)
         .map(|i| {
             // w05 and w12 have more replicas than eligible nodes: small, stateless, stacked.
             let stacked = i == 5 || i == 12;
@@ -318,10 +319,66 @@ fn placement_input() -> (Vec<Node>, Vec<Workload>) {
                 exclusive,
                 priority: mix.below(5) as i32 - 1,
                 sticky,
+                needs: Default::default(),
             }
         })
         .collect();
+    let (mut nodes, mut workloads) = (nodes, workloads);
+    if PLACEMENT_ALGORITHM_VERSION >= 7 {
+        capabilities(&mut nodes, &mut workloads);
+    }
     (nodes, workloads)
+}
+
+/// Algorithm 7's inputs, from a generator of their own (the input of the algorithms before stays
+/// what it was): runtimes, volume roots and taken ports on the nodes; runtimes, host paths and
+/// fixed ports in the workloads, some of them met by no node.
+fn capabilities(nodes: &mut [Node], workloads: &mut [Workload]) {
+    use shoal_core::placement::{Capabilities, HostPort, Needs, Runtime};
+    let mut mix = Mix(0x7_ca9a_b1e5_2026);
+    let port = |port| HostPort {
+        port,
+        protocol: Default::default(),
+    };
+    for (i, node) in nodes.iter_mut().enumerate() {
+        let runtimes = match mix.below(5) {
+            0 => vec![Runtime::Container],
+            1 => vec![Runtime::Process],
+            _ => vec![Runtime::Process, Runtime::Container],
+        };
+        node.caps = (i % 13 != 12).then(|| Capabilities {
+            runtimes,
+            volume_roots: if mix.below(3) == 0 {
+                vec!["/srv".to_string()]
+            } else {
+                Vec::new()
+            },
+            ports_taken: if mix.below(6) == 0 {
+                vec![port(8080)]
+            } else {
+                Vec::new()
+            },
+        });
+    }
+    for (i, w) in workloads.iter_mut().enumerate() {
+        w.needs = Needs {
+            runtime: Some(if mix.below(5) == 0 {
+                Runtime::Container
+            } else {
+                Runtime::Process
+            }),
+            host_paths: match i {
+                2 | 17 => vec!["/srv/data".to_string()],
+                28 => vec!["/opt/nowhere".to_string()],
+                _ => Vec::new(),
+            },
+            fixed_ports: if i % 7 == 3 {
+                vec![port(8080)]
+            } else {
+                Vec::new()
+            },
+        };
+    }
 }
 
 fn json(value: &impl serde::Serialize) -> String {

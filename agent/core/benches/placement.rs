@@ -25,6 +25,7 @@ fn cluster(nodes: usize, workloads: usize) -> (Vec<Node>, Vec<Workload>) {
             zone: format!("zone-{:02}", i % 16),
             draining: false,
             down: false,
+            caps: None,
         })
         .collect();
     let workloads: Vec<Workload> = (0..workloads as u64)
@@ -41,6 +42,7 @@ fn cluster(nodes: usize, workloads: usize) -> (Vec<Node>, Vec<Workload>) {
             exclusive: false,
             priority: (i % 4) as i32,
             sticky: Default::default(),
+            needs: Default::default(),
         })
         .collect();
     (nodes, workloads)

@@ -101,6 +101,7 @@ pub fn assess(current: u16, members: &[MemberBuild], held: bool) -> Assessment {
 pub fn placement_algorithm(mesh_version: u16) -> u32 {
     match mesh_version {
         ..=8 => 6,
+        9 => 7,
         _ => crate::placement::PLACEMENT_ALGORITHM_VERSION,
     }
 }
@@ -144,16 +145,19 @@ mod tests {
 
     #[test]
     fn the_mesh_moves_when_every_member_speaks_the_next_version() {
-        let all_new = [member("n1", 7, 8, true), member("n2", 7, 8, true)];
+        let all_new = [
+            member("n1", 7, WIRE_CUR, true),
+            member("n2", 7, WIRE_CUR, true),
+        ];
         let a = assess(7, &all_new, false);
-        assert_eq!((a.supported, a.move_to), (8, Some(8)));
+        assert_eq!((a.supported, a.move_to), (WIRE_CUR, Some(WIRE_CUR)));
         assert!(a.waiting_for.is_empty());
     }
 
     #[test]
     fn an_old_member_alive_or_dead_holds_the_mesh_back_and_is_named() {
         let mixed = [
-            member("n1", 7, 8, true),
+            member("n1", 7, WIRE_CUR, true),
             member("n3", 7, 7, false),
             member("n2", 7, 7, true),
         ];
@@ -198,5 +202,7 @@ mod tests {
             assert!(placement_algorithm(v) <= crate::placement::PLACEMENT_ALGORITHM_VERSION);
         }
         assert_eq!(placement_algorithm(7), 6);
+        assert_eq!(placement_algorithm(8), 6);
+        assert_eq!(placement_algorithm(9), 7);
     }
 }

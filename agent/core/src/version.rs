@@ -17,8 +17,9 @@ use std::cell::Cell;
 /// The oldest wire version this build speaks: `71428bd`'s (wire 7, store layout 7).
 pub const WIRE_MIN: u16 = 7;
 /// The newest wire version this build speaks (8: build facts in gossip, the mesh version, the
-/// `upgrade` requests, specs with `user`).
-pub const WIRE_CUR: u16 = 8;
+/// `upgrade` requests, specs with `user`; 9: node capabilities in gossip and placement algorithm
+/// 7, which places a replica only where it can run, `module upgrade`).
+pub const WIRE_CUR: u16 = 9;
 
 thread_local! {
     static LAYOUT: Cell<u16> = const { Cell::new(WIRE_CUR) };

@@ -120,6 +120,7 @@ fn workload(line: &str) -> Workload {
         exclusive: false,
         priority: 0,
         sticky: Default::default(),
+        needs: Default::default(),
     };
     for word in &words[1..] {
         match word.split_once('=') {

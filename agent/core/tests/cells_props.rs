@@ -80,6 +80,7 @@ fn arb_mesh(cells: std::ops::Range<usize>) -> impl Strategy<Value = Mesh> {
                     zone: format!("z{zone}"),
                     draining,
                     down: node_down,
+                    caps: None,
                 });
             }
             Mesh {
@@ -121,6 +122,7 @@ fn arb_workloads(request_scale: u64) -> impl Strategy<Value = Vec<Workload>> {
                     exclusive,
                     priority,
                     sticky: Default::default(),
+                    needs: Default::default(),
                 },
             )
             .collect()
@@ -459,6 +461,7 @@ fn the_cell_level_spreads_replicas_evenly() {
                     zone: format!("z{}", n % 3),
                     draining: false,
                     down: false,
+                    caps: None,
                 })
                 .collect();
             let summary = summarize(&name, 1, &[], &nodes, &Placement::default(), &[], None);
@@ -478,6 +481,7 @@ fn the_cell_level_spreads_replicas_evenly() {
             exclusive: false,
             priority: 0,
             sticky: Default::default(),
+            needs: Default::default(),
         };
         let p = place_cells(&cells, std::slice::from_ref(&w));
         let mut per: BTreeMap<&str, u32> = BTreeMap::new();

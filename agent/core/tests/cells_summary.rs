@@ -22,6 +22,7 @@ fn node(id: usize, cores: u64, zone: &str, disk: &str) -> Node {
         zone: zone.into(),
         draining: false,
         down: false,
+        caps: None,
     }
 }
 
@@ -92,6 +93,7 @@ fn free_is_what_the_cell_placed_subtracted() {
         exclusive: false,
         priority: 0,
         sticky: Default::default(),
+        needs: Default::default(),
     };
     let s = summarize("c1", 1, &[], &nodes, &placement, &[web], None);
     assert_eq!(

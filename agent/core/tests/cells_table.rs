@@ -23,6 +23,7 @@ fn summary(cell: &str, members: usize) -> CellSummary {
             zone: "a".into(),
             draining: false,
             down: false,
+            caps: None,
         })
         .collect();
     summarize(

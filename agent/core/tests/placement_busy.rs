@@ -43,6 +43,7 @@ fn node(rng: &mut Rng, id: String) -> Node {
         zone: format!("z{}", rng.below(8)),
         draining: false,
         down: false,
+        caps: None,
     }
 }
 
@@ -84,6 +85,7 @@ fn cluster(
             exclusive: rng.below(20) == 0,
             priority: [0, 0, 0, 1, -1][rng.below(5) as usize],
             sticky: Default::default(),
+            needs: Default::default(),
         });
     }
     let demand: f64 = workloads

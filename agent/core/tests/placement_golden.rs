@@ -24,6 +24,7 @@ fn node(id: &str, cores: u64, gib: u64, zone: &str) -> Node {
         zone: zone.into(),
         draining: false,
         down: false,
+        caps: None,
     }
 }
 
@@ -37,12 +38,13 @@ fn workload(id: &str, replicas: u32, cpu: u64, mib: u64) -> Workload {
         exclusive: false,
         priority: 0,
         sticky: Default::default(),
+        needs: Default::default(),
     }
 }
 
 #[test]
 fn version() {
-    assert_eq!(PLACEMENT_ALGORITHM_VERSION, 6);
+    assert_eq!(PLACEMENT_ALGORITHM_VERSION, 7);
 }
 
 #[test]

@@ -45,6 +45,7 @@ fn arb_node(id_pool: u32) -> impl Strategy<Value = Node> {
             zone: format!("z{zone}"),
             draining,
             down,
+            caps: None,
         })
 }
 
@@ -71,6 +72,7 @@ fn arb_workload(id_pool: u32) -> impl Strategy<Value = Workload> {
                 exclusive,
                 priority,
                 sticky: Default::default(),
+                needs: Default::default(),
             },
         )
 }
@@ -560,6 +562,7 @@ fn infeasible_requests_are_reported() {
             zone: format!("z{}", i % 2),
             draining: false,
             down: false,
+            caps: None,
         })
         .collect();
     let w = |id: &str, replicas, cpu, mem| Workload {
@@ -571,6 +574,7 @@ fn infeasible_requests_are_reported() {
         exclusive: true,
         priority: 0,
         sticky: Default::default(),
+        needs: Default::default(),
     };
     let p = place(
         &nodes,
@@ -626,6 +630,7 @@ fn first_choices_follow_capacity() {
             zone: "z".into(),
             draining: false,
             down: false,
+            caps: None,
         })
         .collect();
     let workloads: Vec<Workload> = (0..20_000)
@@ -638,6 +643,7 @@ fn first_choices_follow_capacity() {
             exclusive: false,
             priority: 0,
             sticky: Default::default(),
+            needs: Default::default(),
         })
         .collect();
     let p = place(&nodes, &workloads);

@@ -20,6 +20,7 @@ fn hosts(count: usize) -> Vec<Node> {
             zone: format!("z{}", i % 3),
             draining: false,
             down: false,
+            caps: None,
         })
         .collect()
 }
@@ -34,6 +35,7 @@ fn web(replicas: u32, spread: Spread) -> Workload {
         exclusive: false,
         priority: 0,
         sticky: Default::default(),
+        needs: Default::default(),
     }
 }
 
@@ -130,6 +132,7 @@ mod props {
                     zone: format!("z{zone}"),
                     draining: false,
                     down: false,
+                    caps: None,
                 })
                 .collect()
         })
@@ -154,6 +157,7 @@ mod props {
                         exclusive: false,
                         priority,
                         sticky: Default::default(),
+                        needs: Default::default(),
                     })
                     .collect()
             },

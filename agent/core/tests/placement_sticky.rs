@@ -23,6 +23,7 @@ fn node(id: &str, zone: &str, disk: &str) -> Node {
         zone: zone.into(),
         draining: false,
         down: false,
+        caps: None,
     }
 }
 
@@ -41,6 +42,7 @@ fn db(replicas: u32, sticky: &[(u32, &str)]) -> Workload {
         exclusive: true,
         priority: 0,
         sticky: sticky.iter().map(|&(r, n)| (r, n.to_string())).collect(),
+        needs: Default::default(),
     }
 }
 
@@ -233,6 +235,7 @@ fn arb_node(id_pool: u32) -> impl Strategy<Value = Node> {
             zone: format!("z{zone}"),
             draining,
             down,
+            caps: None,
         })
 }
 
@@ -265,6 +268,7 @@ fn arb_workload() -> impl Strategy<Value = Workload> {
                 exclusive: false,
                 priority,
                 sticky,
+                needs: Default::default(),
             },
         )
 }

@@ -215,7 +215,7 @@ fn normal_handoff_has_no_gap() {
 }
 
 #[test]
-fn orphan_stops_after_the_handoff_bound_when_the_new_owner_never_gets_healthy() {
+fn a_healthy_orphan_keeps_running_past_the_handoff_bound_while_the_new_owner_fails() {
     let mut c = four_nodes("");
     c.agent_mut("n2").rt.failing.insert("web".to_string());
     c.place("web", 0, "n2");
@@ -226,6 +226,36 @@ fn orphan_stops_after_the_handoff_bound_when_the_new_owner_never_gets_healthy() 
         1,
         "still running while waiting"
     );
+    c.run_for(120_000);
+    let stops = c.count("n1", |a| matches!(a, Action::Stop { .. }));
+    assert_eq!(
+        stops, 0,
+        "a healthy copy is never traded for one that cannot start"
+    );
+    assert_eq!(c.alive_copies("web", 0).len(), 1);
+    let issue = c.issue("n1", IssueKind::Orphan).unwrap();
+    assert!(
+        issue.message.contains("moving (blocked"),
+        "{}",
+        issue.message
+    );
+    // The new owner recovers: the old copy hands off once the new one is healthy.
+    c.agent_mut("n2").rt.failing.clear();
+    c.run_for(60_000);
+    assert!(c.alive_copies("web", 0).iter().all(|(n, _, _)| n == "n2"));
+    assert_eq!(c.alive_copies("web", 0).len(), 1);
+}
+
+#[test]
+fn an_unhealthy_orphan_stops_after_the_handoff_bound_when_the_new_owner_never_gets_healthy() {
+    let health = "[health]\ninterval = \"1s\"\nstart_grace = \"0s\"\n\n[health.tcp]\nport = 80\n";
+    let mut c = four_nodes(health);
+    let (_, handle, _) = c.alive_copies("web", 0).remove(0);
+    c.agent_mut("n1").rt.unhealthy.insert(handle);
+    c.agent_mut("n2").rt.failing.insert("web".to_string());
+    c.place("web", 0, "n2");
+    c.run_for(30_000);
+    assert_eq!(c.alive_copies("web", 0).len(), 1, "waiting");
     c.run_for(31_000);
     let stops = c.count("n1", |a| {
         matches!(

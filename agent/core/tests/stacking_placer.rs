@@ -28,6 +28,7 @@ fn arb_node() -> impl Strategy<Value = Node> {
             zone: format!("z{zone}"),
             draining,
             down,
+            caps: None,
         })
 }
 
@@ -54,6 +55,7 @@ fn arb_workload() -> impl Strategy<Value = Workload> {
                 exclusive: false,
                 priority,
                 sticky: Default::default(),
+                needs: Default::default(),
             },
         )
 }
@@ -138,6 +140,7 @@ fn stacked_replicas_and_a_down_node_match_a_full_pass() {
         zone: "z".into(),
         draining: false,
         down,
+        caps: None,
     };
     let web = Workload {
         id: "web".into(),
@@ -148,6 +151,7 @@ fn stacked_replicas_and_a_down_node_match_a_full_pass() {
         exclusive: false,
         priority: 0,
         sticky: Default::default(),
+        needs: Default::default(),
     };
     let mut nodes: Vec<Node> = (0..5).map(|i| node(&format!("n{i}"), false)).collect();
     let mut placer = StackedPlacer::new();

@@ -99,6 +99,7 @@ pub fn node(rng: &mut Rng, i: usize, zone: usize) -> Node {
         zone: format!("zone-{zone:02}"),
         draining: false,
         down: false,
+        caps: None,
     }
 }
 
@@ -160,6 +161,7 @@ pub fn workloads(
                 _ => -10,
             },
             sticky: Default::default(),
+            needs: Default::default(),
         });
     }
     let want_cpu: f64 = capacity.cpu_millis as f64 * utilization;

@@ -74,6 +74,7 @@ pub fn mem_setup(i: usize, subnet: u8, zone: &str) -> MeshSetup {
         cell_seeds: Vec::new(),
         authority: Default::default(),
         wire: crate::state::mesh::upgrade::wire_cell(),
+        capabilities: None,
     }
 }
 

@@ -146,6 +146,37 @@ pub async fn open_runtime(
     })
 }
 
+/// What a node with this runtime and these volume roots can run, for placement (gossiped under
+/// `capabilities`). The container runtime names the engine's version when the engine answers
+/// within 2 s; the agent is configured for it either way (a start while the engine is down says
+/// so on the replica).
+pub async fn capabilities_of(
+    runtime: &Arc<dyn crate::node::runtime::Runtime>,
+    volume_roots: &[String],
+) -> crate::state::mesh::capabilities::CapabilitiesRecord {
+    use crate::node::runtime::RuntimeKind;
+    use crate::state::mesh::capabilities::{CapabilitiesRecord, RuntimeFact};
+    use shoal_core::placement::Runtime;
+    let fact = |kind, version| RuntimeFact { kind, version };
+    let runtimes = match runtime.kind() {
+        RuntimeKind::Process => vec![fact(Runtime::Process, None)],
+        RuntimeKind::Docker => {
+            let engine = async {
+                let docker = bollard::Docker::connect_with_local_defaults().ok()?;
+                docker.version().await.ok()?.version
+            };
+            let version = tokio::time::timeout(Duration::from_secs(2), engine)
+                .await
+                .ok()
+                .flatten()
+                .map(|v| format!("docker {v}"));
+            vec![fact(Runtime::Container, version)]
+        }
+        RuntimeKind::Mem => vec![fact(Runtime::Process, None), fact(Runtime::Container, None)],
+    };
+    CapabilitiesRecord::this(runtimes, volume_roots.to_vec())
+}
+
 /// The record an agent with these options gossips.
 pub fn node_record(opts: &AgentOptions) -> NodeRecord {
     NodeRecord {
@@ -329,6 +360,9 @@ pub async fn run_agent(
     if record.draining {
         tracing::info!(marker = %drain_marker.display(), "drained by an operator before the restart");
     }
+    let capabilities = capabilities_of(&runtime, &opts.host.volume_roots).await;
+    tracing::info!(runtimes = %capabilities.runtimes_text(), os = %capabilities.os,
+        arch = %capabilities.arch, volume_roots = ?capabilities.volume_roots, "capabilities");
     let setup = MeshSetup {
         name: opts.name.clone(),
         gossip_addr: opts.gossip_addr,
@@ -340,6 +374,7 @@ pub async fn run_agent(
         cell_seeds: opts.cell_seeds.clone(),
         authority: authority.clone(),
         wire,
+        capabilities: Some(capabilities),
     };
     let clock = system_clock();
     let running = start_node(setup, store, &transport, rpc_client, clock.clone(), false).await?;

@@ -57,6 +57,9 @@ pub struct MeshSetup {
     /// The wire version this node sends in, shared with its transport and RPC client
     /// ([`crate::state::mesh::upgrade::wire_cell`]); set from the store's mesh version before joining.
     pub wire: Arc<std::sync::atomic::AtomicU16>,
+    /// What this node can run, gossiped from its first frame; `None` gossips nothing, and
+    /// placement then counts the node able to run anything (the in-memory agents).
+    pub capabilities: Option<crate::state::mesh::capabilities::CapabilitiesRecord>,
 }
 
 /// A started mesh node and its background tasks.
@@ -181,6 +184,12 @@ pub async fn start_node(
             crate::state::mesh::build::this().encode(),
         ),
     ];
+    if let Some(capabilities) = &setup.capabilities {
+        kvs.push((
+            crate::state::mesh::capabilities::CAPABILITIES_KEY.to_string(),
+            capabilities.encode(),
+        ));
+    }
     if stale {
         kvs.push((STALE_KEY.to_string(), "1".to_string()));
     }

@@ -162,11 +162,13 @@ impl Api {
             &members,
             &self.node.caps(),
             (self.node.clock)(),
-            self.node.restart_hold(),
+            self.node.placement_terms(),
         );
         let workloads: Vec<_> = specs
             .iter()
-            .map(|(s, _)| view::placement_workload_held(s, &holders))
+            .map(|(s, _)| {
+                view::placement_workload_held(s, &holders, self.node.placement_algorithm())
+            })
             .collect();
         let own_cell = self.node.cells.own().to_string();
         let (placed, cell_of) = match self.node.cells.placement_cells() {

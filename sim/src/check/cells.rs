@@ -195,6 +195,7 @@ mod tests {
             zone: "z1".into(),
             draining: false,
             down: false,
+            caps: None,
         };
         BTreeMap::from([
             ("c1".to_string(), vec![node(1), node(3)]),

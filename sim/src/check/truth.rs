@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use shoal::state::mesh::view::placement_workload_held;
 use shoal_core::instance::{Phase, ReplicaId};
 use shoal_core::placement::Placement;
+use shoal_core::placement::PLACEMENT_ALGORITHM_VERSION;
 use shoal_core::spec::WorkloadSpec;
 use shoal_core::stacking::place_stacked;
 
@@ -165,7 +166,9 @@ impl Checker {
             .latest
             .values()
             .filter_map(|(v, s)| v.as_ref().and(s.as_ref()))
-            .map(|s| placement_workload_held(s, &holders))
+            // The newest algorithm: the simulated hosts gossip no capabilities, so it places as
+            // every algorithm a simulated mesh version names.
+            .map(|s| placement_workload_held(s, &holders, PLACEMENT_ALGORITHM_VERSION))
             .collect();
         // As the agents place: more replicas than eligible hosts stack (docs/placement.md); in
         // a mesh of cells, each cell's node level from its own view of the cells.

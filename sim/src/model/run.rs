@@ -259,6 +259,7 @@ pub fn simulate(sc: &Scenario, seed: u64, d: &Delays) -> ModelReport {
             zone: sc.mesh.zones[i % sc.mesh.zones.len()].clone(),
             draining: false,
             down: false,
+            caps: None,
         })
         .collect();
     let config = crate::host::reconcile_config(&sc.host);

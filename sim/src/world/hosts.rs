@@ -210,6 +210,7 @@ impl World {
             cell_seeds,
             authority: Default::default(),
             wire: shoal::state::mesh::upgrade::wire_cell(),
+            capabilities: None,
         };
         let (net, disk, clock) = (self.net.clone(), host.disk.clone(), host.clock.wall_clock());
         host.starting = Some(tokio::spawn(async move {

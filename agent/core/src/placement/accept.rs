@@ -692,7 +692,8 @@ impl Pass<'_> {
 
     /// Why the workload's unplaced replicas have no node, as of the end of its level.
     fn diagnose(&self, t: &mut Tracked, siblings: &[Rep], node_epoch: u64) -> Unschedulable {
-        let constraints = &self.classes.get(t.class).constraints;
+        let class = self.classes.get(t.class);
+        let (constraints, needs) = (&class.constraints, &class.needs);
         let (scan, ranking, empty_reason) = t.parts(self.nodes, self.classes, Which::Order);
         while ranking.extend(&scan) {}
         let eligible_count = ranking
@@ -707,7 +708,8 @@ impl Pass<'_> {
             return match empty_reason {
                 Some((k, reason)) if *k == key => reason.clone(),
                 _ => {
-                    let reason = why_no_eligible_node(scan.nodes, constraints, scan.request, ideal);
+                    let reason =
+                        why_no_eligible_node(scan.nodes, (constraints, needs), scan.request, ideal);
                     *empty_reason = Some((key, reason.clone()));
                     reason
                 }
@@ -829,10 +831,10 @@ fn merge_into(buf: &mut Vec<Held>, proposers: usize, held: &[Held]) {
     }
 }
 
-/// Why no node at all is eligible: no nodes, a constraint, or the request's size.
+/// Why no node at all is eligible: no nodes, a constraint, a need, or the request's size.
 pub(crate) fn why_no_eligible_node(
     nodes: &NodeTable,
-    constraints: &[crate::constraint::Constraint],
+    (constraints, needs): (&[crate::constraint::Constraint], &super::model::Needs),
     request: Resources,
     every_node: bool,
 ) -> Unschedulable {
@@ -851,10 +853,36 @@ pub(crate) fn why_no_eligible_node(
             };
         }
     }
-    let matching: Vec<_> = live.iter().filter(|n| eligible(n, constraints)).collect();
-    if matching.is_empty() {
+    let allowed: Vec<_> = live
+        .iter()
+        .filter(|n| eligible(n, constraints, &Default::default()))
+        .collect();
+    if allowed.is_empty() {
         return Unschedulable::ConstraintsConflict {
             constraints: constraints.iter().map(|c| c.to_string()).collect(),
+        };
+    }
+    let matching: Vec<_> = allowed
+        .iter()
+        .filter(|n| needs.unmet(n.caps.as_ref()).is_none())
+        .collect();
+    if matching.is_empty() {
+        // Every allowed node lacks something: name what the most of them lack.
+        let mut unmet: Vec<super::model::Unmet> = allowed
+            .iter()
+            .filter_map(|n| needs.unmet(n.caps.as_ref()))
+            .collect();
+        unmet.sort();
+        let mut best: Option<(usize, &super::model::Unmet)> = None;
+        for run in unmet.chunk_by(|a, b| a == b) {
+            if best.is_none_or(|(count, _)| run.len() > count) {
+                best = Some((run.len(), &run[0]));
+            }
+        }
+        let need = best.map(|(_, u)| u.to_string()).unwrap_or_default();
+        return Unschedulable::Incapable {
+            need,
+            nodes: allowed.len() as u32,
         };
     }
     let cpu_largest = matching

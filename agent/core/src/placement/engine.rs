@@ -236,6 +236,7 @@ pub struct PlacementEngine {
 fn canonical(mut share: Share) -> Share {
     share.workload.constraints.sort();
     share.workload.constraints.dedup();
+    share.workload.needs = std::mem::take(&mut share.workload.needs).canonical();
     share
 }
 
@@ -309,7 +310,9 @@ impl PlacementEngine {
             indices,
             home_zones,
         } = share;
-        let class = self.classes.acquire(&spec.constraints, &self.nodes);
+        let class = self
+            .classes
+            .acquire(&spec.constraints, &spec.needs, &self.nodes);
         let hash = workload_hash(&spec.id);
         let homes = match spec.spread {
             Spread::Zone => homes(
@@ -365,7 +368,10 @@ impl PlacementEngine {
         self.classes
             .classes
             .iter()
-            .map(|c| c.as_ref().is_some_and(|c| eligible(spec, &c.constraints)))
+            .map(|c| {
+                c.as_ref()
+                    .is_some_and(|c| eligible(spec, &c.constraints, &c.needs))
+            })
             .collect()
     }
 
@@ -426,7 +432,11 @@ impl PlacementEngine {
             return Err(InputError::UnknownNode { id: node.id });
         };
         let old = self.nodes.spec(slot);
-        if old.capacity == node.capacity && old.labels == node.labels && old.zone == node.zone {
+        if old.capacity == node.capacity
+            && old.labels == node.labels
+            && old.zone == node.zone
+            && old.caps == node.caps
+        {
             // Only the flags: no ranking changes, nor the ideal placement.
             if old.draining != node.draining || old.down != node.down {
                 self.nodes.set_status(slot, node.draining, node.down);
@@ -458,7 +468,10 @@ impl PlacementEngine {
             .as_ref()
             .expect("indexed workload is gone");
         let spec = &share.workload;
-        if t.spec.constraints != spec.constraints || t.spec.request != spec.request {
+        if t.spec.constraints != spec.constraints
+            || t.spec.needs != spec.needs
+            || t.spec.request != spec.request
+        {
             self.remove_workload(slot);
             self.insert_workload(share);
             return Ok(());

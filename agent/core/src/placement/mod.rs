@@ -50,8 +50,8 @@ mod table;
 
 pub use engine::PlacementEngine;
 pub use model::{
-    check_node, check_share, check_workload, InputError, Node, Placement, ReplicaId, Resource,
-    Share, Spread, Unschedulable, Workload,
+    check_node, check_share, check_workload, Capabilities, HostPort, InputError, Needs, Node,
+    Placement, ReplicaId, Resource, Runtime, Share, Spread, Unmet, Unschedulable, Workload,
 };
 
 /// The version of the placement algorithm. Agents gossip it: two agents on different versions
@@ -65,7 +65,26 @@ pub use model::{
 /// at one node the lowest index wins. Version 5: host ports the agent allocates are a resource
 /// (a replica needs one per named port without a number; a node has its port range's size).
 /// Version 6: a replica's data holder (`Workload::sticky`) is its home in the actual pass.
-pub const PLACEMENT_ALGORITHM_VERSION: u32 = 6;
+/// Version 7: a replica is eligible only on a node whose capabilities (`Node::caps`) meet its
+/// needs (`Workload::needs`: runtime, host paths under its volume roots, its fixed host ports not
+/// taken there by something else). Two workloads that fix one port may still share a node (the
+/// apply notes the clash). With no capabilities and no needs it places as version 6 did,
+/// which is how a mesh at a version naming 6 runs it ([`for_algorithm`]).
+pub const PLACEMENT_ALGORITHM_VERSION: u32 = 7;
+
+/// The inputs as placement algorithm `algorithm` sees them: before 7, nodes say no capabilities
+/// and workloads need nothing (version 6 had neither), so this build places as a build of that
+/// algorithm does.
+pub fn for_algorithm(algorithm: u32, nodes: &mut [Node], workloads: &mut [Workload]) {
+    if algorithm < 7 {
+        for n in nodes {
+            n.caps = None;
+        }
+        for w in workloads {
+            w.needs = Needs::default();
+        }
+    }
+}
 
 /// The placement of these workloads on these nodes: pure, and independent of the order of both
 /// slices. Invalid or duplicated inputs are left out and listed in [`Placement::rejected`].

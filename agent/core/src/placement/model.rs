@@ -38,12 +38,157 @@ pub struct Node {
     /// it had before.
     #[serde(default)]
     pub down: bool,
+    /// What the node can run (placement algorithm 7). `None`: it said nothing, as every node of
+    /// a mesh before version 9, and it can run anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caps: Option<Capabilities>,
 }
 
 impl Node {
     /// Up and not draining: the node may be given replicas.
     pub fn available(&self) -> bool {
         !self.draining && !self.down
+    }
+}
+
+/// A kind of runtime: what a replica needs and a node may have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    /// Processes started by the agent.
+    Process,
+    /// Containers run by a container engine (Docker).
+    Container,
+}
+
+impl fmt::Display for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Runtime::Process => "process",
+            Runtime::Container => "container",
+        })
+    }
+}
+
+/// A host port with its protocol (`8080/tcp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct HostPort {
+    /// The port number.
+    pub port: u16,
+    /// TCP or UDP.
+    pub protocol: crate::spec::Protocol,
+}
+
+impl fmt::Display for HostPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.port, self.protocol.as_str())
+    }
+}
+
+/// Most volume roots, or taken ports, a node's capabilities may list.
+pub const CAPABILITY_ITEMS_MAX: usize = 1024;
+
+/// What a node can run, as it gossips it (placement algorithm 7): a replica is only eligible on a
+/// node whose capabilities meet its [`Needs`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// The runtimes present and usable.
+    pub runtimes: Vec<Runtime>,
+    /// The directories host-path volumes may be under (`--volume-root`).
+    pub volume_roots: Vec<String>,
+    /// Fixed host ports held by something other than this mesh's replicas.
+    pub ports_taken: Vec<HostPort>,
+}
+
+/// What a replica needs of a node beyond room (placement algorithm 7). Empty for a workload of a
+/// mesh before version 9, which is placed as algorithm 6 placed it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Needs {
+    /// The runtime its spec runs in.
+    pub runtime: Option<Runtime>,
+    /// Host paths of its volumes: each must be under one of the node's volume roots. Sorted.
+    pub host_paths: Vec<String>,
+    /// Host ports it fixes: none may be taken on the node by something else. Sorted.
+    pub fixed_ports: Vec<HostPort>,
+}
+
+/// The first need a node does not meet.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Unmet {
+    /// The node lacks the runtime.
+    Runtime(Runtime),
+    /// The path is under none of the node's volume roots.
+    HostPath(String),
+    /// Something else holds the port there.
+    PortTaken(HostPort),
+}
+
+impl fmt::Display for Unmet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unmet::Runtime(r) => write!(f, "runtime {r}"),
+            Unmet::HostPath(p) => write!(f, "host path {p} (--volume-root)"),
+            Unmet::PortTaken(p) => write!(f, "host port {p} free"),
+        }
+    }
+}
+
+impl Needs {
+    /// What a replica of `spec` needs: its runtime, its volumes' host paths, its fixed host ports.
+    pub fn of_spec(spec: &crate::spec::WorkloadSpec) -> Needs {
+        Needs {
+            runtime: Some(match spec.run {
+                crate::spec::Run::Process(_) => Runtime::Process,
+                crate::spec::Run::Container(_) => Runtime::Container,
+            }),
+            host_paths: spec
+                .volumes
+                .iter()
+                .filter_map(|v| v.host_path.clone())
+                .collect(),
+            fixed_ports: spec
+                .fixed_host_ports()
+                .into_iter()
+                .map(|(port, protocol)| HostPort { port, protocol })
+                .collect(),
+        }
+        .canonical()
+    }
+
+    /// Nothing needed: every node meets it.
+    pub fn is_empty(&self) -> bool {
+        self.runtime.is_none() && self.host_paths.is_empty() && self.fixed_ports.is_empty()
+    }
+
+    /// The first need a node with these capabilities does not meet (a node that said nothing
+    /// meets every need).
+    pub fn unmet(&self, caps: Option<&Capabilities>) -> Option<Unmet> {
+        let caps = caps?;
+        if let Some(r) = self.runtime {
+            if !caps.runtimes.contains(&r) {
+                return Some(Unmet::Runtime(r));
+            }
+        }
+        if let Some(p) = self
+            .host_paths
+            .iter()
+            .find(|p| !crate::spec::host_path_allowed(p, &caps.volume_roots))
+        {
+            return Some(Unmet::HostPath(p.clone()));
+        }
+        self.fixed_ports
+            .iter()
+            .find(|p| caps.ports_taken.contains(p))
+            .map(|p| Unmet::PortTaken(*p))
+    }
+
+    /// Sorted and deduplicated, as the engine keys classes by it.
+    pub fn canonical(mut self) -> Needs {
+        self.host_paths.sort();
+        self.host_paths.dedup();
+        self.fixed_ports.sort();
+        self.fixed_ports.dedup();
+        self
     }
 }
 
@@ -88,6 +233,9 @@ pub struct Workload {
     /// that later joins takes effect then.
     #[serde(default)]
     pub sticky: BTreeMap<u32, String>,
+    /// What each replica needs of a node beyond room (placement algorithm 7; empty before).
+    #[serde(default, skip_serializing_if = "Needs::is_empty")]
+    pub needs: Needs,
 }
 
 /// Some replicas of a workload, to be placed on these nodes: a cell's share of it (see
@@ -183,6 +331,14 @@ pub enum Unschedulable {
         /// The largest capacity among the nodes that match the constraints.
         largest: u64,
     },
+    /// No live node meets this need of the replica (its runtime, a host path, a free fixed
+    /// port).
+    Incapable {
+        /// The need, in its text form (`runtime container`, ...).
+        need: String,
+        /// How many live nodes lack it (every live node that matches the constraints).
+        nodes: u32,
+    },
     /// Some nodes have enough CPU and some enough memory, but none has both.
     RequestFitsNoSingleNode {
         /// What one replica asks for.
@@ -220,6 +376,10 @@ impl fmt::Display for Unschedulable {
                 f,
                 "no live node matches all of the constraints {}",
                 constraints.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
+            ),
+            Unschedulable::Incapable { need, nodes } => write!(
+                f,
+                "needs {need}, which none of the {nodes} live nodes the constraints allow has"
             ),
             Unschedulable::RequestTooLarge { resource: Resource::Cpu, requested, largest } => write!(
                 f,
@@ -330,6 +490,12 @@ pub enum InputError {
         /// The workload.
         id: String,
     },
+    /// A node's capabilities or a workload's needs list more than [`CAPABILITY_ITEMS_MAX`]
+    /// volume roots, host paths or ports.
+    TooManyCapabilities {
+        /// The node or workload.
+        id: String,
+    },
 }
 
 impl fmt::Display for InputError {
@@ -365,6 +531,10 @@ impl fmt::Display for InputError {
                 "the share of workload {id:?} has indices that are not strictly ascending below \
                  its replica count, or repeated or too many home zones"
             ),
+            InputError::TooManyCapabilities { id } => write!(
+                f,
+                "{id:?} lists more than {CAPABILITY_ITEMS_MAX} volume roots, host paths or ports"
+            ),
         }
     }
 }
@@ -394,6 +564,13 @@ pub fn check_node(node: &Node) -> Result<(), InputError> {
             capacity: c,
         });
     }
+    if node.caps.as_ref().is_some_and(|c| {
+        c.volume_roots.len() > CAPABILITY_ITEMS_MAX || c.ports_taken.len() > CAPABILITY_ITEMS_MAX
+    }) {
+        return Err(InputError::TooManyCapabilities {
+            id: node.id.clone(),
+        });
+    }
     Ok(())
 }
 
@@ -405,6 +582,14 @@ pub fn check_workload(workload: &Workload) -> Result<(), InputError> {
         return Err(InputError::TooManyReplicas {
             id: workload.id.clone(),
             replicas: workload.replicas,
+        });
+    }
+    let needs = &workload.needs;
+    if needs.host_paths.len() > CAPABILITY_ITEMS_MAX
+        || needs.fixed_ports.len() > CAPABILITY_ITEMS_MAX
+    {
+        return Err(InputError::TooManyCapabilities {
+            id: workload.id.clone(),
         });
     }
     Ok(())

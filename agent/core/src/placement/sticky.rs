@@ -19,7 +19,7 @@ use super::table::{eligible, NodeTable};
 pub(crate) fn holder(nodes: &NodeTable, t: &Tracked, index: u32) -> Option<u32> {
     let id = t.spec.sticky.get(&index)?;
     let slot = nodes.slot(id)?;
-    eligible(nodes.spec(slot), &t.spec.constraints).then_some(slot)
+    eligible(nodes.spec(slot), &t.spec.constraints, &t.spec.needs).then_some(slot)
 }
 
 /// True when some replica placed here has a holder that is not its node in the ideal placement

@@ -7,7 +7,7 @@
 //! The hash maps are only looked up, never iterated.
 
 use super::hash::{node_hash, zone_hash};
-use super::model::Node;
+use super::model::{Needs, Node};
 use crate::constraint::Constraint;
 use crate::resources::Resources;
 use crate::stable_hash::StableHashMap;
@@ -128,18 +128,20 @@ impl NodeTable {
     }
 }
 
-/// True when `node` is in the rankings of a workload with these constraints. Down and draining
-/// nodes are: they keep their place, and the capacity pass gives them nothing.
-pub(crate) fn eligible(node: &Node, constraints: &[Constraint]) -> bool {
+/// True when `node` is in the rankings of a workload with these constraints and needs. Down and
+/// draining nodes are: they keep their place, and the capacity pass gives them nothing.
+pub(crate) fn eligible(node: &Node, constraints: &[Constraint], needs: &Needs) -> bool {
     constraints
         .iter()
         .all(|c| c.matches(&node.labels, &node.zone, &node.id))
+        && needs.unmet(node.caps.as_ref()).is_none()
 }
 
-/// One distinct constraint set and the known nodes that satisfy it.
+/// One distinct (constraint set, needs) pair and the known nodes that satisfy it.
 #[derive(Clone, Debug)]
 pub(crate) struct ConstraintClass {
     pub constraints: Vec<Constraint>,
+    pub needs: Needs,
     /// Eligible node slots, in no particular order.
     pub nodes: Vec<u32>,
     /// Eligible node slots per zone number, in no particular order (a zone-spread replica's
@@ -206,7 +208,7 @@ impl ConstraintClass {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ClassTable {
     pub classes: Vec<Option<ConstraintClass>>,
-    by_constraints: StableHashMap<Vec<Constraint>, u32>,
+    by_constraints: StableHashMap<(Vec<Constraint>, Needs), u32>,
     free: Vec<u32>,
 }
 
@@ -215,14 +217,16 @@ impl ClassTable {
         self.classes[class as usize].as_ref().expect("free class")
     }
 
-    /// The class of a (sorted, deduplicated) constraint set, created if new.
-    pub fn acquire(&mut self, constraints: &[Constraint], nodes: &NodeTable) -> u32 {
-        if let Some(&c) = self.by_constraints.get(constraints) {
+    /// The class of a (sorted, deduplicated) constraint set and canonical needs, created if new.
+    pub fn acquire(&mut self, constraints: &[Constraint], needs: &Needs, nodes: &NodeTable) -> u32 {
+        let key = (constraints.to_vec(), needs.clone());
+        if let Some(&c) = self.by_constraints.get(&key) {
             self.classes[c as usize].as_mut().expect("free class").users += 1;
             return c;
         }
         let mut class = ConstraintClass {
             constraints: constraints.to_vec(),
+            needs: needs.clone(),
             nodes: Vec::new(),
             zone_nodes: Vec::new(),
             zones: 0,
@@ -230,7 +234,7 @@ impl ClassTable {
             users: 1,
         };
         for slot in nodes.live_slots() {
-            if eligible(nodes.spec(slot), constraints) {
+            if eligible(nodes.spec(slot), constraints, needs) {
                 class.add(slot, nodes.zone[slot as usize]);
             }
         }
@@ -244,7 +248,7 @@ impl ClassTable {
                 (self.classes.len() - 1) as u32
             }
         };
-        self.by_constraints.insert(constraints.to_vec(), id);
+        self.by_constraints.insert(key, id);
         id
     }
 
@@ -254,7 +258,7 @@ impl ClassTable {
         c.users -= 1;
         if c.users == 0 {
             let c = self.classes[class as usize].take().expect("free class");
-            self.by_constraints.remove(&c.constraints);
+            self.by_constraints.remove(&(c.constraints, c.needs));
             self.free.push(class);
         }
     }
@@ -263,7 +267,7 @@ impl ClassTable {
     pub fn node_added(&mut self, slot: u32, nodes: &NodeTable) {
         let node = nodes.spec(slot);
         for class in self.classes.iter_mut().flatten() {
-            if eligible(node, &class.constraints) {
+            if eligible(node, &class.constraints, &class.needs) {
                 class.add(slot, nodes.zone[slot as usize]);
             }
         }
@@ -273,7 +277,7 @@ impl ClassTable {
     pub fn node_removed(&mut self, slot: u32, nodes: &NodeTable) {
         let node = nodes.spec(slot);
         for class in self.classes.iter_mut().flatten() {
-            if eligible(node, &class.constraints) {
+            if eligible(node, &class.constraints, &class.needs) {
                 let removed = class.remove(slot, nodes.zone[slot as usize]);
                 assert!(removed, "eligible node {} missing from its class", node.id);
             }

@@ -4,8 +4,10 @@
 //! (stop before start: the new owner waits for this copy to be gone), unless this node holds its
 //! data and the new owner gossips that it waits for that data (`data.rs`): then it keeps running
 //! until the new owner may start it empty. A normal replica keeps
-//! running until gossip shows the new owner's copy serving (no gap in planned moves), or until
-//! `orphan_handoff_max_ms` has passed; one the cell level moved to another cell, until that cell
+//! running until gossip shows the new owner's copy serving (no gap in planned moves); while it
+//! serves itself, however long that takes (a healthy copy is never traded for one that cannot
+//! start: the new owner may refuse it, fail its pull or crash-loop), and when it does not, at
+//! most until `orphan_handoff_max_ms` has passed; one the cell level moved to another cell, until that cell
 //! reports its copy serving (`ReconcileInput::moved_to_cells`). Stops decided on this node's view alone (deleted, scaled
 //! down, exclusive moved, handoff timeout) are held while the view is suspicious. Whatever the
 //! view, an exclusive instance is fenced when this node has lacked a majority too long.
@@ -114,19 +116,31 @@ pub(crate) fn plan_orphan(ctx: &Ctx<'_>, plan: &mut Plan, handle: &str, t: &Trac
                 StopCause::Handoff,
                 format!("moved to {where_to}, whose copy is healthy"),
             ),
-            None if ctx.now_ms >= deadline => (
+            // A healthy copy is never traded for one that is not: it keeps running however long
+            // the new owner takes, or whatever stops it there (a refusal, a pull, a crash loop).
+            // One that does not serve either is worth nothing here after the handoff time.
+            None if ctx.now_ms >= deadline && !t.serves() => (
                 StopCause::HandoffTimeout,
                 format!(
-                    "placed on {where_to} but no healthy copy there after {} ms",
+                    "placed on {where_to} but no healthy copy there after {} ms, and this copy \
+                     is not healthy either",
                     ctx.config.orphan_handoff_max_ms
                 ),
             ),
             None => {
-                let msg = format!(
-                    "placed on {where_to}; keeps running until a copy there is healthy (at most until {deadline})"
-                );
+                let msg = if ctx.now_ms >= deadline {
+                    format!(
+                        "moving (blocked: no healthy copy on {where_to} after {} ms); this \
+                         healthy copy keeps running until there is one",
+                        ctx.config.orphan_handoff_max_ms
+                    )
+                } else {
+                    format!("placed on {where_to}; keeps running until a copy there is healthy")
+                };
                 plan.issue(IssueKind::Orphan, Some(replica), msg);
-                plan.wake_at(deadline);
+                if ctx.now_ms < deadline {
+                    plan.wake_at(deadline);
+                }
                 return;
             }
         },

@@ -256,6 +256,7 @@ mod tests {
             zone: "z".into(),
             draining: false,
             down: false,
+            caps: None,
         }
     }
 
@@ -269,6 +270,7 @@ mod tests {
             exclusive: false,
             priority: 0,
             sticky: Default::default(),
+            needs: Default::default(),
         }
     }
 

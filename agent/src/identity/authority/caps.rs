@@ -124,6 +124,7 @@ mod tests {
             zone: String::new(),
             draining: false,
             down: false,
+            caps: None,
         };
         assert!(caps.clamp(&mut node));
         assert_eq!(node.capacity, Resources::new(8000, 1 << 50));

@@ -512,14 +512,26 @@ async fn refresh_specs(host: &Host, shell: &mut ShellState) -> bool {
 
 fn refresh_placement(host: &Host, shell: &mut ShellState, members: &[Member]) {
     use std::hash::Hasher;
-    let nodes = view::placement_nodes(
-        members,
-        &shell.caps,
-        (host.clock)(),
-        host.node.restart_hold(),
-    );
+    let terms = host.node.placement_terms();
+    let algorithm = terms.1;
+    let nodes = view::placement_nodes(members, &shell.caps, (host.clock)(), terms);
     let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.write_u32(algorithm);
     for n in &nodes {
+        if let Some(caps) = &n.caps {
+            h.write_u8(0xca);
+            for r in &caps.runtimes {
+                h.write_u8(*r as u8);
+            }
+            for root in &caps.volume_roots {
+                h.write_usize(root.len());
+                h.write(root.as_bytes());
+            }
+            for p in &caps.ports_taken {
+                h.write_u16(p.port);
+                h.write_u8(p.protocol as u8);
+            }
+        }
         h.write(n.id.as_bytes());
         h.write_u64(n.capacity.cpu_millis);
         h.write_u64(n.capacity.memory_bytes);
@@ -527,7 +539,9 @@ fn refresh_placement(host: &Host, shell: &mut ShellState, members: &[Member]) {
         h.write_u8(u8::from(n.draining));
         h.write_u8(u8::from(n.down));
         for (k, v) in &n.labels {
+            h.write_usize(k.len());
             h.write(k.as_bytes());
+            h.write_usize(v.len());
             h.write(v.as_bytes());
         }
     }
@@ -548,7 +562,7 @@ fn refresh_placement(host: &Host, shell: &mut ShellState, members: &[Member]) {
     let workloads: Vec<_> = shell
         .specs
         .values()
-        .map(|e| view::placement_workload_held(&e.spec, &shell.input.data_holders))
+        .map(|e| view::placement_workload_held(&e.spec, &shell.input.data_holders, algorithm))
         .collect();
     shell.placement = match &shell.cells {
         Some(cells) => {
@@ -601,6 +615,7 @@ mod tests {
             leaving: false,
             build: None,
             restarting_until: None,
+            capabilities: None,
         }
     }
 

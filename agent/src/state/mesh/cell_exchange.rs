@@ -169,8 +169,12 @@ impl CellExchange {
     /// Publishes this cell's summary from the membership and the host loop's last placement.
     fn publish(&mut self, members: &[Member], contacts: &[String]) {
         let node = &self.node;
-        let nodes =
-            view::placement_nodes(members, &node.caps(), (node.clock)(), node.restart_hold());
+        let nodes = view::placement_nodes(
+            members,
+            &node.caps(),
+            (node.clock)(),
+            node.placement_terms(),
+        );
         let local = node.cells.local();
         let summary = summarize(
             node.cells.own(),

@@ -2,6 +2,7 @@
 //! agent process that wires them over QUIC.
 
 pub mod build;
+pub mod capabilities;
 pub mod cell_exchange;
 pub mod cell_names;
 pub mod crl_watch;

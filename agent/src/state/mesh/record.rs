@@ -112,6 +112,7 @@ impl NodeRecord {
             zone: self.zone.clone(),
             draining: self.draining,
             down: false,
+            caps: None,
         }
     }
 }

@@ -167,6 +167,17 @@ impl MeshNode {
         self.mesh_version() >= RESTART_HOLD_SINCE
     }
 
+    /// The placement algorithm the mesh version names (`shoal_core::upgrade`).
+    pub fn placement_algorithm(&self) -> u32 {
+        shoal_core::upgrade::placement_algorithm(self.mesh_version())
+    }
+
+    /// What the placement inputs follow of the mesh version: whether planned restarts hold a node
+    /// up, and the placement algorithm (`view::placement_nodes`).
+    pub fn placement_terms(&self) -> (bool, u32) {
+        (self.restart_hold(), self.placement_algorithm())
+    }
+
     /// The operator's hold, when held.
     pub fn upgrade_hold(&self) -> Option<HoldRecord> {
         let store = self.store.lock().expect("store lock");

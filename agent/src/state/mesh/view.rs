@@ -56,6 +56,8 @@ pub struct Member {
     pub build: Option<super::build::BuildRecord>,
     /// It stopped for a planned restart and means to be back by this wall time (ms).
     pub restarting_until: Option<u64>,
+    /// What it can run, when it gossips it (builds before 9 do not).
+    pub capabilities: Option<super::capabilities::CapabilitiesRecord>,
 }
 
 impl Member {
@@ -210,6 +212,7 @@ struct Facts {
     leaving: bool,
     build: Option<super::build::BuildRecord>,
     restarting_until: Option<u64>,
+    capabilities: Option<super::capabilities::CapabilitiesRecord>,
 }
 
 impl Facts {
@@ -222,6 +225,7 @@ impl Facts {
             leaving: false,
             build: None,
             restarting_until: None,
+            capabilities: None,
         };
         for (key, value) in state.key_values() {
             match key {
@@ -233,6 +237,10 @@ impl Facts {
                     facts.build = super::build::BuildRecord::decode(value).ok();
                 }
                 RESTARTING_KEY => facts.restarting_until = value.parse().ok(),
+                super::capabilities::CAPABILITIES_KEY => {
+                    facts.capabilities =
+                        super::capabilities::CapabilitiesRecord::decode(value).ok();
+                }
                 _ => {}
             }
         }
@@ -250,6 +258,7 @@ impl Facts {
             leaving: self.leaving,
             build: self.build,
             restarting_until: self.restarting_until,
+            capabilities: self.capabilities,
         }
     }
 }
@@ -296,6 +305,9 @@ fn push_member(out: &mut Vec<Member>, member: Member) {
         if seen.record.is_none() {
             seen.record = previous.record;
         }
+        if seen.capabilities.is_none() {
+            seen.capabilities = previous.capabilities;
+        }
     }
 }
 
@@ -316,8 +328,14 @@ pub fn name_taken_by(chitchat: &Chitchat, me: &ChitchatId) -> Option<SocketAddr>
 /// or leaving) are `down`, which keeps their place in the rankings until chitchat forgets them
 /// (`dead_node_grace_period`), so that a failure moves their replicas and little else, unless
 /// [`Member::held_up`] at `now_ms` (a planned restart, where `hold`). Each node's capacity is the
-/// smaller of what it declares and the mesh's `caps`.
-pub fn placement_nodes(members: &[Member], caps: &NodeCaps, now_ms: u64, hold: bool) -> Vec<Node> {
+/// smaller of what it declares and the mesh's `caps`. Under placement algorithm 7 and later
+/// (`algorithm`, the mesh version's), each node carries the capabilities it gossips.
+pub fn placement_nodes(
+    members: &[Member],
+    caps: &NodeCaps,
+    now_ms: u64,
+    (hold, algorithm): (bool, u32),
+) -> Vec<Node> {
     members
         .iter()
         .filter_map(|m| {
@@ -325,6 +343,9 @@ pub fn placement_nodes(members: &[Member], caps: &NodeCaps, now_ms: u64, hold: b
                 let mut node = r.placement_node(&m.name);
                 node.down = !m.alive && !m.held_up(now_ms, hold);
                 caps.clamp(&mut node);
+                if algorithm >= 7 {
+                    node.caps = m.capabilities.as_ref().map(|c| c.placement());
+                }
                 node
             })
         })
@@ -366,8 +387,10 @@ pub fn node_view(m: &Member) -> NodeView {
 pub const SPEC_LAYOUT_TAG: u8 = 0xff;
 
 /// Encodes a spec as a store body, in the oldest layout that can hold it: untagged layout 7 (what
-/// builds before 8 read) unless it sets a field added since, then tagged with the newest layout.
-/// The mesh version keeps the tagged form from being written while a member could not read it.
+/// builds before 8 read) unless it sets a field added since, then tagged with the oldest later
+/// layout that has every field it sets (so a build of the version before reads a spec that uses
+/// nothing newer). The mesh version keeps a spec from being written while a member could not
+/// read its layout.
 pub fn encode_spec(spec: &WorkloadSpec) -> Vec<u8> {
     let config = crate::wire::bincode_config();
     let oldest = shoal_core::version::with_layout(crate::wire::WIRE_MIN, || {
@@ -376,12 +399,16 @@ pub fn encode_spec(spec: &WorkloadSpec) -> Vec<u8> {
     if let Ok(bytes) = oldest {
         return bytes;
     }
-    let mut bytes = vec![SPEC_LAYOUT_TAG, crate::wire::WIRE_CUR as u8];
-    shoal_core::version::with_layout(crate::wire::WIRE_CUR, || {
-        bincode::serde::encode_into_std_write(spec, &mut bytes, config)
-    })
-    .expect("a workload spec always encodes in the newest layout");
-    bytes
+    for layout in crate::wire::WIRE_MIN + 1..=crate::wire::WIRE_CUR {
+        let mut bytes = vec![SPEC_LAYOUT_TAG, layout as u8];
+        let encoded = shoal_core::version::with_layout(layout, || {
+            bincode::serde::encode_into_std_write(spec, &mut bytes, config)
+        });
+        if encoded.is_ok() {
+            return bytes;
+        }
+    }
+    unreachable!("a workload spec always encodes in the newest layout")
 }
 
 /// Decodes a store body into a spec, with a size limit and a re-validation: a body written by a
@@ -433,12 +460,18 @@ pub fn live_specs<'a>(
 }
 
 /// The placement engine's view of a spec, with the nodes that hold its replicas' data (for a
-/// spec whose replicas keep data of their own; `mesh/data.rs`): placement prefers them.
+/// spec whose replicas keep data of their own; `mesh/data.rs`): placement prefers them. Under
+/// placement algorithm 7 and later (`algorithm`, the mesh version's), with what its replicas
+/// need of a node.
 pub fn placement_workload_held(
     spec: &WorkloadSpec,
     holders: &BTreeMap<ReplicaId, String>,
+    algorithm: u32,
 ) -> Workload {
     let mut w = placement_workload(spec);
+    if algorithm >= 7 {
+        w.needs = shoal_core::placement::Needs::of_spec(spec);
+    }
     if spec.keeps_replica_data() {
         let first = ReplicaId::new(&spec.name, 0);
         w.sticky = holders
@@ -468,6 +501,7 @@ pub fn placement_workload(spec: &WorkloadSpec) -> Workload {
         exclusive: spec.placement.exclusive,
         priority: spec.placement.priority,
         sticky: BTreeMap::new(),
+        needs: Default::default(),
     }
 }
 
@@ -491,6 +525,7 @@ mod tests {
             leaving: false,
             build: None,
             restarting_until: until,
+            capabilities: None,
         };
         let restarting = member(false, Some(10_000));
         assert!(restarting.held_up(9_999, true));
@@ -523,6 +558,7 @@ mod tests {
             leaving: false,
             build: None,
             restarting_until: (!alive).then_some(10_000),
+            capabilities: None,
         };
         let mut out = Vec::new();
         push_member(&mut out, member(1, false, Some(1000)));

@@ -1,0 +1,197 @@
+//! Property tests of placement algorithm 7: capabilities and needs.
+//!
+//! Random nodes (some saying no capabilities, the rest random runtimes, volume roots and taken
+//! ports) and random workloads (a runtime, host paths, fixed ports): a replica is only ever
+//! placed on a node that meets its needs; the result does not depend on the inputs' order nor on
+//! whether it was reached incrementally; and a uniform mesh, where every node meets every need,
+//! places exactly as without capabilities and needs (as algorithm 6 did).
+
+use proptest::prelude::*;
+use shoal_core::placement::{
+    for_algorithm, place, Capabilities, HostPort, Needs, Node, PlacementEngine, Runtime, Spread,
+    Unschedulable, Workload,
+};
+use shoal_core::resources::Resources;
+
+const GIB: u64 = 1 << 30;
+
+fn port(port: u16) -> HostPort {
+    HostPort {
+        port,
+        protocol: Default::default(),
+    }
+}
+
+fn arb_caps() -> impl Strategy<Value = Option<Capabilities>> {
+    prop::option::weighted(
+        0.85,
+        (0u8..3, 0u8..4, 0u8..4).prop_map(|(runtimes, roots, ports)| Capabilities {
+            runtimes: match runtimes {
+                0 => vec![Runtime::Process],
+                1 => vec![Runtime::Container],
+                _ => vec![Runtime::Process, Runtime::Container],
+            },
+            volume_roots: [("/srv", 1), ("/data", 2)]
+                .iter()
+                .filter(|(_, bit)| roots & bit != 0)
+                .map(|(r, _)| r.to_string())
+                .collect(),
+            ports_taken: [(80, 1), (8080, 2)]
+                .iter()
+                .filter(|(_, bit)| ports & bit != 0)
+                .map(|(p, _)| port(*p))
+                .collect(),
+        }),
+    )
+}
+
+fn arb_node(id: usize) -> impl Strategy<Value = Node> {
+    (
+        1u64..=16,
+        1u64..=32,
+        0u32..3,
+        arb_caps(),
+        prop::bool::weighted(0.1),
+    )
+        .prop_map(move |(cores, gib, zone, caps, down)| Node {
+            id: format!("n{id}"),
+            capacity: Resources::new(cores * 1000, gib * GIB),
+            labels: Default::default(),
+            zone: format!("z{zone}"),
+            draining: false,
+            down,
+            caps,
+        })
+}
+
+fn arb_needs() -> impl Strategy<Value = Needs> {
+    (any::<bool>(), 0u8..4, 0u8..8).prop_map(|(container, paths, ports)| {
+        Needs {
+            runtime: Some(if container {
+                Runtime::Container
+            } else {
+                Runtime::Process
+            }),
+            host_paths: [("/srv/a", 1), ("/data/b", 2)]
+                .iter()
+                .filter(|(_, bit)| paths & bit != 0)
+                .map(|(p, _)| p.to_string())
+                .collect(),
+            fixed_ports: [(80, 1), (8080, 2), (9000, 4)]
+                .iter()
+                .filter(|(_, bit)| ports & bit != 0)
+                .map(|(p, _)| port(*p))
+                .collect(),
+        }
+        .canonical()
+    })
+}
+
+fn arb_workload(id: usize) -> impl Strategy<Value = Workload> {
+    (0u32..6, 100u64..4000, arb_needs(), any::<bool>()).prop_map(
+        move |(replicas, cpu, needs, zone)| Workload {
+            id: format!("w{id}"),
+            replicas,
+            request: Resources::new(cpu, 256 << 20),
+            spread: if zone { Spread::Zone } else { Spread::Node },
+            constraints: Vec::new(),
+            exclusive: false,
+            priority: 0,
+            sticky: Default::default(),
+            needs,
+        },
+    )
+}
+
+fn arb_inputs() -> impl Strategy<Value = (Vec<Node>, Vec<Workload>)> {
+    (1usize..12, 1usize..8).prop_flat_map(|(n, w)| {
+        (
+            (0..n).map(arb_node).collect::<Vec<_>>(),
+            (0..w).map(arb_workload).collect::<Vec<_>>(),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn replicas_land_only_where_their_needs_are_met((nodes, workloads) in arb_inputs()) {
+        let p = place(&nodes, &workloads);
+        prop_assert!(p.rejected.is_empty(), "{:?}", p.rejected);
+        for (replica, node) in &p.assigned {
+            let n = nodes.iter().find(|n| &n.id == node).unwrap();
+            let w = workloads.iter().find(|w| w.id == replica.workload).unwrap();
+            prop_assert!(n.available());
+            prop_assert_eq!(w.needs.unmet(n.caps.as_ref()), None, "{} on {}", replica, node);
+        }
+        // A workload no available node can run is unplaceable for that reason, every replica.
+        for w in &workloads {
+            let runnable = nodes
+                .iter()
+                .any(|n| n.available() && w.needs.unmet(n.caps.as_ref()).is_none());
+            if !runnable && w.replicas > 0 {
+                let ideal_runnable = nodes.iter().any(|n| w.needs.unmet(n.caps.as_ref()).is_none());
+                for i in 0..w.replicas {
+                    let r = shoal_core::placement::ReplicaId::new(&w.id, i);
+                    let why = p.unschedulable.get(&r);
+                    prop_assert!(why.is_some(), "{} placed with no runnable node", r);
+                    if !ideal_runnable && nodes.iter().all(|n| n.available()) {
+                        prop_assert!(
+                            matches!(why, Some(Unschedulable::Incapable { .. })),
+                            "{}: {:?}",
+                            r,
+                            why
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn order_and_increments_do_not_change_the_result(
+        (nodes, workloads) in arb_inputs(),
+        new_caps in arb_caps(),
+        which in any::<prop::sample::Index>(),
+    ) {
+        let p = place(&nodes, &workloads);
+        let (mut rn, mut rw) = (nodes.clone(), workloads.clone());
+        rn.reverse();
+        rw.reverse();
+        prop_assert_eq!(&place(&rn, &rw), &p);
+        // One node's capabilities change: the engine catches up to a fresh placement.
+        let mut engine = PlacementEngine::new(&nodes, &workloads);
+        let mut changed = nodes.clone();
+        let at = which.index(changed.len());
+        changed[at].caps = new_caps;
+        engine.handle_node_changed(changed[at].clone()).unwrap();
+        prop_assert_eq!(engine.placement(), &place(&changed, &workloads));
+    }
+
+    /// Every node meets every need and every workload needs the same (as a mesh of one runtime
+    /// running one kind of spec): the same classes of workloads, the same placement bit for bit.
+    /// Workloads of different needs form classes of their own, which the guest step's shortcut
+    /// between workloads of one class can see (docs/placement.md), so with mixed needs a uniform
+    /// mesh may place a few replicas differently.
+    #[test]
+    fn a_uniform_mesh_places_as_without_capabilities(
+        (nodes, mut workloads) in arb_inputs(),
+        needs in arb_needs(),
+    ) {
+        for w in &mut workloads {
+            w.needs = needs.clone();
+        }
+        let mut uniform = nodes.clone();
+        for n in &mut uniform {
+            n.caps = Some(Capabilities {
+                runtimes: vec![Runtime::Process, Runtime::Container],
+                volume_roots: vec!["/".to_string()],
+                ports_taken: Vec::new(),
+            });
+        }
+        let (mut plain_nodes, mut plain_workloads) = (nodes.clone(), workloads.clone());
+        for_algorithm(6, &mut plain_nodes, &mut plain_workloads);
+        prop_assert_eq!(place(&uniform, &workloads), place(&plain_nodes, &plain_workloads));
+    }
+}
