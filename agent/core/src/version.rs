@@ -105,17 +105,63 @@ pub mod since_8_lossy {
         value: &Option<T>,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
-        if serializer.is_human_readable() || super::layout() >= super::since_8::SINCE {
-            return value.serialize(serializer);
-        }
-        ().serialize(serializer)
+        super::lossy::serialize(value, serializer, 8)
     }
 
     /// Deserializes the field, or `None` from no bytes at an older layout.
     pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Option<T>, D::Error> {
-        super::since_8::deserialize(deserializer)
+        super::lossy::deserialize(deserializer, 8)
+    }
+}
+
+/// [`since_8_lossy`] for an informational field added at wire version 9.
+pub mod since_9_lossy {
+    use serde::de::DeserializeOwned;
+    use serde::{Deserializer, Serialize, Serializer};
+
+    /// Serializes the field, or nothing at an older layout.
+    pub fn serialize<T: Serialize, S: Serializer>(
+        value: &Option<T>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        super::lossy::serialize(value, serializer, 9)
+    }
+
+    /// Deserializes the field, or `None` from no bytes at an older layout.
+    pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<T>, D::Error> {
+        super::lossy::deserialize(deserializer, 9)
+    }
+}
+
+/// An informational `Option` field added at wire version `since`: no bytes at an older layout.
+mod lossy {
+    use serde::de::DeserializeOwned;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<T: Serialize, S: Serializer>(
+        value: &Option<T>,
+        serializer: S,
+        since: u16,
+    ) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() || super::layout() >= since {
+            return value.serialize(serializer);
+        }
+        ().serialize(serializer)
+    }
+
+    pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+        deserializer: D,
+        since: u16,
+    ) -> Result<Option<T>, D::Error> {
+        if deserializer.is_human_readable() || super::layout() >= since {
+            return Option::<T>::deserialize(deserializer);
+        }
+        <()>::deserialize(deserializer)?;
+        Ok(None)
     }
 }
 

@@ -45,6 +45,8 @@ struct Row<'a> {
     api_addr: Option<&'a str>,
     version: Option<&'a str>,
     build: Option<&'a shoal::state::mesh::build::BuildRecord>,
+    /// What it runs, when it gossips its capabilities (a build before 9 does not).
+    runtimes: Option<&'a str>,
 }
 
 /// The cells the agent knows, every page.
@@ -141,6 +143,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 api_addr: n.api_addr.as_deref(),
                 version: n.agent_version.as_deref(),
                 build: n.build.as_ref(),
+                runtimes: n.runtimes.as_deref(),
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -152,8 +155,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("NODES OF CELL {cell}");
     }
     println!(
-        "{:<24} {:<6} {:<12} {:>8} {:>10}  {:<18} {:<5} GOSSIP",
-        "NAME", "STATE", "ZONE", "CPU", "MEMORY", "VERSION", "WIRE"
+        "{:<24} {:<6} {:<12} {:>8} {:>10}  {:<18} {:<5} {:<26} GOSSIP",
+        "NAME", "STATE", "ZONE", "CPU", "MEMORY", "VERSION", "WIRE", "RUNTIMES"
     );
     for n in &nodes {
         let state = match (n.alive, n.draining) {
@@ -169,8 +172,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "?".into(),
             ),
         };
+        // A build before 9 gossips no capabilities: it runs anything its runtime runs.
+        let runtimes = n.runtimes.as_deref().unwrap_or("?");
         println!(
-            "{:<24} {:<6} {:<12} {:>8} {:>10}  {:<18} {:<5} {}",
+            "{:<24} {:<6} {:<12} {:>8} {:>10}  {:<18} {:<5} {:<26} {}",
             n.name,
             state,
             n.zone,
@@ -178,6 +183,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             format_memory_bytes(n.memory_bytes),
             version,
             wire,
+            runtimes,
             n.gossip_addr
         );
     }

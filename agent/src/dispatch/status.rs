@@ -313,9 +313,12 @@ fn observed_here(
                 since_ms: Some(status.since_ms),
                 last_error: status.last_error.clone(),
                 reason: match (alive, misplaced, unplaced) {
-                    (false, _, _) => Some(format!("node {node} is not live")),
+                    (false, _, Some(why)) => Some(format!(
+                        "node {node} is not live; placed on no node ({why})"
+                    )),
+                    (false, _, None) => Some(format!("node {node} is not live")),
                     (true, true, Some(why)) => Some(format!(
-                        "placed on no node ({why}); keeps running until its orphan grace ends"
+                        "placed on no node ({why}); this copy keeps running while it is healthy"
                     )),
                     (true, true, None) => Some("no longer placed here: handing off".to_string()),
                     _ => None,

@@ -643,6 +643,10 @@ pub struct NodeView {
     /// Its build facts (since wire 8; a build before 8 gossips none and gets its defaults).
     #[serde(default, with = "shoal_core::version::since_8_lossy")]
     pub build: Option<super::build::BuildRecord>,
+    /// What it runs (`process`, `container (docker 27.5.1)`), when it gossips its capabilities
+    /// (since wire 9).
+    #[serde(default, with = "shoal_core::version::since_9_lossy")]
+    pub runtimes: Option<String>,
 }
 
 /// Where a workload's replicas are.

@@ -378,6 +378,7 @@ pub fn node_view(m: &Member) -> NodeView {
         api_addr: m.record.as_ref().map(|r| r.api_addr.to_string()),
         agent_version: m.record.as_ref().map(|r| r.agent_version.clone()),
         build: Some(m.build()),
+        runtimes: m.capabilities.as_ref().map(|c| c.runtimes_text()),
     }
 }
 
