@@ -425,6 +425,7 @@ fn the_largest_item_of_each_list_fits_a_frame_past_a_full_page() {
             placement_min: u32::MAX,
             placement_max: u32::MAX,
         }),
+        runtimes: None,
     };
     assert!(fits_past_a_full_page(&node));
 
