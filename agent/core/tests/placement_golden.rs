@@ -189,7 +189,7 @@ const GOLDEN_CONTENDED: [&str; 15] = [
     "w5/2=n3",
     "w7/0=n2",
     "w7/1=n5",
-    "w6/0!no room: of 6 candidate nodes, 6 lack CPU and 0 lack memory",
+    "w6/0!no room: of 6 candidate nodes, 6 lack CPU (needs 1800m, most free 1450m on n0)",
 ];
 const GOLDEN_REPLICA_OFFSETS: [u64; 4] = [
     0x0000_0000_0000_0000,
@@ -344,14 +344,23 @@ fn no_room_counts_the_short_resource() {
     let mut first = workload("first", 2, 1500, 1024);
     first.priority = 1;
     let p = place(&nodes, &[first, workload("second", 1, 1000, 1024)]);
+    let why = &p.unschedulable[&ReplicaId::new("second", 0)];
+    assert!(
+        matches!(
+            why,
+            Unschedulable::NoRoom {
+                candidates: 2,
+                cpu_short: 2,
+                memory_short: 0,
+                ports_short: 0,
+                ..
+            }
+        ),
+        "{why:?}"
+    );
     assert_eq!(
-        p.unschedulable[&ReplicaId::new("second", 0)],
-        Unschedulable::NoRoom {
-            candidates: 2,
-            cpu_short: 2,
-            memory_short: 0,
-            ports_short: 0
-        }
+        why.to_string(),
+        "no room: of 2 candidate nodes, 2 lack CPU (needs 1, most free 500m on a)"
     );
 }
 

@@ -95,7 +95,7 @@ impl BenchClient {
             Response::Status {
                 view,
                 next_after: None,
-            } => Ok(view),
+            } => Ok(*view),
             other => bail!("unexpected answer to Status: {other:?}"),
         }
     }

@@ -332,9 +332,9 @@ async fn wait_healthy(demo: &Demo, agent: usize, off: Option<&str>) -> anyhow::R
                 })
             });
             if ok {
-                return Ok(status);
+                return Ok(*status);
             }
-            last = Some(status);
+            last = Some(*status);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -241,7 +241,9 @@ fn status(name: String, client: ClientOpts, output: Output) -> anyhow::Result<Ex
     let (done, reason) = match (&record, paused, assessed) {
         (_, true, _) => (None, None),
         (Some(r), _, _) if r.outcome == Outcome::Failed => (Some(false), Some(r.reason.clone())),
-        (Some(_), _, _) => (Some(true), None),
+        // Recorded complete, and every replica runs the version now: a replica that lost its
+        // copy since (a dead node, an unplaceable one) keeps the state from saying complete.
+        (Some(_), _, _) => (Some(updated == status.desired), None),
         (None, _, Some(RolloutPhase::Failed)) => {
             (Some(false), assessment.as_ref().map(|a| a.reason()))
         }
@@ -256,6 +258,7 @@ fn status(name: String, client: ClientOpts, output: Output) -> anyhow::Result<Ex
         (false, _, true, _) => "failed",
         (false, Some(true), false, true) => "rolled back",
         (false, Some(true), false, false) => "complete",
+        (false, Some(false), false, false) if record.is_some() => "degraded",
         (false, _, false, true) => "rolling back",
         (false, _, false, false) => "in progress",
     };

@@ -158,6 +158,9 @@ fn pull_line(pull: &shoal_core::instance::PullProgress) -> String {
     }
 }
 
+/// Polls in a row that see unplaceable replicas before `apply --wait` gives up on them.
+const UNPLACEABLE_POLLS: u32 = 3;
+
 /// Polls `status` until every replica of `name` runs `version` healthy. Prints progress on
 /// stderr; on timeout prints why the missing replicas are missing and returns false.
 pub(super) fn wait_rollout(
@@ -169,6 +172,7 @@ pub(super) fn wait_rollout(
     let start = std::time::Instant::now();
     let shown_version = format_version(version);
     let mut last_line = String::new();
+    let mut unplaceable_polls = 0;
     loop {
         let status = status_pages(client, name)?;
         let ready: std::collections::BTreeSet<u32> = status
@@ -209,6 +213,30 @@ pub(super) fn wait_rollout(
         }
         if ready.len() as u32 >= status.desired {
             return Ok(true);
+        }
+        // Replicas no node can take do not come by waiting: after a few polls in a row, say
+        // how much fits and why, and stop.
+        let unplaceable = status
+            .instances
+            .iter()
+            .filter(|i| i.phase == "unschedulable")
+            .count();
+        unplaceable_polls = if unplaceable > 0 {
+            unplaceable_polls + 1
+        } else {
+            0
+        };
+        if unplaceable_polls >= UNPLACEABLE_POLLS {
+            let summary = status
+                .fit
+                .clone()
+                .unwrap_or_else(|| format!("{unplaceable} replicas of {name} fit on no node"));
+            eprintln!("{name}: {summary}");
+            eprintln!(
+                "{name}: not waiting for replicas no node can take; scale it down, free room or \
+                 add nodes that can run it (`shoal status {name}` lists each replica's reason)"
+            );
+            return Ok(false);
         }
         if !status.version.is_empty() && status.version != version {
             // An automatic rollback (or a newer apply) replaced the version waited for.
@@ -359,7 +387,7 @@ pub(super) fn status_pages(client: &ClientOpts, name: &str) -> anyhow::Result<St
             limit: PAGE_ITEMS_MAX,
         },
         |answer| match answer {
-            Response::Status { view, next_after } => Some((vec![view], next_after)),
+            Response::Status { view, next_after } => Some((vec![*view], next_after)),
             _ => None,
         },
     )?;
@@ -389,6 +417,9 @@ pub fn status(args: NameArgs) -> anyhow::Result<ExitCode> {
         status.desired,
         format_version(&status.version)
     );
+    if let Some(fit) = &status.fit {
+        println!("{fit}");
+    }
     for note in &status.notes {
         println!("note: {note}");
     }

@@ -95,7 +95,12 @@ impl Api {
                     .handle_apply(specs, by.clone(), self.assessed_complete())
                     .await;
                 self.record_write("apply", &names, &result, &by);
-                result
+                match result {
+                    Ok(Response::Applied(applied)) => {
+                        Ok(Response::Applied(self.fit_notes(applied).await))
+                    }
+                    other => other,
+                }
             }
             Request::Delete { name, purge_data } => {
                 let by = asked_by(None);

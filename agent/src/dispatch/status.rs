@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use shoal_core::placement::model::ReplicaId;
+use shoal_core::placement::model::{Placement, ReplicaId};
 use shoal_core::reconcile::InstanceStatus;
+use shoal_core::spec::WorkloadSpec;
 
 use super::Api;
 use crate::node::host::INSTANCES_KEY;
@@ -101,7 +102,10 @@ impl Api {
         view.instances.retain(|i| i.replica < covered);
         view.instances.sort_by_key(|i| i.replica);
         let next_after = end_page(&mut view, covered);
-        Ok(Response::Status { view, next_after })
+        Ok(Response::Status {
+            view: Box::new(view),
+            next_after,
+        })
     }
 
     /// A page of the status of `name`'s replicas placed in this agent's cell only.
@@ -115,7 +119,10 @@ impl Api {
         let (mut view, _) = self.status_here(name, asked.clone()).await?;
         let covered = asked.end.min(view.desired);
         let next_after = end_page(&mut view, covered);
-        Ok(Response::Status { view, next_after })
+        Ok(Response::Status {
+            view: Box::new(view),
+            next_after,
+        })
     }
 
     /// Asks an envoy of `cell` (the first of its contacts that answers, each given
@@ -134,7 +141,7 @@ impl Api {
             limit,
         };
         let accept = |answer| match answer {
-            Response::Status { view, next_after } => Ok((view, next_after)),
+            Response::Status { view, next_after } => Ok((*view, next_after)),
             other => Err(other),
         };
         crate::state::mesh::cell_exchange::ask_contacts(&self.node, cell, &req, accept).await
@@ -158,29 +165,15 @@ impl Api {
             return Err(not_found(&name));
         };
         let members = self.node.members().await;
-        let nodes = view::placement_nodes(
-            &members,
-            &self.node.caps(),
-            (self.node.clock)(),
-            self.node.placement_terms(),
-        );
-        let workloads: Vec<_> = specs
-            .iter()
-            .map(|(s, _)| {
-                view::placement_workload_held(s, &holders, self.node.placement_algorithm())
-            })
-            .collect();
         let own_cell = self.node.cells.own().to_string();
-        let (placed, cell_of) = match self.node.cells.placement_cells() {
-            Some(cells) => {
-                let mesh = shoal_core::cells::place_mesh(&own_cell, &cells, &nodes, &workloads);
-                (mesh.local, Some(mesh.cells))
-            }
-            None => (
-                shoal_core::stacking::place_stacked(&nodes, &workloads),
-                None,
-            ),
-        };
+        let mut summary = None;
+        let specs_only: Vec<&WorkloadSpec> = specs.iter().map(|(s, _)| s).collect();
+        let (placed, cell_of) = self.placement_of(&members, &specs_only, &holders);
+        if asked.start == 0 {
+            // The first page says first how much of the workload fits, and why not the rest.
+            summary = shoal_core::placement::summary::unplaceable(&placed, &name, spec.replicas)
+                .map(|u| u.to_string());
+        }
         let mut elsewhere: BTreeMap<String, Vec<u32>> = BTreeMap::new();
         let mut observed: Observed = self.gossiped(INSTANCES_KEY).await;
         if let Some(host) = &self.host {
@@ -252,8 +245,77 @@ impl Api {
             version,
             instances,
             notes,
+            fit: summary,
         };
         Ok((view, elsewhere))
+    }
+}
+
+impl Api {
+    /// Says of each applied workload how much of it fits, when some replicas fit nowhere (`only
+    /// 6 of 10000 replicas of big fit: ...`), from the placement every agent computes with the
+    /// store as it is after the write.
+    pub(super) async fn fit_notes(
+        &self,
+        mut applied: Vec<crate::wire::api::Applied>,
+    ) -> Vec<crate::wire::api::Applied> {
+        let ((specs, _), holders) = self
+            .node
+            .with_store(|s| {
+                let holders = crate::state::mesh::data::holders(s.core().iter()).0;
+                (view::live_specs(s.list_live()), holders)
+            })
+            .await;
+        let members = self.node.members().await;
+        let refs: Vec<&WorkloadSpec> = specs.iter().map(|(s, _)| s).collect();
+        let (placed, _) = self.placement_of(&members, &refs, &holders);
+        for a in &mut applied {
+            let Some(spec) = refs.iter().find(|s| s.name == a.name) else {
+                continue;
+            };
+            if let Some(u) =
+                shoal_core::placement::summary::unplaceable(&placed, &a.name, spec.replicas)
+            {
+                a.note = Some(match a.note.take() {
+                    Some(note) => format!("{note}; {u}"),
+                    None => u.to_string(),
+                });
+            }
+        }
+        applied
+    }
+
+    /// The placement every agent of this cell computes now for these specs (this cell's part,
+    /// and in a mesh of cells which cell each replica went to), from the members and the data
+    /// holders, at the mesh version's placement algorithm.
+    pub(super) fn placement_of(
+        &self,
+        members: &[crate::state::mesh::view::Member],
+        specs: &[&WorkloadSpec],
+        holders: &BTreeMap<ReplicaId, String>,
+    ) -> (Placement, Option<shoal_core::cells::CellPlacement>) {
+        let nodes = view::placement_nodes(
+            members,
+            &self.node.caps(),
+            (self.node.clock)(),
+            self.node.placement_terms(),
+        );
+        let algorithm = self.node.placement_algorithm();
+        let workloads: Vec<_> = specs
+            .iter()
+            .map(|s| view::placement_workload_held(s, holders, algorithm))
+            .collect();
+        let own_cell = self.node.cells.own().to_string();
+        match self.node.cells.placement_cells() {
+            Some(cells) => {
+                let mesh = shoal_core::cells::place_mesh(&own_cell, &cells, &nodes, &workloads);
+                (mesh.local, Some(mesh.cells))
+            }
+            None => (
+                shoal_core::stacking::place_stacked(&nodes, &workloads),
+                None,
+            ),
+        }
     }
 }
 

@@ -348,7 +348,7 @@ pub enum Response {
     /// A page of one workload's replicas.
     Status {
         /// The workload and the instances of this page's replicas.
-        view: StatusView,
+        view: Box<StatusView>,
         /// The last replica of this page when more follow.
         next_after: Option<u32>,
     },
@@ -663,6 +663,10 @@ pub struct StatusView {
     /// What the runtimes of the nodes concerned cannot enforce, as `node: note`.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// How much of the workload fits, when some replicas fit nowhere (`only 6 of 10000 replicas
+    /// of big fit: ...`); on the first page (since wire 9).
+    #[serde(default, with = "shoal_core::version::since_9_lossy")]
+    pub fit: Option<String>,
 }
 
 /// One instance of a replica on one node, or a replica waiting for one.

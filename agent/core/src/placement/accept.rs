@@ -724,6 +724,8 @@ impl Pass<'_> {
         let request = scan.request;
         let (mut candidates, mut cpu_short, mut memory_short) = (0u32, 0u32, 0u32);
         let mut ports_short = 0u32;
+        // The most room left per resource and the first node (by rank) that has it.
+        let mut most: [(u64, u32); 3] = [(0, NONE); 3];
         for e in ranking.entries() {
             if !self.usable[e.node as usize] || taken.binary_search(&e.node).is_ok() {
                 continue;
@@ -733,17 +735,29 @@ impl Pass<'_> {
             cpu_short += u32::from(r.cpu_millis < request.cpu_millis);
             memory_short += u32::from(r.memory_bytes < request.memory_bytes);
             ports_short += u32::from(r.ports < request.ports);
+            for (m, left) in most.iter_mut().zip([r.cpu_millis, r.memory_bytes, r.ports]) {
+                if m.1 == NONE || left > m.0 {
+                    *m = (left, e.node);
+                }
+            }
         }
         if candidates == 0 {
             return Unschedulable::NotEnoughNodes {
                 eligible: eligible_count as u32,
             };
         }
+        let on = |(left, node): (u64, u32)| (left, self.nodes.ids[node as usize].clone());
         Unschedulable::NoRoom {
             candidates,
             cpu_short,
             memory_short,
             ports_short,
+            room: Some(Box::new(super::model::RoomLeft {
+                requested: request,
+                cpu: on(most[0]),
+                memory: on(most[1]),
+                ports: on(most[2]),
+            })),
         }
     }
 }

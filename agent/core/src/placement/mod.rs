@@ -46,6 +46,7 @@ pub mod model;
 mod rank;
 mod replay;
 mod sticky;
+pub mod summary;
 mod table;
 
 pub use engine::PlacementEngine;

@@ -362,7 +362,57 @@ pub enum Unschedulable {
         /// How many of them have no free port left in their range.
         #[serde(default)]
         ports_short: u32,
+        /// What one replica asks for, and the most room a candidate has left in each resource
+        /// with the node that has it (the first by rank among equals).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        room: Option<Box<RoomLeft>>,
     },
+}
+
+/// The request and the most room left among a replica's candidates, per resource.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RoomLeft {
+    /// What one replica asks for.
+    pub requested: Resources,
+    /// The most CPU left on a candidate, and where.
+    pub cpu: (u64, String),
+    /// The most memory left on a candidate, and where.
+    pub memory: (u64, String),
+    /// The most free ports left on a candidate, and where.
+    pub ports: (u64, String),
+}
+
+impl RoomLeft {
+    /// `CPU (needs 1, most free 900m on n2)` for each resource some candidate lacks.
+    fn short_parts(&self, shorts: [u32; 3]) -> Vec<String> {
+        let r = &self.requested;
+        let mut parts = Vec::new();
+        if shorts[0] > 0 {
+            parts.push(format!(
+                "{} lack CPU (needs {}, most free {} on {})",
+                shorts[0],
+                format_cpu_millis(r.cpu_millis),
+                format_cpu_millis(self.cpu.0),
+                self.cpu.1
+            ));
+        }
+        if shorts[1] > 0 {
+            parts.push(format!(
+                "{} lack memory (needs {}, most free {} on {})",
+                shorts[1],
+                format_memory_bytes(r.memory_bytes),
+                format_memory_bytes(self.memory.0),
+                self.memory.1
+            ));
+        }
+        if shorts[2] > 0 {
+            parts.push(format!(
+                "{} have no free port in their range (needs {}, most free {} on {})",
+                shorts[2], r.ports, self.ports.0, self.ports.1
+            ));
+        }
+        parts
+    }
 }
 
 impl fmt::Display for Unschedulable {
@@ -419,11 +469,16 @@ impl fmt::Display for Unschedulable {
                 f,
                 "all {eligible} eligible nodes already hold a replica (replicas need distinct nodes)"
             ),
-            Unschedulable::NoRoom { candidates, cpu_short, memory_short, ports_short: 0 } => write!(
+            Unschedulable::NoRoom { candidates, cpu_short, memory_short, ports_short, room: Some(room) } => write!(
+                f,
+                "no room: of {candidates} candidate nodes, {}",
+                room.short_parts([*cpu_short, *memory_short, *ports_short]).join(", ")
+            ),
+            Unschedulable::NoRoom { candidates, cpu_short, memory_short, ports_short: 0, room: None } => write!(
                 f,
                 "no room: of {candidates} candidate nodes, {cpu_short} lack CPU and {memory_short} lack memory"
             ),
-            Unschedulable::NoRoom { candidates, cpu_short, memory_short, ports_short } => write!(
+            Unschedulable::NoRoom { candidates, cpu_short, memory_short, ports_short, room: None } => write!(
                 f,
                 "no room: of {candidates} candidate nodes, {cpu_short} lack CPU, {memory_short} lack \
                  memory and {ports_short} have no free port in their range"

@@ -129,10 +129,17 @@ pub(crate) fn plan_orphan(ctx: &Ctx<'_>, plan: &mut Plan, handle: &str, t: &Trac
             ),
             None => {
                 let msg = if ctx.now_ms >= deadline {
+                    let why = owner
+                        .and_then(|o| successor_error(ctx, replica, o))
+                        .unwrap_or_else(|| {
+                            format!(
+                                "no healthy copy after {} ms",
+                                ctx.config.orphan_handoff_max_ms
+                            )
+                        });
                     format!(
-                        "moving (blocked: no healthy copy on {where_to} after {} ms); this \
-                         healthy copy keeps running until there is one",
-                        ctx.config.orphan_handoff_max_ms
+                        "moving (blocked: {why} on {where_to}); this healthy copy keeps running \
+                         until a copy there is healthy"
                     )
                 } else {
                     format!("placed on {where_to}; keeps running until a copy there is healthy")
@@ -187,6 +194,20 @@ fn owner_waits_for_data(
         .filter(|c| c.node == owner)
         .map(|c| c.status.waits_for_data)
         .reduce(|a, b| a || b)
+}
+
+/// What the new owner gossips went wrong with its copy of the replica (a failed start or pull,
+/// a crash), if anything.
+fn successor_error(
+    ctx: &Ctx<'_>,
+    replica: &crate::instance::ReplicaId,
+    owner: &str,
+) -> Option<String> {
+    ctx.peers
+        .of(replica)
+        .iter()
+        .filter(|c| c.node == owner)
+        .find_map(|c| c.status.last_error.clone())
 }
 
 /// Whether the new owner is live and gossips a serving copy of the replica.
