@@ -402,7 +402,7 @@ mod tests {
             Err(WireError::Trailing { extra: 1 })
         ));
         let mut bad_version = frame.clone();
-        bad_version[7] = 9;
+        bad_version[7] = (WIRE_CUR + 1) as u8;
         assert!(matches!(
             decode_frame(&bad_version, LIMIT),
             Err(WireError::BadVersion { .. })
