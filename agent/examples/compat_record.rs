@@ -320,6 +320,7 @@ fn placement_input() -> (Vec<Node>, Vec<Workload>) {
                 priority: mix.below(5) as i32 - 1,
                 sticky,
                 needs: Default::default(),
+                yields_when_short: false,
             }
         })
         .collect();
@@ -361,6 +362,7 @@ fn capabilities(nodes: &mut [Node], workloads: &mut [Workload]) {
         });
     }
     for (i, w) in workloads.iter_mut().enumerate() {
+        w.yields_when_short = true;
         w.needs = Needs {
             runtime: Some(if mix.below(5) == 0 {
                 Runtime::Container

@@ -70,7 +70,11 @@ fn a_planned_restart_keeps_every_instance_and_a_missing_agent_is_replaced_only_a
             .as_u64()
             .is_some_and(|v| v >= 8)
     });
-    assert!(moved, "the mesh version did not reach 8 or later\n{}", c.logs());
+    assert!(
+        moved,
+        "the mesh version did not reach 8 or later\n{}",
+        c.logs()
+    );
     apply(
         &c,
         "db",

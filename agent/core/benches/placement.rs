@@ -43,6 +43,7 @@ fn cluster(nodes: usize, workloads: usize) -> (Vec<Node>, Vec<Workload>) {
             priority: (i % 4) as i32,
             sticky: Default::default(),
             needs: Default::default(),
+            yields_when_short: false,
         })
         .collect();
     (nodes, workloads)

@@ -121,6 +121,7 @@ fn workload(line: &str) -> Workload {
         priority: 0,
         sticky: Default::default(),
         needs: Default::default(),
+        yields_when_short: false,
     };
     for word in &words[1..] {
         match word.split_once('=') {

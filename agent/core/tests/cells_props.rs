@@ -123,6 +123,7 @@ fn arb_workloads(request_scale: u64) -> impl Strategy<Value = Vec<Workload>> {
                     priority,
                     sticky: Default::default(),
                     needs: Default::default(),
+                    yields_when_short: false,
                 },
             )
             .collect()
@@ -482,6 +483,7 @@ fn the_cell_level_spreads_replicas_evenly() {
             priority: 0,
             sticky: Default::default(),
             needs: Default::default(),
+            yields_when_short: false,
         };
         let p = place_cells(&cells, std::slice::from_ref(&w));
         let mut per: BTreeMap<&str, u32> = BTreeMap::new();

@@ -94,6 +94,7 @@ fn free_is_what_the_cell_placed_subtracted() {
         priority: 0,
         sticky: Default::default(),
         needs: Default::default(),
+        yields_when_short: false,
     };
     let s = summarize("c1", 1, &[], &nodes, &placement, &[web], None);
     assert_eq!(

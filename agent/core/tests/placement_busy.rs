@@ -86,6 +86,7 @@ fn cluster(
             priority: [0, 0, 0, 1, -1][rng.below(5) as usize],
             sticky: Default::default(),
             needs: Default::default(),
+            yields_when_short: false,
         });
     }
     let demand: f64 = workloads

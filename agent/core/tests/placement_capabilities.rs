@@ -99,6 +99,7 @@ fn arb_workload(id: usize) -> impl Strategy<Value = Workload> {
             priority: 0,
             sticky: Default::default(),
             needs,
+            yields_when_short: true,
         },
     )
 }
@@ -190,8 +191,44 @@ proptest! {
                 ports_taken: Vec::new(),
             });
         }
+        // Without capabilities and needs, the rest of algorithm 7 as it is.
         let (mut plain_nodes, mut plain_workloads) = (nodes.clone(), workloads.clone());
         for_algorithm(6, &mut plain_nodes, &mut plain_workloads);
+        for w in &mut plain_workloads {
+            w.yields_when_short = true;
+        }
         prop_assert_eq!(place(&uniform, &workloads), place(&plain_nodes, &plain_workloads));
+    }
+
+    /// A workload too big for the mesh, of the same priority, takes only the room the others
+    /// leave: where every other workload fits entirely, each keeps exactly its placement.
+    #[test]
+    fn a_workload_that_does_not_fit_pushes_out_nothing_that_does(
+        (nodes, mut workloads) in arb_inputs(),
+        cpu in 1000u64..16_000,
+    ) {
+        for w in &mut workloads {
+            w.request = Resources::new(100, 64 << 20);
+            w.needs = Needs::default();
+        }
+        let before = place(&nodes, &workloads);
+        prop_assume!(before.unschedulable.is_empty());
+        let mut with_big = workloads.clone();
+        with_big.push(Workload {
+            id: "big".into(),
+            replicas: 500,
+            request: Resources::new(cpu, GIB),
+            spread: Spread::Node,
+            constraints: Vec::new(),
+            exclusive: false,
+            priority: 0,
+            sticky: Default::default(),
+            needs: Needs::default(),
+            yields_when_short: true,
+        });
+        let after = place(&nodes, &with_big);
+        for (replica, node) in &before.assigned {
+            prop_assert_eq!(after.assigned.get(replica), Some(node), "{} moved", replica);
+        }
     }
 }

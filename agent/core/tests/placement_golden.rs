@@ -39,6 +39,7 @@ fn workload(id: &str, replicas: u32, cpu: u64, mib: u64) -> Workload {
         priority: 0,
         sticky: Default::default(),
         needs: Default::default(),
+        yields_when_short: false,
     }
 }
 

@@ -73,6 +73,7 @@ fn arb_workload(id_pool: u32) -> impl Strategy<Value = Workload> {
                 priority,
                 sticky: Default::default(),
                 needs: Default::default(),
+                yields_when_short: false,
             },
         )
 }
@@ -575,6 +576,7 @@ fn infeasible_requests_are_reported() {
         priority: 0,
         sticky: Default::default(),
         needs: Default::default(),
+        yields_when_short: false,
     };
     let p = place(
         &nodes,
@@ -644,6 +646,7 @@ fn first_choices_follow_capacity() {
             priority: 0,
             sticky: Default::default(),
             needs: Default::default(),
+            yields_when_short: false,
         })
         .collect();
     let p = place(&nodes, &workloads);

@@ -36,6 +36,7 @@ fn web(replicas: u32, spread: Spread) -> Workload {
         priority: 0,
         sticky: Default::default(),
         needs: Default::default(),
+        yields_when_short: false,
     }
 }
 
@@ -158,6 +159,7 @@ mod props {
                         priority,
                         sticky: Default::default(),
                         needs: Default::default(),
+                        yields_when_short: false,
                     })
                     .collect()
             },

@@ -43,6 +43,7 @@ fn db(replicas: u32, sticky: &[(u32, &str)]) -> Workload {
         priority: 0,
         sticky: sticky.iter().map(|&(r, n)| (r, n.to_string())).collect(),
         needs: Default::default(),
+        yields_when_short: false,
     }
 }
 
@@ -269,6 +270,7 @@ fn arb_workload() -> impl Strategy<Value = Workload> {
                 priority,
                 sticky,
                 needs: Default::default(),
+                yields_when_short: false,
             },
         )
 }

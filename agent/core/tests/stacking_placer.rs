@@ -56,6 +56,7 @@ fn arb_workload() -> impl Strategy<Value = Workload> {
                 priority,
                 sticky: Default::default(),
                 needs: Default::default(),
+                yields_when_short: false,
             },
         )
 }
@@ -152,6 +153,7 @@ fn stacked_replicas_and_a_down_node_match_a_full_pass() {
         priority: 0,
         sticky: Default::default(),
         needs: Default::default(),
+        yields_when_short: false,
     };
     let mut nodes: Vec<Node> = (0..5).map(|i| node(&format!("n{i}"), false)).collect();
     let mut placer = StackedPlacer::new();

@@ -162,6 +162,7 @@ pub fn workloads(
             },
             sticky: Default::default(),
             needs: Default::default(),
+            yields_when_short: false,
         });
     }
     let want_cpu: f64 = capacity.cpu_millis as f64 * utilization;

@@ -25,6 +25,7 @@ mod logs;
 mod nodes;
 mod ops;
 mod pki;
+mod plan;
 mod restart;
 mod scale;
 mod upgrade;
@@ -61,6 +62,9 @@ enum Command {
     Rollout(history::RolloutArgs),
     /// Store workload specs in the mesh (acknowledged once durable on two agents).
     Apply(workloads::ApplyArgs),
+    /// Show where each replica would go if specs were applied, what else would move and what
+    /// would fit nowhere; nothing is written.
+    Plan(plan::Args),
     /// List workloads.
     Get(workloads::GetArgs),
     /// Change a workload's replica count (a new version of its spec).
@@ -159,6 +163,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::History(args) => history::history(args),
         Command::Rollout(args) => history::rollout(args),
         Command::Apply(args) => workloads::apply(args),
+        Command::Plan(args) => plan::run(args),
         Command::Get(args) => workloads::get(args),
         Command::Scale(args) => scale::run(args),
         Command::Restart(args) => restart::run(args),

@@ -12,6 +12,7 @@ mod history;
 mod logs;
 mod ops;
 mod pages;
+mod plan;
 mod restart;
 pub mod roles;
 mod status;
@@ -81,7 +82,7 @@ impl Api {
         let node = self.node.clone();
         let result = match req {
             Request::Apply { specs } => {
-                if let Some(refusal) = self.host_path_refused(&specs) {
+                if let Some(refusal) = self.host_path_refused(&specs).await {
                     return Response::Error(refusal);
                 }
                 for spec in &specs {
@@ -127,6 +128,7 @@ impl Api {
                 result.map(|_| Response::Caps(caps))
             }
             Request::Caps => Ok(Response::Caps(node.caps())),
+            Request::Plan { specs, .. } => Ok(self.handle_plan(specs).await),
             Request::UpgradeStatus { .. } => Ok(Response::Upgrade(Box::new(
                 crate::state::mesh::upgrade::view(&node).await,
             ))),
@@ -326,18 +328,40 @@ impl Api {
     /// The refusal of an apply whose spec uses a host path this agent does not allow
     /// (`--volume-root`): the agent that takes the apply says so at once. Other agents may allow
     /// other roots; one that does not refuses to start the replica (an `unsupported` issue).
-    fn host_path_refused(
+    async fn host_path_refused(
         &self,
         specs: &[shoal_core::spec::WorkloadSpec],
     ) -> Option<crate::wire::api::ApiError> {
+        let invalid = |text: String| {
+            crate::wire::api::ApiError::new(crate::wire::api::ErrorKind::Invalid, text)
+        };
+        if self.node.placement_algorithm() >= 7 {
+            // Placement puts each replica where its host paths are allowed: refuse only a path
+            // no live node allows (a node that says nothing of its roots allows it).
+            let members = self.node.members().await;
+            let live: Vec<_> = members.iter().filter(|m| m.alive).collect();
+            return specs.iter().find_map(|spec| {
+                let path = spec.volumes.iter().find_map(|v| {
+                    let path = v.host_path.as_deref()?;
+                    let allowed = live.iter().any(|m| {
+                        m.capabilities.as_ref().is_none_or(|c| {
+                            shoal_core::spec::host_path_allowed(path, &c.volume_roots)
+                        })
+                    });
+                    (!allowed).then_some((v.name.as_str(), path))
+                })?;
+                Some(invalid(format!(
+                    "{}: volume {:?}: host path {} is refused: no live node allows it (each \
+                     allows host paths only under its --volume-root)",
+                    spec.name, path.0, path.1
+                )))
+            });
+        }
         let roots = self.host.as_ref()?.volume_roots();
         specs.iter().find_map(|spec| {
             let (volume, path) = spec.host_path_refused(roots)?;
             let why = shoal_core::reconcile::host_path_refusal(volume, path, roots);
-            Some(crate::wire::api::ApiError::new(
-                crate::wire::api::ErrorKind::Invalid,
-                format!("{}: {why}", spec.name),
-            ))
+            Some(invalid(format!("{}: {why}", spec.name)))
         })
     }
 
@@ -429,6 +453,7 @@ fn request_kind(req: &Request) -> &'static str {
         Request::ExecHere { .. } => "exec-here",
         Request::ExecIoHere { .. } => "exec-io-here",
         Request::UpgradeStatus { .. } => "upgrade-status",
+        Request::Plan { .. } => "plan",
         Request::UpgradeHold { held: true, .. } => "upgrade-hold",
         Request::UpgradeHold { held: false, .. } => "upgrade-release",
     }

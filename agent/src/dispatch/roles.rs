@@ -45,7 +45,7 @@ macro_rules! roles {
 roles! {
     Read: [
         Get, List, Nodes, Status, Issues, Events, CellList, UpgradeStatus, Caps, History,
-        Endpoints, Logs,
+        Endpoints, Logs, Plan,
     ],
     Write: [
         Apply, Delete, PublishCrl, SetCaps, UpgradeHold, Undo, Pause, Restart, Exec, ExecIo,

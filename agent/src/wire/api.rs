@@ -291,6 +291,14 @@ pub enum Request {
         /// Exists since wire 8.
         since: Since<8>,
     },
+    /// `shoal plan`: where these specs' replicas would go if applied, what else would move,
+    /// what would fit nowhere; nothing is written.
+    Plan {
+        /// The specs, validated again on arrival.
+        specs: Vec<WorkloadSpec>,
+        /// Exists since wire 9.
+        since: Since<9>,
+    },
 }
 
 /// One poll of an exec session: stdin from an offset, and how much output the client has.
@@ -493,6 +501,8 @@ pub enum Response {
     ExecOutput(Box<ExecOutput>),
     /// The mesh version and the builds of its members (since wire 8).
     Upgrade(Box<super::build::UpgradeView>),
+    /// What applying some specs would do (since wire 9).
+    Plan(Box<super::plan::PlanView>),
 }
 
 /// A page of one replica's instance output, and where it was read.

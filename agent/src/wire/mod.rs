@@ -28,6 +28,7 @@ pub mod events;
 pub mod exec;
 pub mod logs;
 pub mod page;
+pub mod plan;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;

@@ -295,9 +295,111 @@ pub(crate) fn run(
         start = end;
     }
     for (start, end) in levels {
-        pass.level(workloads, order, start..end, node_epoch, outcomes, changed);
+        let yields: Vec<bool> = order[start..end]
+            .iter()
+            .map(|&w| {
+                workloads[w as usize]
+                    .as_ref()
+                    .is_some_and(|t| t.spec.yields_when_short)
+            })
+            .collect();
+        if yields.len() < 2 || !yields.contains(&true) {
+            pass.level(workloads, order, start..end, node_epoch, outcomes, changed);
+            continue;
+        }
+        // A workload that yields when short and has replicas that fit nowhere goes after the
+        // others of its level, into the room they leave: the one with the most such replicas
+        // first (then by canonical position), and again while another one is short (at most
+        // DEMOTIONS_MAX times), each time the level placed anew from the room before it. A
+        // workload's stacking layers (`NAME~K`, `crate::stacking`) go as one.
+        let family: Vec<String> = order[start..end]
+            .iter()
+            .map(|&w| {
+                let id = &workloads[w as usize]
+                    .as_ref()
+                    .expect("ordered workload")
+                    .spec
+                    .id;
+                id.split('~').next().unwrap_or(id).to_string()
+            })
+            .collect();
+        let (room, base) = (pass.room.clone(), pass.base.clone());
+        let mut demoted: Vec<&str> = Vec::new();
+        let mut arranged = order.to_vec();
+        loop {
+            let mid = end
+                - family
+                    .iter()
+                    .filter(|f| demoted.contains(&f.as_str()))
+                    .count();
+            pass.level(
+                workloads,
+                &arranged,
+                start..mid,
+                node_epoch,
+                outcomes,
+                changed,
+            );
+            if mid < end {
+                pass.level(
+                    workloads,
+                    &arranged,
+                    mid..end,
+                    node_epoch,
+                    outcomes,
+                    changed,
+                );
+            }
+            if demoted.len() >= DEMOTIONS_MAX || mid == start {
+                break;
+            }
+            // Short replicas per family still placed first, in order of first position.
+            let mut short: Vec<(&str, usize)> = Vec::new();
+            for (i, &w) in order[start..end].iter().enumerate() {
+                let f = family[i].as_str();
+                if !yields[i] || demoted.contains(&f) {
+                    continue;
+                }
+                let n = outcomes[w as usize]
+                    .iter()
+                    .filter(|o| matches!(o, Outcome::Unschedulable(_)))
+                    .count();
+                match short.iter_mut().find(|(g, _)| *g == f) {
+                    Some(entry) => entry.1 += n,
+                    None => short.push((f, n)),
+                }
+            }
+            let worst = short.iter().filter(|(_, n)| *n > 0).fold(
+                None,
+                |best: Option<(&str, usize)>, &(f, n)| match best {
+                    Some((_, most)) if most >= n => best,
+                    _ => Some((f, n)),
+                },
+            );
+            let Some((f, _)) = worst else {
+                break;
+            };
+            if family
+                .iter()
+                .all(|g| g == f || demoted.contains(&g.as_str()))
+            {
+                break; // nobody left to go first
+            }
+            demoted.push(f);
+            let (first, last): (Vec<usize>, Vec<usize>) =
+                (0..end - start).partition(|&i| !demoted.contains(&family[i].as_str()));
+            for (at, i) in first.into_iter().chain(last).enumerate() {
+                arranged[start + at] = order[start + i];
+            }
+            pass.room.clone_from(&room);
+            pass.base.clone_from(&base);
+        }
     }
 }
+
+/// Most workloads (with their stacking layers) of one priority level placed after the others
+/// for being short.
+const DEMOTIONS_MAX: usize = 8;
 
 impl Pass<'_> {
     fn touch(&mut self, node: u32) {

@@ -66,7 +66,9 @@ pub use model::{
 /// at one node the lowest index wins. Version 5: host ports the agent allocates are a resource
 /// (a replica needs one per named port without a number; a node has its port range's size).
 /// Version 6: a replica's data holder (`Workload::sticky`) is its home in the actual pass.
-/// Version 7: a replica is eligible only on a node whose capabilities (`Node::caps`) meet its
+/// Version 7: a workload some of whose replicas fit nowhere (`Workload::yields_when_short`)
+/// is placed, within its priority, after the workloads that fit entirely; and a replica is
+/// eligible only on a node whose capabilities (`Node::caps`) meet its
 /// needs (`Workload::needs`: runtime, host paths under its volume roots, its fixed host ports not
 /// taken there by something else). Two workloads that fix one port may still share a node (the
 /// apply notes the clash). With no capabilities and no needs it places as version 6 did,
@@ -83,6 +85,7 @@ pub fn for_algorithm(algorithm: u32, nodes: &mut [Node], workloads: &mut [Worklo
         }
         for w in workloads {
             w.needs = Needs::default();
+            w.yields_when_short = false;
         }
     }
 }

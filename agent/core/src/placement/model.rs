@@ -236,6 +236,11 @@ pub struct Workload {
     /// What each replica needs of a node beyond room (placement algorithm 7; empty before).
     #[serde(default, skip_serializing_if = "Needs::is_empty")]
     pub needs: Needs,
+    /// When some of its replicas fit nowhere, it takes only the room the workloads of its
+    /// priority that fit entirely leave (placement algorithm 7; false before): a workload too big
+    /// for the mesh never pushes out the replicas of one that fits.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub yields_when_short: bool,
 }
 
 /// Some replicas of a workload, to be placed on these nodes: a cell's share of it (see

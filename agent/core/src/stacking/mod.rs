@@ -271,6 +271,7 @@ mod tests {
             priority: 0,
             sticky: Default::default(),
             needs: Default::default(),
+            yields_when_short: false,
         }
     }
 

@@ -472,6 +472,7 @@ pub fn placement_workload_held(
     let mut w = placement_workload(spec);
     if algorithm >= 7 {
         w.needs = shoal_core::placement::Needs::of_spec(spec);
+        w.yields_when_short = true;
     }
     if spec.keeps_replica_data() {
         let first = ReplicaId::new(&spec.name, 0);
@@ -503,6 +504,7 @@ pub fn placement_workload(spec: &WorkloadSpec) -> Workload {
         priority: spec.placement.priority,
         sticky: BTreeMap::new(),
         needs: Default::default(),
+        yields_when_short: false,
     }
 }
 
