@@ -136,13 +136,16 @@ fn the_core_bugs_the_swarm_found_stay_fixed() {
     // scenarios/regress (3 hosts each; docs/sim.md, Findings): an agent restarted alone in a
     // minority started an exclusive replica; the mass-stop guard held the stops of deleted or
     // scaled-away replicas; a wall-clock step rolled a good update back (the progress deadline
-    // compared a peer's monotonic time with the wall clock). (The handback of swarm-998 is
-    // covered by the core's tests.)
+    // compared a peer's monotonic time with the wall clock); a restarted owner cut off one way
+    // later had its exclusive replica started elsewhere without the fencing delay (its death
+    // dated from before its restart). (The handback of swarm-998 is covered by the core's
+    // tests.)
     for (name, seed) in [
         ("regress/restart-in-minority", 1),
         ("regress/delete-mass-stop", 1),
         ("regress/scale-down-mass-stop", 1),
         ("regress/rollout-clock-step", 1),
+        ("regress/restart-then-one-way-exclusive", 1),
     ] {
         let r = run(name, seed);
         assert_eq!(r["passed"], true, "{name}: {r}");

@@ -411,6 +411,38 @@ fn owner_heard_again_counts_its_claim_from_then_not_from_when_nobody_heard_it() 
 }
 
 #[test]
+fn a_member_back_from_the_dead_gets_the_whole_fencing_delay_when_it_goes_silent_again() {
+    // Found by the simulator (swarm seed 199, scenarios/regress/restart-then-one-way-exclusive.toml):
+    // n1, the owner, dies and its agent comes back (a new gossip identity; the failure detector
+    // keeps the earlier one dead for an hour, so its name stays in the dead set beside the live
+    // one). Long after, n1's packets are lost. Its death must be counted from then: dated from
+    // the first death, the fencing delay had passed long ago, and n2 started db one claim delay
+    // after the cut, while n1 still ran its copy until it fenced itself.
+    let mut c = three_nodes_with_db();
+    c.kill_host("n1");
+    others_move_db_to_n2(&mut c);
+    c.run_for_checked(5_000, never_two_db_copies); // confirmed dead, within the fencing delay
+    c.restart_agent("n1");
+    c.earlier_identity_dead.insert("n1".to_string());
+    c.owners_of.clear(); // n1 is live again: db goes back to it
+    c.run_for_checked(40_000, never_two_db_copies);
+    let copies = c.alive_copies("db", 0);
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert_eq!(copies[0].0, "n1", "back on its owner");
+    let cut = c.now;
+    c.one_way("n1", &["n2", "n3"]);
+    others_move_db_to_n2(&mut c);
+    c.run_for_checked(40_000, never_two_db_copies);
+    let fenced_at = c.first_stop("n1", StopCause::Fence).expect("n1 fenced");
+    let started = db_start_after(&c, cut).expect("n2 took over");
+    // The name was in the dead set already: dead from the step that noticed, then the whole
+    // fencing delay.
+    assert_eq!(started - cut, STEP_MS + 20_000, "the whole fencing delay");
+    let config = shoal_core::reconcile::ReconcileConfig::default();
+    assert!(started > fenced_at + config.fence_stop_grace_ms);
+}
+
+#[test]
 fn owner_that_cannot_receive_fences_itself_and_nobody_starts_a_copy() {
     // The other direction: the others hear n1 (it stays live for them, so the replica stays
     // placed on n1), n1 hears nobody: it sees no majority and fences.

@@ -151,6 +151,9 @@ pub async fn start_node(
             seeds.push(peer);
         }
     }
+    // How many members the mesh had when this agent last saw a majority: its name check ends
+    // early once as many are heard again, each with its record.
+    let members_before = store.members_known_load()?.map(|n| n as usize);
     let summary = to_hex(&store.digest().summary().encode());
     crate::state::cells::check_cell_name(&setup.cell).map_err(anyhow::Error::msg)?;
     let gossip_cluster = crate::state::cells::gossip_cluster_id(&setup.cluster_id, &setup.cell);
@@ -201,7 +204,8 @@ pub async fn start_node(
         seeds = ?seeds, cluster = %setup.cluster_id, cell = %setup.cell, "agent started"
     );
     if !seeds.is_empty() {
-        if let Some(other) = wait_for_name_conflict(&gossip, setup.tuning.gossip_interval).await {
+        let interval = setup.tuning.gossip_interval;
+        if let Some(other) = wait_for_name_conflict(&gossip, interval, members_before).await {
             let _ = gossip.initiate_shutdown();
             anyhow::bail!(
                 "the name {:?} is already used by a live agent at {other}: choose another --name \
@@ -235,23 +239,51 @@ pub async fn start_node(
     Ok(RunningNode { node, tasks })
 }
 
+/// Gossip rounds of the name check at most.
+const NAME_CHECK_ROUNDS: u32 = 8;
+/// Gossip rounds of the name check at least.
+const NAME_CHECK_ROUNDS_MIN: u32 = 3;
+
 /// Gossips for a few rounds after joining and reports a live agent already using this name.
 ///
-/// The 8 rounds (2 s) also let the membership fill in before the host loop's first round: ended
-/// as soon as a peer was heard (tried in issue 25 to shorten restarts), the restarted agent
-/// placed over a partial view and started an extra copy of a replica
-/// (`agent/tests/restart_grace.rs` caught it).
+/// The rounds also let the membership fill in before the host loop's first round: ended as soon
+/// as a peer was heard (tried in issue 25 to shorten restarts), the restarted agent placed over a
+/// partial view and started an extra copy of a replica (`agent/tests/restart_grace.rs` caught
+/// it). So the check runs [`NAME_CHECK_ROUNDS`] (2 s at the default interval), or ends after
+/// [`NAME_CHECK_ROUNDS_MIN`] once as many members as the mesh had when this agent last saw a
+/// majority (`members_before`, saved in the store) are live with their node records: a view at
+/// least as whole as the one it left (a planned restart's case).
 async fn wait_for_name_conflict(
     gossip: &chitchat::ChitchatHandle,
     gossip_interval: Duration,
+    members_before: Option<usize>,
 ) -> Option<SocketAddr> {
     let me = gossip.chitchat_id().clone();
-    for _ in 0..8 {
+    for round in 1..=NAME_CHECK_ROUNDS {
         tokio::time::sleep(gossip_interval).await;
         let chitchat = gossip.chitchat();
         let guard = chitchat.lock().await;
         if let Some(addr) = crate::state::mesh::view::name_taken_by(&guard, &me) {
             return Some(addr);
+        }
+        let whole = members_before.is_some_and(|before| {
+            let with_record: std::collections::BTreeSet<String> = guard
+                .live_nodes()
+                .filter(|id| {
+                    guard
+                        .node_state(id)
+                        .is_some_and(|state| state.get(NODE_KEY).is_some())
+                })
+                .map(|id| id.node_id.to_string())
+                .collect();
+            with_record.len() >= before
+        });
+        if whole && round >= NAME_CHECK_ROUNDS_MIN {
+            tracing::debug!(
+                round,
+                "name check ended: every member known before is heard"
+            );
+            break;
         }
     }
     None

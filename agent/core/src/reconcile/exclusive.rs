@@ -7,8 +7,10 @@
 //!    confirmed within `heard_window_ms` that they hold it live (two ways: see below);
 //! 4. every live peer has published its observed state;
 //! 5. every known member that is not live has been confirmed dead for longer than
-//!    `fencing_delay_ms`, counted only from when this node (re)gained its majority: a verdict
-//!    reached while this node was itself cut off says nothing about the peer;
+//!    `fencing_delay_ms`, counted from when it last stopped being live (a member that came back
+//!    and went silent again gets the whole delay again) and only from when this node (re)gained
+//!    its majority: a verdict reached while this node was itself cut off says nothing about the
+//!    peer;
 //! 6. its own claim has been published for `exclusive_claim_ms`, counted from when this node last
 //!    (re)gained a two-way majority if that is later: a claim published while it could not be
 //!    heard reached nobody.

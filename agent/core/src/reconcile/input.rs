@@ -125,7 +125,8 @@ pub struct SpecEntry {
 pub struct Membership {
     /// Nodes currently live, this node included (it is counted live even if left out).
     pub live: BTreeSet<String>,
-    /// Nodes the failure detector has confirmed dead.
+    /// Nodes the failure detector has confirmed dead. A node also in `live` is live (a restarted
+    /// node's earlier identity may stay dead beside its new one): its death is over.
     pub dead: BTreeSet<String>,
     /// Known members that are neither live nor confirmed dead (silent, suspected). A peer with
     /// published state that is in none of the three sets counts as unreachable too.

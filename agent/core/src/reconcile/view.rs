@@ -28,7 +28,8 @@ pub(crate) struct MeshTimers {
     /// only trusted from then on: a verdict reached while this node was itself cut off says
     /// nothing about the peer.
     pub majority_since_ms: Option<u64>,
-    /// Since when each peer has been confirmed dead (as first seen by this node).
+    /// Since when each peer has been confirmed dead (as first seen by this node), counted from
+    /// when it last stopped being live.
     pub dead_since: BTreeMap<String, u64>,
     /// Since when each peer with published state has been neither live nor confirmed dead.
     pub unreachable_since: BTreeMap<String, u64>,
@@ -83,8 +84,15 @@ impl MeshTimers {
         }
         self.returned_at
             .retain(|_, at| now_ms < at.saturating_add(RETURN_WINDOW_MS));
-        self.dead_since.retain(|n, _| m.dead.contains(n));
-        for n in &m.dead {
+        // A member live now is not dead, whatever the dead set says: a death counts from when
+        // the member last stopped being live. The shell's dead set may still name a member that
+        // came back (chitchat keeps a restarted agent's earlier identity dead for an hour); dated
+        // from that old death, the fencing delay had long passed when the member's new identity
+        // went silent, and a peer started its exclusive replica one claim delay later, before the
+        // member had fenced itself (`scenarios/regress/restart-then-one-way-exclusive.toml`).
+        self.dead_since
+            .retain(|n, _| m.dead.contains(n) && !m.live.contains(n));
+        for n in m.dead.iter().filter(|n| !m.live.contains(*n)) {
             if !self.dead_since.contains_key(n) {
                 self.dead_since.insert(n.clone(), now_ms);
             }

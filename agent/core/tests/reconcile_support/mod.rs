@@ -221,6 +221,10 @@ pub struct Cluster {
     pub data_holders: BTreeMap<ReplicaId, String>,
     /// Per node: the replicas whose data it no longer holds, with why.
     pub data_missing: BTreeMap<String, BTreeMap<ReplicaId, String>>,
+    /// Nodes whose earlier identity every agent's failure detector still holds dead, in the dead
+    /// set beside the live name: chitchat keeps a restarted agent's previous identity dead for
+    /// an hour, and the shell once fed it so.
+    pub earlier_identity_dead: BTreeSet<String>,
 }
 
 impl Cluster {
@@ -248,6 +252,7 @@ impl Cluster {
             knows_only_itself: BTreeSet::new(),
             data_holders: BTreeMap::new(),
             data_missing: BTreeMap::new(),
+            earlier_identity_dead: BTreeSet::new(),
         };
         for n in nodes {
             let agent = Agent {
@@ -375,6 +380,9 @@ impl Cluster {
                 }
             }
         }
+        membership
+            .dead
+            .extend(self.earlier_identity_dead.iter().cloned());
         let mut peers = agent.heard.clone();
         for (n, statuses) in &self.fake_peers {
             peers.insert(n.clone(), statuses.clone());

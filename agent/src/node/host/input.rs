@@ -132,11 +132,7 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
             .collect();
         let held_moved = held_up != shell.held_up;
         shell.held_up = held_up;
-        let dead: BTreeSet<String> = guard
-            .dead_nodes()
-            .map(|id| id.node_id.to_string())
-            .filter(|name| !shell.held_up.contains(name))
-            .collect();
+        let dead = dead_names(guard.dead_nodes(), shell.members.members(), &shell.held_up);
         if moved.members || held_moved || dead != shell.input.membership.dead {
             shell.input.membership = membership(shell.members.members(), dead);
         }
@@ -350,6 +346,27 @@ async fn refresh_past_specs(host: &Host, shell: &mut ShellState) {
             }
         }
     }
+}
+
+/// The names the failure detector holds dead: those of its dead identities, less the names with
+/// a live identity and the members held up in a planned restart. chitchat keeps a restarted
+/// agent's earlier identity dead for `dead_node_grace_period` (an hour) beside its live new one;
+/// fed as dead, the name's death dated from the earlier identity's, and when the new one went
+/// silent, peers skipped the fencing delay for its exclusive replicas (docs/reconcile.md,
+/// rule 5; the core ignores a live name's death too).
+fn dead_names<'a>(
+    dead: impl Iterator<Item = &'a ChitchatId>,
+    members: &[Member],
+    held_up: &BTreeSet<String>,
+) -> BTreeSet<String> {
+    let live: BTreeSet<&str> = members
+        .iter()
+        .filter(|m| m.alive)
+        .map(|m| m.name.as_str())
+        .collect();
+    dead.map(|id| id.node_id.to_string())
+        .filter(|name| !held_up.contains(name) && !live.contains(name.as_str()))
+        .collect()
 }
 
 /// The failure detector's facts from the members and the dead identities' names.
@@ -617,6 +634,24 @@ mod tests {
             restarting_until: None,
             capabilities: None,
         }
+    }
+
+    #[test]
+    fn a_name_with_a_live_identity_is_not_dead() {
+        // n2 restarted: its earlier identity (generation 1) stays dead beside the live one.
+        let addr = std::net::SocketAddr::from(([10, 0, 0, 2], 7000));
+        let earlier = ChitchatId::new("n2".to_string(), 1, addr);
+        let n3 = ChitchatId::new("n3".to_string(), 1, addr);
+        let n4 = ChitchatId::new("n4".to_string(), 1, addr);
+        let members = [
+            member("n1", true, true),
+            member("n2", true, true),
+            member("n3", false, true),
+            member("n4", false, true),
+        ];
+        let held_up = BTreeSet::from(["n4".to_string()]);
+        let dead = dead_names([&earlier, &n3, &n4].into_iter(), &members, &held_up);
+        assert_eq!(dead, BTreeSet::from(["n3".to_string()]));
     }
 
     #[test]
