@@ -70,7 +70,11 @@ fn main() {
     let capacity = nodes
         .iter()
         .fold(Resources::default(), |a, n| a.saturating_add(&n.capacity));
-    let workloads = workloads(&mut rng, args.replicas, args.utilization, capacity);
+    let mut workloads = workloads(&mut rng, args.replicas, args.utilization, capacity);
+    let mut nodes = nodes;
+    if args.mixed {
+        support::synth::mix(&mut nodes, &mut workloads);
+    }
 
     let start = Instant::now();
     let mut base = PlacementEngine::new(&nodes, &workloads);

@@ -105,3 +105,30 @@ async fn an_answer_of_the_wrong_kind_is_not_a_stopped_agent_either() {
     );
     assert!(!stderr.contains("is it running"), "{stderr}");
 }
+
+/// A label constraints could never match is refused at start, with the flag named.
+#[test]
+fn an_agent_label_constraints_cannot_match_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    for (label, says) in [
+        ("disk=fast ssd", "the value \"fast ssd\""),
+        ("my disk=ssd", "the key \"my disk\""),
+        ("disk", "expected KEY=VALUE"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
+            .args(["agent", "--name", "n1", "--gossip", "127.0.0.1:1"])
+            .args(["--api", "127.0.0.1:2", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .arg("--pki")
+            .arg(dir.path().join("pki"))
+            .args(["--label", label])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{label}: started");
+        assert!(
+            err.contains("--label") && err.contains(says),
+            "{label}: {err}"
+        );
+    }
+}

@@ -37,7 +37,9 @@ pub enum ConstraintOp {
 /// Longest constraint text accepted.
 pub const CONSTRAINT_LEN_MAX: usize = 256;
 
-fn valid_token(s: &str) -> bool {
+/// Whether `s` may be a label key or value that constraints can name: 1 to 63 bytes of ASCII
+/// letters, digits, `-`, `_`, `.` and `/`.
+pub fn valid_token(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.bytes()

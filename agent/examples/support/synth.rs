@@ -29,6 +29,53 @@ pub struct ClusterArgs {
     /// Print only the JSON line.
     #[arg(long)]
     pub json: bool,
+    /// A mixed fleet (placement algorithm 7): node classes by runtime (a quarter process only, a
+    /// quarter containers only, half both), a quarter with a volume root, 5% with port 8080
+    /// taken; workloads of either runtime, some with a host path or port 8080 fixed; every
+    /// workload yields when short.
+    #[arg(long)]
+    pub mixed: bool,
+}
+
+/// Makes the fleet mixed ([`ClusterArgs::mixed`]), by index only: the same cluster as without
+/// it otherwise.
+pub fn mix(nodes: &mut [Node], workloads: &mut [Workload]) {
+    use shoal_core::placement::{Capabilities, HostPort, Needs, Runtime};
+    let port = HostPort {
+        port: 8080,
+        protocol: Default::default(),
+    };
+    for (i, n) in nodes.iter_mut().enumerate() {
+        n.caps = Some(Capabilities {
+            runtimes: match i % 4 {
+                0 => vec![Runtime::Process],
+                1 => vec![Runtime::Container],
+                _ => vec![Runtime::Process, Runtime::Container],
+            },
+            volume_roots: if i % 4 == 3 {
+                vec!["/srv".to_string()]
+            } else {
+                Vec::new()
+            },
+            ports_taken: if i % 20 == 7 { vec![port] } else { Vec::new() },
+        });
+    }
+    for (j, w) in workloads.iter_mut().enumerate() {
+        w.yields_when_short = true;
+        w.needs = Needs {
+            runtime: Some(if j % 5 < 3 {
+                Runtime::Process
+            } else {
+                Runtime::Container
+            }),
+            host_paths: if j % 25 == 4 {
+                vec!["/srv/data".to_string()]
+            } else {
+                Vec::new()
+            },
+            fixed_ports: if j % 30 == 5 { vec![port] } else { Vec::new() },
+        };
+    }
 }
 
 pub const GIB: u64 = 1 << 30;

@@ -177,7 +177,23 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
         let Some((k, v)) = label.split_once('=') else {
             bail!("--label {label:?}: expected KEY=VALUE, e.g. --label disk=ssd");
         };
-        labels.insert(k.trim().to_string(), v.trim().to_string());
+        let (k, v) = (k.trim(), v.trim());
+        for (what, text) in [("key", k), ("value", v)] {
+            if !shoal_core::constraint::valid_token(text) {
+                bail!(
+                    "--label {label:?}: the {what} {text:?} is not one constraints can match: 1 to \
+                     63 ASCII letters, digits, '-', '_', '.' or '/'"
+                );
+            }
+        }
+        labels.insert(k.to_string(), v.to_string());
+    }
+    if labels.len() > shoal::state::mesh::record::LABELS_MAX {
+        bail!(
+            "--label: {} labels, more than the {} a node may carry",
+            labels.len(),
+            shoal::state::mesh::record::LABELS_MAX
+        );
     }
     shoal::identity::pki::validate_name(&args.name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
     shoal::state::cells::check_cell_name(&args.cell).map_err(|e| anyhow::anyhow!("--cell: {e}"))?;
