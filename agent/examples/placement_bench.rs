@@ -73,7 +73,7 @@ fn main() {
     let mut workloads = workloads(&mut rng, args.replicas, args.utilization, capacity);
     let mut nodes = nodes;
     if args.mixed {
-        support::synth::mix(&mut nodes, &mut workloads);
+        support::synth::mix(0, &mut nodes, &mut workloads);
     }
 
     let start = Instant::now();
@@ -128,6 +128,13 @@ fn main() {
 
         let mut fresh = node(&mut rng, args.nodes + t, (args.nodes + t) % 16);
         fresh.id = format!("node-new-{t}");
+        if args.mixed {
+            // A node of a class as the others are (by its index).
+            let mut one = [fresh];
+            support::synth::mix(args.nodes + t, &mut one, &mut []);
+            let [again] = one;
+            fresh = again;
+        }
         let mut with_down = engine.clone();
         let start = Instant::now();
         with_down

@@ -37,15 +37,16 @@ pub struct ClusterArgs {
     pub mixed: bool,
 }
 
-/// Makes the fleet mixed ([`ClusterArgs::mixed`]), by index only: the same cluster as without
-/// it otherwise.
-pub fn mix(nodes: &mut [Node], workloads: &mut [Workload]) {
+/// Makes the fleet mixed ([`ClusterArgs::mixed`]), by index only (`nodes[0]` is node number
+/// `first`): the same cluster as without it otherwise.
+pub fn mix(first: usize, nodes: &mut [Node], workloads: &mut [Workload]) {
     use shoal_core::placement::{Capabilities, HostPort, Needs, Runtime};
     let port = HostPort {
         port: 8080,
         protocol: Default::default(),
     };
     for (i, n) in nodes.iter_mut().enumerate() {
+        let i = first + i;
         n.caps = Some(Capabilities {
             runtimes: match i % 4 {
                 0 => vec![Runtime::Process],

@@ -229,6 +229,7 @@ pub async fn start_node(
     node.inline_store
         .store(inline_store, std::sync::atomic::Ordering::Relaxed);
     *node.record.lock().expect("record lock") = Some(setup.record.clone());
+    *node.capabilities.lock().expect("capabilities lock") = setup.capabilities.clone();
     let joins = !seeds.is_empty();
     let tasks = vec![
         tokio::spawn(crate::state::mesh::sync::AntiEntropy::new(node.clone()).run()),

@@ -307,31 +307,84 @@ pub(crate) fn run(
             pass.level(workloads, order, start..end, node_epoch, outcomes, changed);
             continue;
         }
-        // A workload that yields when short and has replicas that fit nowhere goes after the
-        // others of its level, into the room they leave: the one with the most such replicas
-        // first (then by canonical position), and again while another one is short (at most
-        // DEMOTIONS_MAX times), each time the level placed anew from the room before it. A
-        // workload's stacking layers (`NAME~K`, `crate::stacking`) go as one.
-        let family: Vec<String> = order[start..end]
-            .iter()
-            .map(|&w| {
-                let id = &workloads[w as usize]
-                    .as_ref()
-                    .expect("ordered workload")
-                    .spec
-                    .id;
-                id.split('~').next().unwrap_or(id).to_string()
-            })
-            .collect();
+        // A workload that yields when short and is too big for the mesh (more of its replicas fit
+        // nowhere than fit) goes after the others of its level, into the room they leave: the
+        // one with the most such replicas first (then by first position), and again while
+        // another is (at most DEMOTIONS_MAX times), each time the level placed anew from the
+        // room before it. A workload's stacking layers (`NAME~K`, `crate::stacking`) count as
+        // one. Nothing of this runs unless a yielding workload of the level is short.
         let (room, base) = (pass.room.clone(), pass.base.clone());
-        let mut demoted: Vec<&str> = Vec::new();
+        pass.level(workloads, order, start..end, node_epoch, outcomes, changed);
+        let short_of = |outcomes: &[Vec<Outcome>], w: u32| {
+            outcomes[w as usize]
+                .iter()
+                .filter(|o| matches!(o, Outcome::Unschedulable(_)))
+                .count()
+        };
+        let any_short = order[start..end]
+            .iter()
+            .zip(&yields)
+            .any(|(&w, &y)| y && short_of(outcomes, w) > 0);
+        if !any_short {
+            continue;
+        }
+        // Family numbers in order of first position.
+        let family: Vec<u32> = {
+            let mut numbers: crate::stable_hash::StableHashMap<&str, u32> = Default::default();
+            order[start..end]
+                .iter()
+                .map(|&w| {
+                    let id = &workloads[w as usize]
+                        .as_ref()
+                        .expect("ordered workload")
+                        .spec
+                        .id;
+                    let name = id.split('~').next().unwrap_or(id);
+                    let next = numbers.len() as u32;
+                    *numbers.entry(name).or_insert(next)
+                })
+                .collect()
+        };
+        let families = family.iter().max().map_or(0, |&f| f as usize + 1);
+        let mut demoted = vec![false; families];
         let mut arranged = order.to_vec();
-        loop {
+        for _ in 0..DEMOTIONS_MAX {
+            // Per family still placed first: replicas short, placed.
+            let mut tally = vec![(0usize, 0usize); families];
+            for (i, &w) in order[start..end].iter().enumerate() {
+                let f = family[i] as usize;
+                if yields[i] && !demoted[f] {
+                    let short = short_of(outcomes, w);
+                    tally[f].0 += short;
+                    tally[f].1 += outcomes[w as usize].len() - short;
+                }
+            }
+            // The family too big for the mesh (more replicas short than placed, some placed:
+            // it holds room others of the level might have had), short of the most.
+            let mut worst: Option<(usize, usize)> = None;
+            for (f, &(short, placed)) in tally.iter().enumerate() {
+                if short > placed && placed > 0 && worst.is_none_or(|(most, _)| short > most) {
+                    worst = Some((short, f));
+                }
+            }
+            let Some((_, f)) = worst else {
+                break;
+            };
+            demoted[f] = true;
+            if demoted.iter().all(|&d| d) {
+                break; // nobody left to go first
+            }
+            let first = (0..end - start).filter(|&i| !demoted[family[i] as usize]);
+            let last = (0..end - start).filter(|&i| demoted[family[i] as usize]);
+            for (at, i) in first.chain(last).enumerate() {
+                arranged[start + at] = order[start + i];
+            }
             let mid = end
-                - family
-                    .iter()
-                    .filter(|f| demoted.contains(&f.as_str()))
+                - (0..end - start)
+                    .filter(|&i| demoted[family[i] as usize])
                     .count();
+            pass.room.clone_from(&room);
+            pass.base.clone_from(&base);
             pass.level(
                 workloads,
                 &arranged,
@@ -340,59 +393,14 @@ pub(crate) fn run(
                 outcomes,
                 changed,
             );
-            if mid < end {
-                pass.level(
-                    workloads,
-                    &arranged,
-                    mid..end,
-                    node_epoch,
-                    outcomes,
-                    changed,
-                );
-            }
-            if demoted.len() >= DEMOTIONS_MAX || mid == start {
-                break;
-            }
-            // Short replicas per family still placed first, in order of first position.
-            let mut short: Vec<(&str, usize)> = Vec::new();
-            for (i, &w) in order[start..end].iter().enumerate() {
-                let f = family[i].as_str();
-                if !yields[i] || demoted.contains(&f) {
-                    continue;
-                }
-                let n = outcomes[w as usize]
-                    .iter()
-                    .filter(|o| matches!(o, Outcome::Unschedulable(_)))
-                    .count();
-                match short.iter_mut().find(|(g, _)| *g == f) {
-                    Some(entry) => entry.1 += n,
-                    None => short.push((f, n)),
-                }
-            }
-            let worst = short.iter().filter(|(_, n)| *n > 0).fold(
-                None,
-                |best: Option<(&str, usize)>, &(f, n)| match best {
-                    Some((_, most)) if most >= n => best,
-                    _ => Some((f, n)),
-                },
+            pass.level(
+                workloads,
+                &arranged,
+                mid..end,
+                node_epoch,
+                outcomes,
+                changed,
             );
-            let Some((f, _)) = worst else {
-                break;
-            };
-            if family
-                .iter()
-                .all(|g| g == f || demoted.contains(&g.as_str()))
-            {
-                break; // nobody left to go first
-            }
-            demoted.push(f);
-            let (first, last): (Vec<usize>, Vec<usize>) =
-                (0..end - start).partition(|&i| !demoted.contains(&family[i].as_str()));
-            for (at, i) in first.into_iter().chain(last).enumerate() {
-                arranged[start + at] = order[start + i];
-            }
-            pass.room.clone_from(&room);
-            pass.base.clone_from(&base);
         }
     }
 }

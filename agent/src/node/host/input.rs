@@ -62,6 +62,61 @@ pub struct ShellState {
     /// Past versions instances here run that the store's history did not have (not looked up
     /// again until the specs move).
     past_missing: BTreeSet<(String, String)>,
+    /// When the fixed host ports were last probed (monotonic ms).
+    ports_probed_at: u64,
+}
+
+/// How often an agent probes the fixed host ports of workloads not placed on it.
+const PORT_PROBE_MS: u64 = 10_000;
+
+/// Gossips which fixed host ports of the workloads that have no replica placed here (and no live
+/// instance here) something else holds on this host, found by binding each on every address
+/// (`ports_taken` of its capabilities): placement then keeps those workloads off this node. A
+/// workload placed here is not probed (its own instance may hold the port); a port freed later is
+/// dropped at the next probe. At most `CAPABILITY_ITEMS_MAX` ports, in port order.
+async fn probe_fixed_ports(host: &Host, shell: &ShellState) {
+    use shoal_core::placement::HostPort;
+    use shoal_core::spec::Protocol;
+    let me = host.node.name.as_str();
+    let here: BTreeSet<&str> = shell
+        .placement
+        .assigned
+        .iter()
+        .filter(|(_, node)| node.as_str() == me)
+        .map(|(r, _)| r.workload.as_str())
+        .chain(
+            shell
+                .input
+                .instances
+                .iter()
+                .map(|i| i.replica.workload.as_str()),
+        )
+        .collect();
+    let mut ours: BTreeSet<HostPort> = BTreeSet::new();
+    let mut probe: BTreeSet<HostPort> = BTreeSet::new();
+    for (name, entry) in &shell.specs {
+        let ports = entry.spec.fixed_host_ports().into_iter();
+        let ports = ports.map(|(port, protocol)| HostPort { port, protocol });
+        match here.contains(name.as_str()) {
+            true => ours.extend(ports),
+            false => probe.extend(ports),
+        }
+    }
+    let mut taken = Vec::new();
+    for p in probe.difference(&ours) {
+        if taken.len() >= crate::state::mesh::capabilities::CAPABILITY_ITEMS_MAX {
+            break;
+        }
+        let addr = std::net::SocketAddr::from(([0, 0, 0, 0], p.port));
+        let bound = match p.protocol {
+            Protocol::Tcp => std::net::TcpListener::bind(addr).map(drop),
+            Protocol::Udp => std::net::UdpSocket::bind(addr).map(drop),
+        };
+        if bound.is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse) {
+            taken.push(*p);
+        }
+    }
+    host.node.set_ports_taken(taken).await;
 }
 
 impl ShellState {
@@ -184,6 +239,10 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         ),
     };
     shell.input.instances = instances;
+    if now >= shell.ports_probed_at + PORT_PROBE_MS {
+        shell.ports_probed_at = now;
+        probe_fixed_ports(host, shell).await;
+    }
     if specs_moved {
         shell.past_missing.clear();
     }

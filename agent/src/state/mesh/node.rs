@@ -57,6 +57,8 @@ pub struct MeshNode {
     /// Anti-entropy found this node in sync with a live peer at least once since start.
     pub(crate) synced_once: AtomicBool,
     /// The record this node gossips (kept to change `draining`).
+    /// What this node gossips it can run, when it does (`MeshSetup::capabilities`).
+    pub(crate) capabilities: Mutex<Option<super::capabilities::CapabilitiesRecord>>,
     pub(crate) record: Mutex<Option<NodeRecord>>,
     /// Peers' clock samples and the writes refused for clock skew.
     pub(crate) skew: ClockSkew,
@@ -97,6 +99,7 @@ impl MeshNode {
             inline_store: AtomicBool::new(false),
             synced_once: AtomicBool::new(false),
             record: Mutex::new(None),
+            capabilities: Mutex::new(None),
             members: Mutex::new(view::MemberCache::default()),
             drain_marker: std::sync::OnceLock::new(),
             wire: super::upgrade::wire_cell(),
@@ -162,6 +165,32 @@ impl MeshNode {
                 _ => Ok(()),
             }
         }
+    }
+
+    /// Gossips the fixed host ports something other than this node's replicas holds here, when
+    /// they changed; false when the node gossips no capabilities.
+    pub async fn set_ports_taken(&self, mut ports: Vec<shoal_core::placement::HostPort>) -> bool {
+        ports.sort();
+        ports.dedup();
+        ports.truncate(super::capabilities::CAPABILITY_ITEMS_MAX);
+        let text = {
+            let mut caps = self.capabilities.lock().expect("capabilities lock");
+            let Some(caps) = caps.as_mut() else {
+                return false;
+            };
+            if caps.ports_taken == ports {
+                return true;
+            }
+            caps.ports_taken = ports;
+            caps.encode()
+        };
+        let chitchat = self.gossip.chitchat();
+        chitchat
+            .lock()
+            .await
+            .self_node_state()
+            .set(super::capabilities::CAPABILITIES_KEY, &text);
+        true
     }
 
     /// Sets this node's draining flag and gossips the changed record.
