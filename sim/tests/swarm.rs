@@ -59,3 +59,23 @@ fn a_derived_scenario_checks_and_runs_the_same_as_its_swarm_seed() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_mixed_fleet_seed_gives_hosts_capabilities_and_workloads_of_both_kinds() {
+    // Seed 1 draws a mixed fleet (swarm/fleet.rs); seed 2 does not, and derives the scenario it
+    // derived before mixed fleets existed (no `[[hosts]]`).
+    let mixed = print_scenario(1);
+    assert!(
+        mixed.contains("[[hosts]]") && mixed.contains("runtimes = [\"container\"]"),
+        "{mixed}"
+    );
+    assert!(!print_scenario(2).contains("[[hosts]]"));
+    let mixed_seeds = (1..=40)
+        .map(print_scenario)
+        .filter(|s| s.contains("[[hosts]]"))
+        .collect::<Vec<_>>();
+    assert!(
+        mixed_seeds.iter().any(|s| s.contains("[container]")),
+        "no container workload in 40 seeds"
+    );
+}

@@ -172,7 +172,7 @@ pub async fn capabilities_of(
                 .map(|v| format!("docker {v}"));
             vec![fact(Runtime::Container, version)]
         }
-        RuntimeKind::Mem => vec![fact(Runtime::Process, None), fact(Runtime::Container, None)],
+        RuntimeKind::Mem => runtime.runs().into_iter().map(|k| fact(k, None)).collect(),
     };
     CapabilitiesRecord::this(runtimes, volume_roots.to_vec())
 }

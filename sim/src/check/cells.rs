@@ -69,12 +69,12 @@ pub fn target(
     up: &BTreeSet<u32>,
     workloads: &[Workload],
     views: &Views,
+    algorithm: u32,
 ) -> CellTarget {
     let mut members: BTreeMap<String, Vec<Node>> = BTreeMap::new();
     for h in hosts.iter().filter(|h| known.contains(&h.index)) {
         let Some(cell) = h.cell else { continue };
-        let mut node = h.record.placement_node(h.name);
-        node.down = !up.contains(&h.index);
+        let node = super::truth::placement_node(h, up.contains(&h.index), algorithm);
         members.entry(cell.to_string()).or_default().push(node);
     }
     let agents: Vec<Agent<'_>> = hosts
@@ -273,6 +273,7 @@ mod tests {
             .insert("web".into(), (Some("v1".into()), Some(spec)));
         checker.truth.placement = t.placement.clone();
         let copy = |host: u32| Copy {
+            handle: String::new(),
             host,
             phase: Phase::Running,
             ready_ms: 0,

@@ -10,11 +10,14 @@
 //! - every acknowledged spec reaches every live agent (checked at the end, timed throughout);
 //! - after the last fault, running = desired within the scenario's bound (and stays so);
 //! - a spec version the mesh wrote itself restores content the simulator sent (an automatic
-//!   rollback), and becomes the desired state; every update's rollout is timed.
+//!   rollback), and becomes the desired state; every update's rollout is timed;
+//! - never a running copy of a replica that is not exclusive stopped for a move while no copy
+//!   elsewhere runs (`handoff.rs`).
 
 mod agents;
 mod cells;
 mod data;
+mod handoff;
 mod liveness;
 mod mesh_specs;
 mod rollouts;
@@ -32,6 +35,7 @@ use crate::net::SimNet;
 use crate::scenario::Scenario;
 use crate::trace::Trace;
 
+pub use handoff::REPLACEMENT_SEEN_MS;
 pub use liveness::{EventFailure, LivenessOutcome, LIVENESS_HOLD_MS};
 pub use mesh_specs::{trace_agents_rollouts, RollbackSeen, WATCH_EVERY_MS};
 pub use rollouts::{Rollout, RolloutStart, ROLLOUT_HOLD_MS};
@@ -144,6 +148,14 @@ pub struct Checker {
     pub data_started_empty_by_policy: u64,
     /// Replicas with data that are not exclusive, moved to a host without their data (allowed).
     pub data_moved_empty: u64,
+    /// Running copies of replicas that are not exclusive stopped for a move while no copy
+    /// elsewhere ran (violations, `handoff.rs`).
+    pub healthy_copies_stopped: u64,
+    /// Running copies stopped for a move, judged (the handoffs, those violations included).
+    pub handoff_stops: u64,
+    /// Samples at which a host's runtime events overflowed, so its stops went unjudged.
+    pub handoff_stops_unjudged: u64,
+    pub(crate) handoffs: handoff::Handoffs,
     pub(crate) data: data::DataTrack,
     /// Normal duplicate episodes (two copies of one replica, e.g. during a partition).
     pub duplicates: u64,
@@ -363,6 +375,7 @@ impl Checker {
         self.watch_mesh_specs(now, hosts, trace).await;
         self.track_rollouts(now, &copies);
         self.update_truth(now, hosts, trace);
+        self.check_handoffs(now, hosts, &copies, trace).await;
         self.check_replacements(&copies);
         self.check_convergence(now, &copies, hosts);
         self.check_agents(now, hosts, net, trace).await;

@@ -217,6 +217,7 @@ mod tests {
     /// Two replicas of web, at these revisions (running).
     fn copies(revisions: &[u64]) -> Copies {
         let copy = |revision| Copy {
+            handle: String::new(),
             host: 0,
             phase: Phase::Running,
             ready_ms: 0,

@@ -6,8 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use shoal::state::mesh::view::placement_workload_held;
 use shoal_core::instance::{Phase, ReplicaId};
-use shoal_core::placement::Placement;
-use shoal_core::placement::PLACEMENT_ALGORITHM_VERSION;
+use shoal_core::placement::{Node, Placement};
 use shoal_core::spec::WorkloadSpec;
 use shoal_core::stacking::place_stacked;
 
@@ -18,6 +17,8 @@ use crate::trace::Trace;
 /// One alive copy.
 #[derive(Clone, Debug)]
 pub struct Copy {
+    /// The runtime's handle.
+    pub handle: String,
     /// Host index.
     pub host: u32,
     /// Phase.
@@ -67,6 +68,7 @@ pub fn copies(now: u64, hosts: &[HostView<'_>], latest: &Latest) -> Copies {
                 .and_then(|(_, s)| s.as_ref())
                 .is_some_and(|s| s.placement.exclusive);
             out.entry(i.replica).or_default().push(Copy {
+                handle: i.handle,
                 host: h.index,
                 phase: i.phase,
                 ready_ms: i.ready_ms,
@@ -80,6 +82,31 @@ pub fn copies(now: u64, hosts: &[HostView<'_>], latest: &Latest) -> Copies {
 }
 
 pub(crate) type Latest = BTreeMap<String, (Option<String>, Option<WorkloadSpec>)>;
+
+/// The placement algorithm the agents run: the one the mesh version names
+/// (`shoal_core::upgrade::placement_algorithm`), the highest any agent up has recorded (the
+/// version only moves forward, and every agent reaches it); the oldest this build speaks while
+/// no agent is up.
+pub fn placement_algorithm(hosts: &[HostView<'_>]) -> u32 {
+    let version = hosts
+        .iter()
+        .filter(|h| h.state == HostState::Up)
+        .filter_map(|h| h.node.map(|n| n.mesh_version()))
+        .max()
+        .unwrap_or(shoal_core::version::WIRE_MIN);
+    shoal_core::upgrade::placement_algorithm(version)
+}
+
+/// Host `h` as the agents' placement sees it (`shoal::state::mesh::view::placement_nodes`):
+/// its record, `down` unless up, and under algorithm 7 and later the capabilities it gossips.
+pub fn placement_node(h: &HostView<'_>, up: bool, algorithm: u32) -> Node {
+    let mut node = h.record.placement_node(h.name);
+    node.down = !up;
+    if algorithm >= 7 {
+        node.caps = h.caps.cloned();
+    }
+    node
+}
 
 fn desired_replicas(latest: &Latest) -> BTreeMap<&str, u32> {
     latest
@@ -120,7 +147,8 @@ impl Checker {
             .collect();
         let mut known = self.truth.known.clone();
         known.extend(up.iter().copied());
-        let mut key_text = String::new();
+        let algorithm = placement_algorithm(hosts);
+        let mut key_text = format!("algorithm {algorithm};");
         for h in hosts.iter().filter(|h| known.contains(&h.index)) {
             let up = up.contains(&h.index);
             key_text.push_str(&format!("{}:{}:{up};", h.index, h.record.draining));
@@ -146,11 +174,7 @@ impl Checker {
         let nodes: Vec<_> = hosts
             .iter()
             .filter(|h| known.contains(&h.index))
-            .map(|h| {
-                let mut node = h.record.placement_node(h.name);
-                node.down = !up.contains(&h.index);
-                node
-            })
+            .map(|h| placement_node(h, up.contains(&h.index), algorithm))
             .collect();
         // As the agents' store records do, the holders of the replicas' data (`data.rs`).
         let holders: BTreeMap<ReplicaId, String> = self
@@ -166,16 +190,14 @@ impl Checker {
             .latest
             .values()
             .filter_map(|(v, s)| v.as_ref().and(s.as_ref()))
-            // The newest algorithm: the simulated hosts gossip no capabilities, so it places as
-            // every algorithm a simulated mesh version names.
-            .map(|s| placement_workload_held(s, &holders, PLACEMENT_ALGORITHM_VERSION))
+            .map(|s| placement_workload_held(s, &holders, algorithm))
             .collect();
         // As the agents place: more replicas than eligible hosts stack (docs/placement.md); in
         // a mesh of cells, each cell's node level from its own view of the cells.
         let (placement, cell_gaps) = match hosts.iter().any(|h| h.cell.is_some()) {
             false => (place_stacked(&nodes, &workloads), Vec::new()),
             true => {
-                let t = super::cells::target(hosts, &known, &up, &workloads, &views);
+                let t = super::cells::target(hosts, &known, &up, &workloads, &views, algorithm);
                 (t.placement, t.gaps)
             }
         };
@@ -281,7 +303,7 @@ impl Checker {
     /// running instance is not made from (replicas, placement, health, restart, update): the
     /// agent moves such an instance to the new version without touching it, so the runtime
     /// still lists the old one (a scale keeps its untouched replicas).
-    fn current(&self, r: &ReplicaId, version: &str) -> bool {
+    pub(super) fn current(&self, r: &ReplicaId, version: &str) -> bool {
         let Some((Some(acked), Some(spec))) = self.latest.get(&r.workload) else {
             return false;
         };

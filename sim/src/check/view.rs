@@ -29,6 +29,8 @@ pub struct HostView<'a> {
     pub up_since_ms: u64,
     /// Its record (capacity, zone, draining).
     pub record: &'a NodeRecord,
+    /// What it can run as placement reads its gossip (`[[hosts]]`); `None`: it gossips nothing.
+    pub caps: Option<&'a shoal_core::placement::Capabilities>,
     /// The ground truth: its in-memory runtime.
     pub ground: &'a Ground,
     /// Its agent's mesh node, when up.

@@ -122,6 +122,8 @@ pub struct AgentParts {
     pub paused: tokio::sync::watch::Receiver<bool>,
     /// The guard a previous agent left running (a planned restart): adopted instead of a new one.
     pub guard: Option<MemGuard>,
+    /// `--volume-root` directories (`[[hosts]]`; none by default, as `shoal agent`).
+    pub volume_roots: Vec<String>,
 }
 
 /// Assembles and starts the agent: the same [`Agent`] as `shoal agent`, with its guard (returned
@@ -135,6 +137,7 @@ pub fn start_agent(parts: AgentParts) -> (Agent, MemGuard) {
     let config = LoopConfig {
         tick: Duration::from_millis(parts.config.reconcile_interval_ms),
         reconcile: reconcile_config(&parts.config),
+        volume_roots: parts.volume_roots,
         ..LoopConfig::default()
     };
     let t0 = parts.t0;

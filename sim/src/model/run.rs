@@ -307,6 +307,11 @@ pub fn simulate(sc: &Scenario, seed: u64, d: &Delays) -> ModelReport {
         }
         m.push(at, Ev::Apply(specs.clone()));
     }
+    if !sc.mesh.hosts.is_empty() {
+        let what =
+            "[[hosts]]: capabilities and late joins (every host runs anything from the start)";
+        m.m.ignored.push(what.to_string());
+    }
     for (i, e) in sc.events.iter().enumerate() {
         match &e.action {
             Action::Crash { .. }

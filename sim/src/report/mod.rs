@@ -48,6 +48,13 @@ pub struct Report {
     pub data_started_empty_by_policy: u64,
     /// Replicas with data that are not exclusive, moved to a host without it (allowed).
     pub data_moved_empty: u64,
+    /// Running copies of replicas that are not exclusive stopped for a move while no copy
+    /// elsewhere ran (each a `healthy-copy-stopped` violation).
+    pub healthy_copies_stopped: u64,
+    /// Running copies stopped for a move, judged (handoffs; the violations included).
+    pub handoff_stops: u64,
+    /// Samples at which a host's runtime events overflowed: its stops went unjudged.
+    pub handoff_stops_unjudged: u64,
     /// Normal duplicate episodes (allowed: availability first).
     pub duplicates: u64,
     /// Longest normal duplicate.
@@ -95,7 +102,8 @@ pub struct Report {
     /// The liveness phase after the timeline.
     pub liveness: Option<LivenessOutcome>,
     /// What failed, one word each (sorted, distinct): a violation's kind
-    /// (`exclusive-duplicate`, `over-capacity`, `acknowledged-spec-missing`), `event-failed`,
+    /// (`exclusive-duplicate`, `over-capacity`, `acknowledged-spec-missing`,
+    /// `healthy-copy-stopped`), `event-failed`,
     /// `liveness`, `assertion`.
     pub failure_kinds: Vec<String>,
     /// Refused API calls and failed starts.
@@ -196,6 +204,9 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
         data_started_empty: c.data_started_empty,
         data_started_empty_by_policy: c.data_started_empty_by_policy,
         data_moved_empty: c.data_moved_empty,
+        healthy_copies_stopped: c.healthy_copies_stopped,
+        handoff_stops: c.handoff_stops,
+        handoff_stops_unjudged: c.handoff_stops_unjudged,
         duplicates: c.duplicates,
         duplicate_longest_ms: c.duplicate_longest_ms,
         missing_replica_seconds: round3(c.missing_replica_seconds),
@@ -330,6 +341,10 @@ impl Report {
                 self.data_started_empty, self.data_started_empty_by_policy, self.data_moved_empty
             );
         }
+        s += &format!(
+            "  handoffs: {} running copies stopped for a move, {} before a copy elsewhere ran\n",
+            self.handoff_stops, self.healthy_copies_stopped
+        );
         s += &format!(
             "  exclusive duplicates: {} (longest {} ms); normal duplicates: {} (longest {} ms)\n",
             self.exclusive_duplicates,

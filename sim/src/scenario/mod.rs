@@ -5,9 +5,11 @@
 //! here and are resolved when their event fires, with the run's generator, so that a seed fixes
 //! the concrete schedule; the report writes that concrete schedule back out.
 
+mod hosts;
 mod parse;
 pub mod select;
 
+pub use hosts::{HostCaps, HostSettings};
 pub use parse::{parse_scenario, ScenarioError};
 pub use select::Selector;
 
@@ -58,9 +60,21 @@ pub struct Mesh {
     /// Cells `c1..cN`, given to hosts round-robin (host index `i` is in cell `i % cells`); 0:
     /// no cells, every host in the default cell (a mesh of one gossip domain, as before).
     pub cells: u32,
+    /// Hosts with settings of their own (`[[hosts]]`), by index: capabilities, a late join.
+    pub hosts: std::collections::BTreeMap<u32, HostSettings>,
 }
 
 impl Mesh {
+    /// What host `index` can run, when the scenario says (`None`: anything, said to nobody).
+    pub fn caps_of(&self, index: u32) -> Option<&HostCaps> {
+        self.hosts.get(&index).and_then(|h| h.caps.as_ref())
+    }
+
+    /// When host `index` joins, when the scenario makes it join late.
+    pub fn join_at_ms(&self, index: u32) -> Option<u64> {
+        self.hosts.get(&index).and_then(|h| h.join_at_ms)
+    }
+
     /// The cell of host `index`, when the scenario has cells.
     pub fn cell_of(&self, index: u32) -> Option<String> {
         (self.cells > 0).then(|| format!("c{}", index % self.cells + 1))
@@ -431,6 +445,7 @@ impl Scenario {
         let events = self.events.iter().filter(|e| e.action.is_fault());
         let faults = events.map(|e| e.at_ms + e.action.span_ms());
         let applies = self.workloads.iter().map(|w| w.at_ms);
-        faults.chain(applies).max().unwrap_or(0)
+        let joins = self.mesh.hosts.values().filter_map(|h| h.join_at_ms);
+        faults.chain(applies).chain(joins).max().unwrap_or(0)
     }
 }

@@ -35,6 +35,8 @@ struct RawScenario {
     seed: u64,
     mesh: RawMesh,
     #[serde(default)]
+    hosts: Vec<Spanned<super::hosts::RawHosts>>,
+    #[serde(default)]
     network: RawLink,
     #[serde(default)]
     gossip: RawGossip,
@@ -398,6 +400,39 @@ pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, ScenarioError>
         }
     }
     unknown_workloads(&mut c, &workloads, &events);
+    let raw_hosts: Vec<_> = raw
+        .hosts
+        .iter()
+        .map(|h| (h.span().start, h.get_ref()))
+        .collect();
+    let hosts = {
+        let errors = std::cell::RefCell::new(Vec::new());
+        let settings = super::hosts::settings(
+            &raw_hosts,
+            n,
+            |off, field, v| match v.as_deref().map(parse_duration_ms) {
+                Some(Err(e)) => {
+                    errors.borrow_mut().push((off, format!("{field}: {e}")));
+                    None
+                }
+                Some(Ok(t)) => Some(t),
+                None => None,
+            },
+            |off, msg| errors.borrow_mut().push((off, msg)),
+        );
+        for (off, msg) in errors.into_inner() {
+            c.at(off, msg);
+        }
+        settings
+    };
+    for (i, h) in &hosts {
+        if h.join_at_ms.is_some_and(|t| t >= duration_ms) {
+            c.errors.push(format!(
+                "{file}: hosts.join_at: n{} joins at or after the end of the run ({duration_ms} ms)",
+                i + 1
+            ));
+        }
+    }
     if !c.errors.is_empty() {
         return Err(ScenarioError(c.errors));
     }
@@ -408,6 +443,7 @@ pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, ScenarioError>
         memory_bytes,
         join_rate: raw.mesh.join_rate,
         cells: c.cells,
+        hosts,
     };
     Ok(Scenario {
         name: raw.name,

@@ -59,6 +59,11 @@ pub struct Host {
     /// Down for a planned agent restart (`upgrade`): its instances and guard run on, so they
     /// are not buried with the agent.
     pub restarting: bool,
+    /// What it can run (`[[hosts]]`), gossiped and enforced by its runtime; `None`: anything,
+    /// said to nobody.
+    pub caps: Option<crate::scenario::HostCaps>,
+    /// The same as placement reads it.
+    pub placement_caps: Option<shoal_core::placement::Capabilities>,
     /// The disk must lose its unsynced writes before the next start.
     disk_crashed: bool,
     starting: Option<tokio::task::JoinHandle<anyhow::Result<RunningNode>>>,
@@ -83,6 +88,12 @@ impl Host {
         let name = format!("n{}", index + 1);
         let rng = rand::rngs::ChaCha8Rng::seed_from_u64(seed ^ (u64::from(index) << 32) ^ 0x6d656d);
         let mem = MemRuntime::with_rng(&name, rng, t0).with_origin_ms(crate::clock::BASE_MS);
+        // A host that can run only some kinds refuses the others, as `shoal agent --runtime`.
+        let caps = sc.mesh.caps_of(index).cloned();
+        if let Some(c) = &caps {
+            mem.set_supported(c.processes, c.containers);
+        }
+        let placement_caps = caps.as_ref().map(|c| c.record().placement());
         let ground = Ground::new(mem.clone());
         Host {
             index,
@@ -100,6 +111,8 @@ impl Host {
             up_since_ms: 0,
             incarnation: 0,
             restarting: false,
+            caps,
+            placement_caps,
             disk_crashed: false,
             starting: None,
             ghost: None,
@@ -131,6 +144,7 @@ impl Host {
             paused: *self.paused.borrow(),
             up_since_ms: self.up_since_ms,
             record: &self.record,
+            caps: self.placement_caps.as_ref(),
             ground: &self.ground,
             node: self.node(),
             api: self.api(),
@@ -210,7 +224,7 @@ impl World {
             cell_seeds,
             authority: Default::default(),
             wire: shoal::state::mesh::upgrade::wire_cell(),
-            capabilities: None,
+            capabilities: host.caps.as_ref().map(|c| c.record()),
         };
         let (net, disk, clock) = (self.net.clone(), host.disk.clone(), host.clock.wall_clock());
         host.starting = Some(tokio::spawn(async move {
@@ -245,6 +259,11 @@ impl World {
                         config: self.scenario.host.clone(),
                         paused: host.paused.subscribe(),
                         guard: host.guard.take(),
+                        volume_roots: host
+                            .caps
+                            .as_ref()
+                            .map(|c| c.volume_roots.clone())
+                            .unwrap_or_default(),
                     });
                     let api = host_addr(host.index, API_PORT);
                     self.net

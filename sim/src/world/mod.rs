@@ -360,7 +360,14 @@ impl World {
     async fn start_mesh(&mut self) {
         let rate = self.scenario.mesh.join_rate;
         for i in 0..self.hosts.len() as u32 {
-            if rate > 0 && i > 0 {
+            if let Some(at) = self.scenario.mesh.join_at_ms(i) {
+                let step = Step::Restart {
+                    hosts: vec![i],
+                    origin: format!("join of n{} at {} ([[hosts]])", i + 1, secs(at)).into(),
+                    tries: 0,
+                };
+                self.schedule_step(at, step);
+            } else if rate > 0 && i > 0 {
                 let at = u64::from(i) * 1000 / u64::from(rate);
                 let step = Step::Restart {
                     hosts: vec![i],

@@ -511,13 +511,14 @@ fn refresh_peers(chitchat: &Chitchat, shell: &mut ShellState, members_moved: boo
     }
 }
 
+/// (runs containers, runs processes), as the runtime says ([`crate::node::runtime::Runtime::runs`]).
 fn support_flags(runtime: &Arc<dyn crate::node::runtime::Runtime>) -> (bool, bool) {
-    use crate::node::runtime::RuntimeKind;
-    match runtime.kind() {
-        RuntimeKind::Process => (false, true),
-        RuntimeKind::Docker => (true, false),
-        RuntimeKind::Mem => (true, true),
-    }
+    use shoal_core::placement::Runtime;
+    let runs = runtime.runs();
+    (
+        runs.contains(&Runtime::Container),
+        runs.contains(&Runtime::Process),
+    )
 }
 
 /// Decodes the specs again if the store moved; returns whether it did.

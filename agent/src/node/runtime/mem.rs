@@ -225,6 +225,16 @@ impl Runtime for MemRuntime {
         RuntimeKind::Mem
     }
 
+    fn runs(&self) -> Vec<shoal_core::placement::Runtime> {
+        use shoal_core::placement::Runtime;
+        let state = self.lock();
+        let kinds = [
+            (state.runs_processes, Runtime::Process),
+            (state.runs_containers, Runtime::Container),
+        ];
+        kinds.into_iter().filter(|k| k.0).map(|k| k.1).collect()
+    }
+
     fn supports(&self, spec: &WorkloadSpec) -> Result<(), String> {
         let state = self.lock();
         match spec.run {
@@ -240,6 +250,12 @@ impl Runtime for MemRuntime {
         self.engine_check()?;
         self.supports(&request.spec)
             .map_err(|reason| RuntimeError::Unsupported { reason })?;
+        // As the process and docker runtimes refuse a host path outside the volume roots.
+        if let Some((volume, path)) = request.spec.host_path_refused(&request.volume_roots) {
+            return Err(RuntimeError::Unsupported {
+                reason: format!("volume {volume:?}: host path {path} is under no volume root"),
+            });
+        }
         if request.node != self.node {
             let serving = self.node.clone();
             return Err(RuntimeError::WrongNode {

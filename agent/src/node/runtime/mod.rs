@@ -199,6 +199,18 @@ pub trait Runtime: Send + Sync {
     /// Whether this runtime can run `spec`; `Err` carries the reason for `shoal issues`.
     fn supports(&self, spec: &WorkloadSpec) -> Result<(), String>;
 
+    /// The kinds of spec it runs at all (what the reconciler's input and the gossiped
+    /// capabilities say): processes for the process runtime, containers for docker, both for
+    /// the in-memory runtime unless it was told otherwise (`MemRuntime::set_supported`).
+    fn runs(&self) -> Vec<shoal_core::placement::Runtime> {
+        use shoal_core::placement::Runtime;
+        match self.kind() {
+            RuntimeKind::Process => vec![Runtime::Process],
+            RuntimeKind::Docker => vec![Runtime::Container],
+            RuntimeKind::Mem => vec![Runtime::Process, Runtime::Container],
+        }
+    }
+
     /// Starts one instance and returns it as the runtime sees it right after (running, or
     /// already exited if it died at once). On error nothing is left running.
     async fn start(&self, request: StartRequest) -> Result<RuntimeInstance, RuntimeError>;

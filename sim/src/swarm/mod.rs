@@ -9,6 +9,11 @@
 //! changes name workloads that exist, and `owner=` selectors are used only when the mesh has
 //! been calm long enough for the workload's copy to run. An event that still cannot take effect
 //! fails the run like any other (docs/sim.md).
+//!
+//! A quarter of the seeds draw a mixed fleet (`fleet.rs`): hosts that run processes only,
+//! containers only or both, and workloads of both kinds.
+
+mod fleet;
 
 use std::fmt::Write as _;
 
@@ -40,9 +45,14 @@ pub fn scenario_text(seed: u64) -> String {
         healed: Vec::new(),
         upgrades: Vec::new(),
         late: 0,
+        fleet: None,
     };
     g.nodes = g.rng.random_range(3..=12);
+    g.fleet = fleet::Fleet::draw(seed, g.nodes);
     let mut text = g.header(seed);
+    if let Some(f) = &g.fleet {
+        text += &f.hosts_toml();
+    }
     g.initial_workloads();
     g.faults();
     let duration_ms = g.events.iter().map(|e| e.end_ms).max().unwrap_or(0) + SETTLE_MS;
@@ -78,12 +88,16 @@ struct Gen {
     /// fires, so none is drawn while one of these is in force.
     upgrades: Vec<(u64, u64, u32)>,
     late: u32,
+    /// A mixed fleet, when the seed draws one: what each host runs, and each workload's kind.
+    fleet: Option<fleet::Fleet>,
 }
 
 struct Workload {
     name: String,
     replicas: u32,
     cpu_m: u32,
+    /// Runs as a container (only in a mixed fleet), else as a host process.
+    container: bool,
     exclusive: bool,
     /// An exclusive workload with a data volume: its `sticky_for` (s), with `on_data_loss =
     /// "start-empty"` so that a holder crashed for good does not hold it past the liveness bound.
@@ -110,10 +124,14 @@ struct Ev {
 impl Workload {
     fn spec(&self) -> String {
         // The restart backoff stays well under the liveness bound (the default grows to 5 min).
+        let run = match self.container {
+            true => format!("[container]\nimage = \"{}:1\"\n", self.name),
+            false => format!("[process]\ncommand = [\"{}\"]\n", self.name),
+        };
         let mut s = format!(
-            "name = \"{}\"\nreplicas = {}\n[process]\ncommand = [\"{}\"]\n[resources]\ncpu = \"{}m\"\n\
+            "name = \"{}\"\nreplicas = {}\n{run}[resources]\ncpu = \"{}m\"\n\
              memory = \"128Mi\"\n[restart]\nbackoff_initial = \"500ms\"\nbackoff_max = \"{}s\"\n",
-            self.name, self.replicas, self.name, self.cpu_m, self.backoff_max_s
+            self.name, self.replicas, self.cpu_m, self.backoff_max_s
         );
         if self.exclusive {
             s += "[placement]\nexclusive = true\n";
@@ -123,6 +141,9 @@ impl Workload {
                     "sticky_for = \"{secs}s\"\non_data_loss = \"start-empty\"\n\
                      [[volumes]]\nname = \"data\"\n"
                 );
+                if self.container {
+                    s += "path = \"/data\"\n";
+                }
             }
         } else if self.spread {
             s += "[placement]\nspread = \"zone\"\n";
@@ -204,10 +225,12 @@ impl Gen {
         let most = if exclusive { 2 } else { 2 * self.nodes };
         let replicas = self.rng.random_range(1..=most).min(room);
         let sticky_for_s = (exclusive && self.chance(0.5)).then(|| self.rng.random_range(5..=15));
+        let container = self.fleet.as_mut().is_some_and(|f| f.container());
         (replicas > 0).then(|| Workload {
             name,
             replicas,
             cpu_m,
+            container,
             exclusive,
             sticky_for_s,
             spread: !exclusive && self.chance(0.3),
@@ -276,11 +299,15 @@ impl Gen {
     /// has been calm long enough; else `one`.
     fn target(&mut self, t: u64) -> String {
         let calm = t >= self.busy_until + CALM_MS || self.busy_until == 0;
+        // In a mixed fleet the hosts that can run a workload may all be down or draining, and
+        // its copy then runs nowhere: no `owner=` there.
+        let mixed = self.fleet.is_some();
         let owners: Vec<String> = self
             .workloads
             .iter()
             .filter(|w| {
-                w.exclusive
+                !mixed
+                    && w.exclusive
                     && w.alive_at(t)
                     && w.replicas > 0
                     && !w.faulted
