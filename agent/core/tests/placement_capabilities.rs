@@ -232,3 +232,67 @@ proptest! {
         }
     }
 }
+
+/// Stacking counts only the nodes that can run a workload as its eligible nodes: three process
+/// nodes and three container-only nodes, a process workload of 3 replicas. Found by the
+/// simulator (`scenarios/mixed-fleet.toml`): counting the container nodes, the workload needed
+/// no layers, and a process node down (or draining) left its replica unplaceable where the
+/// other two process nodes had room.
+#[test]
+fn stacking_counts_only_capable_nodes() {
+    use shoal_core::stacking::place_stacked;
+    let caps = |r: Runtime| Capabilities {
+        runtimes: vec![r],
+        volume_roots: Vec::new(),
+        ports_taken: Vec::new(),
+    };
+    let node = |i: usize, r: Runtime, down: bool| Node {
+        id: format!("n{i}"),
+        capacity: Resources::new(4000, 8 * GIB),
+        labels: Default::default(),
+        zone: "z1".into(),
+        draining: false,
+        down,
+        caps: Some(caps(r)),
+    };
+    let workload = |replicas| Workload {
+        id: "sleeper".into(),
+        replicas,
+        request: Resources::new(100, 16 << 20),
+        spread: Spread::Node,
+        constraints: Vec::new(),
+        exclusive: false,
+        priority: 0,
+        sticky: Default::default(),
+        needs: Needs {
+            runtime: Some(Runtime::Process),
+            ..Needs::default()
+        },
+    };
+    let mesh = |n1_down| {
+        let mut nodes: Vec<Node> = (1..=3).map(|i| node(i, Runtime::Process, false)).collect();
+        nodes[0].down = n1_down;
+        nodes.extend((4..=6).map(|i| node(i, Runtime::Container, false)));
+        nodes
+    };
+    let process_nodes = ["n1", "n2", "n3"];
+    // n1 down: its replica doubles up on n2 or n3.
+    let p = place_stacked(&mesh(true), &[workload(3)]);
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    assert_eq!(p.assigned.len(), 3);
+    assert!(
+        p.assigned
+            .values()
+            .all(|n| ["n2", "n3"].contains(&n.as_str())),
+        "{p:?}"
+    );
+    // Five replicas on three process nodes: layers, every replica placed.
+    let p = place_stacked(&mesh(false), &[workload(5)]);
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    assert!(
+        p.assigned
+            .values()
+            .all(|n| process_nodes.contains(&n.as_str())),
+        "{p:?}"
+    );
+}

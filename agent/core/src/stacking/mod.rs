@@ -6,7 +6,7 @@
 //! evenly as possible. [`place_stacked`] does that deterministically, in two steps:
 //!
 //! 1. **Layers.** A workload of `R` replicas with `K` known eligible nodes (up, down or draining,
-//!    matching its constraints, with the capacity for one replica) and `R > K` is split into
+//!    matching its constraints, able to run it, with the capacity for one replica) and `R > K` is split into
 //!    layers of `K` replicas (the last one shorter), each placed as its own workload on distinct
 //!    nodes. Replica `r` is in layer `r / K`. Counting known nodes, not only the available ones,
 //!    keeps the layers (and so every replica's home in the ideal placement) the same while nodes
@@ -66,12 +66,15 @@ fn eligible_up_to(nodes: &[Node], w: &Workload, available_only: bool, limit: usi
         .count()
 }
 
-/// The node could hold one replica of `w`: its constraints match and the request fits.
+/// The node could hold one replica of `w`: its constraints match, it meets the replica's needs
+/// (placement algorithm 7: a runtime, host paths, ports; as the capacity pass's eligibility) and
+/// the request fits.
 fn eligible_for(n: &Node, w: &Workload) -> bool {
     w.request.fits_in(&n.capacity)
         && w.constraints
             .iter()
             .all(|c| c.matches(&n.labels, &n.zone, &n.id))
+        && w.needs.unmet(n.caps.as_ref()).is_none()
 }
 
 /// [`place`](crate::placement::place), with workloads that have more replicas than eligible
