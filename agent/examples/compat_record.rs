@@ -347,7 +347,7 @@ fn capabilities(nodes: &mut [Node], workloads: &mut [Workload]) {
             1 => vec![Runtime::Process],
             _ => vec![Runtime::Process, Runtime::Container],
         };
-        node.caps = (i % 13 != 12).then(|| Capabilities {
+        node.caps = (i != 12).then(|| Capabilities {
             runtimes,
             volume_roots: if mix.below(3) == 0 {
                 vec!["/srv".to_string()]
