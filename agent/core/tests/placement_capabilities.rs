@@ -268,6 +268,7 @@ fn stacking_counts_only_capable_nodes() {
             runtime: Some(Runtime::Process),
             ..Needs::default()
         },
+        yields_when_short: true,
     };
     let mesh = |n1_down| {
         let mut nodes: Vec<Node> = (1..=3).map(|i| node(i, Runtime::Process, false)).collect();
