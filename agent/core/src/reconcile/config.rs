@@ -27,6 +27,11 @@ pub struct ReconcileConfig {
     /// How long a normal orphan (here, but now placed elsewhere) runs at most while waiting for the
     /// new owner's copy to be healthy (default 60 s).
     pub orphan_handoff_max_ms: u64,
+    /// How long the new owner's copy must be seen serving, the owner live throughout, before
+    /// a normal orphan stops for it (default 3 s): a gossiped "serving" of an owner that just
+    /// crashed, or of its previous incarnation, is not trusted before the failure detector had
+    /// time to say so.
+    pub handoff_confirm_ms: u64,
     /// How long an agent that sees no strict majority of the last known membership keeps its
     /// exclusive replicas before stopping them (default 10 s).
     pub self_fence_ms: u64,
@@ -83,6 +88,7 @@ impl Default for ReconcileConfig {
             stop_retry_ms: 10_000,
             start_report_timeout_ms: 30_000,
             orphan_handoff_max_ms: 60_000,
+            handoff_confirm_ms: 3_000,
             self_fence_ms: 10_000,
             fence_stop_grace_ms: 2_000,
             heard_window_ms: 3_000,

@@ -108,10 +108,21 @@ pub(crate) fn plan_orphan(ctx: &Ctx<'_>, plan: &mut Plan, handle: &str, t: &Trac
             format!("exclusive replica placed on {where_to}: stop before it starts there"),
         ),
         Some(_) => match owner.filter(|o| successor_serves(ctx, replica, o)) {
-            Some(o) => (
+            Some(o) if confirmed(ctx, t) => (
                 StopCause::Handoff,
                 format!("moved to {o}, whose copy is healthy"),
             ),
+            Some(o) => {
+                let at = t
+                    .successor_serving_since
+                    .unwrap_or(ctx.now_ms)
+                    .saturating_add(ctx.config.handoff_confirm_ms);
+                let msg =
+                    format!("moved to {o}, whose copy is healthy: stops once that holds a moment");
+                plan.issue(IssueKind::Orphan, Some(replica), msg);
+                plan.wake_at(at);
+                return;
+            }
             None if moved.is_some_and(|m| m.serving) => (
                 StopCause::Handoff,
                 format!("moved to {where_to}, whose copy is healthy"),
@@ -208,6 +219,12 @@ fn successor_error(
         .iter()
         .filter(|c| c.node == owner)
         .find_map(|c| c.status.last_error.clone())
+}
+
+/// Whether the new owner has been seen live and serving the replica for `handoff_confirm_ms`.
+fn confirmed(ctx: &Ctx<'_>, t: &Tracked) -> bool {
+    t.successor_serving_since
+        .is_some_and(|since| ctx.now_ms >= since.saturating_add(ctx.config.handoff_confirm_ms))
 }
 
 /// Whether the new owner is live and gossips a serving copy of the replica.

@@ -40,6 +40,9 @@ pub(crate) struct Tracked {
     pub remove_sent: bool,
     /// Since when it has been here while placed elsewhere.
     pub orphan_since_ms: Option<u64>,
+    /// Since when, while an orphan, its new owner has been live and gossiping a serving copy
+    /// (without a gap).
+    pub successor_serving_since: Option<u64>,
     pub reload: Option<ReloadState>,
     /// The fencing token the runtime lists it with (exclusive replicas).
     pub fence_token: Option<u64>,
@@ -235,6 +238,18 @@ impl Local {
             t.orphan_since_ms = match (placed_here, t.alive()) {
                 (false, true) => Some(t.orphan_since_ms.unwrap_or(now_ms)),
                 _ => None,
+            };
+            let serving = t.orphan_since_ms.is_some()
+                && input.owners.get(&t.replica).is_some_and(|owner| {
+                    owner != node
+                        && input.membership.live.contains(owner)
+                        && input.peers.get(owner).is_some_and(|copies| {
+                            copies.iter().any(|c| c.replica == t.replica && c.serves())
+                        })
+                });
+            t.successor_serving_since = match serving {
+                true => Some(t.successor_serving_since.unwrap_or(now_ms)),
+                false => None,
             };
         }
         self.time_out_starts(input, now_ms, start_timeout_ms);
@@ -434,6 +449,7 @@ fn adopt(ri: &RuntimeInstance, input: &ReconcileInput, cache: &SpecCache, now_ms
         exit_handled: false,
         remove_sent: false,
         orphan_since_ms: None,
+        successor_serving_since: None,
         reload: None,
         fence_token: ri.fence_token,
         ports: ri.ports.clone(),
