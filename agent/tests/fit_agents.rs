@@ -2,7 +2,8 @@
 //! of a workload far too big says how much would fit and that no replica of `web` would move,
 //! writing nothing; `apply` of it notes the same; `apply --wait` stops on the unplaceable
 //! replicas instead of waiting out its timeout; `status` says it first; `web` keeps every replica
-//! where it was, serving.
+//! where it was, serving. And a fixed host port something else holds is seen by the agents'
+//! probe: the workload that fixes it is unplaceable with the port named until it is freed.
 
 mod common;
 
@@ -103,4 +104,48 @@ fn a_workload_too_big_is_said_to_fit_in_part_and_moves_nothing_that_fits() {
     // web is where it was, serving.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(placed(&c), before, "{}", c.logs());
+}
+
+#[test]
+fn a_fixed_port_something_else_holds_keeps_the_workload_off_until_freed() {
+    let mut c = Cluster::new();
+    c.cleanup.push("sleep 3601".to_string());
+    c.add("port1");
+    c.add("port2");
+    c.wait_members(2, Duration::from_secs(30));
+    // Something other than the mesh holds the port on this host (where both agents run).
+    let holder = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let spec = c.dir.path().join("fixed.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"fixed\"\nreplicas = 1\n[process]\ncommand = [\"sleep\", \"3601\"]\n\
+             ports = [{{ name = \"http\", port = {port} }}]\n\
+             [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n"
+        ),
+    )
+    .unwrap();
+    let out = c.cli(0, &["apply", "-f", spec.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let reason = |c: &Cluster| {
+        let status = c.cli_json(0, &["status", "fixed", "-o", "json"]);
+        status["instances"][0]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let needs = format!("needs host port {port}/tcp free");
+    let seen = wait_until(Duration::from_secs(40), || reason(&c).contains(&needs));
+    assert!(
+        seen,
+        "not unplaceable for the port: {:?}\n{}",
+        reason(&c),
+        c.logs()
+    );
+    drop(holder);
+    let runs = wait_until(Duration::from_secs(40), || {
+        c.serving_replicas(0, "fixed") == 1
+    });
+    assert!(runs, "not placed once the port was freed: {:?}", reason(&c));
 }

@@ -69,28 +69,21 @@ pub struct ShellState {
 /// How often an agent probes the fixed host ports of workloads not placed on it.
 const PORT_PROBE_MS: u64 = 10_000;
 
-/// Gossips which fixed host ports of the workloads that have no replica placed here (and no live
-/// instance here) something else holds on this host, found by binding each on every address
-/// (`ports_taken` of its capabilities): placement then keeps those workloads off this node. A
-/// workload placed here is not probed (its own instance may hold the port); a port freed later is
-/// dropped at the next probe. At most `CAPABILITY_ITEMS_MAX` ports, in port order.
+/// Gossips which fixed host ports of the workloads with no live instance here something else
+/// holds on this host, found by binding each on every address (`ports_taken` of its
+/// capabilities): placement then keeps those workloads off this node, and a replica placed here
+/// whose start finds its port taken moves. A workload with an instance here is not probed (its
+/// instance may hold the port); a port freed later is dropped at the next probe. At most
+/// `CAPABILITY_ITEMS_MAX` ports, in port order.
 async fn probe_fixed_ports(host: &Host, shell: &ShellState) {
     use shoal_core::placement::HostPort;
     use shoal_core::spec::Protocol;
-    let me = host.node.name.as_str();
     let here: BTreeSet<&str> = shell
-        .placement
-        .assigned
+        .input
+        .instances
         .iter()
-        .filter(|(_, node)| node.as_str() == me)
-        .map(|(r, _)| r.workload.as_str())
-        .chain(
-            shell
-                .input
-                .instances
-                .iter()
-                .map(|i| i.replica.workload.as_str()),
-        )
+        .filter(|i| i.phase.may_be_alive())
+        .map(|i| i.replica.workload.as_str())
         .collect();
     let mut ours: BTreeSet<HostPort> = BTreeSet::new();
     let mut probe: BTreeSet<HostPort> = BTreeSet::new();
