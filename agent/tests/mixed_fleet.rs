@@ -2,9 +2,9 @@
 //! replicas, healthy); three agents with `--runtime docker` join. At mesh version 9 placement
 //! knows what each node can run: no sleeper replica moves onto a docker-only agent, none is ever
 //! down, and a container workload lands on docker agents only. Then a process agent leaves for
-//! good: its sleeper replica has no process node to go to and is shown unplaceable with the
-//! reason (`needs runtime process`), never started on a docker agent, and the other two keep
-//! running. Needs a reachable Docker engine (see runtime_docker.rs for SHOAL_SKIP_DOCKER_TESTS).
+//! good: its sleeper replica goes to a process agent left (two on one), never to a docker agent.
+//! A process workload constrained to docker agents is unplaceable with the reason (`needs
+//! runtime process`). Needs a reachable Docker engine (see runtime_docker.rs for SHOAL_SKIP_DOCKER_TESTS).
 
 mod common;
 
@@ -144,27 +144,51 @@ fn placement_puts_replicas_only_where_they_can_run_and_no_healthy_copy_goes_down
     assert_eq!(on.len(), 2, "{on:?}");
     assert!(on.iter().all(|n| DOCKER.contains(&n.as_str())), "{on:?}");
 
-    // A process agent leaves for good: its replica has nowhere to run and says why; the other
-    // two keep running where they were.
+    // A process agent leaves for good: its replica goes to another process agent (stacked, two
+    // on one), never to a docker agent; the other two stay where they were.
     let gone = 2;
     c.stop(gone);
     let left = PROCESS[gone];
-    let unplaceable = wait_until(Duration::from_secs(60), || {
-        rows(&c, 0, "sleeper")
-            .iter()
-            .any(|r| r.4.contains("needs runtime process"))
+    let moved = wait_until(Duration::from_secs(60), || {
+        let rows = rows(&c, 0, "sleeper");
+        let serving: Vec<_> = rows.iter().filter(|r| r.2 == "running" && r.3).collect();
+        serving.len() == 3 && serving.iter().all(|r| r.1 != left)
     });
     assert!(
-        unplaceable,
-        "no replica shown unplaceable: {:?}\n{}",
+        moved,
+        "sleeper did not run 3 replicas on the process agents left: {:?}\n{}",
         rows(&c, 0, "sleeper"),
         c.logs()
     );
-    let still: BTreeSet<String> = before.iter().filter(|n| *n != left).cloned().collect();
-    assert_eq!(running_on(&c, 0, "sleeper"), still);
     assert!(rows(&c, 0, "sleeper")
         .iter()
+        .filter(|r| r.2 == "running")
         .all(|r| !DOCKER.contains(&r.1.as_str())));
+    let still: BTreeSet<String> = before.iter().filter(|n| *n != left).cloned().collect();
+    assert!(running_on(&c, 0, "sleeper").is_superset(&still));
+
+    // A process workload allowed only on docker agents has nowhere to run, and says why.
+    let stuck = dir.join("stuck.toml");
+    std::fs::write(
+        &stuck,
+        "name = \"stuck\"\nreplicas = 1\n[process]\ncommand = [\"sleep\", \"3600\"]\n\
+         [placement]\nconstraints = [\"node in (mfd1, mfd2)\"]\n\
+         [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n",
+    )
+    .unwrap();
+    let out = c.cli(0, &["apply", "-f", stuck.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("none of the 1 replicas of stuck fit"),
+        "{said}"
+    );
+    let unplaceable = wait_until(Duration::from_secs(20), || {
+        rows(&c, 0, "stuck")
+            .iter()
+            .any(|r| r.2 == "unschedulable" && r.4.contains("needs runtime process"))
+    });
+    assert!(unplaceable, "{:?}", rows(&c, 0, "stuck"));
 }
 
 impl Cleanup {
