@@ -35,21 +35,10 @@ const ROWS_SHOWN: usize = 20;
 
 /// Asks an agent what applying the specs would do.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let mut specs = Vec::new();
-    let mut invalid = false;
-    for path in &args.files {
-        match super::validate::load(path) {
-            Ok(spec) => specs.push(spec),
-            Err(errors) => {
-                invalid = true;
-                eprintln!("{errors}");
-            }
-        }
-    }
-    if invalid {
+    let Some(specs) = super::validate::load_all(&args.files) else {
         eprintln!("nothing planned: fix the problems above first");
         return Ok(ExitCode::from(EXIT_FAILURE));
-    }
+    };
     let Response::Plan(plan) = call(
         &args.client,
         Request::Plan {

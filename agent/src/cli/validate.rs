@@ -63,6 +63,23 @@ fn label(path: &Path) -> String {
     }
 }
 
+/// Loads every file with [`load`], printing each file's problems on stderr; `None` when any file
+/// had one (after all were read, so every problem is shown at once).
+pub fn load_all(paths: &[std::path::PathBuf]) -> Option<Vec<WorkloadSpec>> {
+    let mut specs = Vec::new();
+    let mut invalid = false;
+    for path in paths {
+        match load(path) {
+            Ok(spec) => specs.push(spec),
+            Err(errors) => {
+                invalid = true;
+                eprintln!("{errors}");
+            }
+        }
+    }
+    (!invalid).then_some(specs)
+}
+
 /// Reads a spec file (at most one byte past the limit, so that an oversized or endless input is
 /// reported rather than loaded) and validates it.
 pub fn load(path: &Path) -> Result<WorkloadSpec, SpecErrors> {

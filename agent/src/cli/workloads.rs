@@ -100,21 +100,10 @@ fn print_json(value: &impl Serialize) {
 
 /// Validates every file, then sends them all in one request.
 pub fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
-    let mut specs = Vec::new();
-    let mut invalid = false;
-    for path in &args.files {
-        match super::validate::load(path) {
-            Ok(spec) => specs.push(spec),
-            Err(errors) => {
-                invalid = true;
-                eprintln!("{errors}");
-            }
-        }
-    }
-    if invalid {
+    let Some(specs) = super::validate::load_all(&args.files) else {
         eprintln!("nothing applied: fix the problems above first");
         return Ok(ExitCode::from(EXIT_FAILURE));
-    }
+    };
     let Response::Applied(applied) = call(&args.client, Request::Apply { specs })? else {
         bail!("unexpected answer from the agent");
     };
