@@ -18,8 +18,9 @@ use std::cell::Cell;
 pub const WIRE_MIN: u16 = 7;
 /// The newest wire version this build speaks (8: build facts in gossip, the mesh version, the
 /// `upgrade` requests, specs with `user`; 9: node capabilities in gossip and placement algorithm
-/// 7, which places a replica only where it can run, `module upgrade`).
-pub const WIRE_CUR: u16 = 9;
+/// 7, which places a replica only where it can run, `module upgrade`; 10: placement algorithm 8,
+/// fixed host ports a placement resource between workloads).
+pub const WIRE_CUR: u16 = 10;
 
 thread_local! {
     static LAYOUT: Cell<u16> = const { Cell::new(WIRE_CUR) };
@@ -134,6 +135,65 @@ pub mod since_9_lossy {
         deserializer: D,
     ) -> Result<Option<T>, D::Error> {
         super::lossy::deserialize(deserializer, 9)
+    }
+}
+
+/// [`since_8`] for a field of desired state added at wire version 10.
+pub mod since_10 {
+    use serde::de::DeserializeOwned;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// The version the field was added at.
+    pub const SINCE: u16 = 10;
+
+    /// Serializes the field, or nothing at an older layout (an error when it is set).
+    pub fn serialize<T: Serialize, S: Serializer>(
+        value: &Option<T>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() || super::layout() >= SINCE {
+            return value.serialize(serializer);
+        }
+        if value.is_some() {
+            return Err(serde::ser::Error::custom(format!(
+                "a field added at wire version {SINCE} is set, and this value is encoded for \
+                 version {}",
+                super::layout()
+            )));
+        }
+        ().serialize(serializer)
+    }
+
+    /// Deserializes the field, or `None` from no bytes at an older layout.
+    pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<T>, D::Error> {
+        if deserializer.is_human_readable() || super::layout() >= SINCE {
+            return Option::<T>::deserialize(deserializer);
+        }
+        <()>::deserialize(deserializer)?;
+        Ok(None)
+    }
+}
+
+/// [`since_8_lossy`] for an informational field added at wire version 10.
+pub mod since_10_lossy {
+    use serde::de::DeserializeOwned;
+    use serde::{Deserializer, Serialize, Serializer};
+
+    /// Serializes the field, or nothing at an older layout.
+    pub fn serialize<T: Serialize, S: Serializer>(
+        value: &Option<T>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        super::lossy::serialize(value, serializer, 10)
+    }
+
+    /// Deserializes the field, or `None` from no bytes at an older layout.
+    pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<T>, D::Error> {
+        super::lossy::deserialize(deserializer, 10)
     }
 }
 

@@ -73,7 +73,10 @@ pub use model::{
 /// taken there by something else). Two workloads that fix one port may still share a node (the
 /// apply notes the clash). With no capabilities and no needs it places as version 6 did,
 /// which is how a mesh at a version naming 6 runs it ([`for_algorithm`]).
-pub const PLACEMENT_ALGORITHM_VERSION: u32 = 7;
+/// Version 8 (mesh version 10): fixed host ports are a placement resource between workloads (two
+/// replicas fixing one port never share a node). A mesh at a version naming 7 places as
+/// version 7 did ([`for_algorithm`]).
+pub const PLACEMENT_ALGORITHM_VERSION: u32 = 8;
 
 /// The inputs as placement algorithm `algorithm` sees them: before 7, nodes say no capabilities
 /// and workloads need nothing (version 6 had neither), so this build places as a build of that
