@@ -321,6 +321,7 @@ fn placement_input() -> (Vec<Node>, Vec<Workload>) {
                 sticky,
                 needs: Default::default(),
                 yields_when_short: false,
+                ports_exclusive: false,
             }
         })
         .collect();
@@ -380,6 +381,8 @@ fn capabilities(nodes: &mut [Node], workloads: &mut [Workload]) {
                 Vec::new()
             },
         };
+        // Algorithm 8: those fixed ports held exclusively, between the five workloads fixing 8080.
+        w.ports_exclusive = PLACEMENT_ALGORITHM_VERSION >= 8 && !w.needs.fixed_ports.is_empty();
     }
 }
 

@@ -275,22 +275,38 @@ fn named_ports_are_allocated_answered_and_kept_across_a_restart() {
         endpoints(&c, "fixed"),
         c.logs()
     );
-    // A second workload that fixes the same number: its apply says so at once.
+    // A second workload that fixes the same number: its apply says so at once, and placement
+    // (algorithm 8, mesh version 10) never puts it beside `fixed` on this one host: its replica
+    // is unplaceable, saying which port, and `fixed` keeps running.
     let fixed2 = c.dir.path().join("fixed2.toml");
-    // No replica: the note is about the spec, whatever runs.
+    // A lower priority: between two workloads of one priority, the canonical order (workload
+    // hash) would decide which keeps the host (docs/placement.md).
     let text = std::fs::read_to_string(&fixed)
         .unwrap()
-        .replace("name = \"fixed\"", "name = \"fixed2\"\nreplicas = 0");
+        .replace("name = \"fixed\"", "name = \"fixed2\"\nreplicas = 1")
+        + "[placement]\npriority = -1\n";
     std::fs::write(&fixed2, text).unwrap();
     let out = c.cli(0, &["apply", "-f", fixed2.to_str().unwrap()]);
     assert!(out.status.success(), "apply fixed2: {}", stderr(&out));
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         said.contains(&format!(
-            "note: host port {fixed_port}/tcp is also fixed by fixed: a host given replicas of both starts only one of them"
+            "note: host port {fixed_port}/tcp is also fixed by fixed: their replicas never share a host"
         )),
         "{said}"
     );
+    let mut status = String::new();
+    let unplaceable = wait_until(Duration::from_secs(15), || {
+        status = String::from_utf8_lossy(&c.cli(0, &["status", "fixed2"]).stdout).into_owned();
+        status.contains(&format!(
+            "host port {fixed_port}/tcp free of other workloads' replicas"
+        ))
+    });
+    assert!(unplaceable, "fixed2 is unplaceable for its port:\n{status}");
+    let running = c.cli_json(0, &["status", "fixed", "-o", "json"])["instances"]
+        .as_array()
+        .is_some_and(|rows| rows.iter().any(|r| r["phase"] == "running"));
+    assert!(running, "fixed keeps running beside the unplaceable fixed2");
     for name in ["fixed", "fixed2"] {
         let out = c.cli(0, &["delete", name]);
         assert!(out.status.success(), "delete {name}: {}", stderr(&out));

@@ -87,6 +87,7 @@ fn cluster(
             sticky: Default::default(),
             needs: Default::default(),
             yields_when_short: false,
+            ports_exclusive: false,
         });
     }
     let demand: f64 = workloads

@@ -100,6 +100,7 @@ fn arb_workload(id: usize) -> impl Strategy<Value = Workload> {
             sticky: Default::default(),
             needs,
             yields_when_short: true,
+            ports_exclusive: false,
         },
     )
 }
@@ -225,6 +226,7 @@ proptest! {
             sticky: Default::default(),
             needs: Needs::default(),
             yields_when_short: true,
+            ports_exclusive: false,
         });
         let after = place(&nodes, &with_big);
         for (replica, node) in &before.assigned {
@@ -269,6 +271,7 @@ fn stacking_counts_only_capable_nodes() {
             ..Needs::default()
         },
         yields_when_short: true,
+        ports_exclusive: false,
     };
     let mesh = |n1_down| {
         let mut nodes: Vec<Node> = (1..=3).map(|i| node(i, Runtime::Process, false)).collect();

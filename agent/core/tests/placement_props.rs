@@ -74,6 +74,7 @@ fn arb_workload(id_pool: u32) -> impl Strategy<Value = Workload> {
                 sticky: Default::default(),
                 needs: Default::default(),
                 yields_when_short: false,
+                ports_exclusive: false,
             },
         )
 }
@@ -577,6 +578,7 @@ fn infeasible_requests_are_reported() {
         sticky: Default::default(),
         needs: Default::default(),
         yields_when_short: false,
+        ports_exclusive: false,
     };
     let p = place(
         &nodes,
@@ -647,6 +649,7 @@ fn first_choices_follow_capacity() {
             sticky: Default::default(),
             needs: Default::default(),
             yields_when_short: false,
+            ports_exclusive: false,
         })
         .collect();
     let p = place(&nodes, &workloads);

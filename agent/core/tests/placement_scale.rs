@@ -37,6 +37,7 @@ fn web(replicas: u32, spread: Spread) -> Workload {
         sticky: Default::default(),
         needs: Default::default(),
         yields_when_short: false,
+        ports_exclusive: false,
     }
 }
 
@@ -160,6 +161,7 @@ mod props {
                         sticky: Default::default(),
                         needs: Default::default(),
                         yields_when_short: false,
+                        ports_exclusive: false,
                     })
                     .collect()
             },

@@ -76,6 +76,7 @@ pub fn mix(first: usize, nodes: &mut [Node], workloads: &mut [Workload]) {
             },
             fixed_ports: if j % 30 == 5 { vec![port] } else { Vec::new() },
         };
+        w.ports_exclusive = !w.needs.fixed_ports.is_empty();
     }
 }
 
@@ -211,6 +212,7 @@ pub fn workloads(
             sticky: Default::default(),
             needs: Default::default(),
             yields_when_short: false,
+            ports_exclusive: false,
         });
     }
     let want_cpu: f64 = capacity.cpu_millis as f64 * utilization;

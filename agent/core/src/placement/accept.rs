@@ -44,6 +44,7 @@
 //! Levels go from the highest priority down; a level's consumption is fixed room for the levels
 //! below, so a lower priority never moves a higher one.
 
+mod ports;
 mod zone;
 
 use std::cmp::Reverse;
@@ -233,6 +234,11 @@ struct Pass<'a> {
     /// Nodes whose room or holdings changed in the current level.
     touched: Vec<u32>,
     is_touched: Vec<bool>,
+    /// Fixed host ports held by the replicas of the levels already done (`ports`): (node, port).
+    ports_held: Vec<(u32, super::model::HostPort)>,
+    /// (workload slot, node) pairs of the current level: nodes a workload may not take for a
+    /// fixed port held there (`ports`). Sorted.
+    avoid: Vec<(u32, u32)>,
 }
 
 /// Runs the pass over every workload and brings `outcomes` (each workload slot's outcomes by
@@ -276,6 +282,8 @@ pub(crate) fn run(
         },
         touched: Vec::new(),
         is_touched: vec![false; slots],
+        ports_held: Vec::new(),
+        avoid: Vec::new(),
     };
     let priority = |w: u32| {
         workloads[w as usize]
@@ -304,7 +312,7 @@ pub(crate) fn run(
             })
             .collect();
         if yields.len() < 2 || !yields.contains(&true) {
-            pass.level(workloads, order, start..end, node_epoch, outcomes, changed);
+            pass.level_exclusive(workloads, order, start..end, node_epoch, outcomes, changed);
             continue;
         }
         // A workload that yields when short and is too big for the mesh (more of its replicas fit
@@ -314,7 +322,8 @@ pub(crate) fn run(
         // room before it. A workload's stacking layers (`NAME~K`, `crate::stacking`) count as
         // one. Nothing of this runs unless a yielding workload of the level is short.
         let (room, base) = (pass.room.clone(), pass.base.clone());
-        pass.level(workloads, order, start..end, node_epoch, outcomes, changed);
+        let ports_held = pass.ports_held.len();
+        pass.level_exclusive(workloads, order, start..end, node_epoch, outcomes, changed);
         let short_of = |outcomes: &[Vec<Outcome>], w: u32| {
             outcomes[w as usize]
                 .iter()
@@ -385,7 +394,8 @@ pub(crate) fn run(
                     .count();
             pass.room.clone_from(&room);
             pass.base.clone_from(&base);
-            pass.level(
+            pass.ports_held.truncate(ports_held);
+            pass.level_exclusive(
                 workloads,
                 &arranged,
                 start..mid,
@@ -393,7 +403,7 @@ pub(crate) fn run(
                 outcomes,
                 changed,
             );
-            pass.level(
+            pass.level_exclusive(
                 workloads,
                 &arranged,
                 mid..end,
@@ -533,7 +543,10 @@ impl Pass<'_> {
                     .as_mut()
                     .expect("ordered workload");
                 // A replica proposes to its home first (the actual pass), then its own list.
-                let next = if rep.home != NONE && !rep.tried_home && self.usable[rep.home as usize]
+                let next = if rep.home != NONE
+                    && !rep.tried_home
+                    && self.usable[rep.home as usize]
+                    && !self.avoids(rep.workload, rep.home)
                 {
                     rep.tried_home = true;
                     Some((rep.home, 0, u8::from(!rep.sticky)))
@@ -598,8 +611,9 @@ impl Pass<'_> {
             let entry = ranking.get(&scan, rep.proposed as usize)?;
             let rank = rep.proposed;
             rep.proposed += 1;
-            // A node that is down or draining keeps its rank but takes no proposal.
-            if self.usable[entry.node as usize] {
+            // A node that is down or draining keeps its rank but takes no proposal, nor one
+            // holding another workload's replica fixing one of its ports.
+            if self.usable[entry.node as usize] && !self.avoids(rep.workload, entry.node) {
                 return Some((entry.node, rank));
             }
             if rep.proposed >= OWN_PROPOSALS {
@@ -725,6 +739,7 @@ impl Pass<'_> {
             }
             let room = &self.room;
             let usable = &self.usable;
+            let avoided = self.avoided(reps[x].workload);
             let blocked = std::cell::Cell::new(false);
             let sibling = |s: u32| &reps[s as usize];
             // A node with room, or one a weaker sibling holds away from its home (it gives way,
@@ -732,6 +747,8 @@ impl Pass<'_> {
             // and a replica at home stays there.
             let fits = |e: &Entry| {
                 usable[e.node as usize]
+                    && (avoided.is_empty()
+                        || avoided.binary_search_by_key(&e.node, |a| a.1).is_err())
                     && match taken.binary_search_by_key(&e.node, |h| h.0) {
                         Ok(at) => {
                             let holder = sibling(taken[at].1);
@@ -836,8 +853,14 @@ impl Pass<'_> {
         let mut ports_short = 0u32;
         // The most room left per resource and the first node (by rank) that has it.
         let mut most: [(u64, u32); 3] = [(0, NONE); 3];
+        let w = siblings.first().map_or(NONE, |s| s.workload);
+        let mut avoided = 0u32;
         for e in ranking.entries() {
             if !self.usable[e.node as usize] || taken.binary_search(&e.node).is_ok() {
+                continue;
+            }
+            if self.avoids(w, e.node) {
+                avoided += 1;
                 continue;
             }
             candidates += 1;
@@ -850,6 +873,13 @@ impl Pass<'_> {
                     *m = (left, e.node);
                 }
             }
+        }
+        if candidates == 0 && avoided > 0 {
+            let port = t.spec.needs.fixed_ports.first().copied();
+            return ports::port_held(
+                port.expect("a workload avoids nodes for its ports"),
+                avoided,
+            );
         }
         if candidates == 0 {
             return Unschedulable::NotEnoughNodes {

@@ -82,6 +82,11 @@ pub const PLACEMENT_ALGORITHM_VERSION: u32 = 8;
 /// and workloads need nothing (version 6 had neither), so this build places as a build of that
 /// algorithm does.
 pub fn for_algorithm(algorithm: u32, nodes: &mut [Node], workloads: &mut [Workload]) {
+    if algorithm < 8 {
+        for w in workloads.iter_mut() {
+            w.ports_exclusive = false;
+        }
+    }
     if algorithm < 7 {
         for n in nodes {
             n.caps = None;

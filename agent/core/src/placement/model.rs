@@ -241,6 +241,12 @@ pub struct Workload {
     /// for the mesh never pushes out the replicas of one that fits.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub yields_when_short: bool,
+    /// Its fixed host ports (`Needs::fixed_ports`) are held exclusively (placement algorithm 8;
+    /// false before): no node holds a replica of it beside another workload's replica fixing one
+    /// of the same ports. Between two such workloads the stronger keeps the node: the higher
+    /// priority, then, in the actual pass, a replica at its home, then the canonical order.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ports_exclusive: bool,
 }
 
 /// Some replicas of a workload, to be placed on these nodes: a cell's share of it (see

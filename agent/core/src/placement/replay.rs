@@ -115,7 +115,9 @@ impl PlacementEngine {
     /// Asserts the engine's invariants: every replica placed exactly once or unschedulable, no node
     /// over capacity in any resource, no down or draining node used, a workload's replicas on distinct
     /// nodes, replicas sharing a zone only when no node of an unused zone has room for one, a
-    /// replica unschedulable only when no eligible node free of its siblings has room, and every
+    /// replica unschedulable only when no eligible node free of its siblings has room (and, for
+    /// fixed ports held exclusively, of replicas of other workloads fixing one of its ports), no
+    /// fixed port held exclusively by two workloads' replicas on one node, and every
     /// cached ranking an exact prefix of its full order. For tests and the simulator: it recomputes
     /// every ranking.
     pub fn check_invariants(&mut self) {
@@ -126,6 +128,8 @@ impl PlacementEngine {
         // workloads with unschedulable replicas (with the nodes they hold).
         let mut shared: Vec<(usize, Vec<u32>)> = Vec::new();
         let mut waiting: Vec<(usize, Vec<u32>)> = Vec::new();
+        // (node, port, workload slot) of every fixed port held exclusively.
+        let mut ports: Vec<(u32, super::model::HostPort, usize)> = Vec::new();
         for (slot, t) in self.workloads.iter().enumerate() {
             let Some(t) = t else { continue };
             let outcomes = &self.outcomes[slot];
@@ -165,6 +169,9 @@ impl PlacementEngine {
                         "{id} on ineligible node {}",
                         node.id
                     );
+                    if t.spec.ports_exclusive {
+                        ports.extend(t.spec.needs.fixed_ports.iter().map(|&p| (*n, p, slot)));
+                    }
                     let u = used.entry(*n).or_default();
                     *u = u.saturating_add(&t.spec.request);
                     nodes_held.push(*n);
@@ -209,6 +216,28 @@ impl PlacementEngine {
                 self.nodes.ids[n as usize]
             );
         }
+        ports.sort_unstable();
+        for pair in ports.windows(2) {
+            assert!(
+                (pair[0].0, pair[0].1) != (pair[1].0, pair[1].1),
+                "node {} holds two workloads' replicas fixing host port {}",
+                self.nodes.ids[pair[0].0 as usize],
+                pair[0].1
+            );
+        }
+        // A node where another workload's replica fixes one of the workload's ports has no room
+        // for it.
+        let port_held = |n: u32, slot: usize| {
+            let t = self.workloads[slot].as_ref().expect("checked workload");
+            t.spec.ports_exclusive
+                && t.spec.needs.fixed_ports.iter().any(|p| {
+                    let at = ports.partition_point(|h| (h.0, h.1) < (n, *p));
+                    ports[at..]
+                        .iter()
+                        .take_while(|h| (h.0, h.1) == (n, *p))
+                        .any(|h| h.2 != slot)
+                })
+        };
         // Room at the end is at most what the pass saw when it gave up on a replica or let two
         // share a zone (lower levels only take room), so it must not fit them now either.
         let has_room = |n: u32, request: &Resources| {
@@ -224,7 +253,8 @@ impl PlacementEngine {
             for &n in &self.classes.get(t.class).nodes {
                 assert!(
                     zones.binary_search(&self.nodes.zone[n as usize]).is_ok()
-                        || !has_room(n, &t.spec.request),
+                        || !has_room(n, &t.spec.request)
+                        || port_held(n, slot),
                     "{}: replicas share a zone while {} in an unused zone has room",
                     t.spec.id,
                     self.nodes.ids[n as usize]
@@ -235,7 +265,9 @@ impl PlacementEngine {
             let t = self.workloads[slot].as_ref().expect("checked workload");
             for &n in &self.classes.get(t.class).nodes {
                 assert!(
-                    held.binary_search(&n).is_ok() || !has_room(n, &t.spec.request),
+                    held.binary_search(&n).is_ok()
+                        || !has_room(n, &t.spec.request)
+                        || port_held(n, slot),
                     "{}: a replica is unschedulable while {} has room",
                     t.spec.id,
                     self.nodes.ids[n as usize]

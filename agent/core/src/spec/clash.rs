@@ -1,16 +1,18 @@
-//! Host ports two workloads both fix. Placement does not know fixed numbers (docs/operations.md,
-//! "Named ports"): a host given replicas of both starts only the first, the other's start fails
-//! there with a reason. An apply says so at once, as a note, rather than leaving it to be found
-//! on the host that hits it.
+//! Host ports two workloads both fix. Before placement algorithm 8 placement does not keep them
+//! apart (docs/operations.md, "Named ports"): a host given replicas of both starts only the
+//! first, the other's start fails there with a reason. Since 8 (mesh version 10) it does, so
+//! together they need distinct hosts. An apply says so at once, as a note.
 
 use super::WorkloadSpec;
 
 /// Each host port `spec` fixes that one of `others` (by name, `spec` itself skipped) fixes too,
 /// for the same protocol: one line per port, naming the other workloads. At most
 /// [`CLASHES_MAX`] lines, in port order; the last says how many more were left out.
+/// `apart`: placement keeps replicas fixing one port on distinct hosts (algorithm 8 and later).
 pub fn fixed_port_clashes<'a>(
     spec: &WorkloadSpec,
     others: impl IntoIterator<Item = &'a WorkloadSpec>,
+    apart: bool,
 ) -> Vec<String> {
     let mine = spec.fixed_host_ports();
     if mine.is_empty() {
@@ -34,11 +36,20 @@ pub fn fixed_port_clashes<'a>(
         .take(CLASHES_MAX)
         .map(|((port, protocol), mut names)| {
             names.sort_unstable();
-            format!(
-                "host port {port}/{protocol} is also fixed by {}: a host given replicas of both \
-                 starts only one of them (keep them apart with placement constraints)",
-                names.join(", ")
-            )
+            if apart {
+                format!(
+                    "host port {port}/{protocol} is also fixed by {}: their replicas never share a \
+                     host, so together they need as many hosts as they have replicas (where hosts \
+                     run short, the higher priority keeps them)",
+                    names.join(", ")
+                )
+            } else {
+                format!(
+                    "host port {port}/{protocol} is also fixed by {}: a host given replicas of \
+                     both starts only one of them (keep them apart with placement constraints)",
+                    names.join(", ")
+                )
+            }
         })
         .collect();
     if total > CLASHES_MAX {
@@ -77,7 +88,7 @@ mod tests {
         );
         let free =
             spec("name = \"free\"\n[process]\ncommand = [\"f\"]\nports = [{ name = \"http\" }]");
-        let lines = fixed_port_clashes(&web, [&web, &ingress, &admin, &free]);
+        let lines = fixed_port_clashes(&web, [&web, &ingress, &admin, &free], false);
         assert_eq!(
             lines,
             vec![
@@ -87,7 +98,16 @@ mod tests {
             "53/tcp of ingress is not 53/udp of web; web itself and a port left to the agent \
              do not count"
         );
-        assert!(fixed_port_clashes(&free, [&web, &ingress]).is_empty());
+        assert!(fixed_port_clashes(&free, [&web, &ingress], false).is_empty());
+        let apart = fixed_port_clashes(&web, [&admin], true);
+        assert_eq!(
+            apart,
+            vec![
+                "host port 80/tcp is also fixed by admin: their replicas never share a host, so \
+                 together they need as many hosts as they have replicas (where hosts run short, \
+                 the higher priority keeps them)"
+            ]
+        );
     }
 
     #[test]
@@ -102,7 +122,7 @@ mod tests {
             ))
         };
         let (a, b) = (ports("a"), ports("b"));
-        let lines = fixed_port_clashes(&a, [&b]);
+        let lines = fixed_port_clashes(&a, [&b], false);
         assert_eq!(lines.len(), CLASHES_MAX + 1);
         assert!(lines[0].starts_with("host port 9001/tcp is also fixed by b:"));
         assert_eq!(

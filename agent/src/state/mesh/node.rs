@@ -348,6 +348,7 @@ impl MeshNode {
             return vec![None; specs.len()];
         }
         let stored = self.with_store(|s| view::live_specs(s.list_live()).0).await;
+        let apart = self.placement_algorithm() >= 8;
         specs
             .iter()
             .map(|spec| {
@@ -356,7 +357,7 @@ impl MeshNode {
                     .map(|(s, _)| s)
                     .filter(|s| !specs.iter().any(|new| new.name == s.name))
                     .chain(specs);
-                let lines = shoal_core::spec::fixed_port_clashes(spec, others);
+                let lines = shoal_core::spec::fixed_port_clashes(spec, others, apart);
                 (!lines.is_empty()).then(|| lines.join("; "))
             })
             .collect()

@@ -63,7 +63,10 @@ impl Pass<'_> {
                 }
                 let zone = self.nodes.zone[node as usize];
                 if lower.binary_search(&zone).is_ok() && lower.len() < zones {
-                    if let Some(to) = self.repair_target(t, &strength[rank + 1..], &lower, reps) {
+                    let w = order[start + i];
+                    if let Some(to) =
+                        self.repair_target((w, t), &strength[rank + 1..], &lower, reps)
+                    {
                         self.repair_move(me, to, request, &mut reps[siblings.clone()], first[i]);
                         changed = true;
                     }
@@ -82,7 +85,7 @@ impl Pass<'_> {
     /// away from its home.
     fn repair_target(
         &self,
-        t: &mut Tracked,
+        (w, t): (u32, &mut Tracked),
         weaker: &[usize],
         lower: &[u32],
         reps: &[Rep],
@@ -94,9 +97,11 @@ impl Pass<'_> {
             .collect();
         held.sort_unstable();
         let (room, usable, nodes) = (&self.room, &self.usable, self.nodes);
+        let avoided = self.avoided(w);
         let request = t.spec.request;
         find(self.nodes, self.classes, t, 0, |e| {
             usable[e.node as usize]
+                && avoided.binary_search_by_key(&e.node, |a| a.1).is_err()
                 && lower.binary_search(&nodes.zone[e.node as usize]).is_err()
                 && match held.binary_search_by_key(&e.node, |h| h.0) {
                     Ok(at) => !held[at].1,
@@ -190,8 +195,10 @@ impl Pass<'_> {
                 };
                 let (room, usable) = (&self.room, &self.usable);
                 let nodes = self.nodes;
+                let avoided = self.avoided(order[start + i]);
                 let target = find(self.nodes, self.classes, t, 0, |e| {
                     usable[e.node as usize]
+                        && avoided.binary_search_by_key(&e.node, |a| a.1).is_err()
                         && used.binary_search(&nodes.zone[e.node as usize]).is_err()
                         && request.fits_in(&room[e.node as usize])
                 });
