@@ -566,21 +566,28 @@ impl Pass<'_> {
                 }
             }
             free.clear();
-            // Group by node (counting sort), then each group by claim.
-            counts.clear();
-            counts.resize(self.room.len() + 1, 0);
-            for &(node, _) in &proposals {
-                counts[node as usize + 1] += 1;
-            }
-            for i in 1..counts.len() {
-                counts[i] += counts[i - 1];
-            }
+            // Group by node, then each group by claim: a counting sort over the nodes, or, for
+            // proposals far fewer than nodes (a small level), a sort of the proposals by node
+            // (stable: the same groups in the same order).
             grouped.clear();
-            grouped.resize(proposals.len(), (NONE, NO_HELD));
-            for &(node, h) in &proposals {
-                let at = &mut counts[node as usize];
-                grouped[*at as usize] = (node, h);
-                *at += 1;
+            if proposals.len() * 16 < self.room.len() {
+                grouped.extend_from_slice(&proposals);
+                grouped.sort_by_key(|g| g.0);
+            } else {
+                counts.clear();
+                counts.resize(self.room.len() + 1, 0);
+                for &(node, _) in &proposals {
+                    counts[node as usize + 1] += 1;
+                }
+                for i in 1..counts.len() {
+                    counts[i] += counts[i - 1];
+                }
+                grouped.resize(proposals.len(), (NONE, NO_HELD));
+                for &(node, h) in &proposals {
+                    let at = &mut counts[node as usize];
+                    grouped[*at as usize] = (node, h);
+                    *at += 1;
+                }
             }
             let mut i = 0;
             while i < grouped.len() {
