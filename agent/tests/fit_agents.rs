@@ -30,7 +30,8 @@ fn a_workload_too_big_is_said_to_fit_in_part_and_moves_nothing_that_fits() {
     c.add("fit2");
     c.wait_members(2, Duration::from_secs(30));
     assert!(wait_until(Duration::from_secs(30), || {
-        c.cli_json(0, &["upgrade", "status", "-o", "json"])["mesh_version"] == 9
+        c.cli_json(0, &["upgrade", "status", "-o", "json"])["mesh_version"]
+            == shoal_core::version::WIRE_CUR
     }));
     let dir = c.dir.path().to_path_buf();
     let web = write_spec(&dir, "web", 2);
@@ -101,6 +102,26 @@ fn a_workload_too_big_is_said_to_fit_in_part_and_moves_nothing_that_fits() {
         second.starts_with("only "),
         "the fit comes first: {text:.400}"
     );
+    // `shoal issues`: one issue for the workload, not one per replica, on every agent asked,
+    // with the same id.
+    let mut ids = Vec::new();
+    for i in 0..2 {
+        let issues = c.cli_json(i, &["issues", "-o", "json"]);
+        let mine: Vec<&serde_json::Value> = issues
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|x| x["kind"] == "unplaceable")
+            .collect();
+        assert_eq!(mine.len(), 1, "one unplaceable issue, for big: {issues}");
+        let message = mine[0]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("only ") && message.contains("of 1000 replicas of big fit"),
+            "{message}"
+        );
+        ids.push(mine[0]["id"].clone());
+    }
+    assert_eq!(ids[0], ids[1], "every agent names the issue alike");
     // web is where it was, serving.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(placed(&c), before, "{}", c.logs());

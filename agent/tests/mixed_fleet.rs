@@ -79,8 +79,10 @@ fn placement_puts_replicas_only_where_they_can_run_and_no_healthy_copy_goes_down
     }
     c.wait_members(3, Duration::from_secs(30));
     assert!(
-        wait_until(Duration::from_secs(30), || mesh_version(&c, 0) == 9),
-        "the mesh version did not reach 9\n{}",
+        wait_until(Duration::from_secs(30), || {
+            mesh_version(&c, 0) == u64::from(shoal_core::version::WIRE_CUR)
+        }),
+        "the mesh version did not reach this build's\n{}",
         c.logs()
     );
     let dir = c.dir.path().to_path_buf();

@@ -97,6 +97,17 @@ impl Api {
             Some((m.name.as_str(), r.cpu_millis, r.memory_bytes))
         });
         issues.extend(self.node.caps().issues(declared, (self.node.clock)()));
+        // One issue per workload some of whose replicas fit nowhere, from this agent's last
+        // placement (the host loop's; an agent without one says none).
+        if self.host.is_some() {
+            let local = self.node.cells.local();
+            let now = (self.node.clock)();
+            issues.extend(
+                shoal_core::placement::summary::unplaceable_all(&local.placement, &local.workloads)
+                    .iter()
+                    .map(|u| u.issue(&self.node.name, now)),
+            );
+        }
         issues.sort_by(|a, b| (&a.node, &a.id).cmp(&(&b.node, &b.id)));
         issues
     }

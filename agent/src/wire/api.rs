@@ -412,7 +412,9 @@ pub enum Response {
     },
     /// A page of the issues.
     Issues {
-        /// Issues, by node then id.
+        /// Issues, by node then id. Encoded in a layout before 10, the kinds that layout lacks
+        /// (`unplaceable`) are left out.
+        #[serde(with = "issues_for_layout")]
         issues: Vec<shoal_core::reconcile::Issue>,
         /// The last issue of this page when more follow.
         next_after: Option<IssueKey>,
@@ -731,4 +733,74 @@ pub struct VersionView {
     pub outcome: Option<String>,
     /// Why it failed or was rolled back (empty otherwise).
     pub reason: String,
+}
+
+/// The issues of an answer, without the kinds the layout it is encoded in lacks: an `unplaceable`
+/// issue (wire 10) is computed by the answering agent, never stored, so an older reader loses
+/// nothing it relied on.
+mod issues_for_layout {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use shoal_core::reconcile::{Issue, IssueKind};
+
+    pub fn serialize<S: Serializer>(issues: &[Issue], serializer: S) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() || shoal_core::version::layout() >= 10 {
+            return issues.serialize(serializer);
+        }
+        let older: Vec<&Issue> = issues
+            .iter()
+            .filter(|i| i.kind != IssueKind::Unplaceable)
+            .collect();
+        older.serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Issue>, D::Error> {
+        Vec::<Issue>::deserialize(deserializer)
+    }
+}
+
+#[cfg(test)]
+mod issue_layout_tests {
+    use super::Response;
+    use shoal_core::reconcile::{Issue, IssueKind};
+
+    fn issue(kind: IssueKind) -> Issue {
+        Issue {
+            id: kind.as_str().into(),
+            layer: kind.layer(),
+            kind,
+            replica: None,
+            node: "n1".into(),
+            message: "m".into(),
+            held: None,
+            approved: false,
+            since_ms: 1,
+        }
+    }
+
+    /// A wire-9 reader never sees an `unplaceable` issue (a kind it could not decode); a
+    /// wire-10 reader does.
+    #[test]
+    fn an_answer_in_an_older_layout_leaves_out_the_newer_kinds() {
+        let answer = Response::Issues {
+            issues: vec![issue(IssueKind::Missing), issue(IssueKind::Unplaceable)],
+            next_after: None,
+        };
+        let kinds = |version: u16| {
+            let config = crate::wire::bincode_config();
+            let bytes = shoal_core::version::with_layout(version, || {
+                bincode::serde::encode_to_vec(&answer, config).unwrap()
+            });
+            let back: Response = shoal_core::version::with_layout(version, || {
+                bincode::serde::decode_from_slice(&bytes, config).unwrap().0
+            });
+            match back {
+                Response::Issues { issues, .. } => {
+                    issues.into_iter().map(|i| i.kind).collect::<Vec<_>>()
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(kinds(9), vec![IssueKind::Missing]);
+        assert_eq!(kinds(10), vec![IssueKind::Missing, IssueKind::Unplaceable]);
+    }
 }

@@ -73,13 +73,21 @@ pub enum IssueKind {
     /// A workload's rollout failed and was rolled back automatically. Raised by the agent that
     /// wrote the rollback, while the workload runs the restored version.
     RolledBack,
+    /// Some replicas of a workload fit on no node (capability, constraint, room): one issue per
+    /// workload, with counts per reason. Computed by the agent answering, from its last
+    /// placement; never gossiped. Since wire version 10 (an answer in an older layout leaves it
+    /// out).
+    Unplaceable,
 }
 
 impl IssueKind {
     /// The issue's layer.
     pub fn layer(self) -> Layer {
         match self {
-            IssueKind::Missing | IssueKind::Orphan | IssueKind::CapacityCapped => Layer::Placement,
+            IssueKind::Missing
+            | IssueKind::Orphan
+            | IssueKind::CapacityCapped
+            | IssueKind::Unplaceable => Layer::Placement,
             IssueKind::Exited
             | IssueKind::Unhealthy
             | IssueKind::Outdated
@@ -119,6 +127,7 @@ impl IssueKind {
             IssueKind::CapacityCapped => "capacity-capped",
             IssueKind::RolloutFailed => "rollout-failed",
             IssueKind::RolledBack => "rolled-back",
+            IssueKind::Unplaceable => "unplaceable",
         }
     }
 }
