@@ -107,40 +107,6 @@ impl fmt::Display for Unplaceable {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counts_reasons_most_first_and_says_what_fits() {
-        let mut p = Placement::default();
-        p.assigned.insert(ReplicaId::new("big", 0), "n1".into());
-        for i in 1..9 {
-            p.unschedulable
-                .insert(ReplicaId::new("big", i), Unschedulable::NoNodes);
-        }
-        p.unschedulable.insert(
-            ReplicaId::new("big", 9),
-            Unschedulable::NotEnoughNodes { eligible: 1 },
-        );
-        p.unschedulable
-            .insert(ReplicaId::new("other", 0), Unschedulable::NoNodes);
-        let u = unplaceable(&p, "big", 10).unwrap();
-        assert_eq!((u.unplaceable, u.reasons.len(), u.more_reasons), (9, 2, 0));
-        assert_eq!(
-            u.to_string(),
-            "only 1 of 10 replicas of big fit: 9 unplaceable (8: no live, non-draining node; 1: \
-             all 1 eligible nodes already hold a replica (replicas need distinct nodes))"
-        );
-        assert_eq!(unplaceable(&p, "big", 1), None, "scaled to what fits");
-        let none = unplaceable(&p, "other", 1).unwrap();
-        assert_eq!(
-            none.to_string(),
-            "none of the 1 replicas of other fit (no live, non-draining node)"
-        );
-    }
-}
-
 impl Unplaceable {
     /// The workload's issue (`shoal issues`), as the agent `node` answering says it at `now_ms`:
     /// one per workload, its id from the workload alone, so every agent names it alike.
@@ -183,4 +149,38 @@ pub fn unplaceable_all(
             unplaceable(placement, name, w.replicas)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_reasons_most_first_and_says_what_fits() {
+        let mut p = Placement::default();
+        p.assigned.insert(ReplicaId::new("big", 0), "n1".into());
+        for i in 1..9 {
+            p.unschedulable
+                .insert(ReplicaId::new("big", i), Unschedulable::NoNodes);
+        }
+        p.unschedulable.insert(
+            ReplicaId::new("big", 9),
+            Unschedulable::NotEnoughNodes { eligible: 1 },
+        );
+        p.unschedulable
+            .insert(ReplicaId::new("other", 0), Unschedulable::NoNodes);
+        let u = unplaceable(&p, "big", 10).unwrap();
+        assert_eq!((u.unplaceable, u.reasons.len(), u.more_reasons), (9, 2, 0));
+        assert_eq!(
+            u.to_string(),
+            "only 1 of 10 replicas of big fit: 9 unplaceable (8: no live, non-draining node; 1: \
+             all 1 eligible nodes already hold a replica (replicas need distinct nodes))"
+        );
+        assert_eq!(unplaceable(&p, "big", 1), None, "scaled to what fits");
+        let none = unplaceable(&p, "other", 1).unwrap();
+        assert_eq!(
+            none.to_string(),
+            "none of the 1 replicas of other fit (no live, non-draining node)"
+        );
+    }
 }
