@@ -168,7 +168,13 @@ impl Api {
         let own_cell = self.node.cells.own().to_string();
         let mut summary = None;
         let specs_only: Vec<&WorkloadSpec> = specs.iter().map(|(s, _)| s).collect();
-        let (placed, cell_of) = self.placement_of(&members, &specs_only, &holders);
+        let (placed, cell_of) = match self.last_placement_of(&spec, &holders) {
+            Some(placed) => (placed, None),
+            None => {
+                let (placed, cells) = self.placement_of(&members, &specs_only, &holders);
+                (Arc::new(placed), cells)
+            }
+        };
         if asked.start == 0 {
             // The first page says first how much of the workload fits, and why not the rest.
             summary = shoal_core::placement::summary::unplaceable(&placed, &name, spec.replicas)
@@ -283,6 +289,27 @@ impl Api {
             }
         }
         applied
+    }
+
+    /// The host loop's last placement, when it placed `spec` as it stands (the same workload,
+    /// with the same data holders) in a mesh of one cell: what this agent acts on, read without
+    /// placing every workload again (a full placement of 100,000 replicas takes most of a
+    /// second). None otherwise (no host loop, cells, or a spec the loop has not seen yet).
+    fn last_placement_of(
+        &self,
+        spec: &WorkloadSpec,
+        holders: &BTreeMap<ReplicaId, String>,
+    ) -> Option<Arc<Placement>> {
+        if self.host.is_none() || self.node.cells.placement_cells().is_some() {
+            return None;
+        }
+        let local = self.node.cells.local();
+        let now = view::placement_workload_held(spec, holders, self.node.placement_algorithm());
+        local
+            .workloads
+            .iter()
+            .any(|w| *w == now)
+            .then_some(local.placement)
     }
 
     /// The placement every agent of this cell computes now for these specs (this cell's part,
