@@ -114,6 +114,8 @@ fn an_agent_label_constraints_cannot_match_is_refused_at_start() {
         ("disk=fast ssd", "the value \"fast ssd\""),
         ("my disk=ssd", "the key \"my disk\""),
         ("disk", "expected KEY=VALUE"),
+        ("os=plan9", "the key \"os\" is built in"),
+        ("zone=a", "the key \"zone\" is built in"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
             .args(["agent", "--name", "n1", "--gossip", "127.0.0.1:1"])

@@ -1,8 +1,14 @@
 //! Placement constraints on node labels: `"disk == ssd"`, `"zone != eu-1c"`, `"gpu"` (present),
 //! `"!spot"` (absent), `"rack in (r1, r2)"`, `"arch not in (arm64)"`.
 //!
-//! A node's labels are matched together with two built-in keys: `zone` (the node's zone) and
-//! `node` (its id). A label a node does not have never equals anything and always differs.
+//! A node's labels are matched together with the built-in keys ([`BUILT_IN_KEYS`]): `zone`
+//! (the node's zone), `node` (its id), `os` and `arch`. A label a node does not have never equals anything and always differs.
+
+/// Keys every node answers without a label: `zone` (its zone), `node` (its id), and since
+/// placement algorithm 8, `os` and `arch` (its build's `std::env::consts::OS` and `ARCH`, as its
+/// capabilities gossip them; the agents set them as labels). An agent refuses a `--label` of
+/// one of them.
+pub const BUILT_IN_KEYS: &[&str] = &["zone", "node", "os", "arch"];
 
 use std::collections::BTreeMap;
 

@@ -178,6 +178,13 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
             bail!("--label {label:?}: expected KEY=VALUE, e.g. --label disk=ssd");
         };
         let (k, v) = (k.trim(), v.trim());
+        if shoal_core::constraint::BUILT_IN_KEYS.contains(&k) {
+            bail!(
+                "--label {label:?}: the key {k:?} is built in (the node's own {k}); built-in \
+                 keys: {} (the zone is set with --zone)",
+                shoal_core::constraint::BUILT_IN_KEYS.join(", ")
+            );
+        }
         for (what, text) in [("key", k), ("value", v)] {
             if !shoal_core::constraint::valid_token(text) {
                 bail!(

@@ -346,6 +346,12 @@ pub fn placement_nodes(
                 if algorithm >= 7 {
                     node.caps = m.capabilities.as_ref().map(|c| c.placement());
                 }
+                // Since algorithm 8 constraints match the node's OS and architecture as the
+                // built-in keys `os` and `arch` (its `--label`s cannot set them).
+                if let Some(c) = m.capabilities.as_ref().filter(|_| algorithm >= 8) {
+                    node.labels.insert("os".into(), c.os.clone());
+                    node.labels.insert("arch".into(), c.arch.clone());
+                }
                 node
             })
         })
@@ -549,6 +555,44 @@ mod tests {
             !too_long.held_up(0, true),
             "a hold past the bound is not honoured"
         );
+    }
+
+    /// Since placement algorithm 8 constraints can match `os` and `arch`: the node carries its
+    /// gossiped OS and architecture as those labels; before 8 it carries its labels only.
+    #[test]
+    fn os_and_arch_are_labels_since_algorithm_8() {
+        let caps = super::super::capabilities::CapabilitiesRecord::this(Vec::new(), Vec::new());
+        let member = Member {
+            name: "n1".into(),
+            id: id("n1", 1),
+            alive: true,
+            record: Some(NodeRecord::decode(&record(1000)).unwrap()),
+            digest: None,
+            stale: false,
+            leaving: false,
+            build: None,
+            restarting_until: None,
+            capabilities: Some(caps),
+        };
+        let members = [member];
+        let caps = crate::identity::authority::caps::NodeCaps::default();
+        let eight = placement_nodes(&members, &caps, 0, (false, 8));
+        assert_eq!(
+            eight[0].labels.get("os").map(String::as_str),
+            Some(std::env::consts::OS)
+        );
+        assert_eq!(
+            eight[0].labels.get("arch").map(String::as_str),
+            Some(std::env::consts::ARCH)
+        );
+        let c = shoal_core::constraint::Constraint::parse(&format!(
+            "arch == {}",
+            std::env::consts::ARCH
+        ))
+        .unwrap();
+        assert!(c.matches(&eight[0].labels, &eight[0].zone, &eight[0].id));
+        let seven = placement_nodes(&members, &caps, 0, (false, 7));
+        assert!(!seven[0].labels.contains_key("os"));
     }
 
     #[test]
