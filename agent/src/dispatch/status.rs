@@ -305,11 +305,7 @@ impl Api {
         }
         let local = self.node.cells.local();
         let now = view::placement_workload_held(spec, holders, self.node.placement_algorithm());
-        local
-            .workloads
-            .iter()
-            .any(|w| *w == now)
-            .then_some(local.placement)
+        local.workloads.contains(&now).then_some(local.placement)
     }
 
     /// The placement every agent of this cell computes now for these specs (this cell's part,
