@@ -246,6 +246,27 @@ fn a_healthy_orphan_keeps_running_past_the_handoff_bound_while_the_new_owner_fai
     assert_eq!(c.alive_copies("web", 0).len(), 1);
 }
 
+/// Gossip alone can show a dead node live and serving for seconds (its old heartbeats and
+/// instances relayed after a partition heals: swarm seed 419). The old copy hands off only once
+/// the new owner answered a round trip begun since it was seen serving.
+#[test]
+fn a_new_owner_that_answers_no_round_trip_gets_no_handoff() {
+    let mut c = four_nodes("");
+    c.silent.insert("n2".to_string());
+    c.place("web", 0, "n2");
+    c.run_for(30_000);
+    let stops = c.count("n1", |a| matches!(a, Action::Stop { .. }));
+    assert_eq!(
+        stops, 0,
+        "no round trip answered: the healthy copy keeps running"
+    );
+    assert_eq!(c.alive_copies("web", 0).len(), 2);
+    c.silent.clear();
+    c.run_for(10_000);
+    assert!(c.alive_copies("web", 0).iter().all(|(n, _, _)| n == "n2"));
+    assert_eq!(c.alive_copies("web", 0).len(), 1);
+}
+
 #[test]
 fn an_unhealthy_orphan_stops_after_the_handoff_bound_when_the_new_owner_never_gets_healthy() {
     let health = "[health]\ninterval = \"1s\"\nstart_grace = \"0s\"\n\n[health.tcp]\nport = 80\n";

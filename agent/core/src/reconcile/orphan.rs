@@ -221,10 +221,22 @@ fn successor_error(
         .find_map(|c| c.status.last_error.clone())
 }
 
-/// Whether the new owner has been seen live and serving the replica for `handoff_confirm_ms`.
+/// Whether the new owner has been seen live and serving the replica for `handoff_confirm_ms`,
+/// and answered a round trip begun since it was first seen so (`Membership::heard_at`): gossip
+/// alone can show a dead owner live with its last instances for seconds (its old heartbeats
+/// relayed by members that heard it longer, after a partition heals), and a copy stopped for it
+/// would be a healthy copy traded for none.
 fn confirmed(ctx: &Ctx<'_>, t: &Tracked) -> bool {
-    t.successor_serving_since
-        .is_some_and(|since| ctx.now_ms >= since.saturating_add(ctx.config.handoff_confirm_ms))
+    let Some(since) = t.successor_serving_since else {
+        return false;
+    };
+    let answered = ctx
+        .input
+        .owners
+        .get(&t.replica)
+        .and_then(|owner| ctx.input.membership.heard_at.get(owner))
+        .is_some_and(|&at| at >= since);
+    answered && ctx.now_ms >= since.saturating_add(ctx.config.handoff_confirm_ms)
 }
 
 /// Whether the new owner is live and gossips a serving copy of the replica.

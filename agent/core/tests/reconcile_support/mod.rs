@@ -204,6 +204,9 @@ pub struct Cluster {
     pub dead_after_ms: u64,
     /// Extra gossip entries of nodes that are not simulated (they are live unless listed dead).
     pub fake_peers: BTreeMap<String, Vec<InstanceStatus>>,
+    /// Nodes whose gossip arrives but which answer no round trip (a dead member's state relayed
+    /// by others looks so).
+    pub silent: BTreeSet<String>,
     /// Every action: (time, node, action).
     pub log: Vec<(u64, String, Action)>,
     /// Probes fed on every step.
@@ -244,6 +247,7 @@ impl Cluster {
             cut: BTreeSet::new(),
             dead_after_ms: 3_000,
             fake_peers: BTreeMap::new(),
+            silent: BTreeSet::new(),
             log: Vec::new(),
             auto_probe: true,
             shuffle_lists: false,
@@ -314,6 +318,7 @@ impl Cluster {
     /// Whether a round trip from `a` to `b` would come back saying `b` holds `a` live.
     fn hears(&self, b: &str, a: &str) -> bool {
         a != b
+            && !self.silent.contains(b)
             && self.agents.get(b).is_none_or(|x| x.up)
             && !self.cut.contains(&(a.to_string(), b.to_string()))
             && !self.cut.contains(&(b.to_string(), a.to_string()))

@@ -749,7 +749,11 @@ impl HostLoop {
         let owns_exclusive = observed
             .iter()
             .any(|s| self.exclusive.contains(&s.replica.workload));
-        self.host.heard.set_active(owns_exclusive);
+        // A copy handing off to a new owner stops only once that owner answered a round trip
+        // (the reconciler's handoff confirmation): ask while one waits.
+        let handing_off =
+            (issues.iter()).any(|i| i.kind == shoal_core::reconcile::IssueKind::Orphan);
+        self.host.heard.set_active(owns_exclusive || handing_off);
         issues.extend(self.guard_issues().cloned());
         issues.extend(self.rollout_issues().cloned());
         *self.host.snapshot.lock().expect("snapshot lock") = Arc::new(Snapshot {
