@@ -493,9 +493,12 @@ fn bind(
 }
 
 /// Receive and send buffer asked for on a serving endpoint's UDP socket. The kernel default
-/// (about 208 KiB) overflowed under a flood of 300 junk senders and lost handshake packets
-/// (issue 29): at 1,200 bytes a datagram, 8 MiB holds some 7,000 datagrams waiting for quinn.
-pub const UDP_BUFFER_BYTES: usize = 8 << 20;
+/// (about 208 KiB: some 90 datagrams of 1,200 bytes, each taking about 2.3 KB of it) overflowed
+/// in the bursts of a flood of 300 junk senders and lost handshake packets (issue 29); 2 MiB
+/// holds some 1,800. Not more: under a flood the agent cannot keep up with, the buffer stays full
+/// and every legitimate packet waits behind it (8 MiB made a debug agent's handshakes take over
+/// 5 s where 208 KiB lost some and answered the rest; docs/measurements.md).
+pub const UDP_BUFFER_BYTES: usize = 2 << 20;
 
 static API_RECEIVE_BUFFER_BYTES: AtomicU64 = AtomicU64::new(0);
 static GOSSIP_RECEIVE_BUFFER_BYTES: AtomicU64 = AtomicU64::new(0);

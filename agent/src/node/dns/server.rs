@@ -56,13 +56,23 @@ impl DnsServer {
         source: TableSource,
         stats: Arc<DnsStats>,
     ) -> std::io::Result<DnsServer> {
+        Self::start_with(config, source, stats, ResponseLimiter::default()).await
+    }
+
+    /// [`DnsServer::start`] with UDP responses limited by `limiter` (tests use small budgets).
+    pub async fn start_with(
+        config: DnsConfig,
+        source: TableSource,
+        stats: Arc<DnsStats>,
+        limiter: ResponseLimiter,
+    ) -> std::io::Result<DnsServer> {
         let udp = Arc::new(UdpSocket::bind(config.addr).await?);
         let local_addr = udp.local_addr()?;
         let tcp = TcpListener::bind(local_addr).await?;
         let zone = Arc::new(config.zone);
         let limiter = Arc::new(Limiter {
             origin: std::time::Instant::now(),
-            state: std::sync::Mutex::new(ResponseLimiter::default()),
+            state: std::sync::Mutex::new(limiter),
         });
         let mut tasks = Vec::new();
         for _ in 0..UDP_WORKERS {

@@ -323,6 +323,85 @@ fn truncated_keeps_the_header_and_question_only() {
     assert_eq!(super::answer::truncated(b"junk"), None);
 }
 
+/// The server: a source over its budget of amplification gets truncated answers over UDP (each
+/// at most 5x its query), counted; TCP still answers in full.
+#[tokio::test]
+async fn a_source_over_its_budget_gets_truncated_answers_and_tcp_answers_whole() {
+    use super::limit::ResponseLimiter;
+    use super::server::{DnsConfig, DnsServer, TableSource};
+    use super::DnsStats;
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let table = Arc::new(wide());
+    let source: TableSource = Arc::new(move || table.clone());
+    let stats = Arc::new(DnsStats::default());
+    let config = DnsConfig {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        zone: Zone::new("shoal").unwrap(),
+    };
+    // 1,000 bytes at once, 10 a second: about 15 answers of one SRV record and its address.
+    let limiter = ResponseLimiter::new(10, 1000, 16);
+    let server = DnsServer::start_with(config, source, stats.clone(), limiter)
+        .await
+        .unwrap();
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let q = query("_80._tcp.0.big.shoal.", RecordType::SRV)
+        .to_vec()
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    let (mut whole, mut cut, mut excess) = (0, 0, 0);
+    for _ in 0..100 {
+        socket.send_to(&q, server.local_addr).await.unwrap();
+        let (len, _) = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            socket.recv_from(&mut buf),
+        )
+        .await
+        .expect("every query is answered")
+        .unwrap();
+        assert!(
+            len <= 5 * q.len(),
+            "{len} bytes for a {}-byte query",
+            q.len()
+        );
+        let r = Message::from_vec(&buf[..len]).unwrap();
+        if r.metadata.truncation {
+            assert!(r.answers.is_empty());
+            assert!(
+                len <= q.len() + 16,
+                "a slipped answer is about the query's size: {len}"
+            );
+            cut += 1;
+        } else {
+            assert_eq!(answers(&r), ["SRV 8080 0.big.shoal."]);
+            excess = len - q.len();
+            whole += 1;
+        }
+    }
+    // The burst's worth, plus at most one more from the refill while the test runs.
+    let burst = 1000 / excess;
+    assert!(
+        whole == burst || whole == burst + 1,
+        "{whole} whole answers of {excess} bytes over the query, {cut} truncated"
+    );
+    assert_eq!(stats.slipped(), cut);
+    // TCP is not limited: the whole answer.
+    let mut tcp = tokio::net::TcpStream::connect(server.local_addr)
+        .await
+        .unwrap();
+    let mut framed = (q.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(&q);
+    tcp.write_all(&framed).await.unwrap();
+    let mut prefix = [0u8; 2];
+    tcp.read_exact(&mut prefix).await.unwrap();
+    let mut body = vec![0u8; usize::from(u16::from_be_bytes(prefix))];
+    tcp.read_exact(&mut body).await.unwrap();
+    let r = Message::from_vec(&body).unwrap();
+    assert!(!r.metadata.truncation);
+    assert_eq!(answers(&r), ["SRV 8080 0.big.shoal."]);
+}
+
 #[test]
 fn malformed_queries_get_formerr_or_are_dropped() {
     let t = sample();
