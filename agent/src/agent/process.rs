@@ -485,6 +485,20 @@ async fn start_dns(
     Ok(server)
 }
 
+/// The receive buffers the API and gossip UDP sockets got ([`tls::UDP_BUFFER_BYTES`] asked).
+fn udp_buffer_family() -> crate::transport::metrics::Family {
+    let (api, gossip) = tls::udp_receive_buffer_bytes();
+    crate::transport::metrics::Family {
+        name: "shoal_udp_receive_buffer_bytes",
+        help: "Receive buffer of the endpoint's UDP socket as the kernel reports it.",
+        kind: crate::transport::metrics::Kind::Gauge,
+        samples: vec![
+            (vec![("endpoint", "api".to_string())], api as f64),
+            (vec![("endpoint", "gossip".to_string())], gossip as f64),
+        ],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
@@ -505,19 +519,5 @@ mod tests {
         set(0o705).unwrap();
         tighten_data_dir(tmp.path()).unwrap();
         assert_eq!(mode(), 0o700);
-    }
-}
-
-/// The receive buffers the API and gossip UDP sockets got ([`tls::UDP_BUFFER_BYTES`] asked).
-fn udp_buffer_family() -> crate::transport::metrics::Family {
-    let (api, gossip) = tls::udp_receive_buffer_bytes();
-    crate::transport::metrics::Family {
-        name: "shoal_udp_receive_buffer_bytes",
-        help: "Receive buffer of the endpoint's UDP socket as the kernel reports it.",
-        kind: crate::transport::metrics::Kind::Gauge,
-        samples: vec![
-            (vec![("endpoint", "api".to_string())], api as f64),
-            (vec![("endpoint", "gossip".to_string())], gossip as f64),
-        ],
     }
 }
