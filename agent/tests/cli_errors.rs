@@ -134,3 +134,26 @@ fn an_agent_label_constraints_cannot_match_is_refused_at_start() {
         );
     }
 }
+
+/// `pki issue --help` names the role table of docs/operations.md, and that table is there (a
+/// test in agent/src/dispatch/roles.rs checks its rows against the code).
+#[test]
+fn pki_issue_help_points_to_the_role_table() {
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["pki", "issue", "--help"])
+        .output()
+        .expect("run shoal");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let heading = "Who may make which request";
+    assert!(
+        help.contains(&format!("docs/operations.md, \"{heading}\"")),
+        "{help}"
+    );
+    let ops = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/operations.md"
+    ))
+    .unwrap();
+    assert!(ops.contains(&format!("**{heading}.**")));
+}

@@ -422,6 +422,7 @@ pub async fn run_agent(
                 let mut families = metrics::mesh_families(host.node(), &gossip, &api).await;
                 families.extend(crate::node::host::metrics::host_families(&host));
                 families.extend(dns_stats.families());
+                families.push(udp_buffer_family());
                 families
             })
         });
@@ -482,6 +483,20 @@ async fn start_dns(
         .with_context(|| format!("binding DNS (--dns) on {addr}, UDP and TCP"))?;
     tracing::info!(%addr, "answering DNS");
     Ok(server)
+}
+
+/// The receive buffers the API and gossip UDP sockets got ([`tls::UDP_BUFFER_BYTES`] asked).
+fn udp_buffer_family() -> crate::transport::metrics::Family {
+    let (api, gossip) = tls::udp_receive_buffer_bytes();
+    crate::transport::metrics::Family {
+        name: "shoal_udp_receive_buffer_bytes",
+        help: "Receive buffer of the endpoint's UDP socket as the kernel reports it.",
+        kind: crate::transport::metrics::Kind::Gauge,
+        samples: vec![
+            (vec![("endpoint", "api".to_string())], api as f64),
+            (vec![("endpoint", "gossip".to_string())], gossip as f64),
+        ],
+    }
 }
 
 #[cfg(test)]

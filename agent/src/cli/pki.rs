@@ -40,7 +40,7 @@ enum Command {
     },
     /// Issue a node or client certificate (NAME.crt, NAME.key) signed by the CA in DIR.
     #[command(
-        after_help = "Examples:\n  shoal pki issue --dir /etc/shoal/pki --name n1 --role node --ip 10.0.0.1\n  shoal pki issue --dir /etc/shoal/pki --name alice --role client\n  shoal pki issue --dir /etc/shoal/pki --name grafana --role client --read-only"
+        after_help = "Examples:\n  shoal pki issue --dir /etc/shoal/pki --name n1 --role node --ip 10.0.0.1\n  shoal pki issue --dir /etc/shoal/pki --name alice --role client\n  shoal pki issue --dir /etc/shoal/pki --name grafana --role client --read-only\n\nWhat each role may ask: the table in docs/operations.md, \"Who may make which request\"."
     )]
     Issue {
         /// Directory holding ca.crt and ca.key.

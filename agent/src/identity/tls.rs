@@ -7,6 +7,7 @@
 //! name: the certificate chain is still verified against the CA, only the name check is skipped.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -468,6 +469,18 @@ fn bind(
     let client = quic_client_config(identity, alpn, options)?;
     let socket =
         std::net::UdpSocket::bind(addr).map_err(|source| TlsError::Bind { addr, source })?;
+    if server.is_some() {
+        let (receive, send) = enlarge_buffers(&socket);
+        let endpoint = String::from_utf8_lossy(alpn);
+        tracing::info!(%addr, %endpoint, receive_bytes = receive, send_bytes = send,
+            asked_bytes = UDP_BUFFER_BYTES, "UDP socket buffers");
+        let counter = if alpn == ALPN_API {
+            &API_RECEIVE_BUFFER_BYTES
+        } else {
+            &GOSSIP_RECEIVE_BUFFER_BYTES
+        };
+        counter.store(receive as u64, Relaxed);
+    }
     let mut endpoint = quinn::Endpoint::new(
         endpoint_config(identity, alpn),
         server,
@@ -477,4 +490,66 @@ fn bind(
     .map_err(|source| TlsError::Bind { addr, source })?;
     endpoint.set_default_client_config(client);
     Ok(endpoint)
+}
+
+/// Receive and send buffer asked for on a serving endpoint's UDP socket. The kernel default
+/// (about 208 KiB: some 90 datagrams of 1,200 bytes, each taking about 2.3 KB of it) overflowed
+/// in the bursts of a flood of 300 junk senders and lost handshake packets (issue 29); 2 MiB
+/// holds some 1,800. Not more: under a flood the agent cannot keep up with, the buffer stays full
+/// and every legitimate packet waits behind it (8 MiB made a debug agent's handshakes take over
+/// 5 s where 208 KiB lost some and answered the rest; docs/measurements.md).
+pub const UDP_BUFFER_BYTES: usize = 2 << 20;
+
+static API_RECEIVE_BUFFER_BYTES: AtomicU64 = AtomicU64::new(0);
+static GOSSIP_RECEIVE_BUFFER_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// The receive buffer the kernel gave the last API and gossip endpoints bound in this process
+/// (bytes as the kernel reports them, which on Linux is twice what it accounts; 0 before one is
+/// bound), for `/metrics`.
+pub fn udp_receive_buffer_bytes() -> (u64, u64) {
+    (
+        API_RECEIVE_BUFFER_BYTES.load(Relaxed),
+        GOSSIP_RECEIVE_BUFFER_BYTES.load(Relaxed),
+    )
+}
+
+/// Asks for [`UDP_BUFFER_BYTES`] both ways: past `net.core.rmem_max`/`wmem_max` with the FORCE
+/// options when the process may (root, CAP_NET_ADMIN), else up to those maxima. Returns what
+/// the kernel reports it got (receive, send); a failure leaves the default, which still works.
+fn enlarge_buffers(socket: &std::net::UdpSocket) -> (usize, usize) {
+    use rustix::net::sockopt;
+    if sockopt::set_socket_recv_buffer_size_force(socket, UDP_BUFFER_BYTES).is_err() {
+        let _ = sockopt::set_socket_recv_buffer_size(socket, UDP_BUFFER_BYTES);
+    }
+    if sockopt::set_socket_send_buffer_size_force(socket, UDP_BUFFER_BYTES).is_err() {
+        let _ = sockopt::set_socket_send_buffer_size(socket, UDP_BUFFER_BYTES);
+    }
+    (
+        sockopt::socket_recv_buffer_size(socket).unwrap_or(0),
+        sockopt::socket_send_buffer_size(socket).unwrap_or(0),
+    )
+}
+
+#[cfg(test)]
+mod buffer_tests {
+    #[test]
+    fn serving_sockets_get_more_than_the_default_buffers() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let default = rustix::net::sockopt::socket_recv_buffer_size(&socket).unwrap();
+        let (receive, send) = super::enlarge_buffers(&socket);
+        // FORCE (root with CAP_NET_ADMIN) gets the whole size; otherwise the kernel caps it at
+        // net.core.rmem_max. Linux reports twice what it was asked.
+        let rmem_max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let floor = 2 * rmem_max.min(super::UDP_BUFFER_BYTES);
+        assert!(
+            receive >= floor.max(default),
+            "{receive}: default {default}, rmem_max {rmem_max}"
+        );
+        assert!(receive <= 2 * super::UDP_BUFFER_BYTES, "{receive}");
+        assert!(send > 0);
+    }
 }

@@ -25,6 +25,10 @@ pub const TTL_SECS: u32 = 5;
 pub const QUERY_BYTES_MAX: usize = 1024;
 /// Largest UDP response, whatever the query's EDNS size says (the DNS flag day's 1232).
 pub const UDP_PAYLOAD_MAX: u16 = 1232;
+/// Largest UDP response as a multiple of its query's size: a spoofed query reflects at most this
+/// many times its bytes at the victim. Larger answers go out truncated (TC=1) and the resolver
+/// asks again over TCP, which cannot be spoofed.
+pub const AMPLIFICATION_MAX: usize = 5;
 /// Largest response over TCP (the two-byte length prefix's bound).
 pub const TCP_PAYLOAD_MAX: usize = 65_535;
 /// Most records in one answer section.
@@ -33,7 +37,8 @@ pub const ANSWERS_MAX: usize = 64;
 /// How the query came.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
-    /// UDP: the response is bounded by the query's EDNS size (512 without), else truncated.
+    /// UDP: the response is bounded by the query's EDNS size (512 without) and by
+    /// [`AMPLIFICATION_MAX`] times the query's size, else truncated.
     Udp,
     /// TCP: the response is bounded by [`TCP_PAYLOAD_MAX`].
     Tcp,
@@ -119,7 +124,8 @@ pub fn answer(table: &EndpointTable, zone: &Zone, query: &[u8], transport: Trans
         response.set_edns(edns);
     }
     let limit = match transport {
-        Transport::Udp => usize::from(request.max_payload().min(UDP_PAYLOAD_MAX)),
+        Transport::Udp => usize::from(request.max_payload().min(UDP_PAYLOAD_MAX))
+            .min(query.len().saturating_mul(AMPLIFICATION_MAX)),
         Transport::Tcp => TCP_PAYLOAD_MAX,
     };
     if request.metadata.message_type != MessageType::Query {
@@ -324,6 +330,18 @@ fn encode(mut response: Message, limit: usize) -> Outcome {
         },
         _ => server_failure(response),
     }
+}
+
+/// The truncated form of a response this module encoded (TC=1, no records: the header, the
+/// question and EDNS), for a source over its rate ([`super::limit`]); `None` if `response` does
+/// not decode.
+pub fn truncated(response: &[u8]) -> Option<Vec<u8>> {
+    let mut message = Message::from_vec(response).ok()?;
+    message.answers.clear();
+    message.additionals.clear();
+    message.authorities.clear();
+    message.metadata.truncation = true;
+    message.to_vec().ok()
 }
 
 /// A bare SERVFAIL, for a response that cannot be encoded (never expected).

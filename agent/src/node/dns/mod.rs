@@ -3,7 +3,8 @@
 //!
 //! `table.rs`: [`EndpointTable`], every replica's instances with their node, address and health,
 //! built by the host loop when something moved; `answer.rs`: [`answer`], one query's bytes to
-//! the response's (pure, hickory-proto for the wire format); `server.rs`: the UDP and TCP tasks,
+//! the response's (pure, hickory-proto for the wire format); `limit.rs`: [`limit::ResponseLimiter`],
+//! per-source rate limiting of amplifying UDP responses (pure); `server.rs`: the UDP and TCP tasks,
 //! which only read the last table published.
 //!
 //! **Architecture Invariant:** the DNS tasks never wait for the host loop nor hold a lock across
@@ -11,6 +12,7 @@
 //! recursion, forwarding, zone transfers, dynamic updates, DNSSEC.
 
 pub mod answer;
+pub mod limit;
 pub mod server;
 pub mod table;
 
@@ -39,6 +41,7 @@ pub struct DnsStats {
     not_query: AtomicU64,
     tcp_refused: AtomicU64,
     tcp_timeouts: AtomicU64,
+    slipped: AtomicU64,
 }
 
 impl DnsStats {
@@ -81,6 +84,16 @@ impl DnsStats {
         self.tcp_timeouts.fetch_add(1, Relaxed);
     }
 
+    /// A UDP response sent truncated because its source was over its rate ([`limit`]).
+    pub fn count_slipped(&self) {
+        self.slipped.fetch_add(1, Relaxed);
+    }
+
+    /// UDP responses slipped so far (tests read it).
+    pub fn slipped(&self) -> u64 {
+        self.slipped.load(Relaxed)
+    }
+
     /// Queries answered with NXDOMAIN so far (tests read it).
     pub fn nxdomain(&self) -> u64 {
         self.nxdomain.load(Relaxed)
@@ -119,9 +132,16 @@ impl DnsStats {
             },
             Family::single(
                 "shoal_dns_truncated",
-                "UDP responses truncated (TC) to the query's EDNS size.",
+                "UDP responses truncated (TC) to the query's EDNS size or 5 times the query's size.",
                 Kind::Counter,
                 get(&self.truncated),
+            ),
+            Family::single(
+                "shoal_dns_rate_limited",
+                "UDP responses sent truncated (TC) because their source was over its rate of \
+                 amplifying responses.",
+                Kind::Counter,
+                get(&self.slipped),
             ),
             Family {
                 name: "shoal_dns_dropped",

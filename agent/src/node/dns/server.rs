@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
-use super::answer::{answer, Outcome, Transport, Zone, QUERY_BYTES_MAX};
+use super::answer::{answer, truncated, Outcome, Transport, Zone, QUERY_BYTES_MAX};
+use super::limit::{ResponseLimiter, Verdict};
 use super::table::EndpointTable;
 use super::DnsStats;
 
@@ -55,18 +56,49 @@ impl DnsServer {
         source: TableSource,
         stats: Arc<DnsStats>,
     ) -> std::io::Result<DnsServer> {
+        Self::start_with(config, source, stats, ResponseLimiter::default()).await
+    }
+
+    /// [`DnsServer::start`] with UDP responses limited by `limiter` (tests use small budgets).
+    pub async fn start_with(
+        config: DnsConfig,
+        source: TableSource,
+        stats: Arc<DnsStats>,
+        limiter: ResponseLimiter,
+    ) -> std::io::Result<DnsServer> {
         let udp = Arc::new(UdpSocket::bind(config.addr).await?);
         let local_addr = udp.local_addr()?;
         let tcp = TcpListener::bind(local_addr).await?;
         let zone = Arc::new(config.zone);
+        let limiter = Arc::new(Limiter {
+            origin: std::time::Instant::now(),
+            state: std::sync::Mutex::new(limiter),
+        });
         let mut tasks = Vec::new();
         for _ in 0..UDP_WORKERS {
             let (udp, zone, source, stats) =
                 (udp.clone(), zone.clone(), source.clone(), stats.clone());
-            tasks.push(tokio::spawn(serve_udp(udp, zone, source, stats)));
+            let limiter = limiter.clone();
+            tasks.push(tokio::spawn(serve_udp(udp, zone, source, stats, limiter)));
         }
         tasks.push(tokio::spawn(serve_tcp(tcp, zone, source, stats)));
         Ok(DnsServer { tasks, local_addr })
+    }
+}
+
+/// The UDP workers' shared response limiter and its clock's origin.
+struct Limiter {
+    origin: std::time::Instant,
+    state: std::sync::Mutex<ResponseLimiter>,
+}
+
+impl Limiter {
+    /// The verdict on a response of `response_bytes` to `query_bytes` from `from`.
+    fn verdict(&self, from: SocketAddr, query_bytes: usize, response_bytes: usize) -> Verdict {
+        let now = self.origin.elapsed();
+        // A poisoned lock only means another worker panicked mid-update: the buckets stay sane.
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.handle_response(from.ip(), query_bytes, response_bytes, now)
     }
 }
 
@@ -75,6 +107,7 @@ async fn serve_udp(
     zone: Arc<Zone>,
     source: TableSource,
     stats: Arc<DnsStats>,
+    limiter: Arc<Limiter>,
 ) {
     // One byte more than a query may be: a longer datagram reads as oversized, not cut short.
     let mut buf = vec![0u8; QUERY_BYTES_MAX + 1];
@@ -89,7 +122,14 @@ async fn serve_udp(
         };
         let outcome = answer(&source(), &zone, &buf[..len], Transport::Udp);
         stats.count(Transport::Udp, &outcome);
-        if let Outcome::Reply { bytes, .. } = outcome {
+        if let Outcome::Reply { mut bytes, .. } = outcome {
+            if limiter.verdict(from, len, bytes.len()) == Verdict::Slip {
+                let Some(cut) = truncated(&bytes) else {
+                    continue;
+                };
+                stats.count_slipped();
+                bytes = cut;
+            }
             if let Err(e) = socket.send_to(&bytes, from).await {
                 tracing::debug!(%from, error = %e, "dns: udp send failed");
             }

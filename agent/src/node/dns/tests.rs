@@ -159,7 +159,7 @@ fn other_opcodes_and_question_counts_are_errors() {
 
 /// A workload with 40 replicas on 40 hosts: 40 A records do not fit 512 bytes.
 fn wide() -> EndpointTable {
-    let specs = BTreeMap::from([("big".to_string(), spec("big", 40, &[]))]);
+    let specs = BTreeMap::from([("big".to_string(), spec("big", 40, &[(80, Some(8080))]))]);
     let hosts: BTreeMap<String, HostInfo> = (0..40u8)
         .map(|i| {
             let addr = Some(IpAddr::from([10, 0, 1, i]));
@@ -236,14 +236,170 @@ fn udp_answers_past_the_size_are_truncated_and_tcp_ones_are_whole() {
     let mut with_edns = query("big.shoal.", RecordType::A);
     let mut edns = Edns::new();
     edns.set_max_payload(4096);
-    with_edns.set_edns(edns);
+    with_edns.set_edns(edns.clone());
     let r = ask_with(&t, with_edns.clone(), Transport::Udp);
-    assert!(!r.metadata.truncation, "fits the EDNS size");
-    assert_eq!(r.answers.len(), 40);
+    assert!(
+        r.metadata.truncation,
+        "fits the EDNS size but not 5x the query"
+    );
+    assert!(r.answers.is_empty());
     assert!(r.edns.is_some(), "EDNS answered with EDNS");
+    let mut six = query("6.big.shoal.", RecordType::A);
+    six.set_edns(edns);
+    let r = ask_with(&t, six, Transport::Udp);
+    assert!(!r.metadata.truncation, "one record fits");
+    assert_eq!(answers(&r), ["A 10.0.1.6"]);
     let r = ask_with(&t, query("big.shoal.", RecordType::A), Transport::Tcp);
     assert!(!r.metadata.truncation);
     assert_eq!(r.answers.len(), 40);
+}
+
+/// The size of the response to `q` over `transport`, and whether it was truncated.
+fn size_of(table: &EndpointTable, q: &Message, transport: Transport) -> (usize, usize, bool) {
+    let zone = Zone::new("shoal").unwrap();
+    let bytes = q.to_vec().unwrap();
+    match answer(table, &zone, &bytes, transport) {
+        Outcome::Reply {
+            bytes: out,
+            truncated,
+            ..
+        } => (bytes.len(), out.len(), truncated),
+        Outcome::Drop(why) => panic!("dropped: {why:?}"),
+    }
+}
+
+#[test]
+fn a_big_srv_answer_over_udp_is_truncated_to_at_most_5x_the_query() {
+    let t = wide();
+    let mut q = query("_80._tcp.big.shoal.", RecordType::SRV);
+    let mut edns = Edns::new();
+    edns.set_max_payload(1232);
+    q.set_edns(edns);
+    let (asked, got, truncated) = size_of(&t, &q, Transport::Udp);
+    assert!(truncated, "40 SRV records and their glue are far over 5x");
+    assert!(got <= 5 * asked, "{got} bytes for a {asked}-byte query");
+    let r = ask_with(&t, q.clone(), Transport::Udp);
+    assert!(r.metadata.truncation && r.answers.is_empty() && r.additionals.is_empty());
+    assert_eq!(
+        r.queries, q.queries,
+        "the question is echoed for the retry over TCP"
+    );
+    // Over TCP the whole answer comes: 40 SRV records, 40 addresses.
+    let (_, whole, truncated) = size_of(&t, &q, Transport::Tcp);
+    assert!(!truncated && whole > 1232, "{whole} bytes over TCP");
+    let r = ask_with(&t, q, Transport::Tcp);
+    assert_eq!((r.answers.len(), r.additionals.len()), (40, 40));
+    // Every name of the sample answers within 5x over UDP.
+    for (name, qtype) in [
+        ("big.shoal.", RecordType::A),
+        ("0.big.shoal.", RecordType::A),
+        ("_80._tcp.0.big.shoal.", RecordType::SRV),
+        ("nope.shoal.", RecordType::A),
+        ("elsewhere.", RecordType::A),
+    ] {
+        let (asked, got, _) = size_of(&t, &query(name, qtype), Transport::Udp);
+        assert!(got <= 5 * asked, "{name}: {got} bytes for {asked}");
+    }
+}
+
+#[test]
+fn truncated_keeps_the_header_and_question_only() {
+    let t = wide();
+    let q = query("_80._tcp.0.big.shoal.", RecordType::SRV);
+    let zone = Zone::new("shoal").unwrap();
+    let Outcome::Reply { bytes, .. } = answer(&t, &zone, &q.to_vec().unwrap(), Transport::Udp)
+    else {
+        panic!("no reply")
+    };
+    let whole = Message::from_vec(&bytes).unwrap();
+    assert_eq!(whole.answers.len(), 1, "one replica's SRV fits");
+    let cut = super::answer::truncated(&bytes).expect("our own response decodes");
+    let cut = Message::from_vec(&cut).unwrap();
+    assert!(cut.metadata.truncation && cut.answers.is_empty() && cut.additionals.is_empty());
+    assert_eq!(
+        (cut.metadata.id, cut.queries.clone()),
+        (whole.metadata.id, whole.queries)
+    );
+    assert_eq!(super::answer::truncated(b"junk"), None);
+}
+
+/// The server: a source over its budget of amplification gets truncated answers over UDP (each
+/// at most 5x its query), counted; TCP still answers in full.
+#[tokio::test]
+async fn a_source_over_its_budget_gets_truncated_answers_and_tcp_answers_whole() {
+    use super::limit::ResponseLimiter;
+    use super::server::{DnsConfig, DnsServer, TableSource};
+    use super::DnsStats;
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let table = Arc::new(wide());
+    let source: TableSource = Arc::new(move || table.clone());
+    let stats = Arc::new(DnsStats::default());
+    let config = DnsConfig {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        zone: Zone::new("shoal").unwrap(),
+    };
+    // 1,000 bytes at once, 10 a second: about 15 answers of one SRV record and its address.
+    let limiter = ResponseLimiter::new(10, 1000, 16);
+    let server = DnsServer::start_with(config, source, stats.clone(), limiter)
+        .await
+        .unwrap();
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let q = query("_80._tcp.0.big.shoal.", RecordType::SRV)
+        .to_vec()
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    let (mut whole, mut cut, mut excess) = (0, 0, 0);
+    for _ in 0..100 {
+        socket.send_to(&q, server.local_addr).await.unwrap();
+        let (len, _) = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            socket.recv_from(&mut buf),
+        )
+        .await
+        .expect("every query is answered")
+        .unwrap();
+        assert!(
+            len <= 5 * q.len(),
+            "{len} bytes for a {}-byte query",
+            q.len()
+        );
+        let r = Message::from_vec(&buf[..len]).unwrap();
+        if r.metadata.truncation {
+            assert!(r.answers.is_empty());
+            assert!(
+                len <= q.len() + 16,
+                "a slipped answer is about the query's size: {len}"
+            );
+            cut += 1;
+        } else {
+            assert_eq!(answers(&r), ["SRV 8080 0.big.shoal."]);
+            excess = len - q.len();
+            whole += 1;
+        }
+    }
+    // The burst's worth, plus at most one more from the refill while the test runs.
+    let burst = 1000 / excess;
+    assert!(
+        whole == burst || whole == burst + 1,
+        "{whole} whole answers of {excess} bytes over the query, {cut} truncated"
+    );
+    assert_eq!(stats.slipped(), cut);
+    // TCP is not limited: the whole answer.
+    let mut tcp = tokio::net::TcpStream::connect(server.local_addr)
+        .await
+        .unwrap();
+    let mut framed = (q.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(&q);
+    tcp.write_all(&framed).await.unwrap();
+    let mut prefix = [0u8; 2];
+    tcp.read_exact(&mut prefix).await.unwrap();
+    let mut body = vec![0u8; usize::from(u16::from_be_bytes(prefix))];
+    tcp.read_exact(&mut body).await.unwrap();
+    let r = Message::from_vec(&body).unwrap();
+    assert!(!r.metadata.truncation);
+    assert_eq!(answers(&r), ["SRV 8080 0.big.shoal."]);
 }
 
 #[test]
