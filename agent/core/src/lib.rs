@@ -11,6 +11,7 @@
 #![warn(clippy::print_stdout, clippy::print_stderr, clippy::dbg_macro)]
 
 pub mod cells;
+pub mod claims;
 pub mod constraint;
 pub mod hlc;
 pub mod instance;
