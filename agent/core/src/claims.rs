@@ -94,9 +94,10 @@ impl Dispute {
 }
 
 /// What this agent must hold on its own host for its own name.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum SelfHold {
     /// Nothing: no other live claimant of this name.
+    #[default]
     None,
     /// The name is disputed and this agent is the incumbent: it starts no exclusive replica.
     Exclusive(String),
@@ -218,7 +219,11 @@ impl NameClaims {
                 other.gossip_addr, other.generation, me.generation
             ));
         }
-        match self.disputes(now_ms).into_iter().find(|d| d.name == me.name) {
+        match self
+            .disputes(now_ms)
+            .into_iter()
+            .find(|d| d.name == me.name)
+        {
             Some(d) => SelfHold::Exclusive(d.message()),
             None => SelfHold::None,
         }
@@ -288,10 +293,16 @@ mod tests {
         });
         assert_eq!(first, Some(2_000 + DISPUTE_MS));
         let d = &claims.disputes(10_000)[0];
-        assert_eq!((d.name.as_str(), &d.earlier, &d.later[..]), ("n2", &n2, &[twin.clone()][..]));
+        assert_eq!(
+            (d.name.as_str(), &d.earlier, &d.later[..]),
+            ("n2", &n2, &[twin.clone()][..])
+        );
         assert!(d.message().contains("127.0.0.1:2") && d.message().contains("127.0.0.1:9"));
         assert!(matches!(claims.self_hold(&twin, 10_000), SelfHold::All(_)));
-        assert!(matches!(claims.self_hold(&n2, 10_000), SelfHold::Exclusive(_)));
+        assert!(matches!(
+            claims.self_hold(&n2, 10_000),
+            SelfHold::Exclusive(_)
+        ));
         assert_eq!(claims.self_hold(&n1, 10_000), SelfHold::None);
     }
 
@@ -345,12 +356,22 @@ mod tests {
     fn a_dispute_ends_when_one_claimant_stops_and_a_break_restarts_the_window() {
         let (n2, twin) = (id("n2", 20, 2), id("n2", 30, 9));
         let mut claims = NameClaims::default();
-        let first = run(&mut claims, 0, 6_000, |t| vec![seen(&n2, t), seen(&twin, t)]);
+        let first = run(&mut claims, 0, 6_000, |t| {
+            vec![seen(&n2, t), seen(&twin, t)]
+        });
         assert_eq!(first, Some(DISPUTE_MS));
         // The twin stops: the dispute ends once its last heartbeat is stale.
-        run(&mut claims, 6_250, 6_750, |t| vec![seen(&n2, t), seen(&twin, 6_000)]);
-        assert_eq!(claims.disputes(6_750).len(), 1, "its last heartbeat is still fresh");
-        run(&mut claims, 7_000, 12_000, |t| vec![seen(&n2, t), seen(&twin, 6_000)]);
+        run(&mut claims, 6_250, 6_750, |t| {
+            vec![seen(&n2, t), seen(&twin, 6_000)]
+        });
+        assert_eq!(
+            claims.disputes(6_750).len(),
+            1,
+            "its last heartbeat is still fresh"
+        );
+        run(&mut claims, 7_000, 12_000, |t| {
+            vec![seen(&n2, t), seen(&twin, 6_000)]
+        });
         assert!(claims.disputes(12_000).is_empty());
         assert_eq!(claims.self_hold(&n2, 12_000), SelfHold::None);
         // It comes back: a new window.

@@ -494,6 +494,52 @@ fn without_a_guard_exclusive_replicas_do_not_start_and_say_why() {
 }
 
 #[test]
+fn a_disputed_name_holds_starts_the_later_claimant_all_the_incumbent_exclusive_ones() {
+    use shoal_core::claims::SelfHold;
+    let mut c = Cluster::new(&["n1", "n2", "n3"]);
+    c.agent_mut("n1").name_hold = SelfHold::All("another agent with this node's name".into());
+    c.agent_mut("n2").name_hold = SelfHold::Exclusive("two live agents claim n2".into());
+    c.put(spec("db", 2, EXCLUSIVE), "v1");
+    c.put(spec("web", 2, ""), "v1");
+    c.place("db", 0, "n1");
+    c.place("web", 0, "n1");
+    c.place("db", 1, "n2");
+    c.place("web", 1, "n2");
+    c.run_for(10_000);
+    assert!(
+        c.starts("db", 0).is_empty() && c.starts("web", 0).is_empty(),
+        "the later claimant starts nothing"
+    );
+    assert!(
+        c.starts("db", 1).is_empty(),
+        "no exclusive start on a disputed name"
+    );
+    assert_eq!(
+        c.starts("web", 1).len(),
+        1,
+        "the incumbent runs its normal replicas"
+    );
+    let issue = c
+        .issue("n1", IssueKind::Missing)
+        .expect("an issue says why");
+    assert!(
+        issue
+            .message
+            .contains("another agent with this node's name"),
+        "{}",
+        issue.message
+    );
+
+    // The dispute over, both start what they hold.
+    c.agent_mut("n1").name_hold = SelfHold::None;
+    c.agent_mut("n2").name_hold = SelfHold::None;
+    c.run_for(10_000);
+    assert_eq!(c.starts("web", 0).len(), 1);
+    assert_eq!(c.starts("db", 0).len(), 1);
+    assert_eq!(c.starts("db", 1).len(), 1);
+}
+
+#[test]
 fn an_agent_restarted_alone_in_a_minority_does_not_count_itself_a_majority() {
     // Found by the simulator (scenarios/regress/restart-in-minority.toml): n3 is cut off, its
     // agent restarts and, its seeds unreachable, hears only itself; its placement puts db/0 on

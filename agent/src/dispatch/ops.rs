@@ -9,7 +9,7 @@ use shoal_core::placement::model::ReplicaId;
 use shoal_core::reconcile::{InstanceStatus, Issue};
 
 use super::Api;
-use crate::node::host::{INSTANCES_KEY, ISSUES_KEY};
+use crate::node::host::{INSTANCES_KEY, ISSUES_KEY, NAME_ISSUE_KEY};
 use crate::state::mesh::skew::CLOCK_ISSUE_KEY;
 use crate::state::mesh::view;
 use crate::transport::rpc;
@@ -79,6 +79,11 @@ impl Api {
             by_node.insert(self.node.name.clone(), (true, host.issues()));
         }
         // The mesh's own issues (clock skew) live under their own key; this node's, fresh.
+        // Node names claimed by two live agents, raised by every agent that sees it.
+        let mut names: BTreeMap<String, (bool, Vec<Issue>)> = self.gossiped(NAME_ISSUE_KEY).await;
+        if let Some(host) = &self.host {
+            names.insert(self.node.name.clone(), (true, host.name_issues()));
+        }
         let mut clock: BTreeMap<String, (bool, Vec<Issue>)> = self.gossiped(CLOCK_ISSUE_KEY).await;
         let members = self.node.members().await;
         let mine = crate::state::mesh::sync::current_issue(&self.node, &members)
@@ -89,6 +94,7 @@ impl Api {
         let mut issues: Vec<Issue> = by_node
             .into_values()
             .chain(clock.into_values())
+            .chain(names.into_values())
             .flat_map(|(_, list)| list)
             .collect();
         // Declarations over the mesh's capacity caps, from the membership and the store.
@@ -123,6 +129,16 @@ impl Api {
             None => {
                 let issues = self.all_issues().await;
                 match issues.iter().find(|i| i.id == id) {
+                    Some(issue) if issue.kind == shoal_core::reconcile::IssueKind::NameDisputed => {
+                        return Err(ApiError::new(
+                            ErrorKind::Invalid,
+                            format!(
+                                "issue {id} is two live agents claiming one node name: approving \
+                                 cannot choose between them; stop the agent that should not run \
+                                 (and revoke the node's certificate if its key was stolen)"
+                            ),
+                        ))
+                    }
                     Some(issue) => issue.node.clone(),
                     None => {
                         return Err(ApiError::new(

@@ -130,6 +130,7 @@ pub(super) fn build(
         instances: host.runtime.values().cloned().collect(),
         runtime_unavailable: None,
         exclusive_guard_unavailable: None,
+        name_hold: Default::default(),
         moved_to_cells,
         cell_copies: BTreeMap::new(),
         supports_containers: true,

@@ -37,6 +37,10 @@ pub struct ReconcileInput {
     /// shell's guard process cannot start or cannot be renewed), so exclusive replicas are not
     /// started here; the text says why. Instances already running are left to the usual rules.
     pub exclusive_guard_unavailable: Option<String>,
+    /// Another live agent claims this node's name (`crate::claims`): as the later claimant this
+    /// node starts nothing; as the incumbent of a disputed name, no exclusive replica. Instances
+    /// already running are left to the usual rules.
+    pub name_hold: crate::claims::SelfHold,
     /// In a mesh of several cells: the replicas this node runs that the cell level places in
     /// another cell, with that cell and whether it reports the replica's copy serving on the node
     /// it placed it on (the shell asks it: this cell never gossips with another's members). A

@@ -78,6 +78,10 @@ pub enum IssueKind {
     /// placement; never gossiped. Since wire version 10 (an answer in an older layout leaves it
     /// out).
     Unplaceable,
+    /// Two live agents claim one node name (`crate::claims`): one of them holds a copy of that
+    /// node's key. Raised by every agent that sees it, not the reconciler. Sent as
+    /// `suspicious-view` to a caller of a wire version before 10, which lacks it.
+    NameDisputed,
 }
 
 impl IssueKind {
@@ -99,7 +103,8 @@ impl IssueKind {
             | IssueKind::DataElsewhere
             | IssueKind::SelfFenced
             | IssueKind::SuspiciousView
-            | IssueKind::ClockSkew => Layer::Safety,
+            | IssueKind::ClockSkew
+            | IssueKind::NameDisputed => Layer::Safety,
             IssueKind::Unsupported | IssueKind::StartFailing | IssueKind::RuntimeUnavailable => {
                 Layer::Runtime
             }
@@ -128,6 +133,7 @@ impl IssueKind {
             IssueKind::RolloutFailed => "rollout-failed",
             IssueKind::RolledBack => "rolled-back",
             IssueKind::Unplaceable => "unplaceable",
+            IssueKind::NameDisputed => "name-disputed",
         }
     }
 }
@@ -147,6 +153,7 @@ pub struct Issue {
     /// The layer.
     pub layer: Layer,
     /// The kind.
+    #[serde(serialize_with = "kind_in_layout")]
     pub kind: IssueKind,
     /// The replica concerned, if any (node-wide issues have none).
     pub replica: Option<ReplicaId>,
@@ -161,6 +168,20 @@ pub struct Issue {
     pub approved: bool,
     /// When the reconciler first raised it, ms since the Unix epoch.
     pub since_ms: u64,
+}
+
+/// The issue's kind as the layout being encoded has it: [`IssueKind::NameDisputed`], added at
+/// wire version 10, goes to an older caller as [`IssueKind::SuspiciousView`] (a binary layout
+/// only; JSON carries every kind, and an older agent never reads the gossip key it is in).
+fn kind_in_layout<S: serde::Serializer>(
+    kind: &IssueKind,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    let old = !serializer.is_human_readable() && crate::version::layout() < 10;
+    match kind {
+        IssueKind::NameDisputed if old => IssueKind::SuspiciousView.serialize(serializer),
+        kind => kind.serialize(serializer),
+    }
 }
 
 /// Why [`Reconciler::approve`](super::Reconciler::approve) refused. Neither changes any state.

@@ -3,6 +3,7 @@
 //! guard and the safety rule of [`super::exclusive`] (with its hold for an operator) have all said
 //! yes.
 
+use crate::claims::SelfHold;
 use crate::instance::ReplicaId;
 use crate::reconcile::action::Action;
 use crate::reconcile::data::data_allows;
@@ -65,6 +66,16 @@ pub(crate) fn plan_start(
             plan.issue(IssueKind::Unsupported, Some(replica), msg);
             return;
         }
+    }
+    let name_held = match &ctx.input.name_hold {
+        SelfHold::All(why) => Some(why),
+        SelfHold::Exclusive(why) if exclusive => Some(why),
+        _ => None,
+    };
+    if let Some(why) = name_held {
+        let msg = format!("not started: {why}");
+        plan.issue(IssueKind::Missing, Some(replica), msg);
+        return;
     }
     if now < state.next_start_at_ms {
         let exit = state.last_exit.as_ref();

@@ -173,6 +173,8 @@ pub struct Agent {
     pub supports_containers: bool,
     /// Why the shell's guard is unavailable (exclusive replicas are then not started).
     pub guard_unavailable: Option<String>,
+    /// What the shell's name-claim rule says this agent holds (`shoal_core::claims`).
+    pub name_hold: shoal_core::claims::SelfHold,
     /// What it gossips: `observed()` after its last round (nothing before its first).
     pub published: Option<Vec<InstanceStatus>>,
     /// Replicas it runs that the cell level moved to another cell, as its shell reports them.
@@ -269,6 +271,7 @@ impl Cluster {
                 view_suspect: None,
                 supports_containers: true,
                 guard_unavailable: None,
+                name_hold: Default::default(),
                 published: None,
                 moved_to_cells: BTreeMap::new(),
                 cell_quorum: None,
@@ -414,6 +417,7 @@ impl Cluster {
             instances,
             runtime_unavailable: None,
             exclusive_guard_unavailable: agent.guard_unavailable.clone(),
+            name_hold: agent.name_hold.clone(),
             moved_to_cells: agent.moved_to_cells.clone(),
             cell_copies: agent.cell_copies.clone(),
             supports_containers: agent.supports_containers,

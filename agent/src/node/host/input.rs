@@ -64,6 +64,10 @@ pub struct ShellState {
     past_missing: BTreeSet<(String, String)>,
     /// When the fixed host ports were last probed (monotonic ms).
     ports_probed_at: u64,
+    /// Every identity's heartbeats, for names claimed by two live agents at once.
+    claims: shoal_core::claims::NameClaims,
+    /// The names disputed at the last round.
+    pub disputes: Vec<shoal_core::claims::Dispute>,
 }
 
 /// How often an agent probes the fixed host ports of workloads not placed on it.
@@ -181,6 +185,10 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         let held_moved = held_up != shell.held_up;
         shell.held_up = held_up;
         let dead = dead_names(guard.dead_nodes(), shell.members.members(), &shell.held_up);
+        shell.claims.handle_view(now, sightings(&guard));
+        let me = identity(guard.self_chitchat_id());
+        shell.input.name_hold = shell.claims.self_hold(&me, now);
+        shell.disputes = shell.claims.disputes(now);
         if moved.members || held_moved || dead != shell.input.membership.dead {
             shell.input.membership = membership(shell.members.members(), dead);
         }
@@ -398,6 +406,30 @@ async fn refresh_past_specs(host: &Host, shell: &mut ShellState) {
             }
         }
     }
+}
+
+/// An identity as the name-claim rule reads it.
+fn identity(id: &ChitchatId) -> shoal_core::claims::Identity {
+    shoal_core::claims::Identity {
+        name: id.node_id.to_string(),
+        generation: id.generation_id,
+        gossip_addr: id.gossip_advertise_addr.to_string(),
+    }
+}
+
+/// Every identity chitchat holds with its heartbeat, for the name-claim rule (`claims`); one
+/// that announced a leave or a planned restart is stopping, not claiming.
+fn sightings(chitchat: &Chitchat) -> Vec<shoal_core::claims::Sighting> {
+    chitchat
+        .node_states()
+        .iter()
+        .map(|(id, state)| shoal_core::claims::Sighting {
+            identity: identity(id),
+            heartbeat: state.heartbeat().into(),
+            leaving: state.get(view::LEAVING_KEY).is_some()
+                || state.get(view::RESTARTING_KEY).is_some(),
+        })
+        .collect()
 }
 
 /// The names the failure detector holds dead: those of its dead identities, less the names with

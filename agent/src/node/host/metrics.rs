@@ -57,6 +57,12 @@ pub fn host_families(host: &Host) -> Vec<Family> {
             stats.data_records_refused as f64,
         ),
         Family::single(
+            "shoal_name_disputes",
+            "Disputes of a node name this agent saw begin: two live agents claiming one name, one of them with a copy of that node's key.",
+            Kind::Counter,
+            stats.name_disputes as f64,
+        ),
+        Family::single(
             "shoal_placement_seconds",
             "Duration of the last placement computation.",
             Kind::Gauge,

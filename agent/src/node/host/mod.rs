@@ -16,6 +16,7 @@
 //! Durations run on a monotonic clock ([`clock`]); the wall clock only dates events and the
 //! saved last-majority time.
 
+mod claims;
 pub mod clock;
 mod data;
 mod endpoints;
@@ -53,6 +54,7 @@ pub const INSTANCES_KEY: &str = "instances";
 /// Chitchat key holding this node's current issues (JSON array of `Issue`, at most
 /// [`ISSUES_GOSSIPED_MAX`]).
 pub const ISSUES_KEY: &str = "issues";
+pub use claims::NAME_ISSUE_KEY;
 /// Most issues a node gossips (held ones first).
 pub const ISSUES_GOSSIPED_MAX: usize = 64;
 /// Feedback messages (start failures, probe results) queued at most; more are dropped and counted.
@@ -135,6 +137,8 @@ pub struct HostStats {
     pub data_records_failed: u64,
     /// Data holder records in the store refused at the last read (`mesh/data.rs`).
     pub data_records_refused: u64,
+    /// Disputes of a node name this agent saw begin (two live agents claiming one name).
+    pub name_disputes: u64,
 }
 
 /// What the loop published after its last round: read by the API and `/metrics` without
@@ -218,6 +222,8 @@ pub struct Host {
     /// process of a real agent, the simulator's in-memory one, or none (in-memory agents of
     /// tests). The loop renews it, a graceful leave releases it.
     guard: Mutex<Option<Box<dyn GuardLease>>>,
+    /// The issues of node names two live agents claim, as of the last round (`claims.rs`).
+    name_issues: Mutex<Vec<Issue>>,
 }
 
 /// The loop itself: owns the reconciler and the shell's caches. Run it with [`HostLoop::run`].
@@ -255,6 +261,8 @@ pub struct HostLoop {
     purges: purge::Purges,
     /// Data holder records this node writes (`data.rs`).
     data_records: data::DataRecords,
+    /// The node-name disputes this agent raised issues for (`claims.rs`).
+    claims: claims::Claims,
 }
 
 impl Host {
@@ -291,6 +299,7 @@ impl Host {
             started_mono_ms,
             feedback_dropped: Arc::default(),
             guard: Mutex::new(None),
+            name_issues: Mutex::new(Vec::new()),
         });
         let host_loop = HostLoop {
             host: host.clone(),
@@ -314,6 +323,7 @@ impl Host {
             had_majority: None,
             purges: purge::Purges::default(),
             data_records: data::DataRecords::default(),
+            claims: claims::Claims::default(),
         };
         (host, host_loop)
     }
@@ -357,6 +367,11 @@ impl Host {
     /// This node's current issues, as of the last round.
     pub fn issues(&self) -> Vec<Issue> {
         self.snapshot().issues.clone()
+    }
+
+    /// The issues of node names this agent sees claimed by two live agents, as of the last round.
+    pub fn name_issues(&self) -> Vec<Issue> {
+        self.name_issues.lock().expect("name issues lock").clone()
     }
 
     /// Restarts the running instance of `replica` on this node (stop, then a new start); the
@@ -637,6 +652,7 @@ impl HostLoop {
         self.save_cells_known().await;
         self.refresh_endpoints(&observed);
         self.publish(observed, issues).await;
+        self.tend_claims().await;
         tracing::trace!(took_us = began.elapsed().as_micros() as u64, "round");
         let mut stats = self.host.stats.lock().expect("stats lock");
         stats.rounds += 1;
