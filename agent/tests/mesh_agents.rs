@@ -323,3 +323,57 @@ fn a_full_disk_fails_apply_clearly_and_loses_nothing_acknowledged() {
         c.workloads(0)
     );
 }
+
+/// NodeRestriction (issue 29): a node certificate drains or undrains only its own node; a client
+/// drains any node through any agent (the CLI takes the node's API address from that agent and
+/// asks the node itself, which sees the client's certificate).
+#[test]
+fn a_node_certificate_drains_only_itself_and_a_client_drains_any_node() {
+    use shoal::identity::pki::{self, IssueOptions, Role};
+    let mut c = Cluster::new();
+    for name in ["n1", "n2", "n3"] {
+        c.add(name);
+    }
+    c.wait_members(3, Duration::from_secs(30));
+    // n1's node certificate, as a stolen key would give it.
+    let node_cert = c.pki.join("n1.crt");
+    if !node_cert.exists() {
+        pki::issue(&c.pki, "n1", &IssueOptions::new(Role::Node)).unwrap();
+    }
+    let draining = |c: &Cluster, node: &str| {
+        let nodes = c.cli_json(0, &["nodes", "-o", "json"]);
+        nodes
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|n| n["name"] == node && n["draining"] == true)
+    };
+    for (via, verb) in [(0, "drain"), (2, "drain"), (1, "undrain")] {
+        let out = c.cli(via, &[verb, "n2", "--client-name", "n1"]);
+        let err = stderr(&out);
+        assert!(
+            !out.status.success(),
+            "n1's node certificate could {verb} n2"
+        );
+        assert!(
+            err.contains("needs a client certificate with write access")
+                && err.contains("NodeRestriction"),
+            "{err}"
+        );
+    }
+    assert!(!draining(&c, "n2"), "n2 was drained by a node certificate");
+    // A node may drain and undrain itself.
+    let out = c.cli(1, &["drain", "n1", "--client-name", "n1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(wait_until(Duration::from_secs(10), || draining(&c, "n1")));
+    let out = c.cli(2, &["undrain", "n1", "--client-name", "n1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(wait_until(Duration::from_secs(10), || !draining(&c, "n1")));
+    // A client drains another node through any agent.
+    let out = c.cli(2, &["drain", "n2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(wait_until(Duration::from_secs(10), || draining(&c, "n2")));
+    let out = c.cli(0, &["undrain", "n2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(wait_until(Duration::from_secs(10), || !draining(&c, "n2")));
+}

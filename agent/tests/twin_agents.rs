@@ -138,7 +138,7 @@ fn a_twin_with_a_stolen_node_key_is_disputed_everywhere_and_starts_nothing() {
 
     // Every agent of the mesh raises the dispute; the twin starts nothing meanwhile.
     let mut detected: [Option<Duration>; 3] = [None; 3];
-    let mut twin_started: Vec<i32> = Vec::new();
+    let mut twin_started = std::collections::BTreeSet::new();
     while healed.elapsed() < Duration::from_secs(20) {
         for i in raising(&c, &[0, 1, 2]) {
             detected[i].get_or_insert(healed.elapsed());

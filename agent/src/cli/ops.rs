@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use shoal::wire::api::{Request, Response, PAGE_ITEMS_MAX};
 use shoal_core::reconcile::Layer;
 
@@ -143,13 +143,22 @@ pub fn approve(args: ApproveArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Drains or undrains a node.
+///
+/// The request goes to the node concerned itself, which checks the caller's certificate
+/// (NodeRestriction: no agent forwards a drain): its API address comes from `--agent`'s list of
+/// nodes.
 pub fn drain(args: DrainArgs, draining: bool) -> anyhow::Result<ExitCode> {
+    let target = node_api(&args.client, &args.node)?;
+    let opts = ClientOpts {
+        agent: target,
+        ..args.client.clone()
+    };
     let req = Request::Drain {
         node: args.node,
         draining,
         by: None,
     };
-    let Response::Drained { node, draining } = call(&args.client, req)? else {
+    let Response::Drained { node, draining } = call(&opts, req)? else {
         bail!("unexpected answer from the agent");
     };
     if draining {
@@ -158,6 +167,36 @@ pub fn drain(args: DrainArgs, draining: bool) -> anyhow::Result<ExitCode> {
         println!("{node} takes replicas again");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The API address of `node`, from the node list of the agent `opts` names (paged until found).
+fn node_api(opts: &ClientOpts, node: &str) -> anyhow::Result<std::net::SocketAddr> {
+    let mut found = None;
+    let _ = call_pages(
+        opts,
+        |after| Request::Nodes { after, limit: 1000 },
+        |answer| match answer {
+            Response::Nodes { nodes, next_after } => {
+                found = found
+                    .take()
+                    .or_else(|| nodes.into_iter().find(|n| n.name == node));
+                // Stop paging once found.
+                Some((Vec::<()>::new(), next_after.filter(|_| found.is_none())))
+            }
+            _ => None,
+        },
+    )?;
+    let Some(view) = found else {
+        bail!("no node named {node:?} in the mesh; `shoal nodes` lists them");
+    };
+    if !view.alive {
+        bail!("{node} is not live: a drain is made by the node itself; start it first");
+    }
+    let Some(addr) = view.api_addr else {
+        bail!("{node} has published no API address yet; try again in a moment");
+    };
+    addr.parse()
+        .with_context(|| format!("{node}'s API address {addr:?} is not an address"))
 }
 
 /// Prints the agent's recent reconcile events, and with --follow keeps going.

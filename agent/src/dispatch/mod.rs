@@ -197,8 +197,11 @@ impl Api {
             Request::Issues { after, limit } => Ok(self.handle_issues(after, limit).await),
             Request::Approve { id, node, by } => self.handle_approve(id, node, asked_by(by)).await,
             Request::Events { after, limit } => Ok(self.handle_events(after, limit)),
-            Request::Drain { node, draining, by } => {
-                self.handle_drain(node, draining, asked_by(by)).await
+            // Never forwarded (NodeRestriction): `by` is not taken from the caller.
+            Request::Drain { node, draining, .. } => {
+                let caller = (peer.role, peer_name.0.clone());
+                self.handle_drain(node, draining, caller, asked_by(None))
+                    .await
             }
             Request::Clock => Ok(Response::Clock {
                 now_ms: (node.clock)(),

@@ -190,13 +190,44 @@ impl Api {
         )
     }
 
+    /// Drains or undrains this node. NodeRestriction: the caller is a client with write access,
+    /// or this node's own certificate; a drain is never forwarded (a forwarding agent's node
+    /// certificate would stand for the client, and a stolen node key could drain every node), so
+    /// the CLI connects to the node it drains.
     pub(crate) async fn handle_drain(
         self: Arc<Self>,
         node: String,
         draining: bool,
+        (role, caller): (crate::identity::pki::Role, String),
         by: String,
     ) -> Result<Response, ApiError> {
-        if node == self.node.name {
+        let what = if draining { "drain" } else { "undrain" };
+        if role == crate::identity::pki::Role::Node && caller != node {
+            return Err(ApiError::new(
+                ErrorKind::Unauthorized,
+                format!(
+                    "{what} of {node} needs a client certificate with write access: the node \
+                     certificate of {caller} may {what} only {caller} itself (NodeRestriction)"
+                ),
+            ));
+        }
+        if node != self.node.name {
+            let members = self.node.members().await;
+            let at = view::live_peer_apis(&members, &self.node.name)
+                .into_iter()
+                .find(|(n, _)| *n == node)
+                .map_or_else(|| "its API address".to_string(), |(_, a)| a.to_string());
+            return Err(ApiError::new(
+                ErrorKind::Invalid,
+                format!(
+                    "this agent is {}: a {what} is made by the node it concerns, which checks \
+                     the caller's certificate itself; connect to {node} at {at} (`shoal {what}` \
+                     does so since this version: update the CLI)",
+                    self.node.name
+                ),
+            ));
+        }
+        {
             if !self.node.set_draining(draining).await {
                 return Err(ApiError::new(
                     ErrorKind::Internal,
@@ -205,7 +236,6 @@ impl Api {
             }
             tracing::info!(draining, by, "draining flag changed by an operator");
             if let Some(host) = &self.host {
-                let what = if draining { "drain" } else { "undrain" };
                 host.record_asked(what, None, format!("{what} of {node}"), &by);
             }
             if let Err(e) = self.node.persist_draining(draining) {
@@ -218,17 +248,8 @@ impl Api {
                     ),
                 ));
             }
-            return Ok(Response::Drained { node, draining });
+            Ok(Response::Drained { node, draining })
         }
-        self.forward(
-            &node,
-            Request::Drain {
-                node: node.clone(),
-                draining,
-                by: Some(by),
-            },
-        )
-        .await
     }
 
     pub(super) async fn forward(&self, node: &str, req: Request) -> Result<Response, ApiError> {

@@ -6,8 +6,10 @@
 //!   approve, drain, exec (running a command in a replica is a write: it can change anything);
 //! - a [`Role::Node`] makes the agent-to-agent requests (replication, anti-entropy, clocks, the
 //!   failure detector's question, the cell exchange, a `logs` or an `exec` forwarded to the
-//!   node running the replica) and forwards an operator's approve or drain
-//!   to the node it concerns. A node does not apply or delete: a write starts with a client.
+//!   node running the replica) and forwards an operator's approve to the node it concerns. A
+//!   node does not apply or delete: a write starts with a client. It may drain or undrain only
+//!   itself (Kubernetes' NodeRestriction): a drain is made by the node it concerns, which sees
+//!   the caller's own certificate (the CLI connects to it), so a node key cannot drain another.
 
 use crate::identity::pki::Role;
 use crate::wire::api::Request;
@@ -21,6 +23,9 @@ pub enum Needs {
     Write,
     /// A client with write access, or a node forwarding one's request.
     WriteOrForward,
+    /// A client with write access, or the node the request concerns itself (the handler checks
+    /// the name: NodeRestriction).
+    WriteOrSelf,
     /// A node.
     Agent,
 }
@@ -50,7 +55,8 @@ roles! {
     Write: [
         Apply, Delete, PublishCrl, SetCaps, UpgradeHold, Undo, Pause, Restart, Exec, ExecIo,
     ],
-    WriteOrForward: [Approve, Drain],
+    WriteOrForward: [Approve],
+    WriteOrSelf: [Drain],
     Agent: [
         ExecHere, ExecIoHere, Replicate, Digest, Pull, Clock, Hears, Cells, CellsPush,
         CellStatus, CellCopies, NameUsed, LogsHere, RestartHere,
@@ -62,7 +68,7 @@ pub fn allows(role: Role, needs: Needs) -> bool {
     match needs {
         Needs::Read => true,
         Needs::Write => role == Role::Client,
-        Needs::WriteOrForward => matches!(role, Role::Client | Role::Node),
+        Needs::WriteOrForward | Needs::WriteOrSelf => matches!(role, Role::Client | Role::Node),
         Needs::Agent => role == Role::Node,
     }
 }
@@ -73,6 +79,9 @@ pub fn refusal(role: Role, needs: Needs, kind: &str) -> String {
         Needs::Read => "any certificate",
         Needs::Write => "a client certificate with write access",
         Needs::WriteOrForward => "a client certificate with write access (or an agent forwarding)",
+        Needs::WriteOrSelf => {
+            "a client certificate with write access (or the node's own certificate, for itself)"
+        }
         Needs::Agent => "an agent's node certificate",
     };
     format!(
@@ -95,6 +104,7 @@ mod tests {
             Needs::Read => "read",
             Needs::Write => "write",
             Needs::WriteOrForward => "write or forward",
+            Needs::WriteOrSelf => "write or self",
             Needs::Agent => "agent",
         }
     }
