@@ -245,6 +245,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_name_dispute_goes_to_a_caller_before_10_as_a_suspicious_view() {
+        let kind = IssueKind::NameDisputed;
+        let issue = Issue {
+            id: issue_id(kind, None, "n1/n2"),
+            layer: kind.layer(),
+            kind,
+            replica: None,
+            node: "n1".into(),
+            message: "two live agents claim n2".into(),
+            held: None,
+            approved: false,
+            since_ms: 1,
+        };
+        let config = bincode::config::standard();
+        let decode = |bytes: &[u8]| -> IssueKind {
+            bincode::serde::decode_from_slice::<Issue, _>(bytes, config)
+                .unwrap()
+                .0
+                .kind
+        };
+        let at = |version| {
+            crate::version::with_layout(version, || {
+                bincode::serde::encode_to_vec(&issue, config).unwrap()
+            })
+        };
+        assert_eq!(decode(&at(9)), IssueKind::SuspiciousView);
+        assert_eq!(decode(&at(10)), IssueKind::NameDisputed);
+        let json = serde_json::to_string(&issue).unwrap();
+        assert!(json.contains("\"name-disputed\""), "{json}");
+    }
+
+    #[test]
     fn ids_are_stable_and_distinct() {
         let r = ReplicaId::new("web", 1);
         let a = issue_id(IssueKind::Missing, Some(&r), "n1");
