@@ -271,6 +271,8 @@ impl Runtime for DockerRuntime {
                 reason: PROCESS_ON_DOCKER.into(),
             });
         };
+        let user = body::container_user(&request, &self.config.users)
+            .map_err(|reason| RuntimeError::StartFailed { reason })?;
         let docker = self.client.get().await?;
         let replica = &request.replica;
         let pull_first = Pulls::pull_first(spec);
@@ -285,6 +287,7 @@ impl Runtime for DockerRuntime {
                 return Err(RuntimeError::Unsupported { reason });
             }
         };
+        give_data_dirs(&self.config, &request, &mounts)?;
         let node = &self.config.node;
         volumes::create_owned(&docker, node, &replica.workload, &mounts).await?;
         let body = body::create_body(
@@ -293,6 +296,7 @@ impl Runtime for DockerRuntime {
             self.config.dns.as_ref(),
             &mounts,
             self.config.log_bound,
+            user,
         );
         // Exclusive replicas get a fencing token per start, which no standby made earlier has; a
         // fixed (or allocated) host port is held by the dead container until the engine's cleanup, which a
@@ -562,4 +566,34 @@ impl Runtime for DockerRuntime {
         let docker = self.client.get().await?;
         exec::exec_session(&docker, handle, request).await
     }
+}
+
+/// Makes the replica's data directories its user's when the agent knows that user's numbers
+/// (the workload user, or a numeric `user`): a container that is not root can then write its
+/// own data. A `user` by name is resolved inside the image, so its directories stay as they are;
+/// host paths are the operator's and are never changed.
+fn give_data_dirs(
+    config: &DockerConfig,
+    request: &StartRequest,
+    mounts: &[crate::node::runtime::volumes::Mounted],
+) -> Result<(), RuntimeError> {
+    use crate::core::spec::user::Id;
+    use crate::node::runtime::volumes::Source;
+    let run_as = match request.spec.run_as() {
+        None => config.users.default,
+        Some(user) => match (user.user, user.group) {
+            (Id::Num(uid), Some(Id::Num(gid))) => Some(crate::node::runtime::users::RunAs { uid, gid }),
+            (Id::Num(uid), None) => Some(crate::node::runtime::users::RunAs { uid, gid: uid }),
+            _ => None,
+        },
+    };
+    let (Some(run_as), Some(dirs)) = (run_as, &config.volumes) else {
+        return Ok(());
+    };
+    for m in mounts.iter().filter(|m| m.volume.kind == crate::core::spec::VolumeKind::Data) {
+        if let Source::Dir(dir) = &m.source {
+            crate::node::runtime::process::give(dir, dirs.root(), &run_as)?;
+        }
+    }
+    Ok(())
 }

@@ -46,6 +46,8 @@ mod user;
 
 use cgroup::Cgroups;
 pub use logs::{default_relay_program, LogConfig};
+pub use user::{resolve_user, RunAs};
+pub(crate) use user::give;
 use state::InstanceState;
 
 /// The `PATH` children get when the agent has none.
@@ -72,6 +74,9 @@ pub struct ProcessConfig {
     pub kill_wait: Duration,
     /// How instances' output is relayed and bounded.
     pub logs: LogConfig,
+    /// Who an instance without `user` runs as, and whether root may (`--workload-user`,
+    /// `--allow-root-workloads`).
+    pub users: crate::node::runtime::users::WorkloadUsers,
 }
 
 impl ProcessConfig {
@@ -86,6 +91,7 @@ impl ProcessConfig {
             adopted_poll_interval: Duration::from_millis(200),
             kill_wait: Duration::from_secs(5),
             logs: LogConfig::default(),
+            users: crate::node::runtime::users::WorkloadUsers::agents(),
         }
     }
 }

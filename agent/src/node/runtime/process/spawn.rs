@@ -37,7 +37,7 @@ impl Inner {
                 reason: super::CONTAINER_ON_PROCESS.into(),
             });
         };
-        let run_as = super::user::resolve(&request)?;
+        let run_as = super::user::resolve(&request, &self.config.users)?;
         let working_dir = self.working_dir(&request, spec)?;
         let volumes = VolumeDirs::new(&self.config.data_dir).prepare(&request)?;
         if let Some(run_as) = &run_as {
