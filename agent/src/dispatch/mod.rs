@@ -14,6 +14,7 @@ mod ops;
 mod pages;
 mod plan;
 mod restart;
+mod root;
 pub mod roles;
 mod status;
 
@@ -83,6 +84,9 @@ impl Api {
         let result = match req {
             Request::Apply { specs } => {
                 if let Some(refusal) = self.host_path_refused(&specs).await {
+                    return Response::Error(refusal);
+                }
+                if let Some(refusal) = self.root_refused(&specs).await {
                     return Response::Error(refusal);
                 }
                 for spec in &specs {
