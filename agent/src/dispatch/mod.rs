@@ -14,8 +14,8 @@ mod ops;
 mod pages;
 mod plan;
 mod restart;
-mod root;
 pub mod roles;
+mod root;
 mod status;
 
 use std::sync::Arc;

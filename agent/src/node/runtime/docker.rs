@@ -582,7 +582,9 @@ fn give_data_dirs(
     let run_as = match request.spec.run_as() {
         None => config.users.default,
         Some(user) => match (user.user, user.group) {
-            (Id::Num(uid), Some(Id::Num(gid))) => Some(crate::node::runtime::users::RunAs { uid, gid }),
+            (Id::Num(uid), Some(Id::Num(gid))) => {
+                Some(crate::node::runtime::users::RunAs { uid, gid })
+            }
             (Id::Num(uid), None) => Some(crate::node::runtime::users::RunAs { uid, gid: uid }),
             _ => None,
         },
@@ -590,7 +592,10 @@ fn give_data_dirs(
     let (Some(run_as), Some(dirs)) = (run_as, &config.volumes) else {
         return Ok(());
     };
-    for m in mounts.iter().filter(|m| m.volume.kind == crate::core::spec::VolumeKind::Data) {
+    for m in mounts
+        .iter()
+        .filter(|m| m.volume.kind == crate::core::spec::VolumeKind::Data)
+    {
         if let Source::Dir(dir) = &m.source {
             crate::node::runtime::process::give(dir, dirs.root(), &run_as)?;
         }

@@ -46,9 +46,9 @@ mod user;
 
 use cgroup::Cgroups;
 pub use logs::{default_relay_program, LogConfig};
-pub use user::{resolve_user, RunAs};
-pub(crate) use user::give;
 use state::InstanceState;
+pub(crate) use user::give;
+pub use user::{resolve_user, RunAs};
 
 /// The `PATH` children get when the agent has none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

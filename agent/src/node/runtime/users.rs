@@ -45,7 +45,12 @@ impl WorkloadUsers {
 
     /// Why a workload of `replica` asking for `user` (which is uid `uid`) does not run here, if
     /// it does not.
-    pub fn refuse_root(&self, replica: &impl std::fmt::Display, user: &str, uid: u32) -> Option<String> {
+    pub fn refuse_root(
+        &self,
+        replica: &impl std::fmt::Display,
+        user: &str,
+        uid: u32,
+    ) -> Option<String> {
         (uid == 0 && !self.root_allowed).then(|| root_refusal(replica, user))
     }
 }
@@ -65,14 +70,26 @@ mod tests {
     #[test]
     fn the_flags_are_checked_with_the_flag_named() {
         let err = WorkloadUsers::of_flags("no-such-user-here", false).unwrap_err();
-        assert!(err.contains("--workload-user") && err.contains("no such user"), "{err}");
+        assert!(
+            err.contains("--workload-user") && err.contains("no such user"),
+            "{err}"
+        );
         let err = WorkloadUsers::of_flags("root", false).unwrap_err();
         assert!(err.contains("--allow-root-workloads"), "{err}");
         let root = WorkloadUsers::of_flags("0:0", true).unwrap();
         assert_eq!(root.default, Some(RunAs { uid: 0, gid: 0 }));
         let nobody = WorkloadUsers::of_flags("65534:65534", false).unwrap();
-        assert_eq!(nobody.default, Some(RunAs { uid: 65534, gid: 65534 }));
-        assert!(nobody.refuse_root(&"w/0", "0", 0).unwrap().contains("--allow-root-workloads"));
+        assert_eq!(
+            nobody.default,
+            Some(RunAs {
+                uid: 65534,
+                gid: 65534
+            })
+        );
+        assert!(nobody
+            .refuse_root(&"w/0", "0", 0)
+            .unwrap()
+            .contains("--allow-root-workloads"));
         assert_eq!(nobody.refuse_root(&"w/0", "1000", 1000), None);
         assert_eq!(root.refuse_root(&"w/0", "0", 0), None);
     }

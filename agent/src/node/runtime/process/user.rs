@@ -48,9 +48,11 @@ pub(super) fn resolve(
 pub fn resolve_user(text: &str) -> Result<RunAs, String> {
     let user = crate::core::spec::user::parse(text)?;
     if !on_path(SETPRIV) {
-        return Err("running as another user needs util-linux's setpriv on this host, and it \
+        return Err(
+            "running as another user needs util-linux's setpriv on this host, and it \
              is not in the agent's PATH"
-            .into());
+                .into(),
+        );
     }
     let passwd = |name: &str| getent("passwd", name);
     let (uid, primary_gid) = match &user.user {
