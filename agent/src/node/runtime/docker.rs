@@ -287,9 +287,15 @@ impl Runtime for DockerRuntime {
                 return Err(RuntimeError::Unsupported { reason });
             }
         };
-        give_data_dirs(&self.config, &request, &mounts)?;
+        let run_as = known_user(&self.config, &request);
+        if let Some(run_as) = &run_as {
+            give_data_dirs(&self.config, &mounts, run_as)?;
+        }
         let node = &self.config.node;
         volumes::create_owned(&docker, node, &replica.workload, &mounts).await?;
+        if let Some(run_as) = &run_as {
+            volumes::give_owned(&docker, &mounts, run_as).await?;
+        }
         let body = body::create_body(
             &request,
             spec,
@@ -568,36 +574,42 @@ impl Runtime for DockerRuntime {
     }
 }
 
-/// Makes the replica's data directories its user's when the agent knows that user's numbers
-/// (the workload user, or a numeric `user`): a container that is not root can then write its
-/// own data. A `user` by name is resolved inside the image, so its directories stay as they are;
-/// host paths are the operator's and are never changed.
-fn give_data_dirs(
+/// The numbers a container of `request` runs as, when the agent knows them: the workload user
+/// (no `user`), or a numeric `user` (the gid taken as the uid when none is given). A `user` by
+/// name is resolved inside the image, so its numbers are the image's.
+fn known_user(
     config: &DockerConfig,
     request: &StartRequest,
-    mounts: &[crate::node::runtime::volumes::Mounted],
-) -> Result<(), RuntimeError> {
+) -> Option<crate::node::runtime::users::RunAs> {
     use crate::core::spec::user::Id;
-    use crate::node::runtime::volumes::Source;
-    let run_as = match request.spec.run_as() {
+    use crate::node::runtime::users::RunAs;
+    match request.spec.run_as() {
         None => config.users.default,
         Some(user) => match (user.user, user.group) {
-            (Id::Num(uid), Some(Id::Num(gid))) => {
-                Some(crate::node::runtime::users::RunAs { uid, gid })
-            }
-            (Id::Num(uid), None) => Some(crate::node::runtime::users::RunAs { uid, gid: uid }),
+            (Id::Num(uid), Some(Id::Num(gid))) => Some(RunAs { uid, gid }),
+            (Id::Num(uid), None) => Some(RunAs { uid, gid: uid }),
             _ => None,
         },
-    };
-    let (Some(run_as), Some(dirs)) = (run_as, &config.volumes) else {
+    }
+}
+
+/// Makes the replica's data directories its user's, so that a container that is not root can
+/// write its own data. Host paths are the operator's and are never changed.
+fn give_data_dirs(
+    config: &DockerConfig,
+    mounts: &[crate::node::runtime::volumes::Mounted],
+    run_as: &crate::node::runtime::users::RunAs,
+) -> Result<(), RuntimeError> {
+    use crate::node::runtime::volumes::Source;
+    let Some(dirs) = &config.volumes else {
         return Ok(());
     };
-    for m in mounts
+    let data = mounts
         .iter()
-        .filter(|m| m.volume.kind == crate::core::spec::VolumeKind::Data)
-    {
+        .filter(|m| m.volume.kind == crate::core::spec::VolumeKind::Data);
+    for m in data {
         if let Source::Dir(dir) = &m.source {
-            crate::node::runtime::process::give(dir, dirs.root(), &run_as)?;
+            crate::node::runtime::process::give(dir, dirs.root(), run_as)?;
         }
     }
     Ok(())
