@@ -206,7 +206,7 @@ impl Inner {
 
 /// Whether `program` names a file: as a path when it has a `/` (from `working_dir` when
 /// relative), else in a directory of `path`.
-fn program_exists(program: &str, path: &str, working_dir: &std::path::Path) -> bool {
+pub(super) fn program_exists(program: &str, path: &str, working_dir: &std::path::Path) -> bool {
     if program.contains('/') {
         return working_dir.join(program).is_file();
     }
