@@ -360,6 +360,7 @@ fn capabilities(nodes: &mut [Node], workloads: &mut [Workload]) {
             } else {
                 Vec::new()
             },
+            root_allowed: false,
         });
     }
     for (i, w) in workloads.iter_mut().enumerate() {
@@ -380,6 +381,7 @@ fn capabilities(nodes: &mut [Node], workloads: &mut [Workload]) {
             } else {
                 Vec::new()
             },
+            root: false,
         };
         // Algorithm 8: those fixed ports held exclusively, between the five workloads fixing 8080.
         w.ports_exclusive = PLACEMENT_ALGORITHM_VERSION >= 8 && !w.needs.fixed_ports.is_empty();

@@ -107,8 +107,12 @@ fn a_stop_gives_each_workload_its_own_grace() {
     cluster.add("g1");
     cluster.wait_members(1, Duration::from_secs(20));
     let dir = cluster.dir.path().to_path_buf();
+    // The workloads run as nobody: their markers go in a directory anyone may write.
+    let marks = dir.join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    std::fs::set_permissions(&marks, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     for (name, grace) in [("slow", "8s"), ("quick", "1s")] {
-        let done = dir.join(format!("{name}-done"));
+        let done = marks.join(format!("{name}-done"));
         let text = format!(
             "name = \"{name}\"\nstop_grace = \"{grace}\"\n[process]\ncommand = [\"sh\", \"-c\", \
              \": stop-grace-test; trap 'sleep 3; echo done > {}; exit 0' TERM; \
@@ -134,12 +138,12 @@ fn a_stop_gives_each_workload_its_own_grace() {
     });
     assert!(gone, "both stopped\n{}", cluster.logs());
     assert!(
-        dir.join("slow-done").exists(),
+        marks.join("slow-done").exists(),
         "8 s of grace: the shutdown finished\n{}",
         cluster.logs()
     );
     assert!(
-        !dir.join("quick-done").exists(),
+        !marks.join("quick-done").exists(),
         "1 s of grace: killed before its 3 s shutdown ended"
     );
 }

@@ -40,6 +40,16 @@ fn data_outlives_restarts_and_deletes_until_purged() {
     let root = c.dir.path().join("allowed");
     let shared = root.join("shared");
     std::fs::create_dir_all(&shared).unwrap();
+    // The workload runs as the agents' workload user (nobody), and a host path is the
+    // operator's to open to it: the way there traversable, the directory its own.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for dir in [c.dir.path(), root.as_path()] {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).unwrap();
+        }
+        // Not root: the agent runs workloads as itself, the owner already.
+        let _ = std::os::unix::fs::chown(&shared, Some(65534), Some(65534));
+    }
     let marker = format!("8{}", std::process::id() % 100_000);
     c.cleanup.push(format!("sleep {marker}"));
     c.agent_args = vec!["--volume-root".into(), root.display().to_string()];

@@ -1,4 +1,4 @@
-//! Property tests of placement algorithm 7: capabilities and needs.
+//! Property tests of placement algorithms 7 and 8: capabilities and needs (root: algorithm 8).
 //!
 //! Random nodes (some saying no capabilities, the rest random runtimes, volume roots and taken
 //! ports) and random workloads (a runtime, host paths, fixed ports): a replica is only ever
@@ -25,22 +25,25 @@ fn port(port: u16) -> HostPort {
 fn arb_caps() -> impl Strategy<Value = Option<Capabilities>> {
     prop::option::weighted(
         0.85,
-        (0u8..3, 0u8..4, 0u8..4).prop_map(|(runtimes, roots, ports)| Capabilities {
-            runtimes: match runtimes {
-                0 => vec![Runtime::Process],
-                1 => vec![Runtime::Container],
-                _ => vec![Runtime::Process, Runtime::Container],
-            },
-            volume_roots: [("/srv", 1), ("/data", 2)]
-                .iter()
-                .filter(|(_, bit)| roots & bit != 0)
-                .map(|(r, _)| r.to_string())
-                .collect(),
-            ports_taken: [(80, 1), (8080, 2)]
-                .iter()
-                .filter(|(_, bit)| ports & bit != 0)
-                .map(|(p, _)| port(*p))
-                .collect(),
+        (0u8..3, 0u8..4, 0u8..4, any::<bool>()).prop_map(|(runtimes, roots, ports, root)| {
+            Capabilities {
+                runtimes: match runtimes {
+                    0 => vec![Runtime::Process],
+                    1 => vec![Runtime::Container],
+                    _ => vec![Runtime::Process, Runtime::Container],
+                },
+                volume_roots: [("/srv", 1), ("/data", 2)]
+                    .iter()
+                    .filter(|(_, bit)| roots & bit != 0)
+                    .map(|(r, _)| r.to_string())
+                    .collect(),
+                ports_taken: [(80, 1), (8080, 2)]
+                    .iter()
+                    .filter(|(_, bit)| ports & bit != 0)
+                    .map(|(p, _)| port(*p))
+                    .collect(),
+                root_allowed: root,
+            }
         }),
     )
 }
@@ -65,26 +68,29 @@ fn arb_node(id: usize) -> impl Strategy<Value = Node> {
 }
 
 fn arb_needs() -> impl Strategy<Value = Needs> {
-    (any::<bool>(), 0u8..4, 0u8..8).prop_map(|(container, paths, ports)| {
-        Needs {
-            runtime: Some(if container {
-                Runtime::Container
-            } else {
-                Runtime::Process
-            }),
-            host_paths: [("/srv/a", 1), ("/data/b", 2)]
-                .iter()
-                .filter(|(_, bit)| paths & bit != 0)
-                .map(|(p, _)| p.to_string())
-                .collect(),
-            fixed_ports: [(80, 1), (8080, 2), (9000, 4)]
-                .iter()
-                .filter(|(_, bit)| ports & bit != 0)
-                .map(|(p, _)| port(*p))
-                .collect(),
-        }
-        .canonical()
-    })
+    (any::<bool>(), 0u8..4, 0u8..8, prop::bool::weighted(0.25)).prop_map(
+        |(container, paths, ports, root)| {
+            Needs {
+                runtime: Some(if container {
+                    Runtime::Container
+                } else {
+                    Runtime::Process
+                }),
+                host_paths: [("/srv/a", 1), ("/data/b", 2)]
+                    .iter()
+                    .filter(|(_, bit)| paths & bit != 0)
+                    .map(|(p, _)| p.to_string())
+                    .collect(),
+                fixed_ports: [(80, 1), (8080, 2), (9000, 4)]
+                    .iter()
+                    .filter(|(_, bit)| ports & bit != 0)
+                    .map(|(p, _)| port(*p))
+                    .collect(),
+                root,
+            }
+            .canonical()
+        },
+    )
 }
 
 fn arb_workload(id: usize) -> impl Strategy<Value = Workload> {
@@ -190,6 +196,7 @@ proptest! {
                 runtimes: vec![Runtime::Process, Runtime::Container],
                 volume_roots: vec!["/".to_string()],
                 ports_taken: Vec::new(),
+                root_allowed: true,
             });
         }
         // Without capabilities and needs, the rest of algorithm 7 as it is.
@@ -247,6 +254,7 @@ fn stacking_counts_only_capable_nodes() {
         runtimes: vec![r],
         volume_roots: Vec::new(),
         ports_taken: Vec::new(),
+        root_allowed: false,
     };
     let node = |i: usize, r: Runtime, down: bool| Node {
         id: format!("n{i}"),
@@ -299,4 +307,72 @@ fn stacking_counts_only_capable_nodes() {
             .all(|n| process_nodes.contains(&n.as_str())),
         "{p:?}"
     );
+}
+
+/// A root workload goes only to the nodes allowing root (algorithm 8); a mesh below version 10
+/// (algorithm 7) knows neither and places it as any other.
+#[test]
+fn root_workloads_go_only_where_root_is_allowed_and_algorithm_7_ignores_it() {
+    let node = |i: usize, root_allowed: bool| Node {
+        id: format!("n{i}"),
+        capacity: Resources::new(4000, 8 * GIB),
+        labels: Default::default(),
+        zone: "z1".into(),
+        draining: false,
+        down: false,
+        caps: Some(Capabilities {
+            runtimes: vec![Runtime::Process],
+            root_allowed,
+            ..Capabilities::default()
+        }),
+    };
+    let workload = |root: bool| Workload {
+        id: "w".into(),
+        replicas: 3,
+        request: Resources::new(100, 16 << 20),
+        spread: Spread::Node,
+        constraints: Vec::new(),
+        exclusive: false,
+        priority: 0,
+        sticky: Default::default(),
+        needs: Needs {
+            runtime: Some(Runtime::Process),
+            root,
+            ..Needs::default()
+        },
+        yields_when_short: true,
+        ports_exclusive: false,
+    };
+    let nodes: Vec<Node> = (0..4).map(|i| node(i, i == 2)).collect();
+    let p = place(&nodes, &[workload(true)]);
+    assert_eq!(p.assigned.len(), 1, "{p:?}");
+    assert_eq!(p.assigned.values().next().unwrap(), "n2");
+    assert_eq!(p.unschedulable.len(), 2, "{p:?}");
+    // No node allows root: every replica is unplaceable, saying the flag.
+    let none: Vec<Node> = (0..4).map(|i| node(i, false)).collect();
+    let refused = place(&none, &[workload(true)]);
+    assert!(refused.assigned.is_empty(), "{refused:?}");
+    assert_eq!(refused.unschedulable.len(), 3);
+    assert!(
+        refused
+            .unschedulable
+            .values()
+            .all(|u| u.to_string().contains("--allow-root-workloads")),
+        "{refused:?}"
+    );
+    // Not root: every node will do, as it would with no node allowing root.
+    let plain = place(&nodes, &[workload(false)]);
+    assert_eq!(plain.assigned.len(), 3);
+    // Algorithm 7: the need and the capability are gone, the placement is the non-root one.
+    let (mut old_nodes, mut old_workloads) = (nodes.clone(), vec![workload(true)]);
+    for_algorithm(7, &mut old_nodes, &mut old_workloads);
+    assert!(!old_workloads[0].needs.root);
+    assert!(old_nodes
+        .iter()
+        .all(|n| !n.caps.as_ref().unwrap().root_allowed));
+    assert_eq!(place(&old_nodes, &old_workloads), plain);
+    // Algorithm 8 keeps both.
+    let (mut new_nodes, mut new_workloads) = (nodes.clone(), vec![workload(true)]);
+    for_algorithm(8, &mut new_nodes, &mut new_workloads);
+    assert_eq!(place(&new_nodes, &new_workloads), p);
 }

@@ -60,6 +60,7 @@ fn arb_workload(id: usize) -> impl Strategy<Value = Workload> {
                     .filter(|(_, bit)| ports & bit != 0)
                     .map(|(p, _)| port(*p))
                     .collect(),
+                root: false,
             }
             .canonical(),
             yields_when_short: true,

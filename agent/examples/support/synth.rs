@@ -59,6 +59,7 @@ pub fn mix(first: usize, nodes: &mut [Node], workloads: &mut [Workload]) {
                 Vec::new()
             },
             ports_taken: if i % 20 == 7 { vec![port] } else { Vec::new() },
+            root_allowed: false,
         });
     }
     for (j, w) in workloads.iter_mut().enumerate() {
@@ -75,6 +76,7 @@ pub fn mix(first: usize, nodes: &mut [Node], workloads: &mut [Workload]) {
                 Vec::new()
             },
             fixed_ports: if j % 30 == 5 { vec![port] } else { Vec::new() },
+            root: false,
         };
         w.ports_exclusive = !w.needs.fixed_ports.is_empty();
     }

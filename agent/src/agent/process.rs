@@ -72,6 +72,9 @@ pub struct AgentOptions {
     pub process_logs: crate::node::runtime::process::LogConfig,
     /// Leave containers' logging to the engine's `daemon.json` (`--engine-logs`).
     pub engine_logs: bool,
+    /// Who workloads without `user` run as, and whether root workloads run here
+    /// (`--workload-user`, `--allow-root-workloads`; gossiped as `root_allowed`).
+    pub workload_users: crate::node::runtime::users::WorkloadUsers,
     /// The host loop's timing and bounds.
     pub host: crate::node::host::HostConfig,
     /// Admission limits of the API endpoint (handshakes and connections it lets in).
@@ -90,20 +93,18 @@ pub enum RuntimeChoice {
     Docker,
 }
 
-/// Opens the chosen runtime for node `name`.
+/// Opens the runtime `opts` choose.
 pub async fn open_runtime(
-    choice: RuntimeChoice,
-    data_dir: &std::path::Path,
-    name: &str,
-    dns: Option<&crate::node::dns::DnsConfig>,
-    registry_auth: Option<Arc<crate::node::runtime::docker::RegistryAuth>>,
-    logs: &crate::node::runtime::process::LogConfig,
-    engine_logs: bool,
+    opts: &AgentOptions,
 ) -> anyhow::Result<Arc<dyn crate::node::runtime::Runtime>> {
-    Ok(match choice {
+    let (data_dir, name, dns) = (&opts.data_dir, &opts.name, opts.dns.as_ref());
+    let (registry_auth, logs) = (opts.registry_auth.clone(), &opts.process_logs);
+    let engine_logs = opts.engine_logs;
+    Ok(match opts.runtime {
         RuntimeChoice::Process => {
             let config = crate::node::runtime::process::ProcessConfig {
                 logs: logs.clone(),
+                users: opts.workload_users,
                 ..crate::node::runtime::process::ProcessConfig::new(data_dir, name)
             };
             let runtime = crate::node::runtime::process::ProcessRuntime::open(config)
@@ -123,6 +124,7 @@ pub async fn open_runtime(
             }
             config.registry_auth = registry_auth;
             config.volumes = Some(crate::node::runtime::volumes::VolumeDirs::new(data_dir));
+            config.users = opts.workload_users;
             config.log_bound = (!engine_logs).then_some(crate::node::runtime::docker::LogBound {
                 bytes_max: logs.bytes_max,
                 files: logs.files,
@@ -340,16 +342,7 @@ pub async fn run_agent(
     let transport = QuicTransport::new(identity, gossip_config);
     transport.set_authority(authority.clone());
     let gossip_stats = transport.stats();
-    let runtime = open_runtime(
-        opts.runtime,
-        &opts.data_dir,
-        &opts.name,
-        opts.dns.as_ref(),
-        opts.registry_auth.clone(),
-        &opts.process_logs,
-        opts.engine_logs,
-    )
-    .await?;
+    let runtime = open_runtime(&opts).await?;
     // Before joining: the mesh sees this node only once it can serve and guard.
     let mut guard = start_guard(&opts).await;
     let mut record = node_record(&opts);
@@ -360,9 +353,12 @@ pub async fn run_agent(
     if record.draining {
         tracing::info!(marker = %drain_marker.display(), "drained by an operator before the restart");
     }
-    let capabilities = capabilities_of(&runtime, &opts.host.volume_roots).await;
+    let mut capabilities = capabilities_of(&runtime, &opts.host.volume_roots).await;
+    capabilities.root_allowed = opts.workload_users.root_allowed;
     tracing::info!(runtimes = %capabilities.runtimes_text(), os = %capabilities.os,
-        arch = %capabilities.arch, volume_roots = ?capabilities.volume_roots, "capabilities");
+        arch = %capabilities.arch, volume_roots = ?capabilities.volume_roots,
+        root_allowed = capabilities.root_allowed, workload_user = ?opts.workload_users.default,
+        "capabilities");
     let setup = MeshSetup {
         name: opts.name.clone(),
         gossip_addr: opts.gossip_addr,

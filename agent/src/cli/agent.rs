@@ -90,6 +90,17 @@ pub struct Args {
     /// repeatable; without any, every host path is refused (docs/operations.md, "Volumes").
     #[arg(long = "volume-root", value_name = "DIR")]
     volume_roots: Vec<String>,
+    /// Who workloads without a `user` run as: a name or uid[:gid] of this host, resolved at start
+    /// (processes run as it, containers as its numeric uid:gid, whatever the image's default
+    /// user). Default `nobody`; an agent not started as root runs them as itself
+    /// (docs/operations.md, "Workload users").
+    #[arg(long, value_name = "USER")]
+    workload_user: Option<String>,
+    /// Run workloads whose spec's `user` is root (`root`, `0`, `0:GROUP`, or a name that is uid 0
+    /// here); without it such a replica is refused here, and placement (mesh version 10) puts
+    /// it only on agents started with this flag.
+    #[arg(long)]
+    allow_root_workloads: bool,
     /// Registry credentials for the docker runtime's image pulls: a Docker config.json whose
     /// `auths` gives `auth` (base64 user:password) or `username`/`password` per registry host.
     /// Read once at startup; never gossiped or logged (docs/operations.md, "Image pulls").
@@ -256,6 +267,7 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
         registry_auth,
         process_logs,
         engine_logs: args.engine_logs,
+        workload_users: workload_users(args.workload_user.as_deref(), args.allow_root_workloads)?,
         host: HostConfig {
             port_range,
             volume_roots: volume_roots(&args.volume_roots)?,
@@ -266,6 +278,33 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
         gossip_admission,
     })
 }
+
+/// `--workload-user` and `--allow-root-workloads`, checked on this host. An agent that is not
+/// root cannot run workloads as another user: without the flag they run as the agent's user
+/// (which is not root), with it the flag is refused.
+fn workload_users(
+    user: Option<&str>,
+    root_allowed: bool,
+) -> anyhow::Result<shoal::node::runtime::users::WorkloadUsers> {
+    use shoal::node::runtime::users::WorkloadUsers;
+    if !nix::unistd::geteuid().is_root() {
+        if let Some(user) = user {
+            bail!(
+                "--workload-user {user:?}: running workloads as another user needs the agent to \
+                 run as root; leave the flag out to run them as the agent's own user"
+            );
+        }
+        return Ok(WorkloadUsers {
+            default: None,
+            root_allowed: false,
+        });
+    }
+    WorkloadUsers::of_flags(user.unwrap_or(WORKLOAD_USER_DEFAULT), root_allowed)
+        .map_err(|e| anyhow::anyhow!(e))
+}
+
+/// Who workloads without `user` run as unless `--workload-user` says otherwise.
+const WORKLOAD_USER_DEFAULT: &str = "nobody";
 
 /// `--restart-grace`: at most the guard's lease, which is what keeps exclusive instances safe
 /// while no agent renews it.

@@ -15,6 +15,7 @@ mod pages;
 mod plan;
 mod restart;
 pub mod roles;
+mod root;
 mod status;
 
 use std::sync::Arc;
@@ -83,6 +84,9 @@ impl Api {
         let result = match req {
             Request::Apply { specs } => {
                 if let Some(refusal) = self.host_path_refused(&specs).await {
+                    return Response::Error(refusal);
+                }
+                if let Some(refusal) = self.root_refused(&specs).await {
                     return Response::Error(refusal);
                 }
                 for spec in &specs {

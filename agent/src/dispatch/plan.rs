@@ -49,6 +49,12 @@ impl Api {
                     .await
                     .map(|e| e.message);
             }
+            if refused.is_none() {
+                refused = self
+                    .root_refused(std::slice::from_ref(spec))
+                    .await
+                    .map(|e| e.message);
+            }
             let mut rows = Vec::new();
             let mut moved = 0;
             for replica in 0..spec.replicas {

@@ -81,6 +81,13 @@ impl Cluster {
     /// A new cluster with a fresh CA and no agents.
     pub fn new() -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
+        // Workloads run as the agents' workload user (nobody): they may pass through (not list)
+        // the test's directory to reach what a test gives them.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o711),
+        )
+        .expect("temp dir mode");
         let pki = dir.path().join("pki");
         let out = run_cli(&["pki", "init", "--dir", pki.to_str().unwrap()], None);
         assert!(out.status.success(), "pki init failed: {}", stderr(&out));

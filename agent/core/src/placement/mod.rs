@@ -74,8 +74,10 @@ pub use model::{
 /// apply notes the clash). With no capabilities and no needs it places as version 6 did,
 /// which is how a mesh at a version naming 6 runs it ([`for_algorithm`]).
 /// Version 8 (mesh version 10): fixed host ports are a placement resource between workloads (two
-/// replicas fixing one port never share a node). A mesh at a version naming 7 places as
-/// version 7 did ([`for_algorithm`]).
+/// replicas fixing one port never share a node); a workload whose `user` is root
+/// (`Needs::root`) is eligible only on a node allowing root workloads
+/// (`Capabilities::root_allowed`). A mesh at a version naming 7 places as version 7 did
+/// ([`for_algorithm`] clears both).
 pub const PLACEMENT_ALGORITHM_VERSION: u32 = 8;
 
 /// The inputs as placement algorithm `algorithm` sees them: before 7, nodes say no capabilities
@@ -83,8 +85,15 @@ pub const PLACEMENT_ALGORITHM_VERSION: u32 = 8;
 /// algorithm does.
 pub fn for_algorithm(algorithm: u32, nodes: &mut [Node], workloads: &mut [Workload]) {
     if algorithm < 8 {
+        // Root workloads (a need and a capability) came with algorithm 8.
+        for n in nodes.iter_mut() {
+            if let Some(caps) = &mut n.caps {
+                caps.root_allowed = false;
+            }
+        }
         for w in workloads.iter_mut() {
             w.ports_exclusive = false;
+            w.needs.root = false;
         }
     }
     if algorithm < 7 {

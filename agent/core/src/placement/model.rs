@@ -98,6 +98,14 @@ pub struct Capabilities {
     pub volume_roots: Vec<String>,
     /// Fixed host ports held by something other than this mesh's replicas.
     pub ports_taken: Vec<HostPort>,
+    /// The agent runs workloads as root when their spec asks (`--allow-root-workloads`;
+    /// placement algorithm 8). Absent in what older builds gossip: not allowed.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub root_allowed: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// What a replica needs of a node beyond room (placement algorithm 7). Empty for a workload of a
@@ -110,6 +118,10 @@ pub struct Needs {
     pub host_paths: Vec<String>,
     /// Host ports it fixes: none may be taken on the node by something else. Sorted.
     pub fixed_ports: Vec<HostPort>,
+    /// Its spec's `user` is root: only a node allowing root workloads takes it (placement
+    /// algorithm 8; cleared for older algorithms by `for_algorithm`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub root: bool,
 }
 
 /// The first need a node does not meet.
@@ -121,6 +133,8 @@ pub enum Unmet {
     HostPath(String),
     /// Something else holds the port there.
     PortTaken(HostPort),
+    /// The workload runs as root and the node does not allow it.
+    Root,
 }
 
 impl fmt::Display for Unmet {
@@ -129,6 +143,7 @@ impl fmt::Display for Unmet {
             Unmet::Runtime(r) => write!(f, "runtime {r}"),
             Unmet::HostPath(p) => write!(f, "host path {p} (--volume-root)"),
             Unmet::PortTaken(p) => write!(f, "host port {p} free"),
+            Unmet::Root => f.write_str("root workloads allowed (--allow-root-workloads)"),
         }
     }
 }
@@ -151,13 +166,17 @@ impl Needs {
                 .into_iter()
                 .map(|(port, protocol)| HostPort { port, protocol })
                 .collect(),
+            root: spec.asks_root(),
         }
         .canonical()
     }
 
     /// Nothing needed: every node meets it.
     pub fn is_empty(&self) -> bool {
-        self.runtime.is_none() && self.host_paths.is_empty() && self.fixed_ports.is_empty()
+        self.runtime.is_none()
+            && self.host_paths.is_empty()
+            && self.fixed_ports.is_empty()
+            && !self.root
     }
 
     /// The first need a node with these capabilities does not meet (a node that said nothing
@@ -175,6 +194,9 @@ impl Needs {
             .find(|p| !crate::spec::host_path_allowed(p, &caps.volume_roots))
         {
             return Some(Unmet::HostPath(p.clone()));
+        }
+        if self.root && !caps.root_allowed {
+            return Some(Unmet::Root);
         }
         self.fixed_ports
             .iter()

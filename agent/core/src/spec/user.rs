@@ -71,6 +71,17 @@ fn id(text: &str, what: &str) -> Result<Id, String> {
     }
 }
 
+impl UserRef {
+    /// Whether this names root by its form: user `root` or uid 0, whatever the group. A name
+    /// that resolves to uid 0 on some host is only known there (the agent refuses it).
+    pub fn is_root(&self) -> bool {
+        match &self.user {
+            Id::Num(uid) => *uid == 0,
+            Id::Name(name) => name == "root",
+        }
+    }
+}
+
 /// The check an apply runs on `user`.
 pub(crate) fn check(text: &str) -> Result<(), String> {
     parse(text).map(|_| ())
@@ -85,6 +96,12 @@ impl WorkloadSpec {
             fields.push(("user", 8));
         }
         fields
+    }
+
+    /// Whether the spec asks to run as root (`user` is `root`, `0` or `0:GROUP`): only agents
+    /// started with `--allow-root-workloads` run it.
+    pub fn asks_root(&self) -> bool {
+        self.run_as().is_some_and(|u| u.is_root())
     }
 
     /// The parsed `user`, when set and valid (an apply refused an invalid one).
@@ -117,6 +134,18 @@ mod tests {
             parse("app:www-data").unwrap().group,
             Some(Id::Name("www-data".into()))
         );
+    }
+
+    #[test]
+    fn root_is_user_root_or_uid_0_whatever_the_group() {
+        for root in ["root", "0", "0:0", "0:1000", "root:wheel"] {
+            assert!(parse(root).unwrap().is_root(), "{root}");
+        }
+        for not_root in ["nobody", "1000", "1000:0", "rooty", "00x"] {
+            if let Ok(user) = parse(not_root) {
+                assert!(!user.is_root(), "{not_root}");
+            }
+        }
     }
 
     #[test]

@@ -271,6 +271,8 @@ impl Runtime for DockerRuntime {
                 reason: PROCESS_ON_DOCKER.into(),
             });
         };
+        let user = body::container_user(&request, &self.config.users)
+            .map_err(|reason| RuntimeError::StartFailed { reason })?;
         let docker = self.client.get().await?;
         let replica = &request.replica;
         let pull_first = Pulls::pull_first(spec);
@@ -285,14 +287,22 @@ impl Runtime for DockerRuntime {
                 return Err(RuntimeError::Unsupported { reason });
             }
         };
+        let run_as = known_user(&self.config, &request);
+        if let Some(run_as) = &run_as {
+            give_data_dirs(&self.config, &mounts, run_as)?;
+        }
         let node = &self.config.node;
         volumes::create_owned(&docker, node, &replica.workload, &mounts).await?;
+        if let Some(run_as) = &run_as {
+            volumes::give_owned(&docker, &mounts, run_as).await?;
+        }
         let body = body::create_body(
             &request,
             spec,
             self.config.dns.as_ref(),
             &mounts,
             self.config.log_bound,
+            user,
         );
         // Exclusive replicas get a fencing token per start, which no standby made earlier has; a
         // fixed (or allocated) host port is held by the dead container until the engine's cleanup, which a
@@ -562,4 +572,45 @@ impl Runtime for DockerRuntime {
         let docker = self.client.get().await?;
         exec::exec_session(&docker, handle, request).await
     }
+}
+
+/// The numbers a container of `request` runs as, when the agent knows them: the workload user
+/// (no `user`), or a numeric `user` (the gid taken as the uid when none is given). A `user` by
+/// name is resolved inside the image, so its numbers are the image's.
+fn known_user(
+    config: &DockerConfig,
+    request: &StartRequest,
+) -> Option<crate::node::runtime::users::RunAs> {
+    use crate::core::spec::user::Id;
+    use crate::node::runtime::users::RunAs;
+    match request.spec.run_as() {
+        None => config.users.default,
+        Some(user) => match (user.user, user.group) {
+            (Id::Num(uid), Some(Id::Num(gid))) => Some(RunAs { uid, gid }),
+            (Id::Num(uid), None) => Some(RunAs { uid, gid: uid }),
+            _ => None,
+        },
+    }
+}
+
+/// Makes the replica's data directories its user's, so that a container that is not root can
+/// write its own data. Host paths are the operator's and are never changed.
+fn give_data_dirs(
+    config: &DockerConfig,
+    mounts: &[crate::node::runtime::volumes::Mounted],
+    run_as: &crate::node::runtime::users::RunAs,
+) -> Result<(), RuntimeError> {
+    use crate::node::runtime::volumes::Source;
+    let Some(dirs) = &config.volumes else {
+        return Ok(());
+    };
+    let data = mounts
+        .iter()
+        .filter(|m| m.volume.kind == crate::core::spec::VolumeKind::Data);
+    for m in data {
+        if let Source::Dir(dir) = &m.source {
+            crate::node::runtime::process::give(dir, dirs.root(), run_as)?;
+        }
+    }
+    Ok(())
 }

@@ -37,6 +37,7 @@ pub mod logs;
 pub mod mem;
 pub mod probe;
 pub mod process;
+pub mod users;
 pub mod volumes;
 
 pub use error::RuntimeError;

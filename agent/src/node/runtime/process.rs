@@ -47,6 +47,8 @@ mod user;
 use cgroup::Cgroups;
 pub use logs::{default_relay_program, LogConfig};
 use state::InstanceState;
+pub(crate) use user::give;
+pub use user::{resolve_user, RunAs};
 
 /// The `PATH` children get when the agent has none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -72,6 +74,9 @@ pub struct ProcessConfig {
     pub kill_wait: Duration,
     /// How instances' output is relayed and bounded.
     pub logs: LogConfig,
+    /// Who an instance without `user` runs as, and whether root may (`--workload-user`,
+    /// `--allow-root-workloads`).
+    pub users: crate::node::runtime::users::WorkloadUsers,
 }
 
 impl ProcessConfig {
@@ -86,6 +91,7 @@ impl ProcessConfig {
             adopted_poll_interval: Duration::from_millis(200),
             kill_wait: Duration::from_secs(5),
             logs: LogConfig::default(),
+            users: crate::node::runtime::users::WorkloadUsers::agents(),
         }
     }
 }

@@ -63,6 +63,11 @@ impl VolumeDirs {
             .join(name)
     }
 
+    /// Where every workload's data volumes are (`DATA/volumes`).
+    pub fn root(&self) -> &std::path::Path {
+        &self.root
+    }
+
     /// Everything a workload keeps on this node.
     pub fn workload_dir(&self, workload: &str) -> PathBuf {
         self.root.join(workload)

@@ -41,6 +41,10 @@ pub struct CapabilitiesRecord {
     /// Fixed host ports something other than its replicas holds.
     #[serde(default)]
     pub ports_taken: Vec<HostPort>,
+    /// It runs workloads whose `user` is root (`--allow-root-workloads`). Older builds neither
+    /// send nor read it (unknown fields are ignored): absent, not allowed.
+    #[serde(default)]
+    pub root_allowed: bool,
 }
 
 impl CapabilitiesRecord {
@@ -52,6 +56,7 @@ impl CapabilitiesRecord {
             arch: std::env::consts::ARCH.to_string(),
             volume_roots,
             ports_taken: Vec::new(),
+            root_allowed: false,
         }
     }
 
@@ -98,6 +103,7 @@ impl CapabilitiesRecord {
             runtimes,
             volume_roots,
             ports_taken,
+            root_allowed: self.root_allowed,
         }
     }
 
@@ -147,6 +153,15 @@ mod tests {
         assert!(CapabilitiesRecord::decode(&"x".repeat(CAPABILITIES_BYTES_MAX + 1)).is_err());
         assert!(CapabilitiesRecord::decode("{\"runtimes\": 3}").is_err());
         assert_eq!(record.runtimes_text(), "container (27.5.1)");
+        // An older build's record says nothing of root: not allowed; this build's says it.
+        let mut old: serde_json::Value = serde_json::from_str(&record.encode()).unwrap();
+        old.as_object_mut().unwrap().remove("root_allowed");
+        let old = CapabilitiesRecord::decode(&old.to_string()).unwrap();
+        assert!(!old.root_allowed && !old.placement().root_allowed);
+        let mut allows = record.clone();
+        allows.root_allowed = true;
+        let back = CapabilitiesRecord::decode(&allows.encode()).unwrap();
+        assert!(back.root_allowed && back.placement().root_allowed);
     }
 
     #[test]

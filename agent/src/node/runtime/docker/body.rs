@@ -86,12 +86,37 @@ fn log_config(bound: super::LogBound) -> HostConfigLogConfig {
     }
 }
 
+/// Every container's `security_opt`.
+pub(crate) const NO_NEW_PRIVILEGES: &str = "no-new-privileges";
+
+/// Who a container runs as: the spec's `user` as written, else the agent's workload user as
+/// `uid:gid` (resolved on the host, so an image's default user, often root, never applies);
+/// `None` (the agent's own user, embedding and tests only) leaves the image's. A `user` that is
+/// root by its form is refused where root is not allowed; a name the image maps to uid 0 is
+/// the image's business (say `user = "root"` in the spec for images that need root).
+pub(crate) fn container_user(
+    request: &StartRequest,
+    users: &crate::node::runtime::users::WorkloadUsers,
+) -> Result<Option<String>, String> {
+    match &request.spec.user {
+        Some(text) => match request.spec.asks_root() {
+            true if !users.root_allowed => Err(crate::node::runtime::users::root_refusal(
+                &request.replica,
+                text,
+            )),
+            _ => Ok(Some(text.clone())),
+        },
+        None => Ok(users.default.map(|r| format!("{}:{}", r.uid, r.gid))),
+    }
+}
+
 pub(crate) fn create_body(
     request: &StartRequest,
     spec: &ContainerSpec,
     dns: Option<&ContainerDns>,
     volumes: &[crate::node::runtime::volumes::Mounted],
     log_bound: Option<super::LogBound>,
+    user: Option<String>,
 ) -> ContainerCreateBody {
     let replica = &request.replica;
     let mut labels = HashMap::from([
@@ -137,6 +162,8 @@ pub(crate) fn create_body(
             maximum_retry_count: None,
         }),
         log_config: log_bound.map(log_config),
+        // No setuid binary or file capability in the image raises a process's privileges.
+        security_opt: Some(vec![NO_NEW_PRIVILEGES.to_string()]),
         ..HostConfig::default()
     };
     ContainerCreateBody {
@@ -147,8 +174,9 @@ pub(crate) fn create_body(
         exposed_ports: Some(exposed),
         healthcheck: health_config(request),
         host_config: Some(host_config),
-        // `user`, as given: the engine resolves names inside the image (`docker run --user`).
-        user: request.spec.user.clone(),
+        // The spec's `user` as given (the engine resolves names inside the image, `docker run
+        // --user`), or the agent's workload user as numbers ([`container_user`]).
+        user,
         ..ContainerCreateBody::default()
     }
 }
@@ -335,7 +363,7 @@ mod tests {
         let crate::core::spec::Run::Container(container) = &request.spec.run else {
             unreachable!("a container spec");
         };
-        let body = create_body(&request, container, None, &[], None);
+        let body = create_body(&request, container, None, &[], None, None);
         let labels = body.labels.unwrap();
         assert_eq!(labels[LABEL_FENCE_TOKEN], "42");
         assert!(body
@@ -378,7 +406,7 @@ mod tests {
         let crate::core::spec::Run::Container(container) = &request.spec.run else {
             unreachable!("a container spec");
         };
-        let body = create_body(&request, container, Some(&ok), &[], None);
+        let body = create_body(&request, container, Some(&ok), &[], None, None);
         let host = body.host_config.unwrap();
         assert_eq!(host.dns, Some(vec!["172.17.0.1".to_string()]));
         assert_eq!(host.dns_search, Some(vec!["shoal".to_string()]));

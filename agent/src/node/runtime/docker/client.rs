@@ -35,6 +35,9 @@ pub struct DockerConfig {
     /// Where replicas' data volumes are kept (the agent's data directory); `None` refuses
     /// specs with data volumes.
     pub volumes: Option<crate::node::runtime::volumes::VolumeDirs>,
+    /// Who a container without `user` runs as (numeric, resolved on this host), and whether a
+    /// spec asking for root runs (`--workload-user`, `--allow-root-workloads`).
+    pub users: crate::node::runtime::users::WorkloadUsers,
     /// The bound on each container's log: the `json-file` driver with `max-size` = bytes / files
     /// and `max-file` = files (the agent's `--log-max-bytes` and `--log-files`, as for
     /// processes); `None` leaves logging to the engine's `daemon.json`.
@@ -65,6 +68,7 @@ impl DockerConfig {
             dns: None,
             registry_auth: None,
             volumes: None,
+            users: crate::node::runtime::users::WorkloadUsers::agents(),
             log_bound: Some(LogBound {
                 bytes_max: crate::node::runtime::logs::LOG_BYTES_MAX_DEFAULT,
                 files: crate::node::runtime::logs::LOG_FILES_DEFAULT,

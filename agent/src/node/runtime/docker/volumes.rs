@@ -49,6 +49,31 @@ pub(crate) async fn create_owned(
     Ok(())
 }
 
+/// Gives the replica's own named volumes (those Shoal created) to `run_as`, as its data
+/// directories are: an empty volume at a path the image lacks is root's, which a container that
+/// is not root could not write. Only where the engine's mount point is on this host (a local
+/// engine); its parents are left as they are.
+pub(crate) async fn give_owned(
+    docker: &Docker,
+    mounts: &[Mounted],
+    run_as: &crate::node::runtime::users::RunAs,
+) -> Result<(), RuntimeError> {
+    for m in mounts {
+        let Source::Named { name, owned: true } = &m.source else {
+            continue;
+        };
+        let volume = docker
+            .inspect_volume(name)
+            .await
+            .map_err(|e| engine_error("inspect volume", e))?;
+        let dir = std::path::Path::new(&volume.mountpoint);
+        if dir.is_dir() {
+            crate::node::runtime::process::give(dir, dir, run_as)?;
+        }
+    }
+    Ok(())
+}
+
 /// Why the replica's own named volumes are not all here: the first the engine does not have
 /// (404). Another engine error says nothing.
 pub(crate) async fn owned_missing(

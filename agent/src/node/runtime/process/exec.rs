@@ -38,6 +38,16 @@ impl Inner {
         let Some((program, args)) = request.command.split_first() else {
             return Err(failed("the command is empty".into()));
         };
+        let path = state.env.get("PATH").map(String::as_str).unwrap_or("");
+        if state.run_as.is_some()
+            && request.tty.is_none()
+            && !program_exists(program, path, &state.working_dir)
+        {
+            // Through setpriv a missing program is setpriv's exit 127: say it as without it.
+            return Err(failed(format!(
+                "{program:?} not found in instance {handle} (its PATH is {path:?})"
+            )));
+        }
         let mut terminal = None;
         let mut command = match request.tty {
             None => {
@@ -192,4 +202,13 @@ impl Inner {
             resize,
         })
     }
+}
+
+/// Whether `program` names a file: as a path when it has a `/` (from `working_dir` when
+/// relative), else in a directory of `path`.
+pub(super) fn program_exists(program: &str, path: &str, working_dir: &std::path::Path) -> bool {
+    if program.contains('/') {
+        return working_dir.join(program).is_file();
+    }
+    std::env::split_paths(path).any(|dir| dir.join(program).is_file())
 }

@@ -37,7 +37,7 @@ impl Inner {
                 reason: super::CONTAINER_ON_PROCESS.into(),
             });
         };
-        let run_as = super::user::resolve(&request)?;
+        let run_as = super::user::resolve(&request, &self.config.users)?;
         let working_dir = self.working_dir(&request, spec)?;
         let volumes = VolumeDirs::new(&self.config.data_dir).prepare(&request)?;
         if let Some(run_as) = &run_as {
@@ -188,6 +188,13 @@ fn spawn_child(
         .ok_or_else(|| RuntimeError::StartFailed {
             reason: "the spec's command is empty".into(),
         })?;
+    let path = env.get("PATH").map(String::as_str).unwrap_or("");
+    if run_as.is_some() && !super::exec::program_exists(program, path, working_dir) {
+        // Through setpriv a missing program is setpriv's exit 127: say it as without it.
+        return Err(RuntimeError::CommandNotFound {
+            command: program.clone(),
+        });
+    }
     let mut command = super::user::command(run_as, program);
     command
         .args(args)

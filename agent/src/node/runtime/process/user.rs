@@ -9,6 +9,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::core::spec::user::Id;
+use crate::node::runtime::users::WorkloadUsers;
 use crate::node::runtime::{RuntimeError, StartRequest};
 
 /// util-linux's `setpriv`.
@@ -16,35 +17,49 @@ const SETPRIV: &str = "setpriv";
 
 /// A resolved user and group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct RunAs {
+pub struct RunAs {
     /// The user id.
     pub uid: u32,
     /// The group id.
     pub gid: u32,
 }
 
-/// The user `request`'s spec names, resolved on this host; `None` without `user`.
-pub(super) fn resolve(request: &StartRequest) -> Result<Option<RunAs>, RuntimeError> {
+/// Who `request`'s instance runs as: its spec's `user` resolved on this host, or, without one,
+/// the agent's workload user (`None`: the agent's own user). A root `user` where the agent does
+/// not allow root is refused with the flag named.
+pub(super) fn resolve(
+    request: &StartRequest,
+    users: &WorkloadUsers,
+) -> Result<Option<RunAs>, RuntimeError> {
     let Some(text) = request.spec.user.as_deref() else {
-        return Ok(None);
+        return Ok(users.default);
     };
     let failed = |why: String| RuntimeError::StartFailed {
         reason: format!("{}: user {text:?}: {why}", request.replica),
     };
-    let user = crate::core::spec::user::parse(text).map_err(failed)?;
+    let run_as = resolve_user(text).map_err(failed)?;
+    if let Some(reason) = users.refuse_root(&request.replica, text, run_as.uid) {
+        return Err(RuntimeError::StartFailed { reason });
+    }
+    Ok(Some(run_as))
+}
+
+/// `text` (a `user` value: name or uid, optionally `:` group) resolved on this host, or why not.
+pub fn resolve_user(text: &str) -> Result<RunAs, String> {
+    let user = crate::core::spec::user::parse(text)?;
     if !on_path(SETPRIV) {
-        return Err(failed(
-            "running as another user needs util-linux's setpriv on this host, and it is not \
-             in the agent's PATH"
+        return Err(
+            "running as another user needs util-linux's setpriv on this host, and it \
+             is not in the agent's PATH"
                 .into(),
-        ));
+        );
     }
     let passwd = |name: &str| getent("passwd", name);
     let (uid, primary_gid) = match &user.user {
         Id::Num(uid) => (*uid, passwd(&uid.to_string()).and_then(|e| field(&e, 3))),
         Id::Name(name) => {
-            let entry = passwd(name).ok_or_else(|| failed("no such user on this host".into()))?;
-            let uid = field(&entry, 2).ok_or_else(|| failed("unreadable passwd entry".into()))?;
+            let entry = passwd(name).ok_or_else(|| "no such user on this host".to_string())?;
+            let uid = field(&entry, 2).ok_or_else(|| "unreadable passwd entry".to_string())?;
             (uid, field(&entry, 3))
         }
     };
@@ -52,15 +67,15 @@ pub(super) fn resolve(request: &StartRequest) -> Result<Option<RunAs>, RuntimeEr
         Some(Id::Num(gid)) => *gid,
         Some(Id::Name(name)) => getent("group", name)
             .and_then(|e| field(&e, 2))
-            .ok_or_else(|| failed(format!("no group {name:?} on this host")))?,
+            .ok_or_else(|| format!("no group {name:?} on this host"))?,
         None => primary_gid.ok_or_else(|| {
-            failed(format!(
+            format!(
                 "uid {uid} has no entry in this host's user database, so it has no group: \
                  give one (\"{uid}:{uid}\")"
-            ))
+            )
         })?,
     };
-    Ok(Some(RunAs { uid, gid }))
+    Ok(RunAs { uid, gid })
 }
 
 /// A command that runs `program` as `run_as` (through `setpriv`), or as the agent's user.
@@ -107,7 +122,7 @@ pub(super) fn prefix(run_as: Option<&RunAs>) -> Vec<String> {
 /// a symbolic link, also one swapped in during the walk (a link is changed, not its target),
 /// and from a user other than root only that user's entries change hands (`--from`): a hard
 /// link it made to a file of root's stays root's.
-pub(super) fn give(dir: &Path, data_dir: &Path, run_as: &RunAs) -> Result<(), RuntimeError> {
+pub(crate) fn give(dir: &Path, data_dir: &Path, run_as: &RunAs) -> Result<(), RuntimeError> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let io = |what: &str, path: &Path, e: std::io::Error| {
         RuntimeError::io(format!("{what} {}", path.display()), e)
