@@ -185,6 +185,24 @@ impl NameClaims {
         out
     }
 
+    /// A newer identity of `id`'s name that heartbeats at `now_ms` while `id` does not: the one
+    /// whose state stands for the name. Chitchat can hold a restarted agent's earlier identity
+    /// live for seconds beside its new one (its last heartbeats relayed by members that heard it
+    /// longer, after a partition heals), with its last instance list, which is stale.
+    pub fn successor(&self, id: &Identity, now_ms: u64) -> Option<&Identity> {
+        let fresh = |s: &Seen| !s.leaving && now_ms < s.advanced_at_ms.saturating_add(FRESH_MS);
+        if self.seen.get(id).is_some_and(fresh) {
+            return None;
+        }
+        self.seen
+            .iter()
+            .filter(|(other, s)| {
+                other.name == id.name && other.generation > id.generation && fresh(s)
+            })
+            .map(|(other, _)| other)
+            .max_by_key(|other| other.generation)
+    }
+
     /// The names disputed at `now_ms` (as of the last [`NameClaims::handle_view`]), by name.
     pub fn disputes(&self, now_ms: u64) -> Vec<Dispute> {
         let claimants = self.claimants(now_ms);
@@ -278,6 +296,31 @@ mod tests {
             t += 250;
         }
         first
+    }
+
+    /// A restarted agent's earlier identity brought back to life by relayed heartbeats (one
+    /// jump, then nothing) gives way to its heartbeating successor once stale; a heartbeating
+    /// earlier identity (a twin's incumbent) never does.
+    #[test]
+    fn a_stale_identity_gives_way_to_its_heartbeating_successor() {
+        let (old, new) = (id("n2", 20, 2), id("n2", 30, 2));
+        let mut claims = NameClaims::default();
+        claims.handle_view(0, [seen(&old, 5), seen(&new, 1)]);
+        assert_eq!(claims.successor(&old, 0), None, "both fresh at first sight");
+        // The old identity's heartbeat jumps once (relayed), then stays; the new one beats.
+        claims.handle_view(500, [seen(&old, 9), seen(&new, 2)]);
+        claims.handle_view(1_000, [seen(&old, 9), seen(&new, 3)]);
+        assert_eq!(
+            claims.successor(&old, 1_000),
+            None,
+            "the jump is 500 ms old"
+        );
+        claims.handle_view(1_600, [seen(&old, 9), seen(&new, 4)]);
+        assert_eq!(claims.successor(&old, 1_600), Some(&new));
+        assert_eq!(claims.successor(&new, 1_600), None);
+        // Both beating: the earlier keeps its state (the dispute rule decides the rest).
+        claims.handle_view(1_800, [seen(&old, 10), seen(&new, 5)]);
+        assert_eq!(claims.successor(&old, 1_800), None);
     }
 
     #[test]

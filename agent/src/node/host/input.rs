@@ -68,6 +68,8 @@ pub struct ShellState {
     claims: shoal_core::claims::NameClaims,
     /// The names disputed at the last round.
     pub disputes: Vec<shoal_core::claims::Dispute>,
+    /// Members whose observed state is read from a newer identity of their name (`successors`).
+    successors: BTreeMap<String, ChitchatId>,
 }
 
 /// How often an agent probes the fixed host ports of workloads not placed on it.
@@ -168,7 +170,10 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         if moved.keys || moved.members {
             shell.generation += 1;
         }
-        if moved.keys {
+        shell.claims.handle_view(now, sightings(&guard));
+        let successors = successors(&guard, shell, now);
+        if moved.keys || successors != shell.successors {
+            shell.successors = successors;
             refresh_peers(&guard, shell, moved.members);
         }
         // Held up while they restart (planned, within their grace, at mesh version 8 or later):
@@ -185,7 +190,6 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         let held_moved = held_up != shell.held_up;
         shell.held_up = held_up;
         let dead = dead_names(guard.dead_nodes(), shell.members.members(), &shell.held_up);
-        shell.claims.handle_view(now, sightings(&guard));
         let me = identity(guard.self_chitchat_id());
         shell.input.name_hold = shell.claims.self_hold(&me, now);
         shell.disputes = shell.claims.disputes(now);
@@ -486,27 +490,49 @@ fn membership(members: &[Member], dead: BTreeSet<String>) -> Membership {
     }
 }
 
-/// Updates `input.peers` from the members' observed-state keys, decoding a value only when its
-/// chitchat version moved. When the members moved, also drops the entries of names no longer
-/// members and the decoded values of identities chitchat forgot.
+/// The members whose observed state comes from a newer identity of their name than the one the
+/// membership shows (`NameClaims::successor`: a restarted agent's earlier identity held live by
+/// relayed heartbeats, with its last instance list), by name. Empty but for such a restart.
+fn successors(chitchat: &Chitchat, shell: &ShellState, now: u64) -> BTreeMap<String, ChitchatId> {
+    let mut out = BTreeMap::new();
+    for member in shell.members.members().iter().filter(|m| m.alive) {
+        let Some(newer) = shell.claims.successor(&identity(&member.id), now) else {
+            continue;
+        };
+        let found = chitchat
+            .node_states()
+            .keys()
+            .find(|id| *id.node_id == *member.name && id.generation_id == newer.generation);
+        if let Some(id) = found {
+            out.insert(member.name.clone(), id.clone());
+        }
+    }
+    out
+}
+
+/// Updates `input.peers` from the members' observed-state keys (a member's, or its successor's:
+/// [`successors`]), decoding a value only when its chitchat version moved. When the members
+/// moved, also drops the entries of names no longer members and the decoded values of
+/// identities chitchat forgot.
 fn refresh_peers(chitchat: &Chitchat, shell: &mut ShellState, members_moved: bool) {
     let members = shell.members.members();
     for member in members.iter() {
+        let id = shell.successors.get(&member.name).unwrap_or(&member.id);
         let value = chitchat
-            .node_state(&member.id)
+            .node_state(id)
             .and_then(|state| state.get_versioned(INSTANCES_KEY));
         let Some(value) = value else {
             shell.input.peers.remove(&member.name);
             shell.peers_from.remove(&member.name);
             continue;
         };
-        let from = (member.id.clone(), value.version);
+        let from = (id.clone(), value.version);
         if shell.peers_from.get(&member.name) == Some(&from) {
             continue;
         }
         let cached = shell
             .statuses
-            .entry(member.id.clone())
+            .entry(id.clone())
             .or_insert((u64::MAX, Vec::new()));
         if cached.0 != value.version {
             let decoded = (value.value.len() <= INSTANCES_BYTES_MAX)
