@@ -111,7 +111,7 @@ impl Api {
             issues.extend(
                 shoal_core::placement::summary::unplaceable_all(&local.placement, &local.workloads)
                     .iter()
-                    .map(|u| u.issue(&self.node.name, now)),
+                    .map(|u| unplaceable_issue(u, &self.node.name, now)),
             );
         }
         issues.sort_by(|a, b| (&a.node, &a.id).cmp(&(&b.node, &b.id)));
@@ -271,5 +271,30 @@ impl Api {
                     format!("forwarding to {node} failed: {e}"),
                 )
             })
+    }
+}
+
+/// A workload's issue for its unplaceable replicas, as the agent `node` answering says it at
+/// `now_ms`: one per workload, its id from the workload alone, so every agent names it alike.
+fn unplaceable_issue(
+    u: &shoal_core::placement::summary::Unplaceable,
+    node: &str,
+    now_ms: u64,
+) -> Issue {
+    use shoal_core::reconcile::{issue_id, IssueKind};
+    let kind = IssueKind::Unplaceable;
+    Issue {
+        id: issue_id(kind, None, &format!("workload/{}", u.workload)),
+        layer: kind.layer(),
+        kind,
+        replica: None,
+        node: node.to_string(),
+        message: format!(
+            "{u}. Placement tries again whenever nodes or specs change; add nodes that can take \
+             them, lower the replica count or the request, or see `shoal plan -f`"
+        ),
+        held: None,
+        approved: false,
+        since_ms: now_ms,
     }
 }

@@ -107,29 +107,6 @@ impl fmt::Display for Unplaceable {
     }
 }
 
-impl Unplaceable {
-    /// The workload's issue (`shoal issues`), as the agent `node` answering says it at `now_ms`:
-    /// one per workload, its id from the workload alone, so every agent names it alike.
-    pub fn issue(&self, node: &str, now_ms: u64) -> crate::reconcile::Issue {
-        use crate::reconcile::{issue_id, Issue, IssueKind};
-        let kind = IssueKind::Unplaceable;
-        Issue {
-            id: issue_id(kind, None, &format!("workload/{}", self.workload)),
-            layer: kind.layer(),
-            kind,
-            replica: None,
-            node: node.to_string(),
-            message: format!(
-                "{self}. Placement tries again whenever nodes or specs change; add nodes that \
-                 can take them, lower the replica count or the request, or see `shoal plan -f`"
-            ),
-            held: None,
-            approved: false,
-            since_ms: now_ms,
-        }
-    }
-}
-
 /// Every workload of `workloads` with unplaceable replicas in `placement`, by name.
 pub fn unplaceable_all(
     placement: &Placement,
