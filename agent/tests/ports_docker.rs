@@ -122,7 +122,7 @@ fn named_container_ports_are_allocated_and_containers_resolve_through_the_agent(
     c.wait_members(1, Duration::from_secs(20));
     let spec = c.dir.path().join("dweb.toml");
     let text = "name = \"dweb\"\nreplicas = 2\n[container]\nimage = \"shoal-busybox:latest\"\npull = \"if-not-present\"\n\
-        command = [\"sh\", \"-c\", \"mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www\"]\n\
+        command = [\"sh\", \"-c\", \"mkdir -p /tmp/www && echo ok > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www\"]\n\
         ports = [{ name = \"http\", container = 8080 }]\n\
         [resources]\ncpu = \"100m\"\nmemory = \"32Mi\"\n\
         [health]\nhttp = { port = \"http\", path = \"/\" }\ninterval = \"300ms\"\ntimeout = \"300ms\"\n";

@@ -291,7 +291,7 @@ async fn probes_and_reload_hooks_reach_the_container() {
     let web = container_spec(
         "web",
         IMAGE,
-        "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www",
+        "mkdir -p /tmp/www && echo ok > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www",
         "ports = [{ container = 8080 }]",
     );
     let inst = rt.start(request(&web, 0, node)).await.unwrap();
@@ -539,7 +539,7 @@ async fn a_named_port_is_published_on_its_allocated_host_port_and_kept_by_adopti
     let web = container_spec(
         "web",
         IMAGE,
-        "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www",
+        "mkdir -p /tmp/www && echo ok > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www",
         "ports = [{ name = \"http\", container = 8080 }]",
     );
     // The host allocates it (see ports_agents); here a free one stands in.
