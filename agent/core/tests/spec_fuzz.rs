@@ -489,6 +489,7 @@ fn arb_spec() -> impl Strategy<Value = WorkloadSpec> {
                     restarted_at: None,
                     stop_grace_ms: None,
                     user: None,
+                    secret_env: None,
                     volumes,
                 }
             },

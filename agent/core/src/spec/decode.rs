@@ -146,6 +146,7 @@ fn workload(ctx: &mut Ctx, root: &Node) -> Option<WorkloadSpec> {
         volumes: Vec::new(),
         stop_grace_ms: None,
         user: None,
+        secret_env: None,
     };
     if let Some((n, p)) = f.require(ctx, "name") {
         spec.name = string(ctx, &p, n).unwrap_or_default();
@@ -192,6 +193,9 @@ fn workload(ctx: &mut Ctx, root: &Node) -> Option<WorkloadSpec> {
     }
     if let Some((n, p)) = f.get(ctx, "user") {
         spec.user = string(ctx, &p, n);
+    }
+    if let Some((n, p)) = f.get(ctx, "secret_env") {
+        spec.secret_env = string_map(ctx, &p, n).filter(|m| !m.is_empty());
     }
     f.finish(ctx, SECTIONS);
     Some(spec)

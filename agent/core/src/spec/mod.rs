@@ -31,6 +31,7 @@ mod limits;
 mod policy;
 mod reader;
 mod render;
+pub mod secrets;
 mod sections;
 mod sticky;
 mod suggest;
@@ -44,6 +45,7 @@ pub use duration::{format_duration_ms, parse_duration_ms};
 pub use error::{Location, SpecError, SpecErrors};
 pub use image::{ImageRef, PullPolicy, DEFAULT_REGISTRY};
 pub use limits::*;
+pub use secrets::SECRET_PLACEHOLDER;
 pub use sticky::{OnDataLoss, STICKY_FOR_MS_DEFAULT};
 pub use volumes::{
     check_absolute_path, host_path_allowed, Volume, VolumeKind, VOLUMES_MAX, VOLUME_NAME_LEN_MAX,
@@ -92,6 +94,15 @@ pub struct WorkloadSpec {
     /// ([`WorkloadSpec::fields_since`]). At most [`USER_BYTES_MAX`] bytes.
     #[serde(default, with = "crate::version::since_8")]
     pub user: Option<String>,
+    /// Variables given to every instance's environment like the runtime's `env`, whose values
+    /// are never shown: every answer to a client carries [`WorkloadSpec::redacted`] (the
+    /// values as [`SECRET_PLACEHOLDER`]) unless a write-role client asks for them
+    /// (`get --spec --show-secrets`, audited). `None` when the spec sets none (never an empty
+    /// map). Same name rules and limits as `env`; a name may not be in both. A field of wire
+    /// version 10: no bytes at an older layout, refused at apply while the mesh is older
+    /// ([`WorkloadSpec::fields_since`]).
+    #[serde(default, with = "crate::version::since_10")]
+    pub secret_env: Option<BTreeMap<String, String>>,
 }
 
 /// Longest `user`.

@@ -8,7 +8,7 @@ use super::*;
 use crate::resources::{format_cpu_millis, format_memory_bytes};
 
 /// Sections in the order a person reads them (the TOML writer alone would sort them).
-const ORDER: [&str; 15] = [
+const ORDER: [&str; 16] = [
     "name",
     "replicas",
     "restarted_at",
@@ -22,6 +22,7 @@ const ORDER: [&str; 15] = [
     "restart",
     "update",
     "settings",
+    "secret_env",
     "reload",
     "volumes",
 ];
@@ -92,6 +93,9 @@ fn to_table(spec: &WorkloadSpec) -> Table {
     }
     if let Some(user) = &spec.user {
         t.insert("user".into(), Value::String(user.clone()));
+    }
+    if let Some(secrets) = &spec.secret_env {
+        t.insert("secret_env".into(), string_map(secrets));
     }
     match &spec.run {
         Run::Process(p) => {

@@ -95,6 +95,9 @@ impl WorkloadSpec {
         if self.user.is_some() {
             fields.push(("user", 8));
         }
+        if self.secret_env.is_some() {
+            fields.push(("secret_env", 10));
+        }
         fields
     }
 

@@ -80,6 +80,7 @@ pub(crate) fn check_new(spec: &WorkloadSpec, r: &mut Report) {
             r.err("user", message);
         }
     }
+    super::secrets::check_placeholders(spec, r);
 }
 
 /// The rules every stored spec must hold, also one applied before a newer agent added a rule:
@@ -159,6 +160,7 @@ pub(crate) fn check(spec: &WorkloadSpec, r: &mut Report) {
     check_policy::restart(r, &spec.restart);
     check_policy::update(r, &spec.update, spec.health.as_ref(), placement.exclusive);
     check_policy::settings(r, &spec.settings, spec.reload.as_ref());
+    super::secrets::check(spec, r);
     super::volumes::check(r, spec);
     super::sticky::check(r, spec);
 }
@@ -243,7 +245,7 @@ fn is_env_name(name: &str) -> bool {
         && name.len() <= 256
 }
 
-fn check_env(r: &mut Report, path: &str, env: &BTreeMap<String, String>) {
+pub(super) fn check_env(r: &mut Report, path: &str, env: &BTreeMap<String, String>) {
     if env.len() > ENV_VARS_MAX {
         r.err(
             path,
