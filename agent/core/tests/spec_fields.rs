@@ -218,6 +218,10 @@ const FIELDS: &[(&str, Reader)] = &[
             "request.spec.user.as_deref()",
         ),
     ),
+    (
+        "secret_env",
+        Code("agent/src/node/runtime/mod.rs", "request.spec.secret_env"),
+    ),
     ("reload.Signal", Code(CONTROL, "ReloadHook::Signal")),
     ("volumes[].name", Code(VOLUMES, "volume.name")),
     ("volumes[].kind", Code(VOLUMES, "match volume.kind")),
@@ -264,7 +268,7 @@ fn samples() -> Vec<WorkloadSpec> {
          [[volumes]]\nname = \"cache\"\nkind = \"docker\"\nsource = \"web-cache\"\n\
          path = \"/cache\"\n",
         // An http probe, and a surge (no fixed host port: a surge copy shares the host).
-        "restarted_at = \"2026-12-01 21:30:00.123Z\"\nstop_grace = \"45s\"\nuser = \"app:app\"\n[container]\nimage = \"nginx:1.27\"\n[health.http]\nport = 80\npath = \"/healthz\"\n\
+        "restarted_at = \"2026-12-01 21:30:00.123Z\"\nstop_grace = \"45s\"\nuser = \"app:app\"\nsecret_env = { DB_PASSWORD = \"hunter2\" }\n[container]\nimage = \"nginx:1.27\"\n[health.http]\nport = 80\npath = \"/healthz\"\n\
          [update]\nmax_surge = 3\n",
     ];
     texts

@@ -41,7 +41,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("{name}: unchanged ({} replicas)", view.replicas);
         return Ok(ExitCode::SUCCESS);
     }
-    let mut spec = view.spec;
+    // A spec with secrets reads back with `<secret>` in their place: read the values (a write
+    // the agent audits) so that the apply keeps them.
+    let mut spec = match view.spec.has_secrets() {
+        false => view.spec,
+        true => {
+            let ask = Request::GetSecrets {
+                name: name.clone(),
+                since: Default::default(),
+            };
+            let Response::Workload(view) = call(&args.client, ask)? else {
+                bail!("unexpected answer from the agent");
+            };
+            view.spec
+        }
+    };
     let before = spec.replicas;
     spec.replicas = args.replicas;
     if let Err(errors) = spec.validate() {

@@ -53,6 +53,10 @@ pub struct GetArgs {
     /// out), which `shoal apply -f` takes back. Needs NAME.
     #[arg(long, requires = "name", conflicts_with = "output")]
     spec: bool,
+    /// With --spec: print the `secret_env` values instead of `<secret>`. Needs a client
+    /// certificate with write access; the agent records who asked (an event).
+    #[arg(long, requires = "spec")]
+    show_secrets: bool,
     #[command(flatten)]
     client: ClientOpts,
     /// Output format.
@@ -275,7 +279,14 @@ struct GetRow<'a> {
 pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
     let views = match args.name {
         Some(name) => {
-            let Response::Workload(w) = call(&args.client, Request::Get { name })? else {
+            let ask = match args.show_secrets {
+                true => Request::GetSecrets {
+                    name,
+                    since: Default::default(),
+                },
+                false => Request::Get { name },
+            };
+            let Response::Workload(w) = call(&args.client, ask)? else {
                 bail!("unexpected answer from the agent");
             };
             if args.spec {

@@ -40,7 +40,10 @@ impl Api {
             Ok(node) => node,
             Err(why) => {
                 // An unknown workload says so first.
-                self.node.clone().handle_get(workload.clone()).await?;
+                self.node
+                    .clone()
+                    .handle_get(workload.clone(), false)
+                    .await?;
                 return Err(why);
             }
         };

@@ -35,7 +35,10 @@ impl Api {
         }
         let Some((index, node)) = pick(&observed, &workload, replica) else {
             // Unknown workload, or no instance anywhere: say which.
-            self.node.clone().handle_get(workload.clone()).await?;
+            self.node
+                .clone()
+                .handle_get(workload.clone(), false)
+                .await?;
             let which = match replica {
                 Some(r) => format!("{workload}/{r}"),
                 None => format!("no replica of {workload}"),

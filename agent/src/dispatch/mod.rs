@@ -115,7 +115,21 @@ impl Api {
                 self.record_write("delete", &[name], &result, &by);
                 result
             }
-            Request::Get { name } => node.handle_get(name).await,
+            Request::Get { name } => node.handle_get(name, false).await,
+            Request::GetSecrets { name, .. } => {
+                let by = asked_by(None);
+                let result = node.clone().handle_get(name.clone(), true).await;
+                if let (Ok(_), Some(host)) = (&result, &self.host) {
+                    tracing::info!(workload = %name, by = %by, "secret values shown");
+                    host.record_asked(
+                        "show-secrets",
+                        None,
+                        format!("the secret values of {name} were shown"),
+                        &by,
+                    );
+                }
+                result
+            }
             Request::List { after, limit } => node.handle_list(after, limit).await,
             Request::Nodes { after, limit } => Ok(self.handle_nodes(after, limit).await),
             Request::Status { name, after, limit } => {
@@ -461,6 +475,7 @@ fn request_kind(req: &Request) -> &'static str {
         Request::ExecIoHere { .. } => "exec-io-here",
         Request::UpgradeStatus { .. } => "upgrade-status",
         Request::Plan { .. } => "plan",
+        Request::GetSecrets { .. } => "get-secrets",
         Request::UpgradeHold { held: true, .. } => "upgrade-hold",
         Request::UpgradeHold { held: false, .. } => "upgrade-release",
     }

@@ -28,7 +28,7 @@ pub(super) async fn workload(
     by: String,
     complete: BTreeSet<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let Response::Workload(view) = node.clone().handle_get(name.clone()).await? else {
+    let Response::Workload(view) = node.clone().handle_get(name.clone(), false).await? else {
         return Err(ApiError::new(
             ErrorKind::Internal,
             format!("reading {name}'s spec gave an unexpected answer"),
@@ -69,7 +69,10 @@ impl Api {
         }
         let Some((_, node)) = pick(&observed, &workload, Some(index)) else {
             // Unknown workload, or no instance anywhere: say which.
-            self.node.clone().handle_get(workload.clone()).await?;
+            self.node
+                .clone()
+                .handle_get(workload.clone(), false)
+                .await?;
             return Err(ApiError::new(
                 ErrorKind::NotFound,
                 format!(

@@ -54,6 +54,7 @@ roles! {
     ],
     Write: [
         Apply, Delete, PublishCrl, SetCaps, UpgradeHold, Undo, Pause, Restart, Exec, ExecIo,
+        GetSecrets,
     ],
     WriteOrForward: [Approve],
     WriteOrSelf: [Drain],

@@ -299,6 +299,14 @@ pub enum Request {
         /// Exists since wire 9.
         since: Since<9>,
     },
+    /// `shoal get NAME --spec --show-secrets`: the workload with its `secret_env` values, which
+    /// [`Request::Get`] replaces by `<secret>`. A write; audited (an event naming the caller).
+    GetSecrets {
+        /// The workload.
+        name: String,
+        /// Exists since wire 10.
+        since: Since<10>,
+    },
 }
 
 /// One poll of an exec session: stdin from an offset, and how much output the client has.

@@ -318,6 +318,10 @@ pub fn instance_env(
     spec_env: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
     let mut env = spec_env.clone();
+    // Validation keeps a secret's name out of `env`; its value reaches the instance only here.
+    if let Some(secrets) = &request.spec.secret_env {
+        env.extend(secrets.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
     for (name, value) in &request.spec.settings {
         env.insert(setting_env_name(name), value.clone());
     }

@@ -47,7 +47,13 @@ impl MeshNode {
     }
 
     /// The live workload `name` with its whole spec.
-    pub(crate) async fn handle_get(self: Arc<Self>, name: String) -> Result<Response, ApiError> {
+    /// The workload `name` with its spec: its `secret_env` values replaced by `<secret>` unless
+    /// `secrets` (`Request::GetSecrets`, a write the caller audits).
+    pub(crate) async fn handle_get(
+        self: Arc<Self>,
+        name: String,
+        secrets: bool,
+    ) -> Result<Response, ApiError> {
         let key = name.clone();
         let stored = self
             .with_store(move |s| {
@@ -69,7 +75,10 @@ impl MeshNode {
                 name,
                 replicas: spec.replicas,
                 version,
-                spec,
+                spec: match secrets {
+                    true => spec,
+                    false => spec.redacted(),
+                },
             }))),
         }
     }
