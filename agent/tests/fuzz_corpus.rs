@@ -30,7 +30,10 @@ fn every_corpus_input_of_every_target_decodes_without_panic() {
     let mut total = 0;
     for (target, harness) in harness::TARGETS {
         let files = inputs(&corpus_dir(target));
-        assert!(!files.is_empty(), "no corpus committed for fuzz target {target}");
+        assert!(
+            !files.is_empty(),
+            "no corpus committed for fuzz target {target}"
+        );
         for file in &files {
             let data = std::fs::read(file).expect("corpus file");
             let outcome = std::panic::catch_unwind(|| harness(&data));
@@ -51,7 +54,9 @@ fn every_fuzz_target_has_a_binary_and_a_corpus() {
     let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("fuzz/Cargo.toml");
     for (target, _) in harness::TARGETS {
         assert!(
-            root.join("fuzz_targets").join(format!("{target}.rs")).is_file(),
+            root.join("fuzz_targets")
+                .join(format!("{target}.rs"))
+                .is_file(),
             "fuzz/fuzz_targets/{target}.rs missing"
         );
         assert!(

@@ -17,13 +17,16 @@ use shoal::core::spec::WorkloadSpec;
 use shoal::core::store::{Digest, DigestSummary};
 use shoal::wire::api::{Request, Response};
 use shoal::wire::{
-    decode_body_at, decode_envelope, decode_frame, encode_frame_at, FrameKind,
-    API_FRAME_MAX_BYTES, GOSSIP_FRAME_MAX_BYTES, WIRE_CUR, WIRE_MIN,
+    decode_body_at, decode_envelope, decode_frame, encode_frame_at, FrameKind, API_FRAME_MAX_BYTES,
+    GOSSIP_FRAME_MAX_BYTES, WIRE_CUR, WIRE_MIN,
 };
+
+/// A harness body: feeds one input to one decoder family.
+pub type Harness = fn(&[u8]);
 
 /// The targets, by name: the name of each fuzz target, its corpus directory
 /// (fuzz/corpus/NAME) and its harness.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Harness)] = &[
     ("wire", wire),
     ("gossip", gossip),
     ("cells", cells),
@@ -44,12 +47,17 @@ fn bincode_fixpoint<T: serde::Serialize + serde::de::DeserializeOwned>(version: 
     let Ok(first) = encode_frame_at(version, FrameKind::Request, value, usize::MAX >> 1) else {
         return; // e.g. a field this version cannot carry: refused, not a decoder matter
     };
-    let body = decode_frame(&first, usize::MAX >> 1).expect("own frame").body;
+    let body = decode_frame(&first, usize::MAX >> 1)
+        .expect("own frame")
+        .body;
     let again: T = decode_body_at::<T, { usize::MAX >> 1 }>(version, body)
         .unwrap_or_else(|e| panic!("a re-encoded message does not decode in {version}: {e}"));
     let second = encode_frame_at(version, FrameKind::Request, &again, usize::MAX >> 1)
         .expect("a decoded message encodes again");
-    assert_eq!(first, second, "re-encoding is not stable in version {version}");
+    assert_eq!(
+        first, second,
+        "re-encoding is not stable in version {version}"
+    );
 }
 
 /// Wire frames and API bodies: the first byte picks the entry point (and a version for bodies),
@@ -109,7 +117,11 @@ pub fn gossip(data: &[u8]) {
     match sel % 12 {
         0 => {
             let decoded = NodeRecord::decode(&text);
-            assert_eq!(NodeRecord::decode_cached(&text), decoded, "cached decode differs");
+            assert_eq!(
+                NodeRecord::decode_cached(&text),
+                decoded,
+                "cached decode differs"
+            );
             if let Ok(record) = decoded {
                 assert_eq!(NodeRecord::decode(&record.encode()), Ok(record));
             }
@@ -128,7 +140,10 @@ pub fn gossip(data: &[u8]) {
         3 => {
             if let Ok(list) = serde_json::from_str::<Vec<InstanceStatus>>(&text) {
                 let again = serde_json::to_string(&list).expect("statuses encode");
-                assert_eq!(serde_json::from_str::<Vec<InstanceStatus>>(&again).ok(), Some(list));
+                assert_eq!(
+                    serde_json::from_str::<Vec<InstanceStatus>>(&again).ok(),
+                    Some(list)
+                );
             }
         }
         // Issues (`issues`, `clock_issue`), as `shoal issues` reads them.
@@ -190,21 +205,34 @@ pub fn cells(data: &[u8]) {
     let now_mono = 10_000_000;
     match sel % 3 {
         0 => {
-            let Ok(entries) =
-                decode_body_at::<Vec<CellEntry>, API_FRAME_MAX_BYTES>(version, rest)
+            let Ok(entries) = decode_body_at::<Vec<CellEntry>, API_FRAME_MAX_BYTES>(version, rest)
             else {
                 return;
             };
             let mut table = CellTable::new("own");
             let outcome = table.merge(entries.clone(), now_mono, now_wall);
-            assert!(table.len() <= shoal::core::cells::CELLS_MAX + 1, "table over its bound");
+            assert!(
+                table.len() <= shoal::core::cells::CELLS_MAX + 1,
+                "table over its bound"
+            );
             // Merging the same entries again changes nothing.
             let again = table.merge(entries, now_mono, now_wall);
-            assert!(again.updated.is_empty(), "a second merge updated {:?}", again.updated);
-            let _ = (outcome, table.list(now_mono), table.placement_cells(now_mono));
+            assert!(
+                again.updated.is_empty(),
+                "a second merge updated {:?}",
+                again.updated
+            );
+            let _ = (
+                outcome,
+                table.list(now_mono),
+                table.placement_cells(now_mono),
+            );
             let _ = (table.quorum(now_mono, 1), table.up_cells(now_mono));
             let known = table.known();
-            assert!(table.newer_than(&known, now_mono).is_empty(), "newer than itself");
+            assert!(
+                table.newer_than(&known, now_mono).is_empty(),
+                "newer than itself"
+            );
         }
         1 => {
             let Ok(known) = decode_body_at::<Vec<Known>, API_FRAME_MAX_BYTES>(version, rest) else {
@@ -216,11 +244,8 @@ pub fn cells(data: &[u8]) {
         _ => {
             let text = String::from_utf8_lossy(rest);
             if let Some(contact) = shoal::state::cells::parse_contact(&text) {
-                let again = shoal::state::cells::contact_text(
-                    &contact.name,
-                    contact.api,
-                    contact.gossip,
-                );
+                let again =
+                    shoal::state::cells::contact_text(&contact.name, contact.api, contact.gossip);
                 assert_eq!(shoal::state::cells::parse_contact(&again), Some(contact));
             }
         }
@@ -271,7 +296,10 @@ fn crl_ca() -> &'static [Vec<u8>] {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../fuzz/ca.der")
             .canonicalize();
-        path.ok().and_then(|p| std::fs::read(p).ok()).into_iter().collect()
+        path.ok()
+            .and_then(|p| std::fs::read(p).ok())
+            .into_iter()
+            .collect()
     })
 }
 
