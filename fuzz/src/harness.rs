@@ -200,15 +200,25 @@ pub fn cells(data: &[u8]) {
     let Some((&sel, rest)) = data.split_first() else {
         return;
     };
-    let version = version_of(sel / 3);
+    let version = version_of((sel & 0x7f) / 3);
     let now_wall = 1_800_000_000_000;
     let now_mono = 10_000_000;
     match sel % 3 {
         0 => {
-            let Ok(entries) = decode_body_at::<Vec<CellEntry>, API_FRAME_MAX_BYTES>(version, rest)
+            let Ok(mut entries) =
+                decode_body_at::<Vec<CellEntry>, API_FRAME_MAX_BYTES>(version, rest)
             else {
                 return;
             };
+            // Half the inputs carry the right content versions, as an honest envoy's do (a
+            // fuzzer cannot find the hash), so that merging goes past the version check.
+            if sel & 0x80 != 0 {
+                for entry in &mut entries {
+                    if let Some(summary) = &entry.summary {
+                        entry.version = shoal::core::cells::content_version(summary);
+                    }
+                }
+            }
             let mut table = CellTable::new("own");
             let outcome = table.merge(entries.clone(), now_mono, now_wall);
             assert!(
