@@ -417,3 +417,46 @@ impl DesiredStore {
         );
     }
 }
+
+/// The record decoders of [`DesiredStore`], exactly as it reads `desired.redb` (size limit, whole
+/// body consumed), for the fuzz targets (fuzz/, agent/tests/fuzz_corpus.rs). Not an API.
+#[doc(hidden)]
+pub mod fuzz {
+    use std::net::SocketAddr;
+
+    use shoal_core::hlc::Hlc;
+    use shoal_core::store::Entry;
+
+    use super::codec::{self, decode, ENTRY_BYTES_MAX, FACT_BYTES_MAX};
+    use super::StoreDbError;
+
+    /// A row of the entries table.
+    pub fn entry(bytes: &[u8]) -> Result<Entry, StoreDbError> {
+        decode::<Entry, ENTRY_BYTES_MAX>("entries", "fuzz", bytes)
+    }
+
+    /// A row of the entries table as the store writes it.
+    pub fn encode_entry(entry: &Entry) -> Vec<u8> {
+        codec::encode(entry)
+    }
+
+    /// The clock's high-water fact.
+    pub fn fact_hlc(bytes: &[u8]) -> Result<Hlc, StoreDbError> {
+        decode::<Hlc, FACT_BYTES_MAX>("facts", codec::FACT_HLC, bytes)
+    }
+
+    /// The saved peers fact.
+    pub fn fact_peers(bytes: &[u8]) -> Result<Vec<SocketAddr>, StoreDbError> {
+        decode::<Vec<SocketAddr>, FACT_BYTES_MAX>("facts", codec::FACT_PEERS, bytes)
+    }
+
+    /// A counter fact (generation, members or cells known, synced at).
+    pub fn fact_u64(bytes: &[u8]) -> Result<u64, StoreDbError> {
+        decode::<u64, FACT_BYTES_MAX>("facts", codec::FACT_GENERATION, bytes)
+    }
+
+    /// The schema fact.
+    pub fn fact_schema(bytes: &[u8]) -> Result<u32, StoreDbError> {
+        decode::<u32, FACT_BYTES_MAX>("facts", codec::FACT_SCHEMA, bytes)
+    }
+}
