@@ -131,7 +131,7 @@ impl Case {
         let (server, endpoints) = (server.to_str().unwrap(), endpoints.to_str().unwrap());
         let text = format!(
             "name = \"{}\"\nreplicas = {REPLICAS}\n\
-             [process]\ncommand = [\"python3\", {server:?}, {endpoints:?}, \"{DRAIN_S}\"]\n\
+             [process]\ncommand = [\"/usr/bin/python3\", {server:?}, {endpoints:?}, \"{DRAIN_S}\"]\n\
              env = {{ VERSION = \"{version}\" }}\n\
              [health]\ninterval = \"300ms\"\ntimeout = \"300ms\"\nstart_grace = \"10s\"\n\
              [health.exec]\ncommand = [\"bash\", \"-c\", {PROBE_SH:?}, \"probe\", {endpoints:?}]\n{}",
@@ -319,6 +319,13 @@ fn process_case(case: Case) {
     let dir = c.dir.path().to_path_buf();
     std::fs::write(dir.join("server.py"), SERVER_PY).unwrap();
     std::fs::create_dir(dir.join("endpoints")).unwrap();
+    // The servers run as the agents' workload user (nobody): they write their endpoints here.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        dir.join("endpoints"),
+        std::fs::Permissions::from_mode(0o777),
+    )
+    .unwrap();
     // Instances outlive their agents: the cluster kills the servers of this directory at the end.
     c.cleanup
         .push(dir.join("server.py").to_str().unwrap().to_string());
