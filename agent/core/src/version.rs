@@ -58,7 +58,7 @@ pub fn speaks(version: u16) -> bool {
 /// ```
 pub mod since_8 {
     use serde::de::DeserializeOwned;
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde::{Deserializer, Serialize, Serializer};
 
     /// The version the field was added at.
     pub const SINCE: u16 = 8;
@@ -68,28 +68,14 @@ pub mod since_8 {
         value: &Option<T>,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
-        if serializer.is_human_readable() || super::layout() >= SINCE {
-            return value.serialize(serializer);
-        }
-        if value.is_some() {
-            return Err(serde::ser::Error::custom(format!(
-                "a field added at wire version {SINCE} is set, and this value is encoded for \
-                 version {}",
-                super::layout()
-            )));
-        }
-        ().serialize(serializer)
+        super::refusing::serialize(value, serializer, SINCE)
     }
 
     /// Deserializes the field, or `None` from no bytes at an older layout.
     pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Option<T>, D::Error> {
-        if deserializer.is_human_readable() || super::layout() >= SINCE {
-            return Option::<T>::deserialize(deserializer);
-        }
-        <()>::deserialize(deserializer)?;
-        Ok(None)
+        super::lossy::deserialize(deserializer, SINCE)
     }
 }
 
@@ -141,7 +127,7 @@ pub mod since_9_lossy {
 /// [`since_8`] for a field of desired state added at wire version 10.
 pub mod since_10 {
     use serde::de::DeserializeOwned;
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde::{Deserializer, Serialize, Serializer};
 
     /// The version the field was added at.
     pub const SINCE: u16 = 10;
@@ -151,28 +137,14 @@ pub mod since_10 {
         value: &Option<T>,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
-        if serializer.is_human_readable() || super::layout() >= SINCE {
-            return value.serialize(serializer);
-        }
-        if value.is_some() {
-            return Err(serde::ser::Error::custom(format!(
-                "a field added at wire version {SINCE} is set, and this value is encoded for \
-                 version {}",
-                super::layout()
-            )));
-        }
-        ().serialize(serializer)
+        super::refusing::serialize(value, serializer, SINCE)
     }
 
     /// Deserializes the field, or `None` from no bytes at an older layout.
     pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Option<T>, D::Error> {
-        if deserializer.is_human_readable() || super::layout() >= SINCE {
-            return Option::<T>::deserialize(deserializer);
-        }
-        <()>::deserialize(deserializer)?;
-        Ok(None)
+        super::lossy::deserialize(deserializer, SINCE)
     }
 }
 
@@ -194,6 +166,30 @@ pub mod since_10_lossy {
         deserializer: D,
     ) -> Result<Option<T>, D::Error> {
         super::lossy::deserialize(deserializer, 10)
+    }
+}
+
+/// A field of desired state added at wire version `since`: no bytes at an older layout, and an
+/// error when it is set there (never a silent drop).
+mod refusing {
+    use serde::{Serialize, Serializer};
+
+    pub fn serialize<T: Serialize, S: Serializer>(
+        value: &Option<T>,
+        serializer: S,
+        since: u16,
+    ) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() || super::layout() >= since {
+            return value.serialize(serializer);
+        }
+        if value.is_some() {
+            return Err(serde::ser::Error::custom(format!(
+                "a field added at wire version {since} is set, and this value is encoded for \
+                 version {}",
+                super::layout()
+            )));
+        }
+        ().serialize(serializer)
     }
 }
 
