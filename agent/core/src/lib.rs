@@ -25,6 +25,7 @@ pub mod stable_hash;
 pub mod stacking;
 pub mod store;
 pub mod upgrade;
+pub mod verdict;
 pub mod version;
 
 pub use constraint::{Constraint, ConstraintOp};

@@ -1,0 +1,856 @@
+//! Member verdicts on direct evidence (issue 28): SWIM's probes with Lifeguard's local health.
+//!
+//! chitchat spreads every member's heartbeat; a gap in one is only a reason to look, never a
+//! verdict. An agent that sees a member's heartbeat quiet for [`ProbeConfig::quiet_ms`] probes it:
+//!
+//! 1. **direct**: a `Ping` to the member, repeated every [`ProbeConfig::ping_every_ms`];
+//! 2. **indirect**: after [`ProbeConfig::ping_timeout_ms`] without an answer, a `PingReq` to
+//!    [`ProbeConfig::indirect_k`] other members, which ping it and relay its `Ack`, or answer
+//!    `Nack` when they heard nothing either (so a prober whose own links are bad can tell);
+//! 3. **suspicion**: after [`ProbeConfig::indirect_timeout_ms`] more, the member is `Suspect`
+//!    (published in gossip, shown by `shoal nodes`), still pinged; any `Ack` or heartbeat refutes
+//!    it. The suspicion lasts from [`ProbeConfig::suspicion_max_ms`] down to
+//!    [`ProbeConfig::suspicion_min_ms`] as other members independently suspect it too (Lifeguard's
+//!    "dogpile": `max - (max - min) * ln(c + 1) / ln(k + 1)` for `c` confirmations of `k`);
+//! 4. **dead** when the suspicion runs out unrefuted.
+//!
+//! **Local health** (Lifeguard's local health multiplier): every timeout above is multiplied by
+//! `health + 1`. Health rises when this agent wakes late (a stall: it was starved or frozen, so
+//! the silence it measured is its own), when its indirect probes get fewer answers than it asked
+//! for (its own links lose), and when others suspect it; a successful probe lowers it. A stall also
+//! moves every running timer forward by its length: time this agent did not run is no evidence.
+//!
+//! A member whose build does not speak probes keeps the heartbeat detector's verdict (the shell
+//! reads chitchat's), so a mesh of mixed builds never mistakes silence for death.
+//!
+//! Pure: time is `now_ms` (monotonic), randomness a seed, the view what the shell read from gossip.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// Longest node name a probe message may carry.
+pub const NAME_MAX: usize = 255;
+
+/// The timers and bounds of the detector. [`Default`] is what agents run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeConfig {
+    /// A member's heartbeat quiet this long starts a probe.
+    pub quiet_ms: u64,
+    /// Direct pings are sent again this often while a probe runs.
+    pub ping_every_ms: u64,
+    /// No answer this long after the first ping: ask others (indirect probes).
+    pub ping_timeout_ms: u64,
+    /// No answer this long after the indirect probes went out: suspect.
+    pub indirect_timeout_ms: u64,
+    /// Members asked to probe for this agent.
+    pub indirect_k: usize,
+    /// The shortest suspicion (reached with [`Self::confirmations_k`] confirmations).
+    pub suspicion_min_ms: u64,
+    /// The longest suspicion (no confirmation).
+    pub suspicion_max_ms: u64,
+    /// Independent suspicions that bring the suspicion down to its minimum.
+    pub confirmations_k: u32,
+    /// Highest local health score (timeouts are multiplied by `health + 1`).
+    pub health_max: u32,
+    /// A wake this much later than planned is a stall of this agent.
+    pub stall_slack_ms: u64,
+    /// Most indirect probes run for others at once; further requests are dropped and counted.
+    pub relays_max: usize,
+    /// Most members tracked; further ones keep the heartbeat verdict (counted).
+    pub members_max: usize,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        ProbeConfig {
+            quiet_ms: 300,
+            ping_every_ms: 100,
+            ping_timeout_ms: 150,
+            indirect_timeout_ms: 250,
+            indirect_k: 3,
+            suspicion_min_ms: 200,
+            suspicion_max_ms: 800,
+            confirmations_k: 3,
+            health_max: 8,
+            stall_slack_ms: 60,
+            relays_max: 256,
+            members_max: 4_096,
+        }
+    }
+}
+
+impl ProbeConfig {
+    /// How long a suspicion with `confirmations` independent confirmations lasts, before local
+    /// health.
+    pub fn suspicion_ms(&self, confirmations: u32) -> u64 {
+        let (min, max) = (self.suspicion_min_ms as f64, self.suspicion_max_ms as f64);
+        let k = f64::from(self.confirmations_k.max(1));
+        let frac = (f64::from(confirmations) + 1.0).ln() / (k + 1.0).ln();
+        (max - (max - min) * frac.min(1.0)).max(min) as u64
+    }
+
+    /// The longest a member that answers nothing and gossips nothing stays undeclared, counted
+    /// from its last heartbeat, at full health: the line between frozen and dead.
+    pub fn dead_after_ms(&self) -> u64 {
+        self.quiet_ms + self.ping_timeout_ms + self.indirect_timeout_ms + self.suspicion_max_ms
+    }
+}
+
+/// A probe message between agents. Small: a name, two numbers and an address at most.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProbeMsg {
+    /// Are you `target` of generation `target_gen`, and alive?
+    Ping {
+        /// Matches the answer to the probe.
+        nonce: u64,
+        /// The name asked about.
+        target: String,
+        /// Its incarnation (gossip generation) asked about.
+        target_gen: u64,
+    },
+    /// Alive: `name` of generation `generation` answers `nonce` (directly or relayed).
+    Ack {
+        /// The probe answered.
+        nonce: u64,
+        /// Who answers.
+        name: String,
+        /// Its incarnation.
+        generation: u64,
+    },
+    /// Ping `target` at `target_addr` for me and relay its answer.
+    PingReq {
+        /// The asker's probe.
+        nonce: u64,
+        /// The member to ping.
+        target: String,
+        /// Its incarnation.
+        target_gen: u64,
+        /// Its gossip address.
+        target_addr: SocketAddr,
+    },
+    /// I pinged the member you asked about and heard nothing in time.
+    Nack {
+        /// The asker's probe.
+        nonce: u64,
+    },
+}
+
+impl ProbeMsg {
+    /// Whether the message is within bounds (names at most [`NAME_MAX`] bytes).
+    pub fn valid(&self) -> bool {
+        match self {
+            ProbeMsg::Ping { target, .. } | ProbeMsg::PingReq { target, .. } => {
+                !target.is_empty() && target.len() <= NAME_MAX
+            }
+            ProbeMsg::Ack { name, .. } => !name.is_empty() && name.len() <= NAME_MAX,
+            ProbeMsg::Nack { .. } => true,
+        }
+    }
+}
+
+/// One member as the shell read it from gossip this tick.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// Node name.
+    pub name: String,
+    /// Gossip generation (incarnation).
+    pub generation: u64,
+    /// Gossip address (where probes go).
+    pub addr: SocketAddr,
+    /// Its heartbeat counter as gossip last carried it.
+    pub heartbeat: u64,
+    /// The heartbeat detector (chitchat's phi accrual) holds it live.
+    pub live: bool,
+    /// Its build answers probes (wire 11 and later).
+    pub probes: bool,
+    /// It announced a leave or a planned restart.
+    pub leaving: bool,
+    /// How many other live members gossip that they suspect it.
+    pub suspected_by: u32,
+}
+
+/// A verdict on one member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// Heard from lately, or answers probes.
+    Alive,
+    /// Silent and unanswering; may refute.
+    Suspect,
+    /// Declared dead.
+    Dead,
+}
+
+/// A change of verdict, for events and counters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerdictEvent {
+    /// Node name.
+    pub name: String,
+    /// Its generation.
+    pub generation: u64,
+    /// What happened.
+    pub kind: VerdictKind,
+    /// When (the tick's `now_ms`).
+    pub at_ms: u64,
+}
+
+/// What a [`VerdictEvent`] says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerdictKind {
+    /// Probes went unanswered: suspected.
+    Suspect,
+    /// A suspected member answered or gossiped: alive again.
+    Refuted,
+    /// The suspicion ran out: dead.
+    Dead,
+    /// A member held dead gossiped again.
+    Revived,
+}
+
+impl VerdictKind {
+    /// The event's kind as operators read it (`member-suspect`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerdictKind::Suspect => "member-suspect",
+            VerdictKind::Refuted => "member-refuted",
+            VerdictKind::Dead => "member-dead",
+            VerdictKind::Revived => "member-revived",
+        }
+    }
+}
+
+/// What the detector counted: messages ignored and why, probes, stalls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProbeCounters {
+    /// Probes started (a member's heartbeat went quiet).
+    pub probes: u64,
+    /// Probes that went indirect.
+    pub indirect: u64,
+    /// Messages from an address that is no member, or naming no member: ignored.
+    pub non_member: u64,
+    /// Messages about another incarnation (a ping for an earlier generation, an answer from
+    /// another): ignored.
+    pub stale: u64,
+    /// Answers to no probe running: ignored.
+    pub unexpected: u64,
+    /// Indirect probe requests dropped because [`ProbeConfig::relays_max`] run.
+    pub relays_dropped: u64,
+    /// Members left to the heartbeat verdict past [`ProbeConfig::members_max`].
+    pub untracked: u64,
+    /// Wakes later than the slack: this agent stalled.
+    pub stalls: u64,
+}
+
+/// An outgoing probe message.
+pub type Outgoing = (SocketAddr, ProbeMsg);
+
+#[derive(Clone, Debug)]
+enum State {
+    Alive,
+    Probing(Probe),
+    Suspect(Probe, u64),
+    /// Since when.
+    Dead(u64),
+}
+
+#[derive(Clone, Debug)]
+struct Probe {
+    nonce: u64,
+    since: u64,
+    last_ping: u64,
+    /// When the indirect requests went out, how many, and how many answered.
+    indirect: Option<(u64, u32, u32)>,
+}
+
+#[derive(Clone, Debug)]
+struct Track {
+    addr: SocketAddr,
+    heartbeat: u64,
+    advanced_at: u64,
+    probes: bool,
+    leaving: bool,
+    live: bool,
+    suspected_by: u32,
+    state: State,
+}
+
+#[derive(Clone, Debug)]
+struct Relay {
+    requester: SocketAddr,
+    nonce: u64,
+    deadline: u64,
+}
+
+type Key = (String, u64);
+
+/// One agent's detector. Feed it [`Prober::tick`] on a timer and [`Prober::receive`] per
+/// message; send what they return.
+#[derive(Clone, Debug)]
+pub struct Prober {
+    config: ProbeConfig,
+    me: Key,
+    tracks: BTreeMap<Key, Track>,
+    by_addr: BTreeMap<SocketAddr, Key>,
+    pending: BTreeMap<u64, Key>,
+    relays: BTreeMap<u64, Relay>,
+    next_nonce: u64,
+    rng: u64,
+    health: u32,
+    suspected_me: bool,
+    counters: ProbeCounters,
+    events: Vec<VerdictEvent>,
+}
+
+/// How long a member this agent declared dead stays in what it gossips as suspected (a
+/// confirmation for the others still suspecting it).
+pub const CONFIRMS_FOR_MS: u64 = 10_000;
+
+/// Most events kept until drained.
+const EVENTS_MAX: usize = 1_024;
+
+impl Prober {
+    /// A detector for `name` of generation `generation`; `seed` picks the indirect probers and
+    /// the first nonce.
+    pub fn new(config: ProbeConfig, name: &str, generation: u64, seed: u64) -> Self {
+        Prober {
+            config,
+            me: (name.to_string(), generation),
+            tracks: BTreeMap::new(),
+            by_addr: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            relays: BTreeMap::new(),
+            next_nonce: splitmix(seed) | 1,
+            rng: seed,
+            health: 0,
+            suspected_me: false,
+            counters: ProbeCounters::default(),
+            events: Vec::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ProbeConfig {
+        &self.config
+    }
+
+    /// The local health score: timeouts are multiplied by one more than it.
+    pub fn health(&self) -> u32 {
+        self.health
+    }
+
+    /// What was counted so far.
+    pub fn counters(&self) -> ProbeCounters {
+        self.counters
+    }
+
+    /// The verdict on `name` of `generation`, when the detector judges it (`None`: a member this
+    /// detector leaves to the heartbeat verdict: unknown, an older build, or leaving).
+    pub fn verdict(&self, name: &str, generation: u64) -> Option<Verdict> {
+        let track = self.tracks.get(&(name.to_string(), generation))?;
+        if !track.probes || track.leaving {
+            return None;
+        }
+        Some(match track.state {
+            State::Alive | State::Probing(_) => Verdict::Alive,
+            State::Suspect(..) => Verdict::Suspect,
+            State::Dead(_) => Verdict::Dead,
+        })
+    }
+
+    /// Every judged member's verdict, by name and generation.
+    pub fn verdicts(&self) -> Vec<(String, u64, Verdict)> {
+        self.tracks
+            .keys()
+            .filter_map(|(n, g)| self.verdict(n, *g).map(|v| (n.clone(), *g, v)))
+            .collect()
+    }
+
+    /// The members this agent suspects now, or declared dead within the last
+    /// [`CONFIRMS_FOR_MS`], by name and generation: what it gossips, each a confirmation for
+    /// the others' suspicions.
+    pub fn suspects(&self, now_ms: u64) -> Vec<(String, u64)> {
+        self.tracks
+            .iter()
+            .filter(|(_, t)| t.probes && !t.leaving)
+            .filter(|(_, t)| match t.state {
+                State::Suspect(..) => true,
+                State::Dead(since) => now_ms.saturating_sub(since) < CONFIRMS_FOR_MS,
+                _ => false,
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// The verdict changes since the last call (at most [`EVENTS_MAX`] kept).
+    pub fn drain_events(&mut self) -> Vec<VerdictEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    fn multiplier(&self) -> u64 {
+        u64::from(self.health) + 1
+    }
+
+    fn nonce(&mut self) -> u64 {
+        self.next_nonce = self.next_nonce.wrapping_add(2);
+        self.next_nonce
+    }
+
+    fn random(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        splitmix(self.rng)
+    }
+
+    fn raise_health(&mut self) {
+        self.health = (self.health + 1).min(self.config.health_max);
+    }
+
+    fn event(&mut self, key: &Key, kind: VerdictKind, at_ms: u64) {
+        if self.events.len() < EVENTS_MAX {
+            self.events.push(VerdictEvent {
+                name: key.0.clone(),
+                generation: key.1,
+                kind,
+                at_ms,
+            });
+        }
+    }
+
+    /// One tick: `members` is every other identity gossip holds (not this agent), `stall_ms` how
+    /// much later than planned this tick came (0 when on time), `suspected_me` how many live
+    /// members gossip that they suspect this agent. Returns the messages to send.
+    pub fn tick(
+        &mut self,
+        now_ms: u64,
+        stall_ms: u64,
+        suspected_me: u32,
+        members: &[Observed],
+    ) -> Vec<Outgoing> {
+        let mut out = Vec::new();
+        if stall_ms > self.config.stall_slack_ms {
+            self.counters.stalls += 1;
+            self.raise_health();
+            self.shift(stall_ms, now_ms);
+        }
+        if suspected_me > 0 && !self.suspected_me {
+            self.raise_health();
+        }
+        self.suspected_me = suspected_me > 0;
+        self.observe(now_ms, members);
+        self.drive(now_ms, &mut out);
+        self.expire_relays(now_ms, &mut out);
+        out
+    }
+
+    /// Moves every running timer forward by a stall of this agent.
+    fn shift(&mut self, stall: u64, now: u64) {
+        for track in self.tracks.values_mut() {
+            track.advanced_at = track.advanced_at.saturating_add(stall).min(now);
+            if let State::Probing(p) | State::Suspect(p, _) = &mut track.state {
+                p.since = p.since.saturating_add(stall).min(now);
+                p.last_ping = p.last_ping.saturating_add(stall).min(now);
+                if let Some((sent, _, _)) = &mut p.indirect {
+                    *sent = sent.saturating_add(stall).min(now);
+                }
+            }
+            if let State::Suspect(_, since) = &mut track.state {
+                *since = since.saturating_add(stall).min(now);
+            }
+        }
+        for relay in self.relays.values_mut() {
+            relay.deadline = relay.deadline.saturating_add(stall);
+        }
+    }
+
+    /// Takes this tick's view: new identities, heartbeats that advanced, identities gone.
+    fn observe(&mut self, now: u64, members: &[Observed]) {
+        let mut seen: BTreeMap<Key, ()> = BTreeMap::new();
+        for m in members {
+            let key = (m.name.clone(), m.generation);
+            if key == self.me {
+                continue;
+            }
+            seen.insert(key.clone(), ());
+            let Some(track) = self.tracks.get_mut(&key) else {
+                if self.tracks.len() >= self.config.members_max {
+                    self.counters.untracked += 1;
+                    continue;
+                }
+                let state = if m.live {
+                    State::Alive
+                } else {
+                    State::Dead(now.saturating_sub(CONFIRMS_FOR_MS))
+                };
+                self.tracks.insert(
+                    key,
+                    Track {
+                        addr: m.addr,
+                        heartbeat: m.heartbeat,
+                        advanced_at: now,
+                        probes: m.probes,
+                        leaving: m.leaving,
+                        live: m.live,
+                        suspected_by: m.suspected_by,
+                        state,
+                    },
+                );
+                continue;
+            };
+            track.addr = m.addr;
+            track.probes = m.probes;
+            track.leaving = m.leaving;
+            track.live = m.live;
+            track.suspected_by = m.suspected_by;
+            if m.heartbeat > track.heartbeat {
+                track.heartbeat = m.heartbeat;
+                track.advanced_at = now;
+                let was = std::mem::replace(&mut track.state, State::Alive);
+                match was {
+                    State::Suspect(p, _) => {
+                        self.pending.remove(&p.nonce);
+                        self.event(&key, VerdictKind::Refuted, now);
+                    }
+                    State::Probing(p) => {
+                        self.pending.remove(&p.nonce);
+                    }
+                    State::Dead(_) => self.event(&key, VerdictKind::Revived, now),
+                    State::Alive => {}
+                }
+            }
+        }
+        let gone: Vec<Key> = self
+            .tracks
+            .keys()
+            .filter(|k| !seen.contains_key(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(Track {
+                state: State::Probing(p) | State::Suspect(p, _),
+                ..
+            }) = self.tracks.remove(&key)
+            {
+                self.pending.remove(&p.nonce);
+            }
+        }
+        self.by_addr.clear();
+        for (key, track) in &self.tracks {
+            // Where two identities share an address, the newer generation answers there.
+            self.by_addr.insert(track.addr, key.clone());
+        }
+    }
+
+    /// Runs every member's timers.
+    fn drive(&mut self, now: u64, out: &mut Vec<Outgoing>) {
+        let m = self.multiplier();
+        let c = self.config.clone();
+        let keys: Vec<Key> = self.tracks.keys().cloned().collect();
+        for key in keys {
+            let track = &self.tracks[&key];
+            if !track.probes || track.leaving {
+                continue;
+            }
+            let addr = track.addr;
+            match track.state.clone() {
+                State::Dead(_) => {}
+                State::Alive => {
+                    if now.saturating_sub(track.advanced_at) >= c.quiet_ms * m {
+                        let nonce = self.nonce();
+                        self.counters.probes += 1;
+                        self.pending.insert(nonce, key.clone());
+                        out.push((addr, ping(nonce, &key)));
+                        self.set(
+                            &key,
+                            State::Probing(Probe {
+                                nonce,
+                                since: now,
+                                last_ping: now,
+                                indirect: None,
+                            }),
+                        );
+                    }
+                }
+                State::Probing(mut p) => {
+                    self.repeat_ping(&key, addr, &mut p, now, out);
+                    if p.indirect.is_none() && now.saturating_sub(p.since) >= c.ping_timeout_ms * m
+                    {
+                        let asked = self.ask_others(&key, addr, p.nonce, out);
+                        self.counters.indirect += 1;
+                        p.indirect = Some((now, asked, 0));
+                    }
+                    let limit = (c.ping_timeout_ms + c.indirect_timeout_ms) * m;
+                    if now.saturating_sub(p.since) >= limit {
+                        if let Some((_, asked, answered)) = p.indirect {
+                            if answered < asked {
+                                // Lifeguard's missed nack: our own links may be what fails.
+                                self.raise_health();
+                            }
+                        }
+                        self.event(&key, VerdictKind::Suspect, now);
+                        self.set(&key, State::Suspect(p, now));
+                    } else {
+                        self.set(&key, State::Probing(p));
+                    }
+                }
+                State::Suspect(mut p, since) => {
+                    self.repeat_ping(&key, addr, &mut p, now, out);
+                    let lasts = c.suspicion_ms(self.tracks[&key].suspected_by) * m;
+                    if now.saturating_sub(since) >= lasts {
+                        self.pending.remove(&p.nonce);
+                        self.event(&key, VerdictKind::Dead, now);
+                        self.set(&key, State::Dead(now));
+                    } else {
+                        self.set(&key, State::Suspect(p, since));
+                    }
+                }
+            }
+        }
+    }
+
+    fn set(&mut self, key: &Key, state: State) {
+        if let Some(t) = self.tracks.get_mut(key) {
+            t.state = state;
+        }
+    }
+
+    fn repeat_ping(
+        &mut self,
+        key: &Key,
+        addr: SocketAddr,
+        p: &mut Probe,
+        now: u64,
+        out: &mut Vec<Outgoing>,
+    ) {
+        if now.saturating_sub(p.last_ping) >= self.config.ping_every_ms * self.multiplier() {
+            p.last_ping = now;
+            out.push((addr, ping(p.nonce, key)));
+        }
+    }
+
+    /// Sends `PingReq`s about `key` to up to `indirect_k` other members judged alive, picked at
+    /// random; returns how many.
+    fn ask_others(
+        &mut self,
+        key: &Key,
+        target_addr: SocketAddr,
+        nonce: u64,
+        out: &mut Vec<Outgoing>,
+    ) -> u32 {
+        let mut eligible: Vec<SocketAddr> = self
+            .tracks
+            .iter()
+            .filter(|(k, t)| {
+                *k != key
+                    && t.probes
+                    && !t.leaving
+                    && matches!(t.state, State::Alive | State::Probing(_))
+            })
+            .map(|(_, t)| t.addr)
+            .collect();
+        let mut asked = 0;
+        for i in 0..self.config.indirect_k.min(eligible.len()) {
+            let j = i + (self.random() % (eligible.len() - i) as u64) as usize;
+            eligible.swap(i, j);
+            out.push((
+                eligible[i],
+                ProbeMsg::PingReq {
+                    nonce,
+                    target: key.0.clone(),
+                    target_gen: key.1,
+                    target_addr,
+                },
+            ));
+            asked += 1;
+        }
+        asked
+    }
+
+    fn expire_relays(&mut self, now: u64, out: &mut Vec<Outgoing>) {
+        let expired: Vec<u64> = self
+            .relays
+            .iter()
+            .filter(|(_, r)| r.deadline <= now)
+            .map(|(n, _)| *n)
+            .collect();
+        for n in expired {
+            if let Some(r) = self.relays.remove(&n) {
+                out.push((r.requester, ProbeMsg::Nack { nonce: r.nonce }));
+            }
+        }
+    }
+
+    /// One message from `from` (a gossip address; `from_name` the name its certificate carries,
+    /// when the transport authenticates one). Returns the messages to send.
+    pub fn receive(
+        &mut self,
+        now_ms: u64,
+        from: SocketAddr,
+        from_name: Option<&str>,
+        msg: ProbeMsg,
+    ) -> Vec<Outgoing> {
+        let mut out = Vec::new();
+        if !msg.valid() {
+            self.counters.non_member += 1;
+            return out;
+        }
+        let sender = self.by_addr.get(&from).cloned();
+        let member = sender
+            .as_ref()
+            .is_some_and(|k| from_name.is_none_or(|n| n == k.0));
+        match msg {
+            ProbeMsg::Ping {
+                nonce,
+                target,
+                target_gen,
+            } => {
+                if !member {
+                    self.counters.non_member += 1;
+                } else if (target, target_gen) != self.me {
+                    self.counters.stale += 1;
+                } else {
+                    out.push((
+                        from,
+                        ProbeMsg::Ack {
+                            nonce,
+                            name: self.me.0.clone(),
+                            generation: self.me.1,
+                        },
+                    ));
+                }
+            }
+            ProbeMsg::Ack {
+                nonce,
+                name,
+                generation,
+            } => {
+                if let Some(key) = self.pending.get(&nonce).cloned() {
+                    if (name, generation) != key {
+                        self.counters.stale += 1;
+                        return out;
+                    }
+                    self.answered(&key, now_ms);
+                } else if let Some(relay) = self.relays.remove(&nonce) {
+                    out.push((
+                        relay.requester,
+                        ProbeMsg::Ack {
+                            nonce: relay.nonce,
+                            name,
+                            generation,
+                        },
+                    ));
+                } else {
+                    self.counters.unexpected += 1;
+                }
+            }
+            ProbeMsg::PingReq {
+                nonce,
+                target,
+                target_gen,
+                target_addr,
+            } => {
+                let known = self
+                    .by_addr
+                    .get(&target_addr)
+                    .is_some_and(|k| k.0 == target);
+                if !member || !known {
+                    self.counters.non_member += 1;
+                } else if !self.tracks.contains_key(&(target.clone(), target_gen)) {
+                    self.counters.stale += 1;
+                } else if self.relays.len() >= self.config.relays_max {
+                    self.counters.relays_dropped += 1;
+                } else {
+                    let own = self.nonce();
+                    let deadline = now_ms + self.config.ping_timeout_ms * self.multiplier();
+                    self.relays.insert(
+                        own,
+                        Relay {
+                            requester: from,
+                            nonce,
+                            deadline,
+                        },
+                    );
+                    out.push((target_addr, ping(own, &(target, target_gen))));
+                }
+            }
+            ProbeMsg::Nack { nonce } => {
+                let key = self.pending.get(&nonce).cloned();
+                let counted = key.and_then(|k| self.tracks.get_mut(&k)).is_some_and(|t| {
+                    if let State::Probing(p) | State::Suspect(p, _) = &mut t.state {
+                        if let Some((_, _, answered)) = &mut p.indirect {
+                            *answered += 1;
+                            return true;
+                        }
+                    }
+                    false
+                });
+                if !counted {
+                    self.counters.unexpected += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// An `Ack` for the probe of `key` arrived: alive.
+    fn answered(&mut self, key: &Key, now: u64) {
+        let Some(track) = self.tracks.get_mut(key) else {
+            return;
+        };
+        let was = std::mem::replace(&mut track.state, State::Alive);
+        track.advanced_at = now;
+        let nonce = match &was {
+            State::Probing(p) | State::Suspect(p, _) => Some(p.nonce),
+            _ => None,
+        };
+        if let Some(n) = nonce {
+            self.pending.remove(&n);
+        }
+        if matches!(was, State::Suspect(..)) {
+            self.event(key, VerdictKind::Refuted, now);
+        }
+        self.health = self.health.saturating_sub(1);
+    }
+}
+
+fn ping(nonce: u64, key: &Key) -> ProbeMsg {
+    ProbeMsg::Ping {
+        nonce,
+        target: key.0.clone(),
+        target_gen: key.1,
+    }
+}
+
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Parses a gossiped suspects list (`name/generation` entries, comma-separated); malformed
+/// entries are skipped and counted in the second value.
+pub fn parse_suspects(text: &str) -> (Vec<(String, u64)>, usize) {
+    let mut out = Vec::new();
+    let mut bad = 0;
+    for entry in text.split(',').filter(|e| !e.is_empty()) {
+        match entry.rsplit_once('/') {
+            Some((name, gen)) if !name.is_empty() && name.len() <= NAME_MAX => match gen.parse() {
+                Ok(g) => out.push((name.to_string(), g)),
+                Err(_) => bad += 1,
+            },
+            _ => bad += 1,
+        }
+    }
+    (out, bad)
+}
+
+/// The gossiped form of a suspects list (at most `max` entries, in order).
+pub fn format_suspects(suspects: &[(String, u64)], max: usize) -> String {
+    suspects
+        .iter()
+        .take(max)
+        .map(|(n, g)| format!("{n}/{g}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
