@@ -426,6 +426,7 @@ fn the_largest_item_of_each_list_fits_a_frame_past_a_full_page() {
             placement_max: u32::MAX,
         }),
         runtimes: None,
+        suspect: Some(true),
     };
     assert!(fits_past_a_full_page(&node));
 

@@ -47,6 +47,11 @@ impl SimNet {
         self.net.transport()
     }
 
+    /// The member probe channel of the agent gossiping on `addr`.
+    pub fn probe_channel(&self, addr: SocketAddr) -> shoal::transport::gossip::probe::ProbeChannel {
+        self.net.probe_channel(addr)
+    }
+
     /// Sets the fault of every link without a fault of its own.
     pub fn set_default_fault(&self, fault: LinkFault) {
         self.net.set_default_fault(fault);

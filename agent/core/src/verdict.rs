@@ -36,7 +36,9 @@ pub const NAME_MAX: usize = 255;
 /// The timers and bounds of the detector. [`Default`] is what agents run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProbeConfig {
-    /// A member's heartbeat quiet this long starts a probe.
+    /// A member's heartbeat quiet this long starts a probe (chitchat raises a heartbeat once per
+    /// gossip round, 250 ms: shorter would probe healthy members all the time). Another member
+    /// gossiping that it suspects one starts a probe at once.
     pub quiet_ms: u64,
     /// Direct pings are sent again this often while a probe runs.
     pub ping_every_ms: u64,
@@ -60,6 +62,8 @@ pub struct ProbeConfig {
     pub relays_max: usize,
     /// Most members tracked; further ones keep the heartbeat verdict (counted).
     pub members_max: usize,
+    /// Most members a suspecter tells at once (`Suspect` notices).
+    pub notify_max: usize,
 }
 
 impl Default for ProbeConfig {
@@ -67,16 +71,17 @@ impl Default for ProbeConfig {
         ProbeConfig {
             quiet_ms: 300,
             ping_every_ms: 100,
-            ping_timeout_ms: 150,
-            indirect_timeout_ms: 250,
+            ping_timeout_ms: 100,
+            indirect_timeout_ms: 150,
             indirect_k: 3,
             suspicion_min_ms: 200,
-            suspicion_max_ms: 800,
+            suspicion_max_ms: 600,
             confirmations_k: 3,
             health_max: 8,
             stall_slack_ms: 60,
             relays_max: 256,
             members_max: 4_096,
+            notify_max: 64,
         }
     }
 }
@@ -135,15 +140,23 @@ pub enum ProbeMsg {
         /// The asker's probe.
         nonce: u64,
     },
+    /// I suspect `target` of generation `target_gen` (its probes, direct and indirect, went
+    /// unanswered): probe it yourself now. Sent by the first suspecters only.
+    Suspect {
+        /// The member suspected.
+        target: String,
+        /// Its incarnation.
+        target_gen: u64,
+    },
 }
 
 impl ProbeMsg {
     /// Whether the message is within bounds (names at most [`NAME_MAX`] bytes).
     pub fn valid(&self) -> bool {
         match self {
-            ProbeMsg::Ping { target, .. } | ProbeMsg::PingReq { target, .. } => {
-                !target.is_empty() && target.len() <= NAME_MAX
-            }
+            ProbeMsg::Ping { target, .. }
+            | ProbeMsg::PingReq { target, .. }
+            | ProbeMsg::Suspect { target, .. } => !target.is_empty() && target.len() <= NAME_MAX,
             ProbeMsg::Ack { name, .. } => !name.is_empty() && name.len() <= NAME_MAX,
             ProbeMsg::Nack { .. } => true,
         }
@@ -251,8 +264,9 @@ enum State {
     Alive,
     Probing(Probe),
     Suspect(Probe, u64),
-    /// Since when.
-    Dead(u64),
+    /// Since when, and whether this detector declared it (else: dead by the heartbeat detector
+    /// when first seen, as a member that has not gossiped since this agent started).
+    Dead(u64, bool),
 }
 
 #[derive(Clone, Debug)]
@@ -273,7 +287,20 @@ struct Track {
     leaving: bool,
     live: bool,
     suspected_by: u32,
+    /// When its last probe started.
+    probed_at: u64,
+    /// Members that told this agent they suspect it (`Suspect` notices), at most
+    /// `confirmations_k`; cleared when it is heard from.
+    told_by: Vec<SocketAddr>,
     state: State,
+}
+
+impl Track {
+    /// Independent evidence that it is gone: members gossiping or telling that they suspect it,
+    /// or members asked to probe it that could not reach it either (their nacks).
+    fn confirmations(&self, nacked: u32) -> u32 {
+        self.suspected_by.max(nacked).max(self.told_by.len() as u32)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -281,7 +308,12 @@ struct Relay {
     requester: SocketAddr,
     nonce: u64,
     deadline: u64,
+    /// The nack went out; the relay is kept until [`RELAY_KEEP`] deadlines to pass on a late ack.
+    nacked: bool,
 }
+
+/// A relay is kept this many times its deadline, so an answer after the nack still refutes.
+const RELAY_KEEP: u64 = 4;
 
 type Key = (String, u64);
 
@@ -355,7 +387,7 @@ impl Prober {
         Some(match track.state {
             State::Alive | State::Probing(_) => Verdict::Alive,
             State::Suspect(..) => Verdict::Suspect,
-            State::Dead(_) => Verdict::Dead,
+            State::Dead(..) => Verdict::Dead,
         })
     }
 
@@ -376,7 +408,7 @@ impl Prober {
             .filter(|(_, t)| t.probes && !t.leaving)
             .filter(|(_, t)| match t.state {
                 State::Suspect(..) => true,
-                State::Dead(since) => now_ms.saturating_sub(since) < CONFIRMS_FOR_MS,
+                State::Dead(since, true) => now_ms.saturating_sub(since) < CONFIRMS_FOR_MS,
                 _ => false,
             })
             .map(|(k, _)| k.clone())
@@ -443,6 +475,39 @@ impl Prober {
         out
     }
 
+    /// The earliest time a timer of a running probe or relay falls due (`None` when none runs):
+    /// the shell ticks then instead of waiting for its next regular tick.
+    pub fn next_due(&self) -> Option<u64> {
+        let m = self.multiplier();
+        let c = &self.config;
+        let mut due: Option<u64> = None;
+        let mut at = |t: u64| due = Some(due.map_or(t, |d| d.min(t)));
+        for t in self.tracks.values() {
+            if !t.probes || t.leaving {
+                continue;
+            }
+            match &t.state {
+                State::Probing(p) => {
+                    at(p.last_ping + c.ping_every_ms * m);
+                    at(p.since + c.ping_timeout_ms * m);
+                    at(p.since + (c.ping_timeout_ms + c.indirect_timeout_ms) * m);
+                }
+                State::Suspect(p, since) => {
+                    at(p.last_ping + c.ping_every_ms * m);
+                    let nacked = p.indirect.map_or(0, |(_, _, answered)| answered);
+                    at(since + c.suspicion_ms(t.confirmations(nacked)) * m);
+                }
+                State::Alive | State::Dead(..) => {}
+            }
+        }
+        for r in self.relays.values() {
+            if !r.nacked {
+                at(r.deadline);
+            }
+        }
+        due
+    }
+
     /// Moves every running timer forward by a stall of this agent.
     fn shift(&mut self, stall: u64, now: u64) {
         for track in self.tracks.values_mut() {
@@ -480,7 +545,7 @@ impl Prober {
                 let state = if m.live {
                     State::Alive
                 } else {
-                    State::Dead(now.saturating_sub(CONFIRMS_FOR_MS))
+                    State::Dead(now.saturating_sub(CONFIRMS_FOR_MS), false)
                 };
                 self.tracks.insert(
                     key,
@@ -492,6 +557,8 @@ impl Prober {
                         leaving: m.leaving,
                         live: m.live,
                         suspected_by: m.suspected_by,
+                        probed_at: 0,
+                        told_by: Vec::new(),
                         state,
                     },
                 );
@@ -505,6 +572,7 @@ impl Prober {
             if m.heartbeat > track.heartbeat {
                 track.heartbeat = m.heartbeat;
                 track.advanced_at = now;
+                track.told_by.clear();
                 let was = std::mem::replace(&mut track.state, State::Alive);
                 match was {
                     State::Suspect(p, _) => {
@@ -514,7 +582,8 @@ impl Prober {
                     State::Probing(p) => {
                         self.pending.remove(&p.nonce);
                     }
-                    State::Dead(_) => self.event(&key, VerdictKind::Revived, now),
+                    State::Dead(_, true) => self.event(&key, VerdictKind::Revived, now),
+                    State::Dead(_, false) => {}
                     State::Alive => {}
                 }
             }
@@ -553,33 +622,35 @@ impl Prober {
             }
             let addr = track.addr;
             match track.state.clone() {
-                State::Dead(_) => {}
+                State::Dead(..) => {}
                 State::Alive => {
-                    if now.saturating_sub(track.advanced_at) >= c.quiet_ms * m {
-                        let nonce = self.nonce();
-                        self.counters.probes += 1;
-                        self.pending.insert(nonce, key.clone());
-                        out.push((addr, ping(nonce, &key)));
-                        self.set(
-                            &key,
-                            State::Probing(Probe {
-                                nonce,
-                                since: now,
-                                last_ping: now,
-                                indirect: None,
-                            }),
-                        );
+                    // Quiet for long enough, or another member suspects it: look now.
+                    // (A suspected member is probed at most once per quiet period.)
+                    let quiet = now.saturating_sub(track.advanced_at) >= c.quiet_ms * m;
+                    let told = track.confirmations(0) > 0
+                        && now.saturating_sub(track.probed_at) >= c.quiet_ms * m;
+                    if quiet || told {
+                        self.start_probe(&key, now, out);
                     }
                 }
                 State::Probing(mut p) => {
                     self.repeat_ping(&key, addr, &mut p, now, out);
-                    if p.indirect.is_none() && now.saturating_sub(p.since) >= c.ping_timeout_ms * m
+                    // Told by members that probed it and failed: their probes are the indirect
+                    // evidence; this agent's own direct ping failing is enough to suspect.
+                    let told = self.tracks[&key].told_by.len() as u32 >= c.confirmations_k;
+                    if !told
+                        && p.indirect.is_none()
+                        && now.saturating_sub(p.since) >= c.ping_timeout_ms * m
                     {
                         let asked = self.ask_others(&key, addr, p.nonce, out);
                         self.counters.indirect += 1;
                         p.indirect = Some((now, asked, 0));
                     }
-                    let limit = (c.ping_timeout_ms + c.indirect_timeout_ms) * m;
+                    let limit = if told {
+                        c.ping_timeout_ms * m
+                    } else {
+                        (c.ping_timeout_ms + c.indirect_timeout_ms) * m
+                    };
                     if now.saturating_sub(p.since) >= limit {
                         if let Some((_, asked, answered)) = p.indirect {
                             if answered < asked {
@@ -588,6 +659,9 @@ impl Prober {
                             }
                         }
                         self.event(&key, VerdictKind::Suspect, now);
+                        if self.tracks[&key].confirmations(0) < c.confirmations_k {
+                            self.tell_others(&key, out);
+                        }
                         self.set(&key, State::Suspect(p, now));
                     } else {
                         self.set(&key, State::Probing(p));
@@ -595,17 +669,44 @@ impl Prober {
                 }
                 State::Suspect(mut p, since) => {
                     self.repeat_ping(&key, addr, &mut p, now, out);
-                    let lasts = c.suspicion_ms(self.tracks[&key].suspected_by) * m;
+                    // Confirmations: members gossiping that they suspect it, or the members
+                    // asked to probe it that could not reach it either (their nacks), whichever
+                    // is more.
+                    let nacked = p.indirect.map_or(0, |(_, _, answered)| answered);
+                    let confirmations = self.tracks[&key].confirmations(nacked);
+                    let lasts = c.suspicion_ms(confirmations) * m;
                     if now.saturating_sub(since) >= lasts {
                         self.pending.remove(&p.nonce);
                         self.event(&key, VerdictKind::Dead, now);
-                        self.set(&key, State::Dead(now));
+                        self.set(&key, State::Dead(now, true));
                     } else {
                         self.set(&key, State::Suspect(p, since));
                     }
                 }
             }
         }
+    }
+
+    /// Starts probing `key`: its first direct ping.
+    fn start_probe(&mut self, key: &Key, now: u64, out: &mut Vec<Outgoing>) {
+        let nonce = self.nonce();
+        self.counters.probes += 1;
+        let Some(t) = self.tracks.get_mut(key) else {
+            return;
+        };
+        t.probed_at = now;
+        let addr = t.addr;
+        self.pending.insert(nonce, key.clone());
+        out.push((addr, ping(nonce, key)));
+        self.set(
+            key,
+            State::Probing(Probe {
+                nonce,
+                since: now,
+                last_ping: now,
+                indirect: None,
+            }),
+        );
     }
 
     fn set(&mut self, key: &Key, state: State) {
@@ -666,17 +767,49 @@ impl Prober {
         asked
     }
 
-    fn expire_relays(&mut self, now: u64, out: &mut Vec<Outgoing>) {
-        let expired: Vec<u64> = self
-            .relays
+    /// Tells up to `notify_max` members judged alive, picked at random, that this agent suspects
+    /// `key`: they probe it at once instead of waiting for their own view of its heartbeat to go
+    /// quiet (gossip spreads that view a round or two apart).
+    fn tell_others(&mut self, key: &Key, out: &mut Vec<Outgoing>) {
+        let mut eligible: Vec<SocketAddr> = self
+            .tracks
             .iter()
-            .filter(|(_, r)| r.deadline <= now)
-            .map(|(n, _)| *n)
+            .filter(|(k, t)| {
+                *k != key
+                    && t.probes
+                    && !t.leaving
+                    && matches!(t.state, State::Alive | State::Probing(_))
+            })
+            .map(|(_, t)| t.addr)
             .collect();
-        for n in expired {
-            if let Some(r) = self.relays.remove(&n) {
+        let n = self.config.notify_max.min(eligible.len());
+        for i in 0..n {
+            let j = i + (self.random() % (eligible.len() - i) as u64) as usize;
+            eligible.swap(i, j);
+            out.push((
+                eligible[i],
+                ProbeMsg::Suspect {
+                    target: key.0.clone(),
+                    target_gen: key.1,
+                },
+            ));
+        }
+    }
+
+    fn expire_relays(&mut self, now: u64, out: &mut Vec<Outgoing>) {
+        let wait = self.config.ping_timeout_ms * self.multiplier();
+        let mut gone = Vec::new();
+        for (n, r) in &mut self.relays {
+            if !r.nacked && r.deadline <= now {
+                r.nacked = true;
                 out.push((r.requester, ProbeMsg::Nack { nonce: r.nonce }));
             }
+            if r.deadline + wait * (RELAY_KEEP - 1) <= now {
+                gone.push(*n);
+            }
+        }
+        for n in gone {
+            self.relays.remove(&n);
         }
     }
 
@@ -768,9 +901,39 @@ impl Prober {
                             requester: from,
                             nonce,
                             deadline,
+                            nacked: false,
                         },
                     );
                     out.push((target_addr, ping(own, &(target, target_gen))));
+                }
+            }
+            ProbeMsg::Suspect { target, target_gen } => {
+                let key = (target, target_gen);
+                if !member {
+                    self.counters.non_member += 1;
+                } else if key.0 == self.me.0 {
+                    // Suspected: this agent's answers refute it; its own links may be the cause.
+                    if key.1 == self.me.1 {
+                        self.raise_health();
+                    } else {
+                        self.counters.stale += 1;
+                    }
+                } else if self.tracks.contains_key(&key) {
+                    let quiet = self.config.quiet_ms * self.multiplier();
+                    let track = self.tracks.get_mut(&key).expect("checked");
+                    let k = self.config.confirmations_k as usize;
+                    if !track.told_by.contains(&from) && track.told_by.len() < k {
+                        track.told_by.push(from);
+                    }
+                    let idle = matches!(track.state, State::Alive)
+                        && track.probes
+                        && !track.leaving
+                        && now_ms.saturating_sub(track.probed_at) >= quiet;
+                    if idle {
+                        self.start_probe(&key, now_ms, &mut out);
+                    }
+                } else {
+                    self.counters.stale += 1;
                 }
             }
             ProbeMsg::Nack { nonce } => {
@@ -799,6 +962,7 @@ impl Prober {
         };
         let was = std::mem::replace(&mut track.state, State::Alive);
         track.advanced_at = now;
+        track.told_by.clear();
         let nonce = match &was {
             State::Probing(p) | State::Suspect(p, _) => Some(p.nonce),
             _ => None,

@@ -19,8 +19,10 @@ pub const WIRE_MIN: u16 = 7;
 /// The newest wire version this build speaks (8: build facts in gossip, the mesh version, the
 /// `upgrade` requests, specs with `user`; 9: node capabilities in gossip and placement algorithm
 /// 7, which places a replica only where it can run, `module upgrade`; 10: placement algorithm 8,
-/// fixed host ports a placement resource between workloads).
-pub const WIRE_CUR: u16 = 10;
+/// fixed host ports a placement resource between workloads; 11: member probes on the gossip
+/// endpoint, whose verdicts replace the heartbeat detector's between members that speak it,
+/// module `verdict`).
+pub const WIRE_CUR: u16 = 11;
 
 thread_local! {
     static LAYOUT: Cell<u16> = const { Cell::new(WIRE_CUR) };
@@ -166,6 +168,27 @@ pub mod since_10_lossy {
         deserializer: D,
     ) -> Result<Option<T>, D::Error> {
         super::lossy::deserialize(deserializer, 10)
+    }
+}
+
+/// [`since_8_lossy`] for an informational field added at wire version 11.
+pub mod since_11_lossy {
+    use serde::de::DeserializeOwned;
+    use serde::{Deserializer, Serialize, Serializer};
+
+    /// Serializes the field, or nothing at an older layout.
+    pub fn serialize<T: Serialize, S: Serializer>(
+        value: &Option<T>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        super::lossy::serialize(value, serializer, 11)
+    }
+
+    /// Deserializes the field, or `None` from no bytes at an older layout.
+    pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<T>, D::Error> {
+        super::lossy::deserialize(deserializer, 11)
     }
 }
 

@@ -44,7 +44,10 @@ pub async fn join_mem_node(
     let store = DesiredStore::open_in_memory(disk, &setup.name, StoreConfig::default())?;
     let api: SocketAddr = setup.record.api_addr;
     let rpc = Arc::new(net.rpc_client(api, Peer::new(setup.name.clone(), Role::Node)));
-    start_node(setup, store, &net.transport(), rpc, clock, true).await
+    let probes = net.probe_channel(setup.gossip_addr);
+    Ok(start_node(setup, store, &net.transport(), rpc, clock, true)
+        .await?
+        .with_probes(probes))
 }
 
 /// The setup of node `i` (named `n{i+1}`) of an in-memory mesh on `10.0.{subnet}.0/24`: gossip on

@@ -373,7 +373,12 @@ pub async fn run_agent(
         capabilities: Some(capabilities),
     };
     let clock = system_clock();
-    let running = start_node(setup, store, &transport, rpc_client, clock.clone(), false).await?;
+    let probes = transport
+        .probe_channel()
+        .context("the gossip transport's probe channel was taken twice")?;
+    let running = start_node(setup, store, &transport, rpc_client, clock.clone(), false)
+        .await?
+        .with_probes(probes);
     running.node.set_drain_marker(drain_marker);
     let joining = serve_directory(&opts, &transport, &running.node)?;
     let mono = crate::node::host::clock::monotonic_from(&clock);

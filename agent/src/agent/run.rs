@@ -80,6 +80,18 @@ impl Drop for RunningNode {
 }
 
 impl RunningNode {
+    /// Runs the member probes (issue 28, `state::mesh::verdicts`) over `channel`, the probe
+    /// channel of the network this node gossips on.
+    pub fn with_probes(mut self, channel: crate::transport::gossip::probe::ProbeChannel) -> Self {
+        self.tasks
+            .push(tokio::spawn(crate::state::mesh::verdicts::run(
+                self.node.clone(),
+                channel,
+                shoal_core::verdict::ProbeConfig::default(),
+            )));
+        self
+    }
+
     /// Announces the leave, gossips it for [`LEAVE_ANNOUNCE`], then stops every task.
     pub async fn leave(self) {
         {

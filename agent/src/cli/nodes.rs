@@ -47,6 +47,8 @@ struct Row<'a> {
     build: Option<&'a shoal::state::mesh::build::BuildRecord>,
     /// What it runs, when it gossips its capabilities (a build before 9 does not).
     runtimes: Option<&'a str>,
+    /// Suspected by the answering agent's member probes (an agent before wire 11 says nothing).
+    suspect: Option<bool>,
 }
 
 /// The cells the agent knows, every page.
@@ -144,6 +146,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 version: n.agent_version.as_deref(),
                 build: n.build.as_ref(),
                 runtimes: n.runtimes.as_deref(),
+                suspect: n.suspect,
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -155,14 +158,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("NODES OF CELL {cell}");
     }
     println!(
-        "{:<24} {:<6} {:<12} {:>8} {:>10}  {:<18} {:<5} {:<26} GOSSIP",
+        "{:<24} {:<7} {:<12} {:>8} {:>10}  {:<18} {:<5} {:<26} GOSSIP",
         "NAME", "STATE", "ZONE", "CPU", "MEMORY", "VERSION", "WIRE", "RUNTIMES"
     );
     for n in &nodes {
-        let state = match (n.alive, n.draining) {
-            (false, _) => "dead",
-            (true, true) => "drain",
-            (true, false) => "alive",
+        let state = match (n.alive, n.draining, n.suspect == Some(true)) {
+            (false, _, _) => "dead",
+            (true, _, true) => "suspect",
+            (true, true, false) => "drain",
+            (true, false, false) => "alive",
         };
         // An agent of a build before 8 answers without build facts: its version is all it says.
         let (version, wire) = match &n.build {
@@ -175,7 +179,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // A build before 9 gossips no capabilities: it runs anything its runtime runs.
         let runtimes = n.runtimes.as_deref().unwrap_or("?");
         println!(
-            "{:<24} {:<6} {:<12} {:>8} {:>10}  {:<18} {:<5} {:<26} {}",
+            "{:<24} {:<7} {:<12} {:>8} {:>10}  {:<18} {:<5} {:<26} {}",
             n.name,
             state,
             n.zone,

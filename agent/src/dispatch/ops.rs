@@ -32,7 +32,7 @@ impl Api {
         let chitchat = self.node.gossip().chitchat();
         let guard = chitchat.lock().await;
         let mut out = BTreeMap::new();
-        for member in view::members(&guard) {
+        for member in view::members(&guard, &self.node.verdicts()) {
             let Some(state) = guard.node_state(&member.id) else {
                 continue;
             };

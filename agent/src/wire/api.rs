@@ -667,6 +667,10 @@ pub struct NodeView {
     /// (since wire 9).
     #[serde(default, with = "shoal_core::version::since_9_lossy")]
     pub runtimes: Option<String>,
+    /// Suspected by the answering agent's member probes: silent and unanswering, not yet declared
+    /// dead (since wire 11; `None` from an older agent).
+    #[serde(default, with = "shoal_core::version::since_11_lossy")]
+    pub suspect: Option<bool>,
 }
 
 /// Where a workload's replicas are.

@@ -68,6 +68,8 @@ pub enum FrameKind {
     Gossip = 4,
     /// A chitchat message, zstd-compressed.
     GossipZstd = 5,
+    /// A member probe (`shoal_core::verdict::ProbeMsg`, bincode), since wire 11.
+    Probe = 6,
 }
 
 impl FrameKind {
@@ -78,6 +80,7 @@ impl FrameKind {
             3 => FrameKind::Reject,
             4 => FrameKind::Gossip,
             5 => FrameKind::GossipZstd,
+            6 => FrameKind::Probe,
             _ => return None,
         })
     }
@@ -92,6 +95,7 @@ impl std::fmt::Display for FrameKind {
             FrameKind::Reject => "reject",
             FrameKind::Gossip => "gossip",
             FrameKind::GossipZstd => "compressed gossip",
+            FrameKind::Probe => "probe",
         })
     }
 }

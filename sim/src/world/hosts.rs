@@ -173,7 +173,10 @@ pub async fn start_sim_node(
     let store = DesiredStore::open_in_memory(disk, &setup.name, StoreConfig::default())?;
     let api = setup.record.api_addr;
     let rpc = Arc::new(net.rpc_client(api, Peer::new(setup.name.clone(), Role::Node)));
-    start_node(setup, store, &net.transport(), rpc, clock, true).await
+    let probes = net.probe_channel(setup.gossip_addr);
+    Ok(start_node(setup, store, &net.transport(), rpc, clock, true)
+        .await?
+        .with_probes(probes))
 }
 
 /// Host `h`'s cell, gossip seeds and cell seeds: without cells, the mesh's first hosts; with

@@ -166,7 +166,7 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
     let members_moved = {
         let chitchat = node.gossip().chitchat();
         let guard = chitchat.lock().await;
-        let moved = shell.members.refresh(&guard);
+        let moved = shell.members.refresh(&guard, &node.verdicts());
         if moved.keys || moved.members {
             shell.generation += 1;
         }
@@ -726,6 +726,7 @@ mod tests {
             name: name.to_string(),
             id: ChitchatId::new(name.to_string(), 1, addr),
             alive,
+            suspect: false,
             record: published.then(|| NodeRecord {
                 cpu_millis: 1000,
                 memory_bytes: 1 << 30,

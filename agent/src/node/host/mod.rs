@@ -29,6 +29,7 @@ mod majority;
 mod ports;
 mod purge;
 mod rollout;
+mod verdicts;
 
 pub mod events;
 pub mod metrics;
@@ -568,7 +569,7 @@ impl HostLoop {
     /// The tasks that wake the loop: runtime events, and a node leaving the live set (a new
     /// owner need not wait for the tick to start what it took over). Joins wait for the tick:
     /// a mesh starting would otherwise run a round per join on every agent.
-    async fn spawn_watchers(&self) -> [AbortOnDrop; 3] {
+    async fn spawn_watchers(&self) -> [AbortOnDrop; 4] {
         let heard = tokio::spawn(heard::run(
             self.host.node.clone(),
             self.host.heard.clone(),
@@ -594,6 +595,13 @@ impl HostLoop {
             .lock()
             .await
             .live_nodes_watcher();
+        let (node, wake) = (self.host.node.clone(), self.host.wake.clone());
+        let verdicts = tokio::spawn(async move {
+            loop {
+                node.membership_moved.notified().await;
+                wake.notify_one();
+            }
+        });
         let wake = self.host.wake.clone();
         let membership = tokio::spawn(async move {
             let mut last: Vec<chitchat::ChitchatId> = Vec::new();
@@ -617,6 +625,7 @@ impl HostLoop {
             AbortOnDrop(runtime),
             AbortOnDrop(membership),
             AbortOnDrop(heard),
+            AbortOnDrop(verdicts),
         ]
     }
 
@@ -653,6 +662,7 @@ impl HostLoop {
         self.refresh_endpoints(&observed);
         self.publish(observed, issues).await;
         self.tend_claims().await;
+        self.record_verdicts();
         tracing::trace!(took_us = began.elapsed().as_micros() as u64, "round");
         let mut stats = self.host.stats.lock().expect("stats lock");
         stats.rounds += 1;

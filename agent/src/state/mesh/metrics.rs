@@ -17,7 +17,9 @@ pub async fn mesh_families(
     let members = node.members().await;
     let auth = node.authority.stats();
     let alive = members.iter().filter(|m| m.alive).count() as f64;
+    let suspect = members.iter().filter(|m| m.alive && m.suspect).count() as u64;
     let dead = members.len() as f64 - alive;
+    let (probes, health, probe_rejected) = node.probe_stats();
     let now = (node.clock)();
     let (live, tombstones, newer_refused) = node
         .with_store(move |s| {
@@ -43,8 +45,42 @@ pub async fn mesh_families(
             samples: labelled(vec![
                 ("state", "alive", alive as u64),
                 ("state", "dead", dead as u64),
+                ("state", "suspect", suspect),
             ]),
         },
+        Family {
+            name: "shoal_probes",
+            help: "Member probes this agent started (a member's heartbeat went quiet) and those that went indirect.",
+            kind: Kind::Counter,
+            samples: labelled(vec![
+                ("kind", "direct", probes.probes),
+                ("kind", "indirect", probes.indirect),
+            ]),
+        },
+        Family {
+            name: "shoal_probe_messages_ignored",
+            help: "Probe messages ignored, by reason (a non-member, another incarnation, no probe running, relays full, an unreadable frame).",
+            kind: Kind::Counter,
+            samples: labelled(vec![
+                ("reason", "non_member", probes.non_member),
+                ("reason", "stale", probes.stale),
+                ("reason", "unexpected", probes.unexpected),
+                ("reason", "relays_full", probes.relays_dropped),
+                ("reason", "malformed", probe_rejected),
+            ]),
+        },
+        Family::single(
+            "shoal_probe_stalls",
+            "Wakes of the member prober later than its slack: this agent ran late (starved or frozen).",
+            Kind::Counter,
+            probes.stalls as f64,
+        ),
+        Family::single(
+            "shoal_probe_local_health",
+            "Local health score (Lifeguard): probe timeouts run this many times longer, plus one.",
+            Kind::Gauge,
+            f64::from(health),
+        ),
         Family {
             name: "shoal_gossip_bytes",
             help: "Gossip frame bytes on the wire.",

@@ -16,4 +16,5 @@ pub mod rollback;
 pub mod skew;
 pub mod sync;
 pub mod upgrade;
+pub mod verdicts;
 pub mod view;

@@ -75,7 +75,29 @@ pub struct MeshNode {
     pub wire: Arc<std::sync::atomic::AtomicU16>,
     /// The highest mesh version this agent has seen recorded: it never moves back.
     pub(crate) mesh_version_seen: std::sync::atomic::AtomicU16,
+    /// The member probes' verdicts (`verdicts.rs`), read by the membership.
+    verdicts: Mutex<Arc<view::Verdicts>>,
+    /// Notified when the probes declare a member dead or alive again: wakes the host loop.
+    pub membership_moved: tokio::sync::Notify,
+    /// What the probes counted and the verdict changes not yet taken as events.
+    probes: Mutex<ProbeRecord>,
 }
+
+/// What the member probes report to the node: counters, local health, verdict changes.
+#[derive(Default)]
+pub struct ProbeRecord {
+    /// The prober's counters.
+    pub counters: shoal_core::verdict::ProbeCounters,
+    /// Its local health score.
+    pub health: u32,
+    /// Probe frames that could not be decoded or encoded.
+    pub frames_rejected: u64,
+    /// Verdict changes not yet taken (bounded: the oldest go first).
+    pub events: std::collections::VecDeque<shoal_core::verdict::VerdictEvent>,
+}
+
+/// Verdict changes kept for the host loop at most.
+const PROBE_EVENTS_MAX: usize = 256;
 
 impl MeshNode {
     /// A node over an open store, a running chitchat and an RPC client.
@@ -104,7 +126,61 @@ impl MeshNode {
             drain_marker: std::sync::OnceLock::new(),
             wire: super::upgrade::wire_cell(),
             mesh_version_seen: std::sync::atomic::AtomicU16::new(shoal_core::version::WIRE_MIN),
+            verdicts: Mutex::new(Arc::default()),
+            membership_moved: tokio::sync::Notify::new(),
+            probes: Mutex::default(),
         }
+    }
+
+    /// The member probes' verdicts in force.
+    pub fn verdicts(&self) -> Arc<view::Verdicts> {
+        self.verdicts.lock().expect("verdicts lock").clone()
+    }
+
+    /// Replaces the probes' verdicts; true when a member's aliveness changed with them.
+    pub(crate) fn set_verdicts(&self, verdicts: view::Verdicts) -> bool {
+        let mut current = self.verdicts.lock().expect("verdicts lock");
+        if **current == verdicts {
+            return false;
+        }
+        let moved = verdicts.alive_differs(&current);
+        *current = Arc::new(verdicts);
+        moved
+    }
+
+    /// The probes' counters, health and new verdict changes.
+    pub(crate) fn record_probes(
+        &self,
+        counters: shoal_core::verdict::ProbeCounters,
+        health: u32,
+        events: &[shoal_core::verdict::VerdictEvent],
+    ) {
+        let mut record = self.probes.lock().expect("probes lock");
+        record.counters = counters;
+        record.health = health;
+        for e in events {
+            if record.events.len() >= PROBE_EVENTS_MAX {
+                record.events.pop_front();
+            }
+            record.events.push_back(e.clone());
+        }
+    }
+
+    /// Counts a probe frame that could not be read or written.
+    pub(crate) fn probe_rejected(&self) {
+        self.probes.lock().expect("probes lock").frames_rejected += 1;
+    }
+
+    /// Takes the verdict changes not yet taken.
+    pub fn take_probe_events(&self) -> Vec<shoal_core::verdict::VerdictEvent> {
+        let mut record = self.probes.lock().expect("probes lock");
+        record.events.drain(..).collect()
+    }
+
+    /// The probes' counters, local health and rejected frames now.
+    pub fn probe_stats(&self) -> (shoal_core::verdict::ProbeCounters, u32, u64) {
+        let record = self.probes.lock().expect("probes lock");
+        (record.counters, record.health, record.frames_rejected)
     }
 
     /// The same node sending in the version `wire` holds (shared with its transport and RPC
@@ -236,8 +312,9 @@ impl MeshNode {
     pub async fn members(&self) -> Arc<[Member]> {
         let chitchat = self.gossip.chitchat();
         let guard = chitchat.lock().await;
+        let verdicts = self.verdicts();
         let mut cache = self.members.lock().expect("members lock");
-        cache.refresh(&guard);
+        cache.refresh(&guard, &verdicts);
         cache.members().clone()
     }
 

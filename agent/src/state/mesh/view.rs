@@ -42,8 +42,11 @@ pub struct Member {
     pub name: String,
     /// Chitchat identity (node id, generation, gossip address).
     pub id: ChitchatId,
-    /// Live by the failure detector and not leaving.
+    /// Live and not leaving: by the member probes' verdict where they judge it (mesh version 11
+    /// and later, both builds speaking probes), else by the heartbeat detector.
     pub alive: bool,
+    /// Suspected by this agent's probes: silent and unanswering, not yet declared dead.
+    pub suspect: bool,
     /// Its record, when it has published a valid one.
     pub record: Option<NodeRecord>,
     /// Its store digest summary (hex), when published.
@@ -82,16 +85,82 @@ impl Member {
 /// Every known member, one per node id, sorted by node id. Where several identities claim one
 /// name, the live one with the lowest generation wins (the incumbent: a second agent claiming a
 /// name in use is ignored), and where none is live, the newest.
-pub fn members(chitchat: &Chitchat) -> Vec<Member> {
+pub fn members(chitchat: &Chitchat, verdicts: &Verdicts) -> Vec<Member> {
     let live = live_ids(chitchat);
     let mut live_at = 0;
     let mut out: Vec<Member> = Vec::with_capacity(chitchat.node_states().len());
     for (id, state) in chitchat.node_states() {
         let facts = Facts::read(state);
-        let alive = !facts.leaving && is_live(&live, &mut live_at, id);
-        push_member(&mut out, facts.into_member(id, alive));
+        let (alive, suspect) = verdicts.judge(id, is_live(&live, &mut live_at, id));
+        let alive = !facts.leaving && alive;
+        let mut member = facts.into_member(id, alive);
+        member.suspect = suspect && !member.leaving;
+        push_member(&mut out, member);
     }
     out
+}
+
+/// The member probes' verdicts this agent holds (module `verdicts`), by identity: what the
+/// membership reads in place of the heartbeat detector's for the identities they judge.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Verdicts {
+    judged: BTreeMap<String, BTreeMap<u64, shoal_core::verdict::Verdict>>,
+}
+
+impl Verdicts {
+    /// The verdicts `judged`, by name and generation.
+    pub fn new(
+        judged: impl IntoIterator<Item = (String, u64, shoal_core::verdict::Verdict)>,
+    ) -> Self {
+        let mut out: BTreeMap<String, BTreeMap<u64, _>> = BTreeMap::new();
+        for (name, generation, verdict) in judged {
+            out.entry(name).or_default().insert(generation, verdict);
+        }
+        Verdicts { judged: out }
+    }
+
+    /// Whether `id` is alive and whether it is suspected, given the heartbeat detector's
+    /// `heartbeat_live` for identities the probes do not judge.
+    pub fn judge(&self, id: &ChitchatId, heartbeat_live: bool) -> (bool, bool) {
+        use shoal_core::verdict::Verdict;
+        match self
+            .judged
+            .get(&*id.node_id)
+            .and_then(|g| g.get(&id.generation_id))
+        {
+            Some(Verdict::Dead) => (false, false),
+            Some(Verdict::Suspect) => (true, true),
+            Some(Verdict::Alive) => (true, false),
+            None => (heartbeat_live, false),
+        }
+    }
+
+    /// Whether some identity is dead by one and not by the other (a death or a revival, not
+    /// only a suspicion coming or going).
+    pub fn alive_differs(&self, other: &Verdicts) -> bool {
+        use shoal_core::verdict::Verdict;
+        let dead = |v: &Verdicts| -> Vec<(String, u64)> {
+            v.judged
+                .iter()
+                .flat_map(|(n, g)| {
+                    g.iter()
+                        .filter(|(_, v)| **v == Verdict::Dead)
+                        .map(move |(g, _)| (n.clone(), *g))
+                })
+                .collect()
+        };
+        dead(self) != dead(other)
+    }
+
+    /// How many identities the probes judge.
+    pub fn len(&self) -> usize {
+        self.judged.values().map(BTreeMap::len).sum()
+    }
+
+    /// Whether the probes judge none (the heartbeat detector decides everything).
+    pub fn is_empty(&self) -> bool {
+        self.judged.is_empty()
+    }
 }
 
 /// [`members`] for a caller that reads the membership again and again (the host loop, every
@@ -123,12 +192,14 @@ struct CachedNode {
     /// `(max_version, last_gc_version)` of the node state the facts were read at.
     versions: (u64, u64),
     alive: bool,
+    suspect: bool,
     facts: Facts,
 }
 
 impl MemberCache {
-    /// Reads chitchat's view and says what moved since the last refresh.
-    pub fn refresh(&mut self, chitchat: &Chitchat) -> Moved {
+    /// Reads chitchat's view, with the probes' `verdicts`, and says what moved since the last
+    /// refresh.
+    pub fn refresh(&mut self, chitchat: &Chitchat, verdicts: &Verdicts) -> Moved {
         let live = live_ids(chitchat);
         let mut live_at = 0;
         let states = chitchat.node_states();
@@ -149,17 +220,19 @@ impl MemberCache {
                 moved.members |= facts != node.facts;
                 node.facts = facts;
             }
-            let alive = !node.facts.leaving && is_live(&live, &mut live_at, id);
-            moved.members |= alive != node.alive;
+            let (alive, suspect) = verdicts.judge(id, is_live(&live, &mut live_at, id));
+            let alive = !node.facts.leaving && alive;
+            let suspect = suspect && !node.facts.leaving;
+            moved.members |= alive != node.alive || suspect != node.suspect;
             node.alive = alive;
+            node.suspect = suspect;
         }
         if moved.members {
             let mut members = Vec::with_capacity(self.nodes.len());
             for node in &self.nodes {
-                push_member(
-                    &mut members,
-                    node.facts.clone().into_member(&node.id, node.alive),
-                );
+                let mut member = node.facts.clone().into_member(&node.id, node.alive);
+                member.suspect = node.suspect;
+                push_member(&mut members, member);
             }
             self.members = members.into();
         }
@@ -186,6 +259,7 @@ impl MemberCache {
                 id: id.clone(),
                 versions: (u64::MAX, u64::MAX),
                 alive: false,
+                suspect: false,
                 facts: Facts::default(),
             });
             self.nodes.push(node);
@@ -252,6 +326,7 @@ impl Facts {
             name: id.node_id.to_string(),
             id: id.clone(),
             alive,
+            suspect: false,
             record: self.record,
             digest: self.digest,
             stale: self.stale,
@@ -385,6 +460,7 @@ pub fn node_view(m: &Member) -> NodeView {
         agent_version: m.record.as_ref().map(|r| r.agent_version.clone()),
         build: Some(m.build()),
         runtimes: m.capabilities.as_ref().map(|c| c.runtimes_text()),
+        suspect: Some(m.suspect),
     }
 }
 
@@ -530,6 +606,7 @@ mod tests {
             name: "n1".into(),
             id: id("n1", 1),
             alive,
+            suspect: false,
             record: None,
             digest: None,
             stale: false,
@@ -566,6 +643,7 @@ mod tests {
             name: "n1".into(),
             id: id("n1", 1),
             alive: true,
+            suspect: false,
             record: Some(NodeRecord::decode(&record(1000)).unwrap()),
             digest: None,
             stale: false,
@@ -601,6 +679,7 @@ mod tests {
             name: "n1".into(),
             id: id("n1", generation),
             alive,
+            suspect: false,
             record: cpu.map(|c| NodeRecord::decode(&record(c)).unwrap()),
             digest: None,
             stale: false,
@@ -665,7 +744,7 @@ mod tests {
     }
 
     fn same(cache: &MemberCache, chitchat: &Chitchat) -> bool {
-        format!("{:?}", cache.members()) == format!("{:?}", members(chitchat))
+        format!("{:?}", cache.members()) == format!("{:?}", members(chitchat, &Verdicts::default()))
     }
 
     #[test]
@@ -686,7 +765,7 @@ mod tests {
             members: true,
         };
 
-        assert_eq!(cache.refresh(&chitchat), both);
+        assert_eq!(cache.refresh(&chitchat, &Verdicts::default()), both);
         assert!(same(&cache, &chitchat));
         let names: Vec<&str> = cache.members().iter().map(|m| m.name.as_str()).collect();
         assert_eq!(names, ["n1", "n2", "n3", "n4"]);
@@ -699,20 +778,24 @@ mod tests {
         assert_eq!(n3.record.as_ref().map(|r| r.cpu_millis), Some(3001));
         assert!(cache.members()[0].alive && !cache.members()[1].alive);
         assert!(cache.members()[3].stale && cache.members()[3].record.is_none());
-        assert_eq!(cache.refresh(&chitchat), Moved::default(), "nothing moved");
+        assert_eq!(
+            cache.refresh(&chitchat, &Verdicts::default()),
+            Moved::default(),
+            "nothing moved"
+        );
 
         publish(&mut chitchat, &id("n2", 1), &[(NODE_KEY, record(2500))], 4);
-        assert_eq!(cache.refresh(&chitchat), both);
+        assert_eq!(cache.refresh(&chitchat, &Verdicts::default()), both);
         assert!(same(&cache, &chitchat));
         assert_eq!(cache.members()[1].record.as_ref().unwrap().cpu_millis, 2500);
 
         chitchat.self_node_state().set(LEAVING_KEY, "1");
-        assert_eq!(cache.refresh(&chitchat), both);
+        assert_eq!(cache.refresh(&chitchat, &Verdicts::default()), both);
         assert!(same(&cache, &chitchat));
         assert!(!cache.members()[0].alive && cache.members()[0].leaving);
 
         chitchat.self_node_state().set(DIGEST_KEY, "00ff");
-        assert_eq!(cache.refresh(&chitchat), both);
+        assert_eq!(cache.refresh(&chitchat, &Verdicts::default()), both);
         assert_eq!(cache.members()[0].digest.as_deref(), Some("00ff"));
 
         chitchat.self_node_state().set("instances", "[]");
@@ -720,8 +803,15 @@ mod tests {
             keys: true,
             members: false,
         };
-        assert_eq!(cache.refresh(&chitchat), keys_only, "another key moved");
-        assert_eq!(cache.refresh(&chitchat), Moved::default());
+        assert_eq!(
+            cache.refresh(&chitchat, &Verdicts::default()),
+            keys_only,
+            "another key moved"
+        );
+        assert_eq!(
+            cache.refresh(&chitchat, &Verdicts::default()),
+            Moved::default()
+        );
         assert!(same(&cache, &chitchat));
     }
 }

@@ -21,6 +21,7 @@ use chitchat::{ChitchatConfig, ChitchatId, FailureDetectorConfig};
 
 pub mod directory;
 pub mod mem;
+pub mod probe;
 pub mod quic;
 
 /// Failure detection and gossip timing. [`Default`]: 250 ms gossip, phi 7, a 100-sample window,

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use super::canonical;
 use super::directory::{self, Lookup};
+use super::probe::{self, ProbeChannel, ProbeIn, ProbeLink};
 use crate::identity::authority::Authority;
 use crate::identity::pki::{Identity, Role};
 use crate::identity::tls::{self, PeerName, QuicOptions, ALPN_GOSSIP, ANY_MEMBER};
@@ -99,6 +100,54 @@ pub struct QuicTransport {
     peer_names: Arc<Mutex<HashMap<SocketAddr, PeerName>>>,
     directory: Arc<std::sync::OnceLock<Lookup>>,
     authority: Arc<std::sync::OnceLock<Arc<Authority>>>,
+    probes: Arc<ProbeSide>,
+}
+
+/// Probe frames on this endpoint ([`super::probe`]): where received ones go, and the open
+/// endpoint sends go through.
+struct ProbeSide {
+    inbox: std::sync::OnceLock<mpsc::Sender<ProbeIn>>,
+    shared: Mutex<std::sync::Weak<Shared>>,
+    in_flight: Arc<tokio::sync::Semaphore>,
+}
+
+/// Probe sends under way at once; past it they are dropped and counted (as UDP would).
+const PROBES_IN_FLIGHT_MAX: usize = 64;
+
+struct QuicProbeLink {
+    side: Arc<ProbeSide>,
+}
+
+impl ProbeLink for QuicProbeLink {
+    fn send(&self, to: SocketAddr, frame: Vec<u8>) {
+        let Some(shared) = self.side.shared.lock().expect("probe lock").upgrade() else {
+            return;
+        };
+        let Ok(permit) = self.side.in_flight.clone().try_acquire_owned() else {
+            TransportStats::bump(&shared.stats.messages_dropped);
+            return;
+        };
+        let to = canonical(to);
+        tokio::spawn(async move {
+            let _permit = permit;
+            let write = async {
+                let conn = connection_to(&shared, to).await?;
+                let mut stream = conn.open_uni().await.ok()?;
+                stream.write_all(&frame).await.ok()?;
+                stream.finish().ok()
+            };
+            match tokio::time::timeout(shared.config.stream_timeout, write).await {
+                Ok(Some(())) => {
+                    TransportStats::bump(&shared.stats.messages_sent);
+                    shared
+                        .stats
+                        .bytes_sent
+                        .fetch_add(frame.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                }
+                _ => TransportStats::bump(&shared.stats.messages_dropped),
+            }
+        });
+    }
 }
 
 impl QuicTransport {
@@ -111,7 +160,26 @@ impl QuicTransport {
             peer_names: Arc::default(),
             directory: Arc::default(),
             authority: Arc::default(),
+            probes: Arc::new(ProbeSide {
+                inbox: std::sync::OnceLock::new(),
+                shared: Mutex::new(std::sync::Weak::new()),
+                in_flight: Arc::new(tokio::sync::Semaphore::new(PROBES_IN_FLIGHT_MAX)),
+            }),
         }
+    }
+
+    /// The channel member probes travel on ([`super::probe`]): frames of kind `Probe` received
+    /// on this endpoint go to its inbox instead of chitchat. Take it once, before chitchat opens
+    /// the transport; a second call returns `None`.
+    pub fn probe_channel(&self) -> Option<ProbeChannel> {
+        let (tx, inbox) = mpsc::channel(probe::PROBE_INBOX_LEN);
+        self.probes.inbox.set(tx).ok()?;
+        Some(ProbeChannel {
+            link: Arc::new(QuicProbeLink {
+                side: self.probes.clone(),
+            }),
+            inbox,
+        })
     }
 
     /// Has `authority` keep the endpoint's TLS configuration current (renewals, revocations) and
@@ -166,7 +234,9 @@ impl Transport for QuicTransport {
             admission: Admission::new("gossip", self.config.admission.clone(), self.stats.clone()),
             inbound_tx,
             directory: self.directory.clone(),
+            probes: self.probes.clone(),
         });
+        *self.probes.shared.lock().expect("probe lock") = Arc::downgrade(&shared);
         let accept_task = tokio::spawn(accept_loop(shared.clone()));
         Ok(Box::new(QuicSocket {
             shared,
@@ -190,6 +260,7 @@ struct Shared {
     admission: Arc<Admission>,
     inbound_tx: mpsc::Sender<(SocketAddr, ChitchatMessage)>,
     directory: Arc<std::sync::OnceLock<Lookup>>,
+    probes: Arc<ProbeSide>,
 }
 
 struct QuicSocket {
@@ -296,6 +367,7 @@ async fn run_reader(shared: Arc<Shared>, conn: quinn::Connection, slot: Connecti
         .lock()
         .expect("lock")
         .insert(peer, conn.clone());
+    let cert_name = name.as_str().to_string();
     shared.peer_names.lock().expect("lock").insert(peer, name);
     let limit = LENGTH_PREFIX_BYTES + GOSSIP_FRAME_MAX_BYTES;
     loop {
@@ -325,6 +397,20 @@ async fn run_reader(shared: Arc<Shared>, conn: quinn::Connection, slot: Connecti
         stats
             .bytes_received
             .fetch_add(frame.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        if probe::is_probe(&frame) {
+            let routed = shared.probes.inbox.get().is_some_and(|tx| {
+                tx.try_send(ProbeIn {
+                    from: peer,
+                    name: Some(cert_name.clone()),
+                    frame,
+                })
+                .is_ok()
+            });
+            if !routed {
+                TransportStats::bump(&stats.messages_dropped);
+            }
+            continue;
+        }
         match decode_gossip(&frame) {
             Ok(msg) => {
                 TransportStats::bump(&stats.messages_received);

@@ -19,6 +19,7 @@
 //!
 //! Architecture Invariant: every queue is bounded; a full queue drops and counts, as UDP would.
 
+mod probe;
 mod rpc;
 mod socket;
 
@@ -73,6 +74,10 @@ pub struct HostTraffic {
     pub rpc_messages: u64,
     /// RPC bytes sent.
     pub rpc_bytes: u64,
+    /// Member probe messages sent.
+    pub probe_messages: u64,
+    /// Member probe bytes sent (frames).
+    pub probe_bytes: u64,
 }
 
 /// What happened to messages on the whole network (gossip and RPC alike).
@@ -105,6 +110,7 @@ struct NetState {
     paused: BTreeSet<IpAddr>,
     sockets: BTreeMap<SocketAddr, (u64, mpsc::Sender<(SocketAddr, ChitchatMessage)>)>,
     rpc_servers: BTreeMap<SocketAddr, (PeerName, FrameHandler)>,
+    probe_inboxes: BTreeMap<SocketAddr, mpsc::Sender<super::probe::ProbeIn>>,
     next_socket_id: u64,
     traffic: BTreeMap<IpAddr, HostTraffic>,
     totals: NetTotals,
@@ -115,6 +121,8 @@ struct NetState {
 enum Carrier {
     Gossip,
     Rpc,
+    /// Member probes: lost, delayed and duplicated as gossip is, counted apart.
+    Probe,
 }
 
 /// The fate of one message.
@@ -141,6 +149,7 @@ impl MemNetwork {
                 paused: BTreeSet::new(),
                 sockets: BTreeMap::new(),
                 rpc_servers: BTreeMap::new(),
+                probe_inboxes: BTreeMap::new(),
                 next_socket_id: 0,
                 traffic: BTreeMap::new(),
                 totals: NetTotals::default(),
@@ -237,6 +246,10 @@ impl MemNetwork {
                 sent.rpc_messages += 1;
                 sent.rpc_bytes += bytes as u64;
             }
+            Carrier::Probe => {
+                sent.probe_messages += 1;
+                sent.probe_bytes += bytes as u64;
+            }
         }
         if state.blocked.contains(&(a, b)) || state.paused.contains(&a) || state.paused.contains(&b)
         {
@@ -249,7 +262,7 @@ impl MemNetwork {
             .unwrap_or(&state.default_fault);
         let mut delay = fault.delay;
         match carrier {
-            Carrier::Gossip => {
+            Carrier::Gossip | Carrier::Probe => {
                 if fault.loss > 0.0 && state.rng.random::<f64>() < fault.loss {
                     state.totals.dropped_loss += 1;
                     return Fate::Drop;
@@ -264,7 +277,7 @@ impl MemNetwork {
             let span = fault.jitter.as_micros() as u64;
             delay += Duration::from_micros(state.rng.random_range(0..=span));
         }
-        let duplicated = carrier == Carrier::Gossip
+        let duplicated = carrier != Carrier::Rpc
             && fault.duplicate > 0.0
             && state.rng.random::<f64>() < fault.duplicate;
         if duplicated {

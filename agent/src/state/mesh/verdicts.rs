@@ -1,0 +1,215 @@
+//! `MemberProbes`, a task over the node: member verdicts on direct evidence (issue 28), the
+//! shell of `shoal_core::verdict`.
+//!
+//! Every [`TICK`] it reads every identity chitchat holds (heartbeat, liveness by the heartbeat
+//! detector, whether its build speaks probes, whether it is leaving, how many live members gossip
+//! that they suspect it), feeds the [`Prober`], and sends what it returns; between ticks it
+//! answers probe messages as they arrive. It publishes what this agent suspects under the chitchat
+//! key [`SUSPECTS_KEY`] (the others' confirmations), the verdicts into the node's membership
+//! ([`MeshNode::verdicts`]), and the verdict changes as events; a member declared dead or revived
+//! wakes the host loop.
+//!
+//! It judges only while the mesh version is at least [`PROBE_WIRE`] (every member speaks probes)
+//! and only members whose build speaks them; the others keep the heartbeat detector's verdict.
+//!
+//! Stalls: the task measures how late each tick comes (a starved or frozen agent wakes late) and
+//! tells the prober, which does not count that time as anyone's silence.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shoal_core::verdict::{
+    format_suspects, parse_suspects, Observed, ProbeConfig, ProbeMsg, Prober,
+};
+use tokio::time::Instant;
+
+use super::build::BUILD_KEY;
+use super::node::MeshNode;
+use super::view::Verdicts;
+use crate::transport::gossip::probe::{
+    decode_probe, encode_probe, ProbeChannel, ProbeIn, PROBE_WIRE,
+};
+
+/// Chitchat key: the members this agent suspects (or declared dead lately), `name/generation`
+/// comma-separated, at most [`SUSPECTS_MAX`].
+pub const SUSPECTS_KEY: &str = "suspects";
+/// Most suspects gossiped.
+pub const SUSPECTS_MAX: usize = 32;
+/// Longest suspects value read from a peer.
+const SUSPECTS_BYTES_MAX: usize = 32 * 300;
+/// How often the prober runs its timers.
+pub const TICK: Duration = Duration::from_millis(50);
+/// Probe messages handled between two ticks at most (the rest wait in the bounded inbox).
+const MESSAGES_PER_WAKE_MAX: usize = 256;
+
+/// Runs the member probes of `node` on `channel` until the node's gossip stops.
+pub async fn run(node: Arc<MeshNode>, mut channel: ProbeChannel, config: ProbeConfig) {
+    let me = node.gossip().chitchat_id().clone();
+    let seed = me.generation_id ^ xxhash_rust::xxh3::xxh3_64(me.node_id.as_bytes());
+    let mut prober = Prober::new(config, &me.node_id, me.generation_id, seed);
+    let start = Instant::now();
+    let mut planned = Instant::now() + TICK;
+    let mut next_tick = planned;
+    let mut published = String::new();
+    let mut builds = BuildCache::default();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(planned) => {}
+            msg = channel.inbox.recv() => {
+                let Some(first) = msg else { return };
+                let now_ms = start.elapsed().as_millis() as u64;
+                let mut batch = vec![first];
+                while batch.len() < MESSAGES_PER_WAKE_MAX {
+                    match channel.inbox.try_recv() {
+                        Ok(m) => batch.push(m),
+                        Err(_) => break,
+                    }
+                }
+                if node.wire.load(std::sync::atomic::Ordering::Relaxed) >= PROBE_WIRE {
+                    for m in batch {
+                        receive(&node, &mut prober, &channel, now_ms, m);
+                    }
+                }
+                continue;
+            }
+        }
+        let woke = Instant::now();
+        let stall = woke.saturating_duration_since(planned).as_millis() as u64;
+        if woke >= next_tick {
+            next_tick = woke + TICK;
+        }
+        let now_ms = start.elapsed().as_millis() as u64;
+        if node.wire.load(std::sync::atomic::Ordering::Relaxed) < PROBE_WIRE {
+            node.set_verdicts(Verdicts::default());
+            planned = next_tick;
+            continue;
+        }
+        let (members, suspected_me) = observe(&node, &mut builds).await;
+        for (to, msg) in prober.tick(now_ms, stall, suspected_me, &members) {
+            send(&node, &channel, to, &msg);
+        }
+        let suspects = format_suspects(&prober.suspects(now_ms), SUSPECTS_MAX);
+        if suspects != published {
+            let chitchat = node.gossip().chitchat();
+            let mut guard = chitchat.lock().await;
+            guard.self_node_state().set(SUSPECTS_KEY, suspects.clone());
+            published = suspects;
+        }
+        let judged = prober.verdicts();
+        let events = prober.drain_events();
+        node.record_probes(prober.counters(), prober.health(), &events);
+        if node.set_verdicts(Verdicts::new(judged)) {
+            node.membership_moved.notify_one();
+        }
+        // Wake at the next regular tick, or earlier when a probe's timer falls due.
+        planned = match prober.next_due() {
+            Some(due) => next_tick.min(start + Duration::from_millis(due.max(now_ms + 1))),
+            None => next_tick,
+        };
+    }
+}
+
+fn receive(node: &MeshNode, prober: &mut Prober, channel: &ProbeChannel, now_ms: u64, m: ProbeIn) {
+    let msg = match decode_probe(&m.frame) {
+        Ok(msg) => msg,
+        Err(e) => {
+            node.probe_rejected();
+            tracing::debug!(from = %m.from, error = %e, "probe frame rejected");
+            return;
+        }
+    };
+    for (to, out) in prober.receive(now_ms, m.from, m.name.as_deref(), msg) {
+        send(node, channel, to, &out);
+    }
+}
+
+fn send(node: &MeshNode, channel: &ProbeChannel, to: std::net::SocketAddr, msg: &ProbeMsg) {
+    match encode_probe(msg) {
+        Ok(frame) => channel.link.send(to, frame),
+        Err(e) => {
+            node.probe_rejected();
+            tracing::warn!(%to, error = %e, "probe not sent");
+        }
+    }
+}
+
+/// Every other identity chitchat holds, as the prober reads it, and how many live members
+/// suspect this agent.
+async fn observe(node: &MeshNode, builds: &mut BuildCache) -> (Vec<Observed>, u32) {
+    let chitchat = node.gossip().chitchat();
+    let guard = chitchat.lock().await;
+    let me = guard.self_chitchat_id().clone();
+    let live: std::collections::BTreeSet<&chitchat::ChitchatId> = guard.live_nodes().collect();
+    // Who suspects whom, from live members' gossip.
+    let mut suspected: BTreeMap<(String, u64), u32> = BTreeMap::new();
+    for id in &live {
+        if **id == me {
+            continue;
+        }
+        let Some(text) = guard.node_state(id).and_then(|s| s.get(SUSPECTS_KEY)) else {
+            continue;
+        };
+        if text.is_empty() || text.len() > SUSPECTS_BYTES_MAX {
+            continue;
+        }
+        let (list, _bad) = parse_suspects(text);
+        for key in list.into_iter().take(SUSPECTS_MAX) {
+            *suspected.entry(key).or_default() += 1;
+        }
+    }
+    let mut out = Vec::with_capacity(guard.node_states().len());
+    for (id, state) in guard.node_states() {
+        if *id == me {
+            continue;
+        }
+        let key = (id.node_id.to_string(), id.generation_id);
+        let probes = builds.speaks_probes(id, state);
+        out.push(Observed {
+            suspected_by: suspected.get(&key).copied().unwrap_or(0),
+            name: key.0,
+            generation: key.1,
+            addr: id.gossip_advertise_addr,
+            heartbeat: u64::from(state.heartbeat()),
+            live: live.contains(id),
+            probes,
+            leaving: state.get(super::view::LEAVING_KEY).is_some(),
+        });
+    }
+    builds.forget_others(guard.node_states());
+    let mine = suspected
+        .get(&(me.node_id.to_string(), me.generation_id))
+        .copied()
+        .unwrap_or(0);
+    (out, mine)
+}
+
+/// Whether each identity's build speaks probes, decoded again only when its build key moves.
+#[derive(Default)]
+struct BuildCache {
+    by_id: BTreeMap<chitchat::ChitchatId, (u64, bool)>,
+}
+
+impl BuildCache {
+    fn speaks_probes(&mut self, id: &chitchat::ChitchatId, state: &chitchat::NodeState) -> bool {
+        let Some(versioned) = state.get_versioned(BUILD_KEY) else {
+            return false;
+        };
+        if let Some((version, speaks)) = self.by_id.get(id) {
+            if *version == versioned.version {
+                return *speaks;
+            }
+        }
+        let speaks = !versioned.is_deleted()
+            && super::build::BuildRecord::decode(&versioned.value)
+                .is_ok_and(|b| b.wire_max >= PROBE_WIRE);
+        self.by_id.insert(id.clone(), (versioned.version, speaks));
+        speaks
+    }
+
+    fn forget_others(&mut self, states: &BTreeMap<chitchat::ChitchatId, chitchat::NodeState>) {
+        if self.by_id.len() > states.len() {
+            self.by_id.retain(|id, _| states.contains_key(id));
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! Member verdicts on direct evidence (issue 28) with real agents' mesh code on the in-memory
+//! network under paused time: a crashed member is dead for every survivor within the target,
+//! and the probes (not the heartbeat detector) said so; a member whose links black out 0.4 s of
+//! every 0.5 s, and a member with 10 % loss, are never declared dead.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use shoal::agent::mem::{mem_setup, start_mem_node, tokio_clock};
+use shoal::agent::run::RunningNode;
+use shoal::state::store_db::MemDisk;
+use shoal::transport::gossip::mem::{LinkFault, MemNetwork};
+use shoal::transport::gossip::probe::PROBE_WIRE;
+use shoal_core::verdict::VerdictKind;
+use tokio::time::Instant;
+
+const BASE_MS: u64 = 1_800_000_000_000;
+
+async fn mesh(net: &MemNetwork, n: usize) -> Vec<Option<RunningNode>> {
+    let mut nodes = Vec::new();
+    for i in 0..n {
+        let setup = mem_setup(i, 0, &format!("z{}", i % 2));
+        let node = start_mem_node(net, setup, &MemDisk::new(), tokio_clock(BASE_MS))
+            .await
+            .unwrap();
+        nodes.push(Some(node));
+    }
+    // The mesh version moves to the newest once the agents settled (3 s) and synced.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let all = nodes
+            .iter()
+            .flatten()
+            .all(|n| n.node.wire.load(std::sync::atomic::Ordering::Relaxed) >= PROBE_WIRE);
+        if all {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the mesh version never reached {PROBE_WIRE}"
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    nodes
+}
+
+fn host(i: usize) -> IpAddr {
+    mem_setup(i, 0, "z").gossip_addr.ip()
+}
+
+/// Whether `observer` holds `name` alive.
+async fn alive(observer: &RunningNode, name: &str) -> bool {
+    observer
+        .node
+        .members()
+        .await
+        .iter()
+        .any(|m| m.name == name && m.alive)
+}
+
+async fn deaths_seen(nodes: &[Option<RunningNode>]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for n in nodes.iter().flatten() {
+        for m in n.node.members().await.iter() {
+            if !m.alive && !m.leaving {
+                out.push((n.node.name.clone(), m.name.clone()));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crashed_member_is_dead_for_every_survivor_within_the_target() {
+    let net = MemNetwork::new(3);
+    let mut nodes = mesh(&net, 12).await;
+    assert!(deaths_seen(&nodes).await.is_empty());
+    let victim = nodes[4].take().unwrap();
+    let name = victim.node.name.clone();
+    let killed = Instant::now();
+    drop(victim);
+    let survivors: Vec<&RunningNode> = nodes.iter().flatten().collect();
+    let mut took: Vec<Option<Duration>> = vec![None; survivors.len()];
+    while took.iter().any(Option::is_none) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "not every survivor declared {name} dead: {took:?}"
+        );
+        for (i, observer) in survivors.iter().enumerate() {
+            if took[i].is_none() && !alive(observer, &name).await {
+                took[i] = Some(killed.elapsed());
+                // The probes judged it: their verdict, not the heartbeat detector's.
+                assert!(!observer.node.verdicts().is_empty());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut took: Vec<Duration> = took.into_iter().flatten().collect();
+    took.sort();
+    let (median, worst) = (took[took.len() / 2], *took.last().unwrap());
+    eprintln!(
+        "dead after (ms): {:?}",
+        took.iter().map(Duration::as_millis).collect::<Vec<_>>()
+    );
+    assert!(median <= Duration::from_millis(1_000), "median {median:?}");
+    assert!(worst <= Duration::from_millis(1_500), "worst {worst:?}");
+    // Nobody else was declared dead.
+    for (observer, dead) in deaths_seen(&nodes).await {
+        assert_eq!(dead, name, "{observer} declared {dead} dead");
+    }
+    // Every survivor's prober saw it suspected first, then dead.
+    for observer in nodes.iter().flatten() {
+        let events = observer.node.take_probe_events();
+        let about: Vec<_> = events
+            .iter()
+            .filter(|e| e.name == name)
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(
+            about,
+            vec![VerdictKind::Suspect, VerdictKind::Dead],
+            "{}",
+            observer.node.name
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_blacked_out_four_tenths_of_every_half_second_is_never_declared_dead() {
+    let net = MemNetwork::new(5);
+    let nodes = mesh(&net, 8).await;
+    let h = host(3);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        net.set_paused(h, true);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        net.set_paused(h, false);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let dead = deaths_seen(&nodes).await;
+        assert!(dead.is_empty(), "after {:?}: {dead:?}", start.elapsed());
+    }
+    // The probes did run: the blacked-out member was probed.
+    let probed: u64 = nodes
+        .iter()
+        .flatten()
+        .map(|n| n.node.probe_stats().0.probes)
+        .sum();
+    assert!(probed > 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn ten_percent_loss_on_one_member_declares_nobody_dead() {
+    let net = MemNetwork::new(9);
+    let nodes = mesh(&net, 10).await;
+    let h = host(2);
+    let lossy = LinkFault {
+        loss: 0.10,
+        ..LinkFault::default()
+    };
+    for i in 0..10 {
+        if i != 2 {
+            net.set_link_fault(h, host(i), Some(lossy));
+            net.set_link_fault(host(i), h, Some(lossy));
+        }
+    }
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(120) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let dead = deaths_seen(&nodes).await;
+        assert!(dead.is_empty(), "after {:?}: {dead:?}", start.elapsed());
+    }
+}
