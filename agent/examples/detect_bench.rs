@@ -76,6 +76,20 @@ struct Args {
     /// Print only the JSON line on stdout.
     #[arg(long)]
     json: bool,
+    /// Instead of killing the victim, freeze it (SIGSTOP) this many ms of every `--period-ms`
+    /// (SIGCONT the rest) for `--freeze-secs`, and count false verdicts: survivors that ever
+    /// held anyone dead, and `member-dead` events on any agent (the frozen one included).
+    #[arg(long)]
+    freeze_ms: Option<u64>,
+    /// The freeze duty cycle's period.
+    #[arg(long, default_value_t = 500)]
+    period_ms: u64,
+    /// How long the duty cycle runs.
+    #[arg(long, default_value_t = 60)]
+    freeze_secs: u64,
+    /// Freeze every agent of the victim's cell at once (its cell: with `--cells`).
+    #[arg(long)]
+    freeze_cell: bool,
 }
 
 /// What one run measured, in ms since the kill.
@@ -84,11 +98,21 @@ struct RunResult {
     all_ms: u64,
     status_agreed_ms: Option<u64>,
     survivors: usize,
+    /// Freeze mode: (observer, member) pairs a survivor held dead at some poll.
+    false_views: usize,
+    /// Freeze mode: `member-dead` events on every agent.
+    false_events: usize,
 }
 
 impl RunResult {
     /// The run's line on stderr.
     fn line(&self) -> String {
+        if self.false_views > 0 || self.false_events > 0 || self.all_ms == 0 {
+            return format!(
+                "freeze: {} (observer, member) pairs held dead, {} member-dead events",
+                self.false_views, self.false_events
+            );
+        }
         format!(
             "first survivor saw the death after {} ms, all {} after {} ms",
             self.first_ms, self.survivors, self.all_ms
@@ -165,6 +189,17 @@ async fn one_run(args: &Args, run: usize) -> anyhow::Result<RunResult> {
         .into_iter()
         .filter(|&i| i != victim && cell_of(args, i) == cell_of(args, victim))
         .collect();
+    if let Some(frozen_ms) = args.freeze_ms {
+        let frozen: Vec<usize> = if args.freeze_cell {
+            (0..args.agents)
+                .filter(|&i| cell_of(args, i) == cell_of(args, victim))
+                .collect()
+        } else {
+            vec![victim]
+        };
+        let watchers: Vec<usize> = (0..args.agents).filter(|i| !frozen.contains(i)).collect();
+        return freeze(args, &client, &mesh, &frozen, &watchers, frozen_ms, status_agreed_ms).await;
+    }
     let killed_at = mesh.kill(victim);
     let mut seen_dead: Vec<Option<Duration>> = vec![None; survivors.len()];
     while seen_dead.iter().any(Option::is_none) {
@@ -189,6 +224,94 @@ async fn one_run(args: &Args, run: usize) -> anyhow::Result<RunResult> {
         all_ms: times.iter().max().expect("survivors").as_millis() as u64,
         status_agreed_ms,
         survivors: survivors.len(),
+        false_views: 0,
+        false_events: 0,
+    })
+}
+
+/// Freezes `frozen` (SIGSTOP/SIGCONT duty cycle) while polling `watchers`; counts false verdicts.
+async fn freeze(
+    args: &Args,
+    client: &BenchClient,
+    mesh: &LocalMesh,
+    frozen: &[usize],
+    watchers: &[usize],
+    frozen_ms: u64,
+    status_agreed_ms: Option<u64>,
+) -> anyhow::Result<RunResult> {
+    let pids: Vec<String> = frozen
+        .iter()
+        .map(|&i| {
+            let child = mesh.agents[i].child.as_ref().expect("a running agent");
+            child.id().to_string()
+        })
+        .collect();
+    let signal = |sig: &str| {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{sig}"))
+            .args(&pids)
+            .status();
+        if !status.is_ok_and(|s| s.success()) {
+            eprintln!("kill -{sig} failed");
+        }
+    };
+    let everyone: BTreeSet<String> = mesh.agents.iter().map(|a| a.name.clone()).collect();
+    let mut held_dead: BTreeSet<(usize, String)> = BTreeSet::new();
+    let started = Instant::now();
+    let running_ms = args.period_ms.saturating_sub(frozen_ms);
+    while started.elapsed() < Duration::from_secs(args.freeze_secs) {
+        signal("STOP");
+        let poll = async {
+            let views = views(client, mesh, watchers).await;
+            for (&w, view) in watchers.iter().zip(views) {
+                if let Ok(alive) = view {
+                    let cell: BTreeSet<String> = (0..args.agents)
+                        .filter(|&j| cell_of(args, j) == cell_of(args, w))
+                        .map(|j| mesh.agents[j].name.clone())
+                        .collect();
+                    for name in everyone.intersection(&cell) {
+                        if !alive.contains(name) {
+                            held_dead.insert((w, name.clone()));
+                        }
+                    }
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(frozen_ms), poll).await;
+        let elapsed = started.elapsed().as_millis() as u64 % args.period_ms;
+        tokio::time::sleep(Duration::from_millis(frozen_ms.saturating_sub(elapsed))).await;
+        signal("CONT");
+        tokio::time::sleep(Duration::from_millis(running_ms)).await;
+    }
+    signal("CONT");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let req = Request::Events {
+        after: 0,
+        limit: PAGE_ITEMS_MAX,
+    };
+    let mut false_events = 0;
+    for i in 0..args.agents {
+        if let Ok(Response::Events(events)) = client
+            .rpc
+            .call(mesh.api(i), ANY_MEMBER, &req, CALL_TIMEOUT)
+            .await
+        {
+            for e in events.iter().filter(|e| e.kind == "member-dead") {
+                eprintln!("  {}: {}", e.node, e.reason);
+                false_events += 1;
+            }
+        }
+    }
+    for (w, name) in &held_dead {
+        eprintln!("  {} held {name} dead", mesh.agents[*w].name);
+    }
+    Ok(RunResult {
+        first_ms: 0,
+        all_ms: 0,
+        status_agreed_ms,
+        survivors: watchers.len(),
+        false_views: held_dead.len(),
+        false_events,
     })
 }
 
@@ -207,6 +330,12 @@ fn report(args: &Args, results: &[RunResult]) {
         "cells": args.cells,
         "replicas": args.replicas,
         "status_agreed_ms_all": results.iter().map(|r| r.status_agreed_ms).collect::<Vec<_>>(),
+        "freeze_ms": args.freeze_ms,
+        "period_ms": args.period_ms,
+        "freeze_secs": args.freeze_secs,
+        "freeze_cell": args.freeze_cell,
+        "false_views_all": results.iter().map(|r| r.false_views).collect::<Vec<_>>(),
+        "false_events_all": results.iter().map(|r| r.false_events).collect::<Vec<_>>(),
     });
     if !args.json {
         println!(
