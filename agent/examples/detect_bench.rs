@@ -198,7 +198,16 @@ async fn one_run(args: &Args, run: usize) -> anyhow::Result<RunResult> {
             vec![victim]
         };
         let watchers: Vec<usize> = (0..args.agents).filter(|i| !frozen.contains(i)).collect();
-        return freeze(args, &client, &mesh, &frozen, &watchers, frozen_ms, status_agreed_ms).await;
+        return freeze(
+            args,
+            &client,
+            &mesh,
+            &frozen,
+            &watchers,
+            frozen_ms,
+            status_agreed_ms,
+        )
+        .await;
     }
     let killed_at = mesh.kill(victim);
     let mut seen_dead: Vec<Option<Duration>> = vec![None; survivors.len()];

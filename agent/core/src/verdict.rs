@@ -330,7 +330,13 @@ pub struct Prober {
     next_nonce: u64,
     rng: u64,
     health: u32,
+    /// When health last rose or decayed: it decays by one per [`HEALTH_DECAY_MS`] without a rise.
+    health_moved_at: u64,
+    /// When health last rose.
+    health_raised_at: u64,
     suspected_me: bool,
+    /// Health rose since the last tick.
+    health_raised: bool,
     counters: ProbeCounters,
     events: Vec<VerdictEvent>,
 }
@@ -338,6 +344,11 @@ pub struct Prober {
 /// How long a member this agent declared dead stays in what it gossips as suspected (a
 /// confirmation for the others still suspecting it).
 pub const CONFIRMS_FOR_MS: u64 = 10_000;
+
+/// Local health starts to decay once nothing raised it for this long...
+pub const HEALTH_CALM_MS: u64 = 1_000;
+/// ...then by one each this long.
+pub const HEALTH_DECAY_MS: u64 = 250;
 
 /// Most events kept until drained.
 const EVENTS_MAX: usize = 1_024;
@@ -356,7 +367,10 @@ impl Prober {
             next_nonce: splitmix(seed) | 1,
             rng: seed,
             health: 0,
+            health_moved_at: 0,
+            health_raised_at: 0,
             suspected_me: false,
+            health_raised: false,
             counters: ProbeCounters::default(),
             events: Vec::new(),
         }
@@ -436,6 +450,7 @@ impl Prober {
 
     fn raise_health(&mut self) {
         self.health = (self.health + 1).min(self.config.health_max);
+        self.health_raised = true;
     }
 
     fn event(&mut self, key: &Key, kind: VerdictKind, at_ms: u64) {
@@ -469,6 +484,18 @@ impl Prober {
             self.raise_health();
         }
         self.suspected_me = suspected_me > 0;
+        // Health decays when nothing raised it for a while: an agent no longer starved (or whose
+        // links recovered) gets its normal timeouts back even if it has nobody to probe.
+        if std::mem::take(&mut self.health_raised) {
+            self.health_raised_at = now_ms;
+            self.health_moved_at = now_ms;
+        } else if self.health > 0
+            && now_ms.saturating_sub(self.health_raised_at) >= HEALTH_CALM_MS
+            && now_ms.saturating_sub(self.health_moved_at) >= HEALTH_DECAY_MS
+        {
+            self.health -= 1;
+            self.health_moved_at = now_ms;
+        }
         self.observe(now_ms, members);
         self.drive(now_ms, &mut out);
         self.expire_relays(now_ms, &mut out);

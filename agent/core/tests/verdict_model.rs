@@ -494,6 +494,11 @@ fn confirmations_shorten_the_suspicion_and_health_lengthens_it() {
     p.tick(1_000, 900, 0, &[]);
     assert_eq!(p.health(), 1);
     assert_eq!(p.counters().stalls, 1);
+    // Without further stalls it decays back.
+    p.tick(1_500, 0, 0, &[]);
+    assert_eq!(p.health(), 1, "not before a calm second");
+    p.tick(2_050, 0, 0, &[]);
+    assert_eq!(p.health(), 0);
 }
 
 #[test]

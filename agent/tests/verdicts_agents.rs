@@ -1,0 +1,216 @@
+//! Member verdicts under stress with real agent processes (issue 28): an agent starved by a
+//! SIGSTOP/SIGCONT duty cycle (frozen 0.4 s of every 0.5 s) is not declared dead, nor is anyone
+//! else (it observes too); an agent that loses 10 % of its packets both ways (iptables
+//! `statistic` in its network namespace) is not declared dead; a SIGKILLed agent is, by every
+//! survivor, and its survivors record `member-suspect` then `member-dead`.
+//!
+//! The figures (time to a verdict, many runs, 20 agents) come from `examples/detect_bench.rs`
+//! (docs/measurements.md); these tests check the behaviour with generous bounds.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::netns::{self, Hosts};
+use common::*;
+
+/// Waits until agent `i` reports mesh version 11 (the probes judge from then on).
+fn wait_mesh_version(c: &Cluster, i: usize) {
+    let mut last = serde_json::Value::Null;
+    let ok = wait_until(Duration::from_secs(40), || {
+        last = c.cli_json(i, &["upgrade", "status", "-o", "json"]);
+        last["mesh_version"].as_u64() >= Some(11)
+    });
+    assert!(ok, "the mesh version never reached 11: {last}");
+}
+
+/// Every agent's events of `kind`, as `node: reason`.
+fn events_of(c: &Cluster, kind: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for i in 0..c.agents.len() {
+        if c.agents[i].child.is_none() {
+            continue;
+        }
+        // One JSON object per line.
+        let answer = c.cli(i, &["events", "-o", "json"]);
+        let text = String::from_utf8_lossy(&answer.stdout).into_owned();
+        for line in text.lines() {
+            let e: serde_json::Value = serde_json::from_str(line).expect("an event line");
+            if e["kind"] == kind {
+                out.push(format!("{}: {}", e["node"], e["reason"]));
+            }
+        }
+    }
+    out
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+#[test]
+fn a_starved_agent_is_not_declared_dead_and_a_killed_one_is_by_every_survivor() {
+    let mut c = Cluster::new();
+    for i in 1..=5 {
+        c.add(&format!("n{i}"));
+    }
+    c.wait_members(5, Duration::from_secs(30));
+    wait_mesh_version(&c, 0);
+    std::thread::sleep(Duration::from_secs(2));
+
+    // n3 frozen 0.4 s of every 0.5 s for 15 s.
+    let pid = c.agents[2].child.as_ref().unwrap().id();
+    let start = Instant::now();
+    let mut polls = 0;
+    while start.elapsed() < Duration::from_secs(15) {
+        signal(pid, "STOP");
+        let frozen_at = Instant::now();
+        // While it is frozen, another agent's view: everyone alive.
+        let watcher = polls % 4;
+        let watcher = if watcher >= 2 { watcher + 1 } else { watcher };
+        if let Some(alive) = c.alive_nodes(watcher) {
+            assert_eq!(alive.len(), 5, "n{} holds {alive:?} alive", watcher + 1);
+        }
+        polls += 1;
+        std::thread::sleep(Duration::from_millis(400).saturating_sub(frozen_at.elapsed()));
+        signal(pid, "CONT");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let dead = events_of(&c, "member-dead");
+    assert!(dead.is_empty(), "false deaths: {dead:?}");
+    assert!(polls > 20);
+    // The frozen agent ran late and knew it: its stalls are counted.
+    for i in 0..5 {
+        assert_eq!(c.alive_nodes(i).map(|a| a.len()), Some(5), "n{}", i + 1);
+    }
+
+    // n4 killed: every survivor declares it dead, suspected first.
+    let wall_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let killed_ms = wall_ms();
+    c.kill(3);
+    let mut dead = Vec::new();
+    let all_see = wait_until(Duration::from_secs(10), || {
+        dead = events_at(&c, "member-dead");
+        dead.len() >= 4
+    });
+    assert!(all_see, "member-dead events: {dead:?}\n{}", c.logs());
+    assert!(dead.iter().all(|(_, d)| d.contains("n4")), "{dead:?}");
+    // Each survivor's event time: when its verdict was taken (its host loop's next round).
+    let worst = dead
+        .iter()
+        .map(|(at, _)| at.saturating_sub(killed_ms))
+        .max()
+        .unwrap();
+    eprintln!(
+        "member-dead after (ms): {:?}",
+        dead.iter()
+            .map(|(at, _)| at - killed_ms)
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        worst <= 2_000,
+        "the last survivor's verdict came {worst} ms after the kill"
+    );
+    for i in [0, 1, 2, 4] {
+        let alive = c.alive_nodes(i).unwrap_or_default();
+        assert!(
+            !alive.contains(&"n4".to_string()),
+            "n{} holds n4 alive",
+            i + 1
+        );
+    }
+    let suspects = events_of(&c, "member-suspect");
+    assert!(
+        suspects.iter().filter(|s| s.contains("n4")).count() >= 4,
+        "{suspects:?}"
+    );
+}
+
+/// Every agent's events of `kind`, with their wall time (ms).
+fn events_at(c: &Cluster, kind: &str) -> Vec<(u64, String)> {
+    let mut out = Vec::new();
+    for i in 0..c.agents.len() {
+        if c.agents[i].child.is_none() {
+            continue;
+        }
+        let answer = c.cli(i, &["events", "-o", "json"]);
+        for line in String::from_utf8_lossy(&answer.stdout).lines() {
+            let e: serde_json::Value = serde_json::from_str(line).expect("an event line");
+            if e["kind"] == kind {
+                let at = e["at_ms"].as_u64().unwrap_or(0);
+                out.push((at, format!("{}: {}", e["node"], e["reason"])));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn an_agent_losing_a_tenth_of_its_packets_is_not_declared_dead() {
+    if !netns::require() {
+        return;
+    }
+    let n = 4;
+    let hosts = Hosts::new("loss", n, 61);
+    let mut c = Cluster::new();
+    for i in 0..n {
+        let ip = hosts.ip(i);
+        c.add_at(
+            &format!("n{}", i + 1),
+            SocketAddr::new(ip, 7000),
+            SocketAddr::new(ip, 7001),
+            Some(hosts.names[i].clone()),
+        );
+    }
+    c.wait_members(n, Duration::from_secs(30));
+    wait_mesh_version(&c, 0);
+    // 10 % of n2's packets dropped, each way.
+    let lossy = &hosts.names[1];
+    for chain in [["INPUT", "-i"], ["OUTPUT", "-o"]] {
+        let out = Command::new("ip")
+            .args([
+                "netns", "exec", lossy, "iptables", "-I", chain[0], chain[1], "eth0",
+            ])
+            .args([
+                "-m",
+                "statistic",
+                "--mode",
+                "random",
+                "--probability",
+                "0.1",
+            ])
+            .args(["-j", "DROP", "-w"])
+            .output()
+            .expect("iptables");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_secs(1));
+        for i in 0..n {
+            if let Some(alive) = c.alive_nodes(i) {
+                assert_eq!(alive.len(), n, "n{} holds {alive:?} alive", i + 1);
+            }
+        }
+    }
+    let dead = events_of(&c, "member-dead");
+    assert!(dead.is_empty(), "false deaths: {dead:?}");
+    drop(c);
+    drop(hosts);
+}
