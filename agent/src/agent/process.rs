@@ -302,6 +302,28 @@ pub async fn run_agent(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let identity = load_node_identity(&opts)?;
+    // Served from the start: `/healthz` answers while the agent starts, `/readyz` says what it
+    // waits for; dropped (the task aborted) on every way out.
+    let endpoint = match opts.metrics_addr {
+        Some(addr) => {
+            let listener = crate::transport::metrics::bind(addr)
+                .await
+                .with_context(|| format!("binding --metrics on {addr}"))?;
+            let status = Arc::new(crate::transport::metrics::Status::default());
+            status.waiting("starting: opening the store");
+            let task = AbortOnDrop(tokio::spawn(crate::transport::metrics::serve(
+                listener,
+                status.clone(),
+            )));
+            Some((status, task))
+        }
+        None => None,
+    };
+    let stage = |what: &'static str| {
+        if let Some((status, _)) = &endpoint {
+            status.waiting(what);
+        }
+    };
     let authority = Arc::new(
         crate::identity::authority::Authority::certified(&identity)
             .context("loading the node key")?,
@@ -373,6 +395,7 @@ pub async fn run_agent(
         capabilities: Some(capabilities),
     };
     let clock = system_clock();
+    stage("starting: joining the mesh");
     let running = start_node(setup, store, &transport, rpc_client, clock.clone(), false).await?;
     running.node.set_drain_marker(drain_marker);
     let joining = serve_directory(&opts, &transport, &running.node)?;
@@ -409,7 +432,7 @@ pub async fn run_agent(
         Some(config) => Some(start_dns(config, agent.host(), dns_stats.clone()).await?),
         None => None,
     };
-    let metrics = opts.metrics_addr.map(|addr| {
+    if let Some((status, _)) = &endpoint {
         let host = agent.host().clone();
         let collect: crate::transport::metrics::Collector = Arc::new(move || {
             let (host, gossip, api) = (host.clone(), gossip_stats.clone(), api_stats.clone());
@@ -422,12 +445,14 @@ pub async fn run_agent(
                 families
             })
         });
-        tokio::spawn(async move {
-            if let Err(e) = crate::transport::metrics::serve(addr, collect).await {
-                tracing::error!(%addr, error = %e, "the /metrics endpoint stopped");
-            }
-        })
-    });
+        let host = Arc::downgrade(agent.host());
+        let ready: crate::transport::metrics::ReadyCheck = Arc::new(move || match host.upgrade() {
+            Some(host) if host.stats().rounds > 0 => Ok(()),
+            Some(_) => Err("waiting for the host loop's first reconcile round".to_string()),
+            None => Err("the agent is stopping".to_string()),
+        });
+        status.running(collect, ready);
+    }
     // A name in use in another cell stops this agent as a name conflict inside its cell does.
     let mut names = tokio::spawn(crate::state::mesh::cell_names::watch_names(Arc::downgrade(
         agent.host().node(),
@@ -439,6 +464,7 @@ pub async fn run_agent(
     if let Some(conflict) = &conflict {
         tracing::error!(%conflict, "stopping");
     }
+    stage("stopping");
     names.abort();
     joining.abort();
     watch.abort();
@@ -453,9 +479,7 @@ pub async fn run_agent(
         agent.leave().await;
     }
     server.abort();
-    if let Some(metrics) = metrics {
-        metrics.abort();
-    }
+    drop(endpoint);
     api_endpoint.close(0u32.into(), b"agent leaving");
     match conflict {
         Some(conflict) => anyhow::bail!(conflict),
@@ -479,6 +503,15 @@ async fn start_dns(
         .with_context(|| format!("binding DNS (--dns) on {addr}, UDP and TCP"))?;
     tracing::info!(%addr, "answering DNS");
     Ok(server)
+}
+
+/// A task aborted when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The receive buffers the API and gossip UDP sockets got ([`tls::UDP_BUFFER_BYTES`] asked).
