@@ -60,6 +60,9 @@ pub struct AgentOptions {
     pub tuning: GossipTuning,
     /// Where to serve OpenMetrics `/metrics` (plain HTTP), if anywhere.
     pub metrics_addr: Option<SocketAddr>,
+    /// The host IP docker containers' ports are published on (`--publish-addr`); `None`: the
+    /// advertised address ([`AgentOptions::publish_ip`]).
+    pub publish_addr: Option<std::net::IpAddr>,
     /// Where to answer DNS for the mesh's workloads, and the zone, if anywhere.
     pub dns: Option<crate::node::dns::DnsConfig>,
     /// Which runtime runs this node's instances.
@@ -81,6 +84,26 @@ pub struct AgentOptions {
     pub api_admission: crate::transport::admission::AdmissionConfig,
     /// Admission limits of the gossip endpoint.
     pub gossip_admission: crate::transport::admission::AdmissionConfig,
+}
+
+impl AgentOptions {
+    /// The host IP containers' ports are published on: `--publish-addr`, else the address this
+    /// agent advertises (the API's IP, or the gossip's when the API is bound to a wildcard, as
+    /// `Host::advertised_addr`); `None` (every interface) when that is a wildcard.
+    pub fn publish_ip(&self) -> Option<std::net::IpAddr> {
+        publish_ip(self.publish_addr, self.api_addr, self.gossip_addr)
+    }
+}
+
+fn publish_ip(
+    explicit: Option<std::net::IpAddr>,
+    api: SocketAddr,
+    gossip: SocketAddr,
+) -> Option<std::net::IpAddr> {
+    let advertised = [api.ip(), gossip.ip()]
+        .into_iter()
+        .find(|ip| !ip.is_unspecified());
+    explicit.or(advertised).filter(|ip| !ip.is_unspecified())
 }
 
 /// The runtime an agent runs its instances with.
@@ -125,6 +148,11 @@ pub async fn open_runtime(
             config.registry_auth = registry_auth;
             config.volumes = Some(crate::node::runtime::volumes::VolumeDirs::new(data_dir));
             config.users = opts.workload_users;
+            config.publish_ip = opts.publish_ip();
+            let publish = config
+                .publish_ip
+                .map_or("every interface".to_string(), |ip| ip.to_string());
+            tracing::info!(%publish, "containers' ports are published on");
             config.log_bound = (!engine_logs).then_some(crate::node::runtime::docker::LogBound {
                 bytes_max: logs.bytes_max,
                 files: logs.files,
@@ -530,6 +558,20 @@ fn udp_buffer_family() -> crate::transport::metrics::Family {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ports_are_published_on_the_advertised_address_unless_told() {
+        let ip = |t: &str| t.parse::<std::net::IpAddr>().unwrap();
+        let addr = |t: &str| t.parse::<std::net::SocketAddr>().unwrap();
+        let (api, gossip) = (addr("10.0.0.1:7001"), addr("10.0.0.2:7000"));
+        assert_eq!(super::publish_ip(None, api, gossip), Some(ip("10.0.0.1")));
+        let wild = addr("0.0.0.0:7001");
+        assert_eq!(super::publish_ip(None, wild, gossip), Some(ip("10.0.0.2")));
+        assert_eq!(super::publish_ip(None, wild, addr("[::]:7000")), None);
+        let told = Some(ip("192.168.1.5"));
+        assert_eq!(super::publish_ip(told, api, gossip), told);
+        assert_eq!(super::publish_ip(Some(ip("0.0.0.0")), api, gossip), None);
+    }
+
     use std::os::unix::fs::PermissionsExt;
 
     use super::tighten_data_dir;
