@@ -3,8 +3,9 @@
 //! without a host port; 2 replicas on one host each get a host port from `--port-range`, their
 //! probes name the port, SRV answers the ports; the agent answers DNS on the docker bridge's
 //! gateway, port 53, and the containers resolve `NAME.shoal` (and plain `NAME`, through the search
-//! domain) through it. Needs a reachable Docker engine with the default bridge, root (port 53)
-//! and `/bin/busybox` (see runtime_docker.rs for SHOAL_SKIP_DOCKER_TESTS).
+//! domain) through it; ports are published on the agent's address only. Needs a reachable Docker
+//! engine with the default bridge, root (port 53) and `/bin/busybox` (see runtime_docker.rs for
+//! SHOAL_SKIP_DOCKER_TESTS).
 
 mod common;
 
@@ -142,6 +143,28 @@ fn named_container_ports_are_allocated_and_containers_resolve_through_the_agent(
         ports.values().all(|p| (low..low + 10).contains(p)),
         "{ports:?}"
     );
+
+    // Published on the agent's address (127.0.0.32), not on every interface, and reached there.
+    for id in containers() {
+        let out = Command::new("docker")
+            .args([
+                "inspect",
+                "--format",
+                "{{range $p, $b := .HostConfig.PortBindings}}{{range $b}}{{.HostIp}} {{end}}{{end}}",
+                &id,
+            ])
+            .output()
+            .unwrap();
+        let host_ips = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert_eq!(host_ips, ip.to_string(), "HostIp of {id}");
+    }
+    for port in ports.values() {
+        let reached = std::net::TcpStream::connect_timeout(
+            &SocketAddr::new(ip, *port),
+            Duration::from_secs(2),
+        );
+        assert!(reached.is_ok(), "{ip}:{port}: {reached:?}");
+    }
 
     // SRV over the agent's DNS on the bridge.
     let dig = Command::new("dig")

@@ -60,6 +60,9 @@ pub struct AgentOptions {
     pub tuning: GossipTuning,
     /// Where to serve OpenMetrics `/metrics` (plain HTTP), if anywhere.
     pub metrics_addr: Option<SocketAddr>,
+    /// The host IP docker containers' ports are published on (`--publish-addr`); `None`: the
+    /// advertised address ([`AgentOptions::publish_ip`]).
+    pub publish_addr: Option<std::net::IpAddr>,
     /// Where to answer DNS for the mesh's workloads, and the zone, if anywhere.
     pub dns: Option<crate::node::dns::DnsConfig>,
     /// Which runtime runs this node's instances.
@@ -81,6 +84,26 @@ pub struct AgentOptions {
     pub api_admission: crate::transport::admission::AdmissionConfig,
     /// Admission limits of the gossip endpoint.
     pub gossip_admission: crate::transport::admission::AdmissionConfig,
+}
+
+impl AgentOptions {
+    /// The host IP containers' ports are published on: `--publish-addr`, else the address this
+    /// agent advertises (the API's IP, or the gossip's when the API is bound to a wildcard, as
+    /// `Host::advertised_addr`); `None` (every interface) when that is a wildcard.
+    pub fn publish_ip(&self) -> Option<std::net::IpAddr> {
+        publish_ip(self.publish_addr, self.api_addr, self.gossip_addr)
+    }
+}
+
+fn publish_ip(
+    explicit: Option<std::net::IpAddr>,
+    api: SocketAddr,
+    gossip: SocketAddr,
+) -> Option<std::net::IpAddr> {
+    let advertised = [api.ip(), gossip.ip()]
+        .into_iter()
+        .find(|ip| !ip.is_unspecified());
+    explicit.or(advertised).filter(|ip| !ip.is_unspecified())
 }
 
 /// The runtime an agent runs its instances with.
@@ -125,6 +148,11 @@ pub async fn open_runtime(
             config.registry_auth = registry_auth;
             config.volumes = Some(crate::node::runtime::volumes::VolumeDirs::new(data_dir));
             config.users = opts.workload_users;
+            config.publish_ip = opts.publish_ip();
+            let publish = config
+                .publish_ip
+                .map_or("every interface".to_string(), |ip| ip.to_string());
+            tracing::info!(%publish, "containers' ports are published on");
             config.log_bound = (!engine_logs).then_some(crate::node::runtime::docker::LogBound {
                 bytes_max: logs.bytes_max,
                 files: logs.files,
@@ -302,6 +330,28 @@ pub async fn run_agent(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let identity = load_node_identity(&opts)?;
+    // Served from the start: `/healthz` answers while the agent starts, `/readyz` says what it
+    // waits for; dropped (the task aborted) on every way out.
+    let endpoint = match opts.metrics_addr {
+        Some(addr) => {
+            let listener = crate::transport::metrics::bind(addr)
+                .await
+                .with_context(|| format!("binding --metrics on {addr}"))?;
+            let status = Arc::new(crate::transport::metrics::Status::default());
+            status.waiting("starting: opening the store");
+            let task = AbortOnDrop(tokio::spawn(crate::transport::metrics::serve(
+                listener,
+                status.clone(),
+            )));
+            Some((status, task))
+        }
+        None => None,
+    };
+    let stage = |what: &'static str| {
+        if let Some((status, _)) = &endpoint {
+            status.waiting(what);
+        }
+    };
     let authority = Arc::new(
         crate::identity::authority::Authority::certified(&identity)
             .context("loading the node key")?,
@@ -376,6 +426,7 @@ pub async fn run_agent(
     let probes = transport
         .probe_channel()
         .context("the gossip transport's probe channel was taken twice")?;
+    stage("starting: joining the mesh");
     let running = start_node(setup, store, &transport, rpc_client, clock.clone(), false)
         .await?
         .with_probes(probes);
@@ -414,7 +465,7 @@ pub async fn run_agent(
         Some(config) => Some(start_dns(config, agent.host(), dns_stats.clone()).await?),
         None => None,
     };
-    let metrics = opts.metrics_addr.map(|addr| {
+    if let Some((status, _)) = &endpoint {
         let host = agent.host().clone();
         let collect: crate::transport::metrics::Collector = Arc::new(move || {
             let (host, gossip, api) = (host.clone(), gossip_stats.clone(), api_stats.clone());
@@ -427,12 +478,14 @@ pub async fn run_agent(
                 families
             })
         });
-        tokio::spawn(async move {
-            if let Err(e) = crate::transport::metrics::serve(addr, collect).await {
-                tracing::error!(%addr, error = %e, "the /metrics endpoint stopped");
-            }
-        })
-    });
+        let host = Arc::downgrade(agent.host());
+        let ready: crate::transport::metrics::ReadyCheck = Arc::new(move || match host.upgrade() {
+            Some(host) if host.stats().rounds > 0 => Ok(()),
+            Some(_) => Err("waiting for the host loop's first reconcile round".to_string()),
+            None => Err("the agent is stopping".to_string()),
+        });
+        status.running(collect, ready);
+    }
     // A name in use in another cell stops this agent as a name conflict inside its cell does.
     let mut names = tokio::spawn(crate::state::mesh::cell_names::watch_names(Arc::downgrade(
         agent.host().node(),
@@ -444,6 +497,7 @@ pub async fn run_agent(
     if let Some(conflict) = &conflict {
         tracing::error!(%conflict, "stopping");
     }
+    stage("stopping");
     names.abort();
     joining.abort();
     watch.abort();
@@ -458,9 +512,7 @@ pub async fn run_agent(
         agent.leave().await;
     }
     server.abort();
-    if let Some(metrics) = metrics {
-        metrics.abort();
-    }
+    drop(endpoint);
     api_endpoint.close(0u32.into(), b"agent leaving");
     match conflict {
         Some(conflict) => anyhow::bail!(conflict),
@@ -486,6 +538,15 @@ async fn start_dns(
     Ok(server)
 }
 
+/// A task aborted when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The receive buffers the API and gossip UDP sockets got ([`tls::UDP_BUFFER_BYTES`] asked).
 fn udp_buffer_family() -> crate::transport::metrics::Family {
     let (api, gossip) = tls::udp_receive_buffer_bytes();
@@ -502,6 +563,20 @@ fn udp_buffer_family() -> crate::transport::metrics::Family {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ports_are_published_on_the_advertised_address_unless_told() {
+        let ip = |t: &str| t.parse::<std::net::IpAddr>().unwrap();
+        let addr = |t: &str| t.parse::<std::net::SocketAddr>().unwrap();
+        let (api, gossip) = (addr("10.0.0.1:7001"), addr("10.0.0.2:7000"));
+        assert_eq!(super::publish_ip(None, api, gossip), Some(ip("10.0.0.1")));
+        let wild = addr("0.0.0.0:7001");
+        assert_eq!(super::publish_ip(None, wild, gossip), Some(ip("10.0.0.2")));
+        assert_eq!(super::publish_ip(None, wild, addr("[::]:7000")), None);
+        let told = Some(ip("192.168.1.5"));
+        assert_eq!(super::publish_ip(told, api, gossip), told);
+        assert_eq!(super::publish_ip(Some(ip("0.0.0.0")), api, gossip), None);
+    }
+
     use std::os::unix::fs::PermissionsExt;
 
     use super::tighten_data_dir;

@@ -71,9 +71,14 @@ pub struct Args {
     /// Which runtime runs this node's instances.
     #[arg(long, value_enum, default_value = "process")]
     runtime: Runtime,
-    /// Serve OpenMetrics at http://IP:PORT/metrics.
+    /// Serve OpenMetrics at http://IP:PORT/metrics, with /healthz and /readyz.
     #[arg(long, value_name = "IP:PORT")]
     metrics: Option<SocketAddr>,
+    /// The host IP containers' ports are published on (--runtime docker). Default: the IP this
+    /// agent advertises (--api's, or --gossip's when --api is a wildcard); all interfaces when
+    /// both are wildcards or with 0.0.0.0.
+    #[arg(long, value_name = "IP")]
+    publish_addr: Option<std::net::IpAddr>,
     /// Answer DNS for the mesh's workloads on IP:PORT, UDP and TCP (off unless given):
     /// `NAME.shoal.`, `REPLICA.NAME.shoal.`, `_PORT._tcp.NAME.shoal.` (docs/operations.md, "DNS").
     #[arg(long, value_name = "IP:PORT")]
@@ -151,11 +156,19 @@ fn init_logging(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour_on_stderr())
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+}
+
+/// Colours only for a person: stderr a terminal and `NO_COLOR` unset (journald, files and pipes
+/// get plain text).
+pub fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 fn machine_memory_bytes() -> anyhow::Result<u64> {
@@ -259,6 +272,7 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
         labels,
         tuning: GossipTuning::default(),
         metrics_addr: args.metrics,
+        publish_addr: args.publish_addr,
         dns,
         runtime: match args.runtime {
             Runtime::Process => RuntimeChoice::Process,

@@ -29,6 +29,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(super::agent::colour_on_stderr())
         .with_writer(std::io::stderr)
         .try_init();
     let runtime = GuardRuntime::parse(&args.runtime).expect("clap checked the value");

@@ -22,6 +22,7 @@ mod exec;
 mod guard;
 mod history;
 mod logs;
+mod man;
 mod nodes;
 mod ops;
 mod pki;
@@ -100,6 +101,8 @@ enum Command {
     Demo(demo::Args),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
     Completions(completions::Args),
+    /// Write manual pages (shoal.1 and one per subcommand) into a directory.
+    Man(man::Args),
     /// The mesh version across a rolling upgrade: status, hold, release.
     Upgrade(upgrade::Args),
     /// This build (version, commit, wire versions, store layout, placement) and the agent's.
@@ -181,6 +184,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Exec(args) => exec::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Completions(args) => completions::run::<Cli>(args),
+        Command::Man(args) => man::run::<Cli>(args),
         Command::Upgrade(args) => upgrade::run(args),
         Command::Version(args) => upgrade::version(args),
     }

@@ -303,6 +303,7 @@ impl Runtime for DockerRuntime {
             &mounts,
             self.config.log_bound,
             user,
+            self.config.publish_ip,
         );
         // Exclusive replicas get a fencing token per start, which no standby made earlier has; a
         // fixed (or allocated) host port is held by the dead container until the engine's cleanup, which a

@@ -117,6 +117,7 @@ pub(crate) fn create_body(
     volumes: &[crate::node::runtime::volumes::Mounted],
     log_bound: Option<super::LogBound>,
     user: Option<String>,
+    publish_ip: Option<std::net::IpAddr>,
 ) -> ContainerCreateBody {
     let replica = &request.replica;
     let mut labels = HashMap::from([
@@ -144,7 +145,7 @@ pub(crate) fn create_body(
         let allocated = port.name.as_ref().and_then(|n| request.ports.get(n));
         let host_port = port.host.or(allocated.copied());
         let binding = PortBinding {
-            host_ip: None,
+            host_ip: publish_ip.map(|ip| ip.to_string()),
             host_port: Some(host_port.map(|p| p.to_string()).unwrap_or_default()),
         };
         bindings.insert(key, Some(vec![binding]));
@@ -363,7 +364,7 @@ mod tests {
         let crate::core::spec::Run::Container(container) = &request.spec.run else {
             unreachable!("a container spec");
         };
-        let body = create_body(&request, container, None, &[], None, None);
+        let body = create_body(&request, container, None, &[], None, None, None);
         let labels = body.labels.unwrap();
         assert_eq!(labels[LABEL_FENCE_TOKEN], "42");
         assert!(body
@@ -406,7 +407,7 @@ mod tests {
         let crate::core::spec::Run::Container(container) = &request.spec.run else {
             unreachable!("a container spec");
         };
-        let body = create_body(&request, container, Some(&ok), &[], None, None);
+        let body = create_body(&request, container, Some(&ok), &[], None, None, None);
         let host = body.host_config.unwrap();
         assert_eq!(host.dns, Some(vec!["172.17.0.1".to_string()]));
         assert_eq!(host.dns_search, Some(vec!["shoal".to_string()]));
@@ -415,6 +416,40 @@ mod tests {
         assert_eq!(port("80/tcp"), Some("20001".to_string()), "allocated");
         assert_eq!(port("81/tcp"), Some(String::new()), "the engine picks");
         assert_eq!(body.labels.unwrap()["shoal.port.http"], "20001");
+        assert_eq!(
+            bindings["80/tcp"].as_ref().unwrap()[0].host_ip,
+            None,
+            "every interface"
+        );
+
+        // Published on the agent's address: the body says so, and the host reaches the named
+        // port there (on loopback when published everywhere).
+        let ip: std::net::IpAddr = "10.0.0.7".parse().unwrap();
+        let body = create_body(&request, container, None, &[], None, None, Some(ip));
+        let bindings = body
+            .host_config
+            .as_ref()
+            .unwrap()
+            .port_bindings
+            .clone()
+            .unwrap();
+        for key in ["80/tcp", "81/tcp"] {
+            let binding = &bindings[key].as_ref().unwrap()[0];
+            assert_eq!(binding.host_ip.as_deref(), Some("10.0.0.7"), "{key}");
+        }
+        let inspected = |body: ContainerCreateBody| ContainerInspectResponse {
+            config: Some(bollard::models::ContainerConfig {
+                labels: body.labels,
+                ..Default::default()
+            }),
+            host_config: body.host_config,
+            ..Default::default()
+        };
+        let addr = crate::node::runtime::docker::exec::named_addr(&inspected(body), "http");
+        assert_eq!(addr, Ok("10.0.0.7:20001".parse().unwrap()));
+        let everywhere = create_body(&request, container, None, &[], None, None, None);
+        let addr = crate::node::runtime::docker::exec::named_addr(&inspected(everywhere), "http");
+        assert_eq!(addr, Ok("127.0.0.1:20001".parse().unwrap()));
     }
 
     #[test]

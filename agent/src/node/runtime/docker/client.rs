@@ -42,6 +42,8 @@ pub struct DockerConfig {
     /// and `max-file` = files (the agent's `--log-max-bytes` and `--log-files`, as for
     /// processes); `None` leaves logging to the engine's `daemon.json`.
     pub log_bound: Option<LogBound>,
+    /// The host IP containers' ports are published on (`HostIp`); `None`: every interface.
+    pub publish_ip: Option<std::net::IpAddr>,
 }
 
 /// How much of its output a container's log keeps on disk (see [`DockerConfig::log_bound`]).
@@ -73,6 +75,7 @@ impl DockerConfig {
                 bytes_max: crate::node::runtime::logs::LOG_BYTES_MAX_DEFAULT,
                 files: crate::node::runtime::logs::LOG_FILES_DEFAULT,
             }),
+            publish_ip: None,
         }
     }
 

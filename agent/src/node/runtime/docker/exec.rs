@@ -102,8 +102,8 @@ pub(crate) fn published_addr(
 }
 
 /// Where the host reaches the named port `name`: the host port recorded in the container's
-/// labels (allocated by the agent or fixed by the spec), on loopback: the engine binds published
-/// ports on every interface.
+/// labels (allocated by the agent or fixed by the spec), on the IP it is published on
+/// (`--publish-addr`), or on loopback when it is published on every interface.
 pub(crate) fn named_addr(
     inspected: &ContainerInspectResponse,
     name: &str,
@@ -113,11 +113,27 @@ pub(crate) fn named_addr(
         .map(super::body::ports_of)
         .and_then(|ports| ports.get(name).copied());
     match port {
-        Some(port) => Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)),
+        Some(port) => Ok(SocketAddr::new(bound_ip(inspected, port), port)),
         None => Err(format!(
             "the container has no host port named {name:?} (started before the spec named it?)"
         )),
     }
+}
+
+/// The host IP `host_port` is published on, as the container was created: loopback for every
+/// interface (no IP, `0.0.0.0`, `::`).
+fn bound_ip(inspected: &ContainerInspectResponse, host_port: u16) -> IpAddr {
+    let port = host_port.to_string();
+    inspected
+        .host_config
+        .as_ref()
+        .and_then(|h| h.port_bindings.as_ref())
+        .into_iter()
+        .flat_map(|bindings| bindings.values().flatten().flatten())
+        .filter(|b| b.host_port.as_deref() == Some(port.as_str()))
+        .filter_map(|b| b.host_ip.as_deref()?.parse::<IpAddr>().ok())
+        .find(|ip| !ip.is_unspecified())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
 }
 
 /// Starts an operator's command in container `id` (`shoal exec`), attached to its output (and
