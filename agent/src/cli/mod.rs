@@ -24,6 +24,7 @@ mod history;
 mod logs;
 mod nodes;
 mod ops;
+mod overview;
 mod pki;
 mod plan;
 mod restart;
@@ -58,7 +59,7 @@ enum Command {
     Caps(caps::Args),
     /// A workload's current version and the ones before it.
     History(history::HistoryArgs),
-    /// Act on a workload's rollout: undo.
+    /// A workload's rollout: status, undo, pause, resume.
     Rollout(history::RolloutArgs),
     /// Store workload specs in the mesh (acknowledged once durable on two agents).
     Apply(workloads::ApplyArgs),
@@ -73,8 +74,9 @@ enum Command {
     Restart(restart::Args),
     /// Delete a workload everywhere.
     Delete(workloads::DeleteArgs),
-    /// Show where a workload's replicas are.
-    Status(workloads::NameArgs),
+    /// Show where a workload's replicas are; without a name, the mesh at a glance (hosts by
+    /// cell, workloads with desired/running/healthy replicas, open issues).
+    Status(workloads::StatusArgs),
     /// Every replica's address and health, as the agents' DNS answers them.
     Endpoints(endpoints::Args),
     /// Print a replica's output (from any agent), or follow it.

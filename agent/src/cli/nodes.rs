@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::bail;
 use serde::Serialize;
 use shoal::wire::api::{Request, Response, PAGE_ITEMS_MAX};
-use shoal_core::resources::{format_cpu_millis, format_memory_bytes};
+use shoal_core::resources::{human_cpu_millis, human_memory_bytes};
 
 use shoal::state::cells::CellView;
 use shoal::wire::api::NodeView;
@@ -179,8 +179,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             n.name,
             state,
             n.zone,
-            format_cpu_millis(n.cpu_millis),
-            format_memory_bytes(n.memory_bytes),
+            human_cpu_millis(n.cpu_millis),
+            human_memory_bytes(n.memory_bytes),
             version,
             wire,
             runtimes,
@@ -208,10 +208,10 @@ fn print_cells(cells: &[CellView]) {
             s.cell,
             state,
             s.members,
-            format_cpu_millis(s.capacity.cpu_millis),
-            format_memory_bytes(s.capacity.memory_bytes),
-            format_cpu_millis(s.free.cpu_millis),
-            format_memory_bytes(s.free.memory_bytes),
+            human_cpu_millis(s.capacity.cpu_millis),
+            human_memory_bytes(s.capacity.memory_bytes),
+            human_cpu_millis(s.free.cpu_millis),
+            human_memory_bytes(s.free.memory_bytes),
         );
     }
 }
