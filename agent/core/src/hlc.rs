@@ -206,7 +206,11 @@ pub fn parse_utc_ms(text: &str) -> Option<u64> {
 /// Days since 1970-01-01 of a calendar date (Howard Hinnant's `days_from_civil`); `None`
 /// before 1970.
 fn days_from_civil(year: u64, month: u64, day: u64) -> Option<u64> {
-    let y = if month <= 2 { year.checked_sub(1)? } else { year };
+    let y = if month <= 2 {
+        year.checked_sub(1)?
+    } else {
+        year
+    };
     let era = y / 400;
     let yoe = y - era * 400;
     let mp = if month > 2 { month - 3 } else { month + 9 };

@@ -202,7 +202,10 @@ fn every_shown_form_of_a_version_parses_back() {
         Ok(counted)
     );
     assert_eq!(parse_utc_ms("1970-01-01 00:00:00Z"), Some(0));
-    assert_eq!(parse_utc_ms("2024-02-29 12:34:56.789Z"), Some(1_709_210_096_789));
+    assert_eq!(
+        parse_utc_ms("2024-02-29 12:34:56.789Z"),
+        Some(1_709_210_096_789)
+    );
     for bad in [
         "",
         "yesterday",

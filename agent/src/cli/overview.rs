@@ -182,13 +182,13 @@ pub fn gather(client: &ClientOpts) -> anyhow::Result<Overview> {
 pub fn render(o: &Overview) -> String {
     use std::fmt::Write;
     let mut out = String::new();
-    let own = o.cells.iter().find(|c| c.own).map_or("default", |c| &c.cell);
+    let own = o
+        .cells
+        .iter()
+        .find(|c| c.own)
+        .map_or("default", |c| &c.cell);
     let alive = o.hosts.iter().filter(|h| h.state != "dead").count();
-    let _ = writeln!(
-        out,
-        "HOSTS: {alive} of {} up in cell {own}",
-        o.hosts.len()
-    );
+    let _ = writeln!(out, "HOSTS: {alive} of {} up in cell {own}", o.hosts.len());
     for h in &o.hosts {
         let _ = writeln!(
             out,

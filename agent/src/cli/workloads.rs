@@ -450,9 +450,9 @@ fn leaves_data(spec: &shoal_core::spec::WorkloadSpec) -> bool {
 fn delete_note(name: &str, volumes: Option<bool>, purge: bool) -> Option<String> {
     match (volumes, purge) {
         (Some(false), _) => None,
-        (_, true) => Some(
-            "its data volumes are removed on every node once its instances there stop".into(),
-        ),
+        (_, true) => {
+            Some("its data volumes are removed on every node once its instances there stop".into())
+        }
         (_, false) => Some(format!(
             "its data volumes stay on each node under DATA_DIR/volumes/{name}/ \
              (`shoal delete {name} --purge-data` removes them)"
@@ -628,8 +628,10 @@ mod tests {
         let kept = delete_note("db", Some(true), false).unwrap();
         assert!(kept.contains("shoal delete db --purge-data"), "{kept}");
         assert!(delete_note("db", None, true).unwrap().contains("removed"));
-        let spec = |toml: &str| shoal_core::spec::WorkloadSpec::from_toml_str(toml, "t.toml").unwrap();
-        let base = "name = \"web\"\n[process]\ncommand = [\"sleep\", \"9\"]\n";
+        let spec =
+            |toml: &str| shoal_core::spec::WorkloadSpec::from_toml_str(toml, "t.toml").unwrap();
+        let base = "name = \"web\"\n[process]\ncommand = [\"sleep\", \"9\"]\n\
+                    [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n";
         assert!(!leaves_data(&spec(base)));
         let with_data = format!("{base}[[volumes]]\nname = \"state\"\n");
         assert!(leaves_data(&spec(&with_data)));
