@@ -181,3 +181,23 @@ fn the_check_catches_a_made_up_command_and_flag() {
         ["shoal a --b", "shoal c", "shoal d --e"]
     );
 }
+
+#[test]
+fn the_top_level_help_names_every_rollout_subcommand() {
+    let mut cache = BTreeMap::new();
+    let rollout = ["rollout".to_string()];
+    help(&rollout, &mut cache);
+    let subcommands = &cache[rollout.as_slice()].subcommands;
+    let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .arg("--help")
+        .output()
+        .expect("run shoal --help");
+    let top = String::from_utf8_lossy(&out.stdout);
+    let line = top
+        .lines()
+        .find(|l| l.trim_start().starts_with("rollout "))
+        .expect("rollout in shoal --help");
+    for sub in subcommands.iter().filter(|s| *s != "help") {
+        assert!(line.contains(sub.as_str()), "{line:?} does not name {sub}");
+    }
+}

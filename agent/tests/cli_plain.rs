@@ -263,6 +263,9 @@ async fn the_cli_speaks_plainly() {
         stdout.contains("23.5Gi") && !stdout.contains("24683792Ki"),
         "{stdout}"
     );
+    let header = stdout.lines().next().unwrap_or("");
+    assert!(header.contains("VERSION"), "operations.md reads it: {header}");
+    assert!(stdout.contains("0.1.0"), "{stdout}");
 
     // `status NAME`: the note three nodes share, once.
     let out = shoal(&["status", "web"], agent, pki).await;

@@ -31,6 +31,7 @@ mod restart;
 mod scale;
 mod upgrade;
 mod validate;
+mod when;
 mod workloads;
 
 /// The command ran and found a problem, or failed.

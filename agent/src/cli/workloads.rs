@@ -275,6 +275,7 @@ pub(super) fn wait_rollout(
                     .as_deref()
                     .or(i.last_error.as_deref())
                     .unwrap_or("no reason reported yet");
+                let why = super::when::with_relative_times(why, super::when::now_ms());
                 eprintln!(
                     "  replica {} on {}: {} ({why})",
                     i.replica,
@@ -557,6 +558,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         false => "  ".to_string(),
     };
     let token_header = column("FENCE TOKEN");
+    let now_ms = super::when::now_ms();
     println!(
         "{:>7}  {:<24} {:<14} {:<8} {:>8}{token_header}REASON",
         "REPLICA", "NODE", "PHASE", "HEALTHY", "RESTARTS"
@@ -581,6 +583,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
             .or(i.last_error.as_deref())
             .or(away.as_deref())
             .unwrap_or("");
+        let reason = super::when::with_relative_times(reason, now_ms);
         let token = column(&i.fence_token.map_or("-".to_string(), |t| t.to_string()));
         println!(
             "{:>7}  {:<24} {:<14} {:<8} {:>8}{token}{}",
