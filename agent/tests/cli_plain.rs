@@ -264,7 +264,10 @@ async fn the_cli_speaks_plainly() {
         "{stdout}"
     );
     let header = stdout.lines().next().unwrap_or("");
-    assert!(header.contains("VERSION"), "operations.md reads it: {header}");
+    assert!(
+        header.contains("VERSION"),
+        "operations.md reads it: {header}"
+    );
     assert!(stdout.contains("0.1.0"), "{stdout}");
 
     // `status NAME`: the note three nodes share, once.

@@ -75,10 +75,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let show = |v: Option<u64>, human: fn(u64) -> String| v.map_or("none".to_string(), human);
     println!(
         "per-node caps: cpu {}, memory {}",
-        show(
-            caps.cpu_millis_max,
-            shoal_core::resources::human_cpu_millis
-        ),
+        show(caps.cpu_millis_max, shoal_core::resources::human_cpu_millis),
         show(
             caps.memory_bytes_max,
             shoal_core::resources::human_memory_bytes
