@@ -298,7 +298,7 @@ fn terminal_start_error(error: &str) -> bool {
     const FOREVER: [&str; 4] = [
         "is not on this host and the spec says pull = \"never\"",
         "this runtime cannot run the workload",
-        "working directory",
+        "does not exist on this host: create it or fix the spec",
         "not found: install it, or fix the spec",
     ];
     const NO_SUCH_IMAGE: [&str; 6] = [
@@ -646,6 +646,7 @@ mod tests {
             "image \"nope:1\" is not on this host and the spec says pull = \"never\": load it here",
             "pulling image \"nope:1\" failed: manifest unknown: manifest unknown",
             "pulling image \"ghcr.io/x/y:1\" failed: pull access denied for y",
+            "working directory \"/srv\" does not exist on this host: create it or fix the spec",
             "command \"/no/such\" not found: install it, or fix the spec's command or PATH; \
              2 consecutive failures, next attempt at 2026-12-03 17:20:03.563Z (backoff)",
         ] {
@@ -653,6 +654,7 @@ mod tests {
         }
         for passing in [
             "container engine unreachable: connection refused (is the Docker daemon running?)",
+            "working directory \"/srv\" is being created",
             "pulling image \"a:1\" failed: Get https://registry-1.docker.io: i/o timeout",
             "exited with code 1",
             "",
