@@ -201,3 +201,27 @@ fn the_top_level_help_names_every_rollout_subcommand() {
         assert!(line.contains(sub.as_str()), "{line:?} does not name {sub}");
     }
 }
+
+#[test]
+fn the_hints_to_issue_a_certificate_name_the_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let shoal = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_shoal"))
+            .args(args)
+            .output()
+            .expect("run shoal");
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let pki = dir.path().to_str().unwrap();
+    let init = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["pki", "init", "--dir", pki])
+        .output()
+        .unwrap();
+    assert!(init.status.success());
+    // A CA key alone issues nothing without --self-issue (docs/cli.md says so).
+    let said = shoal(&["get", "--pki", pki, "--timeout", "1s"]);
+    assert!(said.contains("--role client"), "{said}");
+    let said = shoal(&["pki", "renew", "--dir", pki, "--name", "n9"]);
+    assert!(said.contains("--role node|client"), "{said}");
+}
