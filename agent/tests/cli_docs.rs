@@ -76,10 +76,17 @@ fn long_flags(text: &str) -> Vec<String> {
     flags
 }
 
-/// Every command line docs/cli.md shows in backticks: `shoal ...` up to the closing backtick,
-/// split where one span chains several (`a && b`, `a; b`, `a | b`).
+/// Every command line docs/cli.md shows: in backticks, `shoal ...` up to the closing backtick,
+/// split where one span chains several (`a && b`, `a; b`, `a | b`), and the `$ shoal ...` lines
+/// of its sessions.
 fn documented_commands(doc: &str) -> Vec<String> {
-    let mut commands = Vec::new();
+    // Sessions shown in code blocks: `$ shoal ...` lines.
+    let mut commands: Vec<String> = doc
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("$ "))
+        .filter(|l| l.starts_with("shoal "))
+        .map(String::from)
+        .collect();
     for (i, span) in doc.split('`').enumerate() {
         if i % 2 == 0 {
             continue; // outside backticks
@@ -177,8 +184,8 @@ fn the_check_catches_a_made_up_command_and_flag() {
         ["follow", "tail"]
     );
     assert_eq!(
-        documented_commands("x `shoal a --b && shoal c` y `kubectl z` `shoal d\n  --e`"),
-        ["shoal a --b", "shoal c", "shoal d --e"]
+        documented_commands("x `shoal a --b && shoal c` y `kubectl z` `shoal d\n  --e`\n$ shoal f"),
+        ["shoal f", "shoal a --b", "shoal c", "shoal d --e"]
     );
 }
 
