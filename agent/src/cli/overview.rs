@@ -186,7 +186,7 @@ pub fn render(o: &Overview) -> String {
         .cells
         .iter()
         .find(|c| c.own)
-        .map_or("default", |c| &c.cell);
+        .map_or(shoal::state::cells::DEFAULT_CELL, |c| &c.cell);
     let alive = o.hosts.iter().filter(|h| h.state != "dead").count();
     let _ = writeln!(out, "HOSTS: {alive} of {} up in cell {own}", o.hosts.len());
     for h in &o.hosts {
