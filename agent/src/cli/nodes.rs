@@ -100,6 +100,16 @@ fn nodes_of(args: &Args, known: &[CellView]) -> anyhow::Result<(String, Vec<Node
             names.join(", ")
         );
     };
+    Ok((want.to_string(), nodes_of_other_cell(&args.client, cell)?))
+}
+
+/// The members of another cell, asked of its envoys as its summary lists them (the first that
+/// answers), with `client`'s certificate and timeout.
+pub(super) fn nodes_of_other_cell(
+    client: &ClientOpts,
+    cell: &CellView,
+) -> anyhow::Result<Vec<NodeView>> {
+    let want = &cell.summary.cell;
     let mut last = anyhow::anyhow!("cell {want} lists no contact");
     for contact in &cell.summary.contacts {
         let Some(c) = shoal::state::cells::parse_contact(contact) else {
@@ -107,10 +117,10 @@ fn nodes_of(args: &Args, known: &[CellView]) -> anyhow::Result<(String, Vec<Node
         };
         let client = ClientOpts {
             agent: c.api,
-            ..args.client.clone()
+            ..client.clone()
         };
         match nodes(&client) {
-            Ok(nodes) => return Ok((want.to_string(), nodes)),
+            Ok(nodes) => return Ok(nodes),
             Err(e) => last = e.context(format!("asking {contact}, an envoy of cell {want}")),
         }
     }

@@ -10,6 +10,13 @@ use shoal_core::resources::{human_cpu_millis, human_memory_bytes};
 
 use super::connect::{call_pages, ClientOpts};
 
+/// Other cells whose hosts the overview asks their envoys for (one request each, within
+/// [`CELL_TIMEOUT`]); past it, or for a cell that is down, a summary line.
+pub const OVERVIEW_CELLS_ASKED_MAX: usize = 8;
+
+/// How long an envoy of another cell may take to list its hosts.
+const CELL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Workloads whose status the overview asks for; past it, the overview says how many more
 /// there are (one status request each: a mesh of thousands is `shoal get`'s).
 pub const OVERVIEW_WORKLOADS_MAX: usize = 50;
@@ -21,6 +28,9 @@ pub struct Overview {
     pub cells: Vec<CellLine>,
     /// The hosts of the answering agent's cell.
     pub hosts: Vec<HostLine>,
+    /// The hosts of other cells, as their envoys list them (cells not asked or not answering
+    /// are left out; `cells` still lists them).
+    pub other_hosts: Vec<CellHosts>,
     /// The first [`OVERVIEW_WORKLOADS_MAX`] workloads, by name.
     pub workloads: Vec<WorkloadLine>,
     /// Workloads past the first [`OVERVIEW_WORKLOADS_MAX`], not shown.
@@ -44,7 +54,18 @@ pub struct CellLine {
     pub members: u64,
 }
 
-/// One host of the agent's cell.
+/// The hosts of another cell, or why they are not known.
+#[derive(Debug, Serialize)]
+pub struct CellHosts {
+    /// The cell.
+    pub cell: String,
+    /// Its hosts, when an envoy answered.
+    pub hosts: Vec<HostLine>,
+    /// Why not, when none did.
+    pub error: Option<String>,
+}
+
+/// One host of a cell.
 #[derive(Debug, Serialize)]
 pub struct HostLine {
     /// Node name.
@@ -57,6 +78,22 @@ pub struct HostLine {
     pub cpu_millis: u64,
     /// Declared capacity, bytes.
     pub memory_bytes: u64,
+}
+
+impl HostLine {
+    fn of(n: &NodeView) -> HostLine {
+        HostLine {
+            name: n.name.clone(),
+            state: match (n.alive, n.draining) {
+                (false, _) => "dead",
+                (true, true) => "drain",
+                (true, false) => "alive",
+            },
+            zone: n.zone.clone(),
+            cpu_millis: n.cpu_millis,
+            memory_bytes: n.memory_bytes,
+        }
+    }
 }
 
 /// One workload's replicas.
@@ -147,7 +184,28 @@ pub fn gather(client: &ClientOpts) -> anyhow::Result<Overview> {
             _ => None,
         },
     )?;
+    let asked = ClientOpts {
+        timeout: client.timeout.min(CELL_TIMEOUT),
+        ..client.clone()
+    };
+    let other_hosts = cells
+        .iter()
+        .filter(|c| !c.own && !c.down)
+        .take(OVERVIEW_CELLS_ASKED_MAX)
+        .map(|c| {
+            let answer = super::nodes::nodes_of_other_cell(&asked, c);
+            CellHosts {
+                cell: c.summary.cell.clone(),
+                hosts: answer
+                    .as_ref()
+                    .map(|nodes| nodes.iter().map(HostLine::of).collect())
+                    .unwrap_or_default(),
+                error: answer.err().map(|e| format!("{e:#}")),
+            }
+        })
+        .collect();
     Ok(Overview {
+        other_hosts,
         cells: cells
             .iter()
             .map(|c| CellLine {
@@ -157,25 +215,30 @@ pub fn gather(client: &ClientOpts) -> anyhow::Result<Overview> {
                 members: c.summary.members as u64,
             })
             .collect(),
-        hosts: nodes
-            .iter()
-            .map(|n| HostLine {
-                name: n.name.clone(),
-                state: match (n.alive, n.draining) {
-                    (false, _) => "dead",
-                    (true, true) => "drain",
-                    (true, false) => "alive",
-                },
-                zone: n.zone.clone(),
-                cpu_millis: n.cpu_millis,
-                memory_bytes: n.memory_bytes,
-            })
-            .collect(),
+        hosts: nodes.iter().map(HostLine::of).collect(),
         workloads_not_shown: workloads.len().saturating_sub(lines.len()),
         workloads: lines,
         issues: issues.len(),
         issues_held: issues.iter().filter(|i| i.held.is_some()).count(),
     })
+}
+
+/// One cell's hosts: a title line, then a line per host.
+fn host_lines(out: &mut String, cell: &str, hosts: &[HostLine]) {
+    use std::fmt::Write;
+    let alive = hosts.iter().filter(|h| h.state != "dead").count();
+    let _ = writeln!(out, "HOSTS: {alive} of {} up in cell {cell}", hosts.len());
+    for h in hosts {
+        let _ = writeln!(
+            out,
+            "  {:<24} {:<6} {:<12} {:>10} {:>9}",
+            h.name,
+            h.state,
+            h.zone,
+            human_cpu_millis(h.cpu_millis),
+            human_memory_bytes(h.memory_bytes)
+        );
+    }
 }
 
 /// The overview as text.
@@ -187,26 +250,27 @@ pub fn render(o: &Overview) -> String {
         .iter()
         .find(|c| c.own)
         .map_or(shoal::state::cells::DEFAULT_CELL, |c| &c.cell);
-    let alive = o.hosts.iter().filter(|h| h.state != "dead").count();
-    let _ = writeln!(out, "HOSTS: {alive} of {} up in cell {own}", o.hosts.len());
-    for h in &o.hosts {
-        let _ = writeln!(
-            out,
-            "  {:<24} {:<6} {:<12} {:>10} {:>9}",
-            h.name,
-            h.state,
-            h.zone,
-            human_cpu_millis(h.cpu_millis),
-            human_memory_bytes(h.memory_bytes)
-        );
-    }
+    host_lines(&mut out, own, &o.hosts);
     for c in o.cells.iter().filter(|c| !c.own) {
-        let state = if c.down { "down" } else { "up" };
-        let _ = writeln!(
-            out,
-            "  cell {:<19} {state:<6} {} members (`shoal nodes --cell {}`)",
-            c.cell, c.members, c.cell
-        );
+        match o.other_hosts.iter().find(|h| h.cell == c.cell) {
+            Some(CellHosts {
+                hosts, error: None, ..
+            }) => host_lines(&mut out, &c.cell, hosts),
+            other => {
+                let state = match (c.down, other) {
+                    (true, _) => "down".to_string(),
+                    (false, Some(CellHosts { error: Some(e), .. })) => {
+                        format!("up, its envoys did not answer ({e})")
+                    }
+                    (false, _) => "up".to_string(),
+                };
+                let _ = writeln!(
+                    out,
+                    "HOSTS of cell {}: {} members, {state} (`shoal nodes --cell {}`)",
+                    c.cell, c.members, c.cell
+                );
+            }
+        }
     }
     let total = o.workloads.len() + o.workloads_not_shown;
     let _ = writeln!(out, "\nWORKLOADS: {total}");
@@ -289,12 +353,15 @@ mod tests {
     #[test]
     fn the_overview_reads_as_hosts_workloads_and_issues() {
         let o = Overview {
-            cells: vec![CellLine {
-                cell: "default".into(),
-                own: true,
-                down: false,
-                members: 2,
-            }],
+            cells: ["default", "eu-2", "eu-3", "eu-4"]
+                .iter()
+                .map(|&cell| CellLine {
+                    cell: cell.into(),
+                    own: cell == "default",
+                    down: cell == "eu-4",
+                    members: 2,
+                })
+                .collect(),
             hosts: vec![
                 HostLine {
                     name: "n1".into(),
@@ -317,12 +384,39 @@ mod tests {
                 running: 2,
                 healthy: 1,
             }],
+            other_hosts: vec![
+                CellHosts {
+                    cell: "eu-2".into(),
+                    hosts: vec![HostLine {
+                        name: "m1".into(),
+                        state: "alive",
+                        zone: "c".into(),
+                        cpu_millis: 500,
+                        memory_bytes: 1 << 30,
+                    }],
+                    error: None,
+                },
+                CellHosts {
+                    cell: "eu-3".into(),
+                    hosts: vec![],
+                    error: Some("timed out".into()),
+                },
+            ],
             workloads_not_shown: 0,
             issues: 2,
             issues_held: 1,
         };
         let text = render(&o);
         assert!(text.contains("HOSTS: 1 of 2 up in cell default"), "{text}");
+        assert!(
+            text.contains("HOSTS: 1 of 1 up in cell eu-2\n  m1 "),
+            "{text}"
+        );
+        assert!(
+            text.contains("cell eu-3: 2 members, up, its envoys did not answer (timed out)"),
+            "{text}"
+        );
+        assert!(text.contains("cell eu-4: 2 members, down"), "{text}");
         assert!(text.contains("1.5 cores"), "{text}");
         assert!(text.contains("23.5Gi"), "{text}");
         assert!(!text.contains("Ki"), "{text}");
