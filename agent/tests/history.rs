@@ -88,6 +88,18 @@ async fn history_lists_replaced_versions_and_undo_applies_a_past_one() {
     let oldest = versions[3].version.clone();
     undo(&nodes[1], Some(oldest)).await.unwrap();
     assert_eq!(history(&nodes[1]).await.unwrap()[0].replicas, 1);
+    // `--to` as people read it (`shoal history`'s text) names the same version.
+    let versions = history(&nodes[1]).await.unwrap();
+    let three = versions.iter().find(|v| v.replicas == 3).unwrap();
+    let shown = shoal_core::hlc::format_version(&three.version);
+    assert!(shown.contains(" by "), "{shown}");
+    undo(&nodes[1], Some(shown)).await.unwrap();
+    assert_eq!(history(&nodes[1]).await.unwrap()[0].replicas, 3);
+    let (kind, message) = undo(&nodes[0], Some("last tuesday".into()))
+        .await
+        .unwrap_err();
+    assert_eq!(kind, ErrorKind::Invalid);
+    assert!(message.contains("is not a version"), "{message}");
 
     // Bad input: a version not in the history, the current one, an unknown workload.
     let (kind, message) = undo(&nodes[0], Some("1.0@nowhere".into()))

@@ -139,6 +139,86 @@ pub fn format_version(raw: &str) -> String {
         .map_or_else(|_| raw.to_string(), |v| v.human())
 }
 
+impl Version {
+    /// Parses a version in any form the CLI shows or takes: the raw `wall_ms.logical@node`, or
+    /// the human `2026-12-01 02:03:04.123Z by n3` ([`Version::human`], with its optional
+    /// ` #N` count; a `T` may stand for the space between date and time). Surrounding spaces
+    /// are ignored.
+    pub fn parse_any(text: &str) -> Result<Version, String> {
+        let text = text.trim();
+        if let Ok(v) = text.parse::<Version>() {
+            return Ok(v);
+        }
+        let bad = || {
+            format!(
+                "{text:?} is not a version (expected `2026-12-01 02:03:04.123Z by NODE`, as \
+                 `shoal history` shows it, or WALL_MS.LOGICAL@NODE as `-o json` spells it)"
+            )
+        };
+        let (when, node) = text.split_once(" by ").ok_or_else(bad)?;
+        let node = node.trim();
+        if node.is_empty() || node.contains(char::is_whitespace) {
+            return Err(bad());
+        }
+        let (when, logical) = match when.trim().split_once(" #") {
+            Some((when, count)) => (when, count.trim().parse::<u32>().map_err(|_| bad())?),
+            None => (when.trim(), 0),
+        };
+        let wall_ms = parse_utc_ms(when).ok_or_else(bad)?;
+        Ok(Version::new(Hlc::new(wall_ms, logical), node))
+    }
+}
+
+/// The inverse of [`format_utc_ms`]: `2026-12-01 02:03:04.123Z` (or with `T`; the milliseconds
+/// may be left out) as milliseconds since the Unix epoch. `None` when it is not such a time.
+pub fn parse_utc_ms(text: &str) -> Option<u64> {
+    let text = text.strip_suffix('Z')?;
+    let (date, time) = text.split_once([' ', 'T'])?;
+    let num = |s: &str, len: usize| -> Option<u64> {
+        (s.len() == len && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    let mut d = date.splitn(3, '-');
+    let (year, month, day) = (d.next()?, d.next()?, d.next()?);
+    let year: u64 = (year.len() >= 4 && year.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| year.parse().ok())
+        .flatten()?;
+    let (month, day) = (num(month, 2)?, num(day, 2)?);
+    let (hms, milli) = match time.split_once('.') {
+        Some((hms, milli)) => (hms, num(milli, 3)?),
+        None => (time, 0),
+    };
+    let mut t = hms.splitn(3, ':');
+    let (h, m, s) = (num(t.next()?, 2)?, num(t.next()?, 2)?, num(t.next()?, 2)?);
+    if !(1..=12).contains(&month) || day == 0 || day > 31 || h > 23 || m > 59 || s > 59 {
+        return None;
+    }
+    let days = days_from_civil(year, month, day)?;
+    // A day past the month's end (`02-30`) would land in the next month: refuse it.
+    if civil_from_days(days) != (year, month, day) {
+        return None;
+    }
+    days.checked_mul(86_400_000)?
+        .checked_add(h * 3_600_000 + m * 60_000 + s * 1000 + milli)
+}
+
+/// Days since 1970-01-01 of a calendar date (Howard Hinnant's `days_from_civil`); `None`
+/// before 1970.
+fn days_from_civil(year: u64, month: u64, day: u64) -> Option<u64> {
+    let y = if month <= 2 {
+        year.checked_sub(1)?
+    } else {
+        year
+    };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = if month > 2 { month - 3 } else { month + 9 };
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    (era * 146_097 + doe).checked_sub(719_468)
+}
+
 /// Milliseconds since the Unix epoch as a UTC time to the millisecond, `2026-12-01 02:03:04.123Z`
 /// (proleptic Gregorian calendar; years past 9999 get more digits).
 pub fn format_utc_ms(ms: u64) -> String {

@@ -181,9 +181,66 @@ pub fn format_memory_bytes(bytes: u64) -> String {
     bytes.to_string()
 }
 
+/// CPU for people reading a table or a message: `500m` under one core, else cores with at most
+/// one decimal, `1 core`, `1.2 cores`, `16 cores`. Not for specs: it rounds (use
+/// [`format_cpu_millis`] where the value must parse back exactly).
+pub fn human_cpu_millis(millis: u64) -> String {
+    match millis {
+        0..=999 => format!("{millis}m"),
+        1000 => "1 core".to_string(),
+        _ if millis.is_multiple_of(1000) => format!("{} cores", millis / 1000),
+        _ => {
+            let tenths = (millis + 50) / 100;
+            match tenths % 10 {
+                0 => format!("{} cores", tenths / 10),
+                d => format!("{}.{d} cores", tenths / 10),
+            }
+        }
+    }
+}
+
+/// Memory for people: the largest binary unit the amount reaches, exact when it divides
+/// (`64Mi`), else with one decimal (`23.5Gi` for 24683792Ki); bytes under 1Ki as they are.
+/// Not for specs (use [`format_memory_bytes`]).
+pub fn human_memory_bytes(bytes: u64) -> String {
+    for (suffix, shift) in [("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+        let unit = 1u64 << shift;
+        if bytes >= unit {
+            if bytes.is_multiple_of(unit) {
+                return format!("{}{suffix}", bytes >> shift);
+            }
+            let tenths = (u128::from(bytes) * 10 + u128::from(unit / 2)) / u128::from(unit);
+            return match tenths % 10 {
+                0 => format!("{}{suffix}", tenths / 10),
+                d => format!("{}.{d}{suffix}", tenths / 10),
+            };
+        }
+    }
+    bytes.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantities_for_people() {
+        assert_eq!(human_cpu_millis(0), "0m");
+        assert_eq!(human_cpu_millis(500), "500m");
+        assert_eq!(human_cpu_millis(1000), "1 core");
+        assert_eq!(human_cpu_millis(1200), "1.2 cores");
+        assert_eq!(human_cpu_millis(1250), "1.3 cores");
+        assert_eq!(human_cpu_millis(1990), "2 cores");
+        assert_eq!(human_cpu_millis(16_000), "16 cores");
+        assert_eq!(human_memory_bytes(24_683_792 * 1024), "23.5Gi");
+        assert_eq!(human_memory_bytes(24_651_024 * 1024), "23.5Gi");
+        assert_eq!(human_memory_bytes(64 << 20), "64Mi");
+        assert_eq!(human_memory_bytes((1 << 30) - 1), "1024Mi");
+        assert_eq!(human_memory_bytes(1536 << 20), "1.5Gi");
+        assert_eq!(human_memory_bytes(1000), "1000");
+        assert_eq!(human_memory_bytes(1025), "1Ki");
+        assert!(human_memory_bytes(u64::MAX).ends_with("Pi"), "no overflow");
+    }
 
     #[test]
     fn cpu_quantities() {

@@ -113,9 +113,10 @@ fn first_crash_restarts_in_the_same_round_and_the_second_waits_backoff_initial()
     let issue = c.issue("n1", IssueKind::Exited).expect("exited issue");
     assert!(
         issue.message.contains("2 consecutive failures")
-            && issue
-                .message
-                .contains(&format!("next attempt at {}", second + 4_000)),
+            && issue.message.contains(&format!(
+                "next attempt at {}",
+                shoal_core::hlc::format_utc_ms(second + 4_000)
+            )),
         "{}",
         issue.message
     );

@@ -1,7 +1,9 @@
 //! Hybrid logical clock: monotonic output, causality across nodes, the skew bound, restarts.
 
 use proptest::prelude::*;
-use shoal_core::hlc::{format_utc_ms, format_version, Clock, ClockError, Hlc, Version};
+use shoal_core::hlc::{
+    format_utc_ms, format_version, parse_utc_ms, Clock, ClockError, Hlc, Version,
+};
 
 const DRIFT_MS: u64 = 1_000;
 
@@ -184,7 +186,51 @@ fn malformed_versions_do_not_parse() {
     assert_eq!(node_with_at, Version::new(Hlc::new(5, 1), "host@dc"));
 }
 
+#[test]
+fn every_shown_form_of_a_version_parses_back() {
+    let v = Version::new(Hlc::new(1_796_012_707_068, 0), "n3");
+    for text in [
+        "1796012707068.0@n3",
+        "2026-11-30 04:25:07.068Z by n3",
+        "  2026-11-30T04:25:07.068Z by n3 ",
+    ] {
+        assert_eq!(Version::parse_any(text), Ok(v.clone()), "{text:?}");
+    }
+    let counted = Version::new(Hlc::new(1_796_012_707_068, 2), "n3");
+    assert_eq!(
+        Version::parse_any("2026-11-30 04:25:07.068Z #2 by n3"),
+        Ok(counted)
+    );
+    assert_eq!(parse_utc_ms("1970-01-01 00:00:00Z"), Some(0));
+    assert_eq!(
+        parse_utc_ms("2024-02-29 12:34:56.789Z"),
+        Some(1_709_210_096_789)
+    );
+    for bad in [
+        "",
+        "yesterday",
+        "2026-11-30 04:25:07.068Z",
+        "2026-11-30 04:25:07.068Z by ",
+        "2026-11-30 04:25:07.068 by n3",
+        "2026-02-30 04:25:07.068Z by n3",
+        "2026-11-30 24:00:00.000Z by n3",
+        "1969-12-31 23:59:59.999Z by n3",
+        "2026-11-30 04:25:07.068Z #x by n3",
+        "2026-11-30 04:25:07.068Z by two words",
+    ] {
+        let err = Version::parse_any(bad).unwrap_err();
+        assert!(err.contains("is not a version"), "{bad:?}: {err}");
+    }
+}
+
 proptest! {
+    /// Every human form parses back to the version it came from.
+    #[test]
+    fn the_human_form_round_trips(wall in 0u64..253_402_300_800_000, logical in any::<u32>(), node in "[a-z0-9.-]{1,20}") {
+        let v = Version::new(Hlc::new(wall, logical), node);
+        prop_assert_eq!(Version::parse_any(&v.human()), Ok(v));
+    }
+
     /// The raw form parses back to the version it came from.
     #[test]
     fn the_raw_form_round_trips(wall in any::<u64>(), logical in any::<u32>(), node in "[a-z0-9.-]{1,20}") {

@@ -72,11 +72,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&caps)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let show = |v: Option<u64>, unit: &str| v.map_or("none".to_string(), |v| format!("{v}{unit}"));
+    let show = |v: Option<u64>, human: fn(u64) -> String| v.map_or("none".to_string(), human);
     println!(
         "per-node caps: cpu {}, memory {}",
-        show(caps.cpu_millis_max, "m"),
-        show(caps.memory_bytes_max, " bytes")
+        show(caps.cpu_millis_max, shoal_core::resources::human_cpu_millis),
+        show(
+            caps.memory_bytes_max,
+            shoal_core::resources::human_memory_bytes
+        )
     );
     Ok(ExitCode::SUCCESS)
 }

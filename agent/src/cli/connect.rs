@@ -82,7 +82,7 @@ fn client_identity(dir: &Path, name: Option<&str>, self_issue: bool) -> anyhow::
     match found.as_slice() {
         [one] => Ok(pki::load_identity(dir, one, self_issue)?),
         [] => bail!(
-            "no client certificate in {}: run `shoal pki issue --dir DIR --name NAME` and copy \
+            "no client certificate in {}: run `shoal pki issue --dir DIR --name NAME --role client` and copy \
              NAME.crt, NAME.key and ca.crt there",
             dir.display()
         ),

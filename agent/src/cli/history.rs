@@ -25,7 +25,7 @@ pub struct HistoryArgs {
 /// Arguments of `shoal rollout`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  shoal rollout undo web\n  shoal rollout undo web --to 1796133000000.0@n2\n  shoal rollout pause web; shoal rollout resume web"
+    after_help = "Examples:\n  shoal rollout undo web\n  shoal rollout undo web --to \"2026-12-03 17:20:03.563Z by n2\"\n  shoal rollout status web\n  shoal rollout pause web; shoal rollout resume web"
 )]
 pub struct RolloutArgs {
     #[command(subcommand)]
@@ -50,8 +50,9 @@ enum RolloutCommand {
     Undo {
         /// The workload.
         name: String,
-        /// The past version to go back to, as `shoal history NAME -o json` spells it.
-        #[arg(long)]
+        /// The past version to go back to, as `shoal history NAME` shows it
+        /// (`"2026-12-03 17:20:03.563Z by n2"`) or as `-o json` spells it (`1796318403563.0@n2`).
+        #[arg(long, value_parser = parse_version)]
         to: Option<String>,
         #[command(flatten)]
         client: ClientOpts,
@@ -71,6 +72,20 @@ enum RolloutCommand {
         #[command(flatten)]
         client: ClientOpts,
     },
+}
+
+/// `--to` in any form a version is shown in, sent raw (what every agent build compares).
+fn parse_version(text: &str) -> Result<String, String> {
+    shoal_core::hlc::Version::parse_any(text).map(|v| v.to_string())
+}
+
+/// Who asked for a version, for people: an undo names the version it went back to raw in the
+/// store (`alice (client), undo to 1796318403563.0@n1`); shown as time and node.
+fn shown_by(by: &str) -> String {
+    match by.rsplit_once(", undo to ") {
+        Some((who, version)) => format!("{who}, undo to {}", format_version(version)),
+        None => by.to_string(),
+    }
 }
 
 /// Runs `shoal history`.
@@ -100,7 +115,7 @@ pub fn history(args: HistoryArgs) -> anyhow::Result<ExitCode> {
             format_version(&v.version),
             outcome,
             v.replicas,
-            v.by,
+            shown_by(&v.by),
             v.runs
         );
         if !v.reason.is_empty() {
@@ -305,4 +320,35 @@ fn status(name: String, client: ClientOpts, output: Output) -> anyhow::Result<Ex
         println!("{:>7}  {:<8} {}", r.replica, mark, running.join(", "));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn undo_takes_every_form_a_version_is_shown_in() {
+        let raw = "1796318403563.0@n1";
+        assert_eq!(parse_version(raw).as_deref(), Ok(raw));
+        assert_eq!(
+            parse_version(&format_version(raw)).as_deref(),
+            Ok(raw),
+            "the history's text form"
+        );
+        assert_eq!(
+            parse_version("2026-12-03 17:20:03.563Z #2 by n1").as_deref(),
+            Ok("1796318403563.2@n1")
+        );
+        let err = parse_version("last tuesday").unwrap_err();
+        assert!(err.contains("as `shoal history` shows it"), "{err}");
+    }
+
+    #[test]
+    fn an_undo_names_its_version_for_people() {
+        assert_eq!(
+            shown_by("alice (client), undo to 1796318403563.0@n1"),
+            "alice (client), undo to 2026-12-03 17:20:03.563Z by n1"
+        );
+        assert_eq!(shown_by("alice (client)"), "alice (client)");
+    }
 }

@@ -126,13 +126,28 @@ impl Reader<'_> {
         };
         let mut answer = call(self.request(first, None)).await?;
         let mut pages = 1;
+        let mut lines = answer.page.lines.len();
         self.print(&answer);
         // Without --follow: page to the end of what is kept.
         while answer.page.more && pages < PAGES_MAX {
             let start = LogStart::After(answer.page.cursor);
             answer = call(self.request(start, Some(answer.page.instance.clone()))).await?;
+            lines += answer.page.lines.len();
             self.print(&answer);
             pages += 1;
+        }
+        // A silent replica says so (on stderr: stdout stays the replica's own output).
+        if lines == 0 {
+            eprintln!(
+                "{}",
+                empty_note(
+                    &format!("{}/{}", self.workload, answer.replica),
+                    &answer.node,
+                    self.args.since.as_deref(),
+                    self.args.previous,
+                    self.args.follow
+                )
+            );
         }
         if !self.args.follow {
             return Ok(());
@@ -194,6 +209,27 @@ impl Reader<'_> {
     }
 }
 
+/// What `shoal logs` says when a replica's instance printed nothing (of what was asked).
+fn empty_note(
+    replica: &str,
+    node: &str,
+    since: Option<&str>,
+    previous: bool,
+    follow: bool,
+) -> String {
+    let which = match previous {
+        true => format!("the previous instance of {replica} on {node}"),
+        false => format!("{replica} on {node}"),
+    };
+    let when = match since {
+        Some(d) => format!(" in the last {d}"),
+        None => String::new(),
+    };
+    let yet = if previous { "" } else { " yet" };
+    let follow = if follow { "; following" } else { "" };
+    format!("(no output{yet} from {which}{when}{follow})")
+}
+
 fn wall_clock_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -220,4 +256,25 @@ pub fn relay(args: RelayArgs) -> anyhow::Result<ExitCode> {
     shoal::node::runtime::logs::relay::run(&args.dir, args.max_bytes, args.files)
         .with_context(|| format!("relaying output into {}", args.dir.display()))?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::empty_note;
+
+    #[test]
+    fn a_silent_replica_says_so() {
+        assert_eq!(
+            empty_note("web/0", "n2", None, false, false),
+            "(no output yet from web/0 on n2)"
+        );
+        assert_eq!(
+            empty_note("web/0", "n2", Some("10m"), false, true),
+            "(no output yet from web/0 on n2 in the last 10m; following)"
+        );
+        assert_eq!(
+            empty_note("web/1", "n3", None, true, false),
+            "(no output from the previous instance of web/1 on n3)"
+        );
+    }
 }

@@ -25,12 +25,14 @@ mod logs;
 mod man;
 mod nodes;
 mod ops;
+mod overview;
 mod pki;
 mod plan;
 mod restart;
 mod scale;
 mod upgrade;
 mod validate;
+mod when;
 mod workloads;
 
 /// The command ran and found a problem, or failed.
@@ -59,7 +61,7 @@ enum Command {
     Caps(caps::Args),
     /// A workload's current version and the ones before it.
     History(history::HistoryArgs),
-    /// Act on a workload's rollout: undo.
+    /// A workload's rollout: status, undo, pause, resume.
     Rollout(history::RolloutArgs),
     /// Store workload specs in the mesh (acknowledged once durable on two agents).
     Apply(workloads::ApplyArgs),
@@ -74,8 +76,9 @@ enum Command {
     Restart(restart::Args),
     /// Delete a workload everywhere.
     Delete(workloads::DeleteArgs),
-    /// Show where a workload's replicas are.
-    Status(workloads::NameArgs),
+    /// Show where a workload's replicas are; without a name, the mesh at a glance (hosts by
+    /// cell, workloads with desired/running/healthy replicas, open issues).
+    Status(workloads::StatusArgs),
     /// Every replica's address and health, as the agents' DNS answers them.
     Endpoints(endpoints::Args),
     /// Print a replica's output (from any agent), or follow it.

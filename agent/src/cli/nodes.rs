@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::bail;
 use serde::Serialize;
 use shoal::wire::api::{Request, Response, PAGE_ITEMS_MAX};
-use shoal_core::resources::{format_cpu_millis, format_memory_bytes};
+use shoal_core::resources::{human_cpu_millis, human_memory_bytes};
 
 use shoal::state::cells::CellView;
 use shoal::wire::api::NodeView;
@@ -102,6 +102,16 @@ fn nodes_of(args: &Args, known: &[CellView]) -> anyhow::Result<(String, Vec<Node
             names.join(", ")
         );
     };
+    Ok((want.to_string(), nodes_of_other_cell(&args.client, cell)?))
+}
+
+/// The members of another cell, asked of its envoys as its summary lists them (the first that
+/// answers), with `client`'s certificate and timeout.
+pub(super) fn nodes_of_other_cell(
+    client: &ClientOpts,
+    cell: &CellView,
+) -> anyhow::Result<Vec<NodeView>> {
+    let want = &cell.summary.cell;
     let mut last = anyhow::anyhow!("cell {want} lists no contact");
     for contact in &cell.summary.contacts {
         let Some(c) = shoal::state::cells::parse_contact(contact) else {
@@ -109,10 +119,10 @@ fn nodes_of(args: &Args, known: &[CellView]) -> anyhow::Result<(String, Vec<Node
         };
         let client = ClientOpts {
             agent: c.api,
-            ..args.client.clone()
+            ..client.clone()
         };
         match nodes(&client) {
-            Ok(nodes) => return Ok((want.to_string(), nodes)),
+            Ok(nodes) => return Ok(nodes),
             Err(e) => last = e.context(format!("asking {contact}, an envoy of cell {want}")),
         }
     }
@@ -183,8 +193,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             n.name,
             state,
             n.zone,
-            format_cpu_millis(n.cpu_millis),
-            format_memory_bytes(n.memory_bytes),
+            human_cpu_millis(n.cpu_millis),
+            human_memory_bytes(n.memory_bytes),
             version,
             wire,
             runtimes,
@@ -212,10 +222,10 @@ fn print_cells(cells: &[CellView]) {
             s.cell,
             state,
             s.members,
-            format_cpu_millis(s.capacity.cpu_millis),
-            format_memory_bytes(s.capacity.memory_bytes),
-            format_cpu_millis(s.free.cpu_millis),
-            format_memory_bytes(s.free.memory_bytes),
+            human_cpu_millis(s.capacity.cpu_millis),
+            human_memory_bytes(s.capacity.memory_bytes),
+            human_cpu_millis(s.free.cpu_millis),
+            human_memory_bytes(s.free.memory_bytes),
         );
     }
 }

@@ -106,7 +106,7 @@ pub fn issues(args: IssuesArgs) -> anyhow::Result<ExitCode> {
     for i in &issues {
         let why = match &i.held {
             Some(held) => format!("HELD: {held} (approve with `shoal approve {}`)", i.id),
-            None => i.message.clone(),
+            None => super::when::with_relative_times(&i.message, super::when::now_ms()),
         };
         println!(
             "{:<12} {:<12} {:<22} {:<20} {:<10} {:>6}  {}",

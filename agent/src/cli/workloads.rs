@@ -64,12 +64,12 @@ pub struct GetArgs {
     output: Output,
 }
 
-/// Arguments of `shoal delete` and `shoal status`.
+/// Arguments of `shoal status`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Example:\n  shoal status web -o json")]
-pub struct NameArgs {
-    /// The workload.
-    name: String,
+#[command(after_help = "Examples:\n  shoal status\n  shoal status web\n  shoal status web -o json")]
+pub struct StatusArgs {
+    /// The workload; without it, the mesh at a glance.
+    name: Option<String>,
     #[command(flatten)]
     client: ClientOpts,
     /// Output format.
@@ -207,6 +207,27 @@ pub(super) fn wait_rollout(
         if ready.len() as u32 >= status.desired {
             return Ok(true);
         }
+        // A start that failed for a reason time does not fix (an image that does not exist,
+        // a command not found): the first one says why, and waiting stops.
+        if let Some((i, error)) = status.instances.iter().find_map(|i| {
+            let at_version = i.spec_version.as_deref().is_none_or(|v| v == version);
+            let error = [i.last_error.as_deref(), i.reason.as_deref()]
+                .into_iter()
+                .flatten()
+                .find(|e| terminal_start_error(e))?;
+            at_version.then_some((i, error))
+        }) {
+            eprintln!(
+                "{name}: replica {} on {} cannot start: {error}",
+                i.replica,
+                i.node.as_deref().unwrap_or("-")
+            );
+            eprintln!(
+                "{name}: not waiting for what retrying will not fix; correct the spec (or the \
+                 host) and apply again (`shoal status {name}` shows every replica)"
+            );
+            return Ok(false);
+        }
         // Replicas no node can take do not come by waiting: after a few polls in a row, say
         // how much fits and why, and stop.
         let unplaceable = status
@@ -254,6 +275,7 @@ pub(super) fn wait_rollout(
                     .as_deref()
                     .or(i.last_error.as_deref())
                     .unwrap_or("no reason reported yet");
+                let why = super::when::with_relative_times(why, super::when::now_ms());
                 eprintln!(
                     "  replica {} on {}: {} ({why})",
                     i.replica,
@@ -265,6 +287,37 @@ pub(super) fn wait_rollout(
             return Ok(false);
         }
         std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
+/// Whether a replica's start error is one no retry fixes: the image is not there and may not
+/// be pulled, the registry says it has no such image or refuses it, the command or working
+/// directory does not exist, the runtime cannot run the spec. An unreachable engine or registry
+/// is not: it may come back.
+fn terminal_start_error(error: &str) -> bool {
+    const FOREVER: [&str; 4] = [
+        "is not on this host and the spec says pull = \"never\"",
+        "this runtime cannot run the workload",
+        "does not exist on this host: create it or fix the spec",
+        "not found: install it, or fix the spec",
+    ];
+    const NO_SUCH_IMAGE: [&str; 6] = [
+        "manifest unknown",
+        "not found",
+        "pull access denied",
+        "repository does not exist",
+        "unauthorized",
+        "invalid reference format",
+    ];
+    if FOREVER.iter().any(|m| error.contains(m)) {
+        return true;
+    }
+    match error.split_once("pulling image ") {
+        Some((_, rest)) => {
+            let rest = rest.to_ascii_lowercase();
+            rest.contains(" failed: ") && NO_SUCH_IMAGE.iter().any(|m| rest.contains(m))
+        }
+        None => false,
     }
 }
 
@@ -347,6 +400,17 @@ pub fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
 
 /// Deletes a workload everywhere.
 pub fn delete(args: DeleteArgs) -> anyhow::Result<ExitCode> {
+    // Whether it has data the delete leaves behind (or purges): asked before it is gone. A
+    // workload the agent cannot show is left to the delete's own answer.
+    let volumes = match call(
+        &args.client,
+        Request::Get {
+            name: args.name.clone(),
+        },
+    ) {
+        Ok(Response::Workload(w)) => Some(leaves_data(&w.spec)),
+        _ => None,
+    };
     let request = Request::Delete {
         name: args.name,
         purge_data: args.purge_data,
@@ -363,17 +427,38 @@ pub fn delete(args: DeleteArgs) -> anyhow::Result<ExitCode> {
             format_version(&deleted.version),
             deleted.durable_on.join(", ")
         );
-        if args.purge_data {
-            println!("  its data volumes are removed on every node once its instances there stop");
-        } else {
-            println!(
-                "  its data volumes stay on each node under DATA_DIR/volumes/{}/ \
-                 (`shoal delete {} --purge-data` removes them)",
-                deleted.name, deleted.name
-            );
+        if let Some(note) = delete_note(&deleted.name, volumes, args.purge_data) {
+            println!("  {note}");
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether deleting a workload with this spec leaves data behind that `--purge-data` would
+/// remove: a `data` volume, or a docker volume Shoal named (a `host` path or a docker volume
+/// with a `source` is never Shoal's to remove).
+fn leaves_data(spec: &shoal_core::spec::WorkloadSpec) -> bool {
+    use shoal_core::spec::VolumeKind;
+    spec.volumes.iter().any(|v| match v.kind {
+        VolumeKind::Data => true,
+        VolumeKind::Docker => v.source.is_none(),
+        VolumeKind::Host => false,
+    })
+}
+
+/// The line `delete` adds about data volumes: none for a workload without any (`Some(false)`);
+/// when it could not be asked (`None`), what holds if it has some.
+fn delete_note(name: &str, volumes: Option<bool>, purge: bool) -> Option<String> {
+    match (volumes, purge) {
+        (Some(false), _) => None,
+        (_, true) => {
+            Some("its data volumes are removed on every node once its instances there stop".into())
+        }
+        (_, false) => Some(format!(
+            "its data volumes stay on each node under DATA_DIR/volumes/{name}/ \
+             (`shoal delete {name} --purge-data` removes them)"
+        )),
+    }
 }
 
 /// A workload's status: every page, in one view (name, desired and version as the first page
@@ -404,9 +489,52 @@ pub(super) fn status_pages(client: &ClientOpts, name: &str) -> anyhow::Result<St
     Ok(status)
 }
 
-/// Shows where a workload's replicas are.
-pub fn status(args: NameArgs) -> anyhow::Result<ExitCode> {
-    let status = status_pages(&args.client, &args.name)?;
+/// The status's notes (`node: note`, one per node) with each text once, saying on which nodes
+/// (`on n1, n2 and n3`, or `on 7 nodes: n1, n2, n3, ...` past [`NOTE_NODES_NAMED`]); in the
+/// order each text first appears.
+fn grouped_notes(notes: &[String]) -> Vec<String> {
+    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+    for note in notes {
+        let (node, text) = note.split_once(": ").unwrap_or(("", note.as_str()));
+        match groups.iter_mut().find(|(t, _)| *t == text) {
+            Some((_, nodes)) => nodes.push(node),
+            None => groups.push((text, vec![node])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(text, nodes)| {
+            let nodes: Vec<&str> = nodes.into_iter().filter(|n| !n.is_empty()).collect();
+            match nodes.len() {
+                0 => text.to_string(),
+                1 => format!("{text} (on {})", nodes[0]),
+                n if n <= NOTE_NODES_NAMED => {
+                    let (last, rest) = nodes.split_last().expect("two or more");
+                    format!("{text} (on {} and {last})", rest.join(", "))
+                }
+                n => format!(
+                    "{text} (on {n} nodes: {}, ...)",
+                    nodes[..NOTE_NODES_NAMED].join(", ")
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Nodes a grouped note names before it only counts them.
+const NOTE_NODES_NAMED: usize = 3;
+
+/// Shows where a workload's replicas are, or without a name the mesh at a glance.
+pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let Some(name) = &args.name else {
+        let overview = super::overview::gather(&args.client)?;
+        match args.output {
+            Output::Json => print_json(&overview),
+            _ => print!("{}", super::overview::render(&overview)),
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let status = status_pages(&args.client, name)?;
     if args.output == Output::Json {
         print_json(&status);
         return Ok(ExitCode::SUCCESS);
@@ -420,7 +548,7 @@ pub fn status(args: NameArgs) -> anyhow::Result<ExitCode> {
     if let Some(fit) = &status.fit {
         println!("{fit}");
     }
-    for note in &status.notes {
+    for note in grouped_notes(&status.notes) {
         println!("note: {note}");
     }
     // Only exclusive replicas have a fencing token: the column appears when one does.
@@ -430,6 +558,7 @@ pub fn status(args: NameArgs) -> anyhow::Result<ExitCode> {
         false => "  ".to_string(),
     };
     let token_header = column("FENCE TOKEN");
+    let now_ms = super::when::now_ms();
     println!(
         "{:>7}  {:<24} {:<14} {:<8} {:>8}{token_header}REASON",
         "REPLICA", "NODE", "PHASE", "HEALTHY", "RESTARTS"
@@ -454,6 +583,7 @@ pub fn status(args: NameArgs) -> anyhow::Result<ExitCode> {
             .or(i.last_error.as_deref())
             .or(away.as_deref())
             .unwrap_or("");
+        let reason = super::when::with_relative_times(reason, now_ms);
         let token = column(&i.fence_token.map_or("-".to_string(), |t| t.to_string()));
         println!(
             "{:>7}  {:<24} {:<14} {:<8} {:>8}{token}{}",
@@ -466,4 +596,70 @@ pub fn status(args: NameArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identical_notes_show_once_with_their_nodes() {
+        let cgroup = "memory limits are not enforced (no cgroup v2 delegation)";
+        let notes: Vec<String> = ["n1", "n2", "n3"]
+            .iter()
+            .map(|n| format!("{n}: {cgroup}"))
+            .chain(["n2: ports are not reserved".to_string()])
+            .collect();
+        assert_eq!(
+            grouped_notes(&notes),
+            [
+                format!("{cgroup} (on n1, n2 and n3)"),
+                "ports are not reserved (on n2)".to_string()
+            ]
+        );
+        let many: Vec<String> = (1..=7).map(|n| format!("n{n}: {cgroup}")).collect();
+        assert_eq!(
+            grouped_notes(&many),
+            [format!("{cgroup} (on 7 nodes: n1, n2, n3, ...)")]
+        );
+    }
+
+    #[test]
+    fn delete_talks_about_volumes_only_when_there_are_some() {
+        assert_eq!(delete_note("web", Some(false), false), None);
+        assert_eq!(delete_note("web", Some(false), true), None);
+        let kept = delete_note("db", Some(true), false).unwrap();
+        assert!(kept.contains("shoal delete db --purge-data"), "{kept}");
+        assert!(delete_note("db", None, true).unwrap().contains("removed"));
+        let spec =
+            |toml: &str| shoal_core::spec::WorkloadSpec::from_toml_str(toml, "t.toml").unwrap();
+        let base = "name = \"web\"\n[process]\ncommand = [\"sleep\", \"9\"]\n\
+                    [resources]\ncpu = \"100m\"\nmemory = \"16Mi\"\n";
+        assert!(!leaves_data(&spec(base)));
+        let with_data = format!("{base}[[volumes]]\nname = \"state\"\n");
+        assert!(leaves_data(&spec(&with_data)));
+    }
+
+    #[test]
+    fn start_errors_no_retry_fixes_stop_the_wait() {
+        for terminal in [
+            "image \"nope:1\" is not on this host and the spec says pull = \"never\": load it here",
+            "pulling image \"nope:1\" failed: manifest unknown: manifest unknown",
+            "pulling image \"ghcr.io/x/y:1\" failed: pull access denied for y",
+            "working directory \"/srv\" does not exist on this host: create it or fix the spec",
+            "command \"/no/such\" not found: install it, or fix the spec's command or PATH; \
+             2 consecutive failures, next attempt at 2026-12-03 17:20:03.563Z (backoff)",
+        ] {
+            assert!(terminal_start_error(terminal), "{terminal}");
+        }
+        for passing in [
+            "container engine unreachable: connection refused (is the Docker daemon running?)",
+            "working directory \"/srv\" is being created",
+            "pulling image \"a:1\" failed: Get https://registry-1.docker.io: i/o timeout",
+            "exited with code 1",
+            "",
+        ] {
+            assert!(!terminal_start_error(passing), "{passing}");
+        }
+    }
 }

@@ -114,6 +114,15 @@ pub(super) async fn undo(
     complete: std::collections::BTreeSet<(String, String)>,
 ) -> Result<Response, ApiError> {
     let Held { current, past, .. } = read(node, &name).await?;
+    // `--to` in any form the CLI shows (`2026-12-03 17:20:03.563Z by n1`) or the raw one.
+    let to = to
+        .map(|text| {
+            shoal_core::hlc::Version::parse_any(&text)
+                .map(|v| v.to_string())
+                .map_err(|e| ApiError::new(ErrorKind::Invalid, e))
+        })
+        .transpose()?;
+    let shown = |raw: &str| shoal_core::hlc::format_version(raw);
     let chosen = match &to {
         None => past.versions.first().ok_or_else(|| {
             ApiError::new(
@@ -124,7 +133,7 @@ pub(super) async fn undo(
         Some(version) if *version == current.version => {
             return Err(ApiError::new(
                 ErrorKind::Invalid,
-                format!("{version} is {name}'s current version already"),
+                format!("{} is {name}'s current version already", shown(version)),
             ))
         }
         Some(version) => past
@@ -135,8 +144,9 @@ pub(super) async fn undo(
                 ApiError::new(
                     ErrorKind::Invalid,
                     format!(
-                        "version {version} is not in {name}'s history (the last {} are kept; \
+                        "version {} is not in {name}'s history (the last {} are kept; \
                          `shoal history {name}` lists them)",
+                        shown(version),
                         history::VERSIONS_MAX
                     ),
                 )
@@ -145,9 +155,13 @@ pub(super) async fn undo(
     let spec: WorkloadSpec = view::decode_spec(&chosen.spec).map_err(|e| {
         ApiError::new(
             ErrorKind::Invalid,
-            format!("version {} of {name} does not decode: {e}", chosen.version),
+            format!(
+                "version {} of {name} does not decode: {e}",
+                shown(&chosen.version)
+            ),
         )
     })?;
+    // Stored raw (history's `-o json` reads it); `shoal history` shows it for people.
     let by = format!("{by}, undo to {}", chosen.version);
     node.clone().handle_apply(vec![spec], by, complete).await
 }

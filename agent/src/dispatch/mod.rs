@@ -415,13 +415,20 @@ impl Api {
         let reason = match result {
             Ok(Response::Applied(applied)) => applied
                 .iter()
-                .map(|a| match &a.note {
-                    Some(note) => format!("{} stored as version {} ({note})", a.name, a.version),
-                    None => format!("{} stored as version {}", a.name, a.version),
+                .map(|a| {
+                    let version = shoal_core::hlc::format_version(&a.version);
+                    match &a.note {
+                        Some(note) => format!("{} stored as version {version} ({note})", a.name),
+                        None => format!("{} stored as version {version}", a.name),
+                    }
                 })
                 .collect::<Vec<_>>()
                 .join("; "),
-            Ok(Response::Deleted(a)) => format!("{} deleted (version {})", a.name, a.version),
+            Ok(Response::Deleted(a)) => format!(
+                "{} deleted (version {})",
+                a.name,
+                shoal_core::hlc::format_version(&a.version)
+            ),
             Ok(_) => "done".to_string(),
             Err(e) => format!("{} refused: {}", names.join(", "), e.message),
         };

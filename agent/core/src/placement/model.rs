@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::constraint::Constraint;
-use crate::resources::{format_cpu_millis, format_memory_bytes, Resources};
+use crate::resources::{format_cpu_millis, format_memory_bytes, human_memory_bytes, Resources};
 
 /// Largest CPU capacity a node may declare: one million cores. Anything above is a typo or a lie.
 pub const NODE_CPU_MILLIS_MAX: u64 = 1_000_000 * 1000;
@@ -434,7 +434,8 @@ impl RoomLeft {
                 "{} lack memory (needs {}, most free {} on {})",
                 shorts[1],
                 format_memory_bytes(r.memory_bytes),
-                format_memory_bytes(self.memory.0),
+                // What is free is whatever the node's capacity left: an amount, not a spec's.
+                human_memory_bytes(self.memory.0),
                 self.memory.1
             ));
         }
@@ -475,7 +476,7 @@ impl fmt::Display for Unschedulable {
                     f,
                     "requests {} memory but the largest eligible node has {}",
                     format_memory_bytes(*requested),
-                    format_memory_bytes(*largest)
+                    human_memory_bytes(*largest)
                 )
             }
             Unschedulable::RequestTooLarge { resource: Resource::Ports, requested, largest } => {

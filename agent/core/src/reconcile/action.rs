@@ -166,6 +166,7 @@ impl fmt::Display for Action {
                 reason,
                 ..
             } => {
+                let version = crate::hlc::format_version(version);
                 write!(
                     f,
                     "start {replica} at {version} with fencing token {token}: {reason}"
@@ -177,6 +178,7 @@ impl fmt::Display for Action {
                 reason,
                 ..
             } => {
+                let version = crate::hlc::format_version(version);
                 write!(f, "start {replica} at {version}: {reason}")
             }
             Action::Stop {
@@ -195,6 +197,7 @@ impl fmt::Display for Action {
                 reason,
                 ..
             } => {
+                let version = crate::hlc::format_version(version);
                 write!(f, "reload {replica} ({handle}) to {version}: {reason}")
             }
             Action::Remove {

@@ -13,7 +13,7 @@ use crate::reconcile::input::SpecEntry;
 use crate::reconcile::issue::IssueKind;
 use crate::reconcile::plan::{Ctx, Plan, Rank};
 use crate::reconcile::track::Local;
-use crate::resources::{format_cpu_millis, format_memory_bytes};
+use crate::resources::{human_cpu_millis, human_memory_bytes};
 
 /// Starts a replica that has no alive instance here, once backoff, runtime and safety allow.
 pub(crate) fn plan_start(
@@ -88,7 +88,8 @@ pub(crate) fn plan_start(
             .unwrap_or_else(|| "exited".to_string());
         let msg = format!(
             "{cause}; {} consecutive failures, next attempt at {} (backoff)",
-            state.failures, state.next_start_at_ms
+            state.failures,
+            crate::hlc::format_utc_ms(state.next_start_at_ms)
         );
         plan.issue(kind, Some(replica), msg);
         plan.wake_at(state.next_start_at_ms);
@@ -150,13 +151,13 @@ pub(crate) fn plan_start(
         let need = entry.spec.resources;
         if !need.fits_in(room) {
             let msg = format!(
-                "placed here, not started yet: it needs {} CPU and {} of memory, and this node \
-                 has {} and {} of its capacity left (instances moving away run until their \
+                "placed here, not started yet: it needs {} of CPU and {} of memory, and this \
+                 node has {} and {} of its capacity left (instances moving away run until their \
                  replicas are served elsewhere)",
-                format_cpu_millis(need.cpu_millis),
-                format_memory_bytes(need.memory_bytes),
-                format_cpu_millis(room.cpu_millis),
-                format_memory_bytes(room.memory_bytes),
+                human_cpu_millis(need.cpu_millis),
+                human_memory_bytes(need.memory_bytes),
+                human_cpu_millis(room.cpu_millis),
+                human_memory_bytes(room.memory_bytes),
             );
             plan.issue(IssueKind::Missing, Some(replica), msg);
             return;

@@ -95,7 +95,7 @@ pub(crate) fn plan_outdated(
         if stopping {
             let msg = format!(
                 "the new copy at {} is stopping; another starts once it is gone",
-                entry.version
+                crate::hlc::format_version(&entry.version)
             );
             plan.issue(IssueKind::Outdated, Some(replica), msg);
             return;
@@ -105,8 +105,9 @@ pub(crate) fn plan_outdated(
             .filter(|&at| ctx.now_ms < at)
         {
             let msg = format!(
-                "the new copy at {} failed; next attempt at {at} (backoff)",
-                entry.version
+                "the new copy at {} failed; next attempt at {} (backoff)",
+                crate::hlc::format_version(&entry.version),
+                crate::hlc::format_utc_ms(at)
             );
             plan.issue(IssueKind::Outdated, Some(replica), msg);
             plan.wake_at(at);
@@ -191,7 +192,7 @@ fn plan_reload(
             r.last_error.as_deref().unwrap_or("no detail"),
             attempts + 1,
             ctx.config.reload_attempts_max,
-            r.retry_at_ms
+            crate::hlc::format_utc_ms(r.retry_at_ms)
         );
         plan.issue(IssueKind::SettingsDiffer, Some(replica), msg);
         plan.wake_at(r.retry_at_ms);

@@ -268,7 +268,11 @@ pub fn renew(dir: &Path, name: &str, days: Option<u32>) -> Result<IssuedFiles, P
     if !files.cert.exists() {
         return Err(PkiError::Missing {
             path: files.cert,
-            hint: format!("nothing to renew; issue it with `shoal pki issue --name {name}`"),
+            hint: format!(
+                "nothing to renew; issue it with `shoal pki issue --dir {} --name {name} \
+                 --role node|client`",
+                dir.display()
+            ),
         });
     }
     let certs = read_certs(&files.cert)?;

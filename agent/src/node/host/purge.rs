@@ -105,8 +105,10 @@ impl Purges {
                 let result = host.runtime.purge_data(&workload).await;
                 let outcome = match &result {
                     Ok(()) => {
-                        let why =
-                            format!("data volumes removed (deleted with --purge-data, {version})");
+                        let why = format!(
+                            "data volumes removed (deleted with --purge-data, version {})",
+                            shoal_core::hlc::format_version(&version)
+                        );
                         host.record("purge-data", Some(workload.clone()), why);
                         Outcome::Done
                     }
