@@ -55,6 +55,7 @@ fn node(name: &str, alive: bool) -> NodeView {
         agent_version: Some("0.1.0".into()),
         build: None,
         runtimes: Some("process".into()),
+        suspect: Some(false),
     }
 }
 
