@@ -330,6 +330,8 @@ pub struct Prober {
     next_nonce: u64,
     rng: u64,
     health: u32,
+    /// Local health raised by stalls of this agent (decays with time on time).
+    stall_health: u32,
     /// When health last rose or decayed: it decays by one per [`HEALTH_DECAY_MS`] without a rise.
     health_moved_at: u64,
     /// When health last rose.
@@ -367,6 +369,7 @@ impl Prober {
             next_nonce: splitmix(seed) | 1,
             rng: seed,
             health: 0,
+            stall_health: 0,
             health_moved_at: 0,
             health_raised_at: 0,
             suspected_me: false,
@@ -383,7 +386,7 @@ impl Prober {
 
     /// The local health score: timeouts are multiplied by one more than it.
     pub fn health(&self) -> u32 {
-        self.health
+        (self.health + self.stall_health).min(self.config.health_max)
     }
 
     /// What was counted so far.
@@ -435,7 +438,7 @@ impl Prober {
     }
 
     fn multiplier(&self) -> u64 {
-        u64::from(self.health) + 1
+        u64::from(self.health()) + 1
     }
 
     fn nonce(&mut self) -> u64 {
@@ -450,7 +453,6 @@ impl Prober {
 
     fn raise_health(&mut self) {
         self.health = (self.health + 1).min(self.config.health_max);
-        self.health_raised = true;
     }
 
     fn event(&mut self, key: &Key, kind: VerdictKind, at_ms: u64) {
@@ -477,23 +479,25 @@ impl Prober {
         let mut out = Vec::new();
         if stall_ms > self.config.stall_slack_ms {
             self.counters.stalls += 1;
-            self.raise_health();
+            self.stall_health = (self.stall_health + 1).min(self.config.health_max);
+            self.health_raised = true;
             self.shift(stall_ms, now_ms);
         }
         if suspected_me > 0 && !self.suspected_me {
             self.raise_health();
         }
         self.suspected_me = suspected_me > 0;
-        // Health decays when nothing raised it for a while: an agent no longer starved (or whose
-        // links recovered) gets its normal timeouts back even if it has nobody to probe.
+        // The part of health stalls raised decays once the agent runs on time again (it may have
+        // nobody to probe, so no answered probe would lower it); the part its failed probes
+        // raised falls only as probes are answered (Lifeguard).
         if std::mem::take(&mut self.health_raised) {
             self.health_raised_at = now_ms;
             self.health_moved_at = now_ms;
-        } else if self.health > 0
+        } else if self.stall_health > 0
             && now_ms.saturating_sub(self.health_raised_at) >= HEALTH_CALM_MS
             && now_ms.saturating_sub(self.health_moved_at) >= HEALTH_DECAY_MS
         {
-            self.health -= 1;
+            self.stall_health -= 1;
             self.health_moved_at = now_ms;
         }
         self.observe(now_ms, members);
