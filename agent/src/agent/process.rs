@@ -60,6 +60,9 @@ pub struct AgentOptions {
     pub tuning: GossipTuning,
     /// Where to serve OpenMetrics `/metrics` (plain HTTP), if anywhere.
     pub metrics_addr: Option<SocketAddr>,
+    /// Where to serve the read-only web UI, if anywhere (TLS with client certificates unless on
+    /// loopback; docs/ui.md).
+    pub ui_addr: Option<SocketAddr>,
     /// Where to answer DNS for the mesh's workloads, and the zone, if anywhere.
     pub dns: Option<crate::node::dns::DnsConfig>,
     /// Which runtime runs this node's instances.
@@ -339,6 +342,17 @@ pub async fn run_agent(
         wire: wire.clone(),
         ..QuicGossipConfig::default()
     };
+    // Bound before joining, so a taken or refused address stops the agent at start.
+    let ui_listener = match opts.ui_addr {
+        Some(addr) => {
+            let tls = crate::ui::UiTls::new(&identity, authority.clone());
+            let listener = crate::ui::UiListener::bind(addr, Some(tls)).await?;
+            let scheme = if listener.is_tls() { "https" } else { "http" };
+            tracing::info!(url = %format!("{scheme}://{addr}/"), "serving the web UI");
+            Some(listener)
+        }
+        None => None,
+    };
     let transport = QuicTransport::new(identity, gossip_config);
     transport.set_authority(authority.clone());
     let gossip_stats = transport.stats();
@@ -428,6 +442,8 @@ pub async fn run_agent(
             }
         })
     });
+    let ui = ui_listener
+        .map(|listener| tokio::spawn(crate::ui::serve(listener, Arc::downgrade(agent.api()))));
     // A name in use in another cell stops this agent as a name conflict inside its cell does.
     let mut names = tokio::spawn(crate::state::mesh::cell_names::watch_names(Arc::downgrade(
         agent.host().node(),
@@ -455,6 +471,9 @@ pub async fn run_agent(
     server.abort();
     if let Some(metrics) = metrics {
         metrics.abort();
+    }
+    if let Some(ui) = ui {
+        ui.abort();
     }
     api_endpoint.close(0u32.into(), b"agent leaving");
     match conflict {
