@@ -1,4 +1,4 @@
-//! Live updates: one hub task asks the API twice a second while browsers listen, and sends
+//! Live updates: one hub task asks the API four times a second while browsers listen, and sends
 //! each its changes as server-sent events: `nodes` (a member's liveness or drain moved),
 //! `workload` (the watched workload's replicas moved: host, phase, health), `event` (this
 //! agent recorded one).
@@ -24,7 +24,7 @@ pub const CLIENT_BUFFER_MESSAGES: usize = 32;
 /// Most bytes of one message's data (an event's reason is cut to fit).
 pub const MESSAGE_BYTES_MAX: usize = 2048;
 /// How often the hub asks while clients listen.
-const POLL: Duration = Duration::from_millis(500);
+const POLL: Duration = Duration::from_millis(250);
 
 /// One server-sent event.
 #[derive(Clone, Debug, PartialEq, Eq)]

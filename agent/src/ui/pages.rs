@@ -263,15 +263,14 @@ fn replica_row(out: &mut String, name: &str, i: &InstanceView, now: u64) {
         .unwrap_or("");
     let _ = write!(
         out,
-        "<tr><td>{}</td><td>{}</td><td class=\"{phase}\">{phase}</td><td class=\"{health}\">{health}</td>\
-         <td>{}</td><td>{}</td><td>{}</td><td><a href=\"/workloads/{}/replicas/{}/logs\">log</a></td></tr>",
-        i.replica,
+        "<tr><td><a href=\"{}/replicas/{r}/logs\">{r}</a></td><td>{}</td><td class=\"{phase}\">{phase}</td>\
+         <td class=\"{health}\">{health}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        url_segment(name),
         esc(i.node.as_deref().unwrap_or("-")),
         i.since_ms.map_or_else(|| "-".into(), |ms| ago(ms, now)),
         i.restarts,
         esc(why),
-        url_segment(name),
-        i.replica,
+        r = i.replica,
         phase = esc(&i.phase),
     );
 }
@@ -300,8 +299,9 @@ pub async fn workload(api: &WeakApi, name: &str) -> Result<String, SourceError> 
         let _ = write!(out, "<p class=\"note\">{}</p>", esc(note));
     }
     out.push_str(
-        "<h2>Replicas</h2><table id=\"replicas\"><thead><tr><th>#</th><th>Host</th><th>Phase</th>\
-         <th>Health</th><th>For</th><th>Restarts</th><th>Reason</th><th></th></tr></thead><tbody>",
+        "<h2>Replicas</h2><p class=\"note\">A replica's number links to its output.</p>\
+         <table id=\"replicas\"><thead><tr><th>#</th><th>Host</th><th>Phase</th><th>Health</th>\
+         <th>For</th><th>Restarts</th><th>Reason</th></tr></thead><tbody>",
     );
     for i in &status.instances {
         replica_row(&mut out, name, i, now);

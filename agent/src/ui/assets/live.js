@@ -41,4 +41,7 @@
   source.addEventListener("event", addEvent);
   source.onopen = function () { if (status) { status.textContent = "live"; } };
   source.onerror = function () { if (status) { status.textContent = "reconnecting"; } };
+  // Close the stream when the page goes: a browser holds few connections per host (six for
+  // HTTP/1.1), and a stream left open would take one from the next page's updates.
+  window.addEventListener("pagehide", function () { source.close(); });
 })();
