@@ -23,7 +23,9 @@ const MARKER: u32 = 86_427;
 fn browser_ready() -> Result<(), String> {
     for bin in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
         if !std::path::Path::new(bin).exists() {
-            return Err(format!("{bin} is missing (apt-get install chromium chromium-driver)"));
+            return Err(format!(
+                "{bin} is missing (apt-get install chromium chromium-driver)"
+            ));
         }
     }
     let selenium = Command::new("python3")
@@ -93,7 +95,9 @@ fn browser_sees_hosts_replicas_and_a_host_death_live() {
     .unwrap();
     let out = c.cli(0, &["apply", "-f", spec.to_str().unwrap(), "--wait"]);
     assert!(out.status.success(), "apply: {}", common::stderr(&out));
-    assert!(wait_until(Duration::from_secs(10), || hosts_of(&c, "web").len() == REPLICAS as usize));
+    assert!(wait_until(Duration::from_secs(10), || hosts_of(&c, "web")
+        .len()
+        == REPLICAS as usize));
     // The victim: a host with a replica, not the one serving the UI.
     let on = hosts_of(&c, "web");
     let victim = (1..AGENTS)
@@ -107,7 +111,13 @@ fn browser_sees_hosts_replicas_and_a_host_death_live() {
     let base = format!("http://{}", c.agents[0].ui.unwrap());
     let mut driver = Command::new("python3")
         .arg(&script)
-        .args([&base, "web", &REPLICAS.to_string(), &AGENTS.to_string(), &victim_name])
+        .args([
+            &base,
+            "web",
+            &REPLICAS.to_string(),
+            &AGENTS.to_string(),
+            &victim_name,
+        ])
         .arg(&shots)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -135,13 +145,30 @@ fn browser_sees_hosts_replicas_and_a_host_death_live() {
         last = line;
     }
     let status = driver.wait().unwrap();
-    assert!(status.success(), "the browser checks failed: {last}\n{}", c.logs());
+    assert!(
+        status.success(),
+        "the browser checks failed: {last}\n{}",
+        c.logs()
+    );
     let figures: serde_json::Value = serde_json::from_str(&last).expect("figures");
-    assert!(figures["dead_shown_s"].as_f64().unwrap() <= 5.0, "{figures}");
-    assert!(figures["moved_shown_s"].as_f64().unwrap() <= 5.0, "{figures}");
-    for shot in ["mesh.png", "workloads.png", "workload.png", "logs.png", "issues.png", "events.png",
-        "mesh-host-dead.png", "workload-moved.png"]
-    {
+    assert!(
+        figures["dead_shown_s"].as_f64().unwrap() <= 5.0,
+        "{figures}"
+    );
+    assert!(
+        figures["moved_shown_s"].as_f64().unwrap() <= 5.0,
+        "{figures}"
+    );
+    for shot in [
+        "mesh.png",
+        "workloads.png",
+        "workload.png",
+        "logs.png",
+        "issues.png",
+        "events.png",
+        "mesh-host-dead.png",
+        "workload-moved.png",
+    ] {
         assert!(shots.join(shot).exists(), "{shot}");
     }
     eprintln!("ui_browser: {figures} in {:?}", started.elapsed());

@@ -30,7 +30,9 @@ async fn start(net: &MemNetwork, i: usize, disk: &MemDisk) -> Agent {
     let setup = mem_setup(i, 30, &format!("z{}", i % 2));
     let (api, name) = (setup.record.api_addr, setup.name.clone());
     let clock = tokio_clock(1_800_000_000_000);
-    let running = join_mem_node(net, setup, disk, clock.clone()).await.unwrap();
+    let running = join_mem_node(net, setup, disk, clock.clone())
+        .await
+        .unwrap();
     let runtime = MemRuntime::new(&name, i as u64);
     let mono = shoal::node::host::clock::monotonic_from(&clock);
     let config = HostConfig {
@@ -48,20 +50,30 @@ async fn apply(agent: &Agent, text: &str) {
     let answer = agent
         .api()
         .clone()
-        .handle_request(Request::Apply { specs: vec![spec] }, Peer::new("test", Role::Client))
+        .handle_request(
+            Request::Apply { specs: vec![spec] },
+            Peer::new("test", Role::Client),
+        )
         .await;
     assert!(matches!(answer, Response::Applied(_)), "{answer:?}");
 }
 
 /// One HTTP/1.1 GET: status code, head, body.
-async fn get_on<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, path: &str) -> (u16, String, String) {
+async fn get_on<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    path: &str,
+) -> (u16, String, String) {
     let req = format!("GET {path} HTTP/1.1\r\nHost: ui\r\nConnection: close\r\n\r\n");
     stream.write_all(req.as_bytes()).await.unwrap();
     let mut bytes = Vec::new();
     let _ = stream.read_to_end(&mut bytes).await;
     let text = String::from_utf8_lossy(&bytes).to_string();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let code = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
     (code, head.to_ascii_lowercase(), body.to_string())
 }
 
@@ -87,14 +99,23 @@ async fn running(agent: &Agent, name: &str) -> usize {
     let mut count = 0;
     let mut after = None;
     loop {
-        let req = Request::Status { name: name.into(), after, limit: 1000 };
+        let req = Request::Status {
+            name: name.into(),
+            after,
+            limit: 1000,
+        };
         let Some(api) = weak.upgrade() else { return 0 };
-        let Response::Status { view, next_after } =
-            api.handle_request(req, Peer::new("test", Role::Reader)).await
+        let Response::Status { view, next_after } = api
+            .handle_request(req, Peer::new("test", Role::Reader))
+            .await
         else {
             return 0;
         };
-        count += view.instances.iter().filter(|i| i.phase == "running").count();
+        count += view
+            .instances
+            .iter()
+            .filter(|i| i.phase == "running")
+            .count();
         match next_after {
             Some(n) => after = Some(n),
             None => return count,
@@ -113,7 +134,9 @@ async fn pages_live_stream_secrets_and_a_thousand_replicas() {
     for (i, disk) in disks.iter().enumerate() {
         agents.push(start(&net, i, disk).await);
     }
-    let listener = UiListener::bind("127.0.0.1:0".parse().unwrap(), None).await.unwrap();
+    let listener = UiListener::bind("127.0.0.1:0".parse().unwrap(), None)
+        .await
+        .unwrap();
     let addr = listener.local_addr().unwrap();
     assert!(!listener.is_tls(), "loopback is plain HTTP");
     let ui = tokio::spawn(shoal::ui::serve(listener, Arc::downgrade(agents[0].api())));
@@ -126,7 +149,10 @@ async fn pages_live_stream_secrets_and_a_thousand_replicas() {
         if body.contains(&format!("{AGENTS} of {AGENTS} hosts alive")) {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the mesh did not form: {body}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the mesh did not form: {body}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
@@ -146,7 +172,10 @@ async fn pages_live_stream_secrets_and_a_thousand_replicas() {
     for _ in 2..shoal::ui::live::CLIENTS_MAX {
         more.push(hub.join(None).unwrap());
     }
-    assert!(hub.join(None).is_err(), "a client past CLIENTS_MAX is refused");
+    assert!(
+        hub.join(None).is_err(),
+        "a client past CLIENTS_MAX is refused"
+    );
     drop(more);
 
     apply(
@@ -173,21 +202,38 @@ async fn pages_live_stream_secrets_and_a_thousand_replicas() {
             break;
         }
         let (_, _, page) = get(addr, "/workloads/big?part=main").await;
-        assert!(tokio::time::Instant::now() < deadline, "{now_running} of 1000 replicas run after 40 s: {}", &page[..page.len().min(3000)]);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{now_running} of 1000 replicas run after 40 s: {}",
+            &page[..page.len().min(3000)]
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while hub.counts().1 == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "the stuck client was not dropped: {:?}", hub.counts());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stuck client was not dropped: {:?}",
+            hub.counts()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(received.load(std::sync::atomic::Ordering::Relaxed) > 0, "the reading client got events");
+    assert!(
+        received.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "the reading client got events"
+    );
     reading.abort();
 
     // Pages: every one answers, and none shows the secret value.
-    for path in ["/", "/workloads", "/workloads/sec", "/workloads/big", "/issues", "/events",
-        "/workloads/sec?part=main"]
-    {
+    for path in [
+        "/",
+        "/workloads",
+        "/workloads/sec",
+        "/workloads/big",
+        "/issues",
+        "/events",
+        "/workloads/sec?part=main",
+    ] {
         let (code, head, body) = get(addr, path).await;
         assert_eq!(code, 200, "{path}: {head}");
         assert!(head.contains("content-type: text/html"), "{path}: {head}");
@@ -195,24 +241,47 @@ async fn pages_live_stream_secrets_and_a_thousand_replicas() {
     }
     // The in-memory runtime keeps no output: the log page says what the API said, as a page.
     let (code, _, body) = get(addr, "/workloads/sec/replicas/0/logs").await;
-    assert!(code == 200 || (code == 404 && body.contains("<h1>404</h1>")), "{code}: {body}");
+    assert!(
+        code == 200 || (code == 404 && body.contains("<h1>404</h1>")),
+        "{code}: {body}"
+    );
     assert!(!body.contains(SECRET));
     let (_, _, sec) = get(addr, "/workloads/sec").await;
-    assert!(sec.contains("DB_PASSWORD") && sec.contains("&lt;secret&gt;"), "{sec}");
+    assert!(
+        sec.contains("DB_PASSWORD") && sec.contains("&lt;secret&gt;"),
+        "{sec}"
+    );
     let (_, _, part) = get(addr, "/workloads/sec?part=main").await;
-    assert!(!part.contains("<html") && part.contains("<h1>sec</h1>"), "{part}");
+    assert!(
+        !part.contains("<html") && part.contains("<h1>sec</h1>"),
+        "{part}"
+    );
     let (_, _, list) = get(addr, "/workloads").await;
-    assert!(list.contains("href=\"/workloads/big\"") && list.contains(&format!("<td>{BIG}</td>")), "{list}");
+    assert!(
+        list.contains("href=\"/workloads/big\"") && list.contains(&format!("<td>{BIG}</td>")),
+        "{list}"
+    );
 
     // Unknown paths: a 404 page; a missing workload: 404 with the API's words.
-    for path in ["/nope", "/workloads/none-such", "/workloads/big/replicas/x/logs", "/assets/x.js"] {
+    for path in [
+        "/nope",
+        "/workloads/none-such",
+        "/workloads/big/replicas/x/logs",
+        "/assets/x.js",
+    ] {
         let (code, head, body) = get(addr, path).await;
         assert_eq!(code, 404, "{path}");
-        assert!(head.contains("content-type: text/html") && body.contains("<h1>404</h1>"), "{path}: {body}");
+        assert!(
+            head.contains("content-type: text/html") && body.contains("<h1>404</h1>"),
+            "{path}: {body}"
+        );
     }
     // The live stream and the assets.
     let head = head_of_stream(addr, "/live?watch=big").await;
-    assert!(head.starts_with("http/1.1 200") && head.contains("content-type: text/event-stream"), "{head}");
+    assert!(
+        head.starts_with("http/1.1 200") && head.contains("content-type: text/event-stream"),
+        "{head}"
+    );
     let (code, head, _) = get(addr, "/assets/live.js").await;
     assert!(code == 200 && head.contains("text/javascript"), "{head}");
 
@@ -224,7 +293,11 @@ async fn pages_live_stream_secrets_and_a_thousand_replicas() {
         let (code, _, body) = get(addr, "/workloads/big").await;
         times.push(at.elapsed());
         assert_eq!(code, 200);
-        assert_eq!(body.matches("/logs\">").count(), BIG as usize, "one row per replica");
+        assert_eq!(
+            body.matches("/logs\">").count(),
+            BIG as usize,
+            "one row per replica"
+        );
         size = body.len();
     }
     times.sort();
@@ -252,11 +325,13 @@ async fn tls_get(
         None => {
             let mut roots = rustls::RootCertStore::empty();
             roots.add(ca.ca_certs[0].clone()).unwrap();
-            let mut c = rustls::ClientConfig::builder_with_provider(shoal::identity::tls::crypto_provider())
-                .with_protocol_versions(&[&rustls::version::TLS13])
-                .unwrap()
-                .with_root_certificates(roots)
-                .with_no_client_auth();
+            let mut c = rustls::ClientConfig::builder_with_provider(
+                shoal::identity::tls::crypto_provider(),
+            )
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
             c.alpn_protocols = vec![b"http/1.1".to_vec()];
             c
         }
@@ -268,7 +343,10 @@ async fn tls_get(
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from(server).unwrap();
-    let stream = connector.connect(name, tcp).await.map_err(|e| e.to_string())?;
+    let stream = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())?;
     let answer = tokio::time::timeout(Duration::from_secs(5), get_on(stream, "/nope"))
         .await
         .map_err(|_| "no answer".to_string())?;
@@ -283,7 +361,10 @@ async fn off_loopback_only_tls_with_a_client_certificate() {
     // Without TLS a non-loopback address is refused at start.
     let refused = UiListener::bind("0.0.0.0:0".parse().unwrap(), None).await;
     let message = refused.err().expect("refused").to_string();
-    assert!(message.contains("needs TLS with a client certificate"), "{message}");
+    assert!(
+        message.contains("needs TLS with a client certificate"),
+        "{message}"
+    );
     assert!(shoal::ui::check_addr("10.1.2.3:8080".parse().unwrap(), false).is_err());
     assert!(shoal::ui::check_addr("[::1]:8080".parse().unwrap(), false).is_ok());
 
@@ -302,19 +383,32 @@ async fn off_loopback_only_tls_with_a_client_certificate() {
     let agent = start(&net, 0, &disk).await;
     let authority = Arc::new(shoal::identity::authority::Authority::certified(&node).unwrap());
     let tls = UiTls::new(&node, authority);
-    let listener = UiListener::bind("0.0.0.0:0".parse().unwrap(), Some(tls)).await.unwrap();
+    let listener = UiListener::bind("0.0.0.0:0".parse().unwrap(), Some(tls))
+        .await
+        .unwrap();
     assert!(listener.is_tls());
     let addr = SocketAddr::from(([127, 0, 0, 1], listener.local_addr().unwrap().port()));
     let ui = tokio::spawn(shoal::ui::serve(listener, Arc::downgrade(agent.api())));
 
     for (who, id) in [("reader", &reader), ("client", &operator)] {
-        let (code, _, body) = tls_get(addr, &node, Some(id)).await.unwrap_or_else(|e| panic!("{who}: {e}"));
+        let (code, _, body) = tls_get(addr, &node, Some(id))
+            .await
+            .unwrap_or_else(|e| panic!("{who}: {e}"));
         assert_eq!(code, 404, "{who}");
         assert!(body.contains("<h1>404</h1>"), "{who}");
     }
-    assert!(tls_get(addr, &node, None).await.is_err(), "no client certificate: refused at TLS");
-    assert!(tls_get(addr, &node, Some(&other_node)).await.is_err(), "a node certificate is refused");
-    assert!(tls_get(addr, &node, Some(&stranger)).await.is_err(), "another CA's certificate is refused");
+    assert!(
+        tls_get(addr, &node, None).await.is_err(),
+        "no client certificate: refused at TLS"
+    );
+    assert!(
+        tls_get(addr, &node, Some(&other_node)).await.is_err(),
+        "a node certificate is refused"
+    );
+    assert!(
+        tls_get(addr, &node, Some(&stranger)).await.is_err(),
+        "another CA's certificate is refused"
+    );
     // Plain HTTP on the TLS port gets no page.
     let (code, _, _) = get(addr, "/").await;
     assert_eq!(code, 0, "plain HTTP is not answered on a TLS UI");

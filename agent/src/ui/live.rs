@@ -90,7 +90,11 @@ impl Hub {
     /// The workloads watched now, each once.
     fn watched(&self) -> Vec<String> {
         let clients = self.clients.lock().expect("clients lock");
-        let mut names: Vec<String> = clients.list.iter().filter_map(|c| c.watch.clone()).collect();
+        let mut names: Vec<String> = clients
+            .list
+            .iter()
+            .filter_map(|c| c.watch.clone())
+            .collect();
         names.sort();
         names.dedup();
         names
@@ -116,7 +120,11 @@ impl Hub {
         });
         clients.dropped_slow += slow.len() as u64;
         for id in slow {
-            tracing::info!(client = id, bound = CLIENT_BUFFER_MESSAGES, "UI live client dropped: it did not keep up");
+            tracing::info!(
+                client = id,
+                bound = CLIENT_BUFFER_MESSAGES,
+                "UI live client dropped: it did not keep up"
+            );
         }
     }
 
@@ -168,7 +176,13 @@ async fn poll_once(hub: &Hub, api: &WeakApi, seen: &mut Seen) {
                 .map(|(name, alive, draining)| serde_json::json!({"name": name, "alive": alive, "draining": draining}))
                 .collect::<Vec<_>>())
             .to_string();
-            hub.send(&Message { kind: "nodes", data: cut(data) }, None);
+            hub.send(
+                &Message {
+                    kind: "nodes",
+                    data: cut(data),
+                },
+                None,
+            );
         }
         seen.nodes = Some(digest);
     }
@@ -190,7 +204,13 @@ async fn poll_once(hub: &Hub, api: &WeakApi, seen: &mut Seen) {
                         "replica": e.replica, "reason": reason,
                     })
                     .to_string();
-                    hub.send(&Message { kind: "event", data: cut(data) }, None);
+                    hub.send(
+                        &Message {
+                            kind: "event",
+                            data: cut(data),
+                        },
+                        None,
+                    );
                 }
                 if let Some(last) = events.last() {
                     seen.events_after = Some(last.seq);
@@ -213,7 +233,13 @@ async fn poll_once(hub: &Hub, api: &WeakApi, seen: &mut Seen) {
         let before = seen.workloads.insert(name.clone(), digest);
         if before.is_some_and(|d| d != digest) {
             let data = serde_json::json!({"workload": name}).to_string();
-            hub.send(&Message { kind: "workload", data: cut(data) }, Some(&name));
+            hub.send(
+                &Message {
+                    kind: "workload",
+                    data: cut(data),
+                },
+                Some(&name),
+            );
         }
     }
 }

@@ -80,7 +80,11 @@ pub async fn overview(api: &WeakApi) -> Result<String, SourceError> {
     let mut used: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     for row in &rows {
         let Ok(status) = &row.status else { continue };
-        for i in status.instances.iter().filter(|i| source::holds_resources(i)) {
+        for i in status
+            .instances
+            .iter()
+            .filter(|i| source::holds_resources(i))
+        {
             if let Some(node) = &i.node {
                 let entry = used.entry(node.as_str()).or_default();
                 entry.0 += row.summary.cpu_millis;
@@ -109,7 +113,7 @@ pub async fn overview(api: &WeakApi) -> Result<String, SourceError> {
             let _ = write!(
                 out,
                 "<tr><td>{}{}</td><td class=\"{state}\">{state}</td><td>{}</td><td>{}</td>\
-                 <td>{}</td><td>{} ago</td></tr>",
+                 <td>{}</td><td>{}s ago</td></tr>",
                 esc(&c.summary.cell),
                 if c.own { " (this agent's)" } else { "" },
                 c.summary.members,
@@ -117,7 +121,6 @@ pub async fn overview(api: &WeakApi) -> Result<String, SourceError> {
                 memory(c.summary.free.memory_bytes),
                 c.heard_ms_ago / 1000
             );
-            let _ = write!(out, "{}", "");
         }
         out.push_str("</tbody></table>");
     }
@@ -250,6 +253,16 @@ async fn rollout_state(api: &WeakApi, status: &StatusView) -> String {
     }
 }
 
+/// The status's `node: note` lines with one line per note, naming every node that has it.
+fn grouped_notes(notes: &[String]) -> BTreeMap<&str, Vec<&str>> {
+    let mut grouped: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for line in notes {
+        let (node, note) = line.split_once(": ").unwrap_or(("-", line.as_str()));
+        grouped.entry(note).or_default().push(node);
+    }
+    grouped
+}
+
 fn replica_row(out: &mut String, name: &str, i: &InstanceView, now: u64) {
     let health = match (i.phase.as_str(), i.healthy) {
         (_, Some(true)) => "healthy",
@@ -295,8 +308,13 @@ pub async fn workload(api: &WeakApi, name: &str) -> Result<String, SourceError> 
     if let Some(fit) = &status.fit {
         let _ = write!(out, "<p class=\"warn\">{}</p>", esc(fit));
     }
-    for note in &status.notes {
-        let _ = write!(out, "<p class=\"note\">{}</p>", esc(note));
+    for (note, nodes) in grouped_notes(&status.notes) {
+        let _ = write!(
+            out,
+            "<p class=\"note\">{}: {}</p>",
+            esc(&nodes.join(", ")),
+            esc(note)
+        );
     }
     out.push_str(
         "<h2>Replicas</h2><p class=\"note\">A replica's number links to its output.</p>\
@@ -365,7 +383,10 @@ async fn events_section(out: &mut String, api: &WeakApi, workload: Option<&str>)
         .rev()
         .filter(|e| match &prefix {
             None => true,
-            Some(p) => e.replica.as_deref().is_some_and(|r| r.starts_with(p.as_str())),
+            Some(p) => e
+                .replica
+                .as_deref()
+                .is_some_and(|r| r.starts_with(p.as_str())),
         })
         .take(50)
         .collect();

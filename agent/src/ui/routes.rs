@@ -60,13 +60,18 @@ async fn security_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'self'; img-src 'self' data:; frame-ancestors 'none'"),
+        HeaderValue::from_static(
+            "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+        ),
     );
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     if !headers.contains_key(header::CACHE_CONTROL) {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
@@ -92,7 +97,11 @@ fn answer(
                 _ => StatusCode::BAD_GATEWAY,
             };
             let main = format!("<h1>{}</h1><p>{}</p>", status.as_u16(), esc(&e.to_string()));
-            (status, Html(html::page(title, nav, &agent_name(ui), None, &main))).into_response()
+            (
+                status,
+                Html(html::page(title, nav, &agent_name(ui), None, &main)),
+            )
+                .into_response()
         }
     }
 }
@@ -203,7 +212,13 @@ fn not_found_page(ui: &Ui, why: &str) -> Response {
     );
     (
         StatusCode::NOT_FOUND,
-        Html(html::page("Not found", Nav::None, &agent_name(ui), None, &main)),
+        Html(html::page(
+            "Not found",
+            Nav::None,
+            &agent_name(ui),
+            None,
+            &main,
+        )),
     )
         .into_response()
 }

@@ -43,8 +43,7 @@ impl UiTls {
 
     fn server_config(&self) -> anyhow::Result<Arc<rustls::ServerConfig>> {
         let crls = self.authority.crl_ders();
-        let config =
-            crate::identity::tls::server_config_with(&self.identity, b"http/1.1", &crls)?;
+        let config = crate::identity::tls::server_config_with(&self.identity, b"http/1.1", &crls)?;
         Ok(Arc::new(config))
     }
 }
@@ -76,7 +75,8 @@ impl UiListener {
         check_addr(addr, tls.is_some())?;
         let tls = tls.filter(|_| !addr.ip().is_loopback());
         if let Some(tls) = &tls {
-            tls.server_config().context("building the UI's TLS configuration")?;
+            tls.server_config()
+                .context("building the UI's TLS configuration")?;
         }
         let listener = TcpListener::bind(addr)
             .await

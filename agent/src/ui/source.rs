@@ -139,7 +139,9 @@ pub async fn status(
         let req = Request::Status {
             name: name.to_string(),
             after,
-            limit: PAGE_ITEMS_MAX.min(replicas_max.saturating_sub(shown)).max(1),
+            limit: PAGE_ITEMS_MAX
+                .min(replicas_max.saturating_sub(shown))
+                .max(1),
         };
         let Response::Status {
             view: page,
