@@ -23,6 +23,9 @@ pub const CLIENTS_MAX: usize = 32;
 pub const CLIENT_BUFFER_MESSAGES: usize = 32;
 /// Most bytes of one message's data (an event's reason is cut to fit).
 pub const MESSAGE_BYTES_MAX: usize = 2048;
+/// Most watched workloads whose status one poll asks (in turn when more are watched), so that
+/// browsers watching many large workloads cost a bounded number of status reads per second.
+pub const WATCHED_PER_POLL_MAX: usize = 4;
 /// How often the hub asks while clients listen.
 const POLL: Duration = Duration::from_millis(250);
 
@@ -141,6 +144,8 @@ struct Seen {
     nodes: Option<u64>,
     events_after: Option<u64>,
     workloads: BTreeMap<String, u64>,
+    /// Where the next poll starts among the watched workloads.
+    turn: usize,
 }
 
 async fn run(hub: std::sync::Weak<Hub>, api: WeakApi) {
@@ -220,7 +225,16 @@ async fn poll_once(hub: &Hub, api: &WeakApi, seen: &mut Seen) {
     }
     let watched = hub.watched();
     seen.workloads.retain(|name, _| watched.contains(name));
-    for name in watched {
+    let start = seen.turn % watched.len().max(1);
+    seen.turn = seen.turn.wrapping_add(WATCHED_PER_POLL_MAX);
+    let this_turn: Vec<String> = watched
+        .iter()
+        .cycle()
+        .skip(start)
+        .take(WATCHED_PER_POLL_MAX.min(watched.len()))
+        .cloned()
+        .collect();
+    for name in this_turn {
         let Ok(status) = source::status(api, &name, source::REPLICAS_SHOWN_MAX).await else {
             continue;
         };
