@@ -134,6 +134,7 @@ fn strangers_cannot_join_or_call_and_garbage_leaves_agents_running() {
         child: None,
         log: other.dir.path().join("intruder.log"),
         metrics: None,
+        ui: None,
         netns: None,
     });
     other.start(0, Some(c.agents[0].gossip));
@@ -255,6 +256,7 @@ fn a_full_disk_fails_apply_clearly_and_loses_nothing_acknowledged() {
         child: None,
         log: c.dir.path().join("n1.log"),
         metrics: None,
+        ui: None,
         netns: None,
     });
     c.start(0, None);

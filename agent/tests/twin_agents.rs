@@ -122,6 +122,7 @@ fn a_twin_with_a_stolen_node_key_is_disputed_everywhere_and_starts_nothing() {
         child: None,
         log: c.dir.path().join("3-n2-twin.log"),
         metrics: None,
+        ui: None,
         netns: Some(hosts.names[3].clone()),
     });
     hosts.cut(3, Cut::Send);

@@ -63,6 +63,9 @@ pub struct AgentOptions {
     /// The host IP docker containers' ports are published on (`--publish-addr`); `None`: the
     /// advertised address ([`AgentOptions::publish_ip`]).
     pub publish_addr: Option<std::net::IpAddr>,
+    /// Where to serve the read-only web UI, if anywhere (TLS with client certificates unless on
+    /// loopback; docs/ui.md).
+    pub ui_addr: Option<SocketAddr>,
     /// Where to answer DNS for the mesh's workloads, and the zone, if anywhere.
     pub dns: Option<crate::node::dns::DnsConfig>,
     /// Which runtime runs this node's instances.
@@ -389,6 +392,17 @@ pub async fn run_agent(
         wire: wire.clone(),
         ..QuicGossipConfig::default()
     };
+    // Bound before joining, so a taken or refused address stops the agent at start.
+    let ui_listener = match opts.ui_addr {
+        Some(addr) => {
+            let tls = crate::ui::UiTls::new(&identity, authority.clone());
+            let listener = crate::ui::UiListener::bind(addr, Some(tls)).await?;
+            let scheme = if listener.is_tls() { "https" } else { "http" };
+            tracing::info!(url = %format!("{scheme}://{addr}/"), "serving the web UI");
+            Some(listener)
+        }
+        None => None,
+    };
     let transport = QuicTransport::new(identity, gossip_config);
     transport.set_authority(authority.clone());
     let gossip_stats = transport.stats();
@@ -486,6 +500,8 @@ pub async fn run_agent(
         });
         status.running(collect, ready);
     }
+    let ui = ui_listener
+        .map(|listener| tokio::spawn(crate::ui::serve(listener, Arc::downgrade(agent.api()))));
     // A name in use in another cell stops this agent as a name conflict inside its cell does.
     let mut names = tokio::spawn(crate::state::mesh::cell_names::watch_names(Arc::downgrade(
         agent.host().node(),
@@ -513,6 +529,9 @@ pub async fn run_agent(
     }
     server.abort();
     drop(endpoint);
+    if let Some(ui) = ui {
+        ui.abort();
+    }
     api_endpoint.close(0u32.into(), b"agent leaving");
     match conflict {
         Some(conflict) => anyhow::bail!(conflict),

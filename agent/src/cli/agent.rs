@@ -79,6 +79,11 @@ pub struct Args {
     /// both are wildcards or with 0.0.0.0.
     #[arg(long, value_name = "IP")]
     publish_addr: Option<std::net::IpAddr>,
+    /// Serve the read-only web UI at IP:PORT: plain HTTP on a loopback address; on any other,
+    /// HTTPS with the node's certificate, and only to browsers presenting a client certificate
+    /// of the cluster (docs/ui.md).
+    #[arg(long, value_name = "IP:PORT")]
+    ui: Option<SocketAddr>,
     /// Answer DNS for the mesh's workloads on IP:PORT, UDP and TCP (off unless given):
     /// `NAME.shoal.`, `REPLICA.NAME.shoal.`, `_PORT._tcp.NAME.shoal.` (docs/operations.md, "DNS").
     #[arg(long, value_name = "IP:PORT")]
@@ -273,6 +278,7 @@ fn options(args: &Args) -> anyhow::Result<AgentOptions> {
         tuning: GossipTuning::default(),
         metrics_addr: args.metrics,
         publish_addr: args.publish_addr,
+        ui_addr: args.ui,
         dns,
         runtime: match args.runtime {
             Runtime::Process => RuntimeChoice::Process,

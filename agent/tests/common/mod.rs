@@ -61,6 +61,8 @@ pub struct Agent {
     pub log: PathBuf,
     /// Where it serves /metrics, if asked to.
     pub metrics: Option<SocketAddr>,
+    /// Where it serves the web UI, if asked to.
+    pub ui: Option<SocketAddr>,
     /// The network namespace (a name under /run/netns) it and its CLI calls run in; None: this
     /// test's own.
     pub netns: Option<String>,
@@ -124,6 +126,7 @@ impl Cluster {
             child: None,
             log: self.dir.path().join(format!("{index}-{name}.log")),
             metrics: None,
+            ui: None,
             netns,
         };
         self.agents.push(agent);
@@ -154,6 +157,9 @@ impl Cluster {
         cmd.args(&self.agent_args);
         if let Some(metrics) = a.metrics {
             cmd.args(["--metrics", &metrics.to_string()]);
+        }
+        if let Some(ui) = a.ui {
+            cmd.args(["--ui", &ui.to_string()]);
         }
         let log = std::fs::OpenOptions::new()
             .create(true)
