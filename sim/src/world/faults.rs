@@ -132,7 +132,10 @@ impl World {
 
     fn apply_cuts(&mut self) {
         let links = self.faults.cuts.values().flat_map(|c| c.links.iter());
-        self.net.set_blocked_links(links.copied().collect());
+        let links: BTreeSet<(u32, u32)> = links.copied().collect();
+        let now = self.now_ms();
+        self.checker.reach.set_blocked(&links, now);
+        self.net.set_blocked_links(links);
     }
 
     /// Puts `fault` on `links` (None: every link) until the layer's end.
@@ -235,6 +238,7 @@ impl World {
     /// Pauses hosts until `duration_ms` from now.
     pub(super) fn pause(&mut self, hosts: &[u32], duration_ms: u64, origin: Origin) {
         let now = self.now_ms();
+        self.pause_held.extend(hosts.iter().copied());
         self.set_paused(hosts, true);
         for &h in hosts {
             self.checker.episode_start(h, "pause", now);
@@ -266,7 +270,7 @@ impl World {
             }
         }
         if !resumed.is_empty() {
-            self.set_paused(&resumed, false);
+            self.release_pause(&resumed);
         }
     }
 
