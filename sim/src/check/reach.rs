@@ -3,7 +3,8 @@
 //! starve duty cycles alike) and every change of the blocked links (partitions, network flaps)
 //! as it makes them; [`Reach::reachable_within`] says whether two hosts had an instant in the
 //! last [`REACHABLE_WITHIN_MS`] when neither was frozen and no cut stood between them, either
-//! way. Loss, delay and jitter do not make a link unreachable (a message can still get through).
+//! way. A link fault that loses every message (loss 1) counts as a cut; lower loss, delay and
+//! jitter do not make a link unreachable (a message can still get through).
 //!
 //! Only spans that ended within the window are kept: the history is bounded by how often the
 //! driver can pause a host (its fastest duty cycle) over one window.
@@ -95,7 +96,8 @@ impl Reach {
     }
 }
 
-/// Whether the half-open `spans` cover every instant of `[from, to]`.
+/// Whether the half-open `spans` cover `[from, to)`: an instant of reach at `to` itself (a
+/// host thawed this very ms, its verdicts read in the same ms) is no time to hear anything.
 fn covers(spans: &mut [(u64, u64)], from: u64, to: u64) -> bool {
     spans.sort_unstable();
     let mut cursor = from;
@@ -104,11 +106,11 @@ fn covers(spans: &mut [(u64, u64)], from: u64, to: u64) -> bool {
             return false;
         }
         cursor = cursor.max(end);
-        if cursor > to {
+        if cursor >= to {
             return true;
         }
     }
-    cursor > to
+    cursor >= to
 }
 
 #[cfg(test)]
@@ -132,6 +134,7 @@ mod tests {
         assert!(!r.reachable_within(3, 0, 21_500));
         r.set_paused(3, false, 22_000);
         assert!(r.reachable_within(0, 3, 22_100));
+        assert!(!r.reachable_within(0, 3, 22_000), "thawed this very ms");
     }
 
     #[test]

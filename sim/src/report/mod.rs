@@ -1,6 +1,8 @@
 //! The report of one run: JSON (its last stdout line with `--json`), a terminal summary, the
 //! timeline SVG and the trace, all from the world after the run.
 
+mod charts;
+mod html;
 mod svg;
 
 use serde::Serialize;
@@ -11,6 +13,7 @@ use crate::check::{
 };
 use crate::world::World;
 
+pub use html::{page as html_page, GLOSSARY};
 pub use svg::timeline_svg;
 
 /// One run's results.
@@ -142,6 +145,12 @@ pub struct Report {
     /// Gossip and RPC bytes sent by all hosts so far, every second (left out of the JSON line).
     #[serde(skip)]
     pub traffic_series: Vec<crate::check::TrafficSample>,
+    /// Replacement times of normal replicas, each (left out of the JSON line).
+    #[serde(skip)]
+    pub replacement_samples_ms: Vec<u64>,
+    /// Replacement times of exclusive replicas, each (left out of the JSON line).
+    #[serde(skip)]
+    pub replacement_exclusive_samples_ms: Vec<u64>,
     /// Plot windows (left out of the JSON line).
     #[serde(skip)]
     pub windows: Vec<FaultWindow>,
@@ -279,6 +288,8 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
         series: c.series.clone(),
         windows: c.windows.clone(),
         traffic_series: c.traffic_series.clone(),
+        replacement_samples_ms: c.replacement_ms.clone(),
+        replacement_exclusive_samples_ms: c.replacement_exclusive_ms.clone(),
         trace: world.trace.lines().to_vec(),
     }
 }

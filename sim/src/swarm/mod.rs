@@ -14,6 +14,7 @@
 //! containers only or both, and workloads of both kinds.
 
 mod fleet;
+mod slow;
 
 use std::fmt::Write as _;
 
@@ -55,6 +56,7 @@ pub fn scenario_text(seed: u64) -> String {
     }
     g.initial_workloads();
     g.faults();
+    g.slow_faults(seed);
     let duration_ms = g.events.iter().map(|e| e.end_ms).max().unwrap_or(0) + SETTLE_MS;
     let duration_ms = duration_ms.max(FIRST_FAULT_MS + SETTLE_MS).div_ceil(1000) * 1000;
     text = text.replace("@DURATION@", &format!("{}s", duration_ms / 1000));
