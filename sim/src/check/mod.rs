@@ -416,7 +416,7 @@ impl Checker {
         self.check_replacements(&copies);
         self.check_convergence(now, &copies, hosts);
         self.check_agents(now, hosts, net, trace).await;
-        self.check_false_verdicts(now, crate::world::TICK_MS, hosts, trace);
+        self.check_false_verdicts(now, hosts, trace);
         if now.is_multiple_of(TRAFFIC_EVERY_MS) {
             let traffic = net.traffic();
             self.traffic_series.push(TrafficSample {

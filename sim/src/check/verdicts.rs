@@ -16,7 +16,8 @@ use super::{Checker, HostView};
 use crate::host::HostState;
 use crate::trace::Trace;
 
-/// Up to this many hosts every agent's verdicts are read every tick; above it every
+/// Up to this many hosts every agent's verdicts are read at every sample (100 ms); above it
+/// every
 /// [`VERDICTS_SLOW_EVERY_MS`], and the cell verdicts of [`CELL_OBSERVERS_MAX`] agents per cell
 /// only (the cost of reading every view grows with the square of the mesh).
 const VERDICTS_EVERY_TICK_HOSTS_MAX: usize = 1_000;
@@ -57,12 +58,11 @@ impl Checker {
     pub(super) fn check_false_verdicts(
         &mut self,
         now: u64,
-        tick_ms: u64,
         hosts: &[HostView<'_>],
         trace: &mut Trace,
     ) {
         let large = hosts.len() > VERDICTS_EVERY_TICK_HOSTS_MAX;
-        if large && !now.is_multiple_of(VERDICTS_SLOW_EVERY_MS.max(tick_ms)) {
+        if large && !now.is_multiple_of(VERDICTS_SLOW_EVERY_MS) {
             return;
         }
         self.reach.prune(now);

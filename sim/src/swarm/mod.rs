@@ -11,7 +11,8 @@
 //! fails the run like any other (docs/sim.md).
 //!
 //! A quarter of the seeds draw a mixed fleet (`fleet.rs`): hosts that run processes only,
-//! containers only or both, and workloads of both kinds.
+//! containers only or both, and workloads of both kinds; a tenth a `starve` and a tenth a
+//! `slow-link` (`slow.rs`), each from a generator of its own.
 
 mod fleet;
 mod slow;
