@@ -24,11 +24,14 @@ const SPANS_MAX: usize = 256;
 /// A span of time: start, and end (`None`: still in force).
 type Span = (u64, Option<u64>);
 
+/// A set of blocked links in force over a span.
+type CutSpan = (Span, Arc<BTreeSet<(u32, u32)>>);
+
 /// Pause spans per host and blocked-link snapshots, over the last window.
 #[derive(Default)]
 pub struct Reach {
     paused: BTreeMap<u32, Vec<Span>>,
-    cuts: Vec<(Span, Arc<BTreeSet<(u32, u32)>>)>,
+    cuts: Vec<CutSpan>,
 }
 
 impl Reach {

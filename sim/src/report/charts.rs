@@ -80,9 +80,9 @@ pub fn line_chart(
     let mut out = open(title);
     for (start, end, label) in windows {
         let (a, b) = (x(*start as f64), x((*end).min(t_max_ms) as f64));
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<rect class=\"fault\" x=\"{a:.1}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{:.1}\"><title>{} {:.1}-{:.1} s</title></rect>\n",
+            "<rect class=\"fault\" x=\"{a:.1}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{:.1}\"><title>{} {:.1}-{:.1} s</title></rect>",
             (b - a).max(1.0),
             H - TOP - BOTTOM,
             esc(label),
@@ -93,9 +93,9 @@ pub fn line_chart(
     axes(&mut out, t_max, y_top, y_label, &x, &y);
     for (t, color, what) in marks {
         let px = x(*t as f64);
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<line x1=\"{px:.1}\" y1=\"{:.1}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"{color}\" stroke-width=\"2\"><title>{:.3} s {}</title></line>\n",
+            "<line x1=\"{px:.1}\" y1=\"{:.1}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"{color}\" stroke-width=\"2\"><title>{:.3} s {}</title></line>",
             H - BOTTOM,
             H - BOTTOM - 10.0,
             *t as f64 / 1000.0,
@@ -107,10 +107,10 @@ pub fn line_chart(
             .iter()
             .map(|&(t, v)| format!("{:.1},{:.1}", x(t as f64), y(v)))
             .collect();
-        let _ = write!(
+        let _ = writeln!(
             out,
             "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" stroke-dasharray=\"{}\" points=\"{}\"/>\n\
-             <text x=\"{:.1}\" y=\"18\" fill=\"{}\">{}</text>\n",
+             <text x=\"{:.1}\" y=\"18\" fill=\"{}\">{}</text>",
             l.color,
             l.dash,
             pts.join(" "),
@@ -150,9 +150,9 @@ pub fn histogram(title: &str, values: &[u64], p50: Option<u64>, p99: Option<u64>
             x((i as u64 * width) as f64),
             x(((i as u64 + 1) * width) as f64),
         );
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<rect class=\"bar\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"#2e86de\"><title>{}-{} ms: {c}</title></rect>\n",
+            "<rect class=\"bar\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"#2e86de\"><title>{}-{} ms: {c}</title></rect>",
             a + 0.5,
             y(c as f64),
             (b - a - 1.0).max(1.0),
@@ -164,10 +164,10 @@ pub fn histogram(title: &str, values: &[u64], p50: Option<u64>, p99: Option<u64>
     for (label, at, color) in [("p50", p50, "#27ae60"), ("p99", p99, "#e4572e")] {
         if let Some(ms) = at {
             let px = x(ms as f64 + 0.5);
-            let _ = write!(
+            let _ = writeln!(
                 out,
                 "<line x1=\"{px:.1}\" y1=\"{TOP}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"{color}\" stroke-dasharray=\"4 2\"/>\
-                 <text x=\"{:.1}\" y=\"{:.1}\" fill=\"{color}\">{label} {ms} ms</text>\n",
+                 <text x=\"{:.1}\" y=\"{:.1}\" fill=\"{color}\">{label} {ms} ms</text>",
                 H - BOTTOM,
                 px + 3.0,
                 TOP + if label == "p50" { 12.0 } else { 26.0 }
@@ -194,11 +194,11 @@ fn axes(
     x: &dyn Fn(f64) -> f64,
     y: &dyn Fn(f64) -> f64,
 ) {
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<line x1=\"{LEFT}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" stroke=\"#333\"/>\
          <line x1=\"{LEFT}\" y1=\"{TOP}\" x2=\"{LEFT}\" y2=\"{0}\" stroke=\"#333\"/>\n\
-         <text x=\"12\" y=\"{2:.1}\" transform=\"rotate(-90 12 {2:.1})\" text-anchor=\"middle\">{3}</text>\n",
+         <text x=\"12\" y=\"{2:.1}\" transform=\"rotate(-90 12 {2:.1})\" text-anchor=\"middle\">{3}</text>",
         H - BOTTOM,
         W - RIGHT,
         (TOP + H - BOTTOM) / 2.0,
@@ -215,10 +215,10 @@ fn axes(
         } else {
             format!("{t}ms")
         };
-        let _ = write!(
+        let _ = writeln!(
             out,
             "<line x1=\"{px:.1}\" y1=\"{0}\" x2=\"{px:.1}\" y2=\"{1}\" stroke=\"#333\"/>\
-             <text x=\"{px:.1}\" y=\"{2}\" text-anchor=\"middle\">{shown}</text>\n",
+             <text x=\"{px:.1}\" y=\"{2}\" text-anchor=\"middle\">{shown}</text>",
             H - BOTTOM,
             H - BOTTOM + 4.0,
             H - BOTTOM + 16.0
@@ -229,10 +229,10 @@ fn axes(
     let mut v = 0.0;
     while v <= y_top {
         let py = y(v);
-        let _ = write!(
+        let _ = writeln!(
             out,
             "<line x1=\"{LEFT}\" y1=\"{py:.1}\" x2=\"{0}\" y2=\"{py:.1}\" stroke=\"#eee\"/>\
-             <text x=\"{1}\" y=\"{2:.1}\" text-anchor=\"end\">{3}</text>\n",
+             <text x=\"{1}\" y=\"{2:.1}\" text-anchor=\"end\">{3}</text>",
             W - RIGHT,
             LEFT - 4.0,
             py + 4.0,

@@ -54,18 +54,18 @@ pub fn page(report: &Report, json: &str) -> String {
     let mut out = String::with_capacity(64 * 1024);
     let verdict = if report.passed { "passed" } else { "FAILED" };
     let title = format!("{} seed {}: {verdict}", report.scenario, report.seed);
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<h1>{}</h1>\n",
+         <title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<h1>{}</h1>",
         esc(&title),
         esc(&title)
     );
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<p class=\"{}\">{} hosts, {:.1} simulated s in {:.2} wall s; trace_hash <code>{}</code>; \
-         failure kinds: {}</p>\n<p>replay: <code>{}</code></p>\n",
+         failure kinds: {}</p>\n<p>replay: <code>{}</code></p>",
         if report.passed { "ok" } else { "bad" },
         report.nodes,
         report.sim_seconds,
@@ -89,10 +89,10 @@ pub fn page(report: &Report, json: &str) -> String {
     problems(&mut out, report);
     summary(&mut out, report);
     schedule(&mut out, report);
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<h2 id=\"json\">The JSON report</h2>\n<p>The same as <code>{}-seed{}.json</code> beside this page.</p>\n\
-         <details><summary>show</summary><pre>{}</pre></details>\n</body>\n</html>\n",
+         <details><summary>show</summary><pre>{}</pre></details>\n</body>\n</html>",
         esc(&report.scenario),
         report.seed,
         esc(json)
@@ -369,10 +369,10 @@ fn problems(out: &mut String, report: &Report) {
 }
 
 fn summary(out: &mut String, report: &Report) {
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<h2 id=\"summary\">Summary</h2>\n<p>What <code>shoal-sim run</code> printed.</p>\n<pre>{}</pre>\n\
-         <h3>The terms</h3>\n<dl>\n",
+         <h3>The terms</h3>\n<dl>",
         esc(&report.summary())
     );
     for (term, meaning) in GLOSSARY {

@@ -150,7 +150,8 @@ impl World {
                 continue;
             }
             let frozen = self.pause_held.contains(&h) || self.starve_holds(h);
-            if frozen != !self.hosts[h as usize].serving() {
+            let frozen_now = !self.hosts[h as usize].serving();
+            if frozen != frozen_now {
                 self.set_frozen(h, frozen);
             }
         }
