@@ -164,12 +164,16 @@ pub fn histogram(title: &str, values: &[u64], p50: Option<u64>, p99: Option<u64>
     for (label, at, color) in [("p50", p50, "#27ae60"), ("p99", p99, "#e4572e")] {
         if let Some(ms) = at {
             let px = x(ms as f64 + 0.5);
+            // Labels near the right edge go on the line's left.
+            let (tx, anchor) = match px > W - RIGHT - 120.0 {
+                true => (px - 3.0, "end"),
+                false => (px + 3.0, "start"),
+            };
             let _ = writeln!(
                 out,
                 "<line x1=\"{px:.1}\" y1=\"{TOP}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"{color}\" stroke-dasharray=\"4 2\"/>\
-                 <text x=\"{:.1}\" y=\"{:.1}\" fill=\"{color}\">{label} {ms} ms</text>",
+                 <text x=\"{tx:.1}\" y=\"{:.1}\" fill=\"{color}\" text-anchor=\"{anchor}\">{label} {ms} ms</text>",
                 H - BOTTOM,
-                px + 3.0,
                 TOP + if label == "p50" { 12.0 } else { 26.0 }
             );
         }
