@@ -202,10 +202,12 @@ fn run_one(
 fn write_outputs(dir: &Path, report: &Report) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let stem = format!("{}-seed{}", report.scenario, report.seed);
-    std::fs::write(
-        dir.join(format!("{stem}.json")),
-        serde_json::to_string_pretty(report)?,
-    )?;
+    let json = serde_json::to_string_pretty(report)?;
+    std::fs::write(dir.join(format!("{stem}.json")), &json)?;
+    // The page, per seed and as `report.html` (the last run written to the directory).
+    let page = report::html_page(report, &json);
+    std::fs::write(dir.join(format!("{stem}.html")), &page)?;
+    std::fs::write(dir.join("report.html"), &page)?;
     std::fs::write(
         dir.join(format!("{stem}.svg")),
         report::timeline_svg(report),

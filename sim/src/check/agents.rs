@@ -19,7 +19,7 @@ const VERDICT_EVERY_MS: u64 = 500;
 /// A host counts for false verdicts once both ends have been up this long.
 const SETTLED_MS: u64 = 10_000;
 
-fn host_index(name: &str) -> Option<u32> {
+pub(super) fn host_index(name: &str) -> Option<u32> {
     name.strip_prefix('n')?.parse::<u32>().ok()?.checked_sub(1)
 }
 

@@ -20,9 +20,11 @@ mod data;
 mod handoff;
 mod liveness;
 mod mesh_specs;
+pub mod reach;
 mod rollouts;
 pub mod stats;
 mod truth;
+mod verdicts;
 mod view;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,8 +40,10 @@ use crate::trace::Trace;
 pub use handoff::REPLACEMENT_SEEN_MS;
 pub use liveness::{EventFailure, LivenessOutcome, LIVENESS_HOLD_MS};
 pub use mesh_specs::{trace_agents_rollouts, RollbackSeen, WATCH_EVERY_MS};
+pub use reach::REACHABLE_WITHIN_MS;
 pub use rollouts::{Rollout, RolloutStart, ROLLOUT_HOLD_MS};
 pub use truth::Copies;
+pub use verdicts::FalseVerdict;
 pub use view::HostView;
 
 /// A broken invariant.
@@ -85,6 +89,20 @@ pub struct Sample {
     /// Replicas with a running, healthy copy.
     pub healthy: u32,
 }
+
+/// Bytes sent by all hosts so far, for the traffic chart.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct TrafficSample {
+    /// Sim ms.
+    pub t_ms: u64,
+    /// Gossip bytes sent by every host so far.
+    pub gossip_bytes: u64,
+    /// RPC bytes (store sync, API) sent by every host so far.
+    pub rpc_bytes: u64,
+}
+
+/// Time between two traffic samples.
+const TRAFFIC_EVERY_MS: u64 = 1_000;
 
 /// A shaded window of the plot.
 #[derive(Clone, Debug, Serialize)]
@@ -135,6 +153,8 @@ pub struct Checker {
     pub refused: Vec<String>,
     /// The plot's points.
     pub series: Vec<Sample>,
+    /// Bytes sent so far, every [`TRAFFIC_EVERY_MS`].
+    pub traffic_series: Vec<TrafficSample>,
     /// The plot's shaded windows.
     pub windows: Vec<FaultWindow>,
     /// Exclusive duplicate episodes, and the longest (ms).
@@ -175,6 +195,23 @@ pub struct Checker {
     pub detection_all_ms: Vec<u64>,
     /// Live, reachable hosts declared dead by a peer while no partition or pause explained it.
     pub false_dead: u64,
+    /// Members dropped from an observer's live set while that incarnation was up and reachable
+    /// from it within [`REACHABLE_WITHIN_MS`] (`verdicts.rs`).
+    pub false_member_deaths: u64,
+    /// Cells an agent of another cell stopped holding up while one of their members was up and
+    /// reachable from it within [`REACHABLE_WITHIN_MS`].
+    pub false_cell_downs: u64,
+    /// Every member dropped from a live set (true and false verdicts).
+    pub member_deaths_seen: u64,
+    /// Every cell an agent stopped holding up (true and false verdicts).
+    pub cell_downs_seen: u64,
+    /// The first false verdicts with their evidence.
+    pub false_verdicts: Vec<FalseVerdict>,
+    /// Who could hear whom lately (the driver reports pauses and cuts).
+    pub reach: reach::Reach,
+    pub(crate) verdicts: verdicts::Verdicts,
+    /// Frozen parts of starve duty cycles run (docs/scenarios.md, "Slow hosts").
+    pub starve_cycles: u64,
     /// Ack to every live agent holding it.
     pub propagation_ms: Vec<u64>,
     /// Membership changes, replica moves they caused, and the moves that were forced.
@@ -379,6 +416,15 @@ impl Checker {
         self.check_replacements(&copies);
         self.check_convergence(now, &copies, hosts);
         self.check_agents(now, hosts, net, trace).await;
+        self.check_false_verdicts(now, hosts, trace);
+        if now.is_multiple_of(TRAFFIC_EVERY_MS) {
+            let traffic = net.traffic();
+            self.traffic_series.push(TrafficSample {
+                t_ms: now,
+                gossip_bytes: traffic.iter().map(|t| t.gossip_bytes).sum(),
+                rpc_bytes: traffic.iter().map(|t| t.rpc_bytes).sum(),
+            });
+        }
         let totals = net.totals();
         trace.digest(&[
             now,

@@ -345,6 +345,8 @@ impl Model<'_> {
 pub(super) fn not_modelled(action: &Action) -> &'static str {
     match action {
         Action::Pause { .. } => "pause",
+        Action::Starve { .. } => "starve",
+        Action::SlowLink { .. } => "slow-link",
         Action::Partition { .. } => "partition",
         Action::Heal => "heal",
         Action::Link { .. } => "link",

@@ -1,6 +1,8 @@
 //! The report of one run: JSON (its last stdout line with `--json`), a terminal summary, the
 //! timeline SVG and the trace, all from the world after the run.
 
+mod charts;
+mod html;
 mod svg;
 
 use serde::Serialize;
@@ -11,6 +13,7 @@ use crate::check::{
 };
 use crate::world::World;
 
+pub use html::{page as html_page, GLOSSARY};
 pub use svg::timeline_svg;
 
 /// One run's results.
@@ -71,6 +74,20 @@ pub struct Report {
     pub forced_moves: u64,
     /// Live hosts declared dead while nothing explained it.
     pub false_dead: u64,
+    /// Members declared dead by an observer while that incarnation was up and reachable from
+    /// it within the last second (docs/sim.md, "False verdicts").
+    pub false_member_deaths: u64,
+    /// Cells held down by an agent of another cell while one of their members was up and
+    /// reachable from it within the last second.
+    pub false_cell_downs: u64,
+    /// Every member dropped from an observer's live set (true and false verdicts).
+    pub member_deaths_seen: u64,
+    /// Every cell an agent stopped holding up (true and false verdicts).
+    pub cell_downs_seen: u64,
+    /// The first false verdicts (up to 200), with observer and subject.
+    pub false_verdicts: Vec<crate::check::FalseVerdict>,
+    /// Frozen parts of `starve` duty cycles that ran.
+    pub starve_cycles: u64,
     /// Latest any agent up at the end served a reconciler timer after its deadline, ms of
     /// simulated time (the host loop wakes at `Reconciler::poll_timeout`).
     pub timer_late_max_ms: u64,
@@ -125,6 +142,15 @@ pub struct Report {
     /// Plot points (left out of the JSON line).
     #[serde(skip)]
     pub series: Vec<Sample>,
+    /// Gossip and RPC bytes sent by all hosts so far, every second (left out of the JSON line).
+    #[serde(skip)]
+    pub traffic_series: Vec<crate::check::TrafficSample>,
+    /// Replacement times of normal replicas, each (left out of the JSON line).
+    #[serde(skip)]
+    pub replacement_samples_ms: Vec<u64>,
+    /// Replacement times of exclusive replicas, each (left out of the JSON line).
+    #[serde(skip)]
+    pub replacement_exclusive_samples_ms: Vec<u64>,
     /// Plot windows (left out of the JSON line).
     #[serde(skip)]
     pub windows: Vec<FaultWindow>,
@@ -183,6 +209,15 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
             failures.push(format!("{} false dead verdicts (max {max})", c.false_dead));
         }
     }
+    if let Some(max) = sc.assert.false_verdicts_max {
+        let seen = c.false_member_deaths + c.false_cell_downs;
+        if seen > max {
+            failures.push(format!(
+                "{seen} false verdicts ({} member deaths, {} cell downs; max {max})",
+                c.false_member_deaths, c.false_cell_downs
+            ));
+        }
+    }
     rollback_assertions(c, &sc.assert, &mut failures);
     let liveness_failed = c.liveness.as_ref().is_some_and(|l| !l.passed);
     let kinds = failure_kinds(c, duplicates_over, &failures, liveness_failed);
@@ -215,6 +250,12 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
         moves: c.moves,
         forced_moves: c.forced_moves,
         false_dead: c.false_dead,
+        false_member_deaths: c.false_member_deaths,
+        false_cell_downs: c.false_cell_downs,
+        member_deaths_seen: c.member_deaths_seen,
+        cell_downs_seen: c.cell_downs_seen,
+        false_verdicts: c.false_verdicts.clone(),
+        starve_cycles: c.starve_cycles,
         timer_late_max_ms: world
             .hosts
             .iter()
@@ -246,6 +287,9 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
         passed,
         series: c.series.clone(),
         windows: c.windows.clone(),
+        traffic_series: c.traffic_series.clone(),
+        replacement_samples_ms: c.replacement_ms.clone(),
+        replacement_exclusive_samples_ms: c.replacement_exclusive_ms.clone(),
         trace: world.trace.lines().to_vec(),
     }
 }
@@ -358,6 +402,17 @@ impl Report {
             self.timer_late_max_ms
         );
         s += &format!("  false dead verdicts: {}; gossip {:.1} msg/s, {:.0} B/s per host; rpc {:.0} B/s per host\n", self.false_dead, self.gossip_messages_per_node_per_s, self.gossip_bytes_per_node_per_s, self.rpc_bytes_per_node_per_s);
+        s += &format!(
+            "  false verdicts: {} member deaths (of {} seen), {} cell downs (of {} seen){}\n",
+            self.false_member_deaths,
+            self.member_deaths_seen,
+            self.false_cell_downs,
+            self.cell_downs_seen,
+            match self.starve_cycles {
+                0 => String::new(),
+                n => format!("; {n} starve cycles ran"),
+            }
+        );
         for v in &self.violations {
             s += &format!(
                 "  VIOLATION at {:.3}s {}: {}\n",

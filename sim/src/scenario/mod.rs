@@ -268,6 +268,30 @@ pub enum Action {
         /// For how long.
         duration_ms: u64,
     },
+    /// Agents starved of CPU: each frozen (as a pause freezes it) for `frozen_ms` of every
+    /// `period_ms`, all in step, from the event for `duration_ms`; with `delay_ms`, everything
+    /// they send or receive is also that much later (docs/scenarios.md, "Slow hosts").
+    Starve {
+        /// Which hosts.
+        target: Selector,
+        /// Frozen part of each period.
+        frozen_ms: u64,
+        /// The period (`frozen_ms` < `period_ms`).
+        period_ms: u64,
+        /// Extra delay on every message to or from the hosts while starved (0: none).
+        delay_ms: u64,
+        /// For how long.
+        duration_ms: u64,
+    },
+    /// Loss and delay on every link to and from the target hosts, restored after `duration_ms`.
+    SlowLink {
+        /// Which hosts.
+        target: Selector,
+        /// The fault on their links (both ways).
+        fault: LinkFault,
+        /// For how long.
+        duration_ms: u64,
+    },
     /// A network partition.
     Partition {
         /// Its shape.
@@ -371,6 +395,8 @@ impl Action {
             Action::Restart { .. } => "restart",
             Action::Upgrade { .. } => "upgrade",
             Action::Pause { .. } => "pause",
+            Action::Starve { .. } => "starve",
+            Action::SlowLink { .. } => "slow-link",
             Action::Partition { .. } => "partition",
             Action::Heal => "heal",
             Action::Link { .. } => "link",
@@ -400,7 +426,9 @@ impl Action {
             Action::Crash {
                 restart_after_ms, ..
             } => restart_after_ms.unwrap_or(0),
-            Action::Pause { duration_ms, .. } => *duration_ms,
+            Action::Pause { duration_ms, .. }
+            | Action::Starve { duration_ms, .. }
+            | Action::SlowLink { duration_ms, .. } => *duration_ms,
             Action::Upgrade { down_ms, .. } => *down_ms,
             Action::Partition { duration_ms, .. } | Action::Link { duration_ms, .. } => {
                 duration_ms.unwrap_or(0)
@@ -427,6 +455,9 @@ pub struct Assertions {
     pub replacement_p99_max_ms: Option<u64>,
     /// At most this many false dead verdicts.
     pub false_dead_max: Option<u64>,
+    /// At most this many false verdicts (`false_member_deaths` + `false_cell_downs`,
+    /// docs/sim.md "False verdicts"); `None`: counted, never failed on.
+    pub false_verdicts_max: Option<u64>,
     /// The liveness phase after the timeline: every host up and running = desired within this
     /// long (docs/sim.md).
     pub liveness_within_ms: u64,

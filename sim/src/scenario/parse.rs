@@ -145,6 +145,8 @@ struct RawEvent {
     count: Option<u32>,
     mode: Option<String>,
     expect: Option<String>,
+    frozen: Option<String>,
+    period: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -154,6 +156,7 @@ struct RawAssert {
     exclusive_duplicates_max: Option<u64>,
     replacement_p99_max: Option<String>,
     false_dead_max: Option<u64>,
+    false_verdicts_max: Option<u64>,
     liveness_within: Option<String>,
     rollbacks_min: Option<u64>,
     rollbacks_max: Option<u64>,
@@ -367,6 +370,7 @@ pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, ScenarioError>
         exclusive_duplicates_max: a.exclusive_duplicates_max.unwrap_or(0),
         replacement_p99_max_ms: c.ms(0, "assert.replacement_p99_max", &a.replacement_p99_max),
         false_dead_max: a.false_dead_max,
+        false_verdicts_max: a.false_verdicts_max,
         liveness_within_ms: c
             .ms(0, "assert.liveness_within", &a.liveness_within)
             .unwrap_or(super::LIVENESS_WITHIN_MS),
@@ -460,6 +464,42 @@ pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, ScenarioError>
     })
 }
 
+/// A `starve` event: `frozen` < `period`, both above zero, and a `duration`.
+fn starve(c: &mut Check<'_>, off: usize, e: &RawEvent, target: Selector) -> Option<Action> {
+    let need = |c: &mut Check<'_>, field: &str, v: &Option<String>| -> Option<u64> {
+        if v.is_none() {
+            c.at(off, format!("action \"starve\" needs `{field}`"));
+            return None;
+        }
+        c.ms(off, field, v)
+    };
+    let frozen_ms = need(c, "frozen", &e.frozen);
+    let period_ms = need(c, "period", &e.period);
+    let duration_ms = need(c, "duration", &e.duration);
+    let delay_ms = c.ms(off, "delay", &e.delay).unwrap_or(0);
+    let (frozen_ms, period_ms, duration_ms) = (frozen_ms?, period_ms?, duration_ms?);
+    if frozen_ms == 0 || frozen_ms >= period_ms {
+        c.at(
+            off,
+            format!("frozen: {frozen_ms} ms must be above 0 and below the period ({period_ms} ms)"),
+        );
+        return None;
+    }
+    if e.loss.is_some() || e.jitter.is_some() || e.duplicate.is_some() {
+        c.at(
+            off,
+            "starve takes `delay` only; loss and jitter are a `slow-link`",
+        );
+    }
+    Some(Action::Starve {
+        target,
+        frozen_ms,
+        period_ms,
+        delay_ms,
+        duration_ms,
+    })
+}
+
 fn event(c: &mut Check<'_>, off: usize, e: &RawEvent, n: u32) -> Option<Event> {
     let at_ms = c.ms(off, "at", &Some(e.at.clone()))?;
     let line = line_col(c.text, off).0;
@@ -498,6 +538,30 @@ fn event(c: &mut Check<'_>, off: usize, e: &RawEvent, n: u32) -> Option<Event> {
             let text = need(c, "duration", &e.duration);
             Action::Pause {
                 target,
+                duration_ms: c.ms(off, "duration", &text)?,
+            }
+        }
+        "starve" => starve(c, off, e, target)?,
+        "slow-link" => {
+            let text = need(c, "duration", &e.duration);
+            let fault = c.link(
+                off,
+                &RawLink {
+                    loss: e.loss,
+                    delay: e.delay.clone(),
+                    jitter: e.jitter.clone(),
+                    duplicate: e.duplicate,
+                },
+            );
+            if fault == LinkFault::default() {
+                c.at(
+                    off,
+                    "action \"slow-link\" needs `loss`, `delay` or `jitter`",
+                );
+            }
+            Action::SlowLink {
+                target,
+                fault,
                 duration_ms: c.ms(off, "duration", &text)?,
             }
         }
@@ -600,7 +664,7 @@ fn event(c: &mut Check<'_>, off: usize, e: &RawEvent, n: u32) -> Option<Event> {
             },
         },
         other => {
-            c.at(off, format!("action: {other:?} is not an action (crash, restart, pause, partition, heal, link, clock, instance, apply, scale, update, delete, drain, undrain, flap)"));
+            c.at(off, format!("action: {other:?} is not an action (crash, restart, pause, starve, slow-link, partition, heal, link, clock, instance, apply, scale, update, delete, drain, undrain, flap)"));
             return None;
         }
     };

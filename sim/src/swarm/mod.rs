@@ -11,9 +11,11 @@
 //! fails the run like any other (docs/sim.md).
 //!
 //! A quarter of the seeds draw a mixed fleet (`fleet.rs`): hosts that run processes only,
-//! containers only or both, and workloads of both kinds.
+//! containers only or both, and workloads of both kinds; a tenth a `starve` and a tenth a
+//! `slow-link` (`slow.rs`), each from a generator of its own.
 
 mod fleet;
+mod slow;
 
 use std::fmt::Write as _;
 
@@ -55,6 +57,7 @@ pub fn scenario_text(seed: u64) -> String {
     }
     g.initial_workloads();
     g.faults();
+    g.slow_faults(seed);
     let duration_ms = g.events.iter().map(|e| e.end_ms).max().unwrap_or(0) + SETTLE_MS;
     let duration_ms = duration_ms.max(FIRST_FAULT_MS + SETTLE_MS).div_ceil(1000) * 1000;
     text = text.replace("@DURATION@", &format!("{}s", duration_ms / 1000));

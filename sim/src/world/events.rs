@@ -154,10 +154,12 @@ impl World {
                 target,
                 duration_ms,
             } => {
+                // A host a starve freezes now is still paused by this event (its agent
+                // runs, slowly); one already paused by a pause event is not.
                 let pool: Vec<u32> = self
                     .hosts
                     .iter()
-                    .filter(|h| h.serving())
+                    .filter(|h| h.state == HostState::Up && !self.pause_holds(h.index))
                     .map(|h| h.index)
                     .collect();
                 let Some(hosts) = self.pick(&origin, "target", &target, &pool, "serving hosts")
@@ -166,6 +168,40 @@ impl World {
                 };
                 self.checker.fault_window(now, now + duration_ms, "pause");
                 self.pause(&hosts, duration_ms, origin);
+            }
+            Action::Starve {
+                target,
+                frozen_ms,
+                period_ms,
+                delay_ms,
+                duration_ms,
+            } => {
+                let pool: Vec<u32> = self
+                    .hosts
+                    .iter()
+                    .filter(|h| h.state == HostState::Up && !self.pause_holds(h.index))
+                    .map(|h| h.index)
+                    .collect();
+                let Some(hosts) = self.pick(&origin, "target", &target, &pool, "serving hosts")
+                else {
+                    return;
+                };
+                self.checker.fault_window(now, now + duration_ms, "starve");
+                let shape = (frozen_ms, period_ms, delay_ms, duration_ms);
+                self.starve(hosts, shape, origin);
+            }
+            Action::SlowLink {
+                target,
+                fault,
+                duration_ms,
+            } => {
+                let all = self.hosts_in(false);
+                let Some(hosts) = self.pick(&origin, "target", &target, &all, "hosts") else {
+                    return;
+                };
+                self.checker
+                    .fault_window(now, now + duration_ms, "slow-link");
+                self.slow_link(&hosts, fault, duration_ms, origin);
             }
             Action::Partition {
                 kind,

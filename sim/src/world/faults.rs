@@ -27,6 +27,8 @@ pub(crate) struct Faults {
     layers: BTreeMap<u64, LinkLayer>,
     /// Links given a fault of their own, to clear when no layer covers them any more.
     applied: BTreeSet<(u32, u32)>,
+    /// Links a link fault makes lose everything (loss 1): cut, for the false-verdict checker.
+    lossy: BTreeSet<(u32, u32)>,
 }
 
 /// One partition's blocked links, and the hosts it keeps from being heard (one-way out).
@@ -132,7 +134,23 @@ impl World {
 
     fn apply_cuts(&mut self) {
         let links = self.faults.cuts.values().flat_map(|c| c.links.iter());
-        self.net.set_blocked_links(links.copied().collect());
+        let links: BTreeSet<(u32, u32)> = links.copied().collect();
+        self.net.set_blocked_links(links);
+        self.record_reach();
+    }
+
+    /// Tells the false-verdict checker which links carry nothing now: those cut, and those a
+    /// link fault makes lose every message.
+    fn record_reach(&mut self) {
+        let mut links: BTreeSet<(u32, u32)> = self
+            .faults
+            .cuts
+            .values()
+            .flat_map(|c| c.links.iter().copied())
+            .collect();
+        links.extend(self.faults.lossy.iter().copied());
+        let now = self.now_ms();
+        self.checker.reach.set_blocked(&links, now);
     }
 
     /// Puts `fault` on `links` (None: every link) until the layer's end.
@@ -183,7 +201,20 @@ impl World {
         for (link, fault) in &per_link {
             self.net.set_link_fault(link.0, link.1, Some(*fault));
         }
+        self.faults.lossy = if default.loss >= 1.0 {
+            let n = self.hosts.len() as u32;
+            (0..n)
+                .flat_map(|a| (0..n).filter(move |&b| b != a).map(move |b| (a, b)))
+                .filter(|l| per_link.get(l).is_none_or(|f| f.loss >= 1.0))
+                .collect()
+        } else {
+            (per_link.iter())
+                .filter(|(_, f)| f.loss >= 1.0)
+                .map(|(l, _)| *l)
+                .collect()
+        };
         self.faults.applied = per_link.into_keys().collect();
+        self.record_reach();
     }
 
     /// Crashed hosts start again. A host that is not down fails the event; a host whose
@@ -235,6 +266,7 @@ impl World {
     /// Pauses hosts until `duration_ms` from now.
     pub(super) fn pause(&mut self, hosts: &[u32], duration_ms: u64, origin: Origin) {
         let now = self.now_ms();
+        self.pause_held.extend(hosts.iter().copied());
         self.set_paused(hosts, true);
         for &h in hosts {
             self.checker.episode_start(h, "pause", now);
@@ -266,7 +298,7 @@ impl World {
             }
         }
         if !resumed.is_empty() {
-            self.set_paused(&resumed, false);
+            self.release_pause(&resumed);
         }
     }
 

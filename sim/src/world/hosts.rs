@@ -324,6 +324,8 @@ impl World {
         self.net.stop_rpc(host_addr(h, API_PORT));
         self.net.set_paused(h, false);
         host.paused.send_replace(false);
+        self.pause_held.remove(&h);
+        self.checker.reach.set_paused(h, false, now);
         host.ground.kill_all();
         if keep_data {
             host.disk_crashed = true;
@@ -360,6 +362,18 @@ impl World {
         true
     }
 
+    /// Freezes (or thaws) one host's agent, untraced: the switch pauses and starves share.
+    pub(super) fn set_frozen(&mut self, h: u32, paused: bool) {
+        let now = self.now_ms();
+        let host = &self.hosts[h as usize];
+        if host.state == HostState::Down {
+            return;
+        }
+        host.paused.send_replace(paused);
+        self.net.set_paused(h, paused);
+        self.checker.reach.set_paused(h, paused, now);
+    }
+
     /// Traces what the hosts' guards killed since the last call.
     pub(super) fn trace_guards(&mut self) {
         for host in &self.hosts {
@@ -378,12 +392,7 @@ impl World {
 
     pub(super) fn set_paused(&mut self, hosts: &[u32], paused: bool) {
         for &h in hosts {
-            let host = &self.hosts[h as usize];
-            if host.state == HostState::Down {
-                continue;
-            }
-            host.paused.send_replace(paused);
-            self.net.set_paused(h, paused);
+            self.set_frozen(h, paused);
         }
         let what = if paused { "pause" } else { "resume" };
         self.log(format!(

@@ -98,6 +98,11 @@ impl World {
         if layers > 0 {
             undone.push(format!("{layers} link faults cleared"));
         }
+        let starves = self.end_starves();
+        if starves > 0 {
+            undone.push(format!("{starves} starves ended"));
+        }
+        self.pause_held.clear();
         let paused: Vec<u32> = self
             .hosts
             .iter()

@@ -9,6 +9,7 @@ mod events;
 mod faults;
 mod hosts;
 mod liveness;
+mod starve;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -61,6 +62,8 @@ enum Step {
     EndCut { id: u64, origin: Origin },
     /// A link fault ends.
     EndLink { id: u64, origin: Origin },
+    /// A starve's next switch (freeze, thaw or end).
+    Starve { id: u64 },
     /// A flap's down phase: the hosts crash or are cut off for `down_ms`.
     FlapDown {
         hosts: Vec<u32>,
@@ -105,6 +108,11 @@ pub struct World {
     /// The concrete schedule (resolved selectors), for the report.
     pub(crate) schedule: Vec<String>,
     pub(crate) faults: faults::Faults,
+    /// Starves in force, by id.
+    pub(crate) starves: BTreeMap<u64, starve::Starve>,
+    starve_seq: u64,
+    /// Hosts a pause event holds frozen (a starve may hold them too).
+    pub(crate) pause_held: std::collections::BTreeSet<u32>,
     steps: BTreeMap<(u64, u64), Step>,
     step_seq: u64,
     /// API calls sent and not answered yet: what, the event that sent it, and the workload.
@@ -152,6 +160,9 @@ impl World {
             checker,
             schedule: Vec::new(),
             faults: faults::Faults::default(),
+            starves: BTreeMap::new(),
+            starve_seq: 0,
+            pause_held: Default::default(),
             steps: BTreeMap::new(),
             step_seq: 0,
             api_pending: BTreeMap::new(),
@@ -337,6 +348,7 @@ impl World {
                 Step::Resume { .. }
                 | Step::EndCut { .. }
                 | Step::EndLink { .. }
+                | Step::Starve { .. }
                 | Step::FlapDown { .. } => {}
             }
         }
@@ -398,6 +410,7 @@ impl World {
             Step::Resume { hosts, origin } => self.resume(&hosts, &origin),
             Step::EndCut { id, origin } => self.end_cut(id, &origin),
             Step::EndLink { id, origin } => self.end_link(id, &origin),
+            Step::Starve { id } => self.starve_step(id),
             Step::FlapDown {
                 hosts,
                 crash,

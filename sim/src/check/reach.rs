@@ -1,0 +1,163 @@
+//! Who could hear whom, lately: the ground truth behind a false verdict (docs/sim.md, "False
+//! verdicts"). The driver reports every pause and resume of a host's agent (pause events and
+//! starve duty cycles alike) and every change of the blocked links (partitions, network flaps)
+//! as it makes them; [`Reach::reachable_within`] says whether two hosts had an instant in the
+//! last [`REACHABLE_WITHIN_MS`] when neither was frozen and no cut stood between them, either
+//! way. A link fault that loses every message (loss 1) counts as a cut; lower loss, delay and
+//! jitter do not make a link unreachable (a message can still get through).
+//!
+//! Only spans that ended within the window are kept: the history is bounded by how often the
+//! driver can pause a host (its fastest duty cycle) over one window.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// A verdict about a host (or a cell) that was reachable from its observer within this long
+/// is false. One second: a member frozen longer than that (or cut off longer) may be told dead
+/// by a detector meeting issue 28's 1.0 s median target, and a verdict on it is not counted.
+pub const REACHABLE_WITHIN_MS: u64 = 1_000;
+
+/// Spans kept per host at most (older ones are dropped first; a duty cycle of 10 ms over the
+/// window needs 100).
+const SPANS_MAX: usize = 256;
+
+/// A span of time: start, and end (`None`: still in force).
+type Span = (u64, Option<u64>);
+
+/// A set of blocked links in force over a span.
+type CutSpan = (Span, Arc<BTreeSet<(u32, u32)>>);
+
+/// Pause spans per host and blocked-link snapshots, over the last window.
+#[derive(Default)]
+pub struct Reach {
+    paused: BTreeMap<u32, Vec<Span>>,
+    cuts: Vec<CutSpan>,
+}
+
+impl Reach {
+    /// Host `h`'s agent is frozen (true) or runs again (false) from `now`.
+    pub fn set_paused(&mut self, h: u32, paused: bool, now: u64) {
+        let spans = self.paused.entry(h).or_default();
+        let open = spans.last().is_some_and(|s| s.1.is_none());
+        match (paused, open) {
+            (true, false) => {
+                if spans.len() >= SPANS_MAX {
+                    spans.remove(0);
+                }
+                spans.push((now, None));
+            }
+            (false, true) => {
+                if let Some(last) = spans.last_mut() {
+                    last.1 = Some(now);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The blocked links are `links` from `now` (the union of the cuts in force).
+    pub fn set_blocked(&mut self, links: &BTreeSet<(u32, u32)>, now: u64) {
+        if let Some(last) = self.cuts.last_mut().filter(|c| c.0 .1.is_none()) {
+            if *last.1 == *links {
+                return;
+            }
+            last.0 .1 = Some(now);
+        }
+        if !links.is_empty() {
+            self.cuts.push(((now, None), Arc::new(links.clone())));
+        }
+    }
+
+    /// Forgets what ended before the window of `now`.
+    pub fn prune(&mut self, now: u64) {
+        let from = now.saturating_sub(REACHABLE_WITHIN_MS);
+        let live = |s: &Span| s.1.is_none_or(|end| end >= from);
+        for spans in self.paused.values_mut() {
+            spans.retain(live);
+        }
+        self.paused.retain(|_, s| !s.is_empty());
+        self.cuts.retain(|c| live(&c.0));
+    }
+
+    /// Whether `a` and `b` had an instant within the last [`REACHABLE_WITHIN_MS`] before `now`
+    /// when neither was frozen and neither `a -> b` nor `b -> a` was blocked.
+    pub fn reachable_within(&self, a: u32, b: u32, now: u64) -> bool {
+        let from = now.saturating_sub(REACHABLE_WITHIN_MS);
+        let mut unreachable: Vec<(u64, u64)> = Vec::new();
+        let clip = |s: &Span| (s.0, s.1.unwrap_or(u64::MAX));
+        for h in [a, b] {
+            if let Some(spans) = self.paused.get(&h) {
+                unreachable.extend(spans.iter().map(clip));
+            }
+        }
+        for (span, links) in &self.cuts {
+            if links.contains(&(a, b)) || links.contains(&(b, a)) {
+                unreachable.push(clip(span));
+            }
+        }
+        !covers(&mut unreachable, from, now)
+    }
+}
+
+/// Whether the half-open `spans` cover `[from, to)`: an instant of reach at `to` itself (a
+/// host thawed this very ms, its verdicts read in the same ms) is no time to hear anything.
+fn covers(spans: &mut [(u64, u64)], from: u64, to: u64) -> bool {
+    spans.sort_unstable();
+    let mut cursor = from;
+    for &(start, end) in spans.iter() {
+        if start > cursor {
+            return false;
+        }
+        cursor = cursor.max(end);
+        if cursor >= to {
+            return true;
+        }
+    }
+    cursor >= to
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duty_cycle_leaves_the_host_reachable_and_a_long_pause_does_not() {
+        let mut r = Reach::default();
+        // Frozen 900 of every 1000 ms from 10 s.
+        for k in 0..5 {
+            let t = 10_000 + k * 1_000;
+            r.set_paused(3, true, t);
+            r.set_paused(3, false, t + 900);
+        }
+        assert!(r.reachable_within(0, 3, 14_950));
+        // Paused from 20 s on: reachable until 21 s, not after.
+        r.set_paused(3, true, 20_000);
+        assert!(r.reachable_within(0, 3, 20_999));
+        assert!(!r.reachable_within(0, 3, 21_001));
+        assert!(!r.reachable_within(3, 0, 21_500));
+        r.set_paused(3, false, 22_000);
+        assert!(r.reachable_within(0, 3, 22_100));
+        assert!(!r.reachable_within(0, 3, 22_000), "thawed this very ms");
+    }
+
+    #[test]
+    fn a_cut_blocks_only_its_links_either_way() {
+        let mut r = Reach::default();
+        let links: BTreeSet<(u32, u32)> = [(1, 2)].into_iter().collect();
+        r.set_blocked(&links, 5_000);
+        assert!(!r.reachable_within(2, 1, 7_000), "one way cut counts");
+        assert!(r.reachable_within(1, 3, 7_000));
+        r.set_blocked(&BTreeSet::new(), 8_000);
+        assert!(r.reachable_within(1, 2, 8_500));
+        r.prune(20_000);
+        assert!(r.cuts.is_empty());
+    }
+
+    #[test]
+    fn an_observer_frozen_the_whole_window_reaches_nobody() {
+        let mut r = Reach::default();
+        r.set_paused(0, true, 1_000);
+        assert!(!r.reachable_within(0, 5, 2_500));
+        assert!(r.reachable_within(4, 5, 2_500));
+    }
+}

@@ -1,0 +1,195 @@
+//! False verdicts (docs/sim.md, "False verdicts"): a member an observer's failure detector
+//! drops from its live set while that very incarnation is up and was reachable from the
+//! observer within [`REACHABLE_WITHIN_MS`], and a cell an agent of another cell stops holding
+//! up while one of its members is up and was reachable from that agent within the same window.
+//! Counted always; a failure only when the scenario asserts `false_verdicts_max`.
+//!
+//! A frozen observer's views are not read: it acts on nothing while frozen, and what it holds
+//! when it thaws is compared with what it held before it froze.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::reach::REACHABLE_WITHIN_MS;
+use super::{Checker, HostView};
+use crate::host::HostState;
+use crate::trace::Trace;
+
+/// Up to this many hosts every agent's verdicts are read at every sample (100 ms); above it
+/// every
+/// [`VERDICTS_SLOW_EVERY_MS`], and the cell verdicts of [`CELL_OBSERVERS_MAX`] agents per cell
+/// only (the cost of reading every view grows with the square of the mesh).
+const VERDICTS_EVERY_TICK_HOSTS_MAX: usize = 1_000;
+/// Time between two readings of the verdicts in a larger mesh.
+const VERDICTS_SLOW_EVERY_MS: u64 = 500;
+/// Agents per cell whose cell verdicts are read in a larger mesh (the first up ones).
+const CELL_OBSERVERS_MAX: usize = 3;
+/// False verdicts kept with their evidence for the report (all are counted).
+const FALSE_KEPT_MAX: usize = 200;
+
+/// One false verdict, for the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct FalseVerdict {
+    /// When it was seen (sim ms).
+    pub t_ms: u64,
+    /// `member-dead` or `cell-down`.
+    pub kind: &'static str,
+    /// The observer (host name).
+    pub observer: String,
+    /// The host or cell it declared dead or down.
+    pub subject: String,
+}
+
+/// What the verdict checker holds between samples.
+#[derive(Default)]
+pub(crate) struct Verdicts {
+    /// Per observer: its incarnation's generation and the (host, generation) pairs it held live.
+    live: BTreeMap<u32, (u64, BTreeSet<(u32, u64)>)>,
+    /// Per observer: its incarnation's generation and the other cells it held up.
+    cells_up: BTreeMap<u32, (u64, BTreeSet<String>)>,
+}
+
+fn generation(h: &HostView<'_>) -> Option<u64> {
+    h.node.map(|n| n.gossip().chitchat_id().generation_id)
+}
+
+impl Checker {
+    pub(super) fn check_false_verdicts(
+        &mut self,
+        now: u64,
+        hosts: &[HostView<'_>],
+        trace: &mut Trace,
+    ) {
+        let large = hosts.len() > VERDICTS_EVERY_TICK_HOSTS_MAX;
+        if large && !now.is_multiple_of(VERDICTS_SLOW_EVERY_MS) {
+            return;
+        }
+        self.reach.prune(now);
+        let current: Vec<Option<u64>> = hosts
+            .iter()
+            .map(|h| generation(h).filter(|_| h.state == HostState::Up))
+            .collect();
+        self.member_verdicts(now, hosts, &current, trace);
+        self.cell_verdicts(now, hosts, &current, large, trace);
+    }
+
+    fn member_verdicts(
+        &mut self,
+        now: u64,
+        hosts: &[HostView<'_>],
+        current: &[Option<u64>],
+        trace: &mut Trace,
+    ) {
+        for o in hosts {
+            let Some(gen_o) = current[o.index as usize] else {
+                self.verdicts.live.remove(&o.index);
+                continue;
+            };
+            // A frozen agent acts on nothing: what it holds is read when it thaws.
+            let Some(node) = o.node.filter(|_| !o.paused) else {
+                continue;
+            };
+            let chitchat = node.gossip().chitchat();
+            let Ok(guard) = chitchat.try_lock() else {
+                continue;
+            };
+            let live: BTreeSet<(u32, u64)> = guard
+                .live_nodes()
+                .filter_map(|id| Some((super::agents::host_index(&id.node_id)?, id.generation_id)))
+                .collect();
+            drop(guard);
+            let before = self.verdicts.live.insert(o.index, (gen_o, live.clone()));
+            let Some((gen_before, before)) = before.filter(|b| b.0 == gen_o) else {
+                continue;
+            };
+            debug_assert_eq!(gen_before, gen_o);
+            for &(x, gen_x) in before.difference(&live) {
+                if x == o.index || live.iter().any(|&(y, _)| y == x) {
+                    continue;
+                }
+                self.member_deaths_seen += 1;
+                let alive = current.get(x as usize).copied().flatten() == Some(gen_x);
+                if alive && self.reach.reachable_within(o.index, x, now) {
+                    self.false_member_deaths += 1;
+                    let subject = format!("n{}", x + 1);
+                    self.false_verdict(now, "member-dead", o.name, subject, trace);
+                }
+            }
+        }
+    }
+
+    fn cell_verdicts(
+        &mut self,
+        now: u64,
+        hosts: &[HostView<'_>],
+        current: &[Option<u64>],
+        large: bool,
+        trace: &mut Trace,
+    ) {
+        let mut per_cell: BTreeMap<&str, usize> = BTreeMap::new();
+        for o in hosts {
+            let (Some(cell), Some(gen_o), Some(node)) = (o.cell, current[o.index as usize], o.node)
+            else {
+                self.verdicts.cells_up.remove(&o.index);
+                continue;
+            };
+            if o.paused {
+                continue; // read when it thaws, as its member verdicts
+            }
+            let seen = per_cell.entry(cell).or_default();
+            *seen += 1;
+            if large && *seen > CELL_OBSERVERS_MAX {
+                continue;
+            }
+            let up: BTreeSet<String> = node.cells.up_cells().into_iter().collect();
+            let before = self.verdicts.cells_up.insert(o.index, (gen_o, up.clone()));
+            let Some((_, before)) = before.filter(|b| b.0 == gen_o) else {
+                continue;
+            };
+            for d in before.difference(&up) {
+                self.cell_downs_seen += 1;
+                let heard = hosts.iter().any(|m| {
+                    m.cell == Some(d.as_str())
+                        && current[m.index as usize].is_some()
+                        && self.reach.reachable_within(o.index, m.index, now)
+                });
+                if heard {
+                    self.false_cell_downs += 1;
+                    self.false_verdict(now, "cell-down", o.name, d.clone(), trace);
+                }
+            }
+        }
+    }
+
+    fn false_verdict(
+        &mut self,
+        now: u64,
+        kind: &'static str,
+        observer: &str,
+        subject: String,
+        trace: &mut Trace,
+    ) {
+        let what = if kind == "cell-down" {
+            "held cell"
+        } else {
+            "declared"
+        };
+        let end = if kind == "cell-down" { "down" } else { "dead" };
+        trace.line(
+            now,
+            format!(
+                "FALSE VERDICT: {observer} {what} {subject} {end} while it was up and reachable \
+                 within {REACHABLE_WITHIN_MS} ms"
+            ),
+        );
+        if self.false_verdicts.len() < FALSE_KEPT_MAX {
+            self.false_verdicts.push(FalseVerdict {
+                t_ms: now,
+                kind,
+                observer: observer.to_string(),
+                subject,
+            });
+        }
+    }
+}
