@@ -94,8 +94,14 @@ impl Checker {
             let Ok(guard) = chitchat.try_lock() else {
                 continue;
             };
+            // The membership's verdict: the member probes' where they judge an identity, the
+            // heartbeat detector's elsewhere (`view::Verdicts::judge`).
+            let verdicts = node.verdicts();
+            let heartbeat_live: BTreeSet<&chitchat::ChitchatId> = guard.live_nodes().collect();
             let live: BTreeSet<(u32, u64)> = guard
-                .live_nodes()
+                .node_states()
+                .keys()
+                .filter(|id| verdicts.judge(id, heartbeat_live.contains(id)).0)
                 .filter_map(|id| Some((super::agents::host_index(&id.node_id)?, id.generation_id)))
                 .collect();
             drop(guard);
