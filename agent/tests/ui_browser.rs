@@ -2,7 +2,7 @@
 //! agent 0 serving `--ui`, a workload of process replicas; `ui_browser.py` opens the pages in
 //! headless Chromium through selenium, checks the hosts and the replicas, has a host killed
 //! (SIGKILL, its instances too) and sees it dead and its replicas running elsewhere within 5 s
-//! without a reload, with no console errors, and saves screenshots into docs/ui/.
+//! without a reload, with no console errors, and saves screenshots (into docs/ui/ with `SHOAL_UI_SHOTS=docs/ui`).
 //!
 //! Needs `chromium`, `chromium-driver` (Debian) and Python `selenium` (.ci/run installs them);
 //! without them the test fails and says what is missing, unless SHOAL_SKIP_BROWSER_TESTS=1.
@@ -105,7 +105,12 @@ fn browser_sees_hosts_replicas_and_a_host_death_live() {
         .expect("a replica on n2..n5");
     let victim_name = c.agents[victim].name.clone();
 
-    let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/ui");
+    // Screenshots go to the test's temp dir; `SHOAL_UI_SHOTS=docs/ui` (from the workspace root)
+    // refreshes the ones docs/ui.md shows.
+    let shots = match std::env::var("SHOAL_UI_SHOTS") {
+        Ok(dir) => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir),
+        Err(_) => c.dir.path().join("shots"),
+    };
     std::fs::create_dir_all(&shots).unwrap();
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui_browser.py");
     let base = format!("http://{}", c.agents[0].ui.unwrap());
