@@ -16,6 +16,7 @@ mod agent;
 mod caps;
 mod completions;
 mod connect;
+mod dial;
 mod demo;
 mod endpoints;
 mod exec;

@@ -105,10 +105,7 @@ fn nodes_of(args: &Args, known: &[CellView]) -> anyhow::Result<(String, Vec<Node
         let Some(c) = shoal::state::cells::parse_contact(contact) else {
             continue;
         };
-        let client = ClientOpts {
-            agent: c.api,
-            ..args.client.clone()
-        };
+        let client = args.client.at(c.api);
         match nodes(&client) {
             Ok(nodes) => return Ok((want.to_string(), nodes)),
             Err(e) => last = e.context(format!("asking {contact}, an envoy of cell {want}")),
