@@ -77,7 +77,7 @@ fn a_refused_certificate_is_told_why_and_logged_by_cause() {
     let cases = [
         (&pki_dir, "alice", "it is revoked (certificate_revoked)", "revoked certificate"),
         (&pki_dir, "carol", "it has expired (certificate_expired)", "expired certificate"),
-        (&foreign, "eve", "issued by another CA", "certificate of another CA"),
+        (&foreign, "eve", "it is issued by another CA", "certificate of another CA"),
     ];
     for (dir, name, says, cause) in cases {
         let (out, took) = nodes_as(&cluster, dir, name);
