@@ -516,7 +516,24 @@ pub fn bind_endpoint(
     options: &QuicOptions,
 ) -> Result<quinn::Endpoint, TlsError> {
     let server = quic_server_config(identity, alpn, options)?;
-    bind(addr, identity, alpn, options, Some(server))
+    bind(addr, identity, alpn, options, Some(server), &|socket| socket)
+}
+
+/// What wraps a serving endpoint's UDP socket before quinn reads it (a filter of datagrams, in
+/// the transport layer).
+pub type WrapSocket<'a> =
+    &'a dyn Fn(Arc<dyn quinn::AsyncUdpSocket>) -> Arc<dyn quinn::AsyncUdpSocket>;
+
+/// [`bind_endpoint`], quinn reading the socket through `wrap`.
+pub fn bind_endpoint_wrapped(
+    addr: SocketAddr,
+    identity: &Identity,
+    alpn: &[u8],
+    options: &QuicOptions,
+    wrap: WrapSocket<'_>,
+) -> Result<quinn::Endpoint, TlsError> {
+    let server = quic_server_config(identity, alpn, options)?;
+    bind(addr, identity, alpn, options, Some(server), wrap)
 }
 
 /// Binds a dial-only endpoint on an ephemeral port of the same family as `peer` (for the CLI).
@@ -531,7 +548,7 @@ pub fn client_endpoint(
     } else {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
     };
-    bind(any, identity, alpn, options, None)
+    bind(any, identity, alpn, options, None, &|socket| socket)
 }
 
 fn bind(
@@ -540,6 +557,7 @@ fn bind(
     alpn: &[u8],
     options: &QuicOptions,
     server: Option<quinn::ServerConfig>,
+    wrap: WrapSocket<'_>,
 ) -> Result<quinn::Endpoint, TlsError> {
     let client = quic_client_config(identity, alpn, options)?;
     let socket =
@@ -556,11 +574,14 @@ fn bind(
         };
         counter.store(receive as u64, Relaxed);
     }
-    let mut endpoint = quinn::Endpoint::new(
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let socket = quinn::Runtime::wrap_udp_socket(&*runtime, socket)
+        .map_err(|source| TlsError::Bind { addr, source })?;
+    let mut endpoint = quinn::Endpoint::new_with_abstract_socket(
         endpoint_config(identity, alpn),
         server,
-        socket,
-        Arc::new(quinn::TokioRuntime),
+        wrap(socket),
+        runtime,
     )
     .map_err(|source| TlsError::Bind { addr, source })?;
     endpoint.set_default_client_config(client);

@@ -16,6 +16,8 @@
 
 mod budget;
 mod config;
+pub mod filter;
+mod filter_socket;
 pub mod ledger;
 pub mod refusals;
 
@@ -27,6 +29,8 @@ use tokio::sync::oneshot;
 
 pub use budget::{read_frame, FrameReadError, ReadBudget};
 pub use config::AdmissionConfig;
+pub use filter::FilterConfig;
+pub use filter_socket::FilteredSocket;
 use ledger::{Cap, HandshakeId, Ledger};
 pub use refusals::{LogEvery, RefusalCause, RefusalLog, REFUSAL_LOG_EVERY};
 
