@@ -31,8 +31,8 @@ fn nodes_as(cluster: &Cluster, pki: &Path, name: &str) -> (Output, Duration) {
 /// that expired in 2021.
 fn issue_expired(dir: &Path, name: &str) {
     let ca_pem = std::fs::read_to_string(dir.join("ca.crt")).unwrap();
-    let ca_key = rcgen::KeyPair::from_pem(&std::fs::read_to_string(dir.join("ca.key")).unwrap())
-        .unwrap();
+    let ca_key =
+        rcgen::KeyPair::from_pem(&std::fs::read_to_string(dir.join("ca.key")).unwrap()).unwrap();
     let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key).unwrap();
     let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
     let uri = rcgen::string::Ia5String::try_from(role_uri(Role::Client, name)).unwrap();
@@ -75,9 +75,24 @@ fn a_refused_certificate_is_told_why_and_logged_by_cause() {
     assert!(up, "the agent never answered bob:\n{}", cluster.logs());
 
     let cases = [
-        (&pki_dir, "alice", "it is revoked (certificate_revoked)", "revoked certificate"),
-        (&pki_dir, "carol", "it has expired (certificate_expired)", "expired certificate"),
-        (&foreign, "eve", "it is issued by another CA", "certificate of another CA"),
+        (
+            &pki_dir,
+            "alice",
+            "it is revoked (certificate_revoked)",
+            "revoked certificate",
+        ),
+        (
+            &pki_dir,
+            "carol",
+            "it has expired (certificate_expired)",
+            "expired certificate",
+        ),
+        (
+            &foreign,
+            "eve",
+            "it is issued by another CA",
+            "certificate of another CA",
+        ),
     ];
     for (dir, name, says, cause) in cases {
         let (out, took) = nodes_as(&cluster, dir, name);
@@ -85,7 +100,9 @@ fn a_refused_certificate_is_told_why_and_logged_by_cause() {
         assert_eq!(out.status.code(), Some(1), "{name}: {err}");
         let addr = cluster.agents[0].api;
         assert!(
-            err.contains(&format!("the agent at {addr} refused this CLI's certificate: {says}")),
+            err.contains(&format!(
+                "the agent at {addr} refused this CLI's certificate: {says}"
+            )),
             "{name}: {err}"
         );
         assert!(!err.contains("is it running"), "{name}: {err}");
@@ -97,7 +114,11 @@ fn a_refused_certificate_is_told_why_and_logged_by_cause() {
                 line.contains("INFO") && line.contains("handshake refused") && line.contains(cause)
             })
         });
-        assert!(logged, "{name}: no info line for {cause}:\n{}", cluster.log(0));
+        assert!(
+            logged,
+            "{name}: no info line for {cause}:\n{}",
+            cluster.log(0)
+        );
     }
     // A second revoked call within 10 s: told again, but not logged at info again.
     let (out, _) = nodes_as(&cluster, &pki_dir, "alice");

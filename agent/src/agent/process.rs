@@ -321,9 +321,14 @@ pub async fn run_agent(
         let config = crate::transport::admission::FilterConfig::default();
         crate::transport::admission::FilteredSocket::wrap(socket, config, api_stats.clone())
     };
-    let api_endpoint =
-        tls::bind_endpoint_wrapped(opts.api_addr, &identity, ALPN_API, &QuicOptions::api(), &filter)
-            .with_context(|| format!("binding the API on {}", opts.api_addr))?;
+    let api_endpoint = tls::bind_endpoint_wrapped(
+        opts.api_addr,
+        &identity,
+        ALPN_API,
+        &QuicOptions::api(),
+        &filter,
+    )
+    .with_context(|| format!("binding the API on {}", opts.api_addr))?;
     // The wire version this agent sends in: the mesh version (crate::state::mesh::upgrade), one cell
     // shared by the RPC client, the gossip transport and the node.
     let wire = crate::state::mesh::upgrade::wire_cell();

@@ -195,11 +195,9 @@ pub(super) fn call_failed(agent: SocketAddr, e: RpcError) -> anyhow::Error {
              stuck agent; --timeout waits longer)",
             shoal_core::spec::format_duration_ms(within.as_millis() as u64)
         ),
-        RpcError::Connect { .. } | RpcError::Stream(_) => {
-            anyhow::Error::new(e).context(format!(
-                "no answer from the agent at {agent} (is it running? set --agent or SHOAL_AGENT)"
-            ))
-        }
+        RpcError::Connect { .. } | RpcError::Stream(_) => anyhow::Error::new(e).context(format!(
+            "no answer from the agent at {agent} (is it running? set --agent or SHOAL_AGENT)"
+        )),
         RpcError::Rejected(reason) => {
             anyhow::anyhow!("the agent at {agent} refused the request: {reason}")
         }

@@ -46,14 +46,18 @@ impl FromStr for AgentAddr {
                     .parse::<u16>()
                     .ok()
                     .filter(|p| *p != 0)
-                    .ok_or_else(|| format!("the port {port:?} is not a number 1-65535; {wanted}"))?;
+                    .ok_or_else(|| {
+                        format!("the port {port:?} is not a number 1-65535; {wanted}")
+                    })?;
                 (host, port)
             }
             None => (text, API_PORT_DEFAULT),
         };
         let name_char = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_';
         if host.is_empty() || !host.chars().all(name_char) {
-            return Err(format!("{host:?} is not a host name or IP address; {wanted}"));
+            return Err(format!(
+                "{host:?} is not a host name or IP address; {wanted}"
+            ));
         }
         Ok(AgentAddr {
             host: host.to_string(),
@@ -208,12 +212,23 @@ mod tests {
     #[test]
     fn agent_addresses_parse_as_ip_or_name_with_a_port() {
         let parse = |text: &str| text.parse::<AgentAddr>();
-        assert_eq!(parse("127.0.0.1:7001").unwrap().to_string(), "127.0.0.1:7001");
+        assert_eq!(
+            parse("127.0.0.1:7001").unwrap().to_string(),
+            "127.0.0.1:7001"
+        );
         assert_eq!(parse("[::1]:7002").unwrap().to_string(), "[::1]:7002");
-        assert_eq!(parse("localhost:7001").unwrap().to_string(), "localhost:7001");
-        assert_eq!(parse("agent-1.example").unwrap().to_string(), "agent-1.example:7001");
+        assert_eq!(
+            parse("localhost:7001").unwrap().to_string(),
+            "localhost:7001"
+        );
+        assert_eq!(
+            parse("agent-1.example").unwrap().to_string(),
+            "agent-1.example:7001"
+        );
         assert_eq!(parse("10.0.0.1").unwrap().to_string(), "10.0.0.1:7001");
-        assert!(parse("localhost:http").unwrap_err().contains("not a number"));
+        assert!(parse("localhost:http")
+            .unwrap_err()
+            .contains("not a number"));
         assert!(parse("localhost:0").unwrap_err().contains("not a number"));
         assert!(parse(":7001").unwrap_err().contains("HOST:PORT"));
         assert!(parse("a b:1").unwrap_err().contains("HOST:PORT"));
@@ -228,7 +243,10 @@ mod tests {
             reason: reason.to_string(),
         };
         let nothing = not_connected(addr, &RpcError::Timeout(Duration::from_secs(2)), pki);
-        assert!(nothing.contains("nothing answers at 127.0.0.1:7002"), "{nothing}");
+        assert!(
+            nothing.contains("nothing answers at 127.0.0.1:7002"),
+            "{nothing}"
+        );
         assert!(nothing.contains("within 2s"), "{nothing}");
         let gossip = connect(
             "aborted by peer: the cryptographic handshake failed: error 120: peer doesn't \
@@ -241,13 +259,19 @@ mod tests {
              BadSignature",
         );
         let foreign = not_connected(addr, &foreign, pki);
-        assert!(foreign.contains("not issued by the CA of /p/ca.crt"), "{foreign}");
+        assert!(
+            foreign.contains("not issued by the CA of /p/ca.crt"),
+            "{foreign}"
+        );
         let revoked = connect(
             "aborted by peer: the cryptographic handshake failed: error 44: invalid peer \
              certificate: Revoked",
         );
         let revoked = not_connected(addr, &revoked, pki);
-        assert!(revoked.contains("refused this CLI's certificate: it is revoked"), "{revoked}");
+        assert!(
+            revoked.contains("refused this CLI's certificate: it is revoked"),
+            "{revoked}"
+        );
         let odd = not_connected(addr, &connect("endpoint stopping"), pki);
         assert_eq!(odd, "cannot connect to 127.0.0.1:7002: endpoint stopping");
     }

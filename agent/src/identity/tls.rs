@@ -516,7 +516,9 @@ pub fn bind_endpoint(
     options: &QuicOptions,
 ) -> Result<quinn::Endpoint, TlsError> {
     let server = quic_server_config(identity, alpn, options)?;
-    bind(addr, identity, alpn, options, Some(server), &|socket| socket)
+    bind(addr, identity, alpn, options, Some(server), &|socket| {
+        socket
+    })
 }
 
 /// What wraps a serving endpoint's UDP socket before quinn reads it (a filter of datagrams, in
@@ -671,7 +673,9 @@ mod verifier_tests {
         let eve = pki::load_identity(theirs.path(), "eve", SelfIssue::No).unwrap();
         let verifier = super::client_verifier(&us.ca_certs, &[]).unwrap();
         let now = UnixTime::now();
-        assert!(verifier.verify_client_cert(&us.cert_chain[0], &[], now).is_ok());
+        assert!(verifier
+            .verify_client_cert(&us.cert_chain[0], &[], now)
+            .is_ok());
         let refused = verifier
             .verify_client_cert(&eve.cert_chain[0], &[], now)
             .unwrap_err();

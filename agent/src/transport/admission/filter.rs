@@ -254,14 +254,29 @@ mod tests {
         assert_eq!(filter.handle_datagram(now, from, &initial()), Verdict::Pass);
         // Random junk with the long-header bit: a random version.
         let junk = long(0xC7, 0x1a2b_3c4d);
-        assert_eq!(filter.handle_datagram(now, from, &junk), Verdict::UnknownVersion);
+        assert_eq!(
+            filter.handle_datagram(now, from, &junk),
+            Verdict::UnknownVersion
+        );
         // A Version Negotiation packet (version 0) is no client's.
-        assert_eq!(filter.handle_datagram(now, from, &long(0x80, 0)), Verdict::UnknownVersion);
+        assert_eq!(
+            filter.handle_datagram(now, from, &long(0x80, 0)),
+            Verdict::UnknownVersion
+        );
         // Short headers, v1 Handshake packets, empty and tiny datagrams are quinn's to judge.
-        assert_eq!(filter.handle_datagram(now, from, &[0x40; 1_200]), Verdict::Pass);
-        assert_eq!(filter.handle_datagram(now, from, &long(0xE0, 1)), Verdict::Pass);
+        assert_eq!(
+            filter.handle_datagram(now, from, &[0x40; 1_200]),
+            Verdict::Pass
+        );
+        assert_eq!(
+            filter.handle_datagram(now, from, &long(0xE0, 1)),
+            Verdict::Pass
+        );
         assert_eq!(filter.handle_datagram(now, from, &[]), Verdict::Pass);
-        assert_eq!(filter.handle_datagram(now, from, &[0xC0, 0, 0]), Verdict::Pass);
+        assert_eq!(
+            filter.handle_datagram(now, from, &[0xC0, 0, 0]),
+            Verdict::Pass
+        );
         let counts = filter.counts();
         assert_eq!((counts.passed, counts.unknown_version), (5, 2));
     }
@@ -285,7 +300,10 @@ mod tests {
         // Initials (first, after Retry, two more) all pass.
         let at = t0 + Duration::from_secs(10);
         for _ in 0..4 {
-            assert_eq!(filter.handle_datagram(at, client, &initial()), Verdict::Pass);
+            assert_eq!(
+                filter.handle_datagram(at, client, &initial()),
+                Verdict::Pass
+            );
         }
         assert_eq!(filter.counts().initial_over_budget, 1_000 - passed);
         filter.check_invariants();
@@ -312,7 +330,10 @@ mod tests {
         assert_eq!(passed, 16 + 64);
         // Two seconds later the tracked sources are whole again and are forgotten for new ones.
         let later = t0 + Duration::from_secs(2);
-        assert_eq!(filter.handle_datagram(later, source(5_000), &initial()), Verdict::Pass);
+        assert_eq!(
+            filter.handle_datagram(later, source(5_000), &initial()),
+            Verdict::Pass
+        );
         assert_eq!(filter.sources(), 1);
         filter.check_invariants();
     }
