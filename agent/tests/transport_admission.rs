@@ -297,3 +297,56 @@ async fn unfinished_request_frames_hold_at_most_the_certificate_budget() {
     let answer = recv.read_to_end(1 << 20).await.unwrap();
     assert_eq!(rpc::decode_answer::<Echo>(&answer).unwrap().0, "small");
 }
+
+/// The datagram filter on a real endpoint (issue 29 item 5): junk long headers of a version the
+/// server does not speak get no Version Negotiation answer, a junk sender's Initials past its
+/// budget are dropped before quinn decrypts them, both counted, and a caller on the same IP
+/// address (another port) still gets its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn junk_is_dropped_before_quic_and_a_caller_still_gets_through() {
+    use shoal::transport::admission::{FilterConfig, FilteredSocket};
+    let pki = TestPki::new("admit-filter");
+    let identity = pki.identity("server");
+    let stats = Arc::new(TransportStats::default());
+    let filtered = stats.clone();
+    let wrap =
+        move |socket| FilteredSocket::wrap(socket, FilterConfig::default(), filtered.clone());
+    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let endpoint =
+        tls::bind_endpoint_wrapped(loopback, &identity, ALPN_API, &QuicOptions::api(), &wrap)
+            .unwrap();
+    let handler: Handler<Echo, Echo> = Arc::new(|req, _| Box::pin(async move { req }));
+    let config = RpcServerConfig::default();
+    tokio::spawn(rpc::serve(endpoint.clone(), handler, config, stats.clone()));
+    let server = Server {
+        addr: endpoint.local_addr().unwrap(),
+        stats: stats.clone(),
+        _endpoint: endpoint,
+    };
+
+    let junk = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut other_version = vec![0xC0, 0x1a, 0x2b, 0x3c, 0x4d, 8];
+    other_version.resize(1_200, 7);
+    // A v1 Initial-looking datagram: made-up ids and payload, which quinn would try to decrypt.
+    let mut initial = vec![0xC3, 0, 0, 0, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8, 8];
+    initial.extend_from_slice(&[9, 10, 11, 12, 13, 14, 15, 16, 0]);
+    initial.resize(1_200, 0x5a);
+    for _ in 0..50 {
+        junk.send_to(&other_version, server.addr).await.unwrap();
+        junk.send_to(&initial, server.addr).await.unwrap();
+    }
+    wait_for("the junk counted", || {
+        let s = stats.snapshot();
+        s.datagrams_dropped_unknown_version == 50 && s.datagrams_dropped_initial_budget >= 40
+    })
+    .await;
+    // No Version Negotiation (nor anything else) came back to the junk sender.
+    let mut buf = [0u8; 1_500];
+    let answer = tokio::time::timeout(Duration::from_millis(300), junk.recv(&mut buf)).await;
+    assert!(answer.is_err(), "the junk sender got an answer");
+    // A caller on the same IP address is not held by the junk sender's budget.
+    assert_eq!(
+        echo(&client(&pki, "alice"), &server).await.unwrap(),
+        Echo("hi".into())
+    );
+}

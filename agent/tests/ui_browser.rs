@@ -108,7 +108,9 @@ fn browser_sees_hosts_replicas_and_a_host_death_live() {
     // Screenshots go to the test's temp dir; `SHOAL_UI_SHOTS=docs/ui` (from the workspace root)
     // refreshes the ones docs/ui.md shows.
     let shots = match std::env::var("SHOAL_UI_SHOTS") {
-        Ok(dir) => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir),
+        Ok(dir) => std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(dir),
         Err(_) => c.dir.path().join("shots"),
     };
     std::fs::create_dir_all(&shots).unwrap();

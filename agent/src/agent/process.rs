@@ -369,9 +369,19 @@ pub async fn run_agent(
         .first()
         .context("the PKI holds no CA certificate")?;
     let cluster = cluster_id(ca.as_ref());
-    let api_endpoint = tls::bind_endpoint(opts.api_addr, &identity, ALPN_API, &QuicOptions::api())
-        .with_context(|| format!("binding the API on {}", opts.api_addr))?;
     let api_stats = Arc::new(TransportStats::default());
+    let filter = |socket| {
+        let config = crate::transport::admission::FilterConfig::default();
+        crate::transport::admission::FilteredSocket::wrap(socket, config, api_stats.clone())
+    };
+    let api_endpoint = tls::bind_endpoint_wrapped(
+        opts.api_addr,
+        &identity,
+        ALPN_API,
+        &QuicOptions::api(),
+        &filter,
+    )
+    .with_context(|| format!("binding the API on {}", opts.api_addr))?;
     // The wire version this agent sends in: the mesh version (crate::state::mesh::upgrade), one cell
     // shared by the RPC client, the gossip transport and the node.
     let wire = crate::state::mesh::upgrade::wire_cell();

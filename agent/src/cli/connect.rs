@@ -7,10 +7,13 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use shoal::identity::pki::{self, Identity, Role, SelfIssue, CA_KEY_FILE};
-use shoal::identity::tls::{self, QuicOptions, ALPN_API, ANY_MEMBER};
+use shoal::identity::tls::ANY_MEMBER;
 use shoal::transport::rpc::RpcError;
 use shoal::wire::api::{Request, Response};
 use shoal::wire::{encode_frame, FrameKind, WireError, API_FRAME_MAX_BYTES};
+
+pub use super::dial::AgentAddr;
+use super::dial::{dial, Dialed, CONNECT_TIMEOUT_DEFAULT};
 
 /// Default agent API address.
 pub const AGENT_DEFAULT: &str = "127.0.0.1:7001";
@@ -20,9 +23,9 @@ pub const CLIENT_NAME_DEFAULT: &str = "shoal-cli";
 /// Connection flags shared by every command that talks to an agent.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ClientOpts {
-    /// The agent's API address.
+    /// The agent's API address (its --api): IP:PORT or HOST:PORT, the port 7001 when left out.
     #[arg(long, env = "SHOAL_AGENT", default_value = AGENT_DEFAULT, global = true)]
-    pub agent: SocketAddr,
+    pub agent: AgentAddr,
     /// Directory with the cluster CA certificate and a client certificate (or the CA key).
     #[arg(long, env = "SHOAL_PKI", default_value = "./pki", global = true)]
     pub pki: PathBuf,
@@ -33,9 +36,30 @@ pub struct ClientOpts {
     /// convenience).
     #[arg(long, env = "SHOAL_SELF_ISSUE", global = true)]
     pub self_issue: bool,
-    /// How long to wait for the agent.
+    /// How long to wait for the agent's answer, once connected.
     #[arg(long, default_value = "10s", value_parser = parse_timeout, global = true)]
     pub timeout: Duration,
+    /// How long to wait for the connection to the agent (the TLS handshake) before saying that
+    /// nothing answers.
+    #[arg(long, default_value = CONNECT_TIMEOUT_DEFAULT, value_parser = parse_timeout, global = true)]
+    pub connect_timeout: Duration,
+}
+
+impl ClientOpts {
+    /// The same options, aimed at the agent at `agent`.
+    pub fn at(&self, agent: SocketAddr) -> ClientOpts {
+        ClientOpts {
+            agent: agent.into(),
+            ..self.clone()
+        }
+    }
+
+    /// Connects to the agent as the chosen client identity, within the connect timeout.
+    async fn dial(&self) -> anyhow::Result<Dialed> {
+        let identity = client_identity(&self.pki, self.client_name.as_deref(), self.self_issue)?;
+        let within = self.connect_timeout.min(self.timeout);
+        dial(&self.agent, &identity, within, &self.pki).await
+    }
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
@@ -108,56 +132,72 @@ pub(super) async fn call_async(opts: &ClientOpts, req: Request) -> anyhow::Resul
     if let Err(e) = encode_frame(FrameKind::Request, &req, API_FRAME_MAX_BYTES) {
         bail!("the request is not sent: {e}; send fewer or smaller specs at once");
     }
-    let identity = client_identity(&opts.pki, opts.client_name.as_deref(), opts.self_issue)?;
-    let endpoint = tls::client_endpoint(opts.agent, &identity, ALPN_API, &QuicOptions::api())?;
-    let answer =
-        shoal::transport::rpc::call(&endpoint, opts.agent, ANY_MEMBER, &req, opts.timeout).await;
+    let Dialed {
+        client,
+        endpoint,
+        addr,
+    } = opts.dial().await?;
+    let answer = client.call(addr, ANY_MEMBER, &req, opts.timeout).await;
     endpoint.close(0u32.into(), b"done");
     // Let the close go out before this process exits: else the agent keeps the connection until
     // its idle timeout, counted against this certificate's connections (shoal::transport::admission). The
     // connection's driver sends it as soon as it runs; draining all of it would take 3 PTOs.
     let _ = tokio::time::timeout(Duration::from_millis(2), endpoint.wait_idle()).await;
-    match answer.map_err(|e| call_failed(opts.agent, e))? {
+    match answer.map_err(|e| call_failed(addr, e))? {
         Response::Error(e) => Err(anyhow::anyhow!("{}", e.message)),
         other => Ok(other),
     }
+}
+
+/// A connection to one agent kept across calls (see [`session`]).
+pub(super) struct Session {
+    client: shoal::transport::rpc::QuicRpcClient,
+    addr: SocketAddr,
 }
 
 /// A client that keeps one connection to the agent across calls (a command that calls many times,
 /// like `shoal logs --follow`, makes one handshake).
-pub(super) fn session(opts: &ClientOpts) -> anyhow::Result<shoal::transport::rpc::QuicRpcClient> {
-    let identity = client_identity(&opts.pki, opts.client_name.as_deref(), opts.self_issue)?;
-    let endpoint = tls::client_endpoint(opts.agent, &identity, ALPN_API, &QuicOptions::api())?;
-    let stats = std::sync::Arc::new(shoal::transport::stats::TransportStats::default());
-    Ok(shoal::transport::rpc::QuicRpcClient::new(endpoint, stats))
+pub(super) async fn session(opts: &ClientOpts) -> anyhow::Result<Session> {
+    let dialed = opts.dial().await?;
+    Ok(Session {
+        client: dialed.client,
+        addr: dialed.addr,
+    })
 }
 
 /// One call over a [`session`]; an API error becomes an `Err` with its message.
 pub(super) async fn session_call(
-    client: &shoal::transport::rpc::QuicRpcClient,
+    session: &Session,
     opts: &ClientOpts,
     req: &Request,
 ) -> anyhow::Result<Response> {
-    let answer = client.call(opts.agent, ANY_MEMBER, req, opts.timeout).await;
-    match answer.map_err(|e| call_failed(opts.agent, e))? {
+    let answer = session
+        .client
+        .call(session.addr, ANY_MEMBER, req, opts.timeout)
+        .await;
+    match answer.map_err(|e| call_failed(session.addr, e))? {
         Response::Error(e) => Err(anyhow::anyhow!("{}", e.message)),
         other => Ok(other),
     }
 }
 
-/// What the user reads when a call to the agent at `agent` fails. Only when no answer came (no
-/// connection, none in time, the connection lost mid-call) may the agent be down; a refusal or
-/// an answer this CLI cannot read came from a running agent and is shown as it is.
+/// What the user reads when a call to the agent at `agent` fails once connected (a failed
+/// connection is told by [`super::dial::not_connected`]). Only when no answer came (none in time,
+/// the connection lost mid-call) may the agent be down; a refusal or an answer this CLI cannot
+/// read came from a running agent and is shown as it is.
 pub(super) fn call_failed(agent: SocketAddr, e: RpcError) -> anyhow::Error {
     if let Some(why) = certificate_refused(&e.to_string()) {
         return anyhow::anyhow!("the agent at {agent} refused this CLI's certificate: {why}");
     }
     match e {
-        RpcError::Connect { .. } | RpcError::Timeout(_) | RpcError::Stream(_) => {
-            anyhow::Error::new(e).context(format!(
-                "no answer from the agent at {agent} (is it running? set --agent or SHOAL_AGENT)"
-            ))
-        }
+        RpcError::Timeout(within) => anyhow::anyhow!(
+            "the agent at {agent} took the connection but gave no answer within {} (a busy or \
+             stuck agent; --timeout waits longer)",
+            shoal_core::spec::format_duration_ms(within.as_millis() as u64)
+        ),
+        RpcError::Connect { .. } | RpcError::Stream(_) => anyhow::Error::new(e).context(format!(
+            "no answer from the agent at {agent} (is it running? set --agent or SHOAL_AGENT)"
+        )),
         RpcError::Rejected(reason) => {
             anyhow::anyhow!("the agent at {agent} refused the request: {reason}")
         }
@@ -173,7 +213,7 @@ pub(super) fn call_failed(agent: SocketAddr, e: RpcError) -> anyhow::Error {
 
 /// Why an agent refused this CLI's certificate, from the TLS alert its connection was closed with
 /// (`the cryptographic handshake failed: error N`), when it was.
-fn certificate_refused(error: &str) -> Option<String> {
+pub(super) fn certificate_refused(error: &str) -> Option<String> {
     let (_, after) = error.split_once("the cryptographic handshake failed: error ")?;
     let code: u8 = after
         .split(|c: char| !c.is_ascii_digit())
@@ -184,7 +224,9 @@ fn certificate_refused(error: &str) -> Option<String> {
         42 | 46 => "the agent does not accept it (bad_certificate or certificate_unknown)",
         44 => "it is revoked (certificate_revoked): issue a new one with `shoal pki issue`",
         45 => "it has expired (certificate_expired): renew it with `shoal pki renew`",
-        48 => {
+        // What an agent older than this CLI sends for a certificate of another CA whose name is
+        // the same as its CA's (the signature does not verify); newer agents send unknown_ca.
+        48 | 51 => {
             "it is issued by another CA than the agent's (unknown_ca): use one of this mesh's PKI"
         }
         116 => "the agent needs one and got none (certificate_required)",

@@ -100,11 +100,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 fn client(demo: &Demo, agent: usize) -> ClientOpts {
     ClientOpts {
-        agent: demo.agents[agent].2,
+        agent: demo.agents[agent].2.into(),
         pki: demo.dir.join("pki"),
         client_name: None,
         self_issue: false,
         timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(2),
     }
 }
 

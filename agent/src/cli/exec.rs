@@ -103,7 +103,7 @@ async fn drive(
     start: Request,
     kill_after: Option<Duration>,
 ) -> anyhow::Result<ExitCode> {
-    let client = session(&args.client)?;
+    let client = session(&args.client).await?;
     let (node, session_id) = match session_call(&client, &args.client, &start).await? {
         Response::ExecStarted { node, session } => (node, session),
         _ => bail!("unexpected answer from the agent"),

@@ -110,7 +110,7 @@ impl Reader<'_> {
     }
 
     async fn run(&self) -> anyhow::Result<()> {
-        let client = session(&self.args.client)?;
+        let client = session(&self.args.client).await?;
         let call = |req: Request| {
             let client = &client;
             async move {

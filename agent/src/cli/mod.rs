@@ -17,6 +17,7 @@ mod caps;
 mod completions;
 mod connect;
 mod demo;
+mod dial;
 mod endpoints;
 mod exec;
 mod guard;

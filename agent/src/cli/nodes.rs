@@ -117,10 +117,7 @@ pub(super) fn nodes_of_other_cell(
         let Some(c) = shoal::state::cells::parse_contact(contact) else {
             continue;
         };
-        let client = ClientOpts {
-            agent: c.api,
-            ..client.clone()
-        };
+        let client = client.at(c.api);
         match nodes(&client) {
             Ok(nodes) => return Ok(nodes),
             Err(e) => last = e.context(format!("asking {contact}, an envoy of cell {want}")),

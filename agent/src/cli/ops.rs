@@ -149,10 +149,7 @@ pub fn approve(args: ApproveArgs) -> anyhow::Result<ExitCode> {
 /// nodes.
 pub fn drain(args: DrainArgs, draining: bool) -> anyhow::Result<ExitCode> {
     let target = node_api(&args.client, &args.node)?;
-    let opts = ClientOpts {
-        agent: target,
-        ..args.client.clone()
-    };
+    let opts = args.client.at(target);
     let req = Request::Drain {
         node: args.node,
         draining,

@@ -160,12 +160,87 @@ pub fn client_verifier(
     ca_certs: &[CertificateDer<'static>],
     crls: &[CertificateRevocationListDer<'static>],
 ) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
-    WebPkiClientVerifier::builder_with_provider(roots_of(ca_certs)?, crypto_provider())
-        .with_crls(crls.iter().cloned())
-        .only_check_end_entity_revocation()
-        .allow_unknown_revocation_status()
-        .build()
-        .map_err(|e| TlsError::Roots(e.to_string()))
+    let webpki =
+        WebPkiClientVerifier::builder_with_provider(roots_of(ca_certs)?, crypto_provider())
+            .with_crls(crls.iter().cloned())
+            .only_check_end_entity_revocation()
+            .allow_unknown_revocation_status()
+            .build()
+            .map_err(|e| TlsError::Roots(e.to_string()))?;
+    Ok(Arc::new(ClusterClientVerifier { webpki }))
+}
+
+/// Verifies client chains with webpki, and says "unknown CA" for a certificate of another CA.
+///
+/// Every Shoal CA has the same name, so webpki takes another mesh's CA for ours, finds that the
+/// signature does not verify and reports `BadSignature`, which rustls sends as the alert
+/// `decrypt_error`: the refused client could not tell that from a broken key. A chain whose
+/// signature does not verify under our CA was not issued by it: `unknown_ca` (48), which the
+/// CLI turns into "issued by another CA". Expired (`certificate_expired`, 45) and revoked
+/// (`certificate_revoked`, 44) pass through as rustls maps them.
+#[derive(Debug)]
+struct ClusterClientVerifier {
+    webpki: Arc<dyn ClientCertVerifier>,
+}
+
+/// The refusal the client is told for `error`, a verdict on its chain (see
+/// [`ClusterClientVerifier`]).
+fn chain_refusal(error: rustls::Error) -> rustls::Error {
+    use rustls::CertificateError::{BadSignature, UnknownIssuer};
+    match error {
+        #[allow(deprecated)]
+        rustls::Error::InvalidCertificate(BadSignature) => {
+            rustls::Error::InvalidCertificate(UnknownIssuer)
+        }
+        other => other,
+    }
+}
+
+impl ClientCertVerifier for ClusterClientVerifier {
+    fn offer_client_auth(&self) -> bool {
+        self.webpki.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.webpki.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.webpki.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        self.webpki
+            .verify_client_cert(end_entity, intermediates, now)
+            .map_err(chain_refusal)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
 }
 
 /// A TLS 1.3 server configuration that requires a client certificate chained to the cluster CA.
@@ -441,7 +516,26 @@ pub fn bind_endpoint(
     options: &QuicOptions,
 ) -> Result<quinn::Endpoint, TlsError> {
     let server = quic_server_config(identity, alpn, options)?;
-    bind(addr, identity, alpn, options, Some(server))
+    bind(addr, identity, alpn, options, Some(server), &|socket| {
+        socket
+    })
+}
+
+/// What wraps a serving endpoint's UDP socket before quinn reads it (a filter of datagrams, in
+/// the transport layer).
+pub type WrapSocket<'a> =
+    &'a dyn Fn(Arc<dyn quinn::AsyncUdpSocket>) -> Arc<dyn quinn::AsyncUdpSocket>;
+
+/// [`bind_endpoint`], quinn reading the socket through `wrap`.
+pub fn bind_endpoint_wrapped(
+    addr: SocketAddr,
+    identity: &Identity,
+    alpn: &[u8],
+    options: &QuicOptions,
+    wrap: WrapSocket<'_>,
+) -> Result<quinn::Endpoint, TlsError> {
+    let server = quic_server_config(identity, alpn, options)?;
+    bind(addr, identity, alpn, options, Some(server), wrap)
 }
 
 /// Binds a dial-only endpoint on an ephemeral port of the same family as `peer` (for the CLI).
@@ -456,7 +550,7 @@ pub fn client_endpoint(
     } else {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
     };
-    bind(any, identity, alpn, options, None)
+    bind(any, identity, alpn, options, None, &|socket| socket)
 }
 
 fn bind(
@@ -465,6 +559,7 @@ fn bind(
     alpn: &[u8],
     options: &QuicOptions,
     server: Option<quinn::ServerConfig>,
+    wrap: WrapSocket<'_>,
 ) -> Result<quinn::Endpoint, TlsError> {
     let client = quic_client_config(identity, alpn, options)?;
     let socket =
@@ -481,11 +576,14 @@ fn bind(
         };
         counter.store(receive as u64, Relaxed);
     }
-    let mut endpoint = quinn::Endpoint::new(
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let socket = quinn::Runtime::wrap_udp_socket(&*runtime, socket)
+        .map_err(|source| TlsError::Bind { addr, source })?;
+    let mut endpoint = quinn::Endpoint::new_with_abstract_socket(
         endpoint_config(identity, alpn),
         server,
-        socket,
-        Arc::new(quinn::TokioRuntime),
+        wrap(socket),
+        runtime,
     )
     .map_err(|source| TlsError::Bind { addr, source })?;
     endpoint.set_default_client_config(client);
@@ -551,5 +649,51 @@ mod buffer_tests {
         );
         assert!(receive <= 2 * super::UDP_BUFFER_BYTES, "{receive}");
         assert!(send > 0);
+    }
+}
+
+#[cfg(test)]
+mod verifier_tests {
+    use rustls::pki_types::UnixTime;
+    use rustls::CertificateError;
+
+    use crate::identity::pki::{self, IssueOptions, Role, SelfIssue};
+
+    /// A client certificate of another mesh's CA (the same CA name, another key) is refused as
+    /// of an unknown CA, not as a bad signature.
+    #[test]
+    fn a_certificate_of_another_ca_is_of_an_unknown_ca() {
+        let ours = tempfile::tempdir().unwrap();
+        let theirs = tempfile::tempdir().unwrap();
+        pki::init(ours.path()).unwrap();
+        pki::init(theirs.path()).unwrap();
+        pki::issue(theirs.path(), "eve", &IssueOptions::new(Role::Client)).unwrap();
+        pki::issue(ours.path(), "alice", &IssueOptions::new(Role::Client)).unwrap();
+        let us = pki::load_identity(ours.path(), "alice", SelfIssue::No).unwrap();
+        let eve = pki::load_identity(theirs.path(), "eve", SelfIssue::No).unwrap();
+        let verifier = super::client_verifier(&us.ca_certs, &[]).unwrap();
+        let now = UnixTime::now();
+        assert!(verifier
+            .verify_client_cert(&us.cert_chain[0], &[], now)
+            .is_ok());
+        let refused = verifier
+            .verify_client_cert(&eve.cert_chain[0], &[], now)
+            .unwrap_err();
+        assert_eq!(
+            refused,
+            rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer)
+        );
+        // Past its end, a certificate of ours is expired (certificate_expired), not unknown.
+        let later = UnixTime::since_unix_epoch(std::time::Duration::from_secs(4_000_000_000));
+        let expired = verifier
+            .verify_client_cert(&us.cert_chain[0], &[], later)
+            .unwrap_err();
+        let rustls::Error::InvalidCertificate(why) = expired else {
+            panic!("{expired:?}");
+        };
+        assert_eq!(
+            rustls::AlertDescription::from(why),
+            rustls::AlertDescription::CertificateExpired
+        );
     }
 }

@@ -454,6 +454,21 @@ impl QuicRpcClient {
         call_with(self, addr, server_name, req, timeout).await
     }
 
+    /// Connects to `addr` (or finds the connection cached) within `within`, apart from any call's
+    /// timeout, so a caller can tell "nothing answers there" from "slow to answer". Later calls
+    /// to `addr` reuse the connection. [`RpcError::Timeout`] when no handshake finished in time.
+    pub async fn connect_within(
+        &self,
+        addr: SocketAddr,
+        server_name: &str,
+        within: Duration,
+    ) -> Result<(), RpcError> {
+        match tokio::time::timeout(within, self.connect(addr, server_name)).await {
+            Ok(connected) => connected.map(|_| ()),
+            Err(_) => Err(RpcError::Timeout(within)),
+        }
+    }
+
     fn cached(&self, key: &(SocketAddr, String)) -> Option<quinn::Connection> {
         let cache = self.connections.lock().expect("connection cache lock");
         cache

@@ -38,6 +38,11 @@ pub struct TransportStats {
     pub connections_refused_per_peer: AtomicU64,
     /// Connections closed to make room for a newer one of the same certificate (at its cap).
     pub connections_superseded: AtomicU64,
+    /// Datagrams dropped before quinn: long headers of a QUIC version this endpoint does not
+    /// speak (see [`crate::transport::admission::filter`]).
+    pub datagrams_dropped_unknown_version: AtomicU64,
+    /// Datagrams dropped before quinn: Initials over their source's budget.
+    pub datagrams_dropped_initial_budget: AtomicU64,
     /// Frames dropped as malformed, oversized, of a bad version or kind, or read too slowly.
     pub frames_rejected: AtomicU64,
     /// Requests answered by the handler (RPC server).
@@ -73,6 +78,8 @@ pub struct TransportStatsSnapshot {
     pub connections_refused_per_ip: u64,
     pub connections_refused_per_peer: u64,
     pub connections_superseded: u64,
+    pub datagrams_dropped_unknown_version: u64,
+    pub datagrams_dropped_initial_budget: u64,
     pub frames_rejected: u64,
     pub requests_served: u64,
     pub dials_failed: u64,
@@ -99,6 +106,8 @@ impl TransportStats {
             connections_refused_per_ip: get(&self.connections_refused_per_ip),
             connections_refused_per_peer: get(&self.connections_refused_per_peer),
             connections_superseded: get(&self.connections_superseded),
+            datagrams_dropped_unknown_version: get(&self.datagrams_dropped_unknown_version),
+            datagrams_dropped_initial_budget: get(&self.datagrams_dropped_initial_budget),
             frames_rejected: get(&self.frames_rejected),
             requests_served: get(&self.requests_served),
             dials_failed: get(&self.dials_failed),

@@ -110,6 +110,29 @@ pub async fn mesh_families(
             ]),
         },
         Family {
+            name: "shoal_datagrams_dropped",
+            help: "UDP datagrams dropped before QUIC parsed them, by reason: unknown_version \
+                   (a long header of a QUIC version this agent does not speak, left \
+                   unanswered), initial_budget (an Initial over its source address's budget).",
+            kind: Kind::Counter,
+            samples: [("gossip", &g), ("api", &a)]
+                .into_iter()
+                .flat_map(|(endpoint, s)| {
+                    [
+                        ("unknown_version", s.datagrams_dropped_unknown_version),
+                        ("initial_budget", s.datagrams_dropped_initial_budget),
+                    ]
+                    .map(|(reason, n)| {
+                        let labels = vec![
+                            ("endpoint", endpoint.to_string()),
+                            ("reason", reason.to_string()),
+                        ];
+                        (labels, n as f64)
+                    })
+                })
+                .collect(),
+        },
+        Family {
             name: "shoal_quic_retries",
             help: "QUIC Retry packets sent to connection attempts from addresses not yet \
                    validated (they hold no state until the client echoes the token).",

@@ -16,7 +16,10 @@
 
 mod budget;
 mod config;
+pub mod filter;
+mod filter_socket;
 pub mod ledger;
+pub mod refusals;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -26,7 +29,10 @@ use tokio::sync::oneshot;
 
 pub use budget::{read_frame, FrameReadError, ReadBudget};
 pub use config::AdmissionConfig;
+pub use filter::FilterConfig;
+pub use filter_socket::FilteredSocket;
 use ledger::{Cap, HandshakeId, Ledger};
+pub use refusals::{LogEvery, RefusalCause, RefusalLog, REFUSAL_LOG_EVERY};
 
 use crate::transport::stats::TransportStats;
 
@@ -41,44 +47,8 @@ pub struct Admission {
     config: AdmissionConfig,
     stats: Arc<TransportStats>,
     state: Mutex<State>,
-    /// Refused handshakes are logged at info at most this often.
-    refusals_logged: Mutex<LogEvery>,
-}
-
-/// How often a refused handshake (a revoked, expired or foreign certificate, or garbage) is
-/// logged at info per endpoint: a flood of them must not flood the log. The others are logged at
-/// debug, and their number is said in the next info line; all are counted in
-/// `handshakes_refused`.
-pub const REFUSAL_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// A log line's rate limit: one per `every`, with how many were passed over since the last.
-#[derive(Debug)]
-pub struct LogEvery {
-    every: std::time::Duration,
-    last: Option<tokio::time::Instant>,
-    passed_over: u64,
-}
-
-impl LogEvery {
-    /// A limit of one line per `every`.
-    pub fn new(every: std::time::Duration) -> LogEvery {
-        LogEvery {
-            every,
-            last: None,
-            passed_over: 0,
-        }
-    }
-
-    /// `Some(lines passed over since the last)` when a line may be logged at `now`, `None` when
-    /// it is passed over (and counted).
-    pub fn admit(&mut self, now: tokio::time::Instant) -> Option<u64> {
-        if self.last.is_some_and(|last| now < last + self.every) {
-            self.passed_over += 1;
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.passed_over))
-    }
+    /// Refused handshakes are logged at info at most once per cause per [`REFUSAL_LOG_EVERY`].
+    refusals_logged: Mutex<RefusalLog>,
 }
 
 struct State {
@@ -109,7 +79,7 @@ impl Admission {
             }),
             config,
             stats,
-            refusals_logged: Mutex::new(LogEvery::new(REFUSAL_LOG_EVERY)),
+            refusals_logged: Mutex::new(RefusalLog::new(REFUSAL_LOG_EVERY)),
         })
     }
 
@@ -224,24 +194,28 @@ impl State {
 }
 
 impl Admission {
-    /// Logs a refused handshake: at info within [`REFUSAL_LOG_EVERY`], else at debug.
+    /// Logs a refused handshake: at info once per cause per [`REFUSAL_LOG_EVERY`] (with how
+    /// many of that cause were not since), else at debug.
     fn log_refusal(&self, remote: SocketAddr, error: &dyn std::fmt::Display) {
         let now = tokio::time::Instant::now();
+        let error = error.to_string();
+        let cause = RefusalCause::of(&error);
         let admitted = self
             .refusals_logged
             .lock()
             .expect("log limit lock")
-            .admit(now);
+            .admit(cause, now);
         let endpoint = self.endpoint;
         match admitted {
             Some(not_logged) => tracing::info!(
                 endpoint,
                 %remote,
+                %cause,
                 %error,
                 not_logged_since = not_logged,
-                "handshake refused (a certificate this agent does not accept, or not TLS)"
+                "handshake refused"
             ),
-            None => tracing::debug!(endpoint, %remote, %error, "handshake refused"),
+            None => tracing::debug!(endpoint, %remote, %cause, %error, "handshake refused"),
         }
     }
 }
@@ -444,25 +418,5 @@ impl Drop for PeerSlot {
         if state.ledger.handle_peer_end(&self.name) == 0 {
             state.budgets.remove(&self.name);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::LogEvery;
-
-    #[test]
-    fn a_refusal_is_logged_once_per_interval_and_the_next_line_counts_the_rest() {
-        let mut limit = LogEvery::new(Duration::from_secs(10));
-        let t0 = tokio::time::Instant::now();
-        let at = |ms: u64| t0 + Duration::from_millis(ms);
-        assert_eq!(limit.admit(at(0)), Some(0));
-        assert_eq!(limit.admit(at(1_000)), None);
-        assert_eq!(limit.admit(at(9_999)), None);
-        assert_eq!(limit.admit(at(10_000)), Some(2));
-        assert_eq!(limit.admit(at(10_000)), None);
-        assert_eq!(limit.admit(at(25_000)), Some(1));
     }
 }

@@ -209,9 +209,14 @@ impl QuicTransport {
 #[async_trait::async_trait]
 impl Transport for QuicTransport {
     async fn open(&self, listen_addr: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
-        let endpoint =
-            tls::bind_endpoint(listen_addr, &self.identity, ALPN_GOSSIP, &self.config.quic)
-                .with_context(|| format!("opening the gossip endpoint on {listen_addr}"))?;
+        let stats = self.stats.clone();
+        let filter = move |socket| {
+            let config = crate::transport::admission::FilterConfig::default();
+            crate::transport::admission::FilteredSocket::wrap(socket, config, stats.clone())
+        };
+        let (id, quic) = (&self.identity, &self.config.quic);
+        let endpoint = tls::bind_endpoint_wrapped(listen_addr, id, ALPN_GOSSIP, quic, &filter)
+            .with_context(|| format!("opening the gossip endpoint on {listen_addr}"))?;
         let (inbound_tx, inbound_rx) = mpsc::channel(self.config.inbound_queue_len);
         let authority = self.authority.get().cloned();
         if let Some(authority) = &authority {
