@@ -346,7 +346,15 @@ fn report(args: &Args, results: &[RunResult]) {
         "false_views_all": results.iter().map(|r| r.false_views).collect::<Vec<_>>(),
         "false_events_all": results.iter().map(|r| r.false_events).collect::<Vec<_>>(),
     });
-    if !args.json {
+    if !args.json && args.freeze_ms.is_some() {
+        println!(
+            "{} agents, {} runs of a freeze: false verdicts {} (views) and {} (member-dead events)",
+            args.agents,
+            results.len(),
+            json["false_views_all"],
+            json["false_events_all"]
+        );
+    } else if !args.json {
         println!(
             "{} agents, {} runs: every survivor declared the killed agent dead after median {} ms \
              (worst {} ms; target 3000 ms)",
