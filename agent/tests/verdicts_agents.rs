@@ -68,7 +68,7 @@ fn a_starved_agent_is_not_declared_dead_and_a_killed_one_is_by_every_survivor() 
     let pid = c.agents[2].child.as_ref().unwrap().id();
     let start = Instant::now();
     let mut polls = 0;
-    while start.elapsed() < Duration::from_secs(15) {
+    while start.elapsed() < Duration::from_secs(12) {
         signal(pid, "STOP");
         let frozen_at = Instant::now();
         // While it is frozen, another agent's view: everyone alive.
@@ -85,7 +85,7 @@ fn a_starved_agent_is_not_declared_dead_and_a_killed_one_is_by_every_survivor() 
     std::thread::sleep(Duration::from_secs(2));
     let dead = events_of(&c, "member-dead");
     assert!(dead.is_empty(), "false deaths: {dead:?}");
-    assert!(polls > 20);
+    assert!(polls > 10);
     // The frozen agent ran late and knew it: its stalls are counted.
     for i in 0..5 {
         assert_eq!(c.alive_nodes(i).map(|a| a.len()), Some(5), "n{}", i + 1);
@@ -201,7 +201,7 @@ fn an_agent_losing_a_tenth_of_its_packets_is_not_declared_dead() {
         );
     }
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(30) {
+    while start.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_secs(1));
         for i in 0..n {
             if let Some(alive) = c.alive_nodes(i) {

@@ -769,23 +769,10 @@ impl Prober {
         nonce: u64,
         out: &mut Vec<Outgoing>,
     ) -> u32 {
-        let mut eligible: Vec<SocketAddr> = self
-            .tracks
-            .iter()
-            .filter(|(k, t)| {
-                *k != key
-                    && t.probes
-                    && !t.leaving
-                    && matches!(t.state, State::Alive | State::Probing(_))
-            })
-            .map(|(_, t)| t.addr)
-            .collect();
-        let mut asked = 0;
-        for i in 0..self.config.indirect_k.min(eligible.len()) {
-            let j = i + (self.random() % (eligible.len() - i) as u64) as usize;
-            eligible.swap(i, j);
+        let relays = self.pick_others(key, self.config.indirect_k);
+        for relay in &relays {
             out.push((
-                eligible[i],
+                *relay,
                 ProbeMsg::PingReq {
                     nonce,
                     target: key.0.clone(),
@@ -793,15 +780,13 @@ impl Prober {
                     target_addr,
                 },
             ));
-            asked += 1;
         }
-        asked
+        relays.len() as u32
     }
 
-    /// Tells up to `notify_max` members judged alive, picked at random, that this agent suspects
-    /// `key`: they probe it at once instead of waiting for their own view of its heartbeat to go
-    /// quiet (gossip spreads that view a round or two apart).
-    fn tell_others(&mut self, key: &Key, out: &mut Vec<Outgoing>) {
+    /// Up to `n` members other than `key` judged alive (that speak probes and are not leaving),
+    /// picked at random.
+    fn pick_others(&mut self, key: &Key, n: usize) -> Vec<SocketAddr> {
         let mut eligible: Vec<SocketAddr> = self
             .tracks
             .iter()
@@ -813,12 +798,22 @@ impl Prober {
             })
             .map(|(_, t)| t.addr)
             .collect();
-        let n = self.config.notify_max.min(eligible.len());
+        let n = n.min(eligible.len());
         for i in 0..n {
             let j = i + (self.random() % (eligible.len() - i) as u64) as usize;
             eligible.swap(i, j);
+        }
+        eligible.truncate(n);
+        eligible
+    }
+
+    /// Tells up to `notify_max` members judged alive, picked at random, that this agent suspects
+    /// `key`: they probe it at once instead of waiting for their own view of its heartbeat to go
+    /// quiet (gossip spreads that view a round or two apart).
+    fn tell_others(&mut self, key: &Key, out: &mut Vec<Outgoing>) {
+        for member in self.pick_others(key, self.config.notify_max) {
             out.push((
-                eligible[i],
+                member,
                 ProbeMsg::Suspect {
                     target: key.0.clone(),
                     target_gen: key.1,
