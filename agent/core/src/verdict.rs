@@ -336,6 +336,8 @@ pub struct Prober {
     health_moved_at: u64,
     /// When health last rose.
     health_raised_at: u64,
+    /// When an answered probe last lowered the failure part of health.
+    health_down_at: u64,
     suspected_me: bool,
     /// Health rose since the last tick.
     health_raised: bool,
@@ -372,6 +374,7 @@ impl Prober {
             stall_health: 0,
             health_moved_at: 0,
             health_raised_at: 0,
+            health_down_at: 0,
             suspected_me: false,
             health_raised: false,
             counters: ProbeCounters::default(),
@@ -999,7 +1002,12 @@ impl Prober {
         if matches!(was, State::Suspect(..)) {
             self.event(key, VerdictKind::Refuted, now);
         }
-        self.health = self.health.saturating_sub(1);
+        // One step down per HEALTH_DECAY_MS at most (Lifeguard lowers it once per probe period):
+        // a burst of answers after a blackout must not undo the failures that raised it.
+        if self.health > 0 && now.saturating_sub(self.health_down_at) >= HEALTH_DECAY_MS {
+            self.health -= 1;
+            self.health_down_at = now;
+        }
     }
 }
 

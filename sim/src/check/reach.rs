@@ -13,9 +13,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// A verdict about a host (or a cell) that was reachable from its observer within this long
-/// is false. One second: a member frozen longer than that (or cut off longer) may be told dead
-/// by a detector meeting issue 28's 1.0 s median target, and a verdict on it is not counted.
-pub const REACHABLE_WITHIN_MS: u64 = 1_000;
+/// is false. Half a second: the member probes (`shoal_core::verdict`) may declare a member dead
+/// about 0.5 s after it went silent at the earliest (its last heartbeat up to a round before,
+/// 300 ms of quiet, a failed ping and a confirmed suspicion), so a member frozen or cut off
+/// longer may be told dead, and a verdict on it is not counted.
+pub const REACHABLE_WITHIN_MS: u64 = 500;
 
 /// Spans kept per host at most (older ones are dropped first; a duty cycle of 10 ms over the
 /// window needs 100).
@@ -123,17 +125,17 @@ mod tests {
     #[test]
     fn a_duty_cycle_leaves_the_host_reachable_and_a_long_pause_does_not() {
         let mut r = Reach::default();
-        // Frozen 900 of every 1000 ms from 10 s.
+        // Frozen 400 of every 500 ms from 10 s.
         for k in 0..5 {
-            let t = 10_000 + k * 1_000;
+            let t = 10_000 + k * 500;
             r.set_paused(3, true, t);
-            r.set_paused(3, false, t + 900);
+            r.set_paused(3, false, t + 400);
         }
-        assert!(r.reachable_within(0, 3, 14_950));
-        // Paused from 20 s on: reachable until 21 s, not after.
+        assert!(r.reachable_within(0, 3, 12_450));
+        // Paused from 20 s on: reachable until 20.5 s, not after.
         r.set_paused(3, true, 20_000);
-        assert!(r.reachable_within(0, 3, 20_999));
-        assert!(!r.reachable_within(0, 3, 21_001));
+        assert!(r.reachable_within(0, 3, 20_499));
+        assert!(!r.reachable_within(0, 3, 20_501));
         assert!(!r.reachable_within(3, 0, 21_500));
         r.set_paused(3, false, 22_000);
         assert!(r.reachable_within(0, 3, 22_100));
@@ -157,7 +159,7 @@ mod tests {
     fn an_observer_frozen_the_whole_window_reaches_nobody() {
         let mut r = Reach::default();
         r.set_paused(0, true, 1_000);
-        assert!(!r.reachable_within(0, 5, 2_500));
+        assert!(!r.reachable_within(0, 5, 1_600));
         assert!(r.reachable_within(4, 5, 2_500));
     }
 }
