@@ -52,7 +52,7 @@ pub async fn run(node: Arc<MeshNode>, mut channel: ProbeChannel, config: ProbeCo
     let mut planned = Instant::now() + TICK;
     let mut next_tick = planned;
     let mut published = String::new();
-    let mut builds = BuildCache::default();
+    let mut keys = KeyCache::default();
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(planned) => {}
@@ -85,7 +85,7 @@ pub async fn run(node: Arc<MeshNode>, mut channel: ProbeChannel, config: ProbeCo
             planned = next_tick;
             continue;
         }
-        let (members, suspected_me) = observe(&node, &mut builds).await;
+        let (members, suspected_me) = observe(&node, &mut keys).await;
         for (to, msg) in prober.tick(now_ms, stall, suspected_me, &members) {
             send(&node, &channel, to, &msg);
         }
@@ -136,7 +136,7 @@ fn send(node: &MeshNode, channel: &ProbeChannel, to: std::net::SocketAddr, msg: 
 
 /// Every other identity chitchat holds, as the prober reads it, and how many live members
 /// suspect this agent.
-async fn observe(node: &MeshNode, builds: &mut BuildCache) -> (Vec<Observed>, u32) {
+async fn observe(node: &MeshNode, keys: &mut KeyCache) -> (Vec<Observed>, u32) {
     let chitchat = node.gossip().chitchat();
     let guard = chitchat.lock().await;
     let me = guard.self_chitchat_id().clone();
@@ -147,15 +147,11 @@ async fn observe(node: &MeshNode, builds: &mut BuildCache) -> (Vec<Observed>, u3
         if **id == me {
             continue;
         }
-        let Some(text) = guard.node_state(id).and_then(|s| s.get(SUSPECTS_KEY)) else {
+        let Some(state) = guard.node_state(id) else {
             continue;
         };
-        if text.is_empty() || text.len() > SUSPECTS_BYTES_MAX {
-            continue;
-        }
-        let (list, _bad) = parse_suspects(text);
-        for key in list.into_iter().take(SUSPECTS_MAX) {
-            *suspected.entry(key).or_default() += 1;
+        for key in keys.suspects(id, state) {
+            *suspected.entry(key.clone()).or_default() += 1;
         }
     }
     let mut out = Vec::with_capacity(guard.node_states().len());
@@ -164,7 +160,7 @@ async fn observe(node: &MeshNode, builds: &mut BuildCache) -> (Vec<Observed>, u3
             continue;
         }
         let key = (id.node_id.to_string(), id.generation_id);
-        let probes = builds.speaks_probes(id, state);
+        let probes = keys.speaks_probes(id, state);
         out.push(Observed {
             suspected_by: suspected.get(&key).copied().unwrap_or(0),
             name: key.0,
@@ -176,7 +172,7 @@ async fn observe(node: &MeshNode, builds: &mut BuildCache) -> (Vec<Observed>, u3
             leaving: state.get(super::view::LEAVING_KEY).is_some(),
         });
     }
-    builds.forget_others(guard.node_states());
+    keys.forget_others(guard.node_states());
     let mine = suspected
         .get(&(me.node_id.to_string(), me.generation_id))
         .copied()
@@ -184,32 +180,64 @@ async fn observe(node: &MeshNode, builds: &mut BuildCache) -> (Vec<Observed>, u3
     (out, mine)
 }
 
-/// Whether each identity's build speaks probes, decoded again only when its build key moves.
+/// What each identity gossips under the keys the prober reads (whether its build speaks probes,
+/// whom it suspects), decoded again only when that key's version moves: the prober reads every
+/// member each tick, and most keys change rarely.
 #[derive(Default)]
-struct BuildCache {
-    by_id: BTreeMap<chitchat::ChitchatId, (u64, bool)>,
+struct KeyCache {
+    builds: BTreeMap<chitchat::ChitchatId, (u64, bool)>,
+    suspects: BTreeMap<chitchat::ChitchatId, (u64, Vec<(String, u64)>)>,
 }
 
-impl BuildCache {
+impl KeyCache {
     fn speaks_probes(&mut self, id: &chitchat::ChitchatId, state: &chitchat::NodeState) -> bool {
-        let Some(versioned) = state.get_versioned(BUILD_KEY) else {
-            return false;
-        };
-        if let Some((version, speaks)) = self.by_id.get(id) {
-            if *version == versioned.version {
-                return *speaks;
+        *cached(&mut self.builds, id, state, BUILD_KEY, |value| {
+            super::build::BuildRecord::decode(value).is_ok_and(|b| b.wire_max >= PROBE_WIRE)
+        })
+        .unwrap_or(&false)
+    }
+
+    fn suspects(
+        &mut self,
+        id: &chitchat::ChitchatId,
+        state: &chitchat::NodeState,
+    ) -> &[(String, u64)] {
+        cached(&mut self.suspects, id, state, SUSPECTS_KEY, |text| {
+            if text.len() > SUSPECTS_BYTES_MAX {
+                return Vec::new();
             }
-        }
-        let speaks = !versioned.is_deleted()
-            && super::build::BuildRecord::decode(&versioned.value)
-                .is_ok_and(|b| b.wire_max >= PROBE_WIRE);
-        self.by_id.insert(id.clone(), (versioned.version, speaks));
-        speaks
+            let (mut list, _bad) = parse_suspects(text);
+            list.truncate(SUSPECTS_MAX);
+            list
+        })
+        .map_or(&[], Vec::as_slice)
     }
 
     fn forget_others(&mut self, states: &BTreeMap<chitchat::ChitchatId, chitchat::NodeState>) {
-        if self.by_id.len() > states.len() {
-            self.by_id.retain(|id, _| states.contains_key(id));
+        if self.builds.len() > states.len() {
+            self.builds.retain(|id, _| states.contains_key(id));
+        }
+        if self.suspects.len() > states.len() {
+            self.suspects.retain(|id, _| states.contains_key(id));
         }
     }
+}
+
+/// `id`'s value under `key` decoded by `decode`, from `cache` while the key's version is the one
+/// decoded; `None` when it has no such key (or a deleted one).
+fn cached<'a, T>(
+    cache: &'a mut BTreeMap<chitchat::ChitchatId, (u64, T)>,
+    id: &chitchat::ChitchatId,
+    state: &chitchat::NodeState,
+    key: &str,
+    decode: impl FnOnce(&str) -> T,
+) -> Option<&'a T> {
+    let versioned = state.get_versioned(key).filter(|v| !v.is_deleted())?;
+    let fresh = cache
+        .get(id)
+        .is_some_and(|(version, _)| *version == versioned.version);
+    if !fresh {
+        cache.insert(id.clone(), (versioned.version, decode(&versioned.value)));
+    }
+    cache.get(id).map(|(_, value)| value)
 }
