@@ -321,6 +321,7 @@ fn placement_input() -> (Vec<Node>, Vec<Workload>) {
                 sticky,
                 needs: Default::default(),
                 yields_when_short: false,
+                yields_unplaced: false,
                 ports_exclusive: false,
             }
         })
@@ -365,6 +366,7 @@ fn capabilities(nodes: &mut [Node], workloads: &mut [Workload]) {
     }
     for (i, w) in workloads.iter_mut().enumerate() {
         w.yields_when_short = true;
+        w.yields_unplaced = true;
         w.needs = Needs {
             runtime: Some(if mix.below(5) == 0 {
                 Runtime::Container

@@ -44,6 +44,7 @@ fn cluster(nodes: usize, workloads: usize) -> (Vec<Node>, Vec<Workload>) {
             sticky: Default::default(),
             needs: Default::default(),
             yields_when_short: false,
+            yields_unplaced: false,
             ports_exclusive: false,
         })
         .collect();

@@ -102,7 +102,7 @@ pub fn placement_algorithm(mesh_version: u16) -> u32 {
     match mesh_version {
         ..=8 => 6,
         9 => 7,
-        10 => 8,
+        10 | 11 => 8,
         _ => crate::placement::PLACEMENT_ALGORITHM_VERSION,
     }
 }
@@ -206,5 +206,7 @@ mod tests {
         assert_eq!(placement_algorithm(8), 6);
         assert_eq!(placement_algorithm(9), 7);
         assert_eq!(placement_algorithm(10), 8);
+        assert_eq!(placement_algorithm(11), 8);
+        assert_eq!(placement_algorithm(12), 9);
     }
 }

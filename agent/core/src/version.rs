@@ -21,8 +21,9 @@ pub const WIRE_MIN: u16 = 7;
 /// 7, which places a replica only where it can run, `module upgrade`; 10: placement algorithm 8,
 /// fixed host ports a placement resource between workloads; 11: member probes on the gossip
 /// endpoint, whose verdicts replace the heartbeat detector's between members that speak it,
-/// module `verdict`).
-pub const WIRE_CUR: u16 = 11;
+/// module `verdict`; 12: placement algorithm 9, a short workload with no replica placed goes
+/// after the others of its priority too).
+pub const WIRE_CUR: u16 = 12;
 
 thread_local! {
     static LAYOUT: Cell<u16> = const { Cell::new(WIRE_CUR) };

@@ -122,6 +122,7 @@ fn workload(line: &str) -> Workload {
         sticky: Default::default(),
         needs: Default::default(),
         yields_when_short: false,
+        yields_unplaced: false,
         ports_exclusive: false,
     };
     for word in &words[1..] {

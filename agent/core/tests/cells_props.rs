@@ -124,6 +124,7 @@ fn arb_workloads(request_scale: u64) -> impl Strategy<Value = Vec<Workload>> {
                     sticky: Default::default(),
                     needs: Default::default(),
                     yields_when_short: false,
+                    yields_unplaced: false,
                     ports_exclusive: false,
                 },
             )
@@ -485,6 +486,7 @@ fn the_cell_level_spreads_replicas_evenly() {
             sticky: Default::default(),
             needs: Default::default(),
             yields_when_short: false,
+            yields_unplaced: false,
             ports_exclusive: false,
         };
         let p = place_cells(&cells, std::slice::from_ref(&w));

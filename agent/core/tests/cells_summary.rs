@@ -95,6 +95,7 @@ fn free_is_what_the_cell_placed_subtracted() {
         sticky: Default::default(),
         needs: Default::default(),
         yields_when_short: false,
+        yields_unplaced: false,
         ports_exclusive: false,
     };
     let s = summarize("c1", 1, &[], &nodes, &placement, &[web], None);

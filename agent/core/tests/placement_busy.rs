@@ -87,6 +87,7 @@ fn cluster(
             sticky: Default::default(),
             needs: Default::default(),
             yields_when_short: false,
+            yields_unplaced: false,
             ports_exclusive: false,
         });
     }

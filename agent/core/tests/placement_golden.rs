@@ -40,13 +40,14 @@ fn workload(id: &str, replicas: u32, cpu: u64, mib: u64) -> Workload {
         sticky: Default::default(),
         needs: Default::default(),
         yields_when_short: false,
+        yields_unplaced: false,
         ports_exclusive: false,
     }
 }
 
 #[test]
 fn version() {
-    assert_eq!(PLACEMENT_ALGORITHM_VERSION, 8);
+    assert_eq!(PLACEMENT_ALGORITHM_VERSION, 9);
 }
 
 #[test]

@@ -74,6 +74,7 @@ fn arb_workload(id_pool: u32) -> impl Strategy<Value = Workload> {
                 sticky: Default::default(),
                 needs: Default::default(),
                 yields_when_short: false,
+                yields_unplaced: false,
                 ports_exclusive: false,
             },
         )
@@ -578,6 +579,7 @@ fn infeasible_requests_are_reported() {
         sticky: Default::default(),
         needs: Default::default(),
         yields_when_short: false,
+        yields_unplaced: false,
         ports_exclusive: false,
     };
     let p = place(
@@ -649,6 +651,7 @@ fn first_choices_follow_capacity() {
             sticky: Default::default(),
             needs: Default::default(),
             yields_when_short: false,
+            yields_unplaced: false,
             ports_exclusive: false,
         })
         .collect();

@@ -37,6 +37,7 @@ fn web(replicas: u32, spread: Spread) -> Workload {
         sticky: Default::default(),
         needs: Default::default(),
         yields_when_short: false,
+        yields_unplaced: false,
         ports_exclusive: false,
     }
 }
@@ -161,6 +162,7 @@ mod props {
                         sticky: Default::default(),
                         needs: Default::default(),
                         yields_when_short: false,
+                        yields_unplaced: false,
                         ports_exclusive: false,
                     })
                     .collect()

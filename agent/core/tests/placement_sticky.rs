@@ -44,6 +44,7 @@ fn db(replicas: u32, sticky: &[(u32, &str)]) -> Workload {
         sticky: sticky.iter().map(|&(r, n)| (r, n.to_string())).collect(),
         needs: Default::default(),
         yields_when_short: false,
+        yields_unplaced: false,
         ports_exclusive: false,
     }
 }
@@ -272,6 +273,7 @@ fn arb_workload() -> impl Strategy<Value = Workload> {
                 sticky,
                 needs: Default::default(),
                 yields_when_short: false,
+                yields_unplaced: false,
                 ports_exclusive: false,
             },
         )

@@ -57,6 +57,7 @@ fn arb_workload() -> impl Strategy<Value = Workload> {
                 sticky: Default::default(),
                 needs: Default::default(),
                 yields_when_short: false,
+                yields_unplaced: false,
                 ports_exclusive: false,
             },
         )
@@ -155,6 +156,7 @@ fn stacked_replicas_and_a_down_node_match_a_full_pass() {
         sticky: Default::default(),
         needs: Default::default(),
         yields_when_short: false,
+        yields_unplaced: false,
         ports_exclusive: false,
     };
     let mut nodes: Vec<Node> = (0..5).map(|i| node(&format!("n{i}"), false)).collect();

@@ -64,6 +64,7 @@ pub fn mix(first: usize, nodes: &mut [Node], workloads: &mut [Workload]) {
     }
     for (j, w) in workloads.iter_mut().enumerate() {
         w.yields_when_short = true;
+        w.yields_unplaced = true;
         w.needs = Needs {
             runtime: Some(if j % 5 < 3 {
                 Runtime::Process
@@ -214,6 +215,7 @@ pub fn workloads(
             sticky: Default::default(),
             needs: Default::default(),
             yields_when_short: false,
+            yields_unplaced: false,
             ports_exclusive: false,
         });
     }

@@ -311,6 +311,15 @@ pub(crate) fn run(
                     .is_some_and(|t| t.spec.yields_when_short)
             })
             .collect();
+        // Since algorithm 9 a short workload goes last also when it placed nothing.
+        let unplaced_yields: Vec<bool> = order[start..end]
+            .iter()
+            .map(|&w| {
+                workloads[w as usize]
+                    .as_ref()
+                    .is_some_and(|t| t.spec.yields_unplaced)
+            })
+            .collect();
         if yields.len() < 2 || !yields.contains(&true) {
             pass.level_exclusive(workloads, order, start..end, node_epoch, outcomes, changed);
             continue;
@@ -359,20 +368,26 @@ pub(crate) fn run(
         let mut arranged = order.to_vec();
         for _ in 0..DEMOTIONS_MAX {
             // Per family still placed first: replicas short, placed.
-            let mut tally = vec![(0usize, 0usize); families];
+            let mut tally = vec![(0usize, 0usize, false); families];
             for (i, &w) in order[start..end].iter().enumerate() {
                 let f = family[i] as usize;
                 if yields[i] && !demoted[f] {
                     let short = short_of(outcomes, w);
                     tally[f].0 += short;
                     tally[f].1 += outcomes[w as usize].len() - short;
+                    tally[f].2 |= unplaced_yields[i];
                 }
             }
-            // The family too big for the mesh (more replicas short than placed, some placed:
-            // it holds room others of the level might have had), short of the most.
+            // The family too big for the mesh (more replicas short than placed), short of the
+            // most. Under algorithm 8 only one with some replica placed (it holds room others of
+            // the level might have had); since 9 also one with none: its replicas' proposals,
+            // turned away in the end, may still have pushed others' replicas off their nodes.
             let mut worst: Option<(usize, usize)> = None;
-            for (f, &(short, placed)) in tally.iter().enumerate() {
-                if short > placed && placed > 0 && worst.is_none_or(|(most, _)| short > most) {
+            for (f, &(short, placed, unplaced)) in tally.iter().enumerate() {
+                if short > placed
+                    && (placed > 0 || unplaced)
+                    && worst.is_none_or(|(most, _)| short > most)
+                {
                     worst = Some((short, f));
                 }
             }

@@ -78,12 +78,21 @@ pub use model::{
 /// (`Needs::root`) is eligible only on a node allowing root workloads
 /// (`Capabilities::root_allowed`). A mesh at a version naming 7 places as version 7 did
 /// ([`for_algorithm`] clears both).
-pub const PLACEMENT_ALGORITHM_VERSION: u32 = 8;
+/// Version 9 (mesh version 12): a yielding workload short of more replicas than it placed goes
+/// after the others of its level also when it placed none (`Workload::yields_unplaced`): under 8
+/// it stayed first, and its replicas' proposals could push a replica of a workload that fits to
+/// another node before being turned away themselves (a property test's counterexample).
+pub const PLACEMENT_ALGORITHM_VERSION: u32 = 9;
 
 /// The inputs as placement algorithm `algorithm` sees them: before 7, nodes say no capabilities
 /// and workloads need nothing (version 6 had neither), so this build places as a build of that
 /// algorithm does.
 pub fn for_algorithm(algorithm: u32, nodes: &mut [Node], workloads: &mut [Workload]) {
+    if algorithm < 9 {
+        for w in workloads.iter_mut() {
+            w.yields_unplaced = false;
+        }
+    }
     if algorithm < 8 {
         // Root workloads (a need and a capability) came with algorithm 8.
         for n in nodes.iter_mut() {

@@ -263,6 +263,12 @@ pub struct Workload {
     /// for the mesh never pushes out the replicas of one that fits.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub yields_when_short: bool,
+    /// With `yields_when_short`: it also goes after the others when none of its replicas fits
+    /// (placement algorithm 9; false before, when a short workload with nothing placed stayed
+    /// first, and its replicas' proposals could still push a replica of a workload that fits
+    /// onto another node before they were turned away themselves).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub yields_unplaced: bool,
     /// Its fixed host ports (`Needs::fixed_ports`) are held exclusively (placement algorithm 8;
     /// false before): no node holds a replica of it beside another workload's replica fixing one
     /// of the same ports. Between two such workloads the stronger keeps the node: the higher

@@ -275,6 +275,7 @@ mod tests {
             sticky: Default::default(),
             needs: Default::default(),
             yields_when_short: false,
+            yields_unplaced: false,
             ports_exclusive: false,
         }
     }

@@ -556,6 +556,7 @@ pub fn placement_workload_held(
         w.needs = shoal_core::placement::Needs::of_spec(spec);
         w.yields_when_short = true;
     }
+    w.yields_unplaced = algorithm >= 9;
     w.ports_exclusive = algorithm >= 8 && !w.needs.fixed_ports.is_empty();
     if spec.keeps_replica_data() {
         let first = ReplicaId::new(&spec.name, 0);
@@ -588,6 +589,7 @@ pub fn placement_workload(spec: &WorkloadSpec) -> Workload {
         sticky: BTreeMap::new(),
         needs: Default::default(),
         yields_when_short: false,
+        yields_unplaced: false,
         ports_exclusive: false,
     }
 }
