@@ -322,6 +322,7 @@ fn placement_input() -> (Vec<Node>, Vec<Workload>) {
                 needs: Default::default(),
                 yields_when_short: false,
                 yields_unplaced: false,
+                cell_level_needs: false,
                 ports_exclusive: false,
             }
         })

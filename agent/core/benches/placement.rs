@@ -45,6 +45,7 @@ fn cluster(nodes: usize, workloads: usize) -> (Vec<Node>, Vec<Workload>) {
             needs: Default::default(),
             yields_when_short: false,
             yields_unplaced: false,
+            cell_level_needs: false,
             ports_exclusive: false,
         })
         .collect();

@@ -6,7 +6,10 @@
 //! - `cell NAME cap=CORES/GIB [members=N] [largest=CORES/GIB] [free=CORES/GIB]
 //!   [zones=Z:CORES/GIB,...] [labels=KEY=VALUE:CORES/GIB,...] [down]`; members default to 10,
 //!   largest to a tenth of the capacity, free to half of it.
-//! - `workload ID replicas=N req=MILLICORES/MIB [spread=zone] [priority=P] [| CONSTRAINT]...`
+//! - `workload ID replicas=N req=MILLICORES/MIB [spread=zone] [priority=P] [runtime=KIND] [root]
+//!   [algorithm=A] [| CONSTRAINT]...`; the needs (`runtime`, `root`) are judged by the cell level
+//!   as placement algorithm 9 judges them (`cell_level_needs`), unless `algorithm` is below 9.
+//!   What a cell's members lack is in its labels: `labels=shoal:lacks:process=yes:CORES/GIB`.
 //!
 //! Output: one line per replica, `workload/index cell` (with ` unsure` when the summaries say the
 //! cell has no room or does not offer what it asks), `workload/index ! reason`, then the home
@@ -25,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 use shoal_core::cells::{place_cells, Cell, CellSummary, LabelOffer, ZoneOffer};
 use shoal_core::constraint::Constraint;
-use shoal_core::placement::{Spread, Workload};
+use shoal_core::placement::{Runtime, Spread, Workload};
 use shoal_core::resources::Resources;
 
 const GIB: u64 = 1 << 30;
@@ -123,6 +126,7 @@ fn workload(line: &str) -> Workload {
         needs: Default::default(),
         yields_when_short: false,
         yields_unplaced: false,
+        cell_level_needs: true,
         ports_exclusive: false,
     };
     for word in &words[1..] {
@@ -134,6 +138,10 @@ fn workload(line: &str) -> Workload {
             }
             Some(("spread", "zone")) => w.spread = Spread::Zone,
             Some(("priority", v)) => w.priority = v.parse().unwrap(),
+            Some(("runtime", "process")) => w.needs.runtime = Some(Runtime::Process),
+            Some(("runtime", "container")) => w.needs.runtime = Some(Runtime::Container),
+            Some(("algorithm", v)) => w.cell_level_needs = v.parse::<u32>().unwrap() >= 9,
+            None if *word == "root" => w.needs.root = true,
             _ => panic!("unknown workload field {word:?}"),
         }
     }

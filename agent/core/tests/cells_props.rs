@@ -125,6 +125,7 @@ fn arb_workloads(request_scale: u64) -> impl Strategy<Value = Vec<Workload>> {
                     needs: Default::default(),
                     yields_when_short: false,
                     yields_unplaced: false,
+                    cell_level_needs: false,
                     ports_exclusive: false,
                 },
             )
@@ -487,6 +488,7 @@ fn the_cell_level_spreads_replicas_evenly() {
             needs: Default::default(),
             yields_when_short: false,
             yields_unplaced: false,
+            cell_level_needs: false,
             ports_exclusive: false,
         };
         let p = place_cells(&cells, std::slice::from_ref(&w));

@@ -96,6 +96,7 @@ fn free_is_what_the_cell_placed_subtracted() {
         needs: Default::default(),
         yields_when_short: false,
         yields_unplaced: false,
+        cell_level_needs: false,
         ports_exclusive: false,
     };
     let s = summarize("c1", 1, &[], &nodes, &placement, &[web], None);

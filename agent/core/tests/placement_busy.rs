@@ -88,6 +88,7 @@ fn cluster(
             needs: Default::default(),
             yields_when_short: false,
             yields_unplaced: false,
+            cell_level_needs: false,
             ports_exclusive: false,
         });
     }

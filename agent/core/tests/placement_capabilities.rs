@@ -107,6 +107,7 @@ fn arb_workload(id: usize) -> impl Strategy<Value = Workload> {
             needs,
             yields_when_short: true,
             yields_unplaced: true,
+            cell_level_needs: false,
             ports_exclusive: false,
         },
     )
@@ -239,6 +240,7 @@ proptest! {
             needs: Needs::default(),
             yields_when_short: true,
             yields_unplaced: true,
+            cell_level_needs: false,
             ports_exclusive: false,
         });
         let after = place(&nodes, &with_big);
@@ -286,6 +288,7 @@ fn stacking_counts_only_capable_nodes() {
         },
         yields_when_short: true,
         yields_unplaced: true,
+        cell_level_needs: false,
         ports_exclusive: false,
     };
     let mesh = |n1_down| {
@@ -349,6 +352,7 @@ fn root_workloads_go_only_where_root_is_allowed_and_algorithm_7_ignores_it() {
         },
         yields_when_short: true,
         yields_unplaced: true,
+        cell_level_needs: false,
         ports_exclusive: false,
     };
     let nodes: Vec<Node> = (0..4).map(|i| node(i, i == 2)).collect();
@@ -413,6 +417,7 @@ fn a_workload_that_places_nothing_moves_nothing_since_algorithm_9() {
         needs: Needs::default(),
         yields_when_short: true,
         yields_unplaced: true,
+        cell_level_needs: false,
         ports_exclusive: false,
     };
     let nodes = vec![node(0, 1, 1), node(1, 14, 2), node(2, 14, 5), node(3, 1, 1)];

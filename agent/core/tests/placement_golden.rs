@@ -41,6 +41,7 @@ fn workload(id: &str, replicas: u32, cpu: u64, mib: u64) -> Workload {
         needs: Default::default(),
         yields_when_short: false,
         yields_unplaced: false,
+        cell_level_needs: false,
         ports_exclusive: false,
     }
 }

@@ -65,6 +65,7 @@ fn arb_workload(id: usize) -> impl Strategy<Value = Workload> {
             .canonical(),
             yields_when_short: true,
             yields_unplaced: true,
+            cell_level_needs: false,
             ports_exclusive: ports != 0,
         },
     )
@@ -175,6 +176,7 @@ fn two_web_servers_on_port_80_take_distinct_nodes() {
         },
         yields_when_short: true,
         yields_unplaced: true,
+        cell_level_needs: false,
         ports_exclusive: true,
     };
     let workloads = vec![web("a"), web("b")];

@@ -75,6 +75,7 @@ fn arb_workload(id_pool: u32) -> impl Strategy<Value = Workload> {
                 needs: Default::default(),
                 yields_when_short: false,
                 yields_unplaced: false,
+                cell_level_needs: false,
                 ports_exclusive: false,
             },
         )
@@ -580,6 +581,7 @@ fn infeasible_requests_are_reported() {
         needs: Default::default(),
         yields_when_short: false,
         yields_unplaced: false,
+        cell_level_needs: false,
         ports_exclusive: false,
     };
     let p = place(
@@ -652,6 +654,7 @@ fn first_choices_follow_capacity() {
             needs: Default::default(),
             yields_when_short: false,
             yields_unplaced: false,
+            cell_level_needs: false,
             ports_exclusive: false,
         })
         .collect();

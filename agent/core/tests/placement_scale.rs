@@ -38,6 +38,7 @@ fn web(replicas: u32, spread: Spread) -> Workload {
         needs: Default::default(),
         yields_when_short: false,
         yields_unplaced: false,
+        cell_level_needs: false,
         ports_exclusive: false,
     }
 }
@@ -163,6 +164,7 @@ mod props {
                         needs: Default::default(),
                         yields_when_short: false,
                         yields_unplaced: false,
+                        cell_level_needs: false,
                         ports_exclusive: false,
                     })
                     .collect()

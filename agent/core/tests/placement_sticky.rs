@@ -45,6 +45,7 @@ fn db(replicas: u32, sticky: &[(u32, &str)]) -> Workload {
         needs: Default::default(),
         yields_when_short: false,
         yields_unplaced: false,
+        cell_level_needs: false,
         ports_exclusive: false,
     }
 }
@@ -274,6 +275,7 @@ fn arb_workload() -> impl Strategy<Value = Workload> {
                 needs: Default::default(),
                 yields_when_short: false,
                 yields_unplaced: false,
+                cell_level_needs: false,
                 ports_exclusive: false,
             },
         )

@@ -58,6 +58,7 @@ fn arb_workload() -> impl Strategy<Value = Workload> {
                 needs: Default::default(),
                 yields_when_short: false,
                 yields_unplaced: false,
+                cell_level_needs: false,
                 ports_exclusive: false,
             },
         )
@@ -157,6 +158,7 @@ fn stacked_replicas_and_a_down_node_match_a_full_pass() {
         needs: Default::default(),
         yields_when_short: false,
         yields_unplaced: false,
+        cell_level_needs: false,
         ports_exclusive: false,
     };
     let mut nodes: Vec<Node> = (0..5).map(|i| node(&format!("n{i}"), false)).collect();

@@ -216,6 +216,7 @@ pub fn workloads(
             needs: Default::default(),
             yields_when_short: false,
             yields_unplaced: false,
+            cell_level_needs: false,
             ports_exclusive: false,
         });
     }

@@ -196,7 +196,16 @@ impl Api {
                 continue;
             }
             let owner = placed.assigned.get(&id).cloned();
-            let unplaced = placed.unschedulable.get(&id).map(|u| u.to_string());
+            // A replica no cell took has the cell level's reason (no cell up, or none whose
+            // members can run it); the node level never saw it.
+            let unplaced = placed
+                .unschedulable
+                .get(&id)
+                .map(|u| u.to_string())
+                .or_else(|| {
+                    let level = cell_of.as_ref()?;
+                    level.unschedulable.get(&id).map(|u| u.to_string())
+                });
             let before = instances.len();
             instances.extend(observed_here(
                 &id,

@@ -5,6 +5,9 @@
 //!    of its own for every (replica, cell), so that replicas spread over the cells in proportion
 //!    to their weights (`replica_pair` says why the node level's sum is not enough here), and c the copies of the request that the cell's eligible capacity holds ([`offer`]: its
 //!    ranked capacity, or for constraints the capacity of the members that could satisfy them).
+//!    Since placement algorithm 9 (`Workload::cell_level_needs`) the replica's runtime, and root
+//!    when it runs as root, count like constraints ([`capability`](super::capability)): a cell
+//!    whose members lack them has no eligible capacity for it.
 //!    Ranked capacities change only when the envoys republish them (more than 1/16 off), never
 //!    with free capacity, so agents with summaries a version apart rank alike.
 //! 2. **Zone spread.** A zone-spread workload's zones are those its eligible cells offer (and its
@@ -21,10 +24,12 @@
 //!    decided, and feeding it back would make cells oscillate.
 //! 4. **Nowhere with room.** A replica no usable cell has room for goes to the first usable
 //!    eligible cell of its ranking anyway, and a replica no cell offers what its constraints ask
-//!    goes to the first usable cell by capacity: their cell's node level, which sees the members,
-//!    places them or says exactly why not (both are listed in `unsure`). Only with no usable cell
-//!    at all is a replica unschedulable here. So a mesh of one cell gives every replica to it, and
-//!    the node level decides everything, as single-level placement does.
+//!    goes to the first usable cell by capacity (since algorithm 9, the capacity able to run it,
+//!    among the cells able to): their cell's node level, which sees the members, places them or
+//!    says exactly why not (both are listed in `unsure`). Only with no usable cell at all
+//!    (`NoCells`), or none whose members can run it (`Incapable`), is a replica unschedulable
+//!    here. So a mesh of one cell gives it every replica its members can run, and the node level
+//!    decides everything, as single-level placement does.
 //!
 //! Down cells keep their place in every ranking and take nothing: their replicas go to the next
 //! cells, and come back when the cell does (the result is a function of the inputs). A replica
@@ -37,6 +42,7 @@ use std::collections::BTreeMap;
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use super::capability::{capable_capacity, judged, offers};
 use super::model::{Cell, CellInputError, CellPlacement, CellUnschedulable};
 use super::offer::{eligible_capacity, zone_allowed, zone_eligible};
 use crate::constraint::Constraint;
@@ -44,7 +50,7 @@ use crate::placement::hash::{
     certainly_above, key, pair_hash, replica_offset, replica_pair, unit, workload_hash, zone_hash,
     RequestScale,
 };
-use crate::placement::model::{check_workload, InputError, ReplicaId, Spread, Workload};
+use crate::placement::model::{check_workload, InputError, ReplicaId, Spread, Unmet, Workload};
 use crate::resources::Resources;
 
 /// Seed for cell name hashes.
@@ -104,8 +110,11 @@ struct Plan<'a> {
     eligible: Vec<Candidate>,
     /// Per home zone, in rank order: its name and the eligible cells offering it.
     zones: Vec<(&'a str, Vec<Candidate>)>,
-    /// Every cell by its whole capacity (for replicas no cell offers their constraints).
+    /// Every cell by the capacity of its members able to run it, its whole capacity unless the
+    /// cell level judges the workload's needs (for replicas no cell offers their constraints).
     fallback: Vec<Candidate>,
+    /// The needs the cell level judges (placement algorithm 9; empty before).
+    needs: Vec<Unmet>,
 }
 
 /// The cell level's placement of these workloads over these cells: pure, and independent of
@@ -130,22 +139,41 @@ pub fn place_cells(cells: &[Cell], workloads: &[Workload]) -> CellPlacement {
         zone_base.push(zone_rooms.len() as u32);
         zone_rooms.extend(c.summary.zones.iter().map(|z| Room::new(z.capacity)));
     }
-    // Constraint classes: per class, each cell's eligible capacity and room for it.
-    let mut class_of: BTreeMap<&[Constraint], usize> = BTreeMap::new();
+    // Classes of constraints and judged needs: per class, each cell's capacity able to run it,
+    // its eligible capacity (able, and within the constraints) and room for it.
+    let mut class_of: BTreeMap<(&[Constraint], Vec<Unmet>), usize> = BTreeMap::new();
     let mut class_rooms: Vec<Vec<Room>> = Vec::new();
     let mut class_eligible: Vec<Vec<Resources>> = Vec::new();
+    let mut class_capable: Vec<Vec<Resources>> = Vec::new();
     let mut plans: Vec<Plan<'_>> = Vec::with_capacity(workloads.len());
     for w in &workloads {
-        let class = *class_of.entry(&w.constraints).or_insert_with(|| {
-            let eligible: Vec<Resources> = cells
-                .iter()
-                .map(|c| eligible_capacity(&c.summary, &w.constraints))
-                .collect();
-            class_rooms.push(eligible.iter().map(|e| Room::new(*e)).collect());
-            class_eligible.push(eligible);
-            class_eligible.len() - 1
-        });
-        plans.push(plan(w, class, &cells, &class_eligible[class], &zone_base));
+        let needs = judged(w);
+        let class = *class_of
+            .entry((&w.constraints, needs.clone()))
+            .or_insert_with(|| {
+                let capable: Vec<Resources> = cells
+                    .iter()
+                    .map(|c| capable_capacity(&c.summary, &needs))
+                    .collect();
+                let eligible: Vec<Resources> = cells
+                    .iter()
+                    .zip(&capable)
+                    .map(|(c, able)| {
+                        let e = eligible_capacity(&c.summary, &w.constraints);
+                        if needs.is_empty() {
+                            e
+                        } else {
+                            min(e, *able)
+                        }
+                    })
+                    .collect();
+                class_rooms.push(eligible.iter().map(|e| Room::new(*e)).collect());
+                class_eligible.push(eligible);
+                class_capable.push(capable);
+                class_eligible.len() - 1
+            });
+        let capacities = (&class_eligible[class][..], &class_capable[class][..]);
+        plans.push(plan(w, class, needs, &cells, capacities, &zone_base));
     }
     for p in &plans {
         if p.spec.spread == Spread::Zone && !p.zones.is_empty() {
@@ -201,12 +229,8 @@ pub fn place_cells(cells: &[Cell], workloads: &[Workload]) -> CellPlacement {
             },
         };
         let Some(c) = chosen else {
-            out.unschedulable.insert(
-                id,
-                CellUnschedulable::NoCells {
-                    known: cells.len() as u32,
-                },
-            );
+            let why = unschedulable(&cells, &usable, &p.needs);
+            out.unschedulable.insert(id, why);
             continue;
         };
         let cell = c.cell as usize;
@@ -221,6 +245,43 @@ pub fn place_cells(cells: &[Cell], workloads: &[Workload]) -> CellPlacement {
         out.assigned.insert(id, cells[cell].summary.cell.clone());
     }
     out
+}
+
+/// Why no cell took a replica with these judged needs: no usable cell at all, or none whose
+/// members could run it (naming the needs no usable cell offers, or all of them when each is
+/// offered somewhere but no cell offers them together).
+fn unschedulable(cells: &[&Cell], usable: &[bool], needs: &[Unmet]) -> CellUnschedulable {
+    let known = cells.len() as u32;
+    let up: Vec<&Cell> = cells
+        .iter()
+        .zip(usable)
+        .filter(|(_, u)| **u)
+        .map(|(c, _)| *c)
+        .collect();
+    if up.is_empty() || needs.is_empty() {
+        return CellUnschedulable::NoCells { known };
+    }
+    let mut lacking: Vec<Unmet> = needs
+        .iter()
+        .filter(|n| !up.iter().any(|c| offers(&c.summary, n)))
+        .cloned()
+        .collect();
+    if lacking.is_empty() {
+        lacking = needs.to_vec();
+    }
+    CellUnschedulable::Incapable {
+        known,
+        needs: lacking,
+    }
+}
+
+/// Component-wise minimum, ports included.
+fn min(a: Resources, b: Resources) -> Resources {
+    Resources {
+        cpu_millis: a.cpu_millis.min(b.cpu_millis),
+        memory_bytes: a.memory_bytes.min(b.memory_bytes),
+        ports: a.ports.min(b.ports),
+    }
 }
 
 /// The candidate with the smallest `(key, cell index)` among those `ok` accepts.
@@ -253,12 +314,13 @@ fn best(
 }
 
 /// The workload's candidates: eligible cells, home zones with the cells offering them, and
-/// every cell by capacity.
+/// every cell able to run it by that capacity (`capacities`: per cell, eligible and able).
 fn plan<'a>(
     w: &'a Workload,
     class: usize,
+    needs: Vec<Unmet>,
     cells: &[&'a Cell],
-    eligible: &[Resources],
+    (eligible, capable): (&[Resources], &[Resources]),
     zone_base: &[u32],
 ) -> Plan<'a> {
     let scale = RequestScale::new(&w.request);
@@ -273,14 +335,16 @@ fn plan<'a>(
         eligible: Vec::new(),
         zones: Vec::new(),
         fallback: Vec::new(),
+        needs,
     };
     let mut zones: BTreeMap<&'a str, Vec<Candidate>> = BTreeMap::new();
     for (i, c) in cells.iter().enumerate() {
         let s = &c.summary;
-        if s.capacity.cpu_millis > 0 && s.capacity.memory_bytes > 0 {
+        // Without judged needs the able capacity is the cell's: the fallback of algorithm 8.
+        if capable[i].cpu_millis > 0 && capable[i].memory_bytes > 0 {
             plan.fallback.push(Candidate {
                 cell: i as u32,
-                weight: scale.weight(&s.capacity),
+                weight: scale.weight(&capable[i]),
                 zone_room: 0,
             });
         }

@@ -2,11 +2,13 @@
 //!
 //! A mesh of thousands of hosts is split into **cells** of about a hundred, each its own gossip
 //! domain. Cells exchange only a [`CellSummary`] each (live members, ranked capacity in total,
-//! per zone and per label value, what is free, a few contact addresses, a version). Placement is
+//! per zone and per label value, what its members lack of the runtimes and root, what is free, a
+//! few contact addresses, a version). Placement is
 //! then two levels, both deterministic on every agent:
 //!
 //! 1. **Cell level** ([`place_cells`], every agent, every replica): weighted rendezvous over the
-//!    cells, capacity-aware through the summaries, honouring constraints and zone spread; a full
+//!    cells, capacity-aware through the summaries, honouring constraints, what the members can
+//!    run (placement algorithm 9) and zone spread; a full
 //!    cell spills to the next in the replica's ranking; a down cell's replicas go to the cells
 //!    ranked next and come back with it. `assign` states the rules.
 //! 2. **Node level** (each agent, its own cell only): single-level placement
@@ -22,6 +24,7 @@
 //! which summary version is the latest, are the shell's to decide and to feed in.
 
 mod assign;
+mod capability;
 mod local;
 mod model;
 mod offer;
@@ -31,6 +34,7 @@ mod summary;
 mod table;
 
 pub use assign::{cell_hash, place_cells, CELL_FILL_PERMILLE, CELL_SEED};
+pub use capability::{LACKS_KEYS_MAX, LACKS_KEY_PREFIX, LACKS_VALUE};
 pub use local::{place_mesh, CellPlacer, MeshPlacement};
 pub use model::{Cell, CellInputError, CellPlacement, CellUnschedulable};
 pub use publish::{summarize, RANKED_DRIFT_DIVISOR};

@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::summary::{CellSummary, SummaryError};
-use crate::placement::model::{InputError, ReplicaId};
+use crate::placement::model::{InputError, ReplicaId, Unmet};
 
 /// A cell as placement sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,13 +65,22 @@ impl fmt::Display for CellInputError {
     }
 }
 
-/// Why a replica has no cell.
+/// Why a replica has no cell. Computed by every agent for itself, never sent between agents.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum CellUnschedulable {
     /// No cell can take a replica: every known cell is down, has no member or no capacity.
     NoCells {
         /// How many cells are known (valid summaries).
         known: u32,
+    },
+    /// Some cell is usable, but by their summaries none has members that can run the replica
+    /// (placement algorithm 9): none offers its runtime, or root workloads when it runs as root.
+    Incapable {
+        /// How many cells are known (valid summaries).
+        known: u32,
+        /// The needs no usable cell offers; all the judged ones when each is offered by some
+        /// cell but none offers them together. In the order runtime, root.
+        needs: Vec<Unmet>,
     },
 }
 
@@ -82,6 +91,14 @@ impl fmt::Display for CellUnschedulable {
                 f,
                 "none of the {known} known cells is up with a member and capacity"
             ),
+            CellUnschedulable::Incapable { known, needs } => {
+                let needs: Vec<String> = needs.iter().map(Unmet::to_string).collect();
+                write!(
+                    f,
+                    "needs {}, which no cell that is up offers ({known} cells known)",
+                    needs.join(" and ")
+                )
+            }
         }
     }
 }

@@ -7,9 +7,15 @@
 //! previous ones stand: a node failing or joining in a cell of a hundred changes nothing the rest
 //! of the mesh ranks by. `free` is always recomputed (against the ranked capacity, so it never
 //! exceeds it). The result always passes [`CellSummary::validate`].
+//!
+//! What members lack of the capabilities the cell level judges (their `Node::caps`) goes out as
+//! reserved label offers (`capability`), listed before the ordinary labels, which get the rest of
+//! [`CELL_LABELS_MAX`]. A shell at a placement algorithm before 9 passes nodes without `caps`,
+//! and publishes what builds before published.
 
 use std::collections::BTreeMap;
 
+use super::capability::{lacked, wholly_lacked, LACKS_KEY_PREFIX, LACKS_VALUE};
 use super::summary::{
     CellSummary, LabelOffer, ZoneOffer, CELL_CONTACTS_MAX, CELL_CONTACT_LEN_MAX, CELL_LABELS_MAX,
     CELL_MEMBERS_MAX, CELL_TOKEN_LEN_MAX, CELL_ZONES_MAX,
@@ -62,6 +68,7 @@ pub fn summarize(
     };
     let mut zones: BTreeMap<&str, Resources> = BTreeMap::new();
     let mut labels: BTreeMap<(&str, &str), Resources> = BTreeMap::new();
+    let mut lacks: BTreeMap<&str, Resources> = BTreeMap::new();
     for n in live.iter().filter(|n| !n.draining) {
         let c = n.capacity;
         fresh.capacity = fresh.capacity.saturating_add(&c);
@@ -71,11 +78,16 @@ pub fn summarize(
         );
         add(zones.entry(n.zone.as_str()).or_default(), &c);
         for (k, v) in &n.labels {
+            // A member's own label cannot pass for a reserved one (agents refuse such keys).
             if (1..=CELL_TOKEN_LEN_MAX).contains(&k.len())
                 && (1..=CELL_TOKEN_LEN_MAX).contains(&v.len())
+                && !k.starts_with(LACKS_KEY_PREFIX)
             {
                 add(labels.entry((k.as_str(), v.as_str())).or_default(), &c);
             }
+        }
+        for key in lacked(n.caps.as_ref()) {
+            add(lacks.entry(key).or_default(), &c);
         }
     }
     fresh.zones = largest_first(
@@ -93,15 +105,27 @@ pub fn summarize(
     fresh.zones.sort();
     // Zones left out (more than fit, or names too long) still count in the capacity; the
     // summary then says less about them, never more.
-    fresh.labels = largest_first(labels.into_iter())
+    // The lacks first, whole (at most `LACKS_KEYS_MAX`): a lack left out would make the cell
+    // look able to run what it cannot.
+    fresh.labels = lacks
         .into_iter()
-        .take(CELL_LABELS_MAX)
-        .map(|((key, value), capacity)| LabelOffer {
+        .map(|(key, capacity)| LabelOffer {
             key: key.to_string(),
-            value: value.to_string(),
+            value: LACKS_VALUE.to_string(),
             capacity,
         })
         .collect();
+    let room = CELL_LABELS_MAX - fresh.labels.len();
+    fresh.labels.extend(
+        largest_first(labels.into_iter())
+            .into_iter()
+            .take(room)
+            .map(|((key, value), capacity)| LabelOffer {
+                key: key.to_string(),
+                value: value.to_string(),
+                capacity,
+            }),
+    );
     fresh.labels.sort();
     if let Some(prev) = previous.filter(|p| keeps(p, &fresh)) {
         fresh.capacity = prev.capacity;
@@ -143,7 +167,8 @@ fn used(placement: &Placement, workloads: &[Workload]) -> Resources {
 }
 
 /// True when the previous ranked figures still stand for `fresh`: same cell, members before and
-/// now, the same zones and label values, and every figure within 1/16 of the published one.
+/// now, the same zones and label values, every figure within 1/16 of the published one, and the
+/// same capabilities offered by no member (always the same when no member says any).
 fn keeps(prev: &CellSummary, fresh: &CellSummary) -> bool {
     let close = |p: &Resources, f: &Resources| {
         near(p.cpu_millis, f.cpu_millis) && near(p.memory_bytes, f.memory_bytes)
@@ -165,6 +190,7 @@ fn keeps(prev: &CellSummary, fresh: &CellSummary) -> bool {
             .iter()
             .zip(&fresh.labels)
             .all(|(p, f)| p.key == f.key && p.value == f.value && close(&p.capacity, &f.capacity))
+        && wholly_lacked(prev) == wholly_lacked(fresh)
 }
 
 /// `fresh` is within 1/16 of `published`.

@@ -81,7 +81,10 @@ pub use model::{
 /// Version 9 (mesh version 12): a yielding workload short of more replicas than it placed goes
 /// after the others of its level also when it placed none (`Workload::yields_unplaced`): under 8
 /// it stayed first, and its replicas' proposals could push a replica of a workload that fits to
-/// another node before being turned away themselves (a property test's counterexample).
+/// another node before being turned away themselves (a property test's counterexample). And the
+/// cell level judges a replica's runtime and root need from the cells' summaries
+/// (`Workload::cell_level_needs`): a cell whose members, by its summary, cannot run it takes none
+/// of its replicas (before, a process replica could be given to a cell of container-only members).
 pub const PLACEMENT_ALGORITHM_VERSION: u32 = 9;
 
 /// The inputs as placement algorithm `algorithm` sees them: before 7, nodes say no capabilities
@@ -91,6 +94,7 @@ pub fn for_algorithm(algorithm: u32, nodes: &mut [Node], workloads: &mut [Worklo
     if algorithm < 9 {
         for w in workloads.iter_mut() {
             w.yields_unplaced = false;
+            w.cell_level_needs = false;
         }
     }
     if algorithm < 8 {

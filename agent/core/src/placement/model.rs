@@ -269,6 +269,11 @@ pub struct Workload {
     /// onto another node before they were turned away themselves).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub yields_unplaced: bool,
+    /// The cell level gives its replicas only to cells whose summaries say their members offer
+    /// its runtime, and root workloads if it runs as root (placement algorithm 9; false before,
+    /// when the cell level ignored `needs` and a replica could go to a cell unable to run it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cell_level_needs: bool,
     /// Its fixed host ports (`Needs::fixed_ports`) are held exclusively (placement algorithm 8;
     /// false before): no node holds a replica of it beside another workload's replica fixing one
     /// of the same ports. Between two such workloads the stronger keeps the node: the higher

@@ -276,6 +276,7 @@ mod tests {
             needs: Default::default(),
             yields_when_short: false,
             yields_unplaced: false,
+            cell_level_needs: false,
             ports_exclusive: false,
         }
     }

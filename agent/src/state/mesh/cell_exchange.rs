@@ -167,14 +167,17 @@ impl CellExchange {
     }
 
     /// Publishes this cell's summary from the membership and the host loop's last placement.
+    /// What the members can run goes out only under placement algorithm 9 and later, the first
+    /// whose cell level reads it: below, the summary is what builds before published.
     fn publish(&mut self, members: &[Member], contacts: &[String]) {
         let node = &self.node;
-        let nodes = view::placement_nodes(
-            members,
-            &node.caps(),
-            (node.clock)(),
-            node.placement_terms(),
-        );
+        let terms = node.placement_terms();
+        let mut nodes = view::placement_nodes(members, &node.caps(), (node.clock)(), terms);
+        if terms.1 < 9 {
+            for n in &mut nodes {
+                n.caps = None;
+            }
+        }
         let local = node.cells.local();
         let summary = summarize(
             node.cells.own(),

@@ -557,6 +557,7 @@ pub fn placement_workload_held(
         w.yields_when_short = true;
     }
     w.yields_unplaced = algorithm >= 9;
+    w.cell_level_needs = algorithm >= 9;
     w.ports_exclusive = algorithm >= 8 && !w.needs.fixed_ports.is_empty();
     if spec.keeps_replica_data() {
         let first = ReplicaId::new(&spec.name, 0);
@@ -590,6 +591,7 @@ pub fn placement_workload(spec: &WorkloadSpec) -> Workload {
         needs: Default::default(),
         yields_when_short: false,
         yields_unplaced: false,
+        cell_level_needs: false,
         ports_exclusive: false,
     }
 }
