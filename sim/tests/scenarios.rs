@@ -233,6 +233,31 @@ fn a_mixed_fleet_moves_nothing_when_container_hosts_join_and_runs_each_kind_wher
 }
 
 #[test]
+fn across_cells_each_kind_of_workload_goes_to_the_cell_that_can_run_it() {
+    // scenarios/cells-mixed-fleet.toml: c1 = n1 n3 n5 n7 run processes only, c2 = n2 n4 n6 n8
+    // containers only. At placement algorithm 8 the cell level gave some sleeper replica to c2,
+    // where it never ran (running < desired to the end; the run failed).
+    let (r, trace) = run_traced("cells-mixed-fleet", 1);
+    assert_eq!(r["passed"], true, "{r}");
+    assert_eq!(r["converged"], true, "{r}");
+    let sleeper = running_copies(&trace, "sleeper");
+    assert!(
+        !sleeper.is_empty() && sleeper.iter().all(|c| c.2 % 2 == 1),
+        "{sleeper:?}"
+    );
+    // The crashed host's replica moves within c1 (the crash is at 35 s).
+    assert!(
+        sleeper.iter().any(|c| c.0 > 35.0 && c.0 < 45.0),
+        "{sleeper:?}"
+    );
+    let boxes = running_copies(&trace, "box");
+    assert!(
+        boxes.len() >= 3 && boxes.iter().all(|c| c.2 % 2 == 0),
+        "{boxes:?}"
+    );
+}
+
+#[test]
 fn a_move_whose_new_copy_cannot_start_keeps_the_healthy_copy_running() {
     // scenarios/handoff-blocked.toml: n2 drains at 25 s while every start of web fails; its
     // copy keeps serving until a copy elsewhere runs (starts work again at 45 s). The reconciler
