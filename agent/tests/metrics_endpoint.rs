@@ -104,6 +104,7 @@ const FAMILIES: &[&str] = &[
     "shoal_frames_rejected",
     "shoal_gossip_bytes",
     "shoal_gossip_messages",
+    "shoal_gossip_sent_bytes_by_part",
     "shoal_handshakes_refused",
     "shoal_instance_restarts",
     "shoal_instances",

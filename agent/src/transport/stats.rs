@@ -61,6 +61,13 @@ pub struct TransportStats {
     /// Frame bytes received, prefix included (gossip; on the API endpoint, requests served and
     /// answers received).
     pub bytes_received: AtomicU64,
+    /// Of `bytes_sent` (gossip): the share of chitchat digests (every member's heartbeat and
+    /// versions, in each Syn and SynAck), apportioned by the uncompressed sizes of a frame's parts.
+    pub bytes_sent_digest: AtomicU64,
+    /// Of `bytes_sent` (gossip): the share of chitchat deltas (changed key-values).
+    pub bytes_sent_delta: AtomicU64,
+    /// Of `bytes_sent` (gossip): member probe frames.
+    pub bytes_sent_probe: AtomicU64,
 }
 
 /// A point-in-time copy of [`TransportStats`].
@@ -88,6 +95,9 @@ pub struct TransportStatsSnapshot {
     pub messages_dropped: u64,
     pub bytes_sent: u64,
     pub bytes_received: u64,
+    pub bytes_sent_digest: u64,
+    pub bytes_sent_delta: u64,
+    pub bytes_sent_probe: u64,
 }
 
 impl TransportStats {
@@ -116,6 +126,9 @@ impl TransportStats {
             messages_dropped: get(&self.messages_dropped),
             bytes_sent: get(&self.bytes_sent),
             bytes_received: get(&self.bytes_received),
+            bytes_sent_digest: get(&self.bytes_sent_digest),
+            bytes_sent_delta: get(&self.bytes_sent_delta),
+            bytes_sent_probe: get(&self.bytes_sent_probe),
         }
     }
 

@@ -136,6 +136,9 @@ struct Rep {
     /// 0 when the acceptance left it at its home (actual pass), else 1: with the index, its
     /// strength among its siblings for the rest of the level (`strength`).
     tier: u8,
+    /// A node held it at some point of the level (if only until a stronger proposer came): a
+    /// workload none of whose replicas ever held one changed nobody else's placement.
+    held_once: bool,
 }
 
 impl Rep {
@@ -239,6 +242,9 @@ struct Pass<'a> {
     /// (workload slot, node) pairs of the current level: nodes a workload may not take for a
     /// fixed port held there (`ports`). Sorted.
     avoid: Vec<(u32, u32)>,
+    /// Per workload slot: some replica of it held a node at some point of its level's last
+    /// placement (`Rep::held_once`).
+    held_once: Vec<bool>,
 }
 
 /// Runs the pass over every workload and brings `outcomes` (each workload slot's outcomes by
@@ -284,6 +290,7 @@ pub(crate) fn run(
         is_touched: vec![false; slots],
         ports_held: Vec::new(),
         avoid: Vec::new(),
+        held_once: vec![false; workloads.len()],
     };
     let priority = |w: u32| {
         workloads[w as usize]
@@ -375,13 +382,16 @@ pub(crate) fn run(
                     let short = short_of(outcomes, w);
                     tally[f].0 += short;
                     tally[f].1 += outcomes[w as usize].len() - short;
-                    tally[f].2 |= unplaced_yields[i];
+                    // Since algorithm 9 one with nothing placed counts when some replica of it
+                    // held a node during the pass (and so may have pushed another off it).
+                    tally[f].2 |= unplaced_yields[i] && pass.held_once[w as usize];
                 }
             }
             // The family too big for the mesh (more replicas short than placed), short of the
             // most. Under algorithm 8 only one with some replica placed (it holds room others of
-            // the level might have had); since 9 also one with none: its replicas' proposals,
-            // turned away in the end, may still have pushed others' replicas off their nodes.
+            // the level might have had); since 9 also one with none placed whose replicas held a
+            // node on the way: turned away in the end, they may still have pushed others'
+            // replicas off their nodes. One whose replicas never held a node changed nothing.
             let mut worst: Option<(usize, usize)> = None;
             for (f, &(short, placed, unplaced)) in tally.iter().enumerate() {
                 if short > placed
@@ -481,6 +491,7 @@ impl Pass<'_> {
                     node: NONE,
                     tried_home: false,
                     tier: 1,
+                    held_once: false,
                     home: holder.unwrap_or(ideal),
                     sticky: holder.is_some(),
                 });
@@ -504,6 +515,7 @@ impl Pass<'_> {
         for (i, &w) in order[start..end].iter().enumerate() {
             let t = workloads[w as usize].as_mut().expect("ordered workload");
             let siblings = &reps[first[i] as usize..first[i + 1] as usize];
+            self.held_once[w as usize] = siblings.iter().any(|r| r.held_once);
             let out = &mut outcomes[w as usize];
             let mut reason: Option<Unschedulable> = None;
             for rep in siblings {
@@ -674,6 +686,7 @@ impl Pass<'_> {
             self.room[n] = self.room[n].saturating_sub(&total);
             for h in &buf[..proposers] {
                 reps[h.rep as usize].node = node;
+                reps[h.rep as usize].held_once = true;
             }
             if weakest_held.is_none_or(|w| w < buf[0].claim) {
                 self.held.extend(node, &buf[..proposers]);
@@ -820,6 +833,7 @@ impl Pass<'_> {
             };
             placed += 1;
             reps[x].node = node;
+            reps[x].held_once = true;
             match taken.binary_search_by_key(&node, |h| h.0) {
                 Ok(at) => {
                     // A weaker sibling gives way and waits its turn again.
@@ -982,6 +996,7 @@ fn keep_fitting(
         if !yields && rep.request.fits_in(room) {
             *room = room.saturating_sub(&rep.request);
             rep.node = node;
+            rep.held_once = true;
             buf[kept] = h;
             kept += 1;
         } else {

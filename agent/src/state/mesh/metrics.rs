@@ -91,6 +91,18 @@ pub async fn mesh_families(
             ]),
         },
         Family {
+            name: "shoal_gossip_sent_bytes_by_part",
+            help: "Of the gossip bytes sent: chitchat digests (every member's heartbeat and \
+                   versions, in each Syn and SynAck), deltas (changed keys), member probes; the \
+                   rest is framing. Compressed frames are apportioned by their parts' raw sizes.",
+            kind: Kind::Counter,
+            samples: labelled(vec![
+                ("part", "digest", g.bytes_sent_digest),
+                ("part", "delta", g.bytes_sent_delta),
+                ("part", "probe", g.bytes_sent_probe),
+            ]),
+        },
+        Family {
             name: "shoal_gossip_messages",
             help: "Gossip messages received, sent, and dropped (full queue or unreachable peer).",
             kind: Kind::Counter,

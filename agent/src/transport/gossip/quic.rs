@@ -139,10 +139,9 @@ impl ProbeLink for QuicProbeLink {
             match tokio::time::timeout(shared.config.stream_timeout, write).await {
                 Ok(Some(())) => {
                     TransportStats::bump(&shared.stats.messages_sent);
-                    shared
-                        .stats
-                        .bytes_sent
-                        .fetch_add(frame.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    for counter in [&shared.stats.bytes_sent, &shared.stats.bytes_sent_probe] {
+                        counter.fetch_add(frame.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    }
                 }
                 _ => TransportStats::bump(&shared.stats.messages_dropped),
             }
@@ -561,6 +560,7 @@ async fn send_message(shared: &Shared, conn: &quinn::Connection, msg: &ChitchatM
             stats
                 .bytes_sent
                 .fetch_add(frame.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            count_parts(stats, msg, frame.len());
             true
         }
         _ => {
@@ -568,6 +568,24 @@ async fn send_message(shared: &Shared, conn: &quinn::Connection, msg: &ChitchatM
             false
         }
     }
+}
+
+/// Counts a sent frame's digest and delta shares ([`TransportStats::bytes_sent_digest`]), each
+/// its part of the message's uncompressed size times the frame's length.
+fn count_parts(stats: &TransportStats, msg: &ChitchatMessage, frame_len: usize) {
+    let (digest, delta) = match msg {
+        ChitchatMessage::Syn { digest, .. } => (digest.serialized_len(), 0),
+        ChitchatMessage::SynAck { digest, delta } => {
+            (digest.serialized_len(), delta.serialized_len())
+        }
+        ChitchatMessage::Ack { delta } => (0, delta.serialized_len()),
+        _ => (0, 0),
+    };
+    let raw = msg.serialized_len().max(1) as u64;
+    let share = |part: usize| (frame_len as u64).saturating_mul(part as u64) / raw;
+    let relaxed = std::sync::atomic::Ordering::Relaxed;
+    stats.bytes_sent_digest.fetch_add(share(digest), relaxed);
+    stats.bytes_sent_delta.fetch_add(share(delta), relaxed);
 }
 
 /// Encodes a chitchat message as a gossip frame in [`wire::WIRE_CUR`], zstd-compressed from
