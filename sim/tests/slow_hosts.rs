@@ -177,6 +177,16 @@ duration = \"15s\"
             .unwrap_or_default();
         assert!(failure.contains("false verdicts"), "{failure}");
     }
+    // The member bound alone: it fails on false deaths, and on deaths the probes declared
+    // that the checker did not see.
+    let members = run_text(
+        "fv-members",
+        &format!("{MESH}{starve}\n[assert]\nfalse_member_deaths_max = 0\n"),
+    );
+    assert!(u(&members, "verdict_reads") > 0, "{members}");
+    let blind = u(&members, "member_deaths_declared") > u(&members, "member_deaths_seen");
+    let clean = u(&members, "false_member_deaths") == 0 && !blind;
+    assert_eq!(members["passed"], clean, "{members}");
 }
 
 #[test]

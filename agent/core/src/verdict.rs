@@ -254,6 +254,8 @@ pub struct ProbeCounters {
     pub untracked: u64,
     /// Wakes later than the slack: this agent stalled.
     pub stalls: u64,
+    /// Members this detector declared dead (the simulator checks that it saw each).
+    pub declared_dead: u64,
 }
 
 /// An outgoing probe message.
@@ -712,6 +714,7 @@ impl Prober {
                     if now.saturating_sub(since) >= lasts {
                         self.pending.remove(&p.nonce);
                         self.event(&key, VerdictKind::Dead, now);
+                        self.counters.declared_dead += 1;
                         self.set(&key, State::Dead(now, true));
                     } else {
                         self.set(&key, State::Suspect(p, since));

@@ -78,6 +78,7 @@ pub fn mem_setup(i: usize, subnet: u8, zone: &str) -> MeshSetup {
         authority: Default::default(),
         wire: crate::state::mesh::upgrade::wire_cell(),
         capabilities: None,
+        freeze: crate::transport::freeze::Freeze::none(),
     }
 }
 

@@ -28,14 +28,14 @@ pub struct Agent {
 
 impl Agent {
     /// Assembles an agent from a started mesh node and its host, and spawns the host loop
-    /// (prepared by the caller: restored state, a pause gate).
+    /// (prepared by the caller: restored state).
     pub fn start(running: RunningNode, host: Arc<Host>, host_loop: HostLoop) -> Agent {
         assert!(
             Arc::ptr_eq(host.node(), &running.node),
             "the host must serve the agent's own node"
         );
         let api = Api::new(running.node.clone(), Some(host.clone()));
-        let host_task = tokio::spawn(host_loop.run());
+        let host_task = running.node.spawn(host_loop.run());
         Agent {
             running: Some(running),
             host,

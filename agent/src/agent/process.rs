@@ -445,6 +445,7 @@ pub async fn run_agent(
         authority: authority.clone(),
         wire,
         capabilities: Some(capabilities),
+        freeze: crate::transport::freeze::Freeze::none(),
     };
     let clock = system_clock();
     let probes = transport

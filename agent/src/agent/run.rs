@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use chitchat::spawn_chitchat;
+use chitchat::spawn_chitchat_with;
 use chitchat::transport::Transport;
 
 use crate::state::mesh::node::{MeshNode, WallClock};
@@ -14,6 +14,7 @@ use crate::state::mesh::record::{NodeRecord, DIGEST_KEY, NODE_KEY};
 use crate::state::mesh::sync::to_hex;
 use crate::state::mesh::view::{LEAVING_KEY, RESTARTING_KEY, STALE_KEY};
 use crate::state::store_db::DesiredStore;
+use crate::transport::freeze::Freeze;
 use crate::transport::gossip::{chitchat_config_tuned, GossipTuning};
 use crate::transport::rpc::{self, RpcClient};
 use crate::wire::api::{Request, Response};
@@ -60,6 +61,9 @@ pub struct MeshSetup {
     /// What this node can run, gossiped from its first frame; `None` gossips nothing, and
     /// placement then counts the node able to run anything (the in-memory agents).
     pub capabilities: Option<crate::state::mesh::capabilities::CapabilitiesRecord>,
+    /// The gate every task of this agent passes ([`Freeze::none`] but in the simulator, which
+    /// closes it to freeze the agent as SIGSTOP would).
+    pub freeze: Freeze,
 }
 
 /// A started mesh node and its background tasks.
@@ -84,7 +88,7 @@ impl RunningNode {
     /// channel of the network this node gossips on.
     pub fn with_probes(mut self, channel: crate::transport::gossip::probe::ProbeChannel) -> Self {
         self.tasks
-            .push(tokio::spawn(crate::state::mesh::verdicts::run(
+            .push(self.node.spawn(crate::state::mesh::verdicts::run(
                 self.node.clone(),
                 channel,
                 shoal_core::verdict::ProbeConfig::default(),
@@ -208,7 +212,8 @@ pub async fn start_node(
     if stale {
         kvs.push((STALE_KEY.to_string(), "1".to_string()));
     }
-    let gossip = spawn_chitchat(config, kvs, transport)
+    let freeze = setup.freeze.clone();
+    let gossip = spawn_chitchat_with(config, kvs, transport, |task| freeze.spawn(task))
         .await
         .with_context(|| format!("starting gossip on {}", setup.gossip_addr))?;
     tracing::info!(
@@ -230,7 +235,8 @@ pub async fn start_node(
         MeshNode::new(setup.name.clone(), store, gossip, rpc_client, clock)
             .in_cell(&setup.cell)
             .with_authority(setup.authority.clone())
-            .with_wire(setup.wire.clone()),
+            .with_wire(setup.wire.clone())
+            .with_freeze(setup.freeze.clone()),
     );
     node.cells.set_seeds(setup.cell_seeds.clone());
     if !seeds.is_empty() {
@@ -244,10 +250,10 @@ pub async fn start_node(
     *node.capabilities.lock().expect("capabilities lock") = setup.capabilities.clone();
     let joins = !seeds.is_empty();
     let tasks = vec![
-        tokio::spawn(crate::state::mesh::sync::AntiEntropy::new(node.clone()).run()),
-        tokio::spawn(watch_seeds(node.clone(), seeds)),
-        tokio::spawn(crate::state::mesh::cell_exchange::CellExchange::new(node.clone()).run()),
-        tokio::spawn(crate::state::mesh::upgrade::run(node.clone(), joins)),
+        node.spawn(crate::state::mesh::sync::AntiEntropy::new(node.clone()).run()),
+        node.spawn(watch_seeds(node.clone(), seeds)),
+        node.spawn(crate::state::mesh::cell_exchange::CellExchange::new(node.clone()).run()),
+        node.spawn(crate::state::mesh::upgrade::run(node.clone(), joins)),
     ];
     Ok(RunningNode { node, tasks })
 }

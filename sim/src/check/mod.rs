@@ -203,6 +203,12 @@ pub struct Checker {
     pub false_cell_downs: u64,
     /// Every member dropped from a live set (true and false verdicts).
     pub member_deaths_seen: u64,
+    /// Member deaths the agents' probes declared (their counters, read with their views).
+    pub member_deaths_declared: u64,
+    /// Readings of an agent's member verdicts (one agent at one sample).
+    pub verdict_reads: u64,
+    /// Readings of member verdicts missed because the agent's gossip state was busy.
+    pub verdict_reads_missed: u64,
     /// Every cell an agent stopped holding up (true and false verdicts).
     pub cell_downs_seen: u64,
     /// The first false verdicts with their evidence.

@@ -48,6 +48,9 @@ pub(crate) struct Verdicts {
     live: BTreeMap<u32, (u64, BTreeSet<(u32, u64)>)>,
     /// Per observer: its incarnation's generation and the other cells it held up.
     cells_up: BTreeMap<u32, (u64, BTreeSet<String>)>,
+    /// Per observer: its incarnation's generation and how many deaths its probes had declared
+    /// at the last reading.
+    declared: BTreeMap<u32, (u64, u64)>,
 }
 
 fn generation(h: &HostView<'_>) -> Option<u64> {
@@ -84,6 +87,7 @@ impl Checker {
         for o in hosts {
             let Some(gen_o) = current[o.index as usize] else {
                 self.verdicts.live.remove(&o.index);
+                self.verdicts.declared.remove(&o.index);
                 continue;
             };
             // A frozen agent acts on nothing: what it holds is read when it thaws.
@@ -92,8 +96,11 @@ impl Checker {
             };
             let chitchat = node.gossip().chitchat();
             let Ok(guard) = chitchat.try_lock() else {
+                self.verdict_reads_missed += 1;
                 continue;
             };
+            self.verdict_reads += 1;
+            self.count_declared(o.index, gen_o, node.probe_stats().0.declared_dead);
             // The membership's verdict: the member probes' where they judge an identity, the
             // heartbeat detector's elsewhere (`view::Verdicts::judge`).
             let verdicts = node.verdicts();
@@ -123,6 +130,31 @@ impl Checker {
                 }
             }
         }
+    }
+
+    /// Adds the deaths observer `o` (generation `gen_o`) declared since its last reading.
+    fn count_declared(&mut self, o: u32, gen_o: u64, declared: u64) {
+        let before = match self.verdicts.declared.insert(o, (gen_o, declared)) {
+            Some((gen, n)) if gen == gen_o => n,
+            _ => 0,
+        };
+        self.member_deaths_declared += declared.saturating_sub(before);
+    }
+
+    /// Why the member verdicts cannot be judged, if they cannot: the checker read no agent's
+    /// view, or the agents' probes declared deaths it did not see (it read between a death and
+    /// a revival, or not at all). A bound on false deaths is then not passed.
+    pub(crate) fn member_verdicts_blind(&self) -> Option<String> {
+        if self.verdict_reads == 0 {
+            return Some("the checker read no agent's member verdicts".to_string());
+        }
+        (self.member_deaths_declared > self.member_deaths_seen).then(|| {
+            format!(
+                "the agents' probes declared {} member deaths, the checker saw {}: it cannot \
+                 judge the ones it did not see",
+                self.member_deaths_declared, self.member_deaths_seen
+            )
+        })
     }
 
     fn cell_verdicts(

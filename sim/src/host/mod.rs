@@ -118,8 +118,6 @@ pub struct AgentParts {
     pub t0: tokio::time::Instant,
     /// Timing.
     pub config: HostConfig,
-    /// True while the host is paused: its loop does nothing.
-    pub paused: tokio::sync::watch::Receiver<bool>,
     /// The guard a previous agent left running (a planned restart): adopted instead of a new one.
     pub guard: Option<MemGuard>,
     /// `--volume-root` directories (`[[hosts]]`; none by default, as `shoal agent`).
@@ -160,6 +158,6 @@ pub fn start_agent(parts: AgentParts) -> (Agent, MemGuard) {
         config,
     );
     host.attach_guard(guard.clone());
-    let agent = Agent::start(parts.running, host, host_loop.with_pause(parts.paused));
+    let agent = Agent::start(parts.running, host, host_loop);
     (agent, guard)
 }

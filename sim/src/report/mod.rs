@@ -82,6 +82,12 @@ pub struct Report {
     pub false_cell_downs: u64,
     /// Every member dropped from an observer's live set (true and false verdicts).
     pub member_deaths_seen: u64,
+    /// Member deaths the agents' probes declared (true and false; each should be seen).
+    pub member_deaths_declared: u64,
+    /// Readings of an agent's member verdicts (one agent at one sample).
+    pub verdict_reads: u64,
+    /// Readings missed because the agent's gossip state was busy.
+    pub verdict_reads_missed: u64,
     /// Every cell an agent stopped holding up (true and false verdicts).
     pub cell_downs_seen: u64,
     /// The first false verdicts (up to 200), with observer and subject.
@@ -209,15 +215,7 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
             failures.push(format!("{} false dead verdicts (max {max})", c.false_dead));
         }
     }
-    if let Some(max) = sc.assert.false_verdicts_max {
-        let seen = c.false_member_deaths + c.false_cell_downs;
-        if seen > max {
-            failures.push(format!(
-                "{seen} false verdicts ({} member deaths, {} cell downs; max {max})",
-                c.false_member_deaths, c.false_cell_downs
-            ));
-        }
-    }
+    verdict_assertions(c, &sc.assert, &mut failures);
     rollback_assertions(c, &sc.assert, &mut failures);
     let liveness_failed = c.liveness.as_ref().is_some_and(|l| !l.passed);
     let kinds = failure_kinds(c, duplicates_over, &failures, liveness_failed);
@@ -253,6 +251,9 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
         false_member_deaths: c.false_member_deaths,
         false_cell_downs: c.false_cell_downs,
         member_deaths_seen: c.member_deaths_seen,
+        member_deaths_declared: c.member_deaths_declared,
+        verdict_reads: c.verdict_reads,
+        verdict_reads_missed: c.verdict_reads_missed,
         cell_downs_seen: c.cell_downs_seen,
         false_verdicts: c.false_verdicts.clone(),
         starve_cycles: c.starve_cycles,
@@ -291,6 +292,37 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
         replacement_samples_ms: c.replacement_ms.clone(),
         replacement_exclusive_samples_ms: c.replacement_exclusive_ms.clone(),
         trace: world.trace.lines().to_vec(),
+    }
+}
+
+/// The bounds on false verdicts (docs/sim.md, "False verdicts"): on both kinds together, on
+/// member deaths (which also fails when the checker could not see them) and on cell downs.
+fn verdict_assertions(
+    c: &crate::check::Checker,
+    a: &crate::scenario::Assertions,
+    failures: &mut Vec<String>,
+) {
+    let (members, cells) = (c.false_member_deaths, c.false_cell_downs);
+    if let Some(max) = a.false_verdicts_max {
+        if members + cells > max {
+            failures.push(format!(
+                "{} false verdicts ({members} member deaths, {cells} cell downs; max {max})",
+                members + cells
+            ));
+        }
+    }
+    if let Some(max) = a.false_member_deaths_max {
+        if members > max {
+            failures.push(format!("{members} false member deaths (max {max})"));
+        }
+        if let Some(why) = c.member_verdicts_blind() {
+            failures.push(format!("false member deaths not judged: {why}"));
+        }
+    }
+    if let Some(max) = a.false_cell_downs_max {
+        if cells > max {
+            failures.push(format!("{cells} false cell downs (max {max})"));
+        }
     }
 }
 
@@ -403,9 +435,10 @@ impl Report {
         );
         s += &format!("  false dead verdicts: {}; gossip {:.1} msg/s, {:.0} B/s per host; rpc {:.0} B/s per host\n", self.false_dead, self.gossip_messages_per_node_per_s, self.gossip_bytes_per_node_per_s, self.rpc_bytes_per_node_per_s);
         s += &format!(
-            "  false verdicts: {} member deaths (of {} seen), {} cell downs (of {} seen){}\n",
+            "  false verdicts: {} member deaths (of {} seen, {} declared by probes), {} cell downs (of {} seen){}\n",
             self.false_member_deaths,
             self.member_deaths_seen,
+            self.member_deaths_declared,
             self.false_cell_downs,
             self.cell_downs_seen,
             match self.starve_cycles {

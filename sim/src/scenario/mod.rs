@@ -458,6 +458,11 @@ pub struct Assertions {
     /// At most this many false verdicts (`false_member_deaths` + `false_cell_downs`,
     /// docs/sim.md "False verdicts"); `None`: counted, never failed on.
     pub false_verdicts_max: Option<u64>,
+    /// At most this many false member deaths; the run also fails when the checker could not
+    /// see the member verdicts (it read none, or the probes declared deaths it did not see).
+    pub false_member_deaths_max: Option<u64>,
+    /// At most this many false cell downs.
+    pub false_cell_downs_max: Option<u64>,
     /// The liveness phase after the timeline: every host up and running = desired within this
     /// long (docs/sim.md).
     pub liveness_within_ms: u64,

@@ -157,6 +157,8 @@ struct RawAssert {
     replacement_p99_max: Option<String>,
     false_dead_max: Option<u64>,
     false_verdicts_max: Option<u64>,
+    false_member_deaths_max: Option<u64>,
+    false_cell_downs_max: Option<u64>,
     liveness_within: Option<String>,
     rollbacks_min: Option<u64>,
     rollbacks_max: Option<u64>,
@@ -371,6 +373,8 @@ pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, ScenarioError>
         replacement_p99_max_ms: c.ms(0, "assert.replacement_p99_max", &a.replacement_p99_max),
         false_dead_max: a.false_dead_max,
         false_verdicts_max: a.false_verdicts_max,
+        false_member_deaths_max: a.false_member_deaths_max,
+        false_cell_downs_max: a.false_cell_downs_max,
         liveness_within_ms: c
             .ms(0, "assert.liveness_within", &a.liveness_within)
             .unwrap_or(super::LIVENESS_WITHIN_MS),

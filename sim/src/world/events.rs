@@ -619,10 +619,11 @@ impl World {
         self.api_pending
             .insert(id, (label, origin, workload.clone()));
         let (tx, sent_ms, what) = (self.api_tx.clone(), self.now_ms(), what.to_string());
+        // Served by the agent: it waits while the agent is frozen.
+        let freeze = self.hosts[h as usize].freeze.clone();
         tokio::spawn(async move {
-            let response = api
-                .handle_request(req, Peer::new("shoal-sim", Role::Client))
-                .await;
+            let request = api.handle_request(req, Peer::new("shoal-sim", Role::Client));
+            let response = freeze.gate(request).await;
             let _ = tx.send(ApiAnswer {
                 id,
                 sent_ms,

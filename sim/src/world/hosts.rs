@@ -10,6 +10,8 @@ use shoal::identity::tls::{Peer, PeerName};
 use shoal::state::mesh::node::{MeshNode, WallClock};
 use shoal::state::mesh::record::NodeRecord;
 use shoal::state::store_db::{DesiredStore, MemDisk};
+use shoal::transport::freeze::{Freeze, FreezeSwitch};
+use shoal::wire::api::{Request, Response};
 use shoal_core::store::StoreConfig;
 
 use super::World;
@@ -36,8 +38,13 @@ pub struct Host {
     pub cell: Option<String>,
     /// Where it is in its life.
     pub state: HostState,
-    /// Its agent is paused (frozen: its loop and gossip stop, its instances run on).
+    /// Its agent is paused (frozen: every task of it stops at `freeze`, nothing reaches or
+    /// leaves the host, its instances run on).
     pub paused: tokio::sync::watch::Sender<bool>,
+    /// The gate every task of the current incarnation's agent passes (`set_frozen` closes it).
+    pub freeze: Freeze,
+    /// Closes and opens `freeze`; `None` while no incarnation runs.
+    freeze_switch: Option<FreezeSwitch>,
     /// Its record (capacity, zone, draining).
     pub record: NodeRecord,
     /// Its disk, kept across restarts unless a crash loses it.
@@ -101,6 +108,8 @@ impl Host {
             cell: sc.mesh.cell_of(index),
             state: HostState::Down,
             paused: tokio::sync::watch::Sender::new(false),
+            freeze: Freeze::none(),
+            freeze_switch: None,
             record,
             disk: MemDisk::new(),
             clock: SimClock::new(t0),
@@ -179,6 +188,19 @@ pub async fn start_sim_node(
         .with_probes(probes))
 }
 
+/// `handler` served only while the agent is not frozen: a request that reached it before a
+/// freeze is answered after the thaw, as one queued for a stopped process. (A request sent while
+/// the agent is frozen is lost on the way: the network drops what reaches a paused host.)
+fn gated(
+    handler: shoal::transport::rpc::Handler<Request, Response>,
+    freeze: Freeze,
+) -> shoal::transport::rpc::Handler<Request, Response> {
+    Arc::new(move |req, peer| {
+        let (handler, freeze) = (handler.clone(), freeze.clone());
+        Box::pin(async move { freeze.gate(handler(req, peer)).await })
+    })
+}
+
 /// Host `h`'s cell, gossip seeds and cell seeds: without cells, the mesh's first hosts; with
 /// cells, the first hosts of its own cell, and the API address of cell c1's first host to learn
 /// the other cells from (c1's hosts need none).
@@ -216,6 +238,10 @@ impl World {
         }
         host.incarnation += 1;
         let (cell, seeds, cell_seeds) = seeds_of(&self.scenario.mesh, h);
+        // A new gate per incarnation: every task of this agent, its join included, passes it.
+        let (freeze, switch) = Freeze::switch();
+        host.freeze = freeze.clone();
+        host.freeze_switch = Some(switch);
         let setup = MeshSetup {
             name: host.name.clone(),
             gossip_addr: host_addr(h, GOSSIP_PORT),
@@ -228,11 +254,11 @@ impl World {
             authority: Default::default(),
             wire: shoal::state::mesh::upgrade::wire_cell(),
             capabilities: host.caps.as_ref().map(|c| c.record()),
+            freeze: freeze.clone(),
         };
         let (net, disk, clock) = (self.net.clone(), host.disk.clone(), host.clock.wall_clock());
-        host.starting = Some(tokio::spawn(async move {
-            start_sim_node(&net, setup, &disk, clock).await
-        }));
+        host.starting =
+            Some(freeze.spawn(async move { start_sim_node(&net, setup, &disk, clock).await }));
         host.state = HostState::Starting;
         let line = format!("{} starting (incarnation {})", host.name, host.incarnation);
         self.trace.line(self.now_ms(), line);
@@ -260,7 +286,6 @@ impl World {
                         clock: host.clock.wall_clock(),
                         t0: self.t0,
                         config: self.scenario.host.clone(),
-                        paused: host.paused.subscribe(),
                         guard: host.guard.take(),
                         volume_roots: host
                             .caps
@@ -269,8 +294,9 @@ impl World {
                             .unwrap_or_default(),
                     });
                     let api = host_addr(host.index, API_PORT);
+                    let handler = gated(agent.handler(), host.freeze.clone());
                     self.net
-                        .serve_rpc(api, PeerName(host.name.clone()), agent.handler());
+                        .serve_rpc(api, PeerName(host.name.clone()), handler);
                     host.running = Some(agent);
                     host.guard = Some(guard);
                     host.state = HostState::Up;
@@ -324,6 +350,10 @@ impl World {
         self.net.stop_rpc(host_addr(h, API_PORT));
         self.net.set_paused(h, false);
         host.paused.send_replace(false);
+        // The agent's tasks are gone; what else waited at its gate (an API call) runs on.
+        if let Some(switch) = host.freeze_switch.take() {
+            switch.set(false);
+        }
         self.pause_held.remove(&h);
         self.checker.reach.set_paused(h, false, now);
         host.ground.kill_all();
@@ -370,6 +400,9 @@ impl World {
             return;
         }
         host.paused.send_replace(paused);
+        if let Some(switch) = &host.freeze_switch {
+            switch.set(paused);
+        }
         self.net.set_paused(h, paused);
         self.checker.reach.set_paused(h, paused, now);
     }

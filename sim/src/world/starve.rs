@@ -1,7 +1,8 @@
 //! Slow hosts: `starve` (an agent frozen for part of every period, as SIGSTOP/SIGCONT or a
 //! starved CPU leaves it, with an optional extra delay on its messages) and `slow-link` (loss and
-//! delay on every link of a host). A starve freezes with the same switch as a pause (the host
-//! loop stops, nothing reaches or leaves the host, its instances run on); a pause event and a
+//! delay on every link of a host). A starve freezes with the same switch as a pause (every task
+//! of the agent stops at its freeze gate, as under SIGSTOP, nothing reaches or leaves the host,
+//! its instances run on); a pause event and a
 //! starve on one host each hold the host frozen, and it runs again when neither does.
 //!
 //! Every freeze of a duty cycle really happens or the trace says why not: a starve whose hosts

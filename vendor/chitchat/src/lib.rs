@@ -32,7 +32,8 @@ pub use self::configuration::{CatchupCallback, ChitchatConfig};
 pub use self::state::{ClusterStateSnapshot, NodeState};
 use crate::digest::Digest;
 pub use crate::message::ChitchatMessage;
-pub use crate::server::{ChitchatHandle, spawn_chitchat};
+// Shoal patch: `ServerTask` and `spawn_chitchat_with` (a spawner for the server's task).
+pub use crate::server::{ChitchatHandle, ServerTask, spawn_chitchat, spawn_chitchat_with};
 use crate::state::ClusterState;
 pub use crate::types::{ChitchatId, DeletionStatus, Heartbeat, Version, VersionedValue};
 

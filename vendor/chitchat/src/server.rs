@@ -132,6 +132,20 @@ pub async fn spawn_chitchat(
     initial_key_values: Vec<(String, String)>,
     transport: &dyn Transport,
 ) -> anyhow::Result<ChitchatHandle> {
+    spawn_chitchat_with(config, initial_key_values, transport, tokio::spawn).await
+}
+
+/// Shoal patch: the server's task, as handed to the spawner of [`spawn_chitchat_with`].
+pub type ServerTask = std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
+
+/// Shoal patch: [`spawn_chitchat`] with the server's task spawned by `spawn` (Shoal's simulator
+/// wraps it in the gate that freezes a simulated agent's tasks).
+pub async fn spawn_chitchat_with(
+    config: ChitchatConfig,
+    initial_key_values: Vec<(String, String)>,
+    transport: &dyn Transport,
+    spawn: impl FnOnce(ServerTask) -> JoinHandle<anyhow::Result<()>>,
+) -> anyhow::Result<ChitchatHandle> {
     let (command_tx, command_rx) = mpsc::unbounded_channel();
 
     let seed_addrs: watch::Receiver<HashSet<SocketAddr>> =
@@ -145,7 +159,7 @@ pub async fn spawn_chitchat(
     let chitchat_arc_clone = chitchat_arc.clone();
 
     let (termination_watcher_sender, termination_watcher) = watch::channel(None);
-    let join_handle = tokio::spawn(async move {
+    let join_handle = spawn(Box::pin(async move {
         let result = Server::new(command_rx, chitchat_arc_clone, socket)
             .await
             .run()
@@ -153,7 +167,7 @@ pub async fn spawn_chitchat(
         let cloned_result = result.as_ref().map(|_| ()).map_err(|err| err.to_string());
         let _ = termination_watcher_sender.send(Some(cloned_result));
         result
-    });
+    }));
 
     Ok(ChitchatHandle {
         chitchat_id,

@@ -95,7 +95,7 @@ impl HostLoop {
             let host = self.host.clone();
             let in_flight = records.in_flight.clone();
             let wake = self.host.wake_handle();
-            tokio::spawn(async move {
+            self.host.node.spawn(async move {
                 let name = data::record_name(&replica);
                 let body = data::encode(&host.node.name);
                 let node = host.node.clone();

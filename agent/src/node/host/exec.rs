@@ -55,7 +55,7 @@ impl Host {
                     std::sync::Arc::from(self.config.volume_roots.clone());
                 let book = self.port_book();
                 let mesh = self.node.clone();
-                tokio::spawn(async move {
+                self.node.spawn(async move {
                     // A sticky replica's data is recorded here before it can write any: a node
                     // that dies after its start can never leave data the record does not name.
                     if spec.sticky() {
@@ -94,7 +94,7 @@ impl Host {
                     Some(replica),
                     format!("{reason} (instance {handle})"),
                 );
-                tokio::spawn(async move {
+                self.node.spawn(async move {
                     if let Err(e) = runtime.stop(&handle, Duration::from_millis(grace_ms)).await {
                         tracing::warn!(%handle, error = %e, "stop failed; the reconciler retries");
                     }
@@ -108,7 +108,7 @@ impl Host {
                     Some(replica),
                     format!("{reason} (instance {handle})"),
                 );
-                tokio::spawn(async move {
+                self.node.spawn(async move {
                     if let Err(e) = runtime.remove(&handle).await {
                         tracing::warn!(%handle, error = %e, "remove failed; the reconciler retries");
                     }
@@ -123,7 +123,7 @@ impl Host {
                 self.count_action("reload");
                 self.record("reload", Some(replica), reason);
                 let timeout = Duration::from_millis(self.config.reconcile.reload_timeout_ms);
-                tokio::spawn(async move {
+                self.node.spawn(async move {
                     let outcome = runtime.reload(&handle, &hook, &settings, timeout).await;
                     let (ok, detail) = match outcome {
                         Ok(()) => (true, String::new()),

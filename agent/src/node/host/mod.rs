@@ -246,8 +246,6 @@ pub struct HostLoop {
     /// Where the last-majority time is kept across restarts, and the wall time saved last.
     majority_file: Option<std::path::PathBuf>,
     majority_saved_wall: Option<u64>,
-    /// While this reads true the loop does nothing (the simulator's frozen agent).
-    pause: Option<tokio::sync::watch::Receiver<bool>>,
     /// The member count at a majority saved in the store last.
     members_saved: Option<usize>,
     /// The count of cells last saved at a quorum of cells.
@@ -316,7 +314,6 @@ impl Host {
             guard_issues: Vec::new(),
             majority_file: None,
             majority_saved_wall: None,
-            pause: None,
             members_saved: None,
             cells_saved: None,
             rollouts: rollout::Rollouts::default(),
@@ -522,12 +519,6 @@ impl HostLoop {
         &self.host
     }
 
-    /// Freezes the loop while `pause` reads true (the simulator's frozen agent process).
-    pub fn with_pause(mut self, pause: tokio::sync::watch::Receiver<bool>) -> Self {
-        self.pause = Some(pause);
-        self
-    }
-
     /// Runs rounds until the task is aborted: at once when woken, when the reconciler's next
     /// timer is due, and at least every `tick`.
     pub async fn run(mut self) {
@@ -535,7 +526,6 @@ impl HostLoop {
         self.restore_cells_known().await;
         let _watchers = self.spawn_watchers().await;
         loop {
-            self.wait_while_paused().await;
             self.round().await;
             let now = (self.host.mono)();
             let tick_ms = self.host.config.tick.as_millis() as u64;
@@ -556,28 +546,19 @@ impl HostLoop {
         }
     }
 
-    async fn wait_while_paused(&mut self) {
-        if let Some(pause) = self.pause.as_mut() {
-            while *pause.borrow_and_update() {
-                if pause.changed().await.is_err() {
-                    return;
-                }
-            }
-        }
-    }
-
     /// The tasks that wake the loop: runtime events, and a node leaving the live set (a new
     /// owner need not wait for the tick to start what it took over). Joins wait for the tick:
     /// a mesh starting would otherwise run a round per join on every agent.
     async fn spawn_watchers(&self) -> [AbortOnDrop; 4] {
-        let heard = tokio::spawn(heard::run(
+        let node = &self.host.node;
+        let heard = node.spawn(heard::run(
             self.host.node.clone(),
             self.host.heard.clone(),
             self.host.mono.clone(),
         ));
         let mut runtime_events = self.host.runtime.events();
         let wake = self.host.wake.clone();
-        let runtime = tokio::spawn(async move {
+        let runtime = node.spawn(async move {
             loop {
                 match runtime_events.recv().await {
                     Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
@@ -596,14 +577,14 @@ impl HostLoop {
             .await
             .live_nodes_watcher();
         let (node, wake) = (self.host.node.clone(), self.host.wake.clone());
-        let verdicts = tokio::spawn(async move {
+        let verdicts = self.host.node.spawn(async move {
             loop {
                 node.membership_moved.notified().await;
                 wake.notify_one();
             }
         });
         let wake = self.host.wake.clone();
-        let membership = tokio::spawn(async move {
+        let membership = self.host.node.spawn(async move {
             let mut last: Vec<chitchat::ChitchatId> = Vec::new();
             while live.changed().await.is_ok() {
                 let left = {
@@ -748,7 +729,7 @@ impl HostLoop {
             let (runtime, tx) = (self.host.runtime.clone(), self.host.feedback_tx.clone());
             let wake = self.host.wake_handle();
             let dropped = self.host.feedback_dropped.clone();
-            tokio::spawn(async move {
+            self.host.node.spawn(async move {
                 let _permit = permit;
                 let timeout = Duration::from_millis(check.timeout_ms);
                 let outcome = runtime.probe(&handle, &check.probe, timeout).await;

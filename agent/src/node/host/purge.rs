@@ -99,9 +99,10 @@ impl Purges {
                 };
                 state.insert(workload.clone(), attempt);
             }
+            let node = host.node.clone();
             let (host, state) = (host.clone(), self.state.clone());
             let (workload, version) = (workload.clone(), version.clone());
-            tokio::spawn(async move {
+            node.spawn(async move {
                 let result = host.runtime.purge_data(&workload).await;
                 let outcome = match &result {
                     Ok(()) => {

@@ -188,7 +188,7 @@ impl HostLoop {
         let (host, in_flight) = (self.host.clone(), self.rollouts.in_flight.clone());
         let written = self.rollouts.written.clone();
         let wake = self.host.wake_handle();
-        tokio::spawn(async move {
+        self.host.node.spawn(async move {
             if let Some(entry) = entry {
                 let auto = entry.spec.update.auto_rollback;
                 let done = write_decision(&host, &name, &assessment, auto, record, first).await;

@@ -81,6 +81,9 @@ pub struct MeshNode {
     pub membership_moved: tokio::sync::Notify,
     /// What the probes counted and the verdict changes not yet taken as events.
     probes: Mutex<ProbeRecord>,
+    /// The gate every task of this agent passes ([`MeshNode::spawn`]): closed only by the
+    /// simulator, to freeze the agent.
+    pub(crate) freeze: crate::transport::freeze::Freeze,
 }
 
 /// What the member probes report to the node: counters, local health, verdict changes.
@@ -129,6 +132,7 @@ impl MeshNode {
             verdicts: Mutex::new(Arc::default()),
             membership_moved: tokio::sync::Notify::new(),
             probes: Mutex::default(),
+            freeze: crate::transport::freeze::Freeze::none(),
         }
     }
 
@@ -188,6 +192,22 @@ impl MeshNode {
     pub fn with_wire(mut self, wire: Arc<std::sync::atomic::AtomicU16>) -> Self {
         self.wire = wire;
         self
+    }
+
+    /// The same node with the freeze gate its tasks pass, before it is shared.
+    pub fn with_freeze(mut self, freeze: crate::transport::freeze::Freeze) -> Self {
+        self.freeze = freeze;
+        self
+    }
+
+    /// Spawns a task of this agent: it makes no progress while the agent is frozen (the
+    /// simulator's pause and starve), as no task of a stopped process does.
+    pub fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.freeze.spawn(task)
     }
 
     /// The same node in `cell` (checked by the caller), before it is shared.
@@ -398,7 +418,7 @@ impl MeshNode {
             if let Some((history, _)) = history {
                 // Anti-entropy carries it to whoever this misses; the apply waits for its spec.
                 let node = self.clone();
-                tokio::spawn(async move {
+                self.spawn(async move {
                     if let Err(e) = node.replicate(history, true).await {
                         tracing::debug!(error = %e.message, "history not yet durable elsewhere");
                     }
@@ -595,7 +615,7 @@ impl MeshNode {
         let (tx, mut rx) = tokio::sync::mpsc::channel(peers.len());
         for (peer, addr) in peers {
             let (rpc, tx, entry) = (self.rpc.clone(), tx.clone(), entry.clone());
-            tokio::spawn(async move {
+            self.spawn(async move {
                 let req = Request::Replicate {
                     entries: vec![entry],
                 };

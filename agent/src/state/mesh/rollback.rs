@@ -74,7 +74,7 @@ impl MeshNode {
         };
         if let Some(history) = history {
             let node = self.clone();
-            tokio::spawn(async move {
+            self.spawn(async move {
                 if let Err(e) = node.replicate(history, true).await {
                     tracing::debug!(error = %e.message, "history not yet durable elsewhere");
                 }
