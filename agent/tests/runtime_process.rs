@@ -353,7 +353,10 @@ async fn limits_are_enforced_or_said_plainly() {
 async fn reload_hooks_and_exec_probes_run_in_the_instance_context() {
     let dir = tempfile::tempdir().unwrap();
     let rt = open(dir.path()).await;
-    let script = "trap 'echo got-hup' HUP; echo ready; while :; do sleep 0.05; done";
+    // `wait` for a background sleep: a trapped signal interrupts `wait` at once and the trap
+    // runs. With a foreground `sleep` the trap waits for the child, and once in CI (2026-12-04,
+    // a loaded machine) the HUP was not seen handled within 5 s.
+    let script = "trap 'echo got-hup' HUP; echo ready; while :; do sleep 0.05 & wait $!; done";
     let spec = process_spec("reloader", &["sh", "-c", script]);
     let inst = rt.start(request(&spec, 0, NODE)).await.unwrap();
     let log = || rt.output(&inst.handle, Stream::Stdout);
