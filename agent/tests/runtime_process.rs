@@ -354,8 +354,7 @@ async fn reload_hooks_and_exec_probes_run_in_the_instance_context() {
     let dir = tempfile::tempdir().unwrap();
     let rt = open(dir.path()).await;
     // `wait` for a background sleep: a trapped signal interrupts `wait` at once and the trap
-    // runs. With a foreground `sleep` the trap waits for the child, and once in CI (2026-12-04,
-    // a loaded machine) the HUP was not seen handled within 5 s.
+    // runs (with a foreground `sleep` it waits for the child).
     let script = "trap 'echo got-hup' HUP; echo ready; while :; do sleep 0.05 & wait $!; done";
     let spec = process_spec("reloader", &["sh", "-c", script]);
     let inst = rt.start(request(&spec, 0, NODE)).await.unwrap();
@@ -536,4 +535,29 @@ async fn named_ports_reach_the_process_its_probes_and_a_fresh_runtime() {
     assert_eq!(listed[0].ports, started.ports);
     assert!(again.probe(h, &named, timeout).await.is_healthy());
     again.stop(h, Duration::from_secs(2)).await.unwrap();
+}
+
+/// An agent started under `nohup` inherits SIGHUP ignored, and a process inherits ignored signals
+/// across exec: its instances could not trap HUP (a shell refuses to trap a signal ignored on
+/// entry), so a reload by HUP did nothing (found when `.ci/run` ran under `nohup`). The runtime
+/// now catches the signals instances are sent, so they start at their defaults. This runs the
+/// HUP reload test above again in this binary under `nohup`.
+#[test]
+fn a_reload_by_hup_reaches_instances_of_an_agent_started_under_nohup() {
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = std::process::Command::new("nohup")
+        .arg(exe)
+        .args([
+            "reload_hooks_and_exec_probes_run_in_the_instance_context",
+            "--exact",
+        ])
+        .output()
+        .expect("running nohup (coreutils)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "under nohup: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -117,10 +117,38 @@ struct Entry {
     exited: watch::Receiver<bool>,
 }
 
+/// Gives the signals instances are sent (the reload hooks' HUP, USR1 and USR2; INT and QUIT,
+/// which exec sessions forward) a handler in this process, so that every instance starts with
+/// them at their default: a handled signal is reset on exec, an ignored one is inherited. An agent
+/// started under `nohup` (HUP ignored) or in the background of a script (INT and QUIT ignored)
+/// would otherwise start instances that cannot trap them (a shell refuses to trap a signal ignored
+/// on entry), and a reload by signal would do nothing. The handlers only note the signal (tokio's);
+/// the agent ignores them as before, except INT, on which `shoal agent` stops as it did.
+fn catch_instance_signals() {
+    use tokio::signal::unix::{signal, SignalKind};
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        for kind in [
+            SignalKind::hangup(),
+            SignalKind::user_defined1(),
+            SignalKind::user_defined2(),
+            SignalKind::interrupt(),
+            SignalKind::quit(),
+        ] {
+            // The handler stays installed after the stream is dropped (tokio keeps it for the
+            // process); a failure leaves the disposition as it was, which is only worth a line.
+            if let Err(e) = signal(kind) {
+                tracing::warn!(error = %e, signal = ?kind, "could not catch a signal for instances");
+            }
+        }
+    });
+}
+
 impl ProcessRuntime {
     /// Opens the runtime over `config.data_dir` and adopts the instances found there. Must be
     /// called inside a tokio runtime (watchers are spawned).
     pub async fn open(config: ProcessConfig) -> Result<Self, RuntimeError> {
+        catch_instance_signals();
         let instances_dir = config.data_dir.join("instances");
         std::fs::create_dir_all(&instances_dir)
             .map_err(|e| RuntimeError::io(format!("creating {}", instances_dir.display()), e))?;
