@@ -318,15 +318,6 @@ pub(crate) fn run(
                     .is_some_and(|t| t.spec.yields_when_short)
             })
             .collect();
-        // Since algorithm 9 a short workload goes last also when it placed nothing.
-        let unplaced_yields: Vec<bool> = order[start..end]
-            .iter()
-            .map(|&w| {
-                workloads[w as usize]
-                    .as_ref()
-                    .is_some_and(|t| t.spec.yields_unplaced)
-            })
-            .collect();
         if yields.len() < 2 || !yields.contains(&true) {
             pass.level_exclusive(workloads, order, start..end, node_epoch, outcomes, changed);
             continue;
@@ -384,7 +375,10 @@ pub(crate) fn run(
                     tally[f].1 += outcomes[w as usize].len() - short;
                     // Since algorithm 9 one with nothing placed counts when some replica of it
                     // held a node during the pass (and so may have pushed another off it).
-                    tally[f].2 |= unplaced_yields[i] && pass.held_once[w as usize];
+                    tally[f].2 |= pass.held_once[w as usize]
+                        && workloads[w as usize]
+                            .as_ref()
+                            .is_some_and(|t| t.spec.yields_unplaced);
                 }
             }
             // The family too big for the mesh (more replicas short than placed), short of the
