@@ -180,12 +180,31 @@ struct Holdings {
     arena: Vec<Held>,
     /// Per node slot: start, length and capacity of its range.
     range: Vec<(u32, u32, u32)>,
+    /// Per node slot: its range is not sorted by claim yet (`set_unsorted`).
+    unsorted: Vec<bool>,
 }
 
 impl Holdings {
+    /// What the node holds, in some order.
     fn get(&self, node: u32) -> &[Held] {
         let (start, len, _) = self.range[node as usize];
         &self.arena[start as usize..(start + len) as usize]
+    }
+
+    /// What the node holds, strongest claim first.
+    fn get_sorted(&mut self, node: u32) -> &[Held] {
+        let (start, len, _) = self.range[node as usize];
+        let held = &mut self.arena[start as usize..(start + len) as usize];
+        if std::mem::take(&mut self.unsorted[node as usize]) {
+            held.sort_unstable_by_key(|h| h.claim);
+        }
+        held
+    }
+
+    /// Replaces the node's holdings with `items`, in any order.
+    fn set_unsorted(&mut self, node: u32, items: &[Held]) {
+        self.set(node, items);
+        self.unsorted[node as usize] = true;
     }
 
     /// Appends `items` to the node's holdings.
@@ -217,6 +236,7 @@ impl Holdings {
     /// Forgets the node's range (the arena is cleared before the next level).
     fn forget(&mut self, node: u32) {
         self.range[node as usize] = (0, 0, 0);
+        self.unsorted[node as usize] = false;
     }
 }
 
@@ -237,14 +257,21 @@ struct Pass<'a> {
     /// Nodes whose room or holdings changed in the current level.
     touched: Vec<u32>,
     is_touched: Vec<bool>,
-    /// Fixed host ports held by the replicas of the levels already done (`ports`): (node, port).
-    ports_held: Vec<(u32, super::model::HostPort)>,
+    /// Fixed host ports held by the replicas of the levels already done (`ports`): (port, node),
+    /// sorted, without duplicates.
+    ports_held: Vec<(super::model::HostPort, u32)>,
     /// (workload slot, node) pairs of the current level: nodes a workload may not take for a
     /// fixed port held there (`ports`). Sorted.
     avoid: Vec<(u32, u32)>,
     /// Per workload slot: some replica of it held a node at some point of its level's last
     /// placement (`Rep::held_once`).
     held_once: Vec<bool>,
+    /// Times room grew at some node during the current level (zone repair moves a replica off
+    /// a node); room only shrinks otherwise.
+    room_grown: u64,
+    /// (workload slot, `room_grown`) of the current level's zone repairs (actual pass) that
+    /// found no target; sorted.
+    repair_failed: Vec<(u32, u64)>,
 }
 
 /// Runs the pass over every workload and brings `outcomes` (each workload slot's outcomes by
@@ -285,12 +312,15 @@ pub(crate) fn run(
         held: Holdings {
             arena: Vec::new(),
             range: vec![(0, 0, 0); slots],
+            unsorted: vec![false; slots],
         },
         touched: Vec::new(),
         is_touched: vec![false; slots],
         ports_held: Vec::new(),
         avoid: Vec::new(),
         held_once: vec![false; workloads.len()],
+        room_grown: 0,
+        repair_failed: Vec::new(),
     };
     let priority = |w: u32| {
         workloads[w as usize]
@@ -329,7 +359,7 @@ pub(crate) fn run(
         // room before it. A workload's stacking layers (`NAME~K`, `crate::stacking`) count as
         // one. Nothing of this runs unless a yielding workload of the level is short.
         let (room, base) = (pass.room.clone(), pass.base.clone());
-        let ports_held = pass.ports_held.len();
+        let ports_held = pass.ports_held.clone();
         pass.level_exclusive(workloads, order, start..end, node_epoch, outcomes, changed);
         let short_of = |outcomes: &[Vec<Outcome>], w: u32| {
             outcomes[w as usize]
@@ -413,7 +443,7 @@ pub(crate) fn run(
                     .count();
             pass.room.clone_from(&room);
             pass.base.clone_from(&base);
-            pass.ports_held.truncate(ports_held);
+            pass.ports_held.clone_from(&ports_held);
             pass.level_exclusive(
                 workloads,
                 &arranged,
@@ -493,6 +523,7 @@ impl Pass<'_> {
         }
         first.push(reps.len() as u32);
 
+        self.repair_failed.clear();
         self.accept(workloads, &mut reps);
         for r in &mut reps {
             r.tier = u8::from(!r.at_home());
@@ -614,8 +645,7 @@ impl Pass<'_> {
             while i < grouped.len() {
                 let node = grouped[i].0;
                 let j = i + grouped[i..].iter().take_while(|g| g.0 == node).count();
-                let group = &mut grouped[i..j];
-                group.sort_unstable_by_key(|g| g.1.claim);
+                let group = &grouped[i..j];
                 scratch.clear();
                 scratch.extend(group.iter().map(|g| g.1));
                 self.choose(node, scratch.len(), &mut scratch, reps, &mut free);
@@ -663,18 +693,33 @@ impl Pass<'_> {
     ) {
         let n = node as usize;
         self.touch(node);
-        let held = self.held.get(node);
         let total = buf[..proposers].iter().fold(Resources::default(), |a, h| {
             a.saturating_add(&reps[h.rep as usize].request)
         });
-        let weakest_held = held.last().map(|h| h.claim);
         // Own lists of siblings overlap (each replica ranks every node), and in the actual pass a
         // home may be anywhere, so two replicas of one workload can meet here: the node then
         // keeps the one of the lowest index (a replica at home before one away), below.
-        let siblings_meet = buf[..proposers].iter().enumerate().any(|(i, p)| {
-            let same = |h: &Held| h.claim.order == p.claim.order;
-            held.iter().any(same) || buf[..i].iter().any(same)
-        });
+        let siblings_meet = {
+            let held = self.held.get(node);
+            buf[..proposers].iter().enumerate().any(|(i, p)| {
+                let same = |h: &Held| h.claim.order == p.claim.order;
+                held.iter().any(same) || buf[..i].iter().any(same)
+            })
+        };
+        if !siblings_meet && self.held.get(node).is_empty() && total.fits_in(&self.room[n]) {
+            // The first proposers of an empty node, all fitting: kept, in any order (most nodes
+            // of most rounds; sorted only if the node hears more).
+            self.room[n] = self.room[n].saturating_sub(&total);
+            for h in &buf[..proposers] {
+                reps[h.rep as usize].node = node;
+                reps[h.rep as usize].held_once = true;
+            }
+            self.held.set_unsorted(node, &buf[..proposers]);
+            return;
+        }
+        buf[..proposers].sort_unstable_by_key(|h| h.claim);
+        let held = self.held.get_sorted(node);
+        let weakest_held = held.last().map(|h| h.claim);
         if !siblings_meet && total.fits_in(&self.room[n]) {
             // Everything fits next to what the node holds: keep it all.
             self.room[n] = self.room[n].saturating_sub(&total);
@@ -939,13 +984,13 @@ fn find(
     classes: &ClassTable,
     t: &mut Tracked,
     from: usize,
-    accept: impl Fn(&Entry) -> bool,
+    mut accept: impl FnMut(&Entry) -> bool,
 ) -> Option<(usize, u32)> {
     let (scan, ranking, _) = t.parts(nodes, classes, Which::Order);
     let mut i = from;
     loop {
         let merged = ranking.entries();
-        if let Some(at) = merged.get(i..).and_then(|m| m.iter().position(&accept)) {
+        if let Some(at) = merged.get(i..).and_then(|m| m.iter().position(&mut accept)) {
             return Some((i + at, merged[i + at].node));
         }
         i = i.max(merged.len());

@@ -77,34 +77,49 @@ impl Pass<'_> {
             }
             sub.push(k);
         }
-        let mut arranged = order.to_vec();
-        let mut at = level.start;
-        let mut bounds = Vec::with_capacity(ports.len());
-        for k in 0..ports.len() {
-            let from = at;
-            for (i, &w) in order[level.clone()].iter().enumerate() {
-                if sub[i] == k {
-                    arranged[at] = w;
-                    at += 1;
-                }
-            }
-            bounds.push(from..at);
+        // The level's workloads by sub-level (stable: the canonical order within each).
+        let mut bounds: Vec<std::ops::Range<usize>> = Vec::with_capacity(ports.len());
+        let mut counts = vec![0usize; ports.len()];
+        for &k in &sub {
+            counts[k] += 1;
         }
+        let mut at = level.start;
+        let mut next: Vec<usize> = Vec::with_capacity(ports.len());
+        for &count in &counts {
+            next.push(at);
+            bounds.push(at..at + count);
+            at += count;
+        }
+        let mut arranged = order.to_vec();
+        for (i, &w) in order[level.clone()].iter().enumerate() {
+            arranged[next[sub[i]]] = w;
+            next[sub[i]] += 1;
+        }
+        let mut mine_held: Vec<u32> = Vec::new();
+        let mut fresh: Vec<(HostPort, u32)> = Vec::new();
         for range in bounds {
+            // The nodes each workload of the sub-level avoids: those where a replica placed
+            // before fixes one of its ports (`ports_held` is sorted by port, then node).
             self.avoid.clear();
-            for &w in &arranged[range.clone()] {
-                let mine = fixed(w);
-                if mine.is_empty() {
-                    continue;
+            let mut with_ports: Vec<u32> = arranged[range.clone()]
+                .iter()
+                .copied()
+                .filter(|&w| !fixed(w).is_empty())
+                .collect();
+            with_ports.sort_unstable();
+            for w in with_ports {
+                mine_held.clear();
+                for &port in fixed(w) {
+                    let from = self.ports_held.partition_point(|h| h.0 < port);
+                    let to = self.ports_held.partition_point(|h| h.0 <= port);
+                    mine_held.extend(self.ports_held[from..to].iter().map(|h| h.1));
                 }
-                for &(node, port) in &self.ports_held {
-                    if mine.binary_search(&port).is_ok() {
-                        self.avoid.push((w, node));
-                    }
+                if fixed(w).len() > 1 {
+                    mine_held.sort_unstable();
+                    mine_held.dedup();
                 }
+                self.avoid.extend(mine_held.iter().map(|&node| (w, node)));
             }
-            self.avoid.sort_unstable();
-            self.avoid.dedup();
             self.level(
                 workloads,
                 &arranged,
@@ -113,17 +128,45 @@ impl Pass<'_> {
                 outcomes,
                 changed,
             );
+            fresh.clear();
             for &w in &arranged[range] {
                 let mine = fixed(w);
+                if mine.is_empty() {
+                    continue;
+                }
                 for o in &outcomes[w as usize] {
                     if let Outcome::Assigned { slot, .. } = *o {
-                        self.ports_held.extend(mine.iter().map(|&p| (slot, p)));
+                        fresh.extend(mine.iter().map(|&p| (p, slot)));
                     }
                 }
+            }
+            if !fresh.is_empty() {
+                fresh.sort_unstable();
+                let held = std::mem::take(&mut self.ports_held);
+                self.ports_held = merge_sorted(held, &fresh);
             }
         }
         self.avoid.clear();
     }
+}
+
+/// The sorted, deduplicated union of two sorted lists.
+fn merge_sorted(a: Vec<(HostPort, u32)>, b: &[(HostPort, u32)]) -> Vec<(HostPort, u32)> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let next = if j == b.len() || (i < a.len() && a[i] <= b[j]) {
+            i += 1;
+            a[i - 1]
+        } else {
+            j += 1;
+            b[j - 1]
+        };
+        if out.last() != Some(&next) {
+            out.push(next);
+        }
+    }
+    out
 }
 
 /// Why a replica has no node: the nodes left for it hold a replica of another workload fixing

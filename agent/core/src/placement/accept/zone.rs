@@ -129,6 +129,7 @@ impl Pass<'_> {
             None => self.room[to as usize] = self.room[to as usize].saturating_sub(&request),
         }
         self.room[from as usize] = self.room[from as usize].saturating_add(&request);
+        self.room_grown += 1;
         siblings[me].node = to;
         self.touch(from);
         self.touch(to);
@@ -185,6 +186,16 @@ impl Pass<'_> {
                 // one at the node holding its data not at all.
                 let rep = |r: u32| &reps[siblings.start + r as usize];
                 let away = |r: u32| rep(r).home != NONE && rep(r).home != rep(r).node;
+                // A workload that found no target since room last grew anywhere finds none now:
+                // room only shrank and its used zones only grew.
+                let w = order[start + i];
+                if self
+                    .repair_failed
+                    .binary_search(&(w, self.room_grown))
+                    .is_ok()
+                {
+                    break;
+                }
                 let Some(mover) = sharing
                     .iter()
                     .copied()
@@ -203,12 +214,16 @@ impl Pass<'_> {
                         && request.fits_in(&room[e.node as usize])
                 });
                 let Some((_, node)) = target else {
+                    if let Err(at) = self.repair_failed.binary_search(&(w, self.room_grown)) {
+                        self.repair_failed.insert(at, (w, self.room_grown));
+                    }
                     break;
                 };
                 let rep = &mut reps[siblings.start + mover as usize];
                 let old = rep.node;
                 rep.node = node;
                 self.room[old as usize] = self.room[old as usize].saturating_add(&request);
+                self.room_grown += 1;
                 self.room[node as usize] = self.room[node as usize].saturating_sub(&request);
                 self.touch(old);
                 self.touch(node);
