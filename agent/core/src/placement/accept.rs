@@ -587,6 +587,7 @@ impl Pass<'_> {
         let mut grouped: Vec<(u32, Held)> = Vec::new();
         let mut counts: Vec<u32> = Vec::new();
         let mut scratch: Vec<Held> = Vec::new();
+        let mut first_round = true;
         while !free.is_empty() {
             proposals.clear();
             for &x in &free {
@@ -626,6 +627,14 @@ impl Pass<'_> {
                 grouped.extend_from_slice(&proposals);
                 grouped.sort_by_key(|g| g.0);
             } else {
+                if first_round {
+                    // A node proposed to by replicas of distinct workloads that all fit in its
+                    // room keeps them all, as `choose` would (nothing is held yet): settled
+                    // here, without grouping, for most nodes of a level's first round. A
+                    // workload's replicas are contiguous in the first round's proposals, so two
+                    // siblings at one node follow each other among its proposers.
+                    self.settle_first_round(&mut proposals, reps);
+                }
                 counts.clear();
                 counts.resize(self.room.len() + 1, 0);
                 for &(node, _) in &proposals {
@@ -651,7 +660,46 @@ impl Pass<'_> {
                 self.choose(node, scratch.len(), &mut scratch, reps, &mut free);
                 i = j;
             }
+            first_round = false;
         }
+    }
+
+    /// The first round's nodes whose proposers are all of distinct workloads and all fit in
+    /// the node's room keep them all (nothing is held in a first round); their proposals are
+    /// taken out of `proposals`, which keeps the rest in order.
+    fn settle_first_round(&mut self, proposals: &mut Vec<(u32, Held)>, reps: &mut [Rep]) {
+        // Per node: proposers' total request, the last proposer's workload, and whether it
+        // may still keep them all.
+        let mut total = vec![Resources::default(); self.room.len()];
+        let mut last = vec![NONE; self.room.len()];
+        let mut keeps = vec![true; self.room.len()];
+        for &(node, h) in proposals.iter() {
+            let n = node as usize;
+            debug_assert!(self.held.get(node).is_empty());
+            keeps[n] &= last[n] != h.claim.order;
+            last[n] = h.claim.order;
+            total[n] = total[n].saturating_add(&reps[h.rep as usize].request);
+        }
+        for n in 0..self.room.len() {
+            if last[n] != NONE {
+                keeps[n] &= total[n].fits_in(&self.room[n]);
+                if keeps[n] {
+                    self.room[n] = self.room[n].saturating_sub(&total[n]);
+                    self.touch(n as u32);
+                }
+            }
+        }
+        proposals.retain(|&(node, h)| {
+            if !keeps[node as usize] {
+                return true;
+            }
+            let rep = &mut reps[h.rep as usize];
+            rep.node = node;
+            rep.held_once = true;
+            self.held.extend(node, &[h]);
+            self.held.unsorted[node as usize] = true;
+            false
+        });
     }
 
     /// The next node of the replica's own list and its rank there; None once it has made
@@ -988,12 +1036,27 @@ fn find(
 ) -> Option<(usize, u32)> {
     let (scan, ranking, _) = t.parts(nodes, classes, Which::Order);
     let mut i = from;
+    let mut looked = false;
     loop {
         let merged = ranking.entries();
         if let Some(at) = merged.get(i..).and_then(|m| m.iter().position(&mut accept)) {
             return Some((i + at, merged[i + at].node));
         }
         i = i.max(merged.len());
+        if !looked && !ranking.is_complete() {
+            // Extending the order ranks every candidate again; a search that will find nothing
+            // (a replica with no room anywhere) need not: one look at the candidates, in any
+            // order, tells. The order holds every candidate the request fits.
+            looked = true;
+            let fits = |n: u32| scan.request.fits_in(&nodes.capacity[n as usize]);
+            if !scan
+                .candidates
+                .iter()
+                .any(|&n| fits(n) && accept(&Entry::at(n)))
+            {
+                return None;
+            }
+        }
         if !ranking.extend(&scan) {
             return None;
         }

@@ -264,6 +264,11 @@ impl Ranking {
         &self.entries
     }
 
+    /// Whether the prefix is the whole order.
+    pub fn is_complete(&self) -> bool {
+        self.complete
+    }
+
     /// The entry at `at`, extending the prefix as far as needed; None past the end of the order.
     pub fn get(&mut self, scan: &Scan<'_>, at: usize) -> Option<Entry> {
         loop {
@@ -276,13 +281,14 @@ impl Ranking {
         }
     }
 
-    /// Appends the next chunk of the order (as long as the prefix, at least 8 entries). Returns
+    /// Appends the next chunk of the order (three times as long as the prefix, at least 8 entries:
+    /// each chunk is a scan of every candidate, so few and long is cheaper). Returns
     /// false when the ranking was already complete.
     pub fn extend(&mut self, scan: &Scan<'_>) -> bool {
         if self.complete {
             return false;
         }
-        let want = self.entries.len().max(8);
+        let want = (3 * self.entries.len()).max(8);
         let after = self.entries.last().map(|e| (e.key, e.node));
         let chunk = scan.next_chunk(after, want);
         if chunk.len() < want {
