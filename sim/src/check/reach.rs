@@ -70,6 +70,18 @@ impl Reach {
         }
     }
 
+    /// The instants host `h` stopped running (froze) after `since` and up to `now`: the last
+    /// instants it ran before each freeze, where a verdict it holds now may have been formed.
+    pub fn froze_between(&self, h: u32, since: u64, now: u64) -> Vec<u64> {
+        self.paused.get(&h).map_or_else(Vec::new, |spans| {
+            spans
+                .iter()
+                .map(|s| s.0)
+                .filter(|&start| start > since && start <= now)
+                .collect()
+        })
+    }
+
     /// Forgets what ended before the window of `now`.
     pub fn prune(&mut self, now: u64) {
         let from = now.saturating_sub(REACHABLE_WITHIN_MS);
@@ -153,6 +165,22 @@ mod tests {
         assert!(r.reachable_within(1, 2, 8_500));
         r.prune(20_000);
         assert!(r.cuts.is_empty());
+    }
+
+    #[test]
+    fn the_instants_an_observer_froze_between_two_readings_are_kept() {
+        let mut r = Reach::default();
+        r.set_paused(2, true, 1_000);
+        r.set_paused(2, false, 1_010);
+        r.set_paused(2, true, 3_000);
+        r.set_paused(2, false, 9_000);
+        assert_eq!(r.froze_between(2, 900, 9_100), vec![1_000, 3_000]);
+        assert_eq!(r.froze_between(2, 1_000, 9_100), vec![3_000]);
+        // Pruned relative to the observer's last reading (2.9 s), not to now: the freeze's
+        // window (2.5-3 s) still tells that host 2 reached host 4 before it froze.
+        r.prune(2_900);
+        assert!(r.reachable_within(2, 4, 3_000));
+        assert!(!r.reachable_within(2, 4, 9_000), "frozen the whole window");
     }
 
     #[test]

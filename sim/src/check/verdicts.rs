@@ -5,7 +5,9 @@
 //! Counted always; a failure only when the scenario asserts `false_verdicts_max`.
 //!
 //! A frozen observer's views are not read: it acts on nothing while frozen, and what it holds
-//! when it thaws is compared with what it held before it froze.
+//! when it thaws is compared with what it held before it froze. A death it holds then was
+//! formed either before it froze or since it thawed, so it is judged at both instants: false if
+//! the member was reachable within the window before either.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -51,7 +53,13 @@ pub(crate) struct Verdicts {
     /// Per observer: its incarnation's generation and how many deaths its probes had declared
     /// at the last reading.
     declared: BTreeMap<u32, (u64, u64)>,
+    /// Per observer: when its member verdicts were last read (it was running then).
+    read_at: BTreeMap<u32, u64>,
 }
+
+/// How far back the reach history is kept for an observer frozen since its last reading: a
+/// verdict it formed just before it froze is judged at that instant (`member_verdicts`).
+const FROZEN_HISTORY_MAX_MS: u64 = 60_000;
 
 fn generation(h: &HostView<'_>) -> Option<u64> {
     h.node.map(|n| n.gossip().chitchat_id().generation_id)
@@ -68,7 +76,17 @@ impl Checker {
         if large && !now.is_multiple_of(VERDICTS_SLOW_EVERY_MS) {
             return;
         }
-        self.reach.prune(now);
+        // Keep the reach history back to the oldest reading of an observer (frozen since,
+        // mostly), so that its verdicts can be judged at the instant it froze.
+        let oldest = self
+            .verdicts
+            .read_at
+            .values()
+            .copied()
+            .min()
+            .unwrap_or(now)
+            .max(now.saturating_sub(FROZEN_HISTORY_MAX_MS));
+        self.reach.prune(oldest.min(now));
         let current: Vec<Option<u64>> = hosts
             .iter()
             .map(|h| generation(h).filter(|_| h.state == HostState::Up))
@@ -88,6 +106,7 @@ impl Checker {
             let Some(gen_o) = current[o.index as usize] else {
                 self.verdicts.live.remove(&o.index);
                 self.verdicts.declared.remove(&o.index);
+                self.verdicts.read_at.remove(&o.index);
                 continue;
             };
             // A frozen agent acts on nothing: what it holds is read when it thaws.
@@ -112,6 +131,15 @@ impl Checker {
                 .filter_map(|id| Some((super::agents::host_index(&id.node_id)?, id.generation_id)))
                 .collect();
             drop(guard);
+            // A verdict read now was formed since the last reading: while the observer ran
+            // now, or just before it froze in between (its last running instant then).
+            let read_before = self.verdicts.read_at.insert(o.index, now);
+            let instants: Vec<u64> = read_before
+                .map(|since| self.reach.froze_between(o.index, since, now))
+                .unwrap_or_default()
+                .into_iter()
+                .chain([now])
+                .collect();
             let before = self.verdicts.live.insert(o.index, (gen_o, live.clone()));
             let Some((gen_before, before)) = before.filter(|b| b.0 == gen_o) else {
                 continue;
@@ -123,7 +151,10 @@ impl Checker {
                 }
                 self.member_deaths_seen += 1;
                 let alive = current.get(x as usize).copied().flatten() == Some(gen_x);
-                if alive && self.reach.reachable_within(o.index, x, now) {
+                let reached = instants
+                    .iter()
+                    .any(|&t| self.reach.reachable_within(o.index, x, t));
+                if alive && reached {
                     self.false_member_deaths += 1;
                     let subject = format!("n{}", x + 1);
                     self.false_verdict(now, "member-dead", o.name, subject, trace);
