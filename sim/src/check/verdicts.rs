@@ -86,7 +86,7 @@ impl Checker {
             .min()
             .unwrap_or(now)
             .max(now.saturating_sub(FROZEN_HISTORY_MAX_MS));
-        self.reach.prune(oldest.min(now));
+        self.reach.prune(oldest);
         let current: Vec<Option<u64>> = hosts
             .iter()
             .map(|h| generation(h).filter(|_| h.state == HostState::Up))

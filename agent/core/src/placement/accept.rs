@@ -207,6 +207,12 @@ impl Holdings {
         self.unsorted[node as usize] = true;
     }
 
+    /// Adds `h` to the node's holdings, in any order.
+    fn push_unsorted(&mut self, node: u32, h: Held) {
+        self.extend(node, &[h]);
+        self.unsorted[node as usize] = true;
+    }
+
     /// Appends `items` to the node's holdings.
     fn extend(&mut self, node: u32, items: &[Held]) {
         let (start, len, cap) = self.range[node as usize];
@@ -696,8 +702,7 @@ impl Pass<'_> {
             let rep = &mut reps[h.rep as usize];
             rep.node = node;
             rep.held_once = true;
-            self.held.extend(node, &[h]);
-            self.held.unsorted[node as usize] = true;
+            self.held.push_unsorted(node, h);
             false
         });
     }

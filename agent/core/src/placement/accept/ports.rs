@@ -141,32 +141,15 @@ impl Pass<'_> {
                 }
             }
             if !fresh.is_empty() {
+                // Two sorted runs: the stable sort merges them in one pass.
                 fresh.sort_unstable();
-                let held = std::mem::take(&mut self.ports_held);
-                self.ports_held = merge_sorted(held, &fresh);
+                self.ports_held.extend_from_slice(&fresh);
+                self.ports_held.sort();
+                self.ports_held.dedup();
             }
         }
         self.avoid.clear();
     }
-}
-
-/// The sorted, deduplicated union of two sorted lists.
-fn merge_sorted(a: Vec<(HostPort, u32)>, b: &[(HostPort, u32)]) -> Vec<(HostPort, u32)> {
-    let mut out = Vec::with_capacity(a.len() + b.len());
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() || j < b.len() {
-        let next = if j == b.len() || (i < a.len() && a[i] <= b[j]) {
-            i += 1;
-            a[i - 1]
-        } else {
-            j += 1;
-            b[j - 1]
-        };
-        if out.last() != Some(&next) {
-            out.push(next);
-        }
-    }
-    out
 }
 
 /// Why a replica has no node: the nodes left for it hold a replica of another workload fixing

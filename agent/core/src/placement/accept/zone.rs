@@ -159,7 +159,17 @@ impl Pass<'_> {
             }
             let request = t.spec.request;
             let siblings = first[i] as usize..first[i + 1] as usize;
+            let w = order[start + i];
             loop {
+                // A workload that found no target since room last grew anywhere finds none now:
+                // room only shrank and its used zones only grew.
+                if self
+                    .repair_failed
+                    .binary_search(&(w, self.room_grown))
+                    .is_ok()
+                {
+                    break;
+                }
                 let zones = self.classes.get(t.class).zones as usize;
                 held.clear();
                 held.extend(
@@ -186,16 +196,6 @@ impl Pass<'_> {
                 // one at the node holding its data not at all.
                 let rep = |r: u32| &reps[siblings.start + r as usize];
                 let away = |r: u32| rep(r).home != NONE && rep(r).home != rep(r).node;
-                // A workload that found no target since room last grew anywhere finds none now:
-                // room only shrank and its used zones only grew.
-                let w = order[start + i];
-                if self
-                    .repair_failed
-                    .binary_search(&(w, self.room_grown))
-                    .is_ok()
-                {
-                    break;
-                }
                 let Some(mover) = sharing
                     .iter()
                     .copied()
