@@ -8,8 +8,8 @@
 //!    [`ProbeConfig::indirect_k`] other members, which ping it and relay its `Ack`, or answer
 //!    `Nack` when they heard nothing either (so a prober whose own links are bad can tell);
 //! 3. **suspicion**: after [`ProbeConfig::indirect_timeout_ms`] more, the member is `Suspect`
-//!    (published in gossip, shown by `shoal nodes`), still pinged; any `Ack` or heartbeat refutes
-//!    it. The suspicion lasts from [`ProbeConfig::suspicion_max_ms`] down to
+//!    (published in gossip, shown by `shoal nodes`), still pinged; any `Ack`, any other message
+//!    from it, or a heartbeat refutes it. The suspicion lasts from [`ProbeConfig::suspicion_max_ms`] down to
 //!    [`ProbeConfig::suspicion_min_ms`] as other members independently suspect it too (Lifeguard's
 //!    "dogpile": `max - (max - min) * ln(c + 1) / ln(k + 1)` for `c` confirmations of `k`);
 //! 4. **dead** when the suspicion runs out unrefuted.
@@ -294,6 +294,9 @@ struct Track {
     /// Members that told this agent they suspect it (`Suspect` notices), at most
     /// `confirmations_k`; cleared when it is heard from.
     told_by: Vec<SocketAddr>,
+    /// A heartbeat refuted its suspicion: probe it again at once (gossip may have carried a
+    /// heartbeat it sent before it died; only an answer now says it runs now).
+    recheck: bool,
     state: State,
 }
 
@@ -595,6 +598,7 @@ impl Prober {
                         suspected_by: m.suspected_by,
                         probed_at: 0,
                         told_by: Vec::new(),
+                        recheck: false,
                         state,
                     },
                 );
@@ -612,6 +616,7 @@ impl Prober {
                 let was = std::mem::replace(&mut track.state, State::Alive);
                 match was {
                     State::Suspect(p, _) => {
+                        track.recheck = true;
                         self.pending.remove(&p.nonce);
                         self.event(&key, VerdictKind::Refuted, now);
                     }
@@ -665,7 +670,10 @@ impl Prober {
                     let quiet = now.saturating_sub(track.advanced_at) >= c.quiet_ms * m;
                     let told = track.confirmations(0) > 0
                         && now.saturating_sub(track.probed_at) >= c.quiet_ms * m;
-                    if quiet || told {
+                    if quiet || told || track.recheck {
+                        if let Some(t) = self.tracks.get_mut(&key) {
+                            t.recheck = false;
+                        }
                         self.start_probe(&key, now, out);
                     }
                 }
@@ -687,7 +695,14 @@ impl Prober {
                     } else {
                         (c.ping_timeout_ms + c.indirect_timeout_ms) * m
                     };
-                    if now.saturating_sub(p.since) >= limit {
+                    // Every member asked answered that it could not reach it either, and this
+                    // agent's own ping timed out: the evidence is complete, no need to wait on.
+                    let all_nacked = p
+                        .indirect
+                        .is_some_and(|(_, asked, answered)| asked > 0 && answered >= asked);
+                    let complete =
+                        all_nacked && now.saturating_sub(p.since) >= c.ping_timeout_ms * m;
+                    if complete || now.saturating_sub(p.since) >= limit {
                         if let Some((_, asked, answered)) = p.indirect {
                             if answered < asked {
                                 // Lifeguard's missed nack: our own links may be what fails.
@@ -724,7 +739,9 @@ impl Prober {
         }
     }
 
-    /// Starts probing `key`: its first direct ping.
+    /// Starts probing `key`: its first direct ping, and the indirect ones at once when another
+    /// member already suspects it (its own direct and indirect probes failed: waiting for this
+    /// agent's direct ping to time out first only delays the evidence).
     fn start_probe(&mut self, key: &Key, now: u64, out: &mut Vec<Outgoing>) {
         let nonce = self.nonce();
         self.counters.probes += 1;
@@ -733,15 +750,23 @@ impl Prober {
         };
         t.probed_at = now;
         let addr = t.addr;
+        let suspected = t.confirmations(0) > 0;
         self.pending.insert(nonce, key.clone());
         out.push((addr, ping(nonce, key)));
+        let indirect = if suspected {
+            let asked = self.ask_others(key, addr, nonce, out);
+            self.counters.indirect += 1;
+            Some((now, asked, 0))
+        } else {
+            None
+        };
         self.set(
             key,
             State::Probing(Probe {
                 nonce,
                 since: now,
                 last_ping: now,
-                indirect: None,
+                indirect,
             }),
         );
     }
@@ -863,6 +888,16 @@ impl Prober {
         let member = sender
             .as_ref()
             .is_some_and(|k| from_name.is_none_or(|n| n == k.0));
+        // An answer names its incarnation: from another one than gossip holds at that address
+        // (a restart gossip has not carried yet), it says nothing of the one held.
+        let speaks_for_sender = match &msg {
+            ProbeMsg::Ack {
+                name, generation, ..
+            } => sender
+                .as_ref()
+                .is_some_and(|k| k.0 == *name && k.1 == *generation),
+            _ => true,
+        };
         match msg {
             ProbeMsg::Ping {
                 nonce,
@@ -892,9 +927,9 @@ impl Prober {
                 if let Some(key) = self.pending.get(&nonce).cloned() {
                     if (name, generation) != key {
                         self.counters.stale += 1;
-                        return out;
+                    } else {
+                        self.answered(&key, now_ms);
                     }
-                    self.answered(&key, now_ms);
                 } else if let Some(relay) = self.relays.remove(&nonce) {
                     out.push((
                         relay.requester,
@@ -984,7 +1019,35 @@ impl Prober {
                 }
             }
         }
+        // Whatever a member sends, it sent it: it runs and reaches this agent now (SWIM's rule
+        // that any message from a member refutes its suspicion). A member whose links black out
+        // most of the time may never be pinged in its short windows, but it pings there.
+        if let (true, true, Some(key)) = (member, speaks_for_sender, sender) {
+            self.heard_from(&key, now_ms);
+        }
         out
+    }
+
+    /// A message from `key` arrived: it is alive now. A probe or suspicion of it ends as if
+    /// answered (its message got through: local health falls as for an answer), a dead verdict
+    /// of this detector's is revived, and its quiet time restarts.
+    fn heard_from(&mut self, key: &Key, now: u64) {
+        let Some(track) = self.tracks.get_mut(key) else {
+            return;
+        };
+        if !track.probes || track.leaving {
+            return;
+        }
+        match track.state {
+            State::Probing(_) | State::Suspect(..) => self.answered(key, now),
+            State::Dead(_, true) => {
+                track.state = State::Alive;
+                track.advanced_at = now;
+                track.told_by.clear();
+                self.event(key, VerdictKind::Revived, now);
+            }
+            State::Alive | State::Dead(_, false) => track.advanced_at = now,
+        }
     }
 
     /// An `Ack` for the probe of `key` arrived: alive.
@@ -995,6 +1058,7 @@ impl Prober {
         let was = std::mem::replace(&mut track.state, State::Alive);
         track.advanced_at = now;
         track.told_by.clear();
+        track.recheck = false;
         let nonce = match &was {
             State::Probing(p) | State::Suspect(p, _) => Some(p.nonce),
             _ => None,

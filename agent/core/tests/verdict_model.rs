@@ -522,3 +522,116 @@ fn verdicts_replay_from_the_seed() {
     };
     assert_eq!(run(4), run(4));
 }
+
+/// A prober `n0` tracking one member `n1` (generation 2) that has gone quiet, ticked until it
+/// suspects it; returns the prober and the time.
+fn suspecting_n1(config: &ProbeConfig) -> (Prober, Observed, u64) {
+    let mut p = Prober::new(config.clone(), "n0", 1, 3);
+    let member = Observed {
+        name: "n1".into(),
+        generation: 2,
+        addr: addr(1),
+        heartbeat: 1,
+        live: true,
+        probes: true,
+        leaving: false,
+        suspected_by: 0,
+    };
+    let mut t = 0;
+    while p.verdict("n1", 2) != Some(Verdict::Suspect) {
+        t += 50;
+        assert!(t < 5_000, "never suspected");
+        p.tick(t, 0, 0, std::slice::from_ref(&member));
+    }
+    (p, member, t)
+}
+
+#[test]
+fn any_message_from_a_suspect_refutes_it_but_an_answer_of_another_incarnation_does_not() {
+    let config = ProbeConfig::default();
+    let (mut p, member, t) = suspecting_n1(&config);
+    // A ping from n1 (it probes this agent in turn): it runs and reaches us.
+    let ping = ProbeMsg::Ping {
+        nonce: 5,
+        target: "n0".into(),
+        target_gen: 1,
+    };
+    assert_eq!(p.receive(t + 1, addr(1), Some("n1"), ping).len(), 1);
+    assert_eq!(p.verdict("n1", 2), Some(Verdict::Alive));
+    assert_eq!(
+        p.drain_events().last().map(|e| e.kind),
+        Some(VerdictKind::Refuted)
+    );
+    // Its quiet time restarted: not probed again at once.
+    assert!(p
+        .tick(t + 50, 0, 0, std::slice::from_ref(&member))
+        .is_empty());
+
+    // An answer naming another incarnation, from n1's address, refutes nothing.
+    let (mut p, _, t) = suspecting_n1(&config);
+    let other = ProbeMsg::Ack {
+        nonce: 1,
+        name: "n1".into(),
+        generation: 3,
+    };
+    p.receive(t + 1, addr(1), None, other);
+    assert_eq!(p.verdict("n1", 2), Some(Verdict::Suspect));
+}
+
+#[test]
+fn a_member_another_suspects_is_probed_directly_and_indirectly_at_once() {
+    let mut p = Prober::new(ProbeConfig::default(), "n0", 1, 3);
+    let member = |i: usize, suspected_by: u32| Observed {
+        name: format!("n{i}"),
+        generation: 1,
+        addr: addr(i),
+        heartbeat: 1,
+        live: true,
+        probes: true,
+        leaving: false,
+        suspected_by,
+    };
+    let members = [member(1, 1), member(2, 0), member(3, 0)];
+    // Learnt at 0; at 300 n1 (suspected by another member) is probed, and the others are asked
+    // at once instead of after this agent's own ping timed out.
+    p.tick(0, 0, 0, &members);
+    let out = p.tick(300, 0, 0, &members);
+    let pings = out
+        .iter()
+        .filter(|(to, m)| *to == addr(1) && matches!(m, ProbeMsg::Ping { .. }))
+        .count();
+    let asked = out
+        .iter()
+        .filter(|(_, m)| matches!(m, ProbeMsg::PingReq { target, .. } if target == "n1"))
+        .count();
+    assert_eq!((pings, asked), (1, 2), "{out:?}");
+    // Both asked answer that they cannot reach it either: suspected once this agent's own ping
+    // timed out, not after the whole indirect timeout.
+    let nonce = out
+        .iter()
+        .find_map(|(_, m)| match m {
+            ProbeMsg::PingReq { nonce, .. } => Some(*nonce),
+            _ => None,
+        })
+        .unwrap();
+    p.receive(370, addr(2), None, ProbeMsg::Nack { nonce });
+    p.receive(370, addr(3), None, ProbeMsg::Nack { nonce });
+    p.tick(400, 0, 0, &members);
+    assert_eq!(p.verdict("n1", 1), Some(Verdict::Suspect));
+}
+
+#[test]
+fn a_heartbeat_that_refutes_a_suspicion_is_checked_by_a_ping_at_once() {
+    let config = ProbeConfig::default();
+    let (mut p, mut member, t) = suspecting_n1(&config);
+    p.drain_events();
+    // Gossip carries a heartbeat n1 may have sent before it went silent.
+    member.heartbeat = 2;
+    let out = p.tick(t + 50, 0, 0, std::slice::from_ref(&member));
+    assert_eq!(p.drain_events()[0].kind, VerdictKind::Refuted);
+    assert!(
+        out.iter()
+            .any(|(to, m)| *to == addr(1) && matches!(m, ProbeMsg::Ping { .. })),
+        "{out:?}"
+    );
+}
