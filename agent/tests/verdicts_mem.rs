@@ -1,9 +1,8 @@
 //! Member verdicts on direct evidence (issue 28) with real agents' mesh code on the in-memory
 //! network under paused time: a crashed member is dead for every survivor within the target,
 //! and the probes (not the heartbeat detector) said so; a member frozen 0.4 s of every 0.5 s, and
-//! a member with 10 % loss, are never declared dead. (A member whose links black out 0.4 s of
-//! every 0.5 s while it runs is not covered: docs/measurements.md "Member verdicts" says what
-//! it does.)
+//! a member with 10 % loss, are never declared dead; a member whose links black out 0.4 s of
+//! every 0.5 s while it runs declares nobody dead.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -92,6 +91,17 @@ async fn deaths_seen(nodes: &[Option<RunningNode>]) -> Vec<(String, String)> {
 async fn kill_one(seed: u64, victim: usize) -> Vec<Duration> {
     let net = MemNetwork::new(seed);
     let mut nodes = mesh(&net, 12).await;
+    // Settled: every agent trusts its own verdicts fully again (the joins' probes may have raised
+    // local health, which falls back once calm; a kill right after a disturbance is judged more
+    // slowly, by design).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while nodes.iter().flatten().any(|n| n.node.probe_stats().1 > 0) {
+        assert!(
+            Instant::now() < deadline,
+            "local health never fell back to 0"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     assert!(deaths_seen(&nodes).await.is_empty());
     let victim = nodes[victim].take().unwrap();
     let name = victim.node.name.clone();
@@ -138,18 +148,14 @@ async fn kill_one(seed: u64, victim: usize) -> Vec<Duration> {
 
 #[tokio::test(start_paused = true)]
 async fn a_crashed_member_is_dead_for_every_survivor_within_the_target() {
-    // The target is on the verdicts' median: pooled over five kills (one kill's own median is
-    // 0.76-0.91 s in 95 % of meshes and 1.01 s in the rest, when most survivors start their
-    // probe on the first suspecter's notice rather than on their own quiet timer).
+    // The median target is on the verdicts' median, pooled over five kills (one kill's own
+    // median varies with chitchat's OS-seeded peer choice); the worst on each kill.
     let mut took = Vec::new();
     for (seed, victim) in [(3, 4), (4, 7), (5, 1), (6, 10), (7, 5)] {
         let one = kill_one(seed, victim).await;
         let worst = *one.iter().max().unwrap();
         println!("worst of one kill (ms): {}", worst.as_millis());
-        // The target is 1.5 s; about 1 kill in 100 takes one survivor past it (1.56 s seen:
-        // docs/measurements.md "Member verdicts"), so the bound asserted is the design's:
-        // 2 s.
-        assert!(worst <= Duration::from_millis(2_000), "worst {worst:?}");
+        assert!(worst <= Duration::from_millis(1_500), "worst {worst:?}");
         took.extend(one);
     }
     took.sort();
@@ -186,6 +192,34 @@ async fn a_member_frozen_four_tenths_of_every_half_second_is_never_declared_dead
     assert!(probed > 0);
     let frozen = nodes[3].take().unwrap();
     assert!(frozen.node.probe_stats().0.stalls >= 100);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_whose_links_black_out_four_tenths_of_every_half_second_declares_nobody_dead() {
+    // Not frozen: it runs on time and hears nothing 0.4 s of every 0.5 s (an 80 % loss in
+    // bursts). Everyone falls silent to it at once: it is deaf, and must not turn that into
+    // verdicts. (The others may declare it dead: to them it is unreachable most of the time,
+    // which is what the verdict is for; docs/measurements.md "Member verdicts".)
+    let net = MemNetwork::new(5);
+    let nodes = mesh(&net, 8).await;
+    let h = host(3);
+    let dark = nodes[3].as_ref().unwrap();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        net.set_paused(h, true);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        net.set_paused(h, false);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let own: Vec<_> = deaths_seen(&nodes)
+            .await
+            .into_iter()
+            .filter(|(observer, _)| *observer == dark.node.name)
+            .collect();
+        assert!(own.is_empty(), "after {:?}: {own:?}", start.elapsed());
+    }
+    // It knew itself deaf (most of each dark stretch past the first 0.3 s: about 0.1 s a cycle).
+    let deaf = dark.node.probe_stats().0.deaf_ms;
+    assert!(deaf > 5_000, "deaf for {deaf} ms");
 }
 
 #[tokio::test(start_paused = true)]

@@ -64,6 +64,13 @@ pub struct ProbeConfig {
     pub members_max: usize,
     /// Most members a suspecter tells at once (`Suspect` notices).
     pub notify_max: usize,
+    /// Nobody heard from (no message, no heartbeat) for longer than this, while at least two
+    /// members are held alive: this agent is deaf (its links, not theirs), and the rest of the
+    /// silence counts as nobody's, as a stall's does.
+    pub deaf_after_ms: u64,
+    /// At most this much of one deaf stretch is excused: an agent cut off from everyone still
+    /// judges in the end.
+    pub deaf_max_ms: u64,
 }
 
 impl Default for ProbeConfig {
@@ -82,6 +89,8 @@ impl Default for ProbeConfig {
             relays_max: 256,
             members_max: 4_096,
             notify_max: 64,
+            deaf_after_ms: 300,
+            deaf_max_ms: 10_000,
         }
     }
 }
@@ -256,6 +265,8 @@ pub struct ProbeCounters {
     pub stalls: u64,
     /// Members this detector declared dead (the simulator checks that it saw each).
     pub declared_dead: u64,
+    /// Milliseconds of silence from everyone excused as this agent's own deafness.
+    pub deaf_ms: u64,
 }
 
 /// An outgoing probe message.
@@ -341,13 +352,23 @@ pub struct Prober {
     health_moved_at: u64,
     /// When health last rose.
     health_raised_at: u64,
-    /// When an answered probe last lowered the failure part of health.
+    /// When an answered probe (or calm) last lowered the failure part of health.
     health_down_at: u64,
+    /// The failure part of health rose since the last tick...
+    failure_raised: bool,
+    /// ...and when it last did.
+    failure_raised_at: u64,
     suspected_me: bool,
     /// Health rose since the last tick.
     health_raised: bool,
     counters: ProbeCounters,
     events: Vec<VerdictEvent>,
+    /// When any member was last heard from (a message or a heartbeat that advanced).
+    heard_at: u64,
+    /// The previous tick's time.
+    ticked_at: u64,
+    /// How much of the current deaf stretch was excused so far.
+    deaf_excused: u64,
 }
 
 /// How long a member this agent declared dead stays in what it gossips as suspected (a
@@ -358,6 +379,12 @@ pub const CONFIRMS_FOR_MS: u64 = 10_000;
 pub const HEALTH_CALM_MS: u64 = 1_000;
 /// ...then by one each this long.
 pub const HEALTH_DECAY_MS: u64 = 250;
+
+/// The part of local health that failed probes raised falls by one per [`FAILURE_DECAY_MS`]
+/// once nothing raised it for this long.
+pub const FAILURE_CALM_MS: u64 = 5_000;
+/// See [`FAILURE_CALM_MS`].
+pub const FAILURE_DECAY_MS: u64 = 1_000;
 
 /// Most events kept until drained.
 const EVENTS_MAX: usize = 1_024;
@@ -380,10 +407,15 @@ impl Prober {
             health_moved_at: 0,
             health_raised_at: 0,
             health_down_at: 0,
+            failure_raised: false,
+            failure_raised_at: 0,
             suspected_me: false,
             health_raised: false,
             counters: ProbeCounters::default(),
             events: Vec::new(),
+            heard_at: 0,
+            ticked_at: 0,
+            deaf_excused: 0,
         }
     }
 
@@ -461,6 +493,7 @@ impl Prober {
 
     fn raise_health(&mut self) {
         self.health = (self.health + 1).min(self.config.health_max);
+        self.failure_raised = true;
     }
 
     fn event(&mut self, key: &Key, kind: VerdictKind, at_ms: u64) {
@@ -489,15 +522,14 @@ impl Prober {
             self.counters.stalls += 1;
             self.stall_health = (self.stall_health + 1).min(self.config.health_max);
             self.health_raised = true;
-            self.shift(stall_ms, now_ms);
+            self.shift(stall_ms, now_ms, true);
         }
         if suspected_me > 0 && !self.suspected_me {
             self.raise_health();
         }
         self.suspected_me = suspected_me > 0;
         // The part of health stalls raised decays once the agent runs on time again (it may have
-        // nobody to probe, so no answered probe would lower it); the part its failed probes
-        // raised falls only as probes are answered (Lifeguard).
+        // nobody to probe, so no answered probe would lower it).
         if std::mem::take(&mut self.health_raised) {
             self.health_raised_at = now_ms;
             self.health_moved_at = now_ms;
@@ -508,7 +540,27 @@ impl Prober {
             self.stall_health -= 1;
             self.health_moved_at = now_ms;
         }
+        // The part failed probes raised falls as probes are answered; in a calm mesh nothing is
+        // probed, so it also falls once nothing raised it for FAILURE_CALM_MS (Lifeguard probes
+        // all the time, and its successes bring the score back to 0 in steady state).
+        if std::mem::take(&mut self.failure_raised) {
+            self.failure_raised_at = now_ms;
+        } else if self.health > 0
+            && !self.suspected_me
+            && now_ms.saturating_sub(self.failure_raised_at) >= FAILURE_CALM_MS
+            && now_ms.saturating_sub(self.health_down_at) >= FAILURE_DECAY_MS
+        {
+            self.health -= 1;
+            self.health_down_at = now_ms;
+        }
         self.observe(now_ms, members);
+        // A stall is excused above; deafness only over the time this agent ran.
+        let stalled = if stall_ms > self.config.stall_slack_ms {
+            stall_ms
+        } else {
+            0
+        };
+        self.excuse_deafness(now_ms, now_ms.saturating_sub(stalled));
         self.drive(now_ms, &mut out);
         self.expire_relays(now_ms, &mut out);
         out
@@ -547,13 +599,46 @@ impl Prober {
         due
     }
 
-    /// Moves every running timer forward by a stall of this agent.
-    fn shift(&mut self, stall: u64, now: u64) {
+    /// Deafness (Lifeguard's lossy observer, taken further): when nobody at all was heard from
+    /// for [`ProbeConfig::deaf_after_ms`] while at least two members are held alive, what
+    /// fails is this agent's links, not every member at once; the silence past that point, up to
+    /// [`ProbeConfig::deaf_max_ms`] per stretch, moves every timer forward as a stall does.
+    fn excuse_deafness(&mut self, now: u64, ran_until: u64) {
+        let since = std::mem::replace(&mut self.ticked_at, now);
+        let deaf_from = self.heard_at.saturating_add(self.config.deaf_after_ms);
+        if now <= deaf_from {
+            self.deaf_excused = 0;
+            return;
+        }
+        let alive = self
+            .tracks
+            .values()
+            .filter(|t| t.probes && !t.leaving && !matches!(t.state, State::Dead(..)))
+            .count();
+        if alive < 2 || self.deaf_excused >= self.config.deaf_max_ms {
+            return;
+        }
+        let excuse = ran_until
+            .saturating_sub(since.max(deaf_from))
+            .min(self.config.deaf_max_ms - self.deaf_excused);
+        if excuse > 0 {
+            self.deaf_excused += excuse;
+            self.counters.deaf_ms += excuse;
+            self.shift(excuse, now, false);
+        }
+    }
+
+    /// Moves every running timer forward by a stall of this agent. `pings`: the repeated pings'
+    /// timer too (a stall: the agent did not run, so it sent none); a deaf agent keeps pinging,
+    /// its pings are how it finds its links back.
+    fn shift(&mut self, stall: u64, now: u64, pings: bool) {
         for track in self.tracks.values_mut() {
             track.advanced_at = track.advanced_at.saturating_add(stall).min(now);
             if let State::Probing(p) | State::Suspect(p, _) = &mut track.state {
                 p.since = p.since.saturating_add(stall).min(now);
-                p.last_ping = p.last_ping.saturating_add(stall).min(now);
+                if pings {
+                    p.last_ping = p.last_ping.saturating_add(stall).min(now);
+                }
                 if let Some((sent, _, _)) = &mut p.indirect {
                     *sent = sent.saturating_add(stall).min(now);
                 }
@@ -580,6 +665,9 @@ impl Prober {
                 if self.tracks.len() >= self.config.members_max {
                     self.counters.untracked += 1;
                     continue;
+                }
+                if m.live {
+                    self.heard_at = now;
                 }
                 let state = if m.live {
                     State::Alive
@@ -610,6 +698,7 @@ impl Prober {
             track.live = m.live;
             track.suspected_by = m.suspected_by;
             if m.heartbeat > track.heartbeat {
+                self.heard_at = now;
                 track.heartbeat = m.heartbeat;
                 track.advanced_at = now;
                 track.told_by.clear();
@@ -1022,6 +1111,9 @@ impl Prober {
         // Whatever a member sends, it sent it: it runs and reaches this agent now (SWIM's rule
         // that any message from a member refutes its suspicion). A member whose links black out
         // most of the time may never be pinged in its short windows, but it pings there.
+        if member {
+            self.heard_at = self.heard_at.max(now_ms);
+        }
         if let (true, true, Some(key)) = (member, speaks_for_sender, sender) {
             self.heard_from(&key, now_ms);
         }

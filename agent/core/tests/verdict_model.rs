@@ -635,3 +635,90 @@ fn a_heartbeat_that_refutes_a_suspicion_is_checked_by_a_ping_at_once() {
         "{out:?}"
     );
 }
+
+#[test]
+fn an_agent_that_hears_nobody_holds_its_verdicts_until_the_deafness_bound() {
+    let config = ProbeConfig::default();
+    let member = |i: usize| Observed {
+        name: format!("n{i}"),
+        generation: 1,
+        addr: addr(i),
+        heartbeat: 1,
+        live: true,
+        probes: true,
+        leaving: false,
+        suspected_by: 0,
+    };
+    // Three members fall silent to it at once, and none of its pings is answered: its own links.
+    let members = [member(1), member(2), member(3)];
+    let mut p = Prober::new(config.clone(), "n0", 1, 3);
+    let mut first_dead = None;
+    for t in (0..30_000).step_by(50) {
+        p.tick(t, 0, 0, &members);
+        if first_dead.is_none() && p.verdicts().iter().any(|v| v.2 == Verdict::Dead) {
+            first_dead = Some(t);
+        }
+    }
+    // Pings went out all along (how a deaf agent finds its links back)...
+    assert!(p.counters().probes >= 3);
+    // ...and it judged only once the excused silence ran out: 0.3 s to go deaf, 10 s excused,
+    // then the usual window (at the local health its failed probes raised).
+    let first_dead = first_dead.expect("an agent cut off for good judges in the end");
+    assert!(
+        first_dead >= config.deaf_after_ms + config.deaf_max_ms,
+        "dead at {first_dead}"
+    );
+    assert_eq!(
+        p.counters().deaf_ms,
+        config.deaf_max_ms,
+        "excused exactly the bound"
+    );
+
+    // One member only: silence from it says nothing about this agent; judged as usual.
+    let mut p = Prober::new(config.clone(), "n0", 1, 3);
+    let one = [member(1)];
+    let mut t = 0;
+    while p.verdict("n1", 1) != Some(Verdict::Dead) {
+        t += 50;
+        assert!(t < 3_000, "not judged in the usual window");
+        p.tick(t, 0, 0, &one);
+    }
+    assert_eq!(p.counters().deaf_ms, 0);
+}
+
+#[test]
+fn health_raised_by_failures_falls_back_once_the_mesh_is_calm() {
+    let mut p = Prober::new(ProbeConfig::default(), "n0", 1, 3);
+    let mut member = Observed {
+        name: "n1".into(),
+        generation: 1,
+        addr: addr(1),
+        heartbeat: 1,
+        live: true,
+        probes: true,
+        leaving: false,
+        suspected_by: 0,
+    };
+    p.tick(0, 0, 0, std::slice::from_ref(&member));
+    // A member tells it that it is suspected: its own links may be the cause.
+    let notice = ProbeMsg::Suspect {
+        target: "n0".into(),
+        target_gen: 1,
+    };
+    p.receive(10, addr(1), None, notice);
+    let mut t = 0;
+    let mut health_at = |p: &mut Prober, until: u64, member: &mut Observed| {
+        while t < until {
+            t += 50;
+            member.heartbeat += 1;
+            p.tick(t, 0, 0, std::slice::from_ref(member));
+        }
+        p.health()
+    };
+    assert_eq!(health_at(&mut p, 4_000, &mut member), 1, "not calm yet");
+    assert_eq!(
+        health_at(&mut p, 7_000, &mut member),
+        0,
+        "calm: back to full trust"
+    );
+}

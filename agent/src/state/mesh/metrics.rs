@@ -76,6 +76,12 @@ pub async fn mesh_families(
             probes.stalls as f64,
         ),
         Family::single(
+            "shoal_probe_deaf_seconds",
+            "Silence from every member at once that the member prober counted as this agent's own deafness (its links), not as anyone's death.",
+            Kind::Counter,
+            probes.deaf_ms as f64 / 1000.0,
+        ),
+        Family::single(
             "shoal_probe_local_health",
             "Local health score (Lifeguard): probe timeouts run this many times longer, plus one.",
             Kind::Gauge,
