@@ -9,16 +9,20 @@
 //!    `Nack` when they heard nothing either (so a prober whose own links are bad can tell);
 //! 3. **suspicion**: after [`ProbeConfig::indirect_timeout_ms`] more, the member is `Suspect`
 //!    (published in gossip, shown by `shoal nodes`), still pinged; any `Ack`, any other message
-//!    from it, or a heartbeat refutes it. The suspicion lasts from [`ProbeConfig::suspicion_max_ms`] down to
-//!    [`ProbeConfig::suspicion_min_ms`] as other members independently suspect it too (Lifeguard's
-//!    "dogpile": `max - (max - min) * ln(c + 1) / ln(k + 1)` for `c` confirmations of `k`);
+//!    from it, or a heartbeat refutes it. The suspicion lasts from
+//!    [`ProbeConfig::suspicion_max_ms`] down to [`ProbeConfig::suspicion_min_ms`] as other
+//!    members independently suspect it too (Lifeguard's "dogpile": `max - (max - min) *
+//!    ln(c + 1) / ln(k + 1)` for `c` confirmations of `k`);
 //! 4. **dead** when the suspicion runs out unrefuted.
 //!
 //! **Local health** (Lifeguard's local health multiplier): every timeout above is multiplied by
 //! `health + 1`. Health rises when this agent wakes late (a stall: it was starved or frozen, so
 //! the silence it measured is its own), when its indirect probes get fewer answers than it asked
-//! for (its own links lose), and when others suspect it; a successful probe lowers it. A stall also
-//! moves every running timer forward by its length: time this agent did not run is no evidence.
+//! for (its own links lose), and when others suspect it; a successful probe lowers it, and so does
+//! calm ([`FAILURE_CALM_MS`]). A stall also moves every running timer forward by its length: time
+//! this agent did not run is no evidence. So does **deafness**: nobody at all heard for
+//! [`ProbeConfig::deaf_after_ms`] is this agent's links failing, not every member at once (up to
+//! [`ProbeConfig::deaf_max_ms`] a stretch, so that an agent cut off for good still judges).
 //!
 //! A member whose build does not speak probes keeps the heartbeat detector's verdict (the shell
 //! reads chitchat's), so a mesh of mixed builds never mistakes silence for death.
@@ -305,9 +309,6 @@ struct Track {
     /// Members that told this agent they suspect it (`Suspect` notices), at most
     /// `confirmations_k`; cleared when it is heard from.
     told_by: Vec<SocketAddr>,
-    /// A heartbeat refuted its suspicion: probe it again at once (gossip may have carried a
-    /// heartbeat it sent before it died; only an answer now says it runs now).
-    recheck: bool,
     state: State,
 }
 
@@ -686,7 +687,6 @@ impl Prober {
                         suspected_by: m.suspected_by,
                         probed_at: 0,
                         told_by: Vec::new(),
-                        recheck: false,
                         state,
                     },
                 );
@@ -705,7 +705,6 @@ impl Prober {
                 let was = std::mem::replace(&mut track.state, State::Alive);
                 match was {
                     State::Suspect(p, _) => {
-                        track.recheck = true;
                         self.pending.remove(&p.nonce);
                         self.event(&key, VerdictKind::Refuted, now);
                     }
@@ -759,10 +758,7 @@ impl Prober {
                     let quiet = now.saturating_sub(track.advanced_at) >= c.quiet_ms * m;
                     let told = track.confirmations(0) > 0
                         && now.saturating_sub(track.probed_at) >= c.quiet_ms * m;
-                    if quiet || told || track.recheck {
-                        if let Some(t) = self.tracks.get_mut(&key) {
-                            t.recheck = false;
-                        }
+                    if quiet || told {
                         self.start_probe(&key, now, out);
                     }
                 }
@@ -784,14 +780,7 @@ impl Prober {
                     } else {
                         (c.ping_timeout_ms + c.indirect_timeout_ms) * m
                     };
-                    // Every member asked answered that it could not reach it either, and this
-                    // agent's own ping timed out: the evidence is complete, no need to wait on.
-                    let all_nacked = p
-                        .indirect
-                        .is_some_and(|(_, asked, answered)| asked > 0 && answered >= asked);
-                    let complete =
-                        all_nacked && now.saturating_sub(p.since) >= c.ping_timeout_ms * m;
-                    if complete || now.saturating_sub(p.since) >= limit {
+                    if now.saturating_sub(p.since) >= limit {
                         if let Some((_, asked, answered)) = p.indirect {
                             if answered < asked {
                                 // Lifeguard's missed nack: our own links may be what fails.
@@ -828,9 +817,7 @@ impl Prober {
         }
     }
 
-    /// Starts probing `key`: its first direct ping, and the indirect ones at once when another
-    /// member already suspects it (its own direct and indirect probes failed: waiting for this
-    /// agent's direct ping to time out first only delays the evidence).
+    /// Starts probing `key`: its first direct ping.
     fn start_probe(&mut self, key: &Key, now: u64, out: &mut Vec<Outgoing>) {
         let nonce = self.nonce();
         self.counters.probes += 1;
@@ -839,23 +826,15 @@ impl Prober {
         };
         t.probed_at = now;
         let addr = t.addr;
-        let suspected = t.confirmations(0) > 0;
         self.pending.insert(nonce, key.clone());
         out.push((addr, ping(nonce, key)));
-        let indirect = if suspected {
-            let asked = self.ask_others(key, addr, nonce, out);
-            self.counters.indirect += 1;
-            Some((now, asked, 0))
-        } else {
-            None
-        };
         self.set(
             key,
             State::Probing(Probe {
                 nonce,
                 since: now,
                 last_ping: now,
-                indirect,
+                indirect: None,
             }),
         );
     }
@@ -1150,7 +1129,6 @@ impl Prober {
         let was = std::mem::replace(&mut track.state, State::Alive);
         track.advanced_at = now;
         track.told_by.clear();
-        track.recheck = false;
         let nonce = match &was {
             State::Probing(p) | State::Suspect(p, _) => Some(p.nonce),
             _ => None,

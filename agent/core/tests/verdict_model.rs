@@ -579,64 +579,6 @@ fn any_message_from_a_suspect_refutes_it_but_an_answer_of_another_incarnation_do
 }
 
 #[test]
-fn a_member_another_suspects_is_probed_directly_and_indirectly_at_once() {
-    let mut p = Prober::new(ProbeConfig::default(), "n0", 1, 3);
-    let member = |i: usize, suspected_by: u32| Observed {
-        name: format!("n{i}"),
-        generation: 1,
-        addr: addr(i),
-        heartbeat: 1,
-        live: true,
-        probes: true,
-        leaving: false,
-        suspected_by,
-    };
-    let members = [member(1, 1), member(2, 0), member(3, 0)];
-    // Learnt at 0; at 300 n1 (suspected by another member) is probed, and the others are asked
-    // at once instead of after this agent's own ping timed out.
-    p.tick(0, 0, 0, &members);
-    let out = p.tick(300, 0, 0, &members);
-    let pings = out
-        .iter()
-        .filter(|(to, m)| *to == addr(1) && matches!(m, ProbeMsg::Ping { .. }))
-        .count();
-    let asked = out
-        .iter()
-        .filter(|(_, m)| matches!(m, ProbeMsg::PingReq { target, .. } if target == "n1"))
-        .count();
-    assert_eq!((pings, asked), (1, 2), "{out:?}");
-    // Both asked answer that they cannot reach it either: suspected once this agent's own ping
-    // timed out, not after the whole indirect timeout.
-    let nonce = out
-        .iter()
-        .find_map(|(_, m)| match m {
-            ProbeMsg::PingReq { nonce, .. } => Some(*nonce),
-            _ => None,
-        })
-        .unwrap();
-    p.receive(370, addr(2), None, ProbeMsg::Nack { nonce });
-    p.receive(370, addr(3), None, ProbeMsg::Nack { nonce });
-    p.tick(400, 0, 0, &members);
-    assert_eq!(p.verdict("n1", 1), Some(Verdict::Suspect));
-}
-
-#[test]
-fn a_heartbeat_that_refutes_a_suspicion_is_checked_by_a_ping_at_once() {
-    let config = ProbeConfig::default();
-    let (mut p, mut member, t) = suspecting_n1(&config);
-    p.drain_events();
-    // Gossip carries a heartbeat n1 may have sent before it went silent.
-    member.heartbeat = 2;
-    let out = p.tick(t + 50, 0, 0, std::slice::from_ref(&member));
-    assert_eq!(p.drain_events()[0].kind, VerdictKind::Refuted);
-    assert!(
-        out.iter()
-            .any(|(to, m)| *to == addr(1) && matches!(m, ProbeMsg::Ping { .. })),
-        "{out:?}"
-    );
-}
-
-#[test]
 fn an_agent_that_hears_nobody_holds_its_verdicts_until_the_deafness_bound() {
     let config = ProbeConfig::default();
     let member = |i: usize| Observed {
