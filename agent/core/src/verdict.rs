@@ -282,11 +282,17 @@ impl Prober {
         members: &[Observed],
     ) -> Vec<Outgoing> {
         let mut out = Vec::new();
-        if stall_ms > self.config.stall_slack_ms {
+        // A wake within the slack is on time.
+        let stalled = if stall_ms > self.config.stall_slack_ms {
+            stall_ms
+        } else {
+            0
+        };
+        if stalled > 0 {
             self.counters.stalls += 1;
             self.stall_health = (self.stall_health + 1).min(self.config.health_max);
             self.health_raised = true;
-            self.shift(stall_ms, now_ms, true);
+            self.shift(stalled, now_ms, true);
         }
         if suspected_me > 0 && !self.suspected_me {
             self.raise_health();
@@ -319,11 +325,6 @@ impl Prober {
         }
         self.observe(now_ms, members);
         // A stall is excused above; deafness only over the time this agent ran.
-        let stalled = if stall_ms > self.config.stall_slack_ms {
-            stall_ms
-        } else {
-            0
-        };
         self.excuse_deafness(now_ms, now_ms.saturating_sub(stalled));
         self.drive(now_ms, &mut out);
         self.expire_relays(now_ms, &mut out);

@@ -337,16 +337,7 @@ fn a_member_one_prober_cannot_reach_stays_alive_through_the_others() {
 #[test]
 fn messages_from_strangers_and_for_other_incarnations_are_ignored_and_counted() {
     let mut p = Prober::new(ProbeConfig::default(), "n0", 5, 1);
-    let member = Observed {
-        name: "n1".into(),
-        generation: 2,
-        addr: addr(1),
-        heartbeat: 1,
-        live: true,
-        probes: true,
-        leaving: false,
-        suspected_by: 0,
-    };
+    let member = member(1, 2);
     p.tick(0, 0, 0, std::slice::from_ref(&member));
     let ping = |gen| ProbeMsg::Ping {
         nonce: 9,
@@ -399,16 +390,7 @@ fn messages_from_strangers_and_for_other_incarnations_are_ignored_and_counted() 
 fn an_answer_from_another_incarnation_does_not_refute() {
     let config = ProbeConfig::default();
     let mut p = Prober::new(config.clone(), "n0", 1, 3);
-    let mut member = Observed {
-        name: "n1".into(),
-        generation: 2,
-        addr: addr(1),
-        heartbeat: 1,
-        live: true,
-        probes: true,
-        leaving: false,
-        suspected_by: 0,
-    };
+    let mut member = member(1, 2);
     let mut nonce = None;
     for t in (0..=config.quiet_ms + 50).step_by(50) {
         for (_, msg) in p.tick(t, 0, 0, std::slice::from_ref(&member)) {
@@ -523,20 +505,25 @@ fn verdicts_replay_from_the_seed() {
     assert_eq!(run(4), run(4));
 }
 
-/// A prober `n0` tracking one member `n1` (generation 2) that has gone quiet, ticked until it
-/// suspects it; returns the prober and the time.
-fn suspecting_n1(config: &ProbeConfig) -> (Prober, Observed, u64) {
-    let mut p = Prober::new(config.clone(), "n0", 1, 3);
-    let member = Observed {
-        name: "n1".into(),
-        generation: 2,
-        addr: addr(1),
+/// Member `n{i}` of `generation` as the shell reads it: live, speaking probes, heartbeat 1.
+fn member(i: usize, generation: u64) -> Observed {
+    Observed {
+        name: format!("n{i}"),
+        generation,
+        addr: addr(i),
         heartbeat: 1,
         live: true,
         probes: true,
         leaving: false,
         suspected_by: 0,
-    };
+    }
+}
+
+/// A prober `n0` tracking one member `n1` (generation 2) that has gone quiet, ticked until it
+/// suspects it; returns the prober and the time.
+fn suspecting_n1(config: &ProbeConfig) -> (Prober, Observed, u64) {
+    let mut p = Prober::new(config.clone(), "n0", 1, 3);
+    let member = member(1, 2);
     let mut t = 0;
     while p.verdict("n1", 2) != Some(Verdict::Suspect) {
         t += 50;
@@ -581,18 +568,8 @@ fn any_message_from_a_suspect_refutes_it_but_an_answer_of_another_incarnation_do
 #[test]
 fn an_agent_that_hears_nobody_holds_its_verdicts_until_the_deafness_bound() {
     let config = ProbeConfig::default();
-    let member = |i: usize| Observed {
-        name: format!("n{i}"),
-        generation: 1,
-        addr: addr(i),
-        heartbeat: 1,
-        live: true,
-        probes: true,
-        leaving: false,
-        suspected_by: 0,
-    };
     // Three members fall silent to it at once, and none of its pings is answered: its own links.
-    let members = [member(1), member(2), member(3)];
+    let members = [member(1, 1), member(2, 1), member(3, 1)];
     let mut p = Prober::new(config.clone(), "n0", 1, 3);
     let mut first_dead = None;
     for t in (0..30_000).step_by(50) {
@@ -618,7 +595,7 @@ fn an_agent_that_hears_nobody_holds_its_verdicts_until_the_deafness_bound() {
 
     // One member only: silence from it says nothing about this agent; judged as usual.
     let mut p = Prober::new(config.clone(), "n0", 1, 3);
-    let one = [member(1)];
+    let one = [member(1, 1)];
     let mut t = 0;
     while p.verdict("n1", 1) != Some(Verdict::Dead) {
         t += 50;
@@ -631,16 +608,7 @@ fn an_agent_that_hears_nobody_holds_its_verdicts_until_the_deafness_bound() {
 #[test]
 fn health_raised_by_failures_falls_back_once_the_mesh_is_calm() {
     let mut p = Prober::new(ProbeConfig::default(), "n0", 1, 3);
-    let mut member = Observed {
-        name: "n1".into(),
-        generation: 1,
-        addr: addr(1),
-        heartbeat: 1,
-        live: true,
-        probes: true,
-        leaving: false,
-        suspected_by: 0,
-    };
+    let mut member = member(1, 1);
     p.tick(0, 0, 0, std::slice::from_ref(&member));
     // A member tells it that it is suspected: its own links may be the cause.
     let notice = ProbeMsg::Suspect {
