@@ -27,6 +27,20 @@
 //! A member whose build does not speak probes keeps the heartbeat detector's verdict (the shell
 //! reads chitchat's), so a mesh of mixed builds never mistakes silence for death.
 //!
+//! **Watching** ([`Prober::set_watching`], with compact gossip from mesh version 13): heartbeats
+//! no longer reach every member every round, so a quiet heartbeat means nothing. Each agent then
+//! places itself and every member it judges alive on a ring (a hash of name and generation, the
+//! same on every agent) and watches the [`ProbeConfig::watchers`] members that follow it: it
+//! probes each once per [`ProbeConfig::quiet_ms`] of silence (an answer, or any message, is the
+//! silence's end). Every member is watched by as many others, and each agent sends a constant
+//! number of probes whatever the mesh's size (SWIM's probe round, made deterministic so that no
+//! member goes unprobed for long). The others learn of a failure from the watchers' `Suspect`
+//! notices and gossiped suspicions, and probe it themselves before they suspect it. Members held
+//! dead are pinged at a bounded pace ([`ProbeConfig::dead_ping_ms`]): after a partition heals,
+//! an answer is what revives them. A leaving member is judged too (nobody's heartbeats would
+//! tell that it went). Deafness waits one quiet period longer (an agent hears only its watchers'
+//! pings and its own pings' answers).
+//!
 //! Pure: time is `now_ms` (monotonic), randomness a seed, the view what the shell read from gossip.
 
 mod types;
@@ -73,6 +87,10 @@ struct Track {
     /// `confirmations_k`; cleared when it is heard from.
     told_by: Vec<SocketAddr>,
     state: State,
+    /// Its place on the watching ring.
+    ring: u64,
+    /// The nonce of the last ping sent to it while held dead (watching).
+    dead_nonce: Option<u64>,
 }
 
 impl Track {
@@ -133,6 +151,12 @@ pub struct Prober {
     ticked_at: u64,
     /// How much of the current deaf stretch was excused so far.
     deaf_excused: u64,
+    /// Watching (compact gossip): probe only the members that follow this agent on the ring.
+    watching: bool,
+    /// The members this agent watches.
+    watched: std::collections::BTreeSet<Key>,
+    /// How many members the ring held, and the xor of their places, when `watched` was computed.
+    ring_print: (usize, u64),
 }
 
 /// How long a member this agent declared dead stays in what it gossips as suspected (a
@@ -180,7 +204,46 @@ impl Prober {
             heard_at: 0,
             ticked_at: 0,
             deaf_excused: 0,
+            watching: false,
+            watched: std::collections::BTreeSet::new(),
+            ring_print: (usize::MAX, 0),
         }
+    }
+
+    /// Watching or not (the shell turns it on with compact gossip, where heartbeats no longer
+    /// reach every member every round): see [`ProbeConfig::watchers`].
+    pub fn set_watching(&mut self, on: bool) {
+        if self.watching != on {
+            self.watching = on;
+            self.ring_print = (usize::MAX, 0);
+            self.watched.clear();
+        }
+    }
+
+    /// Whether it watches (see [`Self::set_watching`]).
+    pub fn watching(&self) -> bool {
+        self.watching
+    }
+
+    /// The members this agent watches now, by name and generation (empty unless watching).
+    pub fn watched(&self) -> Vec<(String, u64)> {
+        self.watched.iter().cloned().collect()
+    }
+
+    /// Every member this detector holds dead, leaving ones included: with compact gossip the
+    /// shell hands these to chitchat as its liveness, heartbeats no longer being the judge.
+    pub fn held_dead(&self) -> Vec<(String, u64)> {
+        self.tracks
+            .iter()
+            .filter(|(_, t)| t.probes && matches!(t.state, State::Dead(..)))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Whether this detector runs `t`'s probes: a member whose build speaks them, and not one
+    /// leaving, unless watching (then nobody else's heartbeats would tell that it went).
+    fn judges(&self, t: &Track) -> bool {
+        t.probes && (!t.leaving || self.watching)
     }
 
     /// The configuration.
@@ -339,7 +402,7 @@ impl Prober {
         let mut due: Option<u64> = None;
         let mut at = |t: u64| due = Some(due.map_or(t, |d| d.min(t)));
         for t in self.tracks.values() {
-            if !t.probes || t.leaving {
+            if !self.judges(t) {
                 continue;
             }
             match &t.state {
@@ -370,7 +433,14 @@ impl Prober {
     /// [`ProbeConfig::deaf_max_ms`] per stretch, moves every timer forward as a stall does.
     fn excuse_deafness(&mut self, now: u64, ran_until: u64) {
         let since = std::mem::replace(&mut self.ticked_at, now);
-        let deaf_from = self.heard_at.saturating_add(self.config.deaf_after_ms);
+        // Watching, an agent hears only its watchers' pings and its own pings' answers, each
+        // once per quiet period: a silence that long is the mesh's rhythm, not deafness.
+        let after = if self.watching {
+            self.config.deaf_after_ms + self.config.quiet_ms
+        } else {
+            self.config.deaf_after_ms
+        };
+        let deaf_from = self.heard_at.saturating_add(after);
         if now <= deaf_from {
             self.deaf_excused = 0;
             return;
@@ -439,6 +509,7 @@ impl Prober {
                 } else {
                     State::Dead(now.saturating_sub(CONFIRMS_FOR_MS), false)
                 };
+                let ring = ring_place(&key);
                 self.tracks.insert(
                     key,
                     Track {
@@ -452,6 +523,8 @@ impl Prober {
                         probed_at: 0,
                         told_by: Vec::new(),
                         state,
+                        ring,
+                        dead_nonce: None,
                     },
                 );
                 continue;
@@ -461,7 +534,11 @@ impl Prober {
             track.leaving = m.leaving;
             track.live = m.live;
             track.suspected_by = m.suspected_by;
-            if m.heartbeat > track.heartbeat {
+            // Watching, a heartbeat arrives only with a bucket that differed, relayed from
+            // whoever held it, however old: no evidence of now.
+            if self.watching {
+                track.heartbeat = track.heartbeat.max(m.heartbeat);
+            } else if m.heartbeat > track.heartbeat {
                 self.heard_at = now;
                 track.heartbeat = m.heartbeat;
                 track.advanced_at = now;
@@ -507,10 +584,13 @@ impl Prober {
     fn drive(&mut self, now: u64, out: &mut Vec<Outgoing>) {
         let m = self.multiplier();
         let c = self.config.clone();
+        if self.watching {
+            self.update_ring();
+        }
         let keys: Vec<Key> = self.tracks.keys().cloned().collect();
         for key in keys {
             let track = &self.tracks[&key];
-            if !track.probes || track.leaving {
+            if !self.judges(track) {
                 continue;
             }
             let addr = track.addr;
@@ -518,8 +598,11 @@ impl Prober {
                 State::Dead(..) => {}
                 State::Alive => {
                     // Quiet for long enough, or another member suspects it: look now.
-                    // (A suspected member is probed at most once per quiet period.)
-                    let quiet = now.saturating_sub(track.advanced_at) >= c.quiet_ms * m;
+                    // (A suspected member is probed at most once per quiet period.) Watching,
+                    // only the members this agent watches are looked at for quiet: the others'
+                    // silence is what compact gossip means.
+                    let quiet = now.saturating_sub(track.advanced_at) >= c.quiet_ms * m
+                        && (!self.watching || self.watched.contains(&key));
                     let told = track.confirmations(0) > 0
                         && now.saturating_sub(track.probed_at) >= c.quiet_ms * m;
                     if quiet || told {
@@ -578,6 +661,71 @@ impl Prober {
                     }
                 }
             }
+        }
+        if self.watching {
+            self.ping_dead(now, out);
+        }
+    }
+
+    /// Watching: the members that follow this agent on a ring of itself and every member judged
+    /// and not held dead (ordered by a hash of name and generation), [`ProbeConfig::watchers`]
+    /// of them. Recomputed only when that set changed.
+    fn update_ring(&mut self) {
+        let mut print = (1usize, ring_place(&self.me));
+        for t in self.tracks.values() {
+            if self.judges(t) && !matches!(t.state, State::Dead(..)) {
+                print.0 += 1;
+                print.1 ^= t.ring;
+            }
+        }
+        if print == self.ring_print {
+            return;
+        }
+        self.ring_print = print;
+        let mut ring: Vec<(u64, &Key)> = self
+            .tracks
+            .iter()
+            .filter(|(_, t)| self.judges(t) && !matches!(t.state, State::Dead(..)))
+            .map(|(k, t)| (t.ring, k))
+            .collect();
+        let me = (ring_place(&self.me), &self.me);
+        ring.push(me);
+        ring.sort_unstable();
+        let at = ring.iter().position(|r| *r == me).unwrap_or(0);
+        let n = self.config.watchers.min(ring.len() - 1);
+        self.watched = (1..=n)
+            .map(|i| ring[(at + i) % ring.len()].1.clone())
+            .collect();
+    }
+
+    /// Watching: pings up to [`ProbeConfig::dead_pings_per_tick`] members held dead, those pinged
+    /// longest ago first, each at most once per [`ProbeConfig::dead_ping_ms`]: an answer revives
+    /// it (after a partition heals, nothing else would: its heartbeats no longer spread).
+    fn ping_dead(&mut self, now: u64, out: &mut Vec<Outgoing>) {
+        let every = self.config.dead_ping_ms;
+        let mut due: Vec<(u64, Key)> = self
+            .tracks
+            .iter()
+            .filter(|(_, t)| {
+                self.judges(t)
+                    && matches!(t.state, State::Dead(..))
+                    && now.saturating_sub(t.probed_at) >= every
+            })
+            .map(|(k, t)| (t.probed_at, k.clone()))
+            .collect();
+        due.sort_unstable();
+        for (_, key) in due.into_iter().take(self.config.dead_pings_per_tick) {
+            let nonce = self.nonce();
+            let Some(t) = self.tracks.get_mut(&key) else {
+                continue;
+            };
+            t.probed_at = now;
+            if let Some(old) = t.dead_nonce.replace(nonce) {
+                self.pending.remove(&old);
+            }
+            out.push((t.addr, ping(nonce, &key)));
+            self.pending.insert(nonce, key);
+            self.counters.dead_pings += 1;
         }
     }
 
@@ -819,14 +967,14 @@ impl Prober {
                     }
                 } else if self.tracks.contains_key(&key) {
                     let quiet = self.config.quiet_ms * self.multiplier();
+                    let judged = self.judges(&self.tracks[&key]);
                     let track = self.tracks.get_mut(&key).expect("checked");
                     let k = self.config.confirmations_k as usize;
                     if !track.told_by.contains(&from) && track.told_by.len() < k {
                         track.told_by.push(from);
                     }
                     let idle = matches!(track.state, State::Alive)
-                        && track.probes
-                        && !track.leaving
+                        && judged
                         && now_ms.saturating_sub(track.probed_at) >= quiet;
                     if idle {
                         self.start_probe(&key, now_ms, &mut out);
@@ -867,21 +1015,29 @@ impl Prober {
     /// answered (its message got through: local health falls as for an answer), a dead verdict
     /// of this detector's is revived, and its quiet time restarts.
     fn heard_from(&mut self, key: &Key, now: u64) {
+        let watching = self.watching;
+        if !self.tracks.get(key).is_some_and(|t| self.judges(t)) {
+            return;
+        }
         let Some(track) = self.tracks.get_mut(key) else {
             return;
         };
-        if !track.probes || track.leaving {
-            return;
-        }
         match track.state {
             State::Probing(_) | State::Suspect(..) => self.answered(key, now),
-            State::Dead(_, true) => {
+            // Watching, chitchat's liveness is this detector's: one held dead since first seen
+            // is revived here too (no heartbeat detector would).
+            State::Dead(_, declared) if declared || watching => {
                 track.state = State::Alive;
                 track.advanced_at = now;
                 track.told_by.clear();
-                self.event(key, VerdictKind::Revived, now);
+                if let Some(n) = track.dead_nonce.take() {
+                    self.pending.remove(&n);
+                }
+                if declared {
+                    self.event(key, VerdictKind::Revived, now);
+                }
             }
-            State::Alive | State::Dead(_, false) => track.advanced_at = now,
+            State::Alive | State::Dead(..) => track.advanced_at = now,
         }
     }
 
@@ -897,11 +1053,15 @@ impl Prober {
             State::Probing(p) | State::Suspect(p, _) => Some(p.nonce),
             _ => None,
         };
-        if let Some(n) = nonce {
+        let dead_nonce = track.dead_nonce.take();
+        for n in nonce.into_iter().chain(dead_nonce) {
             self.pending.remove(&n);
         }
-        if matches!(was, State::Suspect(..)) {
-            self.event(key, VerdictKind::Refuted, now);
+        match was {
+            State::Suspect(..) => self.event(key, VerdictKind::Refuted, now),
+            // A ping to a member held dead (watching) was answered.
+            State::Dead(_, true) => self.event(key, VerdictKind::Revived, now),
+            _ => {}
         }
         // One step down per HEALTH_DECAY_MS at most (Lifeguard lowers it once per probe period):
         // a burst of answers after a blackout must not undo the failures that raised it.
@@ -918,6 +1078,11 @@ fn ping(nonce: u64, key: &Key) -> ProbeMsg {
         target: key.0.clone(),
         target_gen: key.1,
     }
+}
+
+/// A member's place on the watching ring: the same on every agent.
+fn ring_place(key: &Key) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(key.0.as_bytes(), key.1)
 }
 
 fn splitmix(x: u64) -> u64 {

@@ -56,6 +56,8 @@ struct Agent {
     run: Run,
     /// Loss on everything this agent sends or receives.
     loss: f64,
+    /// Probe messages this agent sent.
+    sent: u64,
 }
 
 struct Model {
@@ -65,6 +67,10 @@ struct Model {
     events: Vec<(usize, VerdictEvent)>,
     /// Messages in flight: (deliver at, to, from, message).
     flight: Vec<(u64, usize, SocketAddr, ProbeMsg)>,
+    /// Compact gossip: heartbeats do not spread, the probers watch their ring successors.
+    watching: bool,
+    /// Links cut both ways: (a, b) with a < b.
+    cut: Vec<(usize, usize)>,
 }
 
 fn addr(i: usize) -> SocketAddr {
@@ -93,6 +99,7 @@ impl Model {
                 inbox: VecDeque::new(),
                 run: Run::Always,
                 loss: 0.0,
+                sent: 0,
             })
             .collect();
         Model {
@@ -101,7 +108,23 @@ impl Model {
             t: 0,
             events: Vec::new(),
             flight: Vec::new(),
+            watching: false,
+            cut: Vec::new(),
         }
+    }
+
+    /// A model of compact gossip: no heartbeat reaches another agent; the probers watch.
+    fn watching(n: usize, seed: u64) -> Model {
+        let mut m = Model::new(n, seed);
+        m.watching = true;
+        for a in &mut m.agents {
+            a.prober.set_watching(true);
+        }
+        m
+    }
+
+    fn is_cut(&self, a: usize, b: usize) -> bool {
+        self.cut.contains(&(a.min(b), a.max(b)))
     }
 
     fn random(&mut self) -> f64 {
@@ -119,6 +142,10 @@ impl Model {
     fn send(&mut self, from: usize, out: Vec<(SocketAddr, ProbeMsg)>) {
         for (to, msg) in out {
             let to = index(to);
+            self.agents[from].sent += 1;
+            if self.is_cut(from, to) {
+                continue;
+            }
             let loss = self.agents[from].loss.max(self.agents[to].loss);
             if loss > 0.0 && self.random() < loss {
                 continue;
@@ -182,7 +209,7 @@ impl Model {
             }
             // Gossip: each round, each other running agent's heartbeat reaches this view with
             // probability 0.5 (less with loss).
-            if t.is_multiple_of(GOSSIP_MS) {
+            if t.is_multiple_of(GOSSIP_MS) && !self.watching {
                 for j in 0..n {
                     if j != i && self.running(j) {
                         let loss = self.agents[i].loss.max(self.agents[j].loss);
@@ -200,10 +227,16 @@ impl Model {
             if t >= self.agents[i].next_tick {
                 let planned = self.agents[i].next_tick;
                 let stall = t - planned;
-                self.agents[i].next_tick = t + TICK_MS;
                 let (members, me) = self.observed(i);
                 let out = self.agents[i].prober.tick(t, stall, me, &members);
                 self.send(i, out);
+                // As the shell does: the next regular tick, or earlier when a timer falls due.
+                self.agents[i].next_tick = (planned.max(t - t % TICK_MS) + TICK_MS).min(
+                    self.agents[i]
+                        .prober
+                        .next_due()
+                        .map_or(u64::MAX, |d| d.max(t + 1)),
+                );
                 for e in self.agents[i].prober.drain_events() {
                     self.events.push((i, e));
                 }
@@ -631,4 +664,138 @@ fn health_raised_by_failures_falls_back_once_the_mesh_is_calm() {
         0,
         "calm: back to full trust"
     );
+}
+
+/// Watching (compact gossip): no heartbeat spreads; each agent probes its ring successors and
+/// the rest learn of a failure from notices and gossiped suspicions. The same targets hold.
+#[test]
+fn watching_a_killed_member_is_dead_for_every_survivor_within_the_target() {
+    let mut medians = Vec::new();
+    let mut worst = 0;
+    for seed in 0..10 {
+        let mut m = Model::watching(20, seed * 1000 + 3);
+        let kill = 10_000 + seed * 37;
+        m.agents[0].run = Run::Killed { at: kill };
+        m.run_until(kill + 5_000);
+        let mut took: Vec<u64> = (1..20)
+            .map(|i| {
+                m.events
+                    .iter()
+                    .find(|(o, e)| *o == i && e.name == "n0" && e.kind == VerdictKind::Dead)
+                    .map(|(_, e)| e.at_ms - kill)
+                    .unwrap_or_else(|| panic!("seed {seed}: n{i} never declared n0 dead"))
+            })
+            .collect();
+        took.sort_unstable();
+        eprintln!("watching seed {seed}: every survivor's verdict after (ms): {took:?}");
+
+        medians.push(took[took.len() / 2]);
+        worst = worst.max(*took.last().unwrap());
+        for (o, e) in m.deaths() {
+            assert_eq!(e.name, "n0", "seed {seed}: n{o} declared {} dead", e.name);
+        }
+    }
+    medians.sort_unstable();
+    let median = medians[medians.len() / 2];
+    assert!(
+        median <= 1_000,
+        "median {median} ms over 1.0 s: {medians:?}"
+    );
+    assert!(worst <= 1_500, "worst {worst} ms over 1.5 s");
+}
+
+#[test]
+fn watching_starved_members_observers_and_cells_and_a_lossy_agent_make_no_false_death() {
+    let duty = |frozen, period| Run::Duty {
+        from: 5_000,
+        frozen,
+        period,
+    };
+    for seed in 0..3 {
+        let mut m = Model::watching(20, seed + 40);
+        m.agents[3].run = duty(400, 500);
+        m.agents[7].loss = 0.10;
+        m.run_until(65_000);
+        assert!(m.deaths().is_empty(), "seed {seed}: {:?}", m.deaths());
+        assert!(m.agents[3].prober.counters().stalls > 50);
+    }
+    let mut m = Model::watching(10, 77);
+    for a in &mut m.agents {
+        a.run = duty(900, 1_000);
+    }
+    m.run_until(65_000);
+    assert!(m.deaths().is_empty(), "{:?}", m.deaths());
+}
+
+#[test]
+fn watching_each_member_is_watched_by_as_many_as_it_watches() {
+    let mut m = Model::watching(12, 5);
+    m.run_until(2_000);
+    let k = ProbeConfig::default().watchers;
+    let mut watchers = vec![0usize; 12];
+    for a in &m.agents {
+        let watched = a.prober.watched();
+        assert_eq!(watched.len(), k);
+        for (name, _) in watched {
+            watchers[name[1..].parse::<usize>().unwrap()] += 1;
+        }
+    }
+    assert!(watchers.iter().all(|w| *w == k), "{watchers:?}");
+    // A dead member leaves the ring: its watchers watch the next one.
+    m.agents[4].run = Run::Killed { at: m.t };
+    m.run_until(m.t + 3_000);
+    for (i, a) in m.agents.iter().enumerate().filter(|(i, _)| *i != 4) {
+        assert!(
+            !a.prober.watched().iter().any(|(n, _)| n == "n4"),
+            "n{i} still watches the dead n4"
+        );
+        assert_eq!(a.prober.watched().len(), k);
+    }
+}
+
+#[test]
+fn watching_probe_traffic_does_not_grow_with_the_mesh() {
+    let rate = |n: usize| {
+        let mut m = Model::watching(n, 9);
+        m.run_until(5_000);
+        let before: u64 = m.agents.iter().map(|a| a.sent).sum();
+        m.run_until(35_000);
+        let after: u64 = m.agents.iter().map(|a| a.sent).sum();
+        (after - before) as f64 / n as f64 / 30.0
+    };
+    let (small, large) = (rate(20), rate(80));
+    eprintln!("probe messages sent per agent per second: {small:.2} at 20, {large:.2} at 80");
+    assert!(small > 1.0, "the watchers probe: {small}");
+    assert!(
+        large <= small * 1.2 && small <= large * 1.2,
+        "{small} at 20, {large} at 80"
+    );
+}
+
+#[test]
+fn watching_a_member_cut_off_and_back_is_revived_by_everyone() {
+    let mut m = Model::watching(10, 21);
+    m.run_until(3_000);
+    m.cut = (1..10).map(|j| (0, j)).collect();
+    m.run_until(20_000);
+    for i in 1..10 {
+        assert_eq!(
+            m.agents[i].prober.verdict("n0", 1),
+            Some(Verdict::Dead),
+            "n{i} during the cut"
+        );
+    }
+    m.cut.clear();
+    let healed = m.t;
+    m.run_until(healed + 3_000);
+    for i in 0..10 {
+        for j in (0..10).filter(|j| *j != i) {
+            assert_eq!(
+                m.agents[i].prober.verdict(&format!("n{j}"), 1),
+                Some(Verdict::Alive),
+                "n{i} on n{j}, 3 s after the cut healed"
+            );
+        }
+    }
+    assert!(m.agents[1].prober.counters().dead_pings > 0);
 }

@@ -47,6 +47,16 @@ pub struct ProbeConfig {
     /// At most this much of one deaf stretch is excused: an agent cut off from everyone still
     /// judges in the end.
     pub deaf_max_ms: u64,
+    /// Watching (compact gossip, where heartbeats no longer reach every member every round):
+    /// each agent probes only the members that follow it on a ring of every member judged alive,
+    /// this many, each once per [`Self::quiet_ms`] of silence; every member is watched by as
+    /// many others. The rest learn of a failure from the watchers' notices and gossip.
+    pub watchers: usize,
+    /// Watching: a member held dead is pinged again at most this often (its answer revives it:
+    /// with compact gossip its heartbeats no longer would, after a partition heals).
+    pub dead_ping_ms: u64,
+    /// Watching: most members held dead pinged per tick.
+    pub dead_pings_per_tick: usize,
 }
 
 impl Default for ProbeConfig {
@@ -67,6 +77,9 @@ impl Default for ProbeConfig {
             notify_max: 64,
             deaf_after_ms: 300,
             deaf_max_ms: 10_000,
+            watchers: 2,
+            dead_ping_ms: 1_000,
+            dead_pings_per_tick: 2,
         }
     }
 }
@@ -243,6 +256,8 @@ pub struct ProbeCounters {
     pub declared_dead: u64,
     /// Milliseconds of silence from everyone excused as this agent's own deafness.
     pub deaf_ms: u64,
+    /// Pings sent to members held dead (watching; see [`ProbeConfig::dead_ping_ms`]).
+    pub dead_pings: u64,
 }
 
 /// An outgoing probe message.
