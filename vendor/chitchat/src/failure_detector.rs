@@ -18,6 +18,9 @@ pub struct FailureDetector {
     live_nodes: HashSet<ChitchatId>,
     /// Denotes dead nodes.
     dead_nodes: HashMap<ChitchatId, Instant>,
+    /// Shoal patch: with external liveness, the nodes reported dead from outside (`None`: the
+    /// phi accrual detector decides).
+    external: Option<HashSet<ChitchatId>>,
 }
 
 impl FailureDetector {
@@ -27,6 +30,34 @@ impl FailureDetector {
             config,
             live_nodes: HashSet::new(),
             dead_nodes: HashMap::new(),
+            external: None,
+        }
+    }
+
+    /// Shoal patch: whether liveness is told from outside ([`Self::report_liveness`]) instead
+    /// of computed from heartbeats. Switching it on starts with every node live; switching it
+    /// off forgets what was reported.
+    pub fn set_external_liveness(&mut self, on: bool) {
+        if on != self.external.is_some() {
+            self.external = on.then(HashSet::new);
+        }
+    }
+
+    /// Shoal patch: whether liveness is told from outside.
+    pub fn external_liveness(&self) -> bool {
+        self.external.is_some()
+    }
+
+    /// Shoal patch: with external liveness, records that `chitchat_id` is alive or dead; the
+    /// live and dead sets follow at its next [`Self::update_node_liveness_at`]. Without, a no-op.
+    pub fn report_liveness(&mut self, chitchat_id: &ChitchatId, alive: bool) {
+        let Some(dead) = self.external.as_mut() else {
+            return;
+        };
+        if alive {
+            dead.remove(chitchat_id);
+        } else if !dead.contains(chitchat_id) {
+            dead.insert(chitchat_id.clone());
         }
     }
 
@@ -77,9 +108,13 @@ impl FailureDetector {
         // Shoal patch: phi once (it was computed twice), and no clone or removal when the sets
         // already say so.
         let phi_opt = self.phi_at(chitchat_id, now);
-        let is_alive = phi_opt
-            .map(|phi| phi <= self.config.phi_threshold)
-            .unwrap_or(false);
+        let is_alive = match &self.external {
+            // Shoal patch: external liveness: live unless reported dead.
+            Some(dead) => !dead.contains(chitchat_id),
+            None => phi_opt
+                .map(|phi| phi <= self.config.phi_threshold)
+                .unwrap_or(false),
+        };
         debug!(node_id=%chitchat_id.node_id, phi=?phi_opt, is_alive=is_alive, "computing node liveness");
         if is_alive {
             if !self.live_nodes.contains(chitchat_id) {
@@ -114,6 +149,9 @@ impl FailureDetector {
         for chitchat_id in &garbage_collected_nodes {
             self.dead_nodes.remove(chitchat_id);
             self.node_samples.remove(chitchat_id);
+            if let Some(dead) = self.external.as_mut() {
+                dead.remove(chitchat_id);
+            }
         }
         garbage_collected_nodes
     }

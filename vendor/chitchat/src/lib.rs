@@ -1,6 +1,9 @@
 #![allow(clippy::type_complexity)]
 #![allow(clippy::derive_partial_eq_without_eq)]
 
+pub mod compact;
+#[cfg(test)]
+mod compact_tests;
 mod configuration;
 mod delta;
 mod digest;
@@ -80,6 +83,8 @@ pub struct Chitchat {
     previous_live_nodes: fxhash::FxHashMap<ChitchatId, Version>,
     live_nodes_watcher_tx: watch::Sender<BTreeMap<ChitchatId, NodeState>>,
     live_nodes_watcher_rx: watch::Receiver<BTreeMap<ChitchatId, NodeState>>,
+    /// Shoal patch: compact gossip (`compact`): Syns carry bucket hashes.
+    compact: bool,
 }
 
 impl Chitchat {
@@ -98,6 +103,7 @@ impl Chitchat {
             previous_live_nodes,
             live_nodes_watcher_tx,
             live_nodes_watcher_rx,
+            compact: false,
         };
 
         let self_node_state = chitchat.self_node_state();
@@ -114,6 +120,14 @@ impl Chitchat {
 
     pub(crate) fn create_syn_message(&self) -> ChitchatMessage {
         let scheduled_for_deletion: HashSet<_> = self.scheduled_for_deletion_nodes().collect();
+        if self.compact {
+            return ChitchatMessage::SynBuckets {
+                cluster_id: self.config.cluster_id.clone(),
+                hashes: self
+                    .cluster_state
+                    .compute_bucket_hashes(&scheduled_for_deletion),
+            };
+        }
         let digest = self.compute_digest(&scheduled_for_deletion);
         ChitchatMessage::Syn {
             cluster_id: self.config.cluster_id.clone(),
@@ -203,6 +217,70 @@ impl Chitchat {
                 self.process_delta(delta);
                 None
             }
+            // Shoal patch: compact gossip (`compact`). Answered whatever this node's own mode:
+            // every build that sends them understands them.
+            ChitchatMessage::SynBuckets { cluster_id, hashes } => {
+                if cluster_id != self.cluster_id() {
+                    warn!(
+                        our_cluster_id=%self.cluster_id(),
+                        their_cluster_id=%cluster_id,
+                        "received SYN message addressed to a different cluster"
+                    );
+                    return Some(ChitchatMessage::BadCluster);
+                }
+                let scheduled_for_deletion: HashSet<_> =
+                    self.scheduled_for_deletion_nodes().collect();
+                let mine = self
+                    .cluster_state
+                    .compute_bucket_hashes(&scheduled_for_deletion);
+                let mask = mine.mismatched(&hashes);
+                if mask == 0 {
+                    return None;
+                }
+                let digest = self
+                    .cluster_state
+                    .compute_digest_scoped(&scheduled_for_deletion, Some(mask));
+                Some(ChitchatMessage::BucketDigest { mask, digest })
+            }
+            ChitchatMessage::BucketDigest { mask, digest } => {
+                self.report_heartbeats_in_digest(&digest);
+                let scheduled_for_deletion: HashSet<_> =
+                    self.scheduled_for_deletion_nodes().collect();
+                let self_digest = self
+                    .cluster_state
+                    .compute_digest_scoped(&scheduled_for_deletion, Some(mask));
+                let delta_mtu = MAX_UDP_DATAGRAM_PAYLOAD_SIZE
+                    .saturating_sub(1 + 4 + self_digest.serialized_len())
+                    .max(MIN_DELTA_MTU);
+                let delta = self.cluster_state.compute_partial_delta_scoped(
+                    &digest,
+                    delta_mtu,
+                    &scheduled_for_deletion,
+                    Some(mask),
+                );
+                Some(ChitchatMessage::BucketSynAck {
+                    mask,
+                    digest: self_digest,
+                    delta,
+                })
+            }
+            ChitchatMessage::BucketSynAck {
+                mask,
+                digest,
+                delta,
+            } => {
+                self.report_heartbeats_in_digest(&digest);
+                self.process_delta(delta);
+                let scheduled_for_deletion: HashSet<_> =
+                    self.scheduled_for_deletion_nodes().collect();
+                let delta = self.cluster_state.compute_partial_delta_scoped(
+                    &digest,
+                    MAX_UDP_DATAGRAM_PAYLOAD_SIZE - 1,
+                    &scheduled_for_deletion,
+                    Some(mask),
+                );
+                Some(ChitchatMessage::Ack { delta })
+            }
             ChitchatMessage::BadCluster => {
                 warn!("message rejected by peer: wrong cluster");
                 None
@@ -242,6 +320,14 @@ impl Chitchat {
 
         if node_state.try_set_heartbeat(heartbeat) {
             self.failure_detector.report_heartbeat(chitchat_id);
+        }
+        // Shoal patch: with external liveness a node is live from when it is first known, not
+        // from the end of the next gossip round.
+        if self.failure_detector.external_liveness() {
+            let now = tokio::time::Instant::now();
+            let _ = self
+                .failure_detector
+                .update_node_liveness_at(chitchat_id, now);
         }
     }
 
@@ -316,6 +402,59 @@ impl Chitchat {
 
     pub fn node_states(&self) -> &BTreeMap<ChitchatId, NodeState> {
         self.cluster_state.node_states()
+    }
+
+    /// Shoal patch: compact gossip. On, this node's Syns carry one hash per bucket of node ids
+    /// instead of every node's digest, and a peer answers only the buckets that differ
+    /// (`compact`). Heartbeats then no longer spread every round: pair it with
+    /// [`Self::set_external_liveness`]. Either mode answers both kinds of Syn.
+    pub fn set_compact(&mut self, on: bool) {
+        self.compact = on;
+    }
+
+    /// Shoal patch: whether this node's Syns are compact.
+    pub fn is_compact(&self) -> bool {
+        self.compact
+    }
+
+    /// Shoal patch: whether liveness is told from outside ([`Self::report_liveness`]) instead
+    /// of by the phi accrual detector over heartbeats. On, every node is live until reported
+    /// dead; dead nodes are forgotten after `dead_node_grace_period` as before. Off again, the
+    /// reports are forgotten and heartbeats decide.
+    pub fn set_external_liveness(&mut self, on: bool) {
+        self.failure_detector.set_external_liveness(on);
+        self.update_node_sets();
+    }
+
+    /// Shoal patch: with external liveness, reports `chitchat_id` alive or dead. The live and
+    /// dead sets change at once; the live-nodes watcher hears of it after the next gossip
+    /// round. Without external liveness, a no-op.
+    pub fn report_liveness(&mut self, chitchat_id: &ChitchatId, alive: bool) {
+        if chitchat_id == self.self_chitchat_id()
+            || !self.failure_detector.external_liveness()
+            || self.node_state(chitchat_id).is_none()
+        {
+            return;
+        }
+        self.failure_detector.report_liveness(chitchat_id, alive);
+        let now = tokio::time::Instant::now();
+        let _ = self
+            .failure_detector
+            .update_node_liveness_at(chitchat_id, now);
+    }
+
+    /// Shoal patch: the failure detector's live and dead sets brought up to date for every
+    /// node, without notifying the watcher or collecting garbage.
+    fn update_node_sets(&mut self) {
+        let now = tokio::time::Instant::now();
+        let self_id = &self.config.chitchat_id;
+        for chitchat_id in self.cluster_state.node_states().keys() {
+            if chitchat_id != self_id {
+                let _ = self
+                    .failure_detector
+                    .update_node_liveness_at(chitchat_id, now);
+            }
+        }
     }
 
     pub fn node_state(&self, chitchat_id: &ChitchatId) -> Option<&NodeState> {

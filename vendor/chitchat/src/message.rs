@@ -2,6 +2,7 @@ use std::io::BufRead;
 
 use anyhow::{Context, bail};
 
+use crate::compact::{BucketHashes, BucketMask};
 use crate::delta::Delta;
 use crate::digest::Digest;
 use crate::serialize::{Deserializable, Serializable};
@@ -25,6 +26,21 @@ pub enum ChitchatMessage {
     Ack { delta: Delta },
     /// Node B rejects the SYN message because node A and B belong to different clusters.
     BadCluster,
+    /// Shoal patch, compact gossip: node A's SYN as one hash per bucket of node ids
+    /// (`compact`). Node B answers only if some bucket differs.
+    SynBuckets {
+        cluster_id: String,
+        hashes: BucketHashes,
+    },
+    /// Shoal patch: node B's digest of the buckets in `mask` (those whose hashes differed).
+    BucketDigest { mask: BucketMask, digest: Digest },
+    /// Shoal patch: node A's digest of the buckets in `mask` and its update of them for B.
+    /// Node B answers with an `Ack`.
+    BucketSynAck {
+        mask: BucketMask,
+        digest: Digest,
+        delta: Delta,
+    },
     /// A message used by tests to trigger a panic
     #[cfg(test)]
     PanicForTest,
@@ -56,6 +72,9 @@ enum MessageType {
     SynAck = 1u8,
     Ack = 2u8,
     BadCluster = 3u8,
+    SynBuckets = 4u8,
+    BucketDigest = 5u8,
+    BucketSynAck = 6u8,
     #[cfg(test)]
     PanicForTest = 255u8,
 }
@@ -67,6 +86,9 @@ impl MessageType {
             1 => Some(Self::SynAck),
             2 => Some(Self::Ack),
             3 => Some(Self::BadCluster),
+            4 => Some(Self::SynBuckets),
+            5 => Some(Self::BucketDigest),
+            6 => Some(Self::BucketSynAck),
             #[cfg(test)]
             255 => Some(Self::PanicForTest),
             _ => None,
@@ -101,6 +123,26 @@ impl Serializable for ChitchatMessage {
             ChitchatMessage::BadCluster => {
                 buf.push(MessageType::BadCluster.to_code());
             }
+            ChitchatMessage::SynBuckets { cluster_id, hashes } => {
+                buf.push(MessageType::SynBuckets.to_code());
+                hashes.serialize(buf);
+                cluster_id.serialize(buf);
+            }
+            ChitchatMessage::BucketDigest { mask, digest } => {
+                buf.push(MessageType::BucketDigest.to_code());
+                mask.serialize(buf);
+                digest.serialize(buf);
+            }
+            ChitchatMessage::BucketSynAck {
+                mask,
+                digest,
+                delta,
+            } => {
+                buf.push(MessageType::BucketSynAck.to_code());
+                mask.serialize(buf);
+                digest.serialize(buf);
+                delta.serialize(buf);
+            }
             #[cfg(test)]
             ChitchatMessage::PanicForTest => {
                 buf.push(MessageType::PanicForTest.to_code());
@@ -119,6 +161,17 @@ impl Serializable for ChitchatMessage {
                 }
                 ChitchatMessage::Ack { delta } => 1 + delta.serialized_len(),
                 ChitchatMessage::BadCluster => 1,
+                ChitchatMessage::SynBuckets { cluster_id, hashes } => {
+                    1 + hashes.serialized_len() + cluster_id.serialized_len()
+                }
+                ChitchatMessage::BucketDigest { mask, digest } => {
+                    1 + mask.serialized_len() + digest.serialized_len()
+                }
+                ChitchatMessage::BucketSynAck {
+                    mask,
+                    digest,
+                    delta,
+                } => 1 + mask.serialized_len() + digest.serialized_len() + delta.serialized_len(),
                 #[cfg(test)]
                 ChitchatMessage::PanicForTest => 1,
             }
@@ -168,6 +221,26 @@ impl Deserializable for ChitchatMessage {
                 Ok(Self::Ack { delta })
             }
             MessageType::BadCluster => Ok(Self::BadCluster),
+            MessageType::SynBuckets => {
+                let hashes = BucketHashes::deserialize(buf)?;
+                let cluster_id = String::deserialize(buf)?;
+                Ok(Self::SynBuckets { cluster_id, hashes })
+            }
+            MessageType::BucketDigest => {
+                let mask = u32::deserialize(buf)?;
+                let digest = Digest::deserialize(buf)?;
+                Ok(Self::BucketDigest { mask, digest })
+            }
+            MessageType::BucketSynAck => {
+                let mask = u32::deserialize(buf)?;
+                let digest = Digest::deserialize(buf)?;
+                let delta = Delta::deserialize(buf)?;
+                Ok(Self::BucketSynAck {
+                    mask,
+                    digest,
+                    delta,
+                })
+            }
             #[cfg(test)]
             MessageType::PanicForTest => Ok(Self::PanicForTest),
         }
@@ -263,5 +336,75 @@ mod tests {
     #[test]
     fn test_bad_cluster() {
         test_serdeser_aux(&ChitchatMessage::BadCluster, 4);
+    }
+
+    // Shoal patch: compact gossip's messages.
+    #[test]
+    fn test_compact_messages() {
+        let mut hashes = crate::compact::BucketHashes::default();
+        hashes.0[3] = 77;
+        hashes.0[31] = u32::MAX;
+        let syn = ChitchatMessage::SynBuckets {
+            cluster_id: "cluster-a".to_string(),
+            hashes,
+        };
+        // 4 (header) + 128 (32 hashes) + 2 + 9 (cluster id).
+        test_serdeser_aux(&syn, 4 + 128 + 2 + 9);
+
+        let mut digest = Digest::default();
+        digest.add_node(ChitchatId::for_local_test(10_001), Heartbeat(3), 0, 5);
+        let digest_len = 2 + 51;
+        let bucket_digest = ChitchatMessage::BucketDigest {
+            mask: 1 << 9,
+            digest,
+        };
+        test_serdeser_aux(&bucket_digest, 4 + 4 + digest_len);
+
+        let mut digest = Digest::default();
+        digest.add_node(ChitchatId::for_local_test(10_002), Heartbeat(3), 0, 5);
+        let node = ChitchatId::for_local_test(10_001);
+        let mut delta = Delta::default();
+        delta.add_node(node.clone(), 0u64, 0u64);
+        delta.add_kv(&node, "key", "value", 1, true);
+        delta.set_serialized_len(70);
+        let syn_ack = ChitchatMessage::BucketSynAck {
+            mask: u32::MAX,
+            digest,
+            delta,
+        };
+        test_serdeser_aux(&syn_ack, 4 + 4 + digest_len + 70);
+    }
+
+    // Shoal patch: truncated or unknown compact messages are refused, never a panic.
+    #[test]
+    fn test_compact_messages_refuse_garbage() {
+        use crate::serialize::{Deserializable, Serializable};
+        let syn = ChitchatMessage::SynBuckets {
+            cluster_id: "cluster-a".to_string(),
+            hashes: Default::default(),
+        };
+        let mut bytes = Vec::new();
+        syn.serialize(&mut bytes);
+        for cut in 0..bytes.len() {
+            assert!(
+                ChitchatMessage::deserialize(&mut &bytes[..cut]).is_err(),
+                "cut {cut}"
+            );
+        }
+        let mut unknown = bytes.clone();
+        unknown[3] = 7;
+        assert!(ChitchatMessage::deserialize(&mut &unknown[..]).is_err());
+        // Every byte string of a BucketDigest header and a few bytes: no panic.
+        let mut state = 1u64;
+        for _ in 0..2_000 {
+            let mut garbage = vec![0x53, 0xb0, 0, 4 + (state % 3) as u8];
+            for _ in 0..(state % 64) {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                garbage.push((state >> 56) as u8);
+            }
+            let _ = ChitchatMessage::deserialize(&mut &garbage[..]);
+        }
     }
 }

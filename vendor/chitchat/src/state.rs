@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::compact::{BucketHashes, BucketMask, in_mask};
 use crate::delta::{Delta, DeltaSerializer, NodeDelta};
 use crate::digest::{Digest, NodeDigest};
 use crate::listener::Listeners;
@@ -665,14 +666,44 @@ impl ClusterState {
     }
 
     pub fn compute_digest(&self, scheduled_for_deletion: &HashSet<&ChitchatId>) -> Digest {
+        self.compute_digest_scoped(scheduled_for_deletion, None)
+    }
+
+    /// Shoal patch: [`Self::compute_digest`] of the nodes whose bucket is in `scope` (`None`:
+    /// every node).
+    pub(crate) fn compute_digest_scoped(
+        &self,
+        scheduled_for_deletion: &HashSet<&ChitchatId>,
+        scope: Option<BucketMask>,
+    ) -> Digest {
         Digest {
             node_digests: self
                 .node_states
                 .iter()
                 .filter(|(chitchat_id, _)| !scheduled_for_deletion.contains(chitchat_id))
+                .filter(|(chitchat_id, _)| scope.is_none_or(|mask| in_mask(chitchat_id, mask)))
                 .map(|(chitchat_id, node_state)| (chitchat_id.clone(), node_state.digest()))
                 .collect(),
         }
+    }
+
+    /// Shoal patch: compact gossip's hashes of what [`Self::compute_digest`] would carry, but
+    /// heartbeats (`compact`).
+    pub(crate) fn compute_bucket_hashes(
+        &self,
+        scheduled_for_deletion: &HashSet<&ChitchatId>,
+    ) -> BucketHashes {
+        let mut hashes = BucketHashes::default();
+        for (chitchat_id, node_state) in &self.node_states {
+            if !scheduled_for_deletion.contains(chitchat_id) {
+                hashes.add(
+                    chitchat_id,
+                    node_state.max_version,
+                    node_state.last_gc_version,
+                );
+            }
+        }
+        hashes
     }
 
     pub fn gc_keys_marked_for_deletion(&mut self, marked_for_deletion_grace_period: Duration) {
@@ -690,6 +721,19 @@ impl ClusterState {
         mtu: usize,
         scheduled_for_deletion: &HashSet<&ChitchatId>,
     ) -> Delta {
+        self.compute_partial_delta_scoped(digest, mtu, scheduled_for_deletion, None)
+    }
+
+    /// Shoal patch: [`Self::compute_partial_delta_respecting_mtu`] over the nodes whose bucket
+    /// is in `scope` (`None`: every node). A node of the scope that `digest` does not name is
+    /// new to the peer, as in the unscoped form.
+    pub(crate) fn compute_partial_delta_scoped(
+        &self,
+        digest: &Digest,
+        mtu: usize,
+        scheduled_for_deletion: &HashSet<&ChitchatId>,
+        scope: Option<BucketMask>,
+    ) -> Delta {
         let mut stale_nodes = SortedStaleNodes::default();
         // Shoal patch: both maps are sorted by id: walk them together instead of searching the
         // digest once per node.
@@ -701,6 +745,9 @@ impl ClusterState {
                 .next_if(|(id, _)| *id == chitchat_id)
                 .map(|(_, node_digest)| node_digest);
             if scheduled_for_deletion.contains(chitchat_id) {
+                continue;
+            }
+            if scope.is_some_and(|mask| !in_mask(chitchat_id, mask)) {
                 continue;
             }
 
