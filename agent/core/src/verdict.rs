@@ -546,6 +546,13 @@ impl Prober {
         }
         self.by_addr.clear();
         for (key, track) in &self.tracks {
+            // Another incarnation of this agent's own name speaks for nobody at its address:
+            // after a restart that address is this agent's own, and its pings of the earlier
+            // incarnation come back to itself (a twin elsewhere is still judged by its answers,
+            // which name their incarnation).
+            if key.0 == self.me.0 {
+                continue;
+            }
             // Where two identities share an address, the newer generation answers there.
             self.by_addr.insert(track.addr, key.clone());
         }

@@ -616,6 +616,45 @@ fn any_message_from_a_suspect_refutes_it_but_an_answer_of_another_incarnation_do
 }
 
 #[test]
+fn a_restarted_agent_declares_its_earlier_incarnation_dead_though_it_holds_its_address() {
+    // n0 restarted (generation 2) at the address of generation 1, which gossip still carries.
+    // Watching, it pings generation 1 at its own address, and hears its own pings there.
+    for watching in [false, true] {
+        let mut p = Prober::new(ProbeConfig::default(), "n0", 2, 3);
+        p.set_watching(watching);
+        let mut earlier = member(0, 1);
+        earlier.addr = addr(0);
+        let mut members = [earlier, member(1, 1)];
+        let mut t = 0;
+        while p.verdict("n0", 1) != Some(Verdict::Dead) {
+            t += 50;
+            assert!(
+                t < 5_000,
+                "earlier incarnation never judged dead (watching {watching}): {:?} {:?}",
+                p.verdict("n0", 1),
+                p.counters()
+            );
+            members[1].heartbeat = t; // n1 runs (no evidence while watching)
+            let out = p.tick(t, 0, 0, &members);
+            for (to, msg) in out {
+                if to == addr(0) {
+                    // Its own ping, looped back: the sender's name is its own.
+                    p.receive(t, addr(0), Some("n0"), msg);
+                } else if let ProbeMsg::Ping { nonce, .. } = msg {
+                    let ack = ProbeMsg::Ack {
+                        nonce,
+                        name: "n1".into(),
+                        generation: 1,
+                    };
+                    p.receive(t, addr(1), Some("n1"), ack);
+                }
+            }
+        }
+        assert_eq!(p.verdict("n1", 1), Some(Verdict::Alive));
+    }
+}
+
+#[test]
 fn an_agent_that_hears_nobody_holds_its_verdicts_until_the_deafness_bound() {
     let config = ProbeConfig::default();
     // Three members fall silent to it at once, and none of its pings is answered: its own links.

@@ -225,19 +225,34 @@ fn test_compact_syn_from_another_cluster_is_refused() {
 #[tokio::test(start_paused = true)]
 async fn test_external_liveness() {
     let mut a = node(10_001, &[]);
-    let mut b = node(10_002, &[]);
-    let mut c = node(10_003, &[]);
+    let mut b = node(10_002, &[("b", "1")]);
+    let mut c = node(10_003, &[("c", "1")]);
     exchange(&mut b, &mut a);
     exchange(&mut c, &mut a);
     let (b_id, c_id) = (b.self_chitchat_id().clone(), c.self_chitchat_id().clone());
+    // A ghost: a name in somebody's plain Syn digest, never any state of its own.
+    let ghost = ChitchatId::for_local_test(10_009);
+    let mut digest = crate::Digest::default();
+    digest.add_node(ghost.clone(), crate::Heartbeat(5), 0, 7);
+    let syn = ChitchatMessage::Syn {
+        cluster_id: a.cluster_id().to_string(),
+        digest,
+    };
+    let _ = a.process_message(syn);
+    assert!(a.node_state(&ghost).is_some());
     // Heartbeats alone: one sample each, not enough for phi, so nobody is live yet.
     a.update_nodes_liveness();
     assert_eq!(a.live_nodes().count(), 1);
 
-    // Told from outside: live unless reported dead, heartbeats or not.
+    // Told from outside: live unless reported dead, heartbeats or not, once its state came;
+    // the ghost is not live, and is dead so that it is forgotten as a dead node is.
     a.set_external_liveness(true);
     let live: HashSet<_> = a.live_nodes().cloned().collect();
     assert_eq!(live.len(), 3);
+    assert!(!live.contains(&ghost));
+    assert!(a.dead_nodes().any(|id| *id == ghost));
+    a.report_liveness(&ghost, true);
+    assert!(!a.live_nodes().any(|id| *id == ghost));
     a.report_liveness(&b_id, false);
     assert!(!a.live_nodes().any(|id| *id == b_id));
     assert!(a.dead_nodes().any(|id| *id == b_id));
@@ -255,7 +270,7 @@ async fn test_external_liveness() {
     a.report_liveness(&me, false);
     a.report_liveness(&ChitchatId::for_local_test(19_999), false);
     assert_eq!(a.live_nodes().count(), 3);
-    assert_eq!(a.dead_nodes().count(), 0);
+    assert_eq!(a.dead_nodes().count(), 1);
 
     // Dead long enough, a node is forgotten, as with heartbeats.
     a.report_liveness(&c_id, false);
@@ -267,6 +282,7 @@ async fn test_external_liveness() {
     tokio::time::advance(grace / 2).await;
     a.update_nodes_liveness();
     assert!(a.node_state(&c_id).is_none());
+    assert!(a.node_state(&ghost).is_none());
     assert_eq!(a.dead_nodes().count(), 0);
 
     // Off again: heartbeats decide (b sent one, which phi does not take as alive).

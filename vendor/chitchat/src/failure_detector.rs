@@ -99,18 +99,25 @@ impl FailureDetector {
     /// Marks the node as dead or alive based on the current phi value.
     #[cfg(test)] // Shoal patch: the clock-reading forms serve upstream's tests only.
     pub fn update_node_liveness(&mut self, chitchat_id: &ChitchatId) {
-        let _ = self.update_node_liveness_at(chitchat_id, Instant::now());
+        let _ = self.update_node_liveness_at(chitchat_id, Instant::now(), true);
     }
 
     /// Shoal patch: [`Self::update_node_liveness`] with the clock read once per round.
-    /// Returns whether the node is live.
-    pub fn update_node_liveness_at(&mut self, chitchat_id: &ChitchatId, now: Instant) -> bool {
+    /// Returns whether the node is live. `has_state`: whether the node's own key-values reached
+    /// this node (its max version is above 0); with external liveness, a node known only from
+    /// digests (a name anyone could put in a Syn) is not live.
+    pub fn update_node_liveness_at(
+        &mut self,
+        chitchat_id: &ChitchatId,
+        now: Instant,
+        has_state: bool,
+    ) -> bool {
         // Shoal patch: phi once (it was computed twice), and no clone or removal when the sets
         // already say so.
         let phi_opt = self.phi_at(chitchat_id, now);
         let is_alive = match &self.external {
-            // Shoal patch: external liveness: live unless reported dead.
-            Some(dead) => !dead.contains(chitchat_id),
+            // Shoal patch: external liveness: live unless reported dead, once it sent state.
+            Some(dead) => has_state && !dead.contains(chitchat_id),
             None => phi_opt
                 .map(|phi| phi <= self.config.phi_threshold)
                 .unwrap_or(false),

@@ -159,6 +159,11 @@ impl Chitchat {
 
     fn process_delta(&mut self, delta: Delta) {
         let was_reset_triggered = self.cluster_state.apply_delta(delta);
+        // Shoal patch: with external liveness, a node whose first state just arrived is live
+        // now, not at the end of the round.
+        if self.failure_detector.external_liveness() {
+            self.update_node_sets();
+        }
         if was_reset_triggered {
             if let Some(catchup_callback) = &self.config.catchup_callback {
                 info!("executing catch-up callback");
@@ -318,16 +323,17 @@ impl Chitchat {
             return;
         };
 
+        let has_state = node_state.max_version() > 0;
         if node_state.try_set_heartbeat(heartbeat) {
             self.failure_detector.report_heartbeat(chitchat_id);
         }
-        // Shoal patch: with external liveness a node is live from when it is first known, not
-        // from the end of the next gossip round.
+        // Shoal patch: with external liveness a node is live from when its state is first
+        // known, not from the end of the next gossip round.
         if self.failure_detector.external_liveness() {
             let now = tokio::time::Instant::now();
             let _ = self
                 .failure_detector
-                .update_node_liveness_at(chitchat_id, now);
+                .update_node_liveness_at(chitchat_id, now, has_state);
         }
     }
 
@@ -342,9 +348,11 @@ impl Chitchat {
         let (mut same, mut count) = (true, 0usize);
         for (chitchat_id, node_state) in self.cluster_state.node_states() {
             let alive = chitchat_id == self_id
-                || self
-                    .failure_detector
-                    .update_node_liveness_at(chitchat_id, now);
+                || self.failure_detector.update_node_liveness_at(
+                    chitchat_id,
+                    now,
+                    node_state.max_version() > 0,
+                );
             if alive {
                 count += 1;
                 same &=
@@ -438,9 +446,12 @@ impl Chitchat {
         }
         self.failure_detector.report_liveness(chitchat_id, alive);
         let now = tokio::time::Instant::now();
+        let has_state = self
+            .node_state(chitchat_id)
+            .is_some_and(|state| state.max_version() > 0);
         let _ = self
             .failure_detector
-            .update_node_liveness_at(chitchat_id, now);
+            .update_node_liveness_at(chitchat_id, now, has_state);
     }
 
     /// Shoal patch: the failure detector's live and dead sets brought up to date for every
@@ -448,11 +459,13 @@ impl Chitchat {
     fn update_node_sets(&mut self) {
         let now = tokio::time::Instant::now();
         let self_id = &self.config.chitchat_id;
-        for chitchat_id in self.cluster_state.node_states().keys() {
+        for (chitchat_id, node_state) in self.cluster_state.node_states() {
             if chitchat_id != self_id {
-                let _ = self
-                    .failure_detector
-                    .update_node_liveness_at(chitchat_id, now);
+                let _ = self.failure_detector.update_node_liveness_at(
+                    chitchat_id,
+                    now,
+                    node_state.max_version() > 0,
+                );
             }
         }
     }

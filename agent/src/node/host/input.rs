@@ -170,7 +170,13 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         if moved.keys || moved.members {
             shell.generation += 1;
         }
-        shell.claims.handle_view(now, sightings(&guard));
+        let compact = node.wire.load(std::sync::atomic::Ordering::Relaxed)
+            >= crate::transport::gossip::probe::COMPACT_WIRE;
+        let verdicts = node.verdicts();
+        shell.claims.handle_view(
+            now,
+            sightings(&guard, compact.then_some((verdicts.as_ref(), now))),
+        );
         let successors = successors(&guard, shell, now);
         if moved.keys || successors != shell.successors {
             shell.successors = successors;
@@ -422,14 +428,28 @@ fn identity(id: &ChitchatId) -> shoal_core::claims::Identity {
 }
 
 /// Every identity chitchat holds with its heartbeat, for the name-claim rule (`claims`); one
-/// that announced a leave or a planned restart is stopping, not claiming.
-fn sightings(chitchat: &Chitchat) -> Vec<shoal_core::claims::Sighting> {
+/// that announced a leave or a planned restart is stopping, not claiming. With compact gossip
+/// (`probes`: the verdicts, and `now`), heartbeats no longer spread every round: an identity the
+/// probes hold alive and unsuspected counts as heartbeating now (its watchers probe it every few
+/// hundred milliseconds and would suspect it within a second of its going quiet), any other as
+/// not heartbeating.
+fn sightings(
+    chitchat: &Chitchat,
+    probes: Option<(&view::Verdicts, u64)>,
+) -> Vec<shoal_core::claims::Sighting> {
+    let live: BTreeSet<&ChitchatId> = chitchat.live_nodes().collect();
     chitchat
         .node_states()
         .iter()
         .map(|(id, state)| shoal_core::claims::Sighting {
             identity: identity(id),
-            heartbeat: state.heartbeat().into(),
+            heartbeat: match probes {
+                None => state.heartbeat().into(),
+                Some((verdicts, now)) => match verdicts.judge(id, live.contains(id)) {
+                    (true, false) => now.max(1),
+                    _ => 0,
+                },
+            },
             leaving: state.get(view::LEAVING_KEY).is_some()
                 || state.get(view::RESTARTING_KEY).is_some(),
         })

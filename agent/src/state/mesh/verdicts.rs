@@ -14,6 +14,12 @@
 //!
 //! Stalls: the task measures how late each tick comes (a starved or frozen agent wakes late) and
 //! tells the prober, which does not count that time as anyone's silence.
+//!
+//! Compact gossip (mesh version [`COMPACT_WIRE`] and later, issue 28 item 2): chitchat's Syn
+//! carries bucket hashes instead of every member's heartbeat, so heartbeats no longer reach every
+//! member every round and cannot be the liveness signal. The task then turns chitchat's compact
+//! mode and external liveness on, sets the prober watching (each agent probes its ring
+//! successors), and hands chitchat the prober's dead set as its liveness.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,7 +34,7 @@ use super::build::BUILD_KEY;
 use super::node::MeshNode;
 use super::view::Verdicts;
 use crate::transport::gossip::probe::{
-    decode_probe, encode_probe, ProbeChannel, ProbeIn, PROBE_WIRE,
+    decode_probe, encode_probe, ProbeChannel, ProbeIn, COMPACT_WIRE, PROBE_WIRE,
 };
 
 /// Chitchat key: the members this agent suspects (or declared dead lately), `name/generation`
@@ -53,6 +59,8 @@ pub async fn run(node: Arc<MeshNode>, mut channel: ProbeChannel, config: ProbeCo
     let mut next_tick = planned;
     let mut published = String::new();
     let mut keys = KeyCache::default();
+    let mut compact = false;
+    let mut reported_dead: std::collections::BTreeSet<(String, u64)> = Default::default();
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(planned) => {}
@@ -85,9 +93,23 @@ pub async fn run(node: Arc<MeshNode>, mut channel: ProbeChannel, config: ProbeCo
             planned = next_tick;
             continue;
         }
-        let (members, suspected_me) = observe(&node, &mut keys).await;
+        let wants_compact = node.wire.load(std::sync::atomic::Ordering::Relaxed) >= COMPACT_WIRE;
+        if wants_compact != compact {
+            compact = wants_compact;
+            prober.set_watching(compact);
+            let chitchat = node.gossip().chitchat();
+            let mut guard = chitchat.lock().await;
+            guard.set_compact(compact);
+            guard.set_external_liveness(compact);
+            reported_dead.clear();
+            tracing::info!(compact, "gossip mode changed with the mesh version");
+        }
+        let (members, suspected_me) = observe(&node, &mut keys, compact).await;
         for (to, msg) in prober.tick(now_ms, stall, suspected_me, &members) {
             send(&node, &channel, to, &msg);
+        }
+        if compact {
+            report_liveness(&node, &prober, &mut reported_dead).await;
         }
         let suspects = format_suspects(&prober.suspects(now_ms), SUSPECTS_MAX);
         if suspects != published {
@@ -108,6 +130,35 @@ pub async fn run(node: Arc<MeshNode>, mut channel: ProbeChannel, config: ProbeCo
             None => next_tick,
         };
     }
+}
+
+/// Compact gossip: hands chitchat the identities the prober holds dead (and those it no longer
+/// does), so that chitchat's live set, its choice of gossip peers and its forgetting of the dead
+/// follow the probes' verdicts.
+async fn report_liveness(
+    node: &MeshNode,
+    prober: &Prober,
+    reported: &mut std::collections::BTreeSet<(String, u64)>,
+) {
+    let dead: std::collections::BTreeSet<(String, u64)> = prober.held_dead().into_iter().collect();
+    if dead == *reported {
+        return;
+    }
+    let chitchat = node.gossip().chitchat();
+    let mut guard = chitchat.lock().await;
+    let ids: Vec<(chitchat::ChitchatId, bool)> = guard
+        .node_states()
+        .keys()
+        .filter_map(|id| {
+            let key = (id.node_id.to_string(), id.generation_id);
+            let (now, before) = (dead.contains(&key), reported.contains(&key));
+            (now != before).then(|| (id.clone(), !now))
+        })
+        .collect();
+    for (id, alive) in ids {
+        guard.report_liveness(&id, alive);
+    }
+    *reported = dead;
 }
 
 fn receive(node: &MeshNode, prober: &mut Prober, channel: &ProbeChannel, now_ms: u64, m: ProbeIn) {
@@ -136,7 +187,10 @@ fn send(node: &MeshNode, channel: &ProbeChannel, to: std::net::SocketAddr, msg: 
 
 /// Every other identity chitchat holds, as the prober reads it, and how many live members
 /// suspect this agent.
-async fn observe(node: &MeshNode, keys: &mut KeyCache) -> (Vec<Observed>, u32) {
+/// `compact`: the mesh is at [`COMPACT_WIRE`] or later, so every member speaks probes, and one
+/// whose build record has not come (or never will: a name only some digest carried) is probed
+/// like the rest; nothing else would ever judge it dead.
+async fn observe(node: &MeshNode, keys: &mut KeyCache, compact: bool) -> (Vec<Observed>, u32) {
     let chitchat = node.gossip().chitchat();
     let guard = chitchat.lock().await;
     let me = guard.self_chitchat_id().clone();
@@ -160,7 +214,7 @@ async fn observe(node: &MeshNode, keys: &mut KeyCache) -> (Vec<Observed>, u32) {
             continue;
         }
         let key = (id.node_id.to_string(), id.generation_id);
-        let probes = keys.speaks_probes(id, state);
+        let probes = compact || keys.speaks_probes(id, state);
         out.push(Observed {
             suspected_by: suspected.get(&key).copied().unwrap_or(0),
             name: key.0,

@@ -579,6 +579,12 @@ fn count_parts(stats: &TransportStats, msg: &ChitchatMessage, frame_len: usize) 
             (digest.serialized_len(), delta.serialized_len())
         }
         ChitchatMessage::Ack { delta } => (0, delta.serialized_len()),
+        // Compact gossip: the bucket hashes stand for the digest.
+        ChitchatMessage::SynBuckets { hashes, .. } => (hashes.serialized_len(), 0),
+        ChitchatMessage::BucketDigest { digest, .. } => (digest.serialized_len(), 0),
+        ChitchatMessage::BucketSynAck { digest, delta, .. } => {
+            (digest.serialized_len(), delta.serialized_len())
+        }
         _ => (0, 0),
     };
     let raw = msg.serialized_len().max(1) as u64;
