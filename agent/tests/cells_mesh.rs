@@ -180,6 +180,26 @@ async fn three_cells_place_across_and_a_lost_cell_moves_to_the_others() {
             .map(|c| c.summary.cell)
             .collect();
         assert_eq!(down, ["c1"], "{} holds c1 down", node.name);
+        // ...and said so once, in its events (and never of a cell that stayed up).
+        let Response::Events(events) = call(
+            &a.agent,
+            Request::Events {
+                after: 0,
+                limit: 1000,
+            },
+        )
+        .await
+        else {
+            panic!("events failed on {}", node.name);
+        };
+        let cell_events: Vec<(&str, &str)> = events
+            .iter()
+            .filter(|e| e.kind.starts_with("cell-"))
+            .map(|e| (e.kind.as_str(), e.reason.as_str()))
+            .collect();
+        assert_eq!(cell_events.len(), 1, "{}: {cell_events:?}", node.name);
+        assert_eq!(cell_events[0].0, "cell-down");
+        assert!(cell_events[0].1.starts_with("cell c1:"), "{cell_events:?}");
     }
     let at = running(&alive).await;
     assert_eq!(at.len(), 12, "every replica runs in c0 and c2: {at:?}");

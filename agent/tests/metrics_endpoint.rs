@@ -60,6 +60,9 @@ fn metrics_parse_as_openmetrics_and_count_members() {
     }
     assert_eq!(types["shoal_gossip_bytes"], "counter");
     assert_eq!(types["shoal_members"], "gauge");
+    // One cell: no other cell, up or down.
+    assert_eq!(types["shoal_cells"], "gauge");
+    assert!(body.contains("shoal_cells{state=\"down\"} 0"), "{body}");
     assert!(
         body.lines().any(|l| l.starts_with("shoal_build_info{")
             && l.contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION")))
@@ -86,6 +89,7 @@ const FAMILIES: &[&str] = &[
     "shoal_api_requests",
     "shoal_build_info",
     "shoal_cell_entries_refused",
+    "shoal_cells",
     "shoal_clock_offset_seconds",
     "shoal_clock_skewed",
     "shoal_connections_refused",

@@ -94,6 +94,39 @@ fn a_cell_not_heard_from_is_down_and_the_own_cell_never_is() {
 }
 
 #[test]
+fn a_cell_going_down_coming_back_and_forgotten_is_one_change_each() {
+    use shoal_core::cells::{cell_changes, CellChange};
+    let mut a = CellTable::new("c1");
+    let mut b = CellTable::new("c2");
+    a.publish(summary("c1", 3), WALL, 0);
+    b.publish(summary("c2", 3), WALL, 0);
+    let empty = a.placement_cells(0);
+    pull(&mut a, &b, 0);
+    let up = a.placement_cells(1);
+    // First heard of: no change; the same reading twice: none.
+    assert_eq!(cell_changes(&empty, &up), []);
+    assert_eq!(cell_changes(&up, &a.placement_cells(CELL_DOWN_MS)), []);
+    let down = a.placement_cells(CELL_DOWN_MS + 1);
+    assert_eq!(cell_changes(&up, &down), [CellChange::Down("c2".into())]);
+    assert_eq!(CellChange::Down("c2".into()).kind(), "cell-down");
+    b.publish(summary("c2", 3), WALL + 9000, 9000);
+    pull(&mut a, &b, CELL_DOWN_MS + 1);
+    let back = a.placement_cells(CELL_DOWN_MS + 2);
+    assert_eq!(cell_changes(&down, &back), [CellChange::Up("c2".into())]);
+    // Held down, then no longer held: forgotten; an up cell missing from a reading is not.
+    let own_only: Vec<_> = down
+        .iter()
+        .filter(|c| c.summary.cell == "c1")
+        .cloned()
+        .collect();
+    assert_eq!(
+        cell_changes(&down, &own_only),
+        [CellChange::Forgotten("c2".into())]
+    );
+    assert_eq!(cell_changes(&up, &own_only), []);
+}
+
+#[test]
 fn a_relayed_entry_is_as_old_as_its_relay_says() {
     let mut a = CellTable::new("c1");
     let mut relay = CellTable::new("c2");

@@ -36,7 +36,7 @@ mod table;
 pub use assign::{cell_hash, place_cells, CELL_FILL_PERMILLE, CELL_SEED};
 pub use capability::{LACKS_KEYS_MAX, LACKS_KEY_PREFIX, LACKS_VALUE};
 pub use local::{place_mesh, CellPlacer, MeshPlacement};
-pub use model::{Cell, CellInputError, CellPlacement, CellUnschedulable};
+pub use model::{cell_changes, Cell, CellChange, CellInputError, CellPlacement, CellUnschedulable};
 pub use publish::{summarize, RANKED_DRIFT_DIVISOR};
 pub use quorum::CellQuorum;
 pub use summary::{

@@ -28,6 +28,59 @@ impl Cell {
     }
 }
 
+/// How one agent's view of a cell changed between two readings of its cell table: what its
+/// events say (`cell-down`, `cell-up`, `cell-forgotten`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CellChange {
+    /// Held up before (or first heard of as up), held down now.
+    Down(String),
+    /// Held down before, up again now.
+    Up(String),
+    /// Held down before, and no longer held at all (forgotten after `CELL_FORGET_MS`).
+    Forgotten(String),
+}
+
+impl CellChange {
+    /// The event kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CellChange::Down(_) => "cell-down",
+            CellChange::Up(_) => "cell-up",
+            CellChange::Forgotten(_) => "cell-forgotten",
+        }
+    }
+}
+
+/// The changes from `before` to `after` (two readings of the placement's cells), by cell name.
+/// A cell first heard of is no change (a cell first heard of as down was down before this agent
+/// knew it: also none); a cell gone that was up moved nowhere (an up cell is not forgotten, its
+/// summary was replaced under another name, or this agent restarted its table): none either.
+pub fn cell_changes(before: &[Cell], after: &[Cell]) -> Vec<CellChange> {
+    let was: BTreeMap<&str, bool> = before
+        .iter()
+        .map(|c| (c.summary.cell.as_str(), c.down))
+        .collect();
+    let now: BTreeMap<&str, bool> = after
+        .iter()
+        .map(|c| (c.summary.cell.as_str(), c.down))
+        .collect();
+    let mut out = Vec::new();
+    for (cell, down) in &now {
+        match (was.get(cell), down) {
+            (Some(false), true) => out.push(CellChange::Down(cell.to_string())),
+            (Some(true), false) => out.push(CellChange::Up(cell.to_string())),
+            _ => {}
+        }
+    }
+    for (cell, down) in &was {
+        if *down && !now.contains_key(cell) {
+            out.push(CellChange::Forgotten(cell.to_string()));
+        }
+    }
+    out.sort();
+    out
+}
+
 /// An input the cell level refused; it is placed without it, and nothing panics.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum CellInputError {

@@ -217,6 +217,7 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
     let cells = node.cells.placement_cells();
     let cells_moved = cells != shell.cells;
     if cells_moved {
+        record_cell_changes(host, shell.cells.as_deref(), cells.as_deref());
         shell.cells = cells;
         shell.placement_key = None;
     }
@@ -424,6 +425,33 @@ fn identity(id: &ChitchatId) -> shoal_core::claims::Identity {
         name: id.node_id.to_string(),
         generation: id.generation_id,
         gossip_addr: id.gossip_advertise_addr.to_string(),
+    }
+}
+
+/// This agent's view of a cell went down, came back or forgot it: an event each (item 3 of
+/// issue 28: a cell's verdict is shown and evented). The verdict itself is still the cell
+/// table's silence rule (`shoal_core::cells::CELL_DOWN_MS`).
+fn record_cell_changes(host: &Host, before: Option<&[Cell]>, after: Option<&[Cell]>) {
+    let (before, after) = (before.unwrap_or_default(), after.unwrap_or_default());
+    for change in shoal_core::cells::cell_changes(before, after) {
+        let secs = shoal_core::cells::CELL_DOWN_MS / 1000;
+        let reason = match &change {
+            shoal_core::cells::CellChange::Down(cell) => format!(
+                "cell {cell}: no fresh summary of it heard for over {secs} s: held down, its \
+                 replicas are placed in the other cells"
+            ),
+            shoal_core::cells::CellChange::Up(cell) => {
+                format!("cell {cell}: heard again: up, its replicas are placed there again")
+            }
+            shoal_core::cells::CellChange::Forgotten(cell) => {
+                format!("cell {cell}: down for too long: forgotten")
+            }
+        };
+        match change {
+            shoal_core::cells::CellChange::Down(_) => tracing::warn!("{reason}"),
+            _ => tracing::info!("{reason}"),
+        }
+        host.record(change.kind(), None, reason);
     }
 }
 

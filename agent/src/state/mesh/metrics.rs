@@ -267,6 +267,21 @@ pub async fn mesh_families(
             Kind::Counter,
             auth.connections_revoked as f64,
         ),
+        Family {
+            name: "shoal_cells",
+            help: "Other cells of the mesh by this agent's verdict (up, down); none outside a \
+                   mesh of cells.",
+            kind: Kind::Gauge,
+            samples: {
+                let cells = node.cells.placement_cells().unwrap_or_default();
+                let down = cells.iter().filter(|c| c.down).count() as u64;
+                let others = cells.len().saturating_sub(1) as u64;
+                labelled(vec![
+                    ("state", "up", others.saturating_sub(down)),
+                    ("state", "down", down),
+                ])
+            },
+        },
         Family::single(
             "shoal_cell_entries_refused",
             "Cell table entries from peers refused (invalid, mismatched, from the future, over the bound).",
