@@ -205,7 +205,13 @@ fn an_agent_losing_a_tenth_of_its_packets_is_not_declared_dead() {
         std::thread::sleep(Duration::from_secs(1));
         for i in 0..n {
             if let Some(alive) = c.alive_nodes(i) {
-                assert_eq!(alive.len(), n, "n{} holds {alive:?} alive", i + 1);
+                assert_eq!(
+                    alive.len(),
+                    n,
+                    "n{} holds {alive:?} alive\n{}",
+                    i + 1,
+                    c.logs()
+                );
             }
         }
     }

@@ -71,6 +71,8 @@ struct Probe {
     last_ping: u64,
     /// When the indirect requests went out, how many, and how many answered.
     indirect: Option<(u64, u32, u32)>,
+    /// Started on another member's suspicion notice (not on this agent's own watch).
+    on_notice: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -365,6 +367,13 @@ impl Prober {
         out
     }
 
+    /// Takes the view of the members without running any timer: while another detector
+    /// judges (a mesh version below probes), the prober still knows who may ping it, and
+    /// answers them.
+    pub fn observe_only(&mut self, now_ms: u64, members: &[Observed]) {
+        self.observe(now_ms, members);
+    }
+
     /// The earliest time a timer of a running probe or relay falls due (`None` when none runs):
     /// the shell ticks then instead of waiting for its next regular tick.
     pub fn next_due(&self) -> Option<u64> {
@@ -385,7 +394,7 @@ impl Prober {
                 State::Suspect(p, since) => {
                     at(p.last_ping + c.ping_every_ms * m);
                     let nacked = p.indirect.map_or(0, |(_, _, answered)| answered);
-                    at(since + c.suspicion_ms(t.confirmations(nacked)) * m);
+                    at(since + c.suspicion_in_mode_ms(t.confirmations(nacked), self.watching) * m);
                 }
                 State::Alive | State::Dead(..) => {}
             }
@@ -584,14 +593,21 @@ impl Prober {
                     let told = track.confirmations(0) > 0
                         && now.saturating_sub(track.probed_at) >= c.quiet_ms * m;
                     if quiet || told {
-                        self.start_probe(&key, now, out);
+                        self.start_probe(&key, now, !quiet, out);
                     }
                 }
                 State::Probing(mut p) => {
                     self.repeat_ping(&key, addr, &mut p, now, out);
                     // Told by members that probed it and failed: their probes are the indirect
                     // evidence; this agent's own direct ping failing is enough to suspect.
-                    let told = self.tracks[&key].told_by.len() as u32 >= c.confirmations_k;
+                    // Watching, every member is watched by `watchers`: that many notices are all
+                    // the members that probed it.
+                    let told_k = if self.watching {
+                        c.confirmations_k.min(c.watchers as u32).max(1)
+                    } else {
+                        c.confirmations_k
+                    };
+                    let told = self.tracks[&key].told_by.len() as u32 >= told_k;
                     if !told
                         && p.indirect.is_none()
                         && now.saturating_sub(p.since) >= c.ping_timeout_ms * m
@@ -616,7 +632,18 @@ impl Prober {
                         if self.tracks[&key].confirmations(0) < c.confirmations_k {
                             self.tell_others(&key, out);
                         }
-                        self.set(&key, State::Suspect(p, now));
+                        // Watching and told by every watcher, the suspicion counts from when
+                        // this agent was told (its own ping has failed too): every survivor
+                        // then decides within about a message of the watchers.
+                        // Only a probe started on the notice is backdated (a watcher's own probe
+                        // keeps its full suspicion), and never by more than two ping timeouts
+                        // (a late tick does not skip the suspicion).
+                        let since = if told && self.watching && p.on_notice {
+                            p.since.max(now.saturating_sub(2 * c.ping_timeout_ms * m))
+                        } else {
+                            now
+                        };
+                        self.set(&key, State::Suspect(p, since));
                     } else {
                         self.set(&key, State::Probing(p));
                     }
@@ -628,7 +655,7 @@ impl Prober {
                     // is more.
                     let nacked = p.indirect.map_or(0, |(_, _, answered)| answered);
                     let confirmations = self.tracks[&key].confirmations(nacked);
-                    let lasts = c.suspicion_ms(confirmations) * m;
+                    let lasts = c.suspicion_in_mode_ms(confirmations, self.watching) * m;
                     if now.saturating_sub(since) >= lasts {
                         self.pending.remove(&p.nonce);
                         self.event(&key, VerdictKind::Dead, now);
@@ -646,7 +673,7 @@ impl Prober {
     }
 
     /// Starts probing `key`: its first direct ping.
-    fn start_probe(&mut self, key: &Key, now: u64, out: &mut Vec<Outgoing>) {
+    fn start_probe(&mut self, key: &Key, now: u64, on_notice: bool, out: &mut Vec<Outgoing>) {
         let nonce = self.nonce();
         self.counters.probes += 1;
         let Some(t) = self.tracks.get_mut(key) else {
@@ -663,6 +690,7 @@ impl Prober {
                 since: now,
                 last_ping: now,
                 indirect: None,
+                on_notice,
             }),
         );
     }
@@ -893,7 +921,7 @@ impl Prober {
                         && judged
                         && now_ms.saturating_sub(track.probed_at) >= quiet;
                     if idle {
-                        self.start_probe(&key, now_ms, &mut out);
+                        self.start_probe(&key, now_ms, true, &mut out);
                     }
                 } else {
                     self.counters.stale += 1;

@@ -57,6 +57,12 @@ pub struct ProbeConfig {
     pub dead_ping_ms: u64,
     /// Watching: most members held dead pinged per tick.
     pub dead_pings_per_tick: usize,
+    /// Watching: the shortest suspicion, whatever the confirmations. Watching, a freeze always
+    /// meets a probe (each member is pinged every [`Self::quiet_ms`]), so the path from the
+    /// first unanswered ping to dead must outlast the longest freeze tolerated (0.4 s) with room
+    /// for the thawed agent to run and answer under load; the members told by the watchers
+    /// finish about a ping timeout after them.
+    pub watch_suspicion_min_ms: u64,
 }
 
 impl Default for ProbeConfig {
@@ -80,6 +86,7 @@ impl Default for ProbeConfig {
             watchers: 2,
             dead_ping_ms: 1_000,
             dead_pings_per_tick: 2,
+            watch_suspicion_min_ms: 450,
         }
     }
 }
@@ -92,6 +99,17 @@ impl ProbeConfig {
         let k = f64::from(self.confirmations_k.max(1));
         let frac = (f64::from(confirmations) + 1.0).ln() / (k + 1.0).ln();
         (max - (max - min) * frac.min(1.0)).max(min) as u64
+    }
+
+    /// How long a suspicion lasts in the mode the prober runs (`watching`): the floor
+    /// [`Self::watch_suspicion_min_ms`] applies while watching.
+    pub fn suspicion_in_mode_ms(&self, confirmations: u32, watching: bool) -> u64 {
+        let ms = self.suspicion_ms(confirmations);
+        if watching {
+            ms.max(self.watch_suspicion_min_ms)
+        } else {
+            ms
+        }
     }
 
     /// The longest a member that answers nothing and gossips nothing stays undeclared, counted

@@ -247,6 +247,8 @@ pub async fn run(node: Arc<MeshNode>, joins: bool) {
             Ok(_) => {
                 tracing::info!(from = assessment.current, to = next, "mesh version moved");
                 node.mesh_version_seen.fetch_max(next, Ordering::Relaxed);
+                // The writer speaks it from now, not a check interval later.
+                node.wire.fetch_max(next.min(WIRE_CUR), Ordering::Relaxed);
             }
             Err(err) => tracing::warn!(error = %err.message, to = next, "mesh version not moved"),
         }

@@ -74,10 +74,12 @@ pub async fn run(node: Arc<MeshNode>, mut channel: ProbeChannel, config: ProbeCo
                         Err(_) => break,
                     }
                 }
-                if node.wire.load(std::sync::atomic::Ordering::Relaxed) >= PROBE_WIRE {
-                    for m in batch {
-                        receive(&node, &mut prober, &channel, now_ms, m);
-                    }
+                // Answered whatever the mesh version: a probe that arrives came from a member
+                // that speaks them, and its watchers may have moved to a mesh version where only
+                // probes tell the living from the dead before this agent read it (up to a check
+                // interval later: `upgrade::run`).
+                for m in batch {
+                    receive(&node, &mut prober, &channel, now_ms, m);
                 }
                 continue;
             }
@@ -89,6 +91,10 @@ pub async fn run(node: Arc<MeshNode>, mut channel: ProbeChannel, config: ProbeCo
         }
         let now_ms = start.elapsed().as_millis() as u64;
         if node.wire.load(std::sync::atomic::Ordering::Relaxed) < PROBE_WIRE {
+            // The heartbeat detector judges; the prober only keeps its view of the members, to
+            // know who pings it and answer.
+            let (members, _) = observe(&node, &mut keys, false).await;
+            prober.observe_only(now_ms, &members);
             node.set_verdicts(Verdicts::default());
             planned = next_tick;
             continue;
