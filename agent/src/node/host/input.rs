@@ -432,23 +432,24 @@ fn identity(id: &ChitchatId) -> shoal_core::claims::Identity {
 /// issue 28: a cell's verdict is shown and evented). The verdict itself is still the cell
 /// table's silence rule (`shoal_core::cells::CELL_DOWN_MS`).
 fn record_cell_changes(host: &Host, before: Option<&[Cell]>, after: Option<&[Cell]>) {
+    use shoal_core::cells::CellChange;
     let (before, after) = (before.unwrap_or_default(), after.unwrap_or_default());
+    let secs = shoal_core::cells::CELL_DOWN_MS / 1000;
     for change in shoal_core::cells::cell_changes(before, after) {
-        let secs = shoal_core::cells::CELL_DOWN_MS / 1000;
         let reason = match &change {
-            shoal_core::cells::CellChange::Down(cell) => format!(
+            CellChange::Down(cell) => format!(
                 "cell {cell}: no fresh summary of it heard for over {secs} s: held down, its \
                  replicas are placed in the other cells"
             ),
-            shoal_core::cells::CellChange::Up(cell) => {
+            CellChange::Up(cell) => {
                 format!("cell {cell}: heard again: up, its replicas are placed there again")
             }
-            shoal_core::cells::CellChange::Forgotten(cell) => {
+            CellChange::Forgotten(cell) => {
                 format!("cell {cell}: down for too long: forgotten")
             }
         };
         match change {
-            shoal_core::cells::CellChange::Down(_) => tracing::warn!("{reason}"),
+            CellChange::Down(_) => tracing::warn!("{reason}"),
             _ => tracing::info!("{reason}"),
         }
         host.record(change.kind(), None, reason);
@@ -465,7 +466,11 @@ fn sightings(
     chitchat: &Chitchat,
     probes: Option<(&view::Verdicts, u64)>,
 ) -> Vec<shoal_core::claims::Sighting> {
-    let live: BTreeSet<&ChitchatId> = chitchat.live_nodes().collect();
+    // Read only with the probes (heartbeat mode reads the heartbeats alone).
+    let live: BTreeSet<&ChitchatId> = match probes {
+        Some(_) => chitchat.live_nodes().collect(),
+        None => BTreeSet::new(),
+    };
     chitchat
         .node_states()
         .iter()
