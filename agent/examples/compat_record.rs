@@ -215,6 +215,20 @@ fn main() {
             .unwrap();
     assert!(gossip.len() <= GOSSIP_FRAME_MAX_BYTES + 4);
     frame("gossip", FrameKind::Gossip, gossip);
+    // Wire 13: compact gossip's Syn (chitchat's bucket hashes).
+    let mut hashes = chitchat::compact::BucketHashes::default();
+    for (i, hash) in hashes.0.iter_mut().enumerate() {
+        *hash = (i as u32).wrapping_mul(0x9e37_79b9);
+    }
+    let compact = shoal::transport::gossip::quic::encode_gossip(
+        &chitchat::ChitchatMessage::SynBuckets {
+            cluster_id: "compat".to_string(),
+            hashes,
+        },
+        None,
+    )
+    .unwrap();
+    frame("gossip-compact", FrameKind::Gossip, compact);
     println!("recorded into {}", out.display());
     if let Some(dir) = args.get(1) {
         let path = Path::new(dir).join(format!("placement-{PLACEMENT_ALGORITHM_VERSION}.json"));

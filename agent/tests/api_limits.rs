@@ -286,6 +286,7 @@ async fn node_with_store(net: &MemNetwork, config: StoreConfig) -> RunningNode {
         rpc,
         tokio_clock(BASE_MS),
         true,
+        None,
     )
     .await
     .unwrap()

@@ -94,6 +94,11 @@ struct Track {
     ring: u64,
     /// The nonce of the last ping sent to it while held dead (watching).
     dead_nonce: Option<u64>,
+    /// Heard from since first seen: a message of its own, an answer, or (not watching) a
+    /// heartbeat that advanced. Watching, one not yet heard from is probed once, since gossip
+    /// carries the states of the dead as well as the living and nobody tells a newcomer
+    /// which is which (its watchers declared the dead before it came).
+    verified: bool,
 }
 
 impl Track {
@@ -165,6 +170,10 @@ pub struct Prober {
 /// How long a member this agent declared dead stays in what it gossips as suspected (a
 /// confirmation for the others still suspecting it).
 pub const CONFIRMS_FOR_MS: u64 = 10_000;
+
+/// Watching, at most this many members never heard from since first seen start their one probe
+/// per tick (a newcomer to a mesh of thousands spreads its first look over seconds).
+pub const VERIFY_PER_TICK: u32 = 8;
 
 /// Local health starts to decay once nothing raised it for this long...
 pub const HEALTH_CALM_MS: u64 = 1_000;
@@ -505,6 +514,7 @@ impl Prober {
                         state,
                         ring,
                         dead_nonce: None,
+                        verified: false,
                     },
                 );
                 continue;
@@ -522,6 +532,7 @@ impl Prober {
                 self.heard_at = now;
                 track.heartbeat = m.heartbeat;
                 track.advanced_at = now;
+                track.verified = true;
                 track.told_by.clear();
                 let was = std::mem::replace(&mut track.state, State::Alive);
                 match was {
@@ -575,6 +586,7 @@ impl Prober {
             self.update_ring();
         }
         let keys: Vec<Key> = self.tracks.keys().cloned().collect();
+        let mut verify_budget = VERIFY_PER_TICK;
         for key in keys {
             let track = &self.tracks[&key];
             if !self.judges(track) {
@@ -592,8 +604,15 @@ impl Prober {
                         && (!self.watching || self.watched.contains(&key));
                     let told = track.confirmations(0) > 0
                         && now.saturating_sub(track.probed_at) >= c.quiet_ms * m;
-                    if quiet || told {
-                        self.start_probe(&key, now, !quiet, out);
+                    // Watching, a member never heard from since first seen may be one its
+                    // watchers declared dead before this agent came: probed once, a few a tick.
+                    let verify = self.watching && !track.verified && verify_budget > 0;
+                    if quiet || told || verify {
+                        if !(quiet || told) {
+                            verify_budget -= 1;
+                            self.counters.verified += 1;
+                        }
+                        self.start_probe(&key, now, !quiet && told, out);
                     }
                 }
                 State::Probing(mut p) => {
@@ -808,6 +827,7 @@ impl Prober {
             self.counters.non_member += 1;
             return out;
         }
+        let named = matches!(msg, ProbeMsg::Ack { .. });
         let sender = self.by_addr.get(&from).cloned();
         let member = sender
             .as_ref()
@@ -950,7 +970,7 @@ impl Prober {
             self.heard_at = self.heard_at.max(now_ms);
         }
         if let (true, true, Some(key)) = (member, speaks_for_sender, sender) {
-            self.heard_from(&key, now_ms);
+            self.heard_from(&key, now_ms, named, &mut out);
         }
         out
     }
@@ -958,7 +978,12 @@ impl Prober {
     /// A message from `key` arrived: it is alive now. A probe or suspicion of it ends as if
     /// answered (its message got through: local health falls as for an answer), a dead verdict
     /// of this detector's is revived, and its quiet time restarts.
-    fn heard_from(&mut self, key: &Key, now: u64) {
+    ///
+    /// `named`: the message named its incarnation (an answer). Others (pings, requests,
+    /// notices) say only which address sent them, and a restarted member sends from its earlier
+    /// incarnation's address before gossip carries the new one: they neither revive a dead
+    /// member nor count as its first word (a ping goes to it instead, whose answer will).
+    fn heard_from(&mut self, key: &Key, now: u64, named: bool, out: &mut Vec<Outgoing>) {
         let watching = self.watching;
         if !self.tracks.get(key).is_some_and(|t| self.judges(t)) {
             return;
@@ -966,8 +991,14 @@ impl Prober {
         let Some(track) = self.tracks.get_mut(key) else {
             return;
         };
+        track.verified |= named;
         match track.state {
             State::Probing(_) | State::Suspect(..) => self.answered(key, now),
+            State::Dead(_, declared) if !named && (declared || watching) => {
+                if now.saturating_sub(track.probed_at) >= self.config.ping_timeout_ms {
+                    self.ping_dead_now(key, now, out);
+                }
+            }
             // Watching, chitchat's liveness is this detector's: one held dead since first seen
             // is revived here too (no heartbeat detector would).
             State::Dead(_, declared) if declared || watching => {
@@ -992,6 +1023,7 @@ impl Prober {
         };
         let was = std::mem::replace(&mut track.state, State::Alive);
         track.advanced_at = now;
+        track.verified = true;
         track.told_by.clear();
         let nonce = match &was {
             State::Probing(p) | State::Suspect(p, _) => Some(p.nonce),

@@ -22,9 +22,9 @@ pub const WIRE_MIN: u16 = 7;
 /// fixed host ports a placement resource between workloads; 11: member probes on the gossip
 /// endpoint, whose verdicts replace the heartbeat detector's between members that speak it,
 /// module `verdict`; 12: placement algorithm 9, a short workload with no replica placed goes
-/// after the others of its priority too). 13 will be compact gossip (`COMPACT_WIRE`): not spoken
-/// yet, the simulator does not converge with it (docs/measurements.md, "Compact gossip").
-pub const WIRE_CUR: u16 = 12;
+/// after the others of its priority too; 13: compact gossip, chitchat's Syn carries bucket hashes
+/// instead of every member's heartbeat, and the probes watch a ring instead of heartbeats).
+pub const WIRE_CUR: u16 = 13;
 
 thread_local! {
     static LAYOUT: Cell<u16> = const { Cell::new(WIRE_CUR) };

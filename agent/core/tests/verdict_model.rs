@@ -654,6 +654,138 @@ fn a_restarted_agent_declares_its_earlier_incarnation_dead_though_it_holds_its_a
     }
 }
 
+/// Plays the mesh around prober `n0` for one tick's messages: members in `up` answer its pings
+/// and relay its indirect requests (a relayed ping of a member not up is nacked).
+fn answer(p: &mut Prober, t: u64, out: Vec<(SocketAddr, ProbeMsg)>, up: &[usize]) {
+    for (to, msg) in out {
+        let i = index(to);
+        if !up.contains(&i) {
+            continue;
+        }
+        let name = format!("n{i}");
+        match msg {
+            ProbeMsg::Ping {
+                nonce,
+                target,
+                target_gen,
+            } if target == name => {
+                let ack = ProbeMsg::Ack {
+                    nonce,
+                    name: target,
+                    generation: target_gen,
+                };
+                p.receive(t, to, Some(name.as_str()), ack);
+            }
+            ProbeMsg::PingReq {
+                nonce,
+                target,
+                target_gen,
+                target_addr,
+            } => {
+                let reply = if up.contains(&index(target_addr)) {
+                    ProbeMsg::Ack {
+                        nonce,
+                        name: target,
+                        generation: target_gen,
+                    }
+                } else {
+                    ProbeMsg::Nack { nonce }
+                };
+                p.receive(t, to, Some(name.as_str()), reply);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_newcomer_holds_dead_the_members_declared_dead_before_it_came() {
+    // n0 joins a mesh at compact gossip: chitchat hands it the states of n1..n4, live until the
+    // prober says otherwise. n3 died before n0 came, and its watchers declared it then; nobody
+    // tells n0, and n0 watches only two members. Its first look at each member finds n3 gone.
+    let mut p = Prober::new(ProbeConfig::default(), "n0", 1, 3);
+    p.set_watching(true);
+    let members: Vec<Observed> = (1..=4).map(|i| member(i, 1)).collect();
+    let up = [1, 2, 4];
+    let mut t = 0;
+    while p.verdict("n3", 1) != Some(Verdict::Dead) {
+        t += 50;
+        assert!(
+            t < 3_000,
+            "n3 never judged dead: {:?} {:?}",
+            p.verdicts(),
+            p.counters()
+        );
+        let out = p.tick(t, 0, 0, &members);
+        answer(&mut p, t, out, &up);
+    }
+    for i in up {
+        assert_eq!(p.verdict(&format!("n{i}"), 1), Some(Verdict::Alive), "n{i}");
+    }
+    assert_eq!(p.counters().verified, 4, "one first look at each member");
+    // Once each was heard, the first look is not repeated.
+    for _ in 0..20 {
+        t += 50;
+        let out = p.tick(t, 0, 0, &members);
+        answer(&mut p, t, out, &up);
+    }
+    assert_eq!(p.counters().verified, 4);
+}
+
+#[test]
+fn a_ping_from_a_dead_members_address_does_not_revive_it_an_answer_does() {
+    // n1 (generation 1) is declared dead; it restarts as generation 2 at the same address, and
+    // its pings reach n0 before gossip carries generation 2. They say nothing of generation 1.
+    let mut p = Prober::new(ProbeConfig::default(), "n0", 1, 3);
+    p.set_watching(true);
+    let members = [member(1, 1), member(2, 1)];
+    let mut t = 0;
+    while p.verdict("n1", 1) != Some(Verdict::Dead) {
+        t += 50;
+        assert!(t < 5_000, "n1 never judged dead: {:?}", p.counters());
+        let out = p.tick(t, 0, 0, &members);
+        answer(&mut p, t, out, &[2]);
+    }
+    t += 1;
+    let ping = ProbeMsg::Ping {
+        nonce: 77,
+        target: "n0".into(),
+        target_gen: 1,
+    };
+    let out = p.receive(t, addr(1), Some("n1"), ping);
+    assert_eq!(p.verdict("n1", 1), Some(Verdict::Dead), "revived by a ping");
+    // It answers the ping, and pings generation 1 there: only its answer would revive it.
+    let looked = out.iter().find_map(|(to, m)| match m {
+        ProbeMsg::Ping {
+            nonce,
+            target,
+            target_gen,
+        } if *to == addr(1) && target == "n1" && *target_gen == 1 => Some(*nonce),
+        _ => None,
+    });
+    let nonce = looked.expect("a ping of the incarnation held dead");
+    assert!(out
+        .iter()
+        .any(|(to, m)| *to == addr(1) && matches!(m, ProbeMsg::Ack { .. })));
+    // Generation 2 answers with its own name: stale, still dead.
+    let other = ProbeMsg::Ack {
+        nonce,
+        name: "n1".into(),
+        generation: 2,
+    };
+    p.receive(t + 1, addr(1), Some("n1"), other);
+    assert_eq!(p.verdict("n1", 1), Some(Verdict::Dead));
+    // Had generation 1 lived (a false death), its answer names it: revived.
+    let mut q = p.clone();
+    let ack = ProbeMsg::Ack {
+        nonce,
+        name: "n1".into(),
+        generation: 1,
+    };
+    q.receive(t + 2, addr(1), Some("n1"), ack);
+    assert_eq!(q.verdict("n1", 1), Some(Verdict::Alive));
+}
+
 #[test]
 fn an_agent_that_hears_nobody_holds_its_verdicts_until_the_deafness_bound() {
     let config = ProbeConfig::default();

@@ -45,9 +45,16 @@ pub async fn join_mem_node(
     let api: SocketAddr = setup.record.api_addr;
     let rpc = Arc::new(net.rpc_client(api, Peer::new(setup.name.clone(), Role::Node)));
     let probes = net.probe_channel(setup.gossip_addr);
-    Ok(start_node(setup, store, &net.transport(), rpc, clock, true)
-        .await?
-        .with_probes(probes))
+    start_node(
+        setup,
+        store,
+        &net.transport(),
+        rpc,
+        clock,
+        true,
+        Some(probes),
+    )
+    .await
 }
 
 /// The setup of node `i` (named `n{i+1}`) of an in-memory mesh on `10.0.{subnet}.0/24`: gossip on

@@ -452,9 +452,16 @@ pub async fn run_agent(
         .probe_channel()
         .context("the gossip transport's probe channel was taken twice")?;
     stage("starting: joining the mesh");
-    let running = start_node(setup, store, &transport, rpc_client, clock.clone(), false)
-        .await?
-        .with_probes(probes);
+    let running = start_node(
+        setup,
+        store,
+        &transport,
+        rpc_client,
+        clock.clone(),
+        false,
+        Some(probes),
+    )
+    .await?;
     running.node.set_drain_marker(drain_marker);
     let joining = serve_directory(&opts, &transport, &running.node)?;
     let mono = crate::node::host::clock::monotonic_from(&clock);

@@ -84,18 +84,6 @@ impl Drop for RunningNode {
 }
 
 impl RunningNode {
-    /// Runs the member probes (issue 28, `state::mesh::verdicts`) over `channel`, the probe
-    /// channel of the network this node gossips on.
-    pub fn with_probes(mut self, channel: crate::transport::gossip::probe::ProbeChannel) -> Self {
-        self.tasks
-            .push(self.node.spawn(crate::state::mesh::verdicts::run(
-                self.node.clone(),
-                channel,
-                shoal_core::verdict::ProbeConfig::default(),
-            )));
-        self
-    }
-
     /// Announces the leave, gossips it for [`LEAVE_ANNOUNCE`], then stops every task.
     pub async fn leave(self) {
         {
@@ -152,6 +140,7 @@ pub async fn start_node(
     rpc_client: Arc<dyn RpcClient>,
     clock: WallClock,
     inline_store: bool,
+    probes: Option<crate::transport::gossip::probe::ProbeChannel>,
 ) -> anyhow::Result<RunningNode> {
     let stale = store.is_stale(clock())?;
     if stale {
@@ -220,17 +209,6 @@ pub async fn start_node(
         name = %setup.name, gossip = %setup.gossip_addr, api = %setup.record.api_addr, generation,
         seeds = ?seeds, cluster = %setup.cluster_id, cell = %setup.cell, "agent started"
     );
-    if !seeds.is_empty() {
-        let interval = setup.tuning.gossip_interval;
-        if let Some(other) = wait_for_name_conflict(&gossip, interval, members_before).await {
-            let _ = gossip.initiate_shutdown();
-            anyhow::bail!(
-                "the name {:?} is already used by a live agent at {other}: choose another --name \
-                 (or stop that agent first)",
-                setup.name
-            );
-        }
-    }
     let node = Arc::new(
         MeshNode::new(setup.name.clone(), store, gossip, rpc_client, clock)
             .in_cell(&setup.cell)
@@ -238,6 +216,33 @@ pub async fn start_node(
             .with_wire(setup.wire.clone())
             .with_freeze(setup.freeze.clone()),
     );
+    // The member probes (issue 28, `state::mesh::verdicts`) run from the first gossip frame:
+    // the mesh probes this agent as soon as its state arrives, and with compact gossip an
+    // unanswered probe is a death (the name check below takes up to 2 s).
+    let mut tasks: Vec<tokio::task::JoinHandle<()>> = probes
+        .into_iter()
+        .map(|channel| {
+            node.spawn(crate::state::mesh::verdicts::run(
+                node.clone(),
+                channel,
+                shoal_core::verdict::ProbeConfig::default(),
+            ))
+        })
+        .collect();
+    if !seeds.is_empty() {
+        let interval = setup.tuning.gossip_interval;
+        if let Some(other) = wait_for_name_conflict(node.gossip(), interval, members_before).await {
+            for task in &tasks {
+                task.abort();
+            }
+            let _ = node.gossip().initiate_shutdown();
+            anyhow::bail!(
+                "the name {:?} is already used by a live agent at {other}: choose another --name \
+                 (or stop that agent first)",
+                setup.name
+            );
+        }
+    }
     node.cells.set_seeds(setup.cell_seeds.clone());
     if !seeds.is_empty() {
         node.cells.joins_through_seeds();
@@ -249,12 +254,12 @@ pub async fn start_node(
     *node.record.lock().expect("record lock") = Some(setup.record.clone());
     *node.capabilities.lock().expect("capabilities lock") = setup.capabilities.clone();
     let joins = !seeds.is_empty();
-    let tasks = vec![
+    tasks.extend([
         node.spawn(crate::state::mesh::sync::AntiEntropy::new(node.clone()).run()),
         node.spawn(watch_seeds(node.clone(), seeds)),
         node.spawn(crate::state::mesh::cell_exchange::CellExchange::new(node.clone()).run()),
         node.spawn(crate::state::mesh::upgrade::run(node.clone(), joins)),
-    ];
+    ]);
     Ok(RunningNode { node, tasks })
 }
 

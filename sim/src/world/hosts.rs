@@ -183,9 +183,16 @@ pub async fn start_sim_node(
     let api = setup.record.api_addr;
     let rpc = Arc::new(net.rpc_client(api, Peer::new(setup.name.clone(), Role::Node)));
     let probes = net.probe_channel(setup.gossip_addr);
-    Ok(start_node(setup, store, &net.transport(), rpc, clock, true)
-        .await?
-        .with_probes(probes))
+    start_node(
+        setup,
+        store,
+        &net.transport(),
+        rpc,
+        clock,
+        true,
+        Some(probes),
+    )
+    .await
 }
 
 /// `handler` served only while the agent is not frozen: a request that reached it before a

@@ -276,6 +276,9 @@ pub struct ProbeCounters {
     pub deaf_ms: u64,
     /// Pings sent to members held dead (watching; see [`ProbeConfig::dead_ping_ms`]).
     pub dead_pings: u64,
+    /// Probes of members never heard from since first seen (watching: a newcomer's first look
+    /// at members its watchers may have declared dead before it came).
+    pub verified: u64,
 }
 
 /// An outgoing probe message.

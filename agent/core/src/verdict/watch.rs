@@ -82,18 +82,23 @@ impl Prober {
             .collect();
         due.sort_unstable();
         for (_, key) in due.into_iter().take(self.config.dead_pings_per_tick) {
-            let nonce = self.nonce();
-            let Some(t) = self.tracks.get_mut(&key) else {
-                continue;
-            };
-            t.probed_at = now;
-            if let Some(old) = t.dead_nonce.replace(nonce) {
-                self.pending.remove(&old);
-            }
-            out.push((t.addr, ping(nonce, &key)));
-            self.pending.insert(nonce, key);
-            self.counters.dead_pings += 1;
+            self.ping_dead_now(&key, now, out);
         }
+    }
+
+    /// Pings `key`, held dead, naming its incarnation: only its answer revives it.
+    pub(super) fn ping_dead_now(&mut self, key: &Key, now: u64, out: &mut Vec<Outgoing>) {
+        let nonce = self.nonce();
+        let Some(t) = self.tracks.get_mut(key) else {
+            return;
+        };
+        t.probed_at = now;
+        if let Some(old) = t.dead_nonce.replace(nonce) {
+            self.pending.remove(&old);
+        }
+        out.push((t.addr, ping(nonce, key)));
+        self.pending.insert(nonce, key.clone());
+        self.counters.dead_pings += 1;
     }
 }
 

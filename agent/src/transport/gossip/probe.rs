@@ -20,10 +20,8 @@ use crate::wire::{self, FrameKind, WireError};
 
 /// The wire version probes exist since.
 pub const PROBE_WIRE: u16 = 11;
-/// The wire version compact gossip will exist since (chitchat's bucket-hash exchange, heartbeats
-/// no longer the liveness signal: `state::mesh::verdicts`). No build speaks it yet (`WIRE_CUR`
-/// is 12): every agent test passes with it, the simulator does not converge (docs/measurements.md,
-/// "Compact gossip").
+/// The wire version compact gossip exists since (chitchat's bucket-hash exchange, heartbeats no
+/// longer the liveness signal: `state::mesh::verdicts`; docs/measurements.md, "Compact gossip").
 pub const COMPACT_WIRE: u16 = 13;
 /// Largest probe frame after the length prefix (a name of 255 bytes and an address fit).
 pub const PROBE_FRAME_MAX: usize = 512;
