@@ -460,6 +460,7 @@ fn the_largest_item_of_each_list_fits_a_frame_past_a_full_page() {
         down: true,
         heard_ms_ago: u64::MAX,
         own: false,
+        degraded: Some(false),
     };
     assert!(fits_past_a_full_page(&cell));
 

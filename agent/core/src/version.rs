@@ -23,8 +23,10 @@ pub const WIRE_MIN: u16 = 7;
 /// endpoint, whose verdicts replace the heartbeat detector's between members that speak it,
 /// module `verdict`; 12: placement algorithm 9, a short workload with no replica placed goes
 /// after the others of its priority too; 13: compact gossip, chitchat's Syn carries bucket hashes
-/// instead of every member's heartbeat, and the probes watch a ring instead of heartbeats).
-pub const WIRE_CUR: u16 = 13;
+/// instead of every member's heartbeat, and the probes watch a ring instead of heartbeats; 14: cell
+/// verdicts on evidence, a stale cell `degraded` and down only when observer cells' probes of
+/// its members failed, [`CellRule::Evidence`](crate::cells::CellRule)).
+pub const WIRE_CUR: u16 = 14;
 
 thread_local! {
     static LAYOUT: Cell<u16> = const { Cell::new(WIRE_CUR) };
@@ -191,6 +193,27 @@ pub mod since_11_lossy {
         deserializer: D,
     ) -> Result<Option<T>, D::Error> {
         super::lossy::deserialize(deserializer, 11)
+    }
+}
+
+/// [`since_8_lossy`] for an informational field added at wire version 14.
+pub mod since_14_lossy {
+    use serde::de::DeserializeOwned;
+    use serde::{Deserializer, Serialize, Serializer};
+
+    /// Serializes the field, or nothing at an older layout.
+    pub fn serialize<T: Serialize, S: Serializer>(
+        value: &Option<T>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        super::lossy::serialize(value, serializer, 14)
+    }
+
+    /// Deserializes the field, or `None` from no bytes at an older layout.
+    pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<T>, D::Error> {
+        super::lossy::deserialize(deserializer, 14)
     }
 }
 

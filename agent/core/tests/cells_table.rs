@@ -100,25 +100,21 @@ fn a_cell_going_down_coming_back_and_forgotten_is_one_change_each() {
     let mut b = CellTable::new("c2");
     a.publish(summary("c1", 3), WALL, 0);
     b.publish(summary("c2", 3), WALL, 0);
-    let empty = a.placement_cells(0);
+    let empty = a.healths(0);
     pull(&mut a, &b, 0);
-    let up = a.placement_cells(1);
+    let up = a.healths(1);
     // First heard of: no change; the same reading twice: none.
     assert_eq!(cell_changes(&empty, &up), []);
-    assert_eq!(cell_changes(&up, &a.placement_cells(CELL_DOWN_MS)), []);
-    let down = a.placement_cells(CELL_DOWN_MS + 1);
+    assert_eq!(cell_changes(&up, &a.healths(CELL_DOWN_MS)), []);
+    let down = a.healths(CELL_DOWN_MS + 1);
     assert_eq!(cell_changes(&up, &down), [CellChange::Down("c2".into())]);
     assert_eq!(CellChange::Down("c2".into()).kind(), "cell-down");
     b.publish(summary("c2", 3), WALL + 9000, 9000);
     pull(&mut a, &b, CELL_DOWN_MS + 1);
-    let back = a.placement_cells(CELL_DOWN_MS + 2);
+    let back = a.healths(CELL_DOWN_MS + 2);
     assert_eq!(cell_changes(&down, &back), [CellChange::Up("c2".into())]);
     // Held down, then no longer held: forgotten; an up cell missing from a reading is not.
-    let own_only: Vec<_> = down
-        .iter()
-        .filter(|c| c.summary.cell == "c1")
-        .cloned()
-        .collect();
+    let own_only: Vec<_> = down.iter().filter(|(c, _)| c == "c1").cloned().collect();
     assert_eq!(
         cell_changes(&down, &own_only),
         [CellChange::Forgotten("c2".into())]

@@ -204,18 +204,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// The cells table: name, state, live members, ranked capacity and what is free.
 fn print_cells(cells: &[CellView]) {
     println!(
-        "{:<20} {:<5} {:>7} {:>9} {:>11} {:>9} {:>11}",
+        "{:<20} {:<8} {:>7} {:>9} {:>11} {:>9} {:>11}",
         "CELL", "STATE", "MEMBERS", "CPU", "MEMORY", "FREE CPU", "FREE MEMORY"
     );
     for c in cells {
         let s = &c.summary;
-        let state = match (c.own, c.down) {
-            (true, _) => "own",
-            (false, true) => "down",
-            (false, false) => "up",
-        };
+        let state = c.state();
         println!(
-            "{:<20} {:<5} {:>7} {:>9} {:>11} {:>9} {:>11}",
+            "{:<20} {:<8} {:>7} {:>9} {:>11} {:>9} {:>11}",
             s.cell,
             state,
             s.members,

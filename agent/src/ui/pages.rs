@@ -109,7 +109,10 @@ pub async fn overview(api: &WeakApi) -> Result<String, SourceError> {
              <th>Free CPU</th><th>Free memory</th><th>Heard</th></tr></thead><tbody>",
         );
         for c in &cells {
-            let state = if c.down { "down" } else { "up" };
+            let state = match c.state() {
+                "own" => "up",
+                other => other,
+            };
             let _ = write!(
                 out,
                 "<tr><td>{}{}</td><td class=\"{state}\">{state}</td><td>{}</td><td>{}</td>\

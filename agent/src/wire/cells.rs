@@ -15,6 +15,22 @@ pub struct CellView {
     pub heard_ms_ago: u64,
     /// It is this agent's own cell.
     pub own: bool,
+    /// This agent's view holds it degraded: stale, but not shown lost (its members answer, or
+    /// too few cells say they do not). `None` from an agent older than wire version 14.
+    #[serde(default, with = "shoal_core::version::since_14_lossy")]
+    pub degraded: Option<bool>,
+}
+
+impl CellView {
+    /// How `shoal nodes` and the web page name its state: `own`, `up`, `degraded` or `down`.
+    pub fn state(&self) -> &'static str {
+        match (self.own, self.down, self.degraded) {
+            (true, _, _) => "own",
+            (false, true, _) => "down",
+            (false, false, Some(true)) => "degraded",
+            (false, false, _) => "up",
+        }
+    }
 }
 
 /// Of the replicas asked, what one cell said (`Response::CellCopies`).

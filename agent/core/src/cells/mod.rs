@@ -45,6 +45,20 @@ pub use summary::{
     CELL_TOKEN_LEN_MAX, CELL_ZONES_MAX,
 };
 pub use table::{
-    content_version, CellEntry, CellTable, EntryRefusal, Known, MergeOutcome, OwnBound, CELLS_MAX,
-    CELL_DOWN_MS, CELL_FORGET_MS, STAMP_AHEAD_MAX_MS,
+    content_version, CellEntry, CellHealth, CellRule, CellTable, EntryRefusal, Known, MergeOutcome,
+    OwnBound, CELLS_MAX, CELL_DEGRADED_MS, CELL_DOWN_MS, CELL_DOWN_OBSERVERS, CELL_FORGET_MS,
+    CELL_PROBED_MIN, CELL_REPROBE_MS, CELL_STALE_MS, STAMP_AHEAD_MAX_MS,
 };
+
+/// The mesh version from which cells are judged on evidence ([`CellRule::Evidence`]).
+pub const CELL_EVIDENCE_SINCE: u16 = 14;
+
+impl CellRule {
+    /// The rule at mesh version `version`.
+    pub fn at_mesh_version(version: u16) -> CellRule {
+        match version >= CELL_EVIDENCE_SINCE {
+            true => CellRule::Evidence,
+            false => CellRule::Stamp,
+        }
+    }
+}

@@ -7,6 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::summary::{CellSummary, SummaryError};
+use super::table::CellHealth;
 use crate::placement::model::{InputError, ReplicaId, Unmet};
 
 /// A cell as placement sees it.
@@ -29,12 +30,15 @@ impl Cell {
 }
 
 /// How one agent's view of a cell changed between two readings of its cell table: what its
-/// events say (`cell-down`, `cell-up`, `cell-forgotten`).
+/// events say (`cell-down`, `cell-degraded`, `cell-up`, `cell-forgotten`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum CellChange {
-    /// Held up before (or first heard of as up), held down now.
+    /// Held up or degraded before (or first heard of as up), held down now.
     Down(String),
-    /// Held down before, up again now.
+    /// Held up or down before, degraded now (stale, its members answer or too few cells say
+    /// they do not).
+    Degraded(String),
+    /// Held down or degraded before, up again now.
     Up(String),
     /// Held down before, and no longer held at all (forgotten after `CELL_FORGET_MS`).
     Forgotten(String),
@@ -45,35 +49,39 @@ impl CellChange {
     pub fn kind(&self) -> &'static str {
         match self {
             CellChange::Down(_) => "cell-down",
+            CellChange::Degraded(_) => "cell-degraded",
             CellChange::Up(_) => "cell-up",
             CellChange::Forgotten(_) => "cell-forgotten",
         }
     }
 }
 
-/// The changes from `before` to `after` (two readings of the placement's cells), by cell name.
-/// A cell first heard of is no change (a cell first heard of as down was down before this agent
-/// knew it: also none); a cell gone that was up moved nowhere (an up cell is not forgotten, its
-/// summary was replaced under another name, or this agent restarted its table): none either.
-pub fn cell_changes(before: &[Cell], after: &[Cell]) -> Vec<CellChange> {
-    let was: BTreeMap<&str, bool> = before
-        .iter()
-        .map(|c| (c.summary.cell.as_str(), c.down))
-        .collect();
-    let now: BTreeMap<&str, bool> = after
-        .iter()
-        .map(|c| (c.summary.cell.as_str(), c.down))
-        .collect();
+/// The changes from `before` to `after` (two readings of the cells' standing, by cell name). A
+/// cell first heard of is no change (a cell first heard of as down was down before this agent
+/// knew it: also none); a cell gone that was not down moved nowhere (an up cell is not
+/// forgotten, its summary was replaced under another name, or this agent restarted its table):
+/// none either.
+pub fn cell_changes(
+    before: &[(String, CellHealth)],
+    after: &[(String, CellHealth)],
+) -> Vec<CellChange> {
+    let was: BTreeMap<&str, CellHealth> = before.iter().map(|(c, h)| (c.as_str(), *h)).collect();
+    let now: BTreeMap<&str, CellHealth> = after.iter().map(|(c, h)| (c.as_str(), *h)).collect();
     let mut out = Vec::new();
-    for (cell, down) in &now {
-        match (was.get(cell), down) {
-            (Some(false), true) => out.push(CellChange::Down(cell.to_string())),
-            (Some(true), false) => out.push(CellChange::Up(cell.to_string())),
-            _ => {}
+    for (cell, health) in &now {
+        let Some(was) = was.get(cell) else {
+            continue;
+        };
+        let cell = cell.to_string();
+        match (was, health) {
+            (a, b) if a == b => {}
+            (_, CellHealth::Down) => out.push(CellChange::Down(cell)),
+            (_, CellHealth::Degraded) => out.push(CellChange::Degraded(cell)),
+            (_, CellHealth::Up) => out.push(CellChange::Up(cell)),
         }
     }
-    for (cell, down) in &was {
-        if *down && !now.contains_key(cell) {
+    for (cell, health) in &was {
+        if *health == CellHealth::Down && !now.contains_key(cell) {
             out.push(CellChange::Forgotten(cell.to_string()));
         }
     }

@@ -26,8 +26,29 @@ use crate::resources::Resources;
 
 /// Most cells a table holds; more are refused and counted.
 pub const CELLS_MAX: usize = 1024;
-/// A cell whose stamp has not grown for this long (monotonic ms) is down.
+/// A cell whose stamp has not grown for this long (monotonic ms) is down under the stamp rule
+/// ([`CellRule::Stamp`]); under the evidence rule it is the bound past which a stale cell no
+/// longer counts toward a quorum of cells, whatever its members answer.
 pub const CELL_DOWN_MS: u64 = 8_000;
+/// Under the evidence rule ([`CellRule::Evidence`]), a cell whose stamp has not grown for this
+/// long is **stale**: the envoys of other cells probe its members (a probe is a cell exchange
+/// call, so a member's answer also brings the cell's newest stamp it holds), and it may be held
+/// down on their evidence. A healthy cell's stamp reaches an envoy in a round or two and a probe
+/// refreshes it, so this bounds how stale a healthy cell gets at an envoy.
+pub const CELL_STALE_MS: u64 = 2_500;
+/// Under the evidence rule, a cell stale this long and not down is **degraded**: its members
+/// answer probes (or too few observers say they do not), but even their answers bring no fresh
+/// stamp: its envoys are starved or cut off. Past the stale bound plus a probe and two rounds,
+/// so that a healthy cell whose stamps cross the mesh slowly, refreshed by a probe, never shows
+/// degraded.
+pub const CELL_DEGRADED_MS: u64 = 6_000;
+/// Members of a stale cell whose probes must all have failed (and none answered) before this
+/// agent calls the cell unreached: several, not only its envoys (fewer when it lists fewer).
+pub const CELL_PROBED_MIN: usize = 3;
+/// Observer cells (up here, this agent's own included) that must call a stale cell unreached
+/// before it is down: a single starved or cut-off observer cannot take a cell down for the
+/// others (fewer when fewer observers are up).
+pub const CELL_DOWN_OBSERVERS: usize = 2;
 /// A cell down this long is forgotten (its replicas stop waiting for it).
 pub const CELL_FORGET_MS: u64 = 60 * 60 * 1000;
 /// A stamp further ahead of this agent's wall clock than this is refused (a clock that far off is
@@ -89,8 +110,69 @@ pub struct MergeOutcome {
     pub refused: Vec<(String, EntryRefusal)>,
 }
 
+/// Which rule says a cell is down: the mesh version decides, since every agent must place
+/// alike (docs/ARCHITECTURE.md, "Cells").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CellRule {
+    /// Below mesh version 14: a cell is down when its stamp has not grown for
+    /// [`CELL_DOWN_MS`]; never degraded.
+    #[default]
+    Stamp,
+    /// Mesh version 14 and later: a cell stale for [`CELL_STALE_MS`] is probed, and `down` only
+    /// when [`CELL_DOWN_OBSERVERS`] observer cells (this agent's own included) say their
+    /// envoys' probes of [`CELL_PROBED_MIN`] of its members all failed; stale for
+    /// [`CELL_DEGRADED_MS`] and not down, it is `degraded`.
+    Evidence,
+}
+
+/// A cell's standing in one agent's table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CellHealth {
+    /// Heard from lately, or stale for less than [`CELL_DEGRADED_MS`] and not shown lost.
+    Up,
+    /// Stale for over [`CELL_DEGRADED_MS`], but not shown lost: its members answer, or too few
+    /// observers say they do not. It keeps its replicas.
+    Degraded,
+    /// Lost: its replicas go to the cells ranked next.
+    Down,
+}
+
+impl CellHealth {
+    /// How `shoal nodes` and the metrics name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CellHealth::Up => "up",
+            CellHealth::Degraded => "degraded",
+            CellHealth::Down => "down",
+        }
+    }
+}
+
+/// What this agent's own probes of one cell's members found since the cell went stale.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Probes {
+    /// When a member last answered (monotonic ms).
+    answered_mono: Option<u64>,
+    /// Contacts whose probe failed since the stamp last grew or a member last answered.
+    failed: std::collections::BTreeSet<String>,
+    /// When this agent last probed the cell.
+    probed_mono: Option<u64>,
+}
+
+/// How often an envoy probes again a cell it already calls unreached (whether its members
+/// answer again while its envoys stay silent), ms.
+pub const CELL_REPROBE_MS: u64 = 5_000;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Held {
+    /// This agent's own probes of the cell's members (not exchanged).
+    probes: Probes,
+    /// Held down on evidence at some [`CellTable::latch`] since the stamp last grew: it stays
+    /// down until the stamp grows (evidence that changes back and forth, as a cell's envoys'
+    /// summaries do while a restarted cell's members start answering one envoy's probes before
+    /// another's, does not move its replicas back and forth).
+    latched: bool,
     summary: CellSummary,
     /// [`placement_hash`] of `summary`.
     ranked: u64,
@@ -135,6 +217,8 @@ pub struct CellTable {
     /// What this agent's own cell can offer at most, from its members' records (every known
     /// member, live or not): a summary of the own cell from a peer that claims more is refused.
     own_bound: Option<OwnBound>,
+    /// Which rule says a cell is down.
+    rule: CellRule,
 }
 
 /// What a cell's members' records add up to, as one member sees them: their count, their
@@ -340,6 +424,8 @@ impl CellTable {
                     None => return Err(EntryRefusal::MissingBody),
                 };
                 *held = Held {
+                    probes: Probes::default(),
+                    latched: false,
                     summary,
                     ranked,
                     version: entry.version,
@@ -358,6 +444,8 @@ impl CellTable {
                 self.cells.insert(
                     entry.cell,
                     Held {
+                        probes: Probes::default(),
+                        latched: false,
                         ranked: placement_hash(&summary),
                         summary,
                         version: entry.version,
@@ -370,14 +458,235 @@ impl CellTable {
         }
     }
 
-    /// Whether `cell` is down at `now_mono`: held, not this agent's own, and not heard from for
-    /// [`CELL_DOWN_MS`].
-    pub fn is_down(&self, cell: &str, now_mono: u64) -> bool {
+    /// Sets the rule that says a cell is down (the shell, from the mesh version).
+    pub fn set_rule(&mut self, rule: CellRule) {
+        if rule != self.rule {
+            for h in self.cells.values_mut() {
+                h.latched = false;
+            }
+        }
+        self.rule = rule;
+    }
+
+    /// The rule in force.
+    pub fn rule(&self) -> CellRule {
+        self.rule
+    }
+
+    /// How long ago (ms) `cell`'s stamp last grew here.
+    fn age(&self, h: &Held, now_mono: u64) -> u64 {
+        now_mono.saturating_sub(h.heard_mono)
+    }
+
+    /// Whether `cell`'s stamp has not grown for [`CELL_DOWN_MS`] (the stamp rule's down; under
+    /// either rule, the bound past which it counts toward no quorum of cells).
+    fn silent(&self, cell: &str, now_mono: u64) -> bool {
         cell != self.own
             && self
                 .cells
                 .get(cell)
-                .is_some_and(|h| now_mono.saturating_sub(h.heard_mono) > CELL_DOWN_MS)
+                .is_some_and(|h| self.age(h, now_mono) > CELL_DOWN_MS)
+    }
+
+    /// Whether this agent's own probes call `cell` unreached: stale, every probe of at least
+    /// [`CELL_PROBED_MIN`] of its contacts (all of them when it lists fewer) failed, and none
+    /// answered since it went stale.
+    pub fn unreached(&self, cell: &str, now_mono: u64) -> bool {
+        let Some(h) = self.cells.get(cell) else {
+            return false;
+        };
+        if cell == self.own || self.age(h, now_mono) <= CELL_STALE_MS {
+            return false;
+        }
+        // An answer clears the failures, so those held all came after the last answer.
+        let listed = h.summary.contacts.len();
+        h.probes.failed.len() >= CELL_PROBED_MIN.min(listed).max(1)
+    }
+
+    /// The stale cells this agent (an envoy) should probe now, each with the contacts to probe:
+    /// those not failed yet, at most `per_cell`. A cell already unreached is probed again every
+    /// [`CELL_REPROBE_MS`] (all its contacts: do its members answer again?); one whose member
+    /// answered within [`CELL_STALE_MS`] is not probed. Only under the evidence rule.
+    pub fn to_probe(&self, now_mono: u64, per_cell: usize) -> Vec<(String, Vec<String>)> {
+        if self.rule != CellRule::Evidence {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for (cell, h) in &self.cells {
+            if *cell == self.own || self.age(h, now_mono) <= CELL_STALE_MS {
+                continue;
+            }
+            let fresh_answer = h
+                .probes
+                .answered_mono
+                .is_some_and(|a| now_mono.saturating_sub(a) <= CELL_STALE_MS);
+            if fresh_answer {
+                continue;
+            }
+            let contacts: Vec<String> = if self.unreached(cell, now_mono) {
+                let due = h
+                    .probes
+                    .probed_mono
+                    .is_none_or(|p| now_mono.saturating_sub(p) >= CELL_REPROBE_MS);
+                if !due {
+                    continue;
+                }
+                h.summary.contacts.iter().take(per_cell).cloned().collect()
+            } else {
+                h.summary
+                    .contacts
+                    .iter()
+                    .filter(|c| !h.probes.failed.contains(*c))
+                    .take(per_cell)
+                    .cloned()
+                    .collect()
+            };
+            if !contacts.is_empty() {
+                out.push((cell.clone(), contacts));
+            }
+        }
+        out
+    }
+
+    /// Records a probe of `contact` (one of `cell`'s listed contacts) at `now_mono`: it
+    /// answered, or it failed. A contact the summary does not list is ignored.
+    pub fn probed(&mut self, cell: &str, contact: &str, answered: bool, now_mono: u64) {
+        let Some(h) = self.cells.get_mut(cell) else {
+            return;
+        };
+        if !h.summary.contacts.iter().any(|c| c == contact) {
+            return;
+        }
+        h.probes.probed_mono = Some(now_mono);
+        if answered {
+            h.probes.answered_mono = Some(now_mono);
+            h.probes.failed.clear();
+        } else {
+            h.probes.failed.insert(contact.to_string());
+        }
+    }
+
+    /// `cell`'s standing at `now_mono` under the rule in force. This agent's own cell is always
+    /// up. Under the evidence rule a cell [latched](CellTable::latch) down stays down until its
+    /// stamp grows.
+    ///
+    /// Under the evidence rule a stale cell is down only when, of the **observers** (the cells
+    /// other than it that are not stale here, this agent's own included), at least
+    /// [`CELL_DOWN_OBSERVERS`] (all of them when fewer) call it unreached: a cell calls it so
+    /// when its latest summary, published at least [`CELL_STALE_MS`] after the cell's latest
+    /// stamp, leaves it out of `sees` (its envoys' probes of its members failed), this agent's
+    /// own cell also when this agent's own probes did. With no observer
+    /// at all, it is down once silent for [`CELL_DOWN_MS`], as under the stamp rule. Not down,
+    /// it is degraded once stale for [`CELL_DEGRADED_MS`], up before.
+    pub fn health(&self, cell: &str, now_mono: u64) -> CellHealth {
+        match self.cells.get(cell) {
+            Some(h) if h.latched && self.rule == CellRule::Evidence => CellHealth::Down,
+            _ => self.judged(cell, now_mono),
+        }
+    }
+
+    /// Latches down every cell held down on evidence now, until its stamp grows (the shell
+    /// calls it before each reading of the cells' standing).
+    pub fn latch(&mut self, now_mono: u64) {
+        if self.rule != CellRule::Evidence {
+            return;
+        }
+        let down: Vec<String> = self
+            .cells
+            .keys()
+            .filter(|c| self.judged(c, now_mono) == CellHealth::Down)
+            .cloned()
+            .collect();
+        for cell in down {
+            if let Some(h) = self.cells.get_mut(&cell) {
+                h.latched = true;
+            }
+        }
+    }
+
+    /// [`CellTable::health`] without the latch.
+    fn judged(&self, cell: &str, now_mono: u64) -> CellHealth {
+        let Some(h) = self.cells.get(cell) else {
+            return CellHealth::Up;
+        };
+        if cell == self.own {
+            return CellHealth::Up;
+        }
+        let age = self.age(h, now_mono);
+        match self.rule {
+            CellRule::Stamp if age > CELL_DOWN_MS => return CellHealth::Down,
+            CellRule::Stamp => return CellHealth::Up,
+            CellRule::Evidence if age <= CELL_STALE_MS => return CellHealth::Up,
+            CellRule::Evidence => {}
+        }
+        let mut observers = 0;
+        let mut against = 0;
+        for (other, o) in &self.cells {
+            let own = *other == self.own;
+            if other == cell || (!own && self.age(o, now_mono) > CELL_STALE_MS) {
+                continue;
+            }
+            observers += 1;
+            // Evidence counts only when it is newer than the cell's last sign of life by the
+            // stale bound: the observer published (its stamp heard here) long enough after the
+            // cell's latest stamp to have learned it, or probed it, and still leaves it out. A
+            // cell back from a restart is not held down again on what was said before it came.
+            let left_out = o
+                .summary
+                .sees
+                .binary_search_by(|c| c.as_str().cmp(cell))
+                .is_err();
+            let recent = o.heard_mono > h.heard_mono.saturating_add(CELL_STALE_MS);
+            if (left_out && recent) || (own && self.unreached(cell, now_mono)) {
+                against += 1;
+            }
+        }
+        let down = match observers {
+            0 => age > CELL_DOWN_MS,
+            n => against >= CELL_DOWN_OBSERVERS.min(n),
+        };
+        match (down, age > CELL_DEGRADED_MS) {
+            (true, _) => CellHealth::Down,
+            (false, true) => CellHealth::Degraded,
+            (false, false) => CellHealth::Up,
+        }
+    }
+
+    /// Every cell held with its standing at `now_mono`, by name (what [`cell_changes`](super::cell_changes)
+    /// compares).
+    pub fn healths(&self, now_mono: u64) -> Vec<(String, CellHealth)> {
+        self.cells
+            .keys()
+            .map(|c| (c.clone(), self.health(c, now_mono)))
+            .collect()
+    }
+
+    /// Whether `cell` is down at `now_mono` ([`CellTable::health`]).
+    pub fn is_down(&self, cell: &str, now_mono: u64) -> bool {
+        self.health(cell, now_mono) == CellHealth::Down
+    }
+
+    /// What this agent, as an envoy, publishes as its cell's `sees`: the other cells it holds
+    /// up. Under the stamp rule, those not down; under the evidence rule, its own evidence only
+    /// (never what other cells say, so that observers stay independent): the cells not
+    /// [`unreached`](CellTable::unreached) by its probes that were heard from within
+    /// [`CELL_DOWN_MS`] or whose member answered within it.
+    pub fn sees(&self, now_mono: u64) -> Vec<String> {
+        if self.rule == CellRule::Stamp {
+            return self.up_cells(now_mono);
+        }
+        self.cells
+            .iter()
+            .filter(|(cell, h)| {
+                **cell != self.own
+                    && !self.unreached(cell, now_mono)
+                    && (self.age(h, now_mono) <= CELL_DOWN_MS
+                        || h.probes
+                            .answered_mono
+                            .is_some_and(|a| now_mono.saturating_sub(a) <= CELL_DOWN_MS))
+            })
+            .map(|(cell, _)| cell.clone())
+            .collect()
     }
 
     /// The summary held for `cell`.
@@ -385,15 +694,15 @@ impl CellTable {
         self.cells.get(cell).map(|h| &h.summary)
     }
 
-    /// Every cell held, by name, with its summary, whether it is down, and how long ago it was
-    /// last heard from (ms).
-    pub fn list(&self, now_mono: u64) -> Vec<(&CellSummary, bool, u64)> {
+    /// Every cell held, by name, with its summary, its standing, and how long ago it was last
+    /// heard from (ms).
+    pub fn list(&self, now_mono: u64) -> Vec<(&CellSummary, CellHealth, u64)> {
         self.cells
             .iter()
             .map(|(cell, h)| {
                 (
                     &h.summary,
-                    self.is_down(cell, now_mono),
+                    self.health(cell, now_mono),
                     now_mono.saturating_sub(h.heard_mono),
                 )
             })
@@ -463,10 +772,19 @@ impl CellTable {
             if *cell == self.own {
                 continue;
             }
-            if self.is_down(cell, now_mono) {
+            // Silent, not down: under the evidence rule a cell may be held down sooner, but
+            // only silence (a bound the held cell can see from its side too, and fence by)
+            // takes it out of this cell's quorum and starts the claim clock of its exclusive
+            // replicas (docs/reconcile.md, "Exclusive replicas across cells").
+            if self.silent(cell, now_mono) {
                 let down = now_mono.saturating_sub(h.heard_mono.saturating_add(CELL_DOWN_MS));
                 newest_down_ms = Some(newest_down_ms.map_or(down, |d| d.min(down)));
                 continue;
+            }
+            if self.is_down(cell, now_mono) {
+                // Down on evidence, not silent yet: its replicas may move here, but the claim
+                // clock starts only once it is silent.
+                newest_down_ms = Some(0);
             }
             if h.summary.sees.binary_search(&self.own).is_ok() {
                 with_us += 1;

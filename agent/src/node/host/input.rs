@@ -49,6 +49,8 @@ pub struct ShellState {
     cell_placer: CellPlacer,
     /// The cells placed over last (`None`: one cell, single-level placement).
     cells: Option<Vec<Cell>>,
+    /// Every cell's standing at the last round (what the cell events compare).
+    cell_healths: Vec<(String, shoal_core::cells::CellHealth)>,
     /// Peers' observed state that failed to decode, counted.
     pub statuses_rejected: u64,
 
@@ -216,8 +218,12 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
     // The placement is a function of the members, the specs and the cells only.
     let cells = node.cells.placement_cells();
     let cells_moved = cells != shell.cells;
+    let healths = node.cells.healths();
+    if healths != shell.cell_healths {
+        record_cell_changes(host, &shell.cell_healths, &healths);
+        shell.cell_healths = healths;
+    }
     if cells_moved {
-        record_cell_changes(host, shell.cells.as_deref(), cells.as_deref());
         shell.cells = cells;
         shell.placement_key = None;
     }
@@ -428,28 +434,44 @@ fn identity(id: &ChitchatId) -> shoal_core::claims::Identity {
     }
 }
 
-/// This agent's view of a cell went down, came back or forgot it: an event each (item 3 of
-/// issue 28: a cell's verdict is shown and evented). The verdict itself is still the cell
-/// table's silence rule (`shoal_core::cells::CELL_DOWN_MS`).
-fn record_cell_changes(host: &Host, before: Option<&[Cell]>, after: Option<&[Cell]>) {
-    use shoal_core::cells::CellChange;
-    let (before, after) = (before.unwrap_or_default(), after.unwrap_or_default());
-    let secs = shoal_core::cells::CELL_DOWN_MS / 1000;
+/// This agent's view of a cell went down, degraded, came back or forgot it: an event each
+/// (issue 28: a cell's verdict is shown and evented). The rule is the cell table's
+/// (`shoal_core::cells::CellTable::health`).
+fn record_cell_changes(
+    host: &Host,
+    before: &[(String, shoal_core::cells::CellHealth)],
+    after: &[(String, shoal_core::cells::CellHealth)],
+) {
+    use shoal_core::cells::{CellChange, CELL_DOWN_MS, CELL_STALE_MS};
+    let rule = host.node.cells.rule();
     for change in shoal_core::cells::cell_changes(before, after) {
-        let reason = match &change {
-            CellChange::Down(cell) => format!(
-                "cell {cell}: no fresh summary of it heard for over {secs} s: held down, its \
-                 replicas are placed in the other cells"
+        let reason = match (&change, rule) {
+            (CellChange::Down(cell), shoal_core::cells::CellRule::Stamp) => format!(
+                "cell {cell}: no fresh summary of it heard for over {} s: held down, its \
+                 replicas are placed in the other cells",
+                CELL_DOWN_MS / 1000
             ),
-            CellChange::Up(cell) => {
+            (CellChange::Down(cell), _) => format!(
+                "cell {cell}: no fresh summary of it heard for over {} ms, and the probes of \
+                 its members by {} observer cells failed: held down, its replicas are placed \
+                 in the other cells",
+                CELL_STALE_MS,
+                shoal_core::cells::CELL_DOWN_OBSERVERS
+            ),
+            (CellChange::Degraded(cell), _) => format!(
+                "cell {cell}: no fresh summary of it heard for over {CELL_STALE_MS} ms, but its \
+                 members answer (or too few cells say they do not): degraded, it keeps its \
+                 replicas"
+            ),
+            (CellChange::Up(cell), _) => {
                 format!("cell {cell}: heard again: up, its replicas are placed there again")
             }
-            CellChange::Forgotten(cell) => {
+            (CellChange::Forgotten(cell), _) => {
                 format!("cell {cell}: down for too long: forgotten")
             }
         };
         match change {
-            CellChange::Down(_) => tracing::warn!("{reason}"),
+            CellChange::Down(_) | CellChange::Degraded(_) => tracing::warn!("{reason}"),
             _ => tracing::info!("{reason}"),
         }
         host.record(change.kind(), None, reason);

@@ -25,7 +25,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shoal_core::cells::{
-    Cell, CellEntry, CellSummary, CellTable, Known, MergeOutcome, CELL_NAME_LEN_MAX,
+    Cell, CellEntry, CellHealth, CellRule, CellSummary, CellTable, Known, MergeOutcome,
+    CELL_NAME_LEN_MAX,
 };
 use shoal_core::placement::{Placement, Workload};
 
@@ -35,10 +36,20 @@ pub const DEFAULT_CELL: &str = "default";
 pub const ENVOYS_PER_CELL: usize = 3;
 /// Time between two rounds of the cell exchange.
 pub const CELLS_INTERVAL: Duration = Duration::from_secs(1);
-/// Longest wait for one exchange call.
+/// Longest wait for one call to another cell (a push, a question about copies, a forwarded
+/// request).
 pub const CELLS_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest wait for a round's exchange pull: a peer that does not answer within it holds the
+/// round up no longer (an answer is a few kilobytes; a slow peer is asked again next round).
+pub const CELLS_EXCHANGE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Peers an envoy exchanges with per round.
 pub const CELL_PEERS_PER_ROUND: usize = 2;
+/// Longest wait for an envoy's probe of a stale cell's member (mesh version 14). A member frozen
+/// or starved for less than this still answers in time: past it, a frozen cell cannot be told
+/// from a lost one.
+pub const CELL_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Most probes of stale cells' members an envoy sends in one round.
+pub const CELL_PROBES_PER_ROUND_MAX: usize = 48;
 
 /// Checks that `name` can name a cell: a DNS label (1 to 63 of `a-z`, `0-9` and `-`, neither
 /// first nor last a `-`).
@@ -73,21 +84,38 @@ pub fn contact_text(name: &str, api: SocketAddr, gossip: SocketAddr) -> String {
     format!("{name}@{api}@{gossip}")
 }
 
+/// How a summary lists a member that is not an envoy (a probe target for other cells' envoys,
+/// mesh version 14): [`contact_text`] and `@member`. Builds before it read no contact from it
+/// (their reader wants three parts), so they never take it for an envoy.
+pub fn member_contact_text(name: &str, api: SocketAddr, gossip: SocketAddr) -> String {
+    format!("{name}@{api}@{gossip}@{MEMBER_MARK}")
+}
+
+const MEMBER_MARK: &str = "member";
+
 /// A contact read from a summary.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Contact {
-    /// The envoy's name (its certificate's).
+    /// The agent's name (its certificate's).
     pub name: String,
     /// Its API address.
     pub api: SocketAddr,
     /// Its gossip address.
     pub gossip: SocketAddr,
+    /// An envoy of its cell (false: a member listed for other cells' probes).
+    pub envoy: bool,
 }
 
-/// Reads a contact written by [`contact_text`]; `None` for anything else.
+/// Reads a contact written by [`contact_text`] or [`member_contact_text`]; `None` for anything
+/// else.
 pub fn parse_contact(text: &str) -> Option<Contact> {
     let mut parts = text.split('@');
     let (name, api, gossip) = (parts.next()?, parts.next()?, parts.next()?);
+    let envoy = match parts.next() {
+        None => true,
+        Some(MEMBER_MARK) => false,
+        Some(_) => return None,
+    };
     if parts.next().is_some() || name.is_empty() {
         return None;
     }
@@ -95,6 +123,7 @@ pub fn parse_contact(text: &str) -> Option<Contact> {
         name: name.to_string(),
         api: api.parse().ok()?,
         gossip: gossip.parse().ok()?,
+        envoy,
     })
 }
 
@@ -248,7 +277,8 @@ impl CellState {
     /// and this agent's own is among them (its envoys published it); `None` otherwise.
     pub fn placement_cells(&self) -> Option<Vec<Cell>> {
         let now = self.mono_ms();
-        let table = self.table.lock().expect("cells lock");
+        let mut table = self.table.lock().expect("cells lock");
+        table.latch(now);
         table.places_cells().then(|| table.placement_cells(now))
     }
 
@@ -304,7 +334,57 @@ impl CellState {
     /// The other cells held up now, by name.
     pub fn up_cells(&self) -> Vec<String> {
         let now = self.mono_ms();
-        self.table.lock().expect("cells lock").up_cells(now)
+        let mut table = self.table.lock().expect("cells lock");
+        table.latch(now);
+        table.up_cells(now)
+    }
+
+    /// Every cell held, with its standing now, by name (what the cell events compare).
+    pub fn healths(&self) -> Vec<(String, CellHealth)> {
+        let now = self.mono_ms();
+        let mut table = self.table.lock().expect("cells lock");
+        table.latch(now);
+        table.healths(now)
+    }
+
+    /// The rule in force.
+    pub fn rule(&self) -> CellRule {
+        self.table.lock().expect("cells lock").rule()
+    }
+
+    /// Sets the rule that says a cell is down (from the mesh version).
+    pub fn set_rule(&self, rule: CellRule) {
+        self.table.lock().expect("cells lock").set_rule(rule);
+    }
+
+    /// What this agent, as an envoy, publishes as the cells its cell holds up.
+    pub fn sees(&self) -> Vec<String> {
+        let now = self.mono_ms();
+        self.table.lock().expect("cells lock").sees(now)
+    }
+
+    /// The stale cells to probe now, each with at most `per_cell` of its contacts.
+    pub fn to_probe(&self, per_cell: usize) -> Vec<(String, Vec<String>)> {
+        let now = self.mono_ms();
+        self.table
+            .lock()
+            .expect("cells lock")
+            .to_probe(now, per_cell)
+    }
+
+    /// Whether this agent's own probes call `cell` unreached.
+    pub fn unreached(&self, cell: &str) -> bool {
+        let now = self.mono_ms();
+        self.table.lock().expect("cells lock").unreached(cell, now)
+    }
+
+    /// Records a probe of `contact` of `cell`: answered or failed.
+    pub fn probed(&self, cell: &str, contact: &str, answered: bool) {
+        let now = self.mono_ms();
+        self.table
+            .lock()
+            .expect("cells lock")
+            .probed(cell, contact, answered, now);
     }
 
     /// The saved count of cells known at the last quorum.
@@ -323,21 +403,24 @@ impl CellState {
     /// when it returns `None`).
     pub fn placement_key(&self) -> Option<u64> {
         let now = self.mono_ms();
-        let table = self.table.lock().expect("cells lock");
+        let mut table = self.table.lock().expect("cells lock");
+        table.latch(now);
         table.places_cells().then(|| table.placement_key(now))
     }
 
     /// Every cell held, by name.
     pub fn list(&self) -> Vec<CellView> {
         let now = self.mono_ms();
-        let table = self.table.lock().expect("cells lock");
+        let mut table = self.table.lock().expect("cells lock");
+        table.latch(now);
         table
             .list(now)
             .into_iter()
-            .map(|(summary, down, heard)| CellView {
+            .map(|(summary, health, heard)| CellView {
                 own: summary.cell == self.own,
                 summary: summary.clone(),
-                down,
+                down: health == CellHealth::Down,
+                degraded: Some(health == CellHealth::Degraded),
                 heard_ms_ago: heard,
             })
             .collect()

@@ -4,11 +4,12 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use shoal_core::cells::{summarize, CellSummary};
+use shoal_core::cells::{summarize, CellRule, CellSummary, CELL_CONTACTS_MAX, CELL_PROBED_MIN};
 
 use crate::identity::tls::ANY_MEMBER;
 use crate::state::cells::{
-    contact_text, parse_contact, CELLS_CALL_TIMEOUT, CELLS_INTERVAL, CELL_PEERS_PER_ROUND,
+    contact_text, member_contact_text, parse_contact, CELLS_CALL_TIMEOUT, CELLS_EXCHANGE_TIMEOUT,
+    CELLS_INTERVAL, CELL_PEERS_PER_ROUND, CELL_PROBES_PER_ROUND_MAX, CELL_PROBE_TIMEOUT,
     ENVOYS_PER_CELL,
 };
 use crate::state::mesh::node::MeshNode;
@@ -27,6 +28,11 @@ struct Peer {
 /// The envoys of `cell` among `members`: its live members with a record, ranked by a hash of the
 /// cell and their name (the same ranking on every member), the first [`ENVOYS_PER_CELL`].
 pub fn envoys(cell: &str, members: &[Member]) -> Vec<(String, SocketAddr, SocketAddr)> {
+    ranked(cell, members, ENVOYS_PER_CELL)
+}
+
+/// The first `n` of `cell`'s live members with a record, in the envoys' ranking.
+fn ranked(cell: &str, members: &[Member], n: usize) -> Vec<(String, SocketAddr, SocketAddr)> {
     let mut ranked: Vec<(u64, String, SocketAddr, SocketAddr)> = members
         .iter()
         .filter(|m| m.alive)
@@ -44,7 +50,7 @@ pub fn envoys(cell: &str, members: &[Member]) -> Vec<(String, SocketAddr, Socket
     ranked.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     ranked
         .into_iter()
-        .take(ENVOYS_PER_CELL)
+        .take(n)
         .map(|(_, name, api, gossip)| (name, api, gossip))
         .collect()
 }
@@ -95,8 +101,13 @@ impl CellExchange {
 
     /// Runs forever (cancel the task to stop it).
     pub async fn run(mut self) {
+        // A round every CELLS_INTERVAL, or as soon as the last one ended when it took longer
+        // (its calls' timeouts): a cell's stamps must keep growing at the interval.
+        let mut every =
+            tokio::time::interval_at(tokio::time::Instant::now() + CELLS_INTERVAL, CELLS_INTERVAL);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tokio::time::sleep(CELLS_INTERVAL).await;
+            every.tick().await;
             self.round().await;
         }
     }
@@ -108,13 +119,25 @@ impl CellExchange {
         let cells = &node.cells;
         let members = node.members().await;
         cells.set_own_bound(own_bound(&members));
+        let rule = CellRule::at_mesh_version(node.mesh_version());
+        cells.set_rule(rule);
         let envoys = envoys(cells.own(), &members);
         let me = envoys.iter().any(|(name, _, _)| *name == node.name);
         if me {
-            let contacts: Vec<String> = envoys
+            let mut contacts: Vec<String> = envoys
                 .iter()
                 .map(|(name, api, gossip)| contact_text(name, *api, *gossip))
                 .collect();
+            if rule == CellRule::Evidence {
+                // Members past the envoys, for other cells' envoys to probe: a cell is held
+                // down only when several of its members fail to answer, not only its envoys.
+                let more = ranked(cells.own(), &members, CELL_CONTACTS_MAX);
+                contacts.extend(
+                    more.iter()
+                        .skip(envoys.len())
+                        .map(|(name, api, gossip)| member_contact_text(name, *api, *gossip)),
+                );
+            }
             self.publish(&members, &contacts);
             let peers = self.envoy_peers(&envoys);
             let n = peers.len();
@@ -123,10 +146,13 @@ impl CellExchange {
             // round, and a spec would cross cells only when the walk reached a cell that held it
             // (18 s at 20 cells in the simulator, growing with the cells).
             let start = xxhash_rust::xxh3::xxh3_64(node.name.as_bytes()) as usize;
-            for k in 0..n.min(CELL_PEERS_PER_ROUND) {
-                let at = start.wrapping_add(self.round as usize * CELL_PEERS_PER_ROUND + k);
-                self.exchange(&peers[at % n], true).await;
-            }
+            let mut calls: Vec<Peer> = (0..n.min(CELL_PEERS_PER_ROUND))
+                .map(|k| {
+                    let at = start.wrapping_add(self.round as usize * CELL_PEERS_PER_ROUND + k);
+                    peers[at % n].clone()
+                })
+                .collect();
+            let mut seeds_asked = Vec::new();
             if cells.multi() {
                 let every = self.round.is_multiple_of(SEEDS_EVERY_ROUNDS);
                 for addr in cells.seeds() {
@@ -136,14 +162,32 @@ impl CellExchange {
                         .get(&addr)
                         .is_some_and(|cell| cells.summary(cell).is_some());
                     if every || !known {
-                        let peer = Peer {
+                        seeds_asked.push(addr);
+                        calls.push(Peer {
                             name: ANY_MEMBER.to_string(),
                             addr,
-                        };
-                        if let Some(cell) = self.exchange(&peer, true).await {
-                            self.seed_cells.insert(addr, cell);
-                        }
+                        });
                     }
+                }
+            }
+            // All at once, with the probes of stale cells: a peer that does not answer costs
+            // the round its timeout once, not once per peer (stamps must keep crossing the mesh
+            // well within CELL_STALE_MS).
+            let sees = cells.sees();
+            let (answers, ()) = futures_util::future::join(
+                futures_util::future::join_all(calls.iter().map(|p| self.exchange(p, true))),
+                probe_stale_cells(&node, rule),
+            )
+            .await;
+            if cells.sees() != sees {
+                // What the probes found goes out now, not a round later: the members pulling
+                // from this envoy and the next exchanges carry it.
+                self.publish(&members, &contacts);
+            }
+            let from_seeds = answers.into_iter().skip(calls.len() - seeds_asked.len());
+            for (addr, cell) in seeds_asked.into_iter().zip(from_seeds) {
+                if let Some(cell) = cell {
+                    self.seed_cells.insert(addr, cell);
                 }
             }
         } else if !envoys.is_empty() {
@@ -189,7 +233,7 @@ impl CellExchange {
             self.published.as_ref(),
         );
         let mut summary = summary;
-        summary.sees = node.cells.up_cells();
+        summary.sees = node.cells.sees();
         self.published = Some(summary.clone());
         node.cells.publish(summary, (node.clock)());
     }
@@ -207,11 +251,14 @@ impl CellExchange {
             })
             .collect();
         for cell in node.cells.list() {
-            if cell.own {
+            // A cell this agent's probes call unreached (mesh version 14) is not called: its
+            // contacts would only cost the round their timeouts. Its probes go on every
+            // CELL_REPROBE_MS, and one answered brings its news and the exchanges back.
+            if cell.own || node.cells.unreached(&cell.summary.cell) {
                 continue;
             }
             peers.extend(cell.summary.contacts.iter().filter_map(|c| {
-                let c = parse_contact(c)?;
+                let c = parse_contact(c).filter(|c| c.envoy)?;
                 Some(Peer {
                     name: c.name,
                     addr: c.api,
@@ -243,7 +290,7 @@ impl CellExchange {
             peer.addr,
             &peer.name,
             &req,
-            CELLS_CALL_TIMEOUT,
+            CELLS_EXCHANGE_TIMEOUT,
         )
         .await;
         let (cell, entries, known, store) = match answer {
@@ -287,6 +334,63 @@ impl CellExchange {
             }
         }
         Some(cell)
+    }
+}
+
+/// An envoy's probes of the stale cells' members (mesh version 14): a cell exchange call to
+/// [`CELL_PROBED_MIN`] listed contacts of each, all at once, each given
+/// [`CELL_PROBE_TIMEOUT`], at most [`CELL_PROBES_PER_ROUND_MAX`] a round. A member of the cell
+/// that answers vouches for it (and what it holds newer is taken); a call that fails or is
+/// answered by an agent of another cell counts against it. What the probes found decides
+/// whether this envoy's next summary lists the cell among those it holds up
+/// (`CellTable::sees`).
+async fn probe_stale_cells(node: &MeshNode, rule: CellRule) {
+    if rule != CellRule::Evidence {
+        return;
+    }
+    let cells = &node.cells;
+    let mut calls = Vec::new();
+    for (cell, contacts) in cells.to_probe(CELL_PROBED_MIN) {
+        for contact in contacts {
+            if calls.len() >= CELL_PROBES_PER_ROUND_MAX {
+                break;
+            }
+            calls.push((cell.clone(), contact));
+        }
+    }
+    if calls.is_empty() {
+        return;
+    }
+    let req = Request::Cells {
+        cell: cells.own().to_string(),
+        known: cells.known(),
+    };
+    let probes = calls.iter().map(|(cell, contact)| {
+        let req = &req;
+        async move {
+            let c = parse_contact(contact)?;
+            let answer: Result<Response, _> =
+                rpc::call_with(node.rpc.as_ref(), c.api, &c.name, req, CELL_PROBE_TIMEOUT).await;
+            match answer {
+                Ok(Response::Cells {
+                    cell: theirs,
+                    entries,
+                    ..
+                }) if theirs == *cell => Some(entries),
+                other => {
+                    tracing::debug!(%cell, %contact, answer = ?other, "cell probe failed");
+                    None
+                }
+            }
+        }
+    });
+    let answers = futures_util::future::join_all(probes).await;
+    for ((cell, contact), answer) in calls.iter().zip(answers) {
+        let answered = answer.is_some();
+        if let Some(entries) = answer {
+            cells.merge(entries, (node.clock)(), contact);
+        }
+        cells.probed(cell, contact, answered);
     }
 }
 

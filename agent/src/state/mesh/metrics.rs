@@ -269,16 +269,22 @@ pub async fn mesh_families(
         ),
         Family {
             name: "shoal_cells",
-            help: "Other cells of the mesh by this agent's verdict (up, down); none outside a \
-                   mesh of cells.",
+            help: "Other cells of the mesh by this agent's verdict (up, degraded, down); none \
+                   outside a mesh of cells.",
             kind: Kind::Gauge,
             samples: {
-                let cells = node.cells.placement_cells().unwrap_or_default();
-                let down = cells.iter().filter(|c| c.down).count() as u64;
-                let others = cells.len().saturating_sub(1) as u64;
+                let placing = node.cells.placement_cells().is_some();
+                let mut counts = [0u64; 3];
+                let own = node.cells.own().to_string();
+                for (cell, health) in node.cells.healths() {
+                    if placing && cell != own {
+                        counts[health as usize] += 1;
+                    }
+                }
                 labelled(vec![
-                    ("state", "up", others.saturating_sub(down)),
-                    ("state", "down", down),
+                    ("state", "up", counts[0]),
+                    ("state", "degraded", counts[1]),
+                    ("state", "down", counts[2]),
                 ])
             },
         },

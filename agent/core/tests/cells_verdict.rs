@@ -1,0 +1,380 @@
+//! Cell verdicts on evidence (mesh version 14, `CellRule::Evidence`): a stale cell is degraded,
+//! and down only when observer cells say their envoys' probes of several of its members failed.
+//! A cell whose members answer is never down however long its envoys stay silent; one starved
+//! or cut-off observer cannot take a cell down for the others; a cell cut off alone holds the
+//! others down on its own evidence; and the quorum of cells still counts only silence.
+
+use shoal_core::cells::{
+    cell_changes, summarize, CellChange, CellHealth, CellRule, CellSummary, CellTable,
+    CELL_DEGRADED_MS, CELL_DOWN_MS, CELL_PROBED_MIN, CELL_REPROBE_MS, CELL_STALE_MS,
+};
+use shoal_core::placement::{Node, Placement};
+use shoal_core::resources::Resources;
+
+const GIB: u64 = 1 << 30;
+const WALL: u64 = 1_800_000_000_000;
+/// Contacts every cell lists: 3 envoys and 2 members.
+const CONTACTS: usize = 5;
+
+fn contact(cell: &str, i: usize) -> String {
+    format!("{cell}-n{i}@10.0.0.{i}:7001@10.0.0.{i}:7000")
+}
+
+fn summary(cell: &str, sees: Vec<String>) -> CellSummary {
+    let nodes: Vec<Node> = (0..CONTACTS)
+        .map(|i| Node {
+            id: format!("{cell}-n{i}"),
+            capacity: Resources::new(4000, 8 * GIB),
+            labels: Default::default(),
+            zone: "a".into(),
+            draining: false,
+            down: false,
+            caps: None,
+        })
+        .collect();
+    let contacts: Vec<String> = (0..CONTACTS).map(|i| contact(cell, i)).collect();
+    let mut s = summarize(cell, 0, &contacts, &nodes, &Placement::default(), &[], None);
+    s.sees = sees;
+    s
+}
+
+/// One envoy's table per cell, `c1..=cn`, all under the evidence rule.
+struct Mesh {
+    tables: Vec<CellTable>,
+    /// Cells whose envoys publish no more.
+    silent: Vec<bool>,
+}
+
+impl Mesh {
+    fn new(n: usize) -> Mesh {
+        let mut tables: Vec<CellTable> = (1..=n)
+            .map(|i| {
+                let mut t = CellTable::new(&format!("c{i}"));
+                t.set_rule(CellRule::Evidence);
+                t
+            })
+            .collect();
+        for (i, t) in tables.iter_mut().enumerate() {
+            let cell = format!("c{}", i + 1);
+            t.publish(summary(&cell, vec![]), WALL, 0);
+        }
+        let mut mesh = Mesh {
+            tables,
+            silent: vec![false; n],
+        };
+        mesh.round(0);
+        mesh.round(1);
+        mesh
+    }
+
+    fn name(i: usize) -> String {
+        format!("c{}", i + 1)
+    }
+
+    /// Every publishing envoy publishes (its `sees` from its own evidence), then every table
+    /// pulls from every other whose cell still answers (a silent cell's table neither sends nor
+    /// is sent to: it is gone).
+    fn round(&mut self, now: u64) {
+        for i in 0..self.tables.len() {
+            if self.silent[i] {
+                continue;
+            }
+            let sees = self.tables[i].sees(now);
+            let cell = Mesh::name(i);
+            self.tables[i].publish(summary(&cell, sees), WALL + now, now);
+        }
+        for to in 0..self.tables.len() {
+            for from in 0..self.tables.len() {
+                if to == from || self.silent[to] || self.silent[from] {
+                    continue;
+                }
+                let entries = self.tables[from].newer_than(&self.tables[to].known(), now);
+                let outcome = self.tables[to].merge(entries, now, WALL + now);
+                assert!(outcome.refused.is_empty(), "{:?}", outcome.refused);
+            }
+        }
+    }
+
+    /// `observer`'s envoy probes what its table says to probe; `answers(contact)` says whether
+    /// the contact answered.
+    fn probe(&mut self, observer: usize, now: u64, answers: &dyn Fn(&str) -> bool) -> usize {
+        let asks = self.tables[observer].to_probe(now, CELL_PROBED_MIN);
+        let mut n = 0;
+        for (cell, contacts) in asks {
+            for c in contacts {
+                n += 1;
+                let ok = answers(&c);
+                self.tables[observer].probed(&cell, &c, ok, now);
+            }
+        }
+        n
+    }
+
+    fn health(&self, at: usize, cell: usize, now: u64) -> CellHealth {
+        self.tables[at].health(&Mesh::name(cell), now)
+    }
+}
+
+#[test]
+fn a_stale_cell_is_degraded_and_probed_and_while_its_members_answer_never_down() {
+    let mut m = Mesh::new(4);
+    m.silent[3] = true; // c4's envoys stop publishing (starved, say); its members still answer.
+    let mut now = 1;
+    assert_eq!(m.health(0, 3, now + CELL_STALE_MS), CellHealth::Up);
+    let mut probes = 0;
+    while now < 60_000 {
+        now += 1_000;
+        for o in 0..3 {
+            probes += m.probe(o, now, &|_| true);
+        }
+        m.round(now);
+        for at in 0..3 {
+            let h = m.health(at, 3, now);
+            assert_ne!(h, CellHealth::Down, "at c{} after {now} ms", at + 1);
+            if now > CELL_DEGRADED_MS + 1 {
+                assert_eq!(h, CellHealth::Degraded, "at c{} after {now} ms", at + 1);
+            } else {
+                assert_eq!(h, CellHealth::Up, "at c{} after {now} ms", at + 1);
+            }
+        }
+    }
+    // A cell whose member answered is not probed again within the stale bound: each observer
+    // probes it every few seconds, not every round.
+    let every_round = 3 * CELL_PROBED_MIN * 60;
+    assert!(
+        probes > 0 && probes * 2 <= every_round,
+        "{probes} probes in 60 s"
+    );
+}
+
+#[test]
+fn a_lost_cell_is_down_once_two_observer_cells_probes_of_several_members_failed() {
+    let mut m = Mesh::new(4);
+    m.silent[3] = true;
+    let now = 1 + CELL_STALE_MS + 1;
+    m.round(now);
+    assert_eq!(
+        m.health(0, 3, now),
+        CellHealth::Up,
+        "stale, probed, not degraded yet"
+    );
+    // c1's envoy probes three members of c4: all fail. Its own evidence, one observer of three.
+    assert_eq!(m.probe(0, now, &|_| false), CELL_PROBED_MIN);
+    assert!(m.tables[0].unreached("c4", now));
+    m.round(now);
+    for at in 0..3 {
+        assert_eq!(
+            m.health(at, 3, now),
+            CellHealth::Up,
+            "one observer is not enough"
+        );
+    }
+    // c2's probes fail too: two observers of three, and every agent holds c4 down.
+    m.probe(1, now + 10, &|_| false);
+    m.round(now + 10);
+    for at in 0..3 {
+        assert_eq!(
+            m.health(at, 3, now + 10),
+            CellHealth::Down,
+            "at c{}",
+            at + 1
+        );
+    }
+    // The changes an agent's events show: up, degraded, down.
+    let up = vec![("c4".to_string(), CellHealth::Up)];
+    let degraded = vec![("c4".to_string(), CellHealth::Degraded)];
+    let down = vec![("c4".to_string(), CellHealth::Down)];
+    assert_eq!(
+        cell_changes(&up, &degraded),
+        [CellChange::Degraded("c4".into())]
+    );
+    assert_eq!(
+        cell_changes(&degraded, &down),
+        [CellChange::Down("c4".into())]
+    );
+    assert_eq!(CellChange::Degraded("c4".into()).kind(), "cell-degraded");
+    // c4 comes back: its fresh stamp makes it up everywhere, the failures are forgotten.
+    m.silent[3] = false;
+    m.round(now + 20);
+    for at in 0..4 {
+        assert_eq!(m.health(at, 3, now + 20), CellHealth::Up);
+    }
+    assert!(!m.tables[0].unreached("c4", now + 20 + CELL_STALE_MS + 1));
+}
+
+#[test]
+fn one_starved_or_lossy_observer_cannot_take_a_cell_down() {
+    let mut m = Mesh::new(4);
+    m.silent[3] = true;
+    let mut now = 1 + CELL_STALE_MS + 1;
+    for _ in 0..30 {
+        m.probe(0, now, &|_| false); // c1 hears nothing back: its own network is bad
+        m.probe(1, now, &|_| true);
+        m.probe(2, now, &|_| true);
+        m.round(now);
+        for at in 0..3 {
+            assert_ne!(m.health(at, 3, now), CellHealth::Down, "at c{}", at + 1);
+        }
+        now += 1_000;
+    }
+}
+
+#[test]
+fn a_member_that_answers_clears_the_failures_and_an_unlisted_contact_is_ignored() {
+    let mut m = Mesh::new(3);
+    m.silent[2] = true;
+    let now = 1 + CELL_STALE_MS + 1;
+    m.tables[0].probed("c3", &contact("c3", 0), false, now);
+    m.tables[0].probed("c3", &contact("c3", 1), false, now);
+    m.tables[0].probed("c3", "stranger@10.9.9.9:1@10.9.9.9:2", false, now);
+    m.tables[0].probed("c9", &contact("c3", 2), false, now);
+    assert!(!m.tables[0].unreached("c3", now), "two of three failed");
+    m.tables[0].probed("c3", &contact("c3", 2), false, now);
+    assert!(m.tables[0].unreached("c3", now));
+    m.tables[0].probed("c3", &contact("c3", 4), true, now + 1);
+    assert!(
+        !m.tables[0].unreached("c3", now + 1),
+        "an answer vouches for it"
+    );
+    // Unreached again; probed again only every CELL_REPROBE_MS.
+    for i in 0..3 {
+        m.tables[0].probed("c3", &contact("c3", i), false, now + 2);
+    }
+    assert!(m.tables[0].unreached("c3", now + 2));
+    let of_c3 = |asks: Vec<(String, Vec<String>)>| {
+        asks.into_iter()
+            .filter(|(c, _)| c == "c3")
+            .flat_map(|(_, contacts)| contacts)
+            .count()
+    };
+    assert_eq!(of_c3(m.tables[0].to_probe(now + 3, 3)), 0);
+    assert_eq!(of_c3(m.tables[0].to_probe(now + 2 + CELL_REPROBE_MS, 3)), 3);
+}
+
+#[test]
+fn a_cell_cut_off_alone_holds_the_others_down_on_its_own_evidence() {
+    let mut m = Mesh::new(4);
+    // c1 is cut off from every other cell: nothing moves either way.
+    let cut = 2u64;
+    let now = cut + CELL_STALE_MS + 1;
+    let c1 = &mut m.tables[0];
+    for cell in ["c2", "c3", "c4"] {
+        assert_eq!(
+            c1.health(cell, now),
+            CellHealth::Up,
+            "stale, not judged yet"
+        );
+    }
+    let asks = c1.to_probe(now, CELL_PROBED_MIN);
+    assert_eq!(asks.len(), 3);
+    for (cell, contacts) in asks {
+        for c in contacts {
+            c1.probed(&cell, &c, false, now);
+        }
+    }
+    // Its only observer is its own cell (the others are stale here), which calls them
+    // unreached (its own summary says so after it publishes, its own probes already do).
+    for cell in ["c2", "c3", "c4"] {
+        assert_eq!(c1.health(cell, now), CellHealth::Down, "{cell}");
+    }
+    let sees = c1.sees(now);
+    assert!(sees.is_empty(), "{sees:?}");
+    // The quorum counts silence only: before CELL_DOWN_MS the others are down on evidence, the
+    // claim clock not started (0 ms), still counted with it from their last summaries.
+    let q = c1.quorum(now, 0);
+    assert_eq!(q.newest_down_ms, Some(0));
+    assert_eq!(q.with_us, 4, "{q:?}");
+    let later = cut + CELL_DOWN_MS + 500;
+    let q = c1.quorum(later, 0);
+    assert_eq!(q.with_us, 1, "{q:?}");
+    // Last heard at 1 ms (the mesh's second round).
+    assert_eq!(q.newest_down_ms, Some(later - 1 - CELL_DOWN_MS));
+    assert!(!q.holds());
+}
+
+#[test]
+fn under_the_stamp_rule_a_cell_is_up_until_silent_and_nothing_is_probed() {
+    let mut m = Mesh::new(3);
+    for t in &mut m.tables {
+        t.set_rule(CellRule::Stamp);
+    }
+    m.silent[2] = true;
+    let now = 1 + CELL_STALE_MS + 1;
+    assert_eq!(m.health(0, 2, now), CellHealth::Up);
+    assert!(m.tables[0].to_probe(now, 3).is_empty());
+    assert_eq!(m.tables[0].sees(now), m.tables[0].up_cells(now));
+    assert_eq!(m.health(0, 2, 1 + CELL_DOWN_MS + 1), CellHealth::Down);
+}
+
+#[test]
+fn with_no_observer_a_stale_cell_is_down_only_once_silent() {
+    // An agent whose own cell has not published yet and knows one other cell: no observer.
+    let mut a = CellTable::new("c1");
+    a.set_rule(CellRule::Evidence);
+    let mut b = CellTable::new("c2");
+    b.publish(summary("c2", vec![]), WALL, 0);
+    let entries = b.newer_than(&a.known(), 0);
+    a.merge(entries, 0, WALL);
+    assert_eq!(a.health("c2", CELL_STALE_MS + 1), CellHealth::Up);
+    assert_eq!(a.health("c2", CELL_DEGRADED_MS + 1), CellHealth::Degraded);
+    assert_eq!(a.health("c2", CELL_DOWN_MS + 1), CellHealth::Down);
+}
+
+#[test]
+fn a_cell_back_from_a_restart_is_not_held_down_again_on_what_was_said_before_it_came() {
+    let mut m = Mesh::new(4);
+    m.silent[3] = true;
+    let mut now = 1 + CELL_STALE_MS + 1;
+    m.round(now);
+    m.probe(0, now, &|_| false);
+    m.probe(1, now, &|_| false);
+    now += 10;
+    m.round(now);
+    assert_eq!(m.health(2, 3, now), CellHealth::Down);
+    // c4 restarts: one fresh summary reaches c3 alone, then its envoys fall silent again while
+    // they start (c1's and c2's summaries, which leave c4 out, predate it).
+    now += 5_000;
+    let mut back = CellTable::new("c4");
+    back.set_rule(CellRule::Evidence);
+    back.publish(summary("c4", vec![]), WALL + now, now);
+    let entries = back.newer_than(&m.tables[2].known(), now);
+    m.tables[2].merge(entries, now, WALL + now);
+    assert_eq!(m.health(2, 3, now), CellHealth::Up);
+    // Stale again before anyone published since: not down on the old evidence.
+    let later = now + CELL_STALE_MS + 100;
+    assert_eq!(m.health(2, 3, later), CellHealth::Up);
+    // Evidence published after it (c1 and c2 still leave it out, their probes failing again)
+    // takes it down.
+    for o in 0..2 {
+        let entries = back.newer_than(&m.tables[o].known(), now);
+        m.tables[o].merge(entries, now, WALL + now);
+    }
+    m.probe(0, later, &|_| false);
+    m.probe(1, later, &|_| false);
+    m.round(later);
+    assert_eq!(m.health(2, 3, later), CellHealth::Down);
+}
+
+#[test]
+fn a_cell_latched_down_stays_down_until_its_stamp_grows() {
+    let mut m = Mesh::new(4);
+    m.silent[3] = true;
+    let now = 1 + CELL_STALE_MS + 1;
+    m.round(now);
+    m.probe(0, now, &|_| false);
+    m.probe(1, now, &|_| false);
+    m.round(now + 10);
+    m.tables[2].latch(now + 10);
+    assert_eq!(m.health(2, 3, now + 10), CellHealth::Down);
+    // c2's envoy now gets an answer from a member of c4 (its envoys have not published yet):
+    // c2 vouches for c4 again, and c4 is no longer down on the evidence alone...
+    m.tables[1].probed("c4", &contact("c4", 4), true, now + 20);
+    m.round(now + 20);
+    assert!(m.tables[1].sees(now + 20).contains(&"c4".to_string()));
+    // ...but c3 latched it down, and keeps it down until c4's stamp grows.
+    m.tables[2].latch(now + 20);
+    assert_eq!(m.health(2, 3, now + 20), CellHealth::Down);
+    m.silent[3] = false;
+    m.round(now + 30);
+    assert_eq!(m.health(2, 3, now + 30), CellHealth::Up);
+}
