@@ -48,13 +48,15 @@ fn a_lost_cell_runs_in_the_others() {
         assert_eq!(s["healthy"], 36, "{s}");
     }
     assert_eq!(r["converged"], true, "{r}");
-    // c2's replicas were replaced after the cell was held down (8 s unheard), not sooner: its
-    // summary was last heard up to about two exchange rounds (1 s each) before the crash, so
-    // no sooner than 6 s after it, and within the 15 s the cells issue asks for.
+    // c2's replicas were replaced after the cell was held down on evidence (mesh version 14:
+    // stale 2.5 s after its last summary heard, which was up to about a round old at the
+    // crash; then c1's and c3's envoys' probes of its members failed, 1 s timeout, and their
+    // summaries said so), not sooner than the stale bound less that age, and within 6 s (issue
+    // 28 asks 4 s p99; this seed's max is 4.2 s, docs/measurements.md).
     let replacement = &r["replacement"];
     assert!(replacement["count"].as_u64().unwrap() >= 8, "{replacement}");
     let max_ms = replacement["max_ms"].as_u64().unwrap();
-    assert!((6_000..=15_000).contains(&max_ms), "{replacement}");
+    assert!((2_000..=6_000).contains(&max_ms), "{replacement}");
     // A move between cells hands off as a move inside a cell does: the old copy stops once
     // the new cell reports its copy serving, well before the 10 s handoff bound.
     let longest = r["duplicate_longest_ms"].as_u64();
@@ -100,6 +102,51 @@ fn an_exclusive_replica_in_a_cell_cut_off_from_the_others_never_runs_twice() {
             .any(|(t, l)| *t > 90.0 && c2(l) && l.ends_with("running")),
         "{db0:?}"
     );
+}
+
+#[test]
+fn a_cell_cut_off_briefly_keeps_what_it_runs_and_the_copies_started_elsewhere_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = run("cells-brief-loss", dir.path());
+    assert_eq!(r["passed"], true, "{r}");
+    assert_eq!(r["false_cell_downs"], 0, "{r}");
+    assert_eq!(r["invariant_violations"], 0, "{r}");
+    let trace =
+        std::fs::read_to_string(dir.path().join("cells-brief-loss-seed1.trace.txt")).unwrap();
+    let copies: Vec<(f64, &str)> = trace
+        .lines()
+        .filter(|l| l.contains("copy web/"))
+        .map(|l| {
+            let t: f64 = l.trim().split('s').next().unwrap().parse().unwrap();
+            (t, l.trim())
+        })
+        .collect();
+    // c2 is n2, n5, .. n29.
+    let in_c2 = |l: &str| {
+        let host = l.split(" on ").nth(1).unwrap().split(':').next().unwrap();
+        host[1..].parse::<u32>().unwrap() % 3 == 2
+    };
+    // Cut off at 30 s for 5 s: the other cells held c2 down on evidence and started its
+    // replicas before the heal...
+    let started: Vec<&(f64, &str)> = copies
+        .iter()
+        .filter(|(t, l)| (30.0..35.0).contains(t) && !in_c2(l) && l.ends_with("running"))
+        .collect();
+    assert!(started.len() >= 5, "{copies:?}");
+    assert!(started.iter().all(|(t, _)| *t >= 32.0), "{started:?}");
+    // ...c2 stopped nothing it ran and started nothing of theirs...
+    assert!(
+        !copies
+            .iter()
+            .any(|(t, l)| (30.0..50.0).contains(t) && in_c2(l)),
+        "{copies:?}"
+    );
+    // ...and every copy started elsewhere stopped again once c2 was back.
+    let stopped = copies
+        .iter()
+        .filter(|(t, l)| (35.0..50.0).contains(t) && !in_c2(l) && l.ends_with("gone"))
+        .count();
+    assert_eq!(stopped, started.len(), "{copies:?}");
 }
 
 #[test]

@@ -247,24 +247,19 @@ fn a_member_that_answers_clears_the_failures_and_an_unlisted_contact_is_ignored(
             .flat_map(|(_, contacts)| contacts)
             .count()
     };
-    assert_eq!(of_c3(m.tables[0].to_probe(now + 3, 3)), 0);
-    assert_eq!(of_c3(m.tables[0].to_probe(now + 2 + CELL_REPROBE_MS, 3)), 3);
+    // (Its answer at now + 1 also spares it probes within the stale bound.)
+    let t = now + 2 + CELL_STALE_MS;
+    m.tables[0].probed("c3", &contact("c3", 0), false, t);
+    assert_eq!(of_c3(m.tables[0].to_probe(t + 1, 3)), 0);
+    assert_eq!(of_c3(m.tables[0].to_probe(t + CELL_REPROBE_MS, 3)), 1);
 }
 
 #[test]
-fn a_cell_cut_off_alone_holds_the_others_down_on_its_own_evidence() {
+fn a_cell_cut_off_alone_holds_the_others_down_only_once_silent() {
     let mut m = Mesh::new(4);
     // c1 is cut off from every other cell: nothing moves either way.
-    let cut = 2u64;
-    let now = cut + CELL_STALE_MS + 1;
+    let now = 2 + CELL_STALE_MS + 1;
     let c1 = &mut m.tables[0];
-    for cell in ["c2", "c3", "c4"] {
-        assert_eq!(
-            c1.health(cell, now),
-            CellHealth::Up,
-            "stale, not judged yet"
-        );
-    }
     let asks = c1.to_probe(now, CELL_PROBED_MIN);
     assert_eq!(asks.len(), 3);
     for (cell, contacts) in asks {
@@ -272,24 +267,48 @@ fn a_cell_cut_off_alone_holds_the_others_down_on_its_own_evidence() {
             c1.probed(&cell, &c, false, now);
         }
     }
-    // Its only observer is its own cell (the others are stale here), which calls them
-    // unreached (its own summary says so after it publishes, its own probes already do).
-    for cell in ["c2", "c3", "c4"] {
-        assert_eq!(c1.health(cell, now), CellHealth::Down, "{cell}");
-    }
     let sees = c1.sees(now);
-    assert!(sees.is_empty(), "{sees:?}");
-    // The quorum counts silence only: before CELL_DOWN_MS the others are down on evidence, the
-    // claim clock not started (0 ms), still counted with it from their last summaries.
+    assert!(
+        sees.is_empty(),
+        "its summary says it reaches none: {sees:?}"
+    );
+    // Its only observer is its own cell (the others are stale here): most likely it is the
+    // one cut off, so it does not pull their replicas in on its own word; it waits for the
+    // silence bound, as under the stamp rule (and meanwhile the other cells, two observers
+    // or more, hold it down on theirs).
+    for cell in ["c2", "c3", "c4"] {
+        assert_eq!(c1.health(cell, now), CellHealth::Up, "{cell}");
+        assert_eq!(
+            c1.health(cell, 1 + CELL_DOWN_MS + 1),
+            CellHealth::Down,
+            "{cell}"
+        );
+    }
+    // The quorum counts silence only.
     let q = c1.quorum(now, 0);
-    assert_eq!(q.newest_down_ms, Some(0));
+    assert_eq!(q.newest_down_ms, None);
     assert_eq!(q.with_us, 4, "{q:?}");
-    let later = cut + CELL_DOWN_MS + 500;
+    let later = 1 + CELL_DOWN_MS + 500;
     let q = c1.quorum(later, 0);
     assert_eq!(q.with_us, 1, "{q:?}");
     // Last heard at 1 ms (the mesh's second round).
     assert_eq!(q.newest_down_ms, Some(later - 1 - CELL_DOWN_MS));
     assert!(!q.holds());
+}
+
+#[test]
+fn a_cell_down_on_evidence_before_it_is_silent_holds_the_exclusive_claim_clock() {
+    let mut m = Mesh::new(4);
+    m.silent[3] = true;
+    let now = 1 + CELL_STALE_MS + 1;
+    m.round(now);
+    m.probe(0, now, &|_| false);
+    m.probe(1, now, &|_| false);
+    m.round(now + 10);
+    assert_eq!(m.health(2, 3, now + 10), CellHealth::Down);
+    // Down on evidence, not silent: the claim clock has not started (0 ms).
+    let q = m.tables[2].quorum(now + 10, 0);
+    assert_eq!(q.newest_down_ms, Some(0), "{q:?}");
 }
 
 #[test]

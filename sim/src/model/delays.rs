@@ -24,10 +24,12 @@ pub struct Delays {
     /// envoys' exchanges), spread uniformly up to this.
     pub spec_cells_spread_ms: f64,
     /// Time after a cell's last host died before an agent of another cell holds it down, plus a
-    /// spread up to `cell_spread_ms`: the cell table's `CELL_DOWN_MS` of silence counts from
-    /// the last fresh entry the agent heard, which the envoys' 1 s refresh and the exchanges
-    /// make 0.3 to 1.3 s old at the death (fitted to the real tier's replacement of a lost cell
-    /// at 1,000 hosts, docs/sim.md).
+    /// spread up to `cell_spread_ms`. From mesh version 14 (the evidence rule): the other cells'
+    /// envoys find it stale `CELL_STALE_MS` after the last fresh entry they heard (0.3 to 1.3 s
+    /// old at the death), probe its members at their next round (up to 1 s later) and wait out
+    /// the 1 s probe timeout; their next summaries then reach the agents within an exchange
+    /// round or two (the spread). Fitted to the real tier's `cells-small` (30 hosts, 3 cells:
+    /// replacements p99 4.2-5.2 s over seeds 1-4, docs/measurements.md).
     pub cell_down_ms: f64,
     /// Spread of cell news across the agents of the other cells (envoy exchanges).
     pub cell_spread_ms: f64,
@@ -46,8 +48,8 @@ impl Default for Delays {
             spec_spread_ms: 700.0,
             report_ms: 500,
             spec_cells_spread_ms: 3_000.0,
-            cell_down_ms: (shoal_core::cells::CELL_DOWN_MS - 1_300) as f64,
-            cell_spread_ms: 1_000.0,
+            cell_down_ms: (shoal_core::cells::CELL_STALE_MS + 1_000 + 500 - 1_300) as f64,
+            cell_spread_ms: 1_500.0,
             cell_ask_ms: 1_500,
         }
     }

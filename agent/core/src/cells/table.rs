@@ -160,9 +160,10 @@ struct Probes {
     probed_mono: Option<u64>,
 }
 
-/// How often an envoy probes again a cell it already calls unreached (whether its members
-/// answer again while its envoys stay silent), ms.
-pub const CELL_REPROBE_MS: u64 = 5_000;
+/// How often an envoy probes again a cell it already calls unreached, ms: one of its contacts
+/// in turn, whether its members answer again (a healed partition: exchanges with an unreached
+/// cell stop, so this is how the two sides find each other again before the silence bound).
+pub const CELL_REPROBE_MS: u64 = 1_000;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Held {
@@ -505,8 +506,8 @@ impl CellTable {
 
     /// The stale cells this agent (an envoy) should probe now, each with the contacts to probe:
     /// those not failed yet, at most `per_cell`. A cell already unreached is probed again every
-    /// [`CELL_REPROBE_MS`] (all its contacts: do its members answer again?); one whose member
-    /// answered within [`CELL_STALE_MS`] is not probed. Only under the evidence rule.
+    /// [`CELL_REPROBE_MS`] (one of its contacts in turn: do its members answer again?); one whose
+    /// member answered within [`CELL_STALE_MS`] is not probed. Only under the evidence rule.
     pub fn to_probe(&self, now_mono: u64, per_cell: usize) -> Vec<(String, Vec<String>)> {
         if self.rule != CellRule::Evidence {
             return Vec::new();
@@ -528,10 +529,11 @@ impl CellTable {
                     .probes
                     .probed_mono
                     .is_none_or(|p| now_mono.saturating_sub(p) >= CELL_REPROBE_MS);
-                if !due {
+                if !due || h.summary.contacts.is_empty() {
                     continue;
                 }
-                h.summary.contacts.iter().take(per_cell).cloned().collect()
+                let turn = (now_mono / CELL_REPROBE_MS) as usize % h.summary.contacts.len();
+                vec![h.summary.contacts[turn].clone()]
             } else {
                 h.summary
                     .contacts
@@ -575,8 +577,9 @@ impl CellTable {
     /// [`CELL_DOWN_OBSERVERS`] (all of them when fewer) call it unreached: a cell calls it so
     /// when its latest summary, published at least [`CELL_STALE_MS`] after the cell's latest
     /// stamp, leaves it out of `sees` (its envoys' probes of its members failed), this agent's
-    /// own cell also when this agent's own probes did. With no observer
-    /// at all, it is down once silent for [`CELL_DOWN_MS`], as under the stamp rule. Not down,
+    /// own cell also when this agent's own probes did. With one observer (this agent's own
+    /// cell alone) or none, it is down once silent for [`CELL_DOWN_MS`], as under the stamp
+    /// rule. Not down,
     /// it is degraded once stale for [`CELL_DEGRADED_MS`], up before.
     pub fn health(&self, cell: &str, now_mono: u64) -> CellHealth {
         match self.cells.get(cell) {
@@ -641,8 +644,12 @@ impl CellTable {
                 against += 1;
             }
         }
+        // One observer is only this agent's own cell when every other is stale here too: this
+        // cell is the one cut off, most likely, and holding the others down on its own word
+        // would pull every replica of the mesh into it for a blip. It waits for silence, as
+        // under the stamp rule (a mesh of two cells too: neither can tell which side is cut).
         let down = match observers {
-            0 => age > CELL_DOWN_MS,
+            0 | 1 => age > CELL_DOWN_MS,
             n => against >= CELL_DOWN_OBSERVERS.min(n),
         };
         match (down, age > CELL_DEGRADED_MS) {
