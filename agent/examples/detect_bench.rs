@@ -102,6 +102,10 @@ struct RunResult {
     false_views: usize,
     /// Freeze mode: `member-dead` events on every agent.
     false_events: usize,
+    /// Freeze mode: `cell-down` events on every agent (nobody is lost: each one is false).
+    false_cell_downs: usize,
+    /// Freeze mode: `cell-degraded` events on every agent (a slow cell shown as such).
+    cell_degraded: usize,
 }
 
 impl RunResult {
@@ -235,6 +239,8 @@ async fn one_run(args: &Args, run: usize) -> anyhow::Result<RunResult> {
         survivors: survivors.len(),
         false_views: 0,
         false_events: 0,
+        false_cell_downs: 0,
+        cell_degraded: 0,
     })
 }
 
@@ -299,12 +305,18 @@ async fn freeze(
         limit: PAGE_ITEMS_MAX,
     };
     let mut false_events = 0;
+    let (mut false_cell_downs, mut cell_degraded) = (0, 0);
     for i in 0..args.agents {
         if let Ok(Response::Events(events)) = client
             .rpc
             .call(mesh.api(i), ANY_MEMBER, &req, CALL_TIMEOUT)
             .await
         {
+            for e in events.iter().filter(|e| e.kind.starts_with("cell-")) {
+                eprintln!("  {} {}: {}", e.node, e.kind, e.reason);
+                false_cell_downs += usize::from(e.kind == "cell-down");
+                cell_degraded += usize::from(e.kind == "cell-degraded");
+            }
             for e in events.iter().filter(|e| e.kind == "member-dead") {
                 eprintln!("  {}: {}", e.node, e.reason);
                 false_events += 1;
@@ -321,6 +333,8 @@ async fn freeze(
         survivors: watchers.len(),
         false_views: held_dead.len(),
         false_events,
+        false_cell_downs,
+        cell_degraded,
     })
 }
 
@@ -345,14 +359,19 @@ fn report(args: &Args, results: &[RunResult]) {
         "freeze_cell": args.freeze_cell,
         "false_views_all": results.iter().map(|r| r.false_views).collect::<Vec<_>>(),
         "false_events_all": results.iter().map(|r| r.false_events).collect::<Vec<_>>(),
+        "false_cell_downs_all": results.iter().map(|r| r.false_cell_downs).collect::<Vec<_>>(),
+        "cell_degraded_all": results.iter().map(|r| r.cell_degraded).collect::<Vec<_>>(),
     });
     if !args.json && args.freeze_ms.is_some() {
         println!(
-            "{} agents, {} runs of a freeze: false verdicts {} (views) and {} (member-dead events)",
+            "{} agents, {} runs of a freeze: false verdicts {} (views), {} (member-dead \
+             events), {} (cell-down events); cell-degraded events {}",
             args.agents,
             results.len(),
             json["false_views_all"],
-            json["false_events_all"]
+            json["false_events_all"],
+            json["false_cell_downs_all"],
+            json["cell_degraded_all"]
         );
     } else if !args.json {
         println!(
