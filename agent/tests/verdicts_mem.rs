@@ -218,7 +218,7 @@ async fn a_member_whose_links_black_out_four_tenths_of_every_half_second_declare
         assert!(own.is_empty(), "after {:?}: {own:?}", start.elapsed());
     }
     let deaf = dark.node.probe_stats().0.deaf_ms;
-    if shoal_core::version::WIRE_CUR >= shoal::transport::gossip::probe::COMPACT_WIRE {
+    if shoal::transport::gossip::probe::compact_at(shoal_core::version::WIRE_CUR) {
         // Watching (compact gossip): deafness waits two quiet periods (0.6 s), longer than a
         // dark stretch; what spares the others is the path from an unanswered ping to dead
         // (0.7 s at least). It probed all along.

@@ -172,8 +172,9 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         if moved.keys || moved.members {
             shell.generation += 1;
         }
-        let compact = node.wire.load(std::sync::atomic::Ordering::Relaxed)
-            >= crate::transport::gossip::probe::COMPACT_WIRE;
+        let compact = crate::transport::gossip::probe::compact_at(
+            node.wire.load(std::sync::atomic::Ordering::Relaxed),
+        );
         let verdicts = node.verdicts();
         shell.claims.handle_view(
             now,

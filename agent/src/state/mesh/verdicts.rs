@@ -15,7 +15,7 @@
 //! Stalls: the task measures how late each tick comes (a starved or frozen agent wakes late) and
 //! tells the prober, which does not count that time as anyone's silence.
 //!
-//! Compact gossip (mesh version [`COMPACT_WIRE`] and later, issue 28 item 2): chitchat's Syn
+//! Compact gossip (mesh version [`COMPACT_WIRE`](crate::transport::gossip::probe::COMPACT_WIRE) and later, issue 28 item 2): chitchat's Syn
 //! carries bucket hashes instead of every member's heartbeat, so heartbeats no longer reach every
 //! member every round and cannot be the liveness signal. The task then turns chitchat's compact
 //! mode and external liveness on, sets the prober watching (each agent probes its ring
@@ -34,7 +34,7 @@ use super::build::BUILD_KEY;
 use super::node::MeshNode;
 use super::view::Verdicts;
 use crate::transport::gossip::probe::{
-    decode_probe, encode_probe, ProbeChannel, ProbeIn, COMPACT_WIRE, PROBE_WIRE,
+    compact_at, decode_probe, encode_probe, ProbeChannel, ProbeIn, PROBE_WIRE,
 };
 
 /// Chitchat key: the members this agent suspects (or declared dead lately), `name/generation`
@@ -99,7 +99,7 @@ pub async fn run(node: Arc<MeshNode>, mut channel: ProbeChannel, config: ProbeCo
             planned = next_tick;
             continue;
         }
-        let wants_compact = node.wire.load(std::sync::atomic::Ordering::Relaxed) >= COMPACT_WIRE;
+        let wants_compact = compact_at(node.wire.load(std::sync::atomic::Ordering::Relaxed));
         if wants_compact != compact {
             compact = wants_compact;
             prober.set_watching(compact);
@@ -193,7 +193,7 @@ fn send(node: &MeshNode, channel: &ProbeChannel, to: std::net::SocketAddr, msg: 
 
 /// Every other identity chitchat holds, as the prober reads it, and how many live members
 /// suspect this agent.
-/// `compact`: the mesh is at [`COMPACT_WIRE`] or later, so every member speaks probes, and one
+/// `compact`: the mesh is at [`COMPACT_WIRE`](crate::transport::gossip::probe::COMPACT_WIRE) or later, so every member speaks probes, and one
 /// whose build record has not come (or never will: a name only some digest carried) is probed
 /// like the rest; nothing else would ever judge it dead.
 async fn observe(node: &MeshNode, keys: &mut KeyCache, compact: bool) -> (Vec<Observed>, u32) {

@@ -20,14 +20,21 @@ use crate::wire::{self, FrameKind, WireError};
 
 /// The wire version probes exist since.
 pub const PROBE_WIRE: u16 = 11;
-/// The mesh version from which compact gossip is on (chitchat's bucket-hash exchange, heartbeats
-/// no longer the liveness signal: `state::mesh::verdicts`; docs/measurements.md, "Compact
-/// gossip"). **Switched off** (it was 13): with it on, the swarm runs exclusive duplicates under
-/// bridge partitions that heartbeat mode does not (seeds 45, 114, 219 of 1..301; at 9996262f,
-/// heartbeat mode, all 300 pass; docs/measurements.md, "Swarm at mesh versions 13 and 14").
-/// Set it back to a mesh version once the swarm passes with it. The frames of wire 13 and
-/// later still carry and decode `SynBuckets`.
-pub const COMPACT_WIRE: u16 = u16::MAX;
+/// The mesh version compact gossip was switched on at (chitchat's bucket-hash exchange,
+/// heartbeats no longer the liveness signal: `state::mesh::verdicts`; docs/measurements.md,
+/// "Compact gossip"), while [`COMPACT_ON`].
+pub const COMPACT_WIRE: u16 = 13;
+/// Whether compact gossip is on at [`COMPACT_WIRE`] and later. **Switched off** (2026-12-05):
+/// with it on, the swarm runs exclusive duplicates under bridge partitions that heartbeat mode
+/// does not (seeds 45, 114, 219 of 1..301; at 9996262f, heartbeat mode, and with it off, all 300
+/// pass; docs/measurements.md, "Swarm at mesh versions 13 and 14"). Turn it back on once the
+/// swarm passes with it. The frames of wire 13 and later still carry and decode `SynBuckets`.
+pub const COMPACT_ON: bool = false;
+
+/// Whether a mesh at wire (mesh) version `version` gossips compactly.
+pub fn compact_at(version: u16) -> bool {
+    COMPACT_ON && version >= COMPACT_WIRE
+}
 /// Largest probe frame after the length prefix (a name of 255 bytes and an address fit).
 pub const PROBE_FRAME_MAX: usize = 512;
 /// Probe messages received and not yet taken by the prober before new ones are dropped.
