@@ -45,6 +45,19 @@ struct Mesh {
     silent: Vec<bool>,
 }
 
+/// A mesh of four cells whose c4 went silent and whose c1 and c2 envoys' probes of it failed:
+/// c4 is down on evidence at the time returned.
+fn lost_c4() -> (Mesh, u64) {
+    let mut m = Mesh::new(4);
+    m.silent[3] = true;
+    let now = 1 + CELL_STALE_MS + 1;
+    m.round(now);
+    m.probe(0, now, &|_| false);
+    m.probe(1, now, &|_| false);
+    m.round(now + 10);
+    (m, now + 10)
+}
+
 impl Mesh {
     fn new(n: usize) -> Mesh {
         let mut tables: Vec<CellTable> = (1..=n)
@@ -298,16 +311,10 @@ fn a_cell_cut_off_alone_holds_the_others_down_only_once_silent() {
 
 #[test]
 fn a_cell_down_on_evidence_before_it_is_silent_holds_the_exclusive_claim_clock() {
-    let mut m = Mesh::new(4);
-    m.silent[3] = true;
-    let now = 1 + CELL_STALE_MS + 1;
-    m.round(now);
-    m.probe(0, now, &|_| false);
-    m.probe(1, now, &|_| false);
-    m.round(now + 10);
-    assert_eq!(m.health(2, 3, now + 10), CellHealth::Down);
+    let (m, now) = lost_c4();
+    assert_eq!(m.health(2, 3, now), CellHealth::Down);
     // Down on evidence, not silent: the claim clock has not started (0 ms).
-    let q = m.tables[2].quorum(now + 10, 0);
+    let q = m.tables[2].quorum(now, 0);
     assert_eq!(q.newest_down_ms, Some(0), "{q:?}");
 }
 
@@ -376,24 +383,18 @@ fn a_cell_back_from_a_restart_is_not_held_down_again_on_what_was_said_before_it_
 
 #[test]
 fn a_cell_latched_down_stays_down_until_its_stamp_grows() {
-    let mut m = Mesh::new(4);
-    m.silent[3] = true;
-    let now = 1 + CELL_STALE_MS + 1;
-    m.round(now);
-    m.probe(0, now, &|_| false);
-    m.probe(1, now, &|_| false);
-    m.round(now + 10);
-    m.tables[2].latch(now + 10);
-    assert_eq!(m.health(2, 3, now + 10), CellHealth::Down);
+    let (mut m, t) = lost_c4();
+    m.tables[2].latch(t);
+    assert_eq!(m.health(2, 3, t), CellHealth::Down);
     // c2's envoy now gets an answer from a member of c4 (its envoys have not published yet):
     // c2 vouches for c4 again, and c4 is no longer down on the evidence alone...
-    m.tables[1].probed("c4", &contact("c4", 4), true, now + 20);
-    m.round(now + 20);
-    assert!(m.tables[1].sees(now + 20).contains(&"c4".to_string()));
+    m.tables[1].probed("c4", &contact("c4", 4), true, t + 10);
+    m.round(t + 10);
+    assert!(m.tables[1].sees(t + 10).contains(&"c4".to_string()));
     // ...but c3 latched it down, and keeps it down until c4's stamp grows.
-    m.tables[2].latch(now + 20);
-    assert_eq!(m.health(2, 3, now + 20), CellHealth::Down);
+    m.tables[2].latch(t + 10);
+    assert_eq!(m.health(2, 3, t + 10), CellHealth::Down);
     m.silent[3] = false;
-    m.round(now + 30);
-    assert_eq!(m.health(2, 3, now + 30), CellHealth::Up);
+    m.round(t + 20);
+    assert_eq!(m.health(2, 3, t + 20), CellHealth::Up);
 }
