@@ -139,13 +139,18 @@ fn the_core_bugs_the_swarm_found_stay_fixed() {
     // compared a peer's monotonic time with the wall clock); a restarted owner cut off one way
     // later had its exclusive replica started elsewhere without the fencing delay (its death
     // dated from before its restart). (The handback of swarm-998 is covered by the core's
-    // tests.)
+    // tests.) With compact gossip: an exclusive replica started in one half of a bridge
+    // partition while the other half still ran it (nothing relayed that it did: the exclusive
+    // lease now does); a restarted agent took its earlier incarnation for alive and started
+    // nothing (11 and 8 hosts, the swarm seeds as saved).
     for (name, seed) in [
         ("regress/restart-in-minority", 1),
         ("regress/delete-mass-stop", 1),
         ("regress/scale-down-mass-stop", 1),
         ("regress/rollout-clock-step", 1),
         ("regress/restart-then-one-way-exclusive", 1),
+        ("regress/swarm-45-bridge-exclusive", 45),
+        ("regress/swarm-22-restart-earlier-incarnation", 22),
     ] {
         let r = run(name, seed);
         assert_eq!(r["passed"], true, "{name}: {r}");

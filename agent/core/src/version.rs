@@ -25,8 +25,10 @@ pub const WIRE_MIN: u16 = 7;
 /// after the others of its priority too; 13: compact gossip, chitchat's Syn carries bucket hashes
 /// instead of every member's heartbeat, and the probes watch a ring instead of heartbeats; 14: cell
 /// verdicts on evidence, a stale cell `degraded` and down only when observer cells' probes of
-/// its members failed, [`CellRule::Evidence`](crate::cells::CellRule)).
-pub const WIRE_CUR: u16 = 14;
+/// its members failed, [`CellRule::Evidence`](crate::cells::CellRule); 15: compact gossip on again,
+/// with the exclusive lease every member publishes while a copy of an exclusive replica may be alive on it,
+/// which relays through gossip what heartbeats no longer do, `reconcile::exclusive` rule 5).
+pub const WIRE_CUR: u16 = 15;
 
 thread_local! {
     static LAYOUT: Cell<u16> = const { Cell::new(WIRE_CUR) };

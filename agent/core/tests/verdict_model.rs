@@ -699,6 +699,54 @@ fn answer(p: &mut Prober, t: u64, out: Vec<(SocketAddr, ProbeMsg)>, up: &[usize]
 }
 
 #[test]
+fn turning_watching_on_looks_again_at_members_heard_only_by_heartbeat() {
+    // n0 (restarted, generation 2) starts in heartbeat mode, as an agent does before it learns
+    // the mesh version. Gossip relays, late, heartbeats of a dead member: they look like
+    // advances, so it holds the member alive and heard. Then the mesh is found compact. The dead
+    // member is on nobody else's ring (the others hold it dead) and on n0's ring it may not be
+    // one n0 watches: only a first look at every member again finds it dead.
+    let members: Vec<Observed> = (1..=8).map(|i| member(i, 1)).collect();
+    let start = |members: &mut Vec<Observed>| {
+        let mut p = Prober::new(ProbeConfig::default(), "n0", 2, 3);
+        for beat in 2..6 {
+            for m in members.iter_mut() {
+                m.heartbeat = beat;
+            }
+            let out = p.tick(beat * 50, 0, 0, members);
+            answer(&mut p, beat * 50, out, &[1, 2, 3, 4, 5, 6, 7, 8]);
+        }
+        p.set_watching(true);
+        p
+    };
+    // Which members n0 watches, found by a twin: the dead member is one it does not.
+    let mut twin = start(&mut members.clone());
+    let _ = twin.tick(300, 0, 0, &members);
+    let watched = twin.watched();
+    let dead = (1..=8)
+        .find(|i| !watched.contains(&(format!("n{i}"), 1)))
+        .expect("n0 watches two of eight");
+    let up: Vec<usize> = (1..=8).filter(|i| *i != dead).collect();
+    let mut members = members;
+    let mut p = start(&mut members);
+    let name = format!("n{dead}");
+    let mut t = 300;
+    while p.verdict(&name, 1) != Some(Verdict::Dead) {
+        assert!(
+            t < 5_000,
+            "{name} never judged dead: {:?} {:?}",
+            p.verdicts(),
+            p.counters()
+        );
+        let out = p.tick(t, 0, 0, &members);
+        answer(&mut p, t, out, &up);
+        t += 50;
+    }
+    for i in up {
+        assert_eq!(p.verdict(&format!("n{i}"), 1), Some(Verdict::Alive), "n{i}");
+    }
+}
+
+#[test]
 fn a_newcomer_holds_dead_the_members_declared_dead_before_it_came() {
     // n0 joins a mesh at compact gossip: chitchat hands it the states of n1..n4, live until the
     // prober says otherwise. n3 died before n0 came, and its watchers declared it then; nobody

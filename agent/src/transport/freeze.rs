@@ -36,22 +36,34 @@ struct Gate {
 #[derive(Default)]
 struct GateState {
     frozen: bool,
+    /// The agent is gone ([`FreezeSwitch::kill`]): every task drops its future at the gate.
+    killed: bool,
     /// The tasks that met the closed gate, in the order they met it (one waker per task: at
     /// most as many as the agent has tasks; emptied when the gate opens).
     waiting: Vec<Waker>,
 }
 
+/// What a task finds at the gate.
+enum Pass {
+    Open,
+    Closed,
+    Killed,
+}
+
 impl Gate {
-    /// True (and `cx` remembered) while the gate is closed.
-    fn holds(&self, cx: &Context<'_>) -> bool {
+    /// Whether a task passes now (`cx` remembered while the gate is closed).
+    fn pass(&self, cx: &Context<'_>) -> Pass {
         let mut state = self.state.lock().expect("freeze gate lock");
+        if state.killed {
+            return Pass::Killed;
+        }
         if !state.frozen {
-            return false;
+            return Pass::Open;
         }
         if !state.waiting.iter().any(|w| w.will_wake(cx.waker())) {
             state.waiting.push(cx.waker().clone());
         }
-        true
+        Pass::Closed
     }
 }
 
@@ -81,17 +93,23 @@ impl Freeze {
             .is_some_and(|g| g.state.lock().expect("freeze gate lock").frozen)
     }
 
-    /// Runs `fut`, polled only while the gate is open.
+    /// Runs `fut`, polled only while the gate is open. Once the gate is killed, `fut` is
+    /// dropped (what it held, a socket say, is released) and this never completes.
     pub async fn gate<F: Future>(&self, fut: F) -> F::Output {
         let Some(gate) = &self.gate else {
             return fut.await;
         };
-        let mut fut = std::pin::pin!(fut);
-        std::future::poll_fn(|cx| {
-            if gate.holds(cx) {
-                return Poll::Pending;
+        let mut fut = std::pin::pin!(Some(fut));
+        std::future::poll_fn(|cx| match gate.pass(cx) {
+            Pass::Closed => Poll::Pending,
+            Pass::Killed => {
+                fut.set(None);
+                Poll::Pending
             }
-            fut.as_mut().poll(cx)
+            Pass::Open => match fut.as_mut().as_pin_mut() {
+                Some(f) => f.poll(cx),
+                None => Poll::Pending,
+            },
         })
         .await
     }
@@ -121,6 +139,20 @@ impl std::fmt::Debug for Freeze {
 }
 
 impl FreezeSwitch {
+    /// The agent died (a crash while it started, before its tasks could be aborted one by one):
+    /// every task of it drops its future at the gate, now if it waits there, else at its next
+    /// poll, and never runs again.
+    pub fn kill(&self) {
+        let woken = {
+            let mut state = self.gate.state.lock().expect("freeze gate lock");
+            state.killed = true;
+            std::mem::take(&mut state.waiting)
+        };
+        for waker in woken {
+            waker.wake();
+        }
+    }
+
     /// Closes (`true`) or opens the gate; opening wakes every task that met it, in order.
     pub fn set(&self, frozen: bool) {
         let woken = {
@@ -172,5 +204,42 @@ mod tests {
         let real = Freeze::none();
         assert!(!real.is_frozen());
         assert_eq!(real.spawn(async { 7 }).await.unwrap(), 7);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_killed_gate_drops_what_its_tasks_hold_and_runs_them_no_more() {
+        struct Held(Arc<AtomicU32>);
+        impl Drop for Held {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let (freeze, switch) = Freeze::switch();
+        let (dropped, ticks) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+        let mut tasks = Vec::new();
+        for _ in 0..2 {
+            let (held, counted) = (Held(dropped.clone()), ticks.clone());
+            tasks.push(freeze.spawn(async move {
+                let _held = held;
+                loop {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(ticks.load(Ordering::Relaxed), 2);
+        // One task waits at the closed gate when the kill comes, the other is past it.
+        switch.set(true);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        switch.kill();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(dropped.load(Ordering::Relaxed), 2, "both futures dropped");
+        assert_eq!(
+            ticks.load(Ordering::Relaxed),
+            2,
+            "no task ran after the kill"
+        );
+        assert!(tasks.iter().all(|t| !t.is_finished()));
     }
 }

@@ -144,6 +144,7 @@ pub(super) fn build(
             unreachable: BTreeSet::new(),
             members_known,
             heard_at,
+            leased_at: BTreeMap::new(),
             cells,
         },
         draining: false,

@@ -357,9 +357,11 @@ impl World {
         self.net.stop_rpc(host_addr(h, API_PORT));
         self.net.set_paused(h, false);
         host.paused.send_replace(false);
-        // The agent's tasks are gone; what else waited at its gate (an API call) runs on.
+        // Whatever of the agent is left dies at its gate, as a killed process's threads do:
+        // the tasks a crash during the start spawned (gossip and probes, which keep the gossip
+        // address bound), calls in flight, an API call it was answering.
         if let Some(switch) = host.freeze_switch.take() {
-            switch.set(false);
+            switch.kill();
         }
         self.pause_held.remove(&h);
         self.checker.reach.set_paused(h, false, now);

@@ -10,7 +10,8 @@
 //!    `fencing_delay_ms`, counted from when it last stopped being live (a member that came back
 //!    and went silent again gets the whole delay again) and only from when this node (re)gained
 //!    its majority: a verdict reached while this node was itself cut off says nothing about the
-//!    peer;
+//!    peer; and from the last advance of its exclusive lease that gossip carried here
+//!    (`Membership::leased_at`), if that is later;
 //! 6. its own claim has been published for `exclusive_claim_ms`, counted from when this node last
 //!    (re)gained a two-way majority if that is later: a claim published while it could not be
 //!    heard reached nobody.
@@ -36,7 +37,12 @@
 //! it live and whose gossip would carry its heartbeat here), whichever direction its packets
 //! are lost in. So it is fenced within `heard_window_ms + self_fence_ms + fence_stop_grace_ms <
 //! fencing_delay_ms` of the last confirmation; the surplus covers the failure detectors not
-//! agreeing to the millisecond.
+//! agreeing to the millisecond. Gossip carries liveness two ways: heartbeats (until compact
+//! gossip, every member's every round) and the exclusive lease, which a member advances every
+//! second while a copy of one may be alive on it. The lease is what holds with compact
+//! gossip, where this node judges a member by its own probes alone: two halves of a mesh joined
+//! only through one member both see a majority, each holds the other half dead, and only the
+//! lease relayed by the member between them tells that the far half still runs its replicas.
 //!
 //! Claims: a node publishes a `pending` entry for every replica placed on it without an alive
 //! instance. Two nodes that both believe they own the replica (placement views differ for a
@@ -144,9 +150,20 @@ pub(crate) fn start_guard(
         };
         match timers.dead_since.get(n) {
             Some(&dead_ms) if majority => {
-                let until = timers.fenced_at(dead_ms, config, now_ms);
+                // Its lease advanced after its death here: a member that hears it relayed that
+                // it still ran exclusive replicas, so the fencing delay counts from then.
+                let leased = m.leased_at.get(n).copied().filter(|&at| at > dead_ms);
+                let until = timers.fenced_at(leased.unwrap_or(dead_ms), config, now_ms);
                 if now_ms < until && wait.as_ref().is_none_or(|(_, u)| until > *u) {
-                    let why = format!("{n} was confirmed dead{what}; fencing delay until {until}");
+                    let why = match leased {
+                        Some(at) => format!(
+                            "{n} is dead here{what} but gossip relayed its exclusive lease at \
+                             {at}; fencing delay until {until}"
+                        ),
+                        None => {
+                            format!("{n} was confirmed dead{what}; fencing delay until {until}")
+                        }
+                    };
                     wait = Some((why, until));
                 }
             }
@@ -251,6 +268,7 @@ mod tests {
                 unreachable: BTreeSet::new(),
                 members_known: known,
                 heard_at: BTreeMap::new(),
+                leased_at: BTreeMap::new(),
                 cells: None,
             },
             ..ReconcileInput::default()
@@ -324,6 +342,29 @@ mod tests {
             }
         ));
         assert_eq!(guard(&dead, &timers, 21_000), Guard::Clear);
+    }
+
+    #[test]
+    fn a_dead_member_whose_lease_gossip_relays_is_fenced_from_its_last_lease() {
+        // n2 is dead here, but a member that still hears it relays its exclusive lease: it may
+        // keep its copy, so the fencing delay counts from the last lease seen, not the death.
+        let mut dead = input(&["n1", "n3"], &["n2"], 3, "n2", Phase::Running);
+        let mut timers = MeshTimers::default();
+        observe(&mut timers, &dead, 1_000);
+        for lease in [500, 8_000, 15_000] {
+            dead.membership.leased_at.insert("n2".into(), lease);
+            let until = 1_000.max(lease) + 20_000;
+            let Guard::Wait {
+                reason,
+                until_ms: Some(at),
+            } = guard(&dead, &timers, 20_999)
+            else {
+                panic!("lease at {lease}: the start must wait");
+            };
+            assert_eq!(at, until, "lease at {lease}: {reason}");
+            assert_eq!(reason.contains("relayed"), lease > 1_000, "{reason}");
+            assert_eq!(guard(&dead, &timers, until), Guard::Clear, "lease {lease}");
+        }
     }
 
     #[test]

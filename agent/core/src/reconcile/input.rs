@@ -147,6 +147,15 @@ pub struct Membership {
     /// gather it while this node owns or runs an exclusive replica; without it, such replicas
     /// neither start nor keep running.
     pub heard_at: BTreeMap<String, u64>,
+    /// Evidence that a member may still run exclusive replicas, relayed by gossip: for each
+    /// member, the latest time (monotonic ms, on the clock of `now_ms`) at which this node saw
+    /// its exclusive lease advance. A member keeps its lease advancing while a copy of an
+    /// exclusive replica may be alive on it, and gossip carries the advance through any member that hears it, so
+    /// a member that this node cannot reach (and may hold dead) but a majority still hears
+    /// keeps its replicas fenced from this node (rule 5 of `reconcile::exclusive` counts the
+    /// fencing delay from the later of the death and the lease). With compact gossip nothing
+    /// else relays liveness: heartbeats no longer spread every round.
+    pub leased_at: BTreeMap<String, u64>,
     /// In a mesh of several cells: this node's cell's standing among the cells. A node keeps or
     /// starts exclusive replicas only while it [holds](CellQuorum::holds), as it needs a
     /// two-way majority of its cell's members (docs/reconcile.md, "Exclusive replicas across
@@ -257,6 +266,7 @@ mod tests {
             unreachable: BTreeSet::new(),
             members_known: known,
             heard_at: BTreeMap::new(),
+            leased_at: BTreeMap::new(),
             cells: None,
         }
     }

@@ -6,11 +6,20 @@ use super::{ping, Key, Outgoing, Prober, State};
 impl Prober {
     /// Watching or not (the shell turns it on with compact gossip, where heartbeats no longer
     /// reach every member every round): see [`ProbeConfig::watchers`](super::ProbeConfig::watchers).
+    /// Turning it on unverifies every member: a heartbeat seen before may be a dead
+    /// incarnation's, relayed late (a restarted agent reading its own earlier one), and
+    /// watching, a member held alive that nobody else does is on nobody's ring but this
+    /// agent's: only its own probe (one each, a few a tick) can find it dead.
     pub fn set_watching(&mut self, on: bool) {
         if self.watching != on {
             self.watching = on;
             self.ring_print = (usize::MAX, 0);
             self.watched.clear();
+            if on {
+                for t in self.tracks.values_mut() {
+                    t.verified = false;
+                }
+            }
         }
     }
 

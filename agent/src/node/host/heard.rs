@@ -33,6 +33,8 @@ pub const ASKS_AT_ONCE_MAX: usize = 32;
 pub struct Heard {
     at: Mutex<BTreeMap<String, u64>>,
     active: AtomicBool,
+    /// A copy of an exclusive replica may be alive here: the lease advances.
+    leasing: AtomicBool,
     wake: Notify,
 }
 
@@ -51,6 +53,12 @@ impl Heard {
         }
     }
 
+    /// Whether a copy of an exclusive replica may be alive here (starting, running, stopping):
+    /// while it is, and asking, each round advances the exclusive lease.
+    pub fn set_leasing(&self, leasing: bool) {
+        self.leasing.store(leasing, Ordering::Relaxed);
+    }
+
     /// Whether it is asking.
     pub fn is_active(&self) -> bool {
         self.active.load(Ordering::Relaxed)
@@ -63,8 +71,11 @@ impl Heard {
     }
 }
 
-/// Asks the live peers, round after round, while active (abort the task to stop it).
+/// Asks the live peers, round after round, while active (abort the task to stop it), and
+/// advances this node's exclusive lease ([`view::LEASE_KEY`]) each round: the peers that cannot
+/// reach this node learn from it, relayed by gossip, that it may still run exclusive replicas.
 pub async fn run(node: Arc<MeshNode>, heard: Arc<Heard>, mono: MonoClock) {
+    let mut lease: u64 = 0;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(ASK_INTERVAL) => {}
@@ -72,6 +83,14 @@ pub async fn run(node: Arc<MeshNode>, heard: Arc<Heard>, mono: MonoClock) {
         }
         if !heard.is_active() {
             continue;
+        }
+        if heard.leasing.load(Ordering::Relaxed) {
+            lease += 1;
+            let chitchat = node.gossip().chitchat();
+            let mut guard = chitchat.lock().await;
+            guard
+                .self_node_state()
+                .set(view::LEASE_KEY, lease.to_string());
         }
         let members = node.members().await;
         let peers = view::live_peer_apis(&members, &node.name);

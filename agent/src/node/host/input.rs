@@ -72,6 +72,9 @@ pub struct ShellState {
     pub disputes: Vec<shoal_core::claims::Dispute>,
     /// Members whose observed state is read from a newer identity of their name (`successors`).
     successors: BTreeMap<String, ChitchatId>,
+    /// Each identity's exclusive lease as last read: its chitchat version, and when (monotonic
+    /// ms) this agent saw it advance (`Membership::leased_at`, [`view::LEASE_KEY`]).
+    leases: BTreeMap<ChitchatId, (u64, u64)>,
 }
 
 /// How often an agent probes the fixed host ports of workloads not placed on it.
@@ -180,6 +183,9 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
             now,
             sightings(&guard, compact.then_some((verdicts.as_ref(), now))),
         );
+        if shell.specs.values().any(|e| e.spec.placement.exclusive) {
+            read_leases(&guard, &mut shell.leases, now);
+        }
         let successors = successors(&guard, shell, now);
         if moved.keys || successors != shell.successors {
             shell.successors = successors;
@@ -208,6 +214,7 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         moved.members || held_moved
     };
     shell.input.membership.heard_at = host.heard_snapshot();
+    shell.input.membership.leased_at = leased_at(&shell.leases);
     // Wall time: a new owner's fencing token is at least this, should the mesh have forgotten
     // every earlier one (docs/reconcile.md, "Fencing tokens").
     shell.input.fence_token_floor = (host.clock)();
@@ -512,6 +519,37 @@ fn sightings(
         .collect()
 }
 
+/// Notes, for every identity chitchat holds, when its exclusive lease ([`view::LEASE_KEY`])
+/// last advanced: the first sighting counts as an advance (the lease may be fresh), so an agent
+/// that starts or begins to care waits the whole fencing delay for a member that holds one.
+/// Identities chitchat forgot are dropped, which bounds the map by the membership.
+fn read_leases(chitchat: &Chitchat, leases: &mut BTreeMap<ChitchatId, (u64, u64)>, now: u64) {
+    let states = chitchat.node_states();
+    leases.retain(|id, _| states.contains_key(id));
+    for (id, state) in states {
+        let Some(version) = state.get_versioned(view::LEASE_KEY).map(|v| v.version) else {
+            continue;
+        };
+        match leases.get_mut(id) {
+            Some((seen, _)) if *seen == version => {}
+            Some(entry) => *entry = (version, now),
+            None => {
+                leases.insert(id.clone(), (version, now));
+            }
+        }
+    }
+}
+
+/// The latest lease advance seen of each name (any of its identities).
+fn leased_at(leases: &BTreeMap<ChitchatId, (u64, u64)>) -> BTreeMap<String, u64> {
+    let mut out: BTreeMap<String, u64> = BTreeMap::new();
+    for (id, (_, at)) in leases {
+        let entry = out.entry(id.node_id.to_string()).or_default();
+        *entry = (*entry).max(*at);
+    }
+    out
+}
+
 /// The names the failure detector holds dead: those of its dead identities, less the names with
 /// a live identity and the members held up in a planned restart. chitchat keeps a restarted
 /// agent's earlier identity dead for `dead_node_grace_period` (an hour) beside its live new one;
@@ -562,6 +600,7 @@ fn membership(members: &[Member], dead: BTreeSet<String>) -> Membership {
         unreachable,
         members_known,
         heard_at: Default::default(),
+        leased_at: Default::default(),
         cells: None,
     }
 }

@@ -761,6 +761,13 @@ impl HostLoop {
         let handing_off =
             (issues.iter()).any(|i| i.kind == shoal_core::reconcile::IssueKind::Orphan);
         self.host.heard.set_active(owns_exclusive || handing_off);
+        // A copy that may be alive keeps the exclusive lease advancing: peers that cannot reach
+        // this node wait for it (rule 5 of the exclusive start rule). A claim alone does not.
+        self.host.heard.set_leasing(
+            observed
+                .iter()
+                .any(|s| self.exclusive.contains(&s.replica.workload) && s.phase.may_be_alive()),
+        );
         issues.extend(self.guard_issues().cloned());
         issues.extend(self.rollout_issues().cloned());
         *self.host.snapshot.lock().expect("snapshot lock") = Arc::new(Snapshot {

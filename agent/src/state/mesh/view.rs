@@ -18,6 +18,12 @@ use crate::wire::api::NodeView;
 /// Chitchat key an agent sets when it leaves gracefully: peers stop counting it at once.
 pub const LEAVING_KEY: &str = "leaving";
 
+/// Chitchat key an agent advances every second while a copy of an exclusive replica may be
+/// alive on it (a counter; `node::host::heard`): gossip relays it through any member that hears the agent, so a
+/// peer that cannot reach it, and holds it dead, still learns that it kept its replicas
+/// (`Membership::leased_at`, rule 5 of the exclusive start rule).
+pub const LEASE_KEY: &str = "exclusive-lease";
+
 /// Chitchat key an agent sets as it stops for a planned restart (`--restart-grace`): the wall
 /// time (ms) until which it means to be back. Peers of mesh version 8 and later keep it up in
 /// placement and do not count it dead until then ([`Member::held_up`]), so nothing moves and no

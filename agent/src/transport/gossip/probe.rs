@@ -20,20 +20,19 @@ use crate::wire::{self, FrameKind, WireError};
 
 /// The wire version probes exist since.
 pub const PROBE_WIRE: u16 = 11;
-/// The mesh version compact gossip was switched on at (chitchat's bucket-hash exchange,
-/// heartbeats no longer the liveness signal: `state::mesh::verdicts`; docs/measurements.md,
-/// "Compact gossip"), while [`COMPACT_ON`].
-pub const COMPACT_WIRE: u16 = 13;
-/// Whether compact gossip is on at [`COMPACT_WIRE`] and later. **Switched off** (2026-12-05):
-/// with it on, the swarm runs exclusive duplicates under bridge partitions that heartbeat mode
-/// does not (seeds 45, 114, 219 of 1..301; at 9996262f, heartbeat mode, and with it off, all 300
-/// pass; docs/measurements.md, "Swarm at mesh versions 13 and 14"). Turn it back on once the
-/// swarm passes with it. The frames of wire 13 and later still carry and decode `SynBuckets`.
-pub const COMPACT_ON: bool = false;
+/// The mesh version compact gossip is on from (chitchat's bucket-hash exchange, heartbeats no
+/// longer the liveness signal: `state::mesh::verdicts`; docs/measurements.md, "Compact gossip").
+/// It was 13 until 2026-12-05, when it was switched off: with it on, the swarm ran exclusive
+/// duplicates under bridge partitions (two halves joined only through one member each held the
+/// other dead, and nothing relayed that the far half still ran its replicas). From 15 every
+/// member publishes an exclusive lease that gossip relays (`Membership::leased_at`), and a mesh
+/// at 13 or 14 gossips in heartbeat mode. Wire-13 and later frames carry and decode
+/// `SynBuckets` all the same.
+pub const COMPACT_WIRE: u16 = 15;
 
 /// Whether a mesh at wire (mesh) version `version` gossips compactly.
 pub fn compact_at(version: u16) -> bool {
-    COMPACT_ON && version >= COMPACT_WIRE
+    version >= COMPACT_WIRE
 }
 /// Largest probe frame after the length prefix (a name of 255 bytes and an address fit).
 pub const PROBE_FRAME_MAX: usize = 512;
