@@ -698,6 +698,30 @@ fn answer(p: &mut Prober, t: u64, out: Vec<(SocketAddr, ProbeMsg)>, up: &[usize]
     }
 }
 
+/// Ticks prober `n0` every 50 ms after `t`, the members in `up` answering (`answer`), until it
+/// holds `name` (generation 1) dead; returns that time. Fails at `limit_ms`.
+fn tick_until_dead(
+    p: &mut Prober,
+    members: &[Observed],
+    up: &[usize],
+    name: &str,
+    mut t: u64,
+    limit_ms: u64,
+) -> u64 {
+    while p.verdict(name, 1) != Some(Verdict::Dead) {
+        t += 50;
+        assert!(
+            t < limit_ms,
+            "{name} never judged dead: {:?} {:?}",
+            p.verdicts(),
+            p.counters()
+        );
+        let out = p.tick(t, 0, 0, members);
+        answer(p, t, out, up);
+    }
+    t
+}
+
 #[test]
 fn turning_watching_on_looks_again_at_members_heard_only_by_heartbeat() {
     // n0 (restarted, generation 2) starts in heartbeat mode, as an agent does before it learns
@@ -728,19 +752,7 @@ fn turning_watching_on_looks_again_at_members_heard_only_by_heartbeat() {
     let up: Vec<usize> = (1..=8).filter(|i| *i != dead).collect();
     let mut members = members;
     let mut p = start(&mut members);
-    let name = format!("n{dead}");
-    let mut t = 300;
-    while p.verdict(&name, 1) != Some(Verdict::Dead) {
-        assert!(
-            t < 5_000,
-            "{name} never judged dead: {:?} {:?}",
-            p.verdicts(),
-            p.counters()
-        );
-        let out = p.tick(t, 0, 0, &members);
-        answer(&mut p, t, out, &up);
-        t += 50;
-    }
+    tick_until_dead(&mut p, &members, &up, &format!("n{dead}"), 250, 5_000);
     for i in up {
         assert_eq!(p.verdict(&format!("n{i}"), 1), Some(Verdict::Alive), "n{i}");
     }
@@ -755,18 +767,7 @@ fn a_newcomer_holds_dead_the_members_declared_dead_before_it_came() {
     p.set_watching(true);
     let members: Vec<Observed> = (1..=4).map(|i| member(i, 1)).collect();
     let up = [1, 2, 4];
-    let mut t = 0;
-    while p.verdict("n3", 1) != Some(Verdict::Dead) {
-        t += 50;
-        assert!(
-            t < 3_000,
-            "n3 never judged dead: {:?} {:?}",
-            p.verdicts(),
-            p.counters()
-        );
-        let out = p.tick(t, 0, 0, &members);
-        answer(&mut p, t, out, &up);
-    }
+    let mut t = tick_until_dead(&mut p, &members, &up, "n3", 0, 3_000);
     for i in up {
         assert_eq!(p.verdict(&format!("n{i}"), 1), Some(Verdict::Alive), "n{i}");
     }

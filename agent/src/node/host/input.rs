@@ -75,6 +75,8 @@ pub struct ShellState {
     /// Each identity's exclusive lease as last read: its chitchat version, and when (monotonic
     /// ms) this agent saw it advance (`Membership::leased_at`, [`view::LEASE_KEY`]).
     leases: BTreeMap<ChitchatId, (u64, u64)>,
+    /// `leases` was read while exclusive workloads existed (what moved since is in `Moved::keys`).
+    leases_read: bool,
 }
 
 /// How often an agent probes the fixed host ports of workloads not placed on it.
@@ -183,9 +185,13 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
             now,
             sightings(&guard, compact.then_some((verdicts.as_ref(), now))),
         );
-        if shell.specs.values().any(|e| e.spec.placement.exclusive) {
+        // A lease advance moves its node state's versions: read again only then (and at once
+        // when exclusive workloads appear), not every round over every member.
+        let exclusive = shell.specs.values().any(|e| e.spec.placement.exclusive);
+        if exclusive && (moved.keys || !shell.leases_read) {
             read_leases(&guard, &mut shell.leases, now);
         }
+        shell.leases_read = exclusive;
         let successors = successors(&guard, shell, now);
         if moved.keys || successors != shell.successors {
             shell.successors = successors;
