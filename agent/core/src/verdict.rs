@@ -165,6 +165,12 @@ pub struct Prober {
     watched: std::collections::BTreeSet<Key>,
     /// How many members the ring held, and the xor of their places, when `watched` was computed.
     ring_print: (usize, u64),
+    /// Some member's verdict may have moved since [`Prober::verdicts_moved`] last answered.
+    verdicts_dirty: bool,
+    /// What [`Prober::verdicts_moved`] last returned (debug builds: checks that no change went
+    /// unflagged).
+    #[cfg(debug_assertions)]
+    verdicts_last: Vec<(String, u64, Verdict)>,
 }
 
 /// How long a member this agent declared dead stays in what it gossips as suspected (a
@@ -219,6 +225,9 @@ impl Prober {
             watching: false,
             watched: std::collections::BTreeSet::new(),
             ring_print: (usize::MAX, 0),
+            verdicts_dirty: true,
+            #[cfg(debug_assertions)]
+            verdicts_last: Vec::new(),
         }
     }
 
@@ -263,6 +272,26 @@ impl Prober {
             .keys()
             .filter_map(|(n, g)| self.verdict(n, *g).map(|v| (n.clone(), *g, v)))
             .collect()
+    }
+
+    /// Every judged member's verdict ([`Self::verdicts`]) when one may have moved since the last
+    /// call, else `None`: the shell rebuilds its view only then, not every tick.
+    pub fn verdicts_moved(&mut self) -> Option<Vec<(String, u64, Verdict)>> {
+        if !std::mem::take(&mut self.verdicts_dirty) {
+            #[cfg(debug_assertions)]
+            assert_eq!(
+                self.verdicts(),
+                self.verdicts_last,
+                "a verdict moved without being flagged"
+            );
+            return None;
+        }
+        let now = self.verdicts();
+        #[cfg(debug_assertions)]
+        {
+            self.verdicts_last = now.clone();
+        }
+        Some(now)
     }
 
     /// The members this agent suspects now, or declared dead within the last
@@ -326,6 +355,18 @@ impl Prober {
         suspected_me: u32,
         members: &[Observed],
     ) -> Vec<Outgoing> {
+        self.tick_with(now_ms, stall_ms, suspected_me, Some(members))
+    }
+
+    /// [`Self::tick`] where `members` is `None` when the shell read exactly what it passed last
+    /// (taking the same view again changes nothing, and costs a walk over every member).
+    pub fn tick_with(
+        &mut self,
+        now_ms: u64,
+        stall_ms: u64,
+        suspected_me: u32,
+        members: Option<&[Observed]>,
+    ) -> Vec<Outgoing> {
         let mut out = Vec::new();
         // A wake within the slack is on time.
         let stalled = if stall_ms > self.config.stall_slack_ms {
@@ -368,7 +409,9 @@ impl Prober {
             self.health -= 1;
             self.health_down_at = now_ms;
         }
-        self.observe(now_ms, members);
+        if let Some(members) = members {
+            self.observe(now_ms, members);
+        }
         // A stall is excused above; deafness only over the time this agent ran.
         self.excuse_deafness(now_ms, now_ms.saturating_sub(stalled));
         self.drive(now_ms, &mut out);
@@ -499,6 +542,7 @@ impl Prober {
                     State::Dead(now.saturating_sub(CONFIRMS_FOR_MS), false)
                 };
                 let ring = watch::ring_place(&key);
+                self.verdicts_dirty = true;
                 self.tracks.insert(
                     key,
                     Track {
@@ -520,6 +564,9 @@ impl Prober {
                 continue;
             };
             track.addr = m.addr;
+            if (track.probes, track.leaving) != (m.probes, m.leaving) {
+                self.verdicts_dirty = true;
+            }
             track.probes = m.probes;
             track.leaving = m.leaving;
             track.live = m.live;
@@ -535,6 +582,7 @@ impl Prober {
                 track.verified = true;
                 track.told_by.clear();
                 let was = std::mem::replace(&mut track.state, State::Alive);
+                self.verdicts_dirty |= !matches!(was, State::Alive | State::Probing(_));
                 match was {
                     State::Suspect(p, _) => {
                         self.pending.remove(&p.nonce);
@@ -556,6 +604,7 @@ impl Prober {
             .cloned()
             .collect();
         for key in gone {
+            self.verdicts_dirty = true;
             if let Some(Track {
                 state: State::Probing(p) | State::Suspect(p, _),
                 ..
@@ -585,7 +634,15 @@ impl Prober {
         if self.watching {
             self.update_ring();
         }
-        let keys: Vec<Key> = self.tracks.keys().cloned().collect();
+        // Only members whose timers run or that may be looked at now: the loop below decides
+        // each again, and what it does to one member changes none of the others' conditions
+        // here, so the filter passes every member the loop would act on.
+        let keys: Vec<Key> = self
+            .tracks
+            .iter()
+            .filter(|(key, t)| self.judges(t) && self.may_act(key, t, now, m))
+            .map(|(key, _)| key.clone())
+            .collect();
         let mut verify_budget = VERIFY_PER_TICK;
         for key in keys {
             let track = &self.tracks[&key];
@@ -691,6 +748,22 @@ impl Prober {
         }
     }
 
+    /// Whether [`Self::drive`] may act on `t` at `now` (`m`: the health multiplier): a probe or
+    /// suspicion runs, or, alive, it is quiet, told of, or not yet verified while watching.
+    fn may_act(&self, key: &Key, t: &Track, now: u64, m: u64) -> bool {
+        let quiet_for = self.config.quiet_ms * m;
+        match t.state {
+            State::Dead(..) => false,
+            State::Probing(_) | State::Suspect(..) => true,
+            State::Alive => {
+                (now.saturating_sub(t.advanced_at) >= quiet_for
+                    && (!self.watching || self.watched.contains(key)))
+                    || (t.confirmations(0) > 0 && now.saturating_sub(t.probed_at) >= quiet_for)
+                    || (self.watching && !t.verified)
+            }
+        }
+    }
+
     /// Starts probing `key`: its first direct ping.
     fn start_probe(&mut self, key: &Key, now: u64, on_notice: bool, out: &mut Vec<Outgoing>) {
         let nonce = self.nonce();
@@ -716,6 +789,8 @@ impl Prober {
 
     fn set(&mut self, key: &Key, state: State) {
         if let Some(t) = self.tracks.get_mut(key) {
+            self.verdicts_dirty |=
+                std::mem::discriminant(&t.state) != std::mem::discriminant(&state);
             t.state = state;
         }
     }
@@ -1003,6 +1078,7 @@ impl Prober {
             // is revived here too (no heartbeat detector would).
             State::Dead(_, declared) if declared || watching => {
                 track.state = State::Alive;
+                self.verdicts_dirty = true;
                 track.advanced_at = now;
                 track.told_by.clear();
                 if let Some(n) = track.dead_nonce.take() {
@@ -1022,6 +1098,7 @@ impl Prober {
             return;
         };
         let was = std::mem::replace(&mut track.state, State::Alive);
+        self.verdicts_dirty |= !matches!(was, State::Alive | State::Probing(_));
         track.advanced_at = now;
         track.verified = true;
         track.told_by.clear();

@@ -168,6 +168,12 @@ impl FailureDetector {
         self.live_nodes.len()
     }
 
+    /// Shoal patch: whether the failure detector holds `chitchat_id` live (one hash lookup,
+    /// where collecting [`Self::live_nodes`] walks them all).
+    pub fn is_live(&self, chitchat_id: &ChitchatId) -> bool {
+        self.live_nodes.contains(chitchat_id)
+    }
+
     /// Returns the list of nodes considered live by the failure detector.
     pub fn live_nodes(&self) -> impl Iterator<Item = &ChitchatId> {
         self.live_nodes.iter()

@@ -485,6 +485,11 @@ impl Chitchat {
         once(self.self_chitchat_id()).chain(self.failure_detector.live_nodes())
     }
 
+    /// Shoal patch: whether `chitchat_id` is among [`Self::live_nodes`], without walking them.
+    pub fn is_live(&self, chitchat_id: &ChitchatId) -> bool {
+        *chitchat_id == self.config.chitchat_id || self.failure_detector.is_live(chitchat_id)
+    }
+
     /// Returns a watch stream for monitoring changes in the cluster.
     ///
     /// The stream will emit a new value whenever a node:

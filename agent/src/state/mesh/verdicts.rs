@@ -21,16 +21,14 @@
 //! mode and external liveness on, sets the prober watching (each agent probes its ring
 //! successors), and hands chitchat the prober's dead set as its liveness.
 
-use std::collections::BTreeMap;
+mod observe;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use shoal_core::verdict::{
-    format_suspects, parse_suspects, Observed, ProbeConfig, ProbeMsg, Prober,
-};
+use shoal_core::verdict::{format_suspects, ProbeConfig, ProbeMsg, Prober};
 use tokio::time::Instant;
 
-use super::build::BUILD_KEY;
 use super::node::MeshNode;
 use super::view::Verdicts;
 use crate::transport::gossip::probe::{
@@ -58,7 +56,8 @@ pub async fn run(node: Arc<MeshNode>, mut channel: ProbeChannel, config: ProbeCo
     let mut planned = Instant::now() + TICK;
     let mut next_tick = planned;
     let mut published = String::new();
-    let mut keys = KeyCache::default();
+    let mut observer = observe::Observer::default();
+    let mut shown = false;
     let mut compact = false;
     let mut reported_dead: std::collections::BTreeSet<(String, u64)> = Default::default();
     loop {
@@ -93,9 +92,11 @@ pub async fn run(node: Arc<MeshNode>, mut channel: ProbeChannel, config: ProbeCo
         if node.wire.load(std::sync::atomic::Ordering::Relaxed) < PROBE_WIRE {
             // The heartbeat detector judges; the prober only keeps its view of the members, to
             // know who pings it and answer.
-            let (members, _) = observe(&node, &mut keys, false).await;
-            prober.observe_only(now_ms, &members);
+            if read(&node, &mut observer, false).await {
+                prober.observe_only(now_ms, observer.members());
+            }
             node.set_verdicts(Verdicts::default());
+            shown = false;
             planned = next_tick;
             continue;
         }
@@ -110,8 +111,9 @@ pub async fn run(node: Arc<MeshNode>, mut channel: ProbeChannel, config: ProbeCo
             reported_dead.clear();
             tracing::info!(compact, "gossip mode changed with the mesh version");
         }
-        let (members, suspected_me) = observe(&node, &mut keys, compact).await;
-        for (to, msg) in prober.tick(now_ms, stall, suspected_me, &members) {
+        let moved = read(&node, &mut observer, compact).await;
+        let members = moved.then(|| observer.members());
+        for (to, msg) in prober.tick_with(now_ms, stall, observer.suspected_me(), members) {
             send(&node, &channel, to, &msg);
         }
         if compact {
@@ -124,11 +126,17 @@ pub async fn run(node: Arc<MeshNode>, mut channel: ProbeChannel, config: ProbeCo
             guard.self_node_state().set(SUSPECTS_KEY, suspects.clone());
             published = suspects;
         }
-        let judged = prober.verdicts();
         let events = prober.drain_events();
         node.record_probes(prober.counters(), prober.health(), &events);
-        if node.set_verdicts(Verdicts::new(judged)) {
-            node.membership_moved.notify_one();
+        // The view is rebuilt when a verdict moved, or when the heartbeat detector's empty one
+        // stands in for it.
+        let moved = prober.verdicts_moved();
+        let judged = moved.or_else(|| (!shown).then(|| prober.verdicts()));
+        shown = true;
+        if let Some(judged) = judged {
+            if node.set_verdicts(Verdicts::new(judged)) {
+                node.membership_moved.notify_one();
+            }
         }
         // Wake at the next regular tick, or earlier when a probe's timer falls due.
         planned = match prober.next_due() {
@@ -191,113 +199,9 @@ fn send(node: &MeshNode, channel: &ProbeChannel, to: std::net::SocketAddr, msg: 
     }
 }
 
-/// Every other identity chitchat holds, as the prober reads it, and how many live members
-/// suspect this agent.
-/// `compact`: the mesh is at [`COMPACT_WIRE`](crate::transport::gossip::probe::COMPACT_WIRE) or later, so every member speaks probes, and one
-/// whose build record has not come (or never will: a name only some digest carried) is probed
-/// like the rest; nothing else would ever judge it dead.
-async fn observe(node: &MeshNode, keys: &mut KeyCache, compact: bool) -> (Vec<Observed>, u32) {
+/// Reads chitchat into `observer` (see [`observe::Observer::read`]).
+async fn read(node: &MeshNode, observer: &mut observe::Observer, compact: bool) -> bool {
     let chitchat = node.gossip().chitchat();
     let guard = chitchat.lock().await;
-    let me = guard.self_chitchat_id().clone();
-    let live: std::collections::BTreeSet<&chitchat::ChitchatId> = guard.live_nodes().collect();
-    // Who suspects whom, from live members' gossip.
-    let mut suspected: BTreeMap<(String, u64), u32> = BTreeMap::new();
-    for id in &live {
-        if **id == me {
-            continue;
-        }
-        let Some(state) = guard.node_state(id) else {
-            continue;
-        };
-        for key in keys.suspects(id, state) {
-            *suspected.entry(key.clone()).or_default() += 1;
-        }
-    }
-    let mut out = Vec::with_capacity(guard.node_states().len());
-    for (id, state) in guard.node_states() {
-        if *id == me {
-            continue;
-        }
-        let key = (id.node_id.to_string(), id.generation_id);
-        let probes = compact || keys.speaks_probes(id, state);
-        out.push(Observed {
-            suspected_by: suspected.get(&key).copied().unwrap_or(0),
-            name: key.0,
-            generation: key.1,
-            addr: id.gossip_advertise_addr,
-            heartbeat: u64::from(state.heartbeat()),
-            live: live.contains(id),
-            probes,
-            leaving: state.get(super::view::LEAVING_KEY).is_some(),
-        });
-    }
-    keys.forget_others(guard.node_states());
-    let mine = suspected
-        .get(&(me.node_id.to_string(), me.generation_id))
-        .copied()
-        .unwrap_or(0);
-    (out, mine)
-}
-
-/// What each identity gossips under the keys the prober reads (whether its build speaks probes,
-/// whom it suspects), decoded again only when that key's version moves: the prober reads every
-/// member each tick, and most keys change rarely.
-#[derive(Default)]
-struct KeyCache {
-    builds: BTreeMap<chitchat::ChitchatId, (u64, bool)>,
-    suspects: BTreeMap<chitchat::ChitchatId, (u64, Vec<(String, u64)>)>,
-}
-
-impl KeyCache {
-    fn speaks_probes(&mut self, id: &chitchat::ChitchatId, state: &chitchat::NodeState) -> bool {
-        *cached(&mut self.builds, id, state, BUILD_KEY, |value| {
-            super::build::BuildRecord::decode(value).is_ok_and(|b| b.wire_max >= PROBE_WIRE)
-        })
-        .unwrap_or(&false)
-    }
-
-    fn suspects(
-        &mut self,
-        id: &chitchat::ChitchatId,
-        state: &chitchat::NodeState,
-    ) -> &[(String, u64)] {
-        cached(&mut self.suspects, id, state, SUSPECTS_KEY, |text| {
-            if text.len() > SUSPECTS_BYTES_MAX {
-                return Vec::new();
-            }
-            let (mut list, _bad) = parse_suspects(text);
-            list.truncate(SUSPECTS_MAX);
-            list
-        })
-        .map_or(&[], Vec::as_slice)
-    }
-
-    fn forget_others(&mut self, states: &BTreeMap<chitchat::ChitchatId, chitchat::NodeState>) {
-        if self.builds.len() > states.len() {
-            self.builds.retain(|id, _| states.contains_key(id));
-        }
-        if self.suspects.len() > states.len() {
-            self.suspects.retain(|id, _| states.contains_key(id));
-        }
-    }
-}
-
-/// `id`'s value under `key` decoded by `decode`, from `cache` while the key's version is the one
-/// decoded; `None` when it has no such key (or a deleted one).
-fn cached<'a, T>(
-    cache: &'a mut BTreeMap<chitchat::ChitchatId, (u64, T)>,
-    id: &chitchat::ChitchatId,
-    state: &chitchat::NodeState,
-    key: &str,
-    decode: impl FnOnce(&str) -> T,
-) -> Option<&'a T> {
-    let versioned = state.get_versioned(key).filter(|v| !v.is_deleted())?;
-    let fresh = cache
-        .get(id)
-        .is_some_and(|(version, _)| *version == versioned.version);
-    if !fresh {
-        cache.insert(id.clone(), (versioned.version, decode(&versioned.value)));
-    }
-    cache.get(id).map(|(_, value)| value)
+    observer.read(&guard, compact)
 }
