@@ -156,12 +156,7 @@ impl NameClaims {
             }
         }
         self.seen = next;
-        let overlapping: Vec<String> = self
-            .claimants(now_ms)
-            .into_iter()
-            .filter(|(_, ids)| ids.len() >= 2)
-            .map(|(name, _)| name)
-            .collect();
+        let overlapping = self.overlapping(now_ms);
         self.overlap_since_ms
             .retain(|name, _| overlapping.contains(name));
         for name in overlapping {
@@ -170,19 +165,46 @@ impl NameClaims {
         self.check_invariants();
     }
 
-    /// The identities heartbeating at `now_ms` and not leaving, by name, each name's by
-    /// generation.
-    fn claimants(&self, now_ms: u64) -> BTreeMap<String, Vec<&Identity>> {
-        let mut out: BTreeMap<String, Vec<&Identity>> = BTreeMap::new();
+    /// The names with two or more identities heartbeating at `now_ms` and not leaving, in
+    /// order. One walk: the identities of a name are adjacent (ordered by name first).
+    fn overlapping(&self, now_ms: u64) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut run: Option<(&str, usize)> = None;
         for (id, seen) in &self.seen {
-            if !seen.leaving && now_ms < seen.advanced_at_ms.saturating_add(FRESH_MS) {
-                out.entry(id.name.clone()).or_default().push(id);
+            if !fresh(seen, now_ms) {
+                continue;
+            }
+            run = match run {
+                Some((name, count)) if name == id.name => Some((name, count + 1)),
+                _ => Some((&id.name, 1)),
+            };
+            if let Some((name, 2)) = run {
+                out.push(name.to_string());
             }
         }
-        for ids in out.values_mut() {
-            ids.sort_by_key(|i| (i.generation, i.gossip_addr.clone()));
-        }
         out
+    }
+
+    /// The identities of `name` heartbeating at `now_ms` and not leaving, by generation (then
+    /// address): the identities' order within a name.
+    fn claimants(&self, name: &str, now_ms: u64) -> Vec<&Identity> {
+        self.of_name(name)
+            .filter(|(_, seen)| fresh(seen, now_ms))
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    /// Every identity of `name` seen, in order.
+    fn of_name(&self, name: &str) -> impl Iterator<Item = (&Identity, &Seen)> + '_ {
+        let name = name.to_string();
+        let from = Identity {
+            name: name.clone(),
+            generation: 0,
+            gossip_addr: String::new(),
+        };
+        self.seen
+            .range(from..)
+            .take_while(move |(id, _)| id.name == name)
     }
 
     /// A newer identity of `id`'s name that heartbeats at `now_ms` while `id` does not: the one
@@ -190,27 +212,25 @@ impl NameClaims {
     /// live for seconds beside its new one (its last heartbeats relayed by members that heard it
     /// longer, after a partition heals), with its last instance list, which is stale.
     pub fn successor(&self, id: &Identity, now_ms: u64) -> Option<&Identity> {
-        let fresh = |s: &Seen| !s.leaving && now_ms < s.advanced_at_ms.saturating_add(FRESH_MS);
-        if self.seen.get(id).is_some_and(fresh) {
+        if self.seen.get(id).is_some_and(|s| fresh(s, now_ms)) {
             return None;
         }
-        self.seen
-            .iter()
-            .filter(|(other, s)| {
-                other.name == id.name && other.generation > id.generation && fresh(s)
-            })
+        self.of_name(&id.name)
+            .filter(|(other, s)| other.generation > id.generation && fresh(s, now_ms))
             .map(|(other, _)| other)
             .max_by_key(|other| other.generation)
     }
 
     /// The names disputed at `now_ms` (as of the last [`NameClaims::handle_view`]), by name.
     pub fn disputes(&self, now_ms: u64) -> Vec<Dispute> {
-        let claimants = self.claimants(now_ms);
         self.overlap_since_ms
             .iter()
             .filter(|(_, since)| now_ms >= since.saturating_add(DISPUTE_MS))
             .filter_map(|(name, since)| {
-                let ids = claimants.get(name).filter(|ids| ids.len() >= 2)?;
+                let ids = self.claimants(name, now_ms);
+                if ids.len() < 2 {
+                    return None;
+                }
                 Some(Dispute {
                     name: name.clone(),
                     earlier: ids[0].clone(),
@@ -223,10 +243,7 @@ impl NameClaims {
 
     /// What the agent `me` holds on its own host at `now_ms`.
     pub fn self_hold(&self, me: &Identity, now_ms: u64) -> SelfHold {
-        let claimants = self.claimants(now_ms);
-        let Some(ids) = claimants.get(&me.name) else {
-            return SelfHold::None;
-        };
+        let ids = self.claimants(&me.name, now_ms);
         let earlier = ids
             .iter()
             .find(|i| (i.generation, &i.gossip_addr) < (me.generation, &me.gossip_addr));
@@ -257,6 +274,11 @@ impl NameClaims {
         assert!(self.seen.len() <= IDENTITIES_MAX);
         assert!(self.overlap_since_ms.len() <= self.seen.len());
     }
+}
+
+/// Whether an identity seen so heartbeats at `now_ms` and is not leaving.
+fn fresh(seen: &Seen, now_ms: u64) -> bool {
+    !seen.leaving && now_ms < seen.advanced_at_ms.saturating_add(FRESH_MS)
 }
 
 #[cfg(test)]

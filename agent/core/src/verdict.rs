@@ -259,11 +259,7 @@ impl Prober {
         if !track.probes || track.leaving {
             return None;
         }
-        Some(match track.state {
-            State::Alive | State::Probing(_) => Verdict::Alive,
-            State::Suspect(..) => Verdict::Suspect,
-            State::Dead(..) => Verdict::Dead,
-        })
+        Some(shown(&track.state))
     }
 
     /// Every judged member's verdict, by name and generation.
@@ -582,7 +578,7 @@ impl Prober {
                 track.verified = true;
                 track.told_by.clear();
                 let was = std::mem::replace(&mut track.state, State::Alive);
-                self.verdicts_dirty |= !matches!(was, State::Alive | State::Probing(_));
+                self.verdicts_dirty |= shown(&was) != Verdict::Alive;
                 match was {
                     State::Suspect(p, _) => {
                         self.pending.remove(&p.nonce);
@@ -789,8 +785,7 @@ impl Prober {
 
     fn set(&mut self, key: &Key, state: State) {
         if let Some(t) = self.tracks.get_mut(key) {
-            self.verdicts_dirty |=
-                std::mem::discriminant(&t.state) != std::mem::discriminant(&state);
+            self.verdicts_dirty |= shown(&t.state) != shown(&state);
             t.state = state;
         }
     }
@@ -1098,7 +1093,7 @@ impl Prober {
             return;
         };
         let was = std::mem::replace(&mut track.state, State::Alive);
-        self.verdicts_dirty |= !matches!(was, State::Alive | State::Probing(_));
+        self.verdicts_dirty |= shown(&was) != Verdict::Alive;
         track.advanced_at = now;
         track.verified = true;
         track.told_by.clear();
@@ -1122,6 +1117,15 @@ impl Prober {
             self.health -= 1;
             self.health_down_at = now;
         }
+    }
+}
+
+/// The verdict a member in `state` is shown with (when judged).
+fn shown(state: &State) -> Verdict {
+    match state {
+        State::Alive | State::Probing(_) => Verdict::Alive,
+        State::Suspect(..) => Verdict::Suspect,
+        State::Dead(..) => Verdict::Dead,
     }
 }
 

@@ -123,11 +123,10 @@ impl Checker {
             // The membership's verdict: the member probes' where they judge an identity, the
             // heartbeat detector's elsewhere (`view::Verdicts::judge`).
             let verdicts = node.verdicts();
-            let heartbeat_live: BTreeSet<&chitchat::ChitchatId> = guard.live_nodes().collect();
             let live: BTreeSet<(u32, u64)> = guard
                 .node_states()
                 .keys()
-                .filter(|id| verdicts.judge(id, heartbeat_live.contains(id)).0)
+                .filter(|id| verdicts.judge(id, guard.is_live(id)).0)
                 .filter_map(|id| Some((super::agents::host_index(&id.node_id)?, id.generation_id)))
                 .collect();
             drop(guard);

@@ -180,10 +180,9 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         let compact = crate::transport::gossip::probe::compact_at(
             node.wire.load(std::sync::atomic::Ordering::Relaxed),
         );
-        let verdicts = node.verdicts();
         shell.claims.handle_view(
             now,
-            sightings(&guard, compact.then_some((verdicts.as_ref(), now))),
+            sightings(&guard, compact.then_some((&shell.members, now))),
         );
         // A lease advance moves its node state's versions: read again only then (and at once
         // when exclusive workloads appear), not every round over every member.
@@ -500,24 +499,24 @@ fn record_cell_changes(
 /// not heartbeating.
 fn sightings(
     chitchat: &Chitchat,
-    probes: Option<(&view::Verdicts, u64)>,
+    probes: Option<(&view::MemberCache, u64)>,
 ) -> Vec<shoal_core::claims::Sighting> {
-    // Read only with the probes (heartbeat mode reads the heartbeats alone).
-    let live: BTreeSet<&ChitchatId> = match probes {
-        Some(_) => chitchat.live_nodes().collect(),
-        None => BTreeSet::new(),
-    };
+    // The cache was refreshed from this very view: one entry per identity, in its order.
+    let mut judged = probes.map(|(cache, _)| cache.judged());
     chitchat
         .node_states()
         .iter()
         .map(|(id, state)| shoal_core::claims::Sighting {
             identity: identity(id),
-            heartbeat: match probes {
-                None => state.heartbeat().into(),
-                Some((verdicts, now)) => match verdicts.judge(id, live.contains(id)) {
-                    (true, false) => now.max(1),
-                    _ => 0,
-                },
+            heartbeat: match (probes, judged.as_mut().and_then(Iterator::next)) {
+                (Some((_, now)), Some((judged_id, verdict))) => {
+                    debug_assert_eq!(judged_id, id, "a member cache out of step");
+                    match verdict {
+                        (true, false) => now.max(1),
+                        _ => 0,
+                    }
+                }
+                _ => state.heartbeat().into(),
             },
             leaving: state.get(view::LEAVING_KEY).is_some()
                 || state.get(view::RESTARTING_KEY).is_some(),

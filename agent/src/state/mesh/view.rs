@@ -108,37 +108,51 @@ pub fn members(chitchat: &Chitchat, verdicts: &Verdicts) -> Vec<Member> {
 
 /// The member probes' verdicts this agent holds (module `verdicts`), by identity: what the
 /// membership reads in place of the heartbeat detector's for the identities they judge.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Verdicts {
     judged: BTreeMap<String, BTreeMap<u64, shoal_core::verdict::Verdict>>,
+    /// Which view this is: a new one per [`Verdicts::new`] (0: the empty default), so that a
+    /// reader that looked every identity up in one need not again while it stands
+    /// ([`MemberCache`]).
+    stamp: u64,
 }
+
+impl PartialEq for Verdicts {
+    fn eq(&self, other: &Self) -> bool {
+        self.judged == other.judged
+    }
+}
+
+impl Eq for Verdicts {}
 
 impl Verdicts {
     /// The verdicts `judged`, by name and generation.
     pub fn new(
         judged: impl IntoIterator<Item = (String, u64, shoal_core::verdict::Verdict)>,
     ) -> Self {
+        static STAMPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let mut out: BTreeMap<String, BTreeMap<u64, _>> = BTreeMap::new();
         for (name, generation, verdict) in judged {
             out.entry(name).or_default().insert(generation, verdict);
         }
-        Verdicts { judged: out }
+        Verdicts {
+            judged: out,
+            stamp: STAMPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     /// Whether `id` is alive and whether it is suspected, given the heartbeat detector's
     /// `heartbeat_live` for identities the probes do not judge.
     pub fn judge(&self, id: &ChitchatId, heartbeat_live: bool) -> (bool, bool) {
-        use shoal_core::verdict::Verdict;
-        match self
-            .judged
+        judged_as(self.verdict(id), heartbeat_live)
+    }
+
+    /// The probes' verdict on `id` (`None`: they do not judge it).
+    pub fn verdict(&self, id: &ChitchatId) -> Option<shoal_core::verdict::Verdict> {
+        self.judged
             .get(&*id.node_id)
             .and_then(|g| g.get(&id.generation_id))
-        {
-            Some(Verdict::Dead) => (false, false),
-            Some(Verdict::Suspect) => (true, true),
-            Some(Verdict::Alive) => (true, false),
-            None => (heartbeat_live, false),
-        }
+            .copied()
     }
 
     /// Whether some identity is dead by one and not by the other (a death or a revival, not
@@ -169,6 +183,21 @@ impl Verdicts {
     }
 }
 
+/// Whether an identity is alive and whether it is suspected, from the probes' `verdict` on it and
+/// the heartbeat detector's `heartbeat_live` (which decides where the probes do not judge).
+pub fn judged_as(
+    verdict: Option<shoal_core::verdict::Verdict>,
+    heartbeat_live: bool,
+) -> (bool, bool) {
+    use shoal_core::verdict::Verdict;
+    match verdict {
+        Some(Verdict::Dead) => (false, false),
+        Some(Verdict::Suspect) => (true, true),
+        Some(Verdict::Alive) => (true, false),
+        None => (heartbeat_live, false),
+    }
+}
+
 /// [`members`] for a caller that reads the membership again and again (the host loop, every
 /// round). A node's keys are read and its record decoded again only when its versions moved
 /// (every set or delete of one of its keys raises its `max_version`; heartbeats do not), and the
@@ -181,6 +210,8 @@ pub struct MemberCache {
     /// What [`members`] would return for the last refresh, shared with every reader until the
     /// members change (readers clone the `Arc`, not the records).
     members: Arc<[Member]>,
+    /// The stamp of the verdicts every node's `verdict` was looked up in.
+    verdicts_stamp: Option<u64>,
 }
 
 /// What a [`MemberCache::refresh`] found moved since the previous one.
@@ -199,6 +230,10 @@ struct CachedNode {
     versions: (u64, u64),
     alive: bool,
     suspect: bool,
+    /// As the probes and the heartbeat detector judge it, before a leave is counted.
+    judged: (bool, bool),
+    /// The probes' verdict on it, as of the verdicts `MemberCache::verdicts_stamp` names.
+    verdict: Option<shoal_core::verdict::Verdict>,
     facts: Facts,
 }
 
@@ -206,8 +241,6 @@ impl MemberCache {
     /// Reads chitchat's view, with the probes' `verdicts`, and says what moved since the last
     /// refresh.
     pub fn refresh(&mut self, chitchat: &Chitchat, verdicts: &Verdicts) -> Moved {
-        let live = live_ids(chitchat);
-        let mut live_at = 0;
         let states = chitchat.node_states();
         let mut moved = Moved::default();
         if !self.same_ids(states) {
@@ -216,6 +249,15 @@ impl MemberCache {
                 members: true,
             };
             self.realign(states);
+            self.verdicts_stamp = None;
+        }
+        // The probes' verdicts are looked up again only in a new view of them (a stamp of 0,
+        // the empty default, is the same view whoever built it).
+        if self.verdicts_stamp != Some(verdicts.stamp) {
+            self.verdicts_stamp = Some(verdicts.stamp);
+            for node in &mut self.nodes {
+                node.verdict = verdicts.verdict(&node.id);
+            }
         }
         for (node, (id, state)) in self.nodes.iter_mut().zip(states) {
             let versions = (state.max_version(), state.last_gc_version());
@@ -226,7 +268,9 @@ impl MemberCache {
                 moved.members |= facts != node.facts;
                 node.facts = facts;
             }
-            let (alive, suspect) = verdicts.judge(id, is_live(&live, &mut live_at, id));
+            debug_assert_eq!(node.verdict, verdicts.verdict(id), "a stale verdict");
+            let (alive, suspect) = judged_as(node.verdict, chitchat.is_live(id));
+            node.judged = (alive, suspect);
             let alive = !node.facts.leaving && alive;
             let suspect = suspect && !node.facts.leaving;
             moved.members |= alive != node.alive || suspect != node.suspect;
@@ -266,6 +310,8 @@ impl MemberCache {
                 versions: (u64::MAX, u64::MAX),
                 alive: false,
                 suspect: false,
+                judged: (false, false),
+                verdict: None,
                 facts: Facts::default(),
             });
             self.nodes.push(node);
@@ -275,6 +321,13 @@ impl MemberCache {
     /// The members as of the last refresh, as [`members`] returns them.
     pub fn members(&self) -> &Arc<[Member]> {
         &self.members
+    }
+
+    /// Every identity chitchat held at the last refresh, in its order, with whether the probes
+    /// (or the heartbeat detector, where they do not judge) hold it alive and suspected, before
+    /// a leave is counted.
+    pub fn judged(&self) -> impl Iterator<Item = (&ChitchatId, (bool, bool))> {
+        self.nodes.iter().map(|n| (&n.id, n.judged))
     }
 
     /// How many identities (node states) chitchat held at the last refresh.
