@@ -58,6 +58,17 @@ pub struct Sighting {
     pub leaving: bool,
 }
 
+/// [`Sighting`] with a borrowed identity ([`NameClaims::handle_view_of`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SightingRef<'a> {
+    /// Who.
+    pub identity: &'a Identity,
+    /// Its heartbeat counter.
+    pub heartbeat: u64,
+    /// It announced a graceful leave or a planned restart.
+    pub leaving: bool,
+}
+
 /// Two (or more) live claimants of one name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dispute {
@@ -119,21 +130,61 @@ pub struct NameClaims {
     seen: BTreeMap<Identity, Seen>,
     /// Per disputed-looking name: since when two of its identities have both been heartbeating.
     overlap_since_ms: BTreeMap<String, u64>,
+    /// Two identities seen share a name.
+    shared: bool,
 }
 
 impl NameClaims {
     /// Takes this round's view of every identity at `now_ms`. Identities no longer in the view
     /// are forgotten.
     pub fn handle_view(&mut self, now_ms: u64, view: impl IntoIterator<Item = Sighting>) {
+        let view: Vec<Sighting> = view.into_iter().collect();
+        let refs: Vec<SightingRef<'_>> = view
+            .iter()
+            .map(|s| SightingRef {
+                identity: &s.identity,
+                heartbeat: s.heartbeat,
+                leaving: s.leaving,
+            })
+            .collect();
+        self.handle_view_of(now_ms, &refs);
+    }
+
+    /// [`Self::handle_view`] from borrowed identities: a round whose view holds the identities
+    /// already tracked, in order (the usual one), updates them in place and clones none.
+    pub fn handle_view_of(&mut self, now_ms: u64, view: &[SightingRef<'_>]) {
+        let update = |seen: &mut Seen, s: &SightingRef<'_>| {
+            if s.heartbeat > seen.heartbeat {
+                seen.heartbeat = s.heartbeat;
+                seen.advanced_at_ms = now_ms;
+            }
+            seen.leaving = s.leaving;
+        };
+        let same = self.seen.len() == view.len()
+            && self.seen.keys().zip(view).all(|(id, s)| id == s.identity);
+        if same {
+            for (seen, s) in self.seen.values_mut().zip(view) {
+                update(seen, s);
+            }
+        } else {
+            self.rebuild(now_ms, view, update);
+        }
+        self.after_view(now_ms);
+    }
+
+    /// Takes a view whose identities differ from those tracked: a new map, keeping what was
+    /// seen of those still in it.
+    fn rebuild(
+        &mut self,
+        now_ms: u64,
+        view: &[SightingRef<'_>],
+        update: impl Fn(&mut Seen, &SightingRef<'_>),
+    ) {
         let mut next: BTreeMap<Identity, Seen> = BTreeMap::new();
         for s in view {
-            let seen = match self.seen.remove(&s.identity) {
+            let seen = match self.seen.remove(s.identity) {
                 Some(mut seen) => {
-                    if s.heartbeat > seen.heartbeat {
-                        seen.heartbeat = s.heartbeat;
-                        seen.advanced_at_ms = now_ms;
-                    }
-                    seen.leaving = s.leaving;
+                    update(&mut seen, s);
                     seen
                 }
                 None => Seen {
@@ -142,7 +193,7 @@ impl NameClaims {
                     leaving: s.leaving,
                 },
             };
-            next.insert(s.identity, seen);
+            next.insert(s.identity.clone(), seen);
         }
         if next.len() > IDENTITIES_MAX {
             // Keep the most recently advanced ones.
@@ -156,6 +207,10 @@ impl NameClaims {
             }
         }
         self.seen = next;
+    }
+
+    /// The dispute clocks after a view.
+    fn after_view(&mut self, now_ms: u64) {
         let overlapping = self.overlapping(now_ms);
         self.overlap_since_ms
             .retain(|name, _| overlapping.contains(name));
@@ -167,10 +222,14 @@ impl NameClaims {
 
     /// The names with two or more identities heartbeating at `now_ms` and not leaving, in
     /// order. One walk: the identities of a name are adjacent (ordered by name first).
-    fn overlapping(&self, now_ms: u64) -> Vec<String> {
+    fn overlapping(&mut self, now_ms: u64) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         let mut run: Option<(&str, usize)> = None;
+        let mut last: Option<&str> = None;
+        let mut shared = false;
         for (id, seen) in &self.seen {
+            shared |= last == Some(id.name.as_str());
+            last = Some(&id.name);
             if !fresh(seen, now_ms) {
                 continue;
             }
@@ -182,7 +241,14 @@ impl NameClaims {
                 out.push(name.to_string());
             }
         }
+        self.shared = shared;
         out
+    }
+
+    /// Whether two identities seen share a name (as of the last view): without one, no name
+    /// has a [`Self::successor`] or a dispute.
+    pub fn names_shared(&self) -> bool {
+        self.shared
     }
 
     /// The identities of `name` heartbeating at `now_ms` and not leaving, by generation (then

@@ -180,10 +180,8 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         let compact = crate::transport::gossip::probe::compact_at(
             node.wire.load(std::sync::atomic::Ordering::Relaxed),
         );
-        shell.claims.handle_view(
-            now,
-            sightings(&guard, compact.then_some((&shell.members, now))),
-        );
+        let sightings = sightings(&guard, &shell.members, compact.then_some(now));
+        shell.claims.handle_view_of(now, &sightings);
         // A lease advance moves its node state's versions: read again only then (and at once
         // when exclusive workloads appear), not every round over every member.
         let exclusive = shell.specs.values().any(|e| e.spec.placement.exclusive);
@@ -440,11 +438,7 @@ async fn refresh_past_specs(host: &Host, shell: &mut ShellState) {
 
 /// An identity as the name-claim rule reads it.
 fn identity(id: &ChitchatId) -> shoal_core::claims::Identity {
-    shoal_core::claims::Identity {
-        name: id.node_id.to_string(),
-        generation: id.generation_id,
-        gossip_addr: id.gossip_advertise_addr.to_string(),
-    }
+    view::claim_identity(id)
 }
 
 /// This agent's view of a cell went down, degraded, came back or forgot it: an event each
@@ -497,29 +491,29 @@ fn record_cell_changes(
 /// probes hold alive and unsuspected counts as heartbeating now (its watchers probe it every few
 /// hundred milliseconds and would suspect it within a second of its going quiet), any other as
 /// not heartbeating.
-fn sightings(
+fn sightings<'a>(
     chitchat: &Chitchat,
-    probes: Option<(&view::MemberCache, u64)>,
-) -> Vec<shoal_core::claims::Sighting> {
+    members: &'a view::MemberCache,
+    probes: Option<u64>,
+) -> Vec<shoal_core::claims::SightingRef<'a>> {
     // The cache was refreshed from this very view: one entry per identity, in its order.
-    let mut judged = probes.map(|(cache, _)| cache.judged());
-    chitchat
-        .node_states()
-        .iter()
-        .map(|(id, state)| shoal_core::claims::Sighting {
-            identity: identity(id),
-            heartbeat: match (probes, judged.as_mut().and_then(Iterator::next)) {
-                (Some((_, now)), Some((judged_id, verdict))) => {
-                    debug_assert_eq!(judged_id, id, "a member cache out of step");
-                    match verdict {
+    debug_assert_eq!(members.identities(), chitchat.node_states().len());
+    members
+        .judged()
+        .zip(chitchat.node_states())
+        .map(|(judged, (id, state))| {
+            debug_assert_eq!(judged.id, id, "a member cache out of step");
+            shoal_core::claims::SightingRef {
+                identity: judged.claim,
+                heartbeat: match probes {
+                    None => state.heartbeat().into(),
+                    Some(now) => match (judged.alive, judged.suspect) {
                         (true, false) => now.max(1),
                         _ => 0,
-                    }
-                }
-                _ => state.heartbeat().into(),
-            },
-            leaving: state.get(view::LEAVING_KEY).is_some()
-                || state.get(view::RESTARTING_KEY).is_some(),
+                    },
+                },
+                leaving: judged.stopping,
+            }
         })
         .collect()
 }
@@ -615,6 +609,9 @@ fn membership(members: &[Member], dead: BTreeSet<String>) -> Membership {
 /// relayed heartbeats, with its last instance list), by name. Empty but for such a restart.
 fn successors(chitchat: &Chitchat, shell: &ShellState, now: u64) -> BTreeMap<String, ChitchatId> {
     let mut out = BTreeMap::new();
+    if !shell.claims.names_shared() {
+        return out;
+    }
     for member in shell.members.members().iter().filter(|m| m.alive) {
         let Some(newer) = shell.claims.successor(&identity(&member.id), now) else {
             continue;

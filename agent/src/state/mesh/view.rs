@@ -214,6 +214,30 @@ pub struct MemberCache {
     verdicts_stamp: Option<u64>,
 }
 
+/// An identity as the name-claim rule reads it.
+pub fn claim_identity(id: &ChitchatId) -> shoal_core::claims::Identity {
+    shoal_core::claims::Identity {
+        name: id.node_id.to_string(),
+        generation: id.generation_id,
+        gossip_addr: id.gossip_advertise_addr.to_string(),
+    }
+}
+
+/// One identity as [`MemberCache::judged`] gives it.
+#[derive(Clone, Copy, Debug)]
+pub struct Judged<'a> {
+    /// Who.
+    pub id: &'a ChitchatId,
+    /// Who, as the name-claim rule reads it.
+    pub claim: &'a shoal_core::claims::Identity,
+    /// Held alive by the probes (or the heartbeat detector where they do not judge).
+    pub alive: bool,
+    /// Suspected by the probes.
+    pub suspect: bool,
+    /// It announced a leave or a planned restart.
+    pub stopping: bool,
+}
+
 /// What a [`MemberCache::refresh`] found moved since the previous one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Moved {
@@ -234,6 +258,8 @@ struct CachedNode {
     judged: (bool, bool),
     /// The probes' verdict on it, as of the verdicts `MemberCache::verdicts_stamp` names.
     verdict: Option<shoal_core::verdict::Verdict>,
+    /// It as the name-claim rule reads it.
+    claim: shoal_core::claims::Identity,
     facts: Facts,
 }
 
@@ -312,6 +338,7 @@ impl MemberCache {
                 suspect: false,
                 judged: (false, false),
                 verdict: None,
+                claim: claim_identity(id),
                 facts: Facts::default(),
             });
             self.nodes.push(node);
@@ -325,9 +352,15 @@ impl MemberCache {
 
     /// Every identity chitchat held at the last refresh, in its order, with whether the probes
     /// (or the heartbeat detector, where they do not judge) hold it alive and suspected, before
-    /// a leave is counted.
-    pub fn judged(&self) -> impl Iterator<Item = (&ChitchatId, (bool, bool))> {
-        self.nodes.iter().map(|n| (&n.id, n.judged))
+    /// a leave is counted, and whether it announced a leave or a planned restart.
+    pub fn judged(&self) -> impl Iterator<Item = Judged<'_>> {
+        self.nodes.iter().map(|n| Judged {
+            id: &n.id,
+            claim: &n.claim,
+            alive: n.judged.0,
+            suspect: n.judged.1,
+            stopping: n.facts.leaving || n.facts.restarting,
+        })
     }
 
     /// How many identities (node states) chitchat held at the last refresh.
@@ -345,6 +378,8 @@ struct Facts {
     leaving: bool,
     build: Option<super::build::BuildRecord>,
     restarting_until: Option<u64>,
+    /// It gossips the restarting key at all (readable or not).
+    restarting: bool,
     capabilities: Option<super::capabilities::CapabilitiesRecord>,
 }
 
@@ -358,6 +393,7 @@ impl Facts {
             leaving: false,
             build: None,
             restarting_until: None,
+            restarting: false,
             capabilities: None,
         };
         for (key, value) in state.key_values() {
@@ -369,7 +405,10 @@ impl Facts {
                 super::build::BUILD_KEY => {
                     facts.build = super::build::BuildRecord::decode(value).ok();
                 }
-                RESTARTING_KEY => facts.restarting_until = value.parse().ok(),
+                RESTARTING_KEY => {
+                    facts.restarting = true;
+                    facts.restarting_until = value.parse().ok();
+                }
                 super::capabilities::CAPABILITIES_KEY => {
                     facts.capabilities =
                         super::capabilities::CapabilitiesRecord::decode(value).ok();
