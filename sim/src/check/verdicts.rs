@@ -139,15 +139,18 @@ impl Checker {
                 .into_iter()
                 .chain([now])
                 .collect();
-            let before = self.verdicts.live.insert(o.index, (gen_o, live.clone()));
+            let before = self.verdicts.live.insert(o.index, (gen_o, live));
             let Some((gen_before, before)) = before.filter(|b| b.0 == gen_o) else {
                 continue;
             };
             debug_assert_eq!(gen_before, gen_o);
-            for &(x, gen_x) in before.difference(&live) {
-                if x == o.index || live.iter().any(|&(y, _)| y == x) {
-                    continue;
-                }
+            let live = &self.verdicts.live[&o.index].1;
+            let gone: Vec<(u32, u64)> = before
+                .difference(live)
+                .filter(|&&(x, _)| x != o.index && !live.iter().any(|&(y, _)| y == x))
+                .copied()
+                .collect();
+            for (x, gen_x) in gone {
                 self.member_deaths_seen += 1;
                 let alive = current.get(x as usize).copied().flatten() == Some(gen_x);
                 let reached = instants

@@ -110,7 +110,9 @@ pub fn members(chitchat: &Chitchat, verdicts: &Verdicts) -> Vec<Member> {
 /// membership reads in place of the heartbeat detector's for the identities they judge.
 #[derive(Clone, Debug, Default)]
 pub struct Verdicts {
-    judged: BTreeMap<String, BTreeMap<u64, shoal_core::verdict::Verdict>>,
+    /// Searched per identity, never iterated where order could reach an output (the keyless
+    /// Fx hash: a search costs one hash of the name, not a string compare per tree level).
+    judged: rustc_hash::FxHashMap<String, BTreeMap<u64, shoal_core::verdict::Verdict>>,
     /// Which view this is: a new one per [`Verdicts::new`] (0: the empty default), so that a
     /// reader that looked every identity up in one need not again while it stands
     /// ([`MemberCache`]).
@@ -131,7 +133,7 @@ impl Verdicts {
         judged: impl IntoIterator<Item = (String, u64, shoal_core::verdict::Verdict)>,
     ) -> Self {
         static STAMPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let mut out: BTreeMap<String, BTreeMap<u64, _>> = BTreeMap::new();
+        let mut out: rustc_hash::FxHashMap<String, BTreeMap<u64, _>> = Default::default();
         for (name, generation, verdict) in judged {
             out.entry(name).or_default().insert(generation, verdict);
         }
@@ -159,7 +161,7 @@ impl Verdicts {
     /// only a suspicion coming or going).
     pub fn alive_differs(&self, other: &Verdicts) -> bool {
         use shoal_core::verdict::Verdict;
-        let dead = |v: &Verdicts| -> Vec<(String, u64)> {
+        let dead = |v: &Verdicts| -> std::collections::BTreeSet<(String, u64)> {
             v.judged
                 .iter()
                 .flat_map(|(n, g)| {
