@@ -208,7 +208,7 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         let held_moved = held_up != shell.held_up;
         shell.held_up = held_up;
         let dead = dead_names(guard.dead_nodes(), shell.members.members(), &shell.held_up);
-        let me = identity(guard.self_chitchat_id());
+        let me = view::claim_identity(guard.self_chitchat_id());
         shell.input.name_hold = shell.claims.self_hold(&me, now);
         shell.disputes = shell.claims.disputes(now);
         if moved.members || held_moved || dead != shell.input.membership.dead {
@@ -436,11 +436,6 @@ async fn refresh_past_specs(host: &Host, shell: &mut ShellState) {
     }
 }
 
-/// An identity as the name-claim rule reads it.
-fn identity(id: &ChitchatId) -> shoal_core::claims::Identity {
-    view::claim_identity(id)
-}
-
 /// This agent's view of a cell went down, degraded, came back or forgot it: an event each
 /// (issue 28: a cell's verdict is shown and evented). The rule is the cell table's
 /// (`shoal_core::cells::CellTable::health`).
@@ -486,9 +481,10 @@ fn record_cell_changes(
 }
 
 /// Every identity chitchat holds with its heartbeat, for the name-claim rule (`claims`); one
-/// that announced a leave or a planned restart is stopping, not claiming. With compact gossip
-/// (`probes`: the verdicts, and `now`), heartbeats no longer spread every round: an identity the
-/// probes hold alive and unsuspected counts as heartbeating now (its watchers probe it every few
+/// that announced a leave or a planned restart is stopping, not claiming, as the member cache
+/// read it (refreshed from this very view). With compact gossip (`probes`: `now`), heartbeats no
+/// longer spread every round: an identity the probes hold alive and unsuspected (the cache's
+/// judgment) counts as heartbeating now (its watchers probe it every few
 /// hundred milliseconds and would suspect it within a second of its going quiet), any other as
 /// not heartbeating.
 fn sightings<'a>(
@@ -613,7 +609,10 @@ fn successors(chitchat: &Chitchat, shell: &ShellState, now: u64) -> BTreeMap<Str
         return out;
     }
     for member in shell.members.members().iter().filter(|m| m.alive) {
-        let Some(newer) = shell.claims.successor(&identity(&member.id), now) else {
+        let Some(newer) = shell
+            .claims
+            .successor(&view::claim_identity(&member.id), now)
+        else {
             continue;
         };
         let found = chitchat

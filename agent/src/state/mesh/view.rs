@@ -216,6 +216,33 @@ pub struct MemberCache {
     verdicts_stamp: Option<u64>,
 }
 
+/// Whether `ids` are exactly chitchat's identities `states`, in order: whether a cache of one
+/// entry per node state still matches it.
+pub(crate) fn same_ids<'a>(
+    ids: impl ExactSizeIterator<Item = &'a ChitchatId>,
+    states: &BTreeMap<ChitchatId, NodeState>,
+) -> bool {
+    ids.len() == states.len() && ids.zip(states.keys()).all(|(a, b)| a == b)
+}
+
+/// The entries of a cache of one per node state (`old`, in chitchat's order) for `states`: those
+/// of identities chitchat still holds kept, one made by `new` for each new identity, the others
+/// dropped.
+pub(crate) fn realigned<T>(
+    old: Vec<T>,
+    states: &BTreeMap<ChitchatId, NodeState>,
+    id: impl Fn(&T) -> &ChitchatId,
+    mut new: impl FnMut(&ChitchatId) -> T,
+) -> Vec<T> {
+    let mut old = old.into_iter().peekable();
+    let mut out = Vec::with_capacity(states.len());
+    for key in states.keys() {
+        while old.next_if(|o| id(o) < key).is_some() {}
+        out.push(old.next_if(|o| id(o) == key).unwrap_or_else(|| new(key)));
+    }
+    out
+}
+
 /// An identity as the name-claim rule reads it.
 pub fn claim_identity(id: &ChitchatId) -> shoal_core::claims::Identity {
     shoal_core::claims::Identity {
@@ -319,21 +346,18 @@ impl MemberCache {
 
     /// Whether the cache holds exactly chitchat's identities, in order.
     fn same_ids(&self, states: &BTreeMap<ChitchatId, NodeState>) -> bool {
-        self.nodes.len() == states.len()
-            && self
-                .nodes
-                .iter()
-                .zip(states.keys())
-                .all(|(n, id)| n.id == *id)
+        same_ids(self.nodes.iter().map(|n| &n.id), states)
     }
 
     /// Keeps the entries of identities chitchat still holds, adds the new ones (unread: their
     /// versions match nothing), drops the others.
     fn realign(&mut self, states: &BTreeMap<ChitchatId, NodeState>) {
-        let mut old = std::mem::take(&mut self.nodes).into_iter().peekable();
-        for id in states.keys() {
-            while old.next_if(|o| o.id < *id).is_some() {}
-            let node = old.next_if(|o| o.id == *id).unwrap_or_else(|| CachedNode {
+        let old = std::mem::take(&mut self.nodes);
+        self.nodes = realigned(
+            old,
+            states,
+            |n| &n.id,
+            |id| CachedNode {
                 id: id.clone(),
                 versions: (u64::MAX, u64::MAX),
                 alive: false,
@@ -342,9 +366,8 @@ impl MemberCache {
                 verdict: None,
                 claim: claim_identity(id),
                 facts: Facts::default(),
-            });
-            self.nodes.push(node);
-        }
+            },
+        );
     }
 
     /// The members as of the last refresh, as [`members`] returns them.

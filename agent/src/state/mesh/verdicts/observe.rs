@@ -15,7 +15,7 @@ use shoal_core::verdict::{parse_suspects, Observed};
 
 use super::{SUSPECTS_BYTES_MAX, SUSPECTS_KEY, SUSPECTS_MAX};
 use crate::state::mesh::build::{BuildRecord, BUILD_KEY};
-use crate::state::mesh::view::LEAVING_KEY;
+use crate::state::mesh::view::{realigned, same_ids, LEAVING_KEY};
 use crate::transport::gossip::probe::PROBE_WIRE;
 
 /// The verdict task's incremental read of chitchat (module documentation).
@@ -129,59 +129,43 @@ impl Observer {
 
     /// Whether the rows hold exactly chitchat's identities, in order.
     fn same_ids(&self, states: &BTreeMap<ChitchatId, NodeState>) -> bool {
-        self.rows.len() == states.len()
-            && self
-                .rows
-                .iter()
-                .zip(states.keys())
-                .all(|(r, id)| r.id == *id)
+        same_ids(self.rows.iter().map(|r| &r.id), states)
     }
 
-    /// One row per identity chitchat holds, keeping what was read of those already held.
+    /// One row per identity chitchat holds, keeping what was read of those already held, and
+    /// one member per row but this agent's. The caller's walk then sets every member's fields.
     fn realign(&mut self, states: &BTreeMap<ChitchatId, NodeState>, me: &ChitchatId) {
-        let mut old: BTreeMap<ChitchatId, Row> = std::mem::take(&mut self.rows)
-            .into_iter()
-            .map(|r| (r.id.clone(), r))
-            .collect();
-        self.members.clear();
-        for id in states.keys() {
-            let member = (id != me).then(|| {
-                self.members.push(Observed {
-                    name: id.node_id.to_string(),
-                    generation: id.generation_id,
-                    addr: id.gossip_advertise_addr,
+        let old = std::mem::take(&mut self.rows);
+        self.rows = realigned(
+            old,
+            states,
+            |r| &r.id,
+            |id| Row {
+                id: id.clone(),
+                versions: None,
+                speaks_probes: false,
+                leaving: false,
+                suspects: Vec::new(),
+                live: false,
+                member: None,
+            },
+        );
+        let members = &mut self.members;
+        members.clear();
+        for row in &mut self.rows {
+            row.member = (row.id != *me).then(|| {
+                members.push(Observed {
+                    name: row.id.node_id.to_string(),
+                    generation: row.id.generation_id,
+                    addr: row.id.gossip_advertise_addr,
                     heartbeat: 0,
                     live: false,
                     probes: false,
                     leaving: false,
                     suspected_by: 0,
                 });
-                self.members.len() - 1
+                members.len() - 1
             });
-            let row = match old.remove(id) {
-                Some(mut row) => {
-                    row.member = member;
-                    row
-                }
-                None => Row {
-                    id: id.clone(),
-                    versions: None,
-                    speaks_probes: false,
-                    leaving: false,
-                    suspects: Vec::new(),
-                    live: false,
-                    member,
-                },
-            };
-            self.rows.push(row);
-        }
-        // Every member's fields are set again by the caller's walk (a new member starts with
-        // values that differ from nothing it compares to: it is counted moved anyway).
-        for (row, member) in self.rows.iter().filter_map(|r| r.member.map(|m| (r, m))) {
-            let m = &mut self.members[member];
-            m.live = row.live;
-            m.probes = self.compact || row.speaks_probes;
-            m.leaving = row.leaving;
         }
     }
 
