@@ -323,14 +323,39 @@ impl World {
             return;
         }
         let mut crashed = Vec::new();
+        let mut waiting = Vec::new();
         for &h in hosts {
-            if self.hosts[h as usize].state == HostState::Down {
+            let restarting = self
+                .steps
+                .values()
+                .any(|s| matches!(s, Step::Restart { hosts, .. } if hosts.contains(&h)));
+            if self.hosts[h as usize].state == HostState::Down && restarting {
+                // The previous cycle's restart was postponed (its incarnation still
+                // referenced): this cycle crashes the host once that restart ran.
+                waiting.push(h);
+            } else if self.hosts[h as usize].state == HostState::Down {
                 let why = format!("n{} is already down (a flap crashes a live host)", h + 1);
                 self.event_failed(&origin, why);
             } else {
                 self.crash_host(h, true);
                 crashed.push(h);
             }
+        }
+        if !waiting.is_empty() {
+            self.log(format!(
+                "flap down of {} postponed: its restart from the previous cycle is still pending",
+                c(&waiting)
+            ));
+            let step = Step::FlapDown {
+                hosts: waiting,
+                crash,
+                down_ms,
+                origin: origin.clone(),
+            };
+            self.schedule_step(now + RESTART_RETRY_MS, step);
+        }
+        if crashed.is_empty() {
+            return;
         }
         self.log(format!("flap down {} (crash)", c(&crashed)));
         let step = Step::Restart {

@@ -439,7 +439,7 @@ impl World {
             if let (Response::Error(e), Some(spec)) = (&answer.response, &answer.spec) {
                 if let Some(version) = stored_version(&e.message) {
                     self.checker
-                        .stored_unacknowledged(&answer.workload, version, spec);
+                        .stored_unacknowledged(&answer.workload, &version, spec);
                 }
             }
             match answer.response {
@@ -535,11 +535,36 @@ fn secs_f(ms: u64) -> f64 {
 }
 
 /// The version an agent's refusal says it stored anyway ("web (version X) is stored on n3 but
-/// ..."): copies may be made from it once it spreads.
-fn stored_version(message: &str) -> Option<&str> {
+/// ..."): copies may be made from it once it spreads. The message shows it as people read it
+/// (`2027-01-15 08:00:28.500Z by n3`); the checker keys copies by the raw form they carry.
+fn stored_version(message: &str) -> Option<String> {
     if !message.contains("is stored on") {
         return None;
     }
     let rest = message.split_once("(version ")?.1;
-    rest.split_once(')').map(|(v, _)| v)
+    let shown = rest.split_once(')')?.0;
+    shoal_core::hlc::Version::parse_any(shown)
+        .ok()
+        .map(|v| v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stored_version;
+
+    #[test]
+    fn the_stored_version_is_read_back_raw_from_the_refusal_people_read() {
+        let raw = "1800000028500.0@n3";
+        let message = format!(
+            "web (version {}) is stored on n3 but no second agent confirmed it within 3 s; it \
+             will spread by anti-entropy, run the command again to confirm",
+            shoal_core::hlc::format_version(raw)
+        );
+        assert!(
+            !message.contains(raw),
+            "the agent shows it formatted: {message}"
+        );
+        assert_eq!(stored_version(&message).as_deref(), Some(raw));
+        assert_eq!(stored_version("web lost to a newer write"), None);
+    }
 }

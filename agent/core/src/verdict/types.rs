@@ -69,7 +69,7 @@ impl Default for ProbeConfig {
     fn default() -> Self {
         ProbeConfig {
             quiet_ms: 300,
-            ping_every_ms: 100,
+            ping_every_ms: 25,
             ping_timeout_ms: 100,
             indirect_timeout_ms: 150,
             indirect_k: 3,
