@@ -69,10 +69,63 @@ struct Probe {
     nonce: u64,
     since: u64,
     last_ping: u64,
+    /// When the last few pings went out, newest first (for the last look,
+    /// [`Probe::last_look`]).
+    sent: [u64; PINGS_KEPT],
     /// When the indirect requests went out, how many, and how many answered.
     indirect: Option<(u64, u32, u32)>,
     /// Started on another member's suspicion notice (not on this agent's own watch).
     on_notice: bool,
+}
+
+/// Ping send times a probe keeps: enough to cover [`ProbeConfig::last_look_window_ms`] at the
+/// fastest ping pace.
+const PINGS_KEPT: usize = 4;
+
+/// What a suspicion that ran out does ([`Probe::last_look`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Look {
+    /// A recent ping went unanswered long enough: dead.
+    Declare,
+    /// A ping too recent to judge is out: wait for it.
+    Wait,
+    /// No recent ping: send one and wait for it.
+    Ping,
+}
+
+impl Probe {
+    fn new(nonce: u64, now: u64, on_notice: bool) -> Probe {
+        Probe {
+            nonce,
+            since: now,
+            last_ping: now,
+            sent: [now; PINGS_KEPT],
+            indirect: None,
+            on_notice,
+        }
+    }
+
+    fn pinged(&mut self, now: u64) {
+        self.last_ping = now;
+        self.sent.rotate_right(1);
+        self.sent[0] = now;
+    }
+
+    /// The last look before a death: a suspicion ends in one only once a ping sent between
+    /// `window` and `wait` ago went unanswered, so that the member had a ping it could answer
+    /// since the last moments the verdict rests on. Without it a suspicion formed while a
+    /// partition (or a long blackout) cut the member off runs out just after the heal, before the
+    /// next scheduled ping could be answered: dead, while it answers again.
+    fn last_look(&self, now: u64, wait: u64, window: u64) -> Look {
+        let age = |t: &u64| now.saturating_sub(*t);
+        if self.sent.iter().any(|t| (wait..=window).contains(&age(t))) {
+            Look::Declare
+        } else if self.sent.iter().any(|t| age(t) < wait) {
+            Look::Wait
+        } else {
+            Look::Ping
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -442,7 +495,16 @@ impl Prober {
                 State::Suspect(p, since) => {
                     at(p.last_ping + c.ping_every_ms * m);
                     let nacked = p.indirect.map_or(0, |(_, _, answered)| answered);
-                    at(since + c.suspicion_in_mode_ms(t.confirmations(nacked), self.watching) * m);
+                    let ends =
+                        since + c.suspicion_in_mode_ms(t.confirmations(nacked), self.watching) * m;
+                    at(ends);
+                    // The last look: a ping that may decide once the suspicion ran out.
+                    for sent in p.sent {
+                        let decides = sent + c.last_look_wait_ms;
+                        if decides >= ends {
+                            at(decides);
+                        }
+                    }
                 }
                 State::Alive | State::Dead(..) => {}
             }
@@ -501,6 +563,9 @@ impl Prober {
                 p.since = p.since.saturating_add(stall).min(now);
                 if pings {
                     p.last_ping = p.last_ping.saturating_add(stall).min(now);
+                    for t in &mut p.sent {
+                        *t = t.saturating_add(stall).min(now);
+                    }
                 }
                 if let Some((sent, _, _)) = &mut p.indirect {
                     *sent = sent.saturating_add(stall).min(now);
@@ -728,7 +793,14 @@ impl Prober {
                     let nacked = p.indirect.map_or(0, |(_, _, answered)| answered);
                     let confirmations = self.tracks[&key].confirmations(nacked);
                     let lasts = c.suspicion_in_mode_ms(confirmations, self.watching) * m;
-                    if now.saturating_sub(since) >= lasts {
+                    let look = (now.saturating_sub(since) >= lasts)
+                        .then(|| p.last_look(now, c.last_look_wait_ms, c.last_look_window_ms));
+                    if look == Some(Look::Ping) {
+                        p.pinged(now);
+                        self.counters.last_looks += 1;
+                        out.push((addr, ping(p.nonce, &key)));
+                    }
+                    if look == Some(Look::Declare) {
                         self.pending.remove(&p.nonce);
                         self.event(&key, VerdictKind::Dead, now);
                         self.counters.declared_dead += 1;
@@ -771,16 +843,7 @@ impl Prober {
         let addr = t.addr;
         self.pending.insert(nonce, key.clone());
         out.push((addr, ping(nonce, key)));
-        self.set(
-            key,
-            State::Probing(Probe {
-                nonce,
-                since: now,
-                last_ping: now,
-                indirect: None,
-                on_notice,
-            }),
-        );
+        self.set(key, State::Probing(Probe::new(nonce, now, on_notice)));
     }
 
     fn set(&mut self, key: &Key, state: State) {
@@ -799,7 +862,7 @@ impl Prober {
         out: &mut Vec<Outgoing>,
     ) {
         if now.saturating_sub(p.last_ping) >= self.config.ping_every_ms * self.multiplier() {
-            p.last_ping = now;
+            p.pinged(now);
             out.push((addr, ping(p.nonce, key)));
         }
     }

@@ -1009,3 +1009,76 @@ fn watching_a_member_cut_off_and_back_is_revived_by_everyone() {
     }
     assert!(m.agents[1].prober.counters().dead_pings > 0);
 }
+
+/// Prober `n0` with members n1..n4, its local health held high (others keep telling it that
+/// they suspect it, as across a partition). n1 goes quiet at 1 s and is cut off (its pings
+/// lost, the others nack it) until `heal_ms`, then answers every ping at once (after the tick
+/// that sent it: a round trip takes time). Returns when n0 first declared n1 dead, if it did. Ticks as the shell does: every 50 ms, or earlier when a timer
+/// falls due.
+fn death_of_n1_cut_until(config: &ProbeConfig, heal_ms: u64) -> Option<u64> {
+    let mut p = Prober::new(config.clone(), "n0", 1, 9);
+    let mut members: Vec<Observed> = (1..5).map(|i| member(i, 1)).collect();
+    let suspected = ProbeMsg::Suspect {
+        target: "n0".into(),
+        target_gen: 1,
+    };
+    let mut t = 0;
+    while t < heal_ms + 8_000 {
+        let next = (t - t % 50 + 50).min(p.next_due().map_or(u64::MAX, |d| d.max(t + 1)));
+        t = next;
+        if t % 500 == 0 {
+            for _ in 0..config.health_max {
+                p.receive(t, addr(2), Some("n2"), suspected.clone());
+            }
+        }
+        for m in &mut members {
+            if m.name != "n1" || t < 1_000 {
+                m.heartbeat = t / 250 + 1;
+            }
+        }
+        let out = p.tick(t, 0, 0, &members);
+        // Declared in this tick (an answer to a ping of the same tick would revive it after).
+        if p.drain_events()
+            .iter()
+            .any(|e| e.name == "n1" && e.kind == VerdictKind::Dead)
+        {
+            return Some(t);
+        }
+        let up: &[usize] = if t >= heal_ms {
+            &[1, 2, 3, 4]
+        } else {
+            &[2, 3, 4]
+        };
+        answer(&mut p, t, out, up);
+    }
+    None
+}
+
+#[test]
+fn a_suspicion_that_runs_out_just_after_a_heal_looks_once_more_before_a_death() {
+    // A heal at every 10 ms from 4 s to 9 s, through the whole probe (at health 8 it starts at
+    // about 3.7 s, suspects at 6 s and ends in a death at 7.5 s unhealed): a death later than
+    // the last look's window after the heal rested on pings the member could not answer.
+    let bound = ProbeConfig::default().last_look_window_ms + 50;
+    let late = |config: &ProbeConfig| -> Vec<String> {
+        (0..500u64)
+            .map(|k| 4_000 + k * 10)
+            .filter_map(|heal| {
+                let dead = death_of_n1_cut_until(config, heal)?;
+                (dead > heal + bound).then(|| format!("healed at {heal} ms, dead at {dead} ms"))
+            })
+            .collect()
+    };
+    let config = ProbeConfig::default();
+    assert!(config.health_max >= 4, "the test needs a slow ping pace");
+    let found = late(&config);
+    assert!(found.is_empty(), "{found:#?}");
+    // Without the last look (any ping decides, however recent), some heals end in such a death:
+    // the schedule can see what the last look prevents.
+    let without = ProbeConfig {
+        last_look_wait_ms: 0,
+        last_look_window_ms: 3_600_000,
+        ..ProbeConfig::default()
+    };
+    assert!(!late(&without).is_empty(), "the test cannot see");
+}

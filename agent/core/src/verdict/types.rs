@@ -63,6 +63,14 @@ pub struct ProbeConfig {
     /// for the thawed agent to run and answer under load; the members told by the watchers
     /// finish about a ping timeout after them.
     pub watch_suspicion_min_ms: u64,
+    /// The last look: a suspicion that ran out ends in a death only once a ping sent at least
+    /// this long before (an answer's round trip) and at most [`Self::last_look_window_ms`] before
+    /// went unanswered; with none such, one more ping goes out and is waited for. Not scaled by
+    /// local health: it stands for the network's round trip, not this agent's trust in itself.
+    pub last_look_wait_ms: u64,
+    /// See [`Self::last_look_wait_ms`]: how recent the decisive ping must be (a ping sent
+    /// before a partition healed must not decide after it).
+    pub last_look_window_ms: u64,
 }
 
 impl Default for ProbeConfig {
@@ -87,6 +95,8 @@ impl Default for ProbeConfig {
             dead_ping_ms: 1_000,
             dead_pings_per_tick: 2,
             watch_suspicion_min_ms: 450,
+            last_look_wait_ms: 50,
+            last_look_window_ms: 75,
         }
     }
 }
@@ -279,6 +289,9 @@ pub struct ProbeCounters {
     /// Probes of members never heard from since first seen (watching: a newcomer's first look
     /// at members its watchers may have declared dead before it came).
     pub verified: u64,
+    /// Pings sent as a suspicion ran out because none recent was out (the last look,
+    /// [`ProbeConfig::last_look_wait_ms`]).
+    pub last_looks: u64,
 }
 
 /// An outgoing probe message.

@@ -50,11 +50,12 @@ pub async fn mesh_families(
         },
         Family {
             name: "shoal_probes",
-            help: "Member probes this agent started (a member's heartbeat went quiet) and those that went indirect.",
+            help: "Member probes this agent started (a member's heartbeat went quiet), those that went indirect, and the last looks (a ping sent as a suspicion ran out with none recent).",
             kind: Kind::Counter,
             samples: labelled(vec![
                 ("kind", "direct", probes.probes),
                 ("kind", "indirect", probes.indirect),
+                ("kind", "last_look", probes.last_looks),
             ]),
         },
         Family {
