@@ -68,9 +68,8 @@ enum State {
 struct Probe {
     nonce: u64,
     since: u64,
-    last_ping: u64,
-    /// When the last few pings went out, newest first (for the last look,
-    /// [`Probe::last_look`]).
+    /// When the last few pings went out, newest first (`sent[0]`: the last one, which paces
+    /// the repeats; the rest for the last look, [`Probe::last_look`]).
     sent: [u64; PINGS_KEPT],
     /// When the indirect requests went out, how many, and how many answered.
     indirect: Option<(u64, u32, u32)>,
@@ -98,15 +97,18 @@ impl Probe {
         Probe {
             nonce,
             since: now,
-            last_ping: now,
             sent: [now; PINGS_KEPT],
             indirect: None,
             on_notice,
         }
     }
 
+    /// When the last ping went out.
+    fn last_ping(&self) -> u64 {
+        self.sent[0]
+    }
+
     fn pinged(&mut self, now: u64) {
-        self.last_ping = now;
         self.sent.rotate_right(1);
         self.sent[0] = now;
     }
@@ -488,12 +490,12 @@ impl Prober {
             }
             match &t.state {
                 State::Probing(p) => {
-                    at(p.last_ping + c.ping_every_ms * m);
+                    at(p.last_ping() + c.ping_every_ms * m);
                     at(p.since + c.ping_timeout_ms * m);
                     at(p.since + (c.ping_timeout_ms + c.indirect_timeout_ms) * m);
                 }
                 State::Suspect(p, since) => {
-                    at(p.last_ping + c.ping_every_ms * m);
+                    at(p.last_ping() + c.ping_every_ms * m);
                     let nacked = p.indirect.map_or(0, |(_, _, answered)| answered);
                     let ends =
                         since + c.suspicion_in_mode_ms(t.confirmations(nacked), self.watching) * m;
@@ -562,7 +564,6 @@ impl Prober {
             if let State::Probing(p) | State::Suspect(p, _) = &mut track.state {
                 p.since = p.since.saturating_add(stall).min(now);
                 if pings {
-                    p.last_ping = p.last_ping.saturating_add(stall).min(now);
                     for t in &mut p.sent {
                         *t = t.saturating_add(stall).min(now);
                     }
@@ -861,7 +862,7 @@ impl Prober {
         now: u64,
         out: &mut Vec<Outgoing>,
     ) {
-        if now.saturating_sub(p.last_ping) >= self.config.ping_every_ms * self.multiplier() {
+        if now.saturating_sub(p.last_ping()) >= self.config.ping_every_ms * self.multiplier() {
             p.pinged(now);
             out.push((addr, ping(p.nonce, key)));
         }

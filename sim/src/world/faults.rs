@@ -325,15 +325,17 @@ impl World {
         let mut crashed = Vec::new();
         let mut waiting = Vec::new();
         for &h in hosts {
-            let restarting = self
-                .steps
-                .values()
-                .any(|s| matches!(s, Step::Restart { hosts, .. } if hosts.contains(&h)));
-            if self.hosts[h as usize].state == HostState::Down && restarting {
+            let down = self.hosts[h as usize].state == HostState::Down;
+            let restarting = || {
+                self.steps
+                    .values()
+                    .any(|s| matches!(s, Step::Restart { hosts, .. } if hosts.contains(&h)))
+            };
+            if down && restarting() {
                 // The previous cycle's restart was postponed (its incarnation still
                 // referenced): this cycle crashes the host once that restart ran.
                 waiting.push(h);
-            } else if self.hosts[h as usize].state == HostState::Down {
+            } else if down {
                 let why = format!("n{} is already down (a flap crashes a live host)", h + 1);
                 self.event_failed(&origin, why);
             } else {
