@@ -184,6 +184,8 @@ type Key = (String, u64);
 pub struct Prober {
     config: ProbeConfig,
     me: Key,
+    /// Where this agent answers probes, once the shell said ([`Prober::set_addr`]).
+    addr: Option<SocketAddr>,
     tracks: BTreeMap<Key, Track>,
     by_addr: BTreeMap<SocketAddr, Key>,
     pending: BTreeMap<u64, Key>,
@@ -257,6 +259,7 @@ impl Prober {
         Prober {
             config,
             me: (name.to_string(), generation),
+            addr: None,
             tracks: BTreeMap::new(),
             by_addr: BTreeMap::new(),
             pending: BTreeMap::new(),
@@ -284,6 +287,15 @@ impl Prober {
             #[cfg(debug_assertions)]
             verdicts_last: Vec::new(),
         }
+    }
+
+    /// Where this agent answers probes. Another incarnation of its own name gossiped at this
+    /// address is its earlier one (its pings come back here); one at another address is a twin
+    /// (a copied key or data dir) and is judged by its answers like any member, so that the
+    /// name dispute sees it alive. Unset, every other incarnation of its name is taken for an
+    /// earlier one.
+    pub fn set_addr(&mut self, addr: SocketAddr) {
+        self.addr = Some(addr);
     }
 
     /// Whether this detector runs `t`'s probes: a member whose build speaks them, and not one
@@ -677,11 +689,12 @@ impl Prober {
         }
         self.by_addr.clear();
         for (key, track) in &self.tracks {
-            // Another incarnation of this agent's own name speaks for nobody at its address:
-            // after a restart that address is this agent's own, and its pings of the earlier
-            // incarnation come back to itself (a twin elsewhere is still judged by its answers,
-            // which name their incarnation).
-            if key.0 == self.me.0 {
+            // Another incarnation of this agent's own name at this agent's address speaks for
+            // nobody there: it is an earlier one, and its pings come back to this agent. A twin
+            // at another address speaks for itself: its pings are answered, and it is judged
+            // by its answers (which name their incarnation), so both stay alive and the name
+            // dispute sees them.
+            if key.0 == self.me.0 && self.addr.is_none_or(|a| a == track.addr) {
                 continue;
             }
             // Where two identities share an address, the newer generation answers there.

@@ -621,6 +621,7 @@ fn a_restarted_agent_declares_its_earlier_incarnation_dead_though_it_holds_its_a
     // Watching, it pings generation 1 at its own address, and hears its own pings there.
     for watching in [false, true] {
         let mut p = Prober::new(ProbeConfig::default(), "n0", 2, 3);
+        p.set_addr(addr(0));
         p.set_watching(watching);
         let mut earlier = member(0, 1);
         earlier.addr = addr(0);
@@ -651,6 +652,72 @@ fn a_restarted_agent_declares_its_earlier_incarnation_dead_though_it_holds_its_a
             }
         }
         assert_eq!(p.verdict("n1", 1), Some(Verdict::Alive));
+    }
+}
+
+#[test]
+fn a_twin_at_another_address_is_judged_by_its_answers_and_stays_alive() {
+    // Two agents run as n0: generation 1 at addr(0) and a twin of generation 2 (a copied key,
+    // a fresh data dir) at addr(5). Each pings the other and answers the other's pings. Neither
+    // may take the other for its own earlier incarnation and hold it dead: the name dispute
+    // needs both seen alive.
+    for watching in [false, true] {
+        let mut a = Prober::new(ProbeConfig::default(), "n0", 1, 3);
+        let mut b = Prober::new(ProbeConfig::default(), "n0", 2, 4);
+        a.set_addr(addr(0));
+        b.set_addr(addr(5));
+        a.set_watching(watching);
+        b.set_watching(watching);
+        let mut twin = member(0, 2);
+        twin.addr = addr(5);
+        let seen_by_a = [twin];
+        let seen_by_b = [member(0, 1)];
+        let mut t = 0;
+        while t < 10_000 {
+            t += 50;
+            let mut inflight: Vec<(usize, SocketAddr, ProbeMsg)> = Vec::new();
+            inflight.extend(
+                a.tick(t, 0, 0, &seen_by_a)
+                    .into_iter()
+                    .map(|(to, m)| (0, to, m)),
+            );
+            inflight.extend(
+                b.tick(t, 0, 0, &seen_by_b)
+                    .into_iter()
+                    .map(|(to, m)| (1, to, m)),
+            );
+            // Deliver until quiet (answers to answers included), each from its sender's address.
+            let mut hops = 0;
+            while let Some((from, to, msg)) = inflight.pop() {
+                hops += 1;
+                assert!(hops < 1_000, "messages never settle");
+                let (from_addr, receiver, index) = if from == 0 {
+                    (addr(0), &mut b, 1)
+                } else {
+                    (addr(5), &mut a, 0)
+                };
+                assert_eq!(
+                    to,
+                    if index == 1 { addr(5) } else { addr(0) },
+                    "sent elsewhere"
+                );
+                let replies = receiver.receive(t, from_addr, Some("n0"), msg);
+                inflight.extend(replies.into_iter().map(|(to, m)| (index, to, m)));
+            }
+        }
+        assert_eq!(
+            a.verdict("n0", 2),
+            Some(Verdict::Alive),
+            "watching {watching}: {:?}",
+            a.counters()
+        );
+        assert_eq!(
+            b.verdict("n0", 1),
+            Some(Verdict::Alive),
+            "watching {watching}: {:?}",
+            b.counters()
+        );
+        assert!(a.counters().non_member == 0 && b.counters().non_member == 0);
     }
 }
 

@@ -52,6 +52,7 @@ pub async fn run(node: Arc<MeshNode>, mut channel: ProbeChannel, config: ProbeCo
     let me = node.gossip().chitchat_id().clone();
     let seed = me.generation_id ^ xxhash_rust::xxh3::xxh3_64(me.node_id.as_bytes());
     let mut prober = Prober::new(config, &me.node_id, me.generation_id, seed);
+    prober.set_addr(me.gossip_advertise_addr);
     let start = Instant::now();
     let mut planned = Instant::now() + TICK;
     let mut next_tick = planned;
