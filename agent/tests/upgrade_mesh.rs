@@ -10,7 +10,7 @@ use std::time::Duration;
 use shoal::agent::mem::{call, mem_setup, start_mem_node, tokio_clock};
 use shoal::agent::run::RunningNode;
 use shoal::state::mesh::build::BUILD_KEY;
-use shoal::state::mesh::upgrade::UpgradeView;
+use shoal::state::mesh::upgrade::{UpgradeView, MESH_KEY};
 use shoal::state::store_db::MemDisk;
 use shoal::transport::gossip::mem::MemNetwork;
 use shoal::wire::api::{Request, Response};
@@ -177,6 +177,105 @@ async fn a_dead_older_member_holds_the_version_until_it_is_back_on_the_new_build
         took.is_some(),
         "the mesh version did not move after n1 came back: {views:#?}"
     );
+}
+
+/// A node joins through n1 with an empty store (a replaced host). Its store has not synced when
+/// `start_mem_node` returns (anti-entropy starts after the name check), so what it runs then came
+/// from the peers' gossip (`MESH_KEY`).
+async fn join_fresh(net: &MemNetwork, i: usize, t0: tokio::time::Instant) -> RunningNode {
+    let disk = MemDisk::new();
+    let setup = mem_setup(i, 0, "z");
+    let now_ms = BASE_MS + t0.elapsed().as_millis() as u64;
+    start_mem_node(net, setup, &disk, tokio_clock(now_ms))
+        .await
+        .unwrap()
+}
+
+fn store_holds_version(node: &RunningNode) -> bool {
+    node.node.stored_mesh_version().is_some()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fresh_agent_runs_the_mesh_version_its_peers_gossip_before_its_store_syncs() {
+    let net = MemNetwork::new(27);
+    let t0 = tokio::time::Instant::now();
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        let setup = mem_setup(i, 0, "z");
+        let node = start_mem_node(&net, setup, &MemDisk::new(), tokio_clock(BASE_MS))
+            .await
+            .unwrap();
+        nodes.push(node);
+    }
+    assert!(
+        seconds_until(&nodes, WIRE_CUR, 20).await.is_some(),
+        "the mesh version did not reach {WIRE_CUR}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for node in &nodes {
+        let gossiped = node.node.gossip().chitchat();
+        let mut guard = gossiped.lock().await;
+        let published = guard.self_node_state().get(MESH_KEY).map(str::to_string);
+        assert_eq!(published, Some(WIRE_CUR.to_string()), "{}", node.node.name);
+    }
+
+    let fresh = join_fresh(&net, 3, t0).await;
+    assert!(
+        !store_holds_version(&fresh),
+        "the store synced before the name check ended: the test proves nothing"
+    );
+    assert_eq!(fresh.node.mesh_version(), WIRE_CUR);
+    assert_eq!(fresh.node.wire.load(Ordering::Relaxed), WIRE_CUR);
+    // And it gossips what it took, for the next fresh agent.
+    let gossiped = fresh.node.gossip().chitchat();
+    let published = gossiped
+        .lock()
+        .await
+        .self_node_state()
+        .get(MESH_KEY)
+        .map(str::to_string);
+    assert_eq!(published, Some(WIRE_CUR.to_string()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lying_peer_cannot_raise_a_fresh_agents_mesh_version() {
+    let net = MemNetwork::new(28);
+    let t0 = tokio::time::Instant::now();
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        let setup = mem_setup(i, 0, "z");
+        let node = start_mem_node(&net, setup, &MemDisk::new(), tokio_clock(BASE_MS))
+            .await
+            .unwrap();
+        if i == 0 {
+            // An operator holds the version before anyone could move it.
+            hold(&node, true).await;
+        }
+        nodes.push(node);
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    for node in &nodes {
+        assert_eq!(node.node.mesh_version(), WIRE_MIN, "{}", node.node.name);
+    }
+    // n2 has a valid certificate and lies: it says it runs the newest version.
+    {
+        let chitchat = nodes[1].node.gossip().chitchat();
+        let mut guard = chitchat.lock().await;
+        guard.self_node_state().set(MESH_KEY, WIRE_CUR.to_string());
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let fresh = join_fresh(&net, 3, t0).await;
+    assert_eq!(
+        fresh.node.mesh_version(),
+        WIRE_MIN,
+        "one liar of three moved it"
+    );
+    assert_eq!(fresh.node.wire.load(Ordering::Relaxed), WIRE_MIN);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for node in nodes.iter().chain([&fresh]) {
+        assert_eq!(node.node.mesh_version(), WIRE_MIN, "{}", node.node.name);
+    }
 }
 
 /// Node `i` of cell `c` (the second of each speaks wire 7 only at first): named `c{c}-n{i}`, on subnet `30 + c`, seeded through the cell's first

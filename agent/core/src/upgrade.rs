@@ -96,6 +96,24 @@ pub fn assess(current: u16, members: &[MemberBuild], held: bool) -> Assessment {
     }
 }
 
+/// The mesh version an agent may take from its peers' gossip (`reports`: the version each live
+/// peer of its cell says it runs) before its store holds the record: the highest version that
+/// more than half of the reporters run, so that a minority that lies cannot raise it, and never
+/// above `supported` (the newest every member this agent knows speaks, [`Assessment::supported`]).
+/// `None` when nobody reports or the floor is not above `current`.
+///
+/// What an honest peer runs was recorded (it read it from the store or wrote it), so taking it
+/// is taking the record early: a freshly started agent whose store has not synced yet otherwise
+/// runs the oldest version for seconds, and judges members as that version does.
+pub fn gossiped_floor(current: u16, reports: &[u16], supported: u16) -> Option<u16> {
+    let mut sorted = reports.to_vec();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    let floor = (*sorted.get(sorted.len() / 2)?)
+        .min(supported)
+        .min(WIRE_CUR);
+    (floor > current).then_some(floor)
+}
+
 /// The placement algorithm every agent of a mesh at `mesh_version` runs. Each mesh version names
 /// one; a build keeps every algorithm its supported mesh versions name.
 pub fn placement_algorithm(mesh_version: u16) -> u32 {
@@ -187,6 +205,26 @@ mod tests {
             false,
         );
         assert_eq!(a.too_new, ["n9"]);
+    }
+
+    #[test]
+    fn a_majority_of_peers_sets_the_gossiped_floor_and_a_minority_cannot_raise_it() {
+        let cur = WIRE_CUR;
+        assert_eq!(gossiped_floor(7, &[], cur), None);
+        assert_eq!(gossiped_floor(7, &[cur], cur), Some(cur));
+        // Two peers: both must run it.
+        assert_eq!(gossiped_floor(7, &[cur, 8], cur), Some(8));
+        // One liar of three cannot raise it; two honest of three set it.
+        assert_eq!(gossiped_floor(7, &[cur, 9, 9], cur), Some(9));
+        assert_eq!(gossiped_floor(7, &[9, cur, cur], cur), Some(cur));
+        // Never above what every known member speaks, never back, never above this build.
+        assert_eq!(gossiped_floor(7, &[cur, cur], 9), Some(9));
+        assert_eq!(gossiped_floor(cur, &[cur, cur], cur), None);
+        assert_eq!(gossiped_floor(9, &[8, 8, 8], cur), None);
+        assert_eq!(
+            gossiped_floor(7, &[u16::MAX, u16::MAX], u16::MAX),
+            Some(cur)
+        );
     }
 
     #[test]

@@ -191,6 +191,10 @@ pub async fn start_node(
             crate::state::mesh::build::BUILD_KEY.to_string(),
             crate::state::mesh::build::this().encode(),
         ),
+        (
+            crate::state::mesh::upgrade::MESH_KEY.to_string(),
+            wire_version.to_string(),
+        ),
     ];
     if let Some(capabilities) = &setup.capabilities {
         kvs.push((
@@ -231,7 +235,7 @@ pub async fn start_node(
         .collect();
     if !seeds.is_empty() {
         let interval = setup.tuning.gossip_interval;
-        if let Some(other) = wait_for_name_conflict(node.gossip(), interval, members_before).await {
+        if let Some(other) = wait_for_name_conflict(&node, interval, members_before).await {
             for task in &tasks {
                 task.abort();
             }
@@ -277,18 +281,28 @@ const NAME_CHECK_ROUNDS_MIN: u32 = 3;
 /// [`NAME_CHECK_ROUNDS_MIN`] once as many members as the mesh had when this agent last saw a
 /// majority (`members_before`, saved in the store) are live with their node records: a view at
 /// least as whole as the one it left (a planned restart's case).
+///
+/// Each round also takes the mesh version from the peers' gossip when it is ahead of this agent's
+/// (`upgrade::adopt_gossiped`): an agent started with an empty store then judges as its peers do
+/// from its first rounds, not after anti-entropy brought the record.
 async fn wait_for_name_conflict(
-    gossip: &chitchat::ChitchatHandle,
+    node: &MeshNode,
     gossip_interval: Duration,
     members_before: Option<usize>,
 ) -> Option<SocketAddr> {
+    let gossip = node.gossip();
     let me = gossip.chitchat_id().clone();
     for round in 1..=NAME_CHECK_ROUNDS {
         tokio::time::sleep(gossip_interval).await;
         let chitchat = gossip.chitchat();
-        let guard = chitchat.lock().await;
+        let mut guard = chitchat.lock().await;
         if let Some(addr) = crate::state::mesh::view::name_taken_by(&guard, &me) {
             return Some(addr);
+        }
+        if let Some(version) = crate::state::mesh::upgrade::adopt_gossiped(node, &guard) {
+            guard
+                .self_node_state()
+                .set(crate::state::mesh::upgrade::MESH_KEY, version.to_string());
         }
         let whole = members_before.is_some_and(|before| {
             let with_record: std::collections::BTreeSet<String> = guard

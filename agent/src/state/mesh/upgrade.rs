@@ -52,6 +52,57 @@ pub const BUILDS_MAX: usize = 32;
 /// Most member names listed per build.
 pub const NAMES_PER_BUILD_MAX: usize = 32;
 
+/// Chitchat key holding the mesh version this agent runs (decimal): how a freshly started agent
+/// learns it before its store has synced ([`adopt_gossiped`]). Builds that do not read it pass it
+/// on as any key.
+pub const MESH_KEY: &str = "mesh";
+
+/// Longest [`MESH_KEY`] value read (a u16 in decimal).
+const MESH_VALUE_MAX: usize = 5;
+
+/// Takes the mesh version from the peers' gossip (`shoal_core::upgrade::gossiped_floor`): the
+/// highest version more than half of this agent's live peers say they run, never above the newest
+/// every member it knows speaks (a member without a build key counts as a build before 8). Raises
+/// what [`MeshNode::mesh_version`] returns and the wire version this agent sends in; returns the
+/// version taken, if it moved. Without this, an agent started with an empty store runs the oldest
+/// version until anti-entropy brings the record (seconds), and in a mesh of compact gossip judges
+/// its peers by heartbeats that no longer come every round.
+pub fn adopt_gossiped(node: &MeshNode, chitchat: &chitchat::Chitchat) -> Option<u16> {
+    let me = chitchat.self_chitchat_id();
+    let reports: Vec<u16> = chitchat
+        .live_nodes()
+        .filter(|id| *id != me)
+        .filter_map(|id| chitchat.node_state(id)?.get(MESH_KEY))
+        .filter(|v| v.len() <= MESH_VALUE_MAX)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    if reports.is_empty() {
+        return None;
+    }
+    let supported = chitchat
+        .node_states()
+        .values()
+        .map(|state| {
+            state
+                .get(super::build::BUILD_KEY)
+                .and_then(|b| super::build::BuildRecord::decode(b).ok())
+                .map_or(WIRE_MIN, |b| b.wire_max)
+        })
+        .min()
+        .unwrap_or(WIRE_MIN);
+    let current = node.mesh_version();
+    let floor = shoal_core::upgrade::gossiped_floor(current, &reports, supported)?;
+    node.mesh_version_seen.fetch_max(floor, Ordering::Relaxed);
+    node.wire.fetch_max(floor.min(WIRE_CUR), Ordering::Relaxed);
+    tracing::info!(
+        from = current,
+        to = floor,
+        peers = reports.len(),
+        "mesh version taken from the peers' gossip"
+    );
+    Some(floor)
+}
+
 /// Each cell's report of the wire versions its members speak, `shoal:cell-wire:CELL`, written by
 /// the cell's lowest-named live member once other cells are known: how an agent learns whether
 /// the members of other cells speak the next version (they are not in its gossip). Older builds
@@ -151,14 +202,18 @@ impl MeshNode {
     /// The recorded mesh version (the highest this agent has seen recorded, at least
     /// [`WIRE_MIN`]).
     pub fn mesh_version(&self) -> u16 {
-        let stored = {
-            let store = self.store.lock().expect("store lock");
-            decode_version(store.get(MESH_VERSION_NAME).and_then(|e| e.body.live()))
-        };
+        let stored = self.stored_mesh_version();
         let seen = self.mesh_version_seen.load(Ordering::Relaxed);
         let version = stored.unwrap_or(WIRE_MIN).max(seen).max(WIRE_MIN);
         self.mesh_version_seen.fetch_max(version, Ordering::Relaxed);
         version
+    }
+
+    /// The mesh version this agent's store holds a record of, if any (what anti-entropy brought or
+    /// this agent wrote; [`Self::mesh_version`] may be ahead of it, never behind).
+    pub fn stored_mesh_version(&self) -> Option<u16> {
+        let store = self.store.lock().expect("store lock");
+        decode_version(store.get(MESH_VERSION_NAME).and_then(|e| e.body.live()))
     }
 
     /// Whether a member stopped for a planned restart is held up (`super::view::Member::held_up`):
@@ -216,8 +271,19 @@ pub async fn run(node: Arc<MeshNode>, joins: bool) {
     let started = tokio::time::Instant::now();
     let mut interval = tokio::time::interval(CHECK_INTERVAL);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut published = None;
     loop {
         interval.tick().await;
+        {
+            let chitchat = node.gossip().chitchat();
+            let mut guard = chitchat.lock().await;
+            adopt_gossiped(&node, &guard);
+            let running = node.mesh_version();
+            if published != Some(running) {
+                guard.self_node_state().set(MESH_KEY, running.to_string());
+                published = Some(running);
+            }
+        }
         let (assessment, members) = node.upgrade_assessment().await;
         node.wire
             .store(assessment.current.min(WIRE_CUR), Ordering::Relaxed);
