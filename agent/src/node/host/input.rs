@@ -601,14 +601,23 @@ fn membership(members: &[Member], dead: BTreeSet<String>) -> Membership {
 }
 
 /// The members whose observed state comes from a newer identity of their name than the one the
-/// membership shows (`NameClaims::successor`: a restarted agent's earlier identity held live by
-/// relayed heartbeats, with its last instance list), by name. Empty but for such a restart.
+/// membership shows, by name. Empty but for a restart. The newer identity is:
+/// - the newest one of the name at the member's own gossip address: two processes cannot hold one
+///   address, so the earlier identity is dead and its instance list stale, however live it still
+///   looks (a restarted observer holds every identity it first hears of live until its probes
+///   find otherwise, and the oldest live identity speaks for a name in the membership);
+/// - else `NameClaims::successor`: a newer identity elsewhere that heartbeats while the member's
+///   does not (an earlier identity held live by relayed heartbeats, with its last instance list).
 fn successors(chitchat: &Chitchat, shell: &ShellState, now: u64) -> BTreeMap<String, ChitchatId> {
     let mut out = BTreeMap::new();
     if !shell.claims.names_shared() {
         return out;
     }
     for member in shell.members.members().iter().filter(|m| m.alive) {
+        if let Some(id) = restarted_at(chitchat.node_states(), &member.id) {
+            out.insert(member.name.clone(), id.clone());
+            continue;
+        }
         let Some(newer) = shell
             .claims
             .successor(&view::claim_identity(&member.id), now)
@@ -624,6 +633,22 @@ fn successors(chitchat: &Chitchat, shell: &ShellState, now: u64) -> BTreeMap<Str
         }
     }
     out
+}
+
+/// The newest identity of `id`'s name at `id`'s gossip address with a higher generation, among
+/// `states`' identities: the process that replaced `id` there.
+fn restarted_at<'a, V>(
+    states: &'a BTreeMap<ChitchatId, V>,
+    id: &ChitchatId,
+) -> Option<&'a ChitchatId> {
+    use std::ops::Bound::{Excluded, Unbounded};
+    // Identities order by name, then generation: the newer ones of this name follow it.
+    states
+        .range((Excluded(id), Unbounded))
+        .map(|(other, _)| other)
+        .take_while(|other| other.node_id == id.node_id)
+        .filter(|other| other.gossip_advertise_addr == id.gossip_advertise_addr)
+        .last()
 }
 
 /// Updates `input.peers` from the members' observed-state keys (a member's, or its successor's:
@@ -862,6 +887,31 @@ mod tests {
             restarting_until: None,
             capabilities: None,
         }
+    }
+
+    #[test]
+    fn a_restart_at_the_same_address_replaces_the_earlier_identity_a_twin_elsewhere_does_not() {
+        let at = |port| std::net::SocketAddr::from(([10, 0, 0, 4], port));
+        let id =
+            |name: &str, generation, port| ChitchatId::new(name.to_string(), generation, at(port));
+        let earlier = id("n4", 5, 7000);
+        let states: BTreeMap<ChitchatId, ()> = [
+            id("n3", 9, 7000),
+            earlier.clone(),
+            id("n4", 6, 7000),
+            id("n4", 7, 7001), // a twin, at another address
+            id("n4", 8, 7000), // the newest process at n4's address
+            id("n5", 1, 7000),
+        ]
+        .into_iter()
+        .map(|i| (i, ()))
+        .collect();
+        assert_eq!(restarted_at(&states, &earlier), Some(&id("n4", 8, 7000)));
+        // The newest at its address has no successor; nor has the twin, alone at its address.
+        assert_eq!(restarted_at(&states, &id("n4", 8, 7000)), None);
+        assert_eq!(restarted_at(&states, &id("n4", 7, 7001)), None);
+        // The next name's identities are not this one's, though they follow it.
+        assert_eq!(restarted_at(&states, &id("n3", 9, 7000)), None);
     }
 
     #[test]
