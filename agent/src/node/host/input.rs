@@ -613,8 +613,10 @@ fn successors(chitchat: &Chitchat, shell: &ShellState, now: u64) -> BTreeMap<Str
     if !shell.claims.names_shared() {
         return out;
     }
+    let identities: Vec<(&ChitchatId, bool)> =
+        shell.members.judged().map(|j| (j.id, j.alive)).collect();
     for member in shell.members.members().iter().filter(|m| m.alive) {
-        if let Some(id) = restarted_at(chitchat.node_states(), &member.id) {
+        if let Some(id) = restarted_at(&identities, &member.id) {
             out.insert(member.name.clone(), id.clone());
             continue;
         }
@@ -635,19 +637,21 @@ fn successors(chitchat: &Chitchat, shell: &ShellState, now: u64) -> BTreeMap<Str
     out
 }
 
-/// The newest identity of `id`'s name at `id`'s gossip address with a higher generation, among
-/// `states`' identities: the process that replaced `id` there.
-fn restarted_at<'a, V>(
-    states: &'a BTreeMap<ChitchatId, V>,
+/// The newest identity of `id`'s name at `id`'s gossip address with a higher generation that
+/// is alive, among `identities` (in chitchat's order, by id, with whether each is held alive):
+/// the process that replaced `id` there. One held dead is not: with its data dir lost and the
+/// clock set back, a restart can take a lower generation than the identity it replaced, whose
+/// last instance list would then be read in place of the live one's.
+fn restarted_at<'a>(
+    identities: &[(&'a ChitchatId, bool)],
     id: &ChitchatId,
 ) -> Option<&'a ChitchatId> {
-    use std::ops::Bound::{Excluded, Unbounded};
-    // Identities order by name, then generation: the newer ones of this name follow it.
-    states
-        .range((Excluded(id), Unbounded))
-        .map(|(other, _)| other)
-        .take_while(|other| other.node_id == id.node_id)
-        .filter(|other| other.gossip_advertise_addr == id.gossip_advertise_addr)
+    let after = identities.partition_point(|(other, _)| *other <= id);
+    identities[after..]
+        .iter()
+        .take_while(|(other, _)| other.node_id == id.node_id)
+        .filter(|(other, alive)| *alive && other.gossip_advertise_addr == id.gossip_advertise_addr)
+        .map(|(other, _)| *other)
         .last()
 }
 
@@ -895,23 +899,26 @@ mod tests {
         let id =
             |name: &str, generation, port| ChitchatId::new(name.to_string(), generation, at(port));
         let earlier = id("n4", 5, 7000);
-        let states: BTreeMap<ChitchatId, ()> = [
-            id("n3", 9, 7000),
-            earlier.clone(),
-            id("n4", 6, 7000),
-            id("n4", 7, 7001), // a twin, at another address
-            id("n4", 8, 7000), // the newest process at n4's address
-            id("n5", 1, 7000),
-        ]
-        .into_iter()
-        .map(|i| (i, ()))
-        .collect();
-        assert_eq!(restarted_at(&states, &earlier), Some(&id("n4", 8, 7000)));
-        // The newest at its address has no successor; nor has the twin, alone at its address.
-        assert_eq!(restarted_at(&states, &id("n4", 8, 7000)), None);
-        assert_eq!(restarted_at(&states, &id("n4", 7, 7001)), None);
+        let ids = [
+            (id("n3", 9, 7000), true),
+            (earlier.clone(), true),
+            (id("n4", 6, 7000), true),
+            (id("n4", 7, 7001), true),  // a twin, at another address
+            (id("n4", 8, 7000), true),  // the newest process at n4's address
+            (id("n4", 9, 7000), false), // held dead (a restart that took a lower generation)
+            (id("n5", 1, 7000), true),
+        ];
+        let identities: Vec<(&ChitchatId, bool)> = ids.iter().map(|(i, a)| (i, *a)).collect();
+        assert_eq!(
+            restarted_at(&identities, &earlier),
+            Some(&id("n4", 8, 7000))
+        );
+        // The newest live one at its address has no successor; nor has the twin, alone at its
+        // address; nor a live identity whose only newer one is dead.
+        assert_eq!(restarted_at(&identities, &id("n4", 8, 7000)), None);
+        assert_eq!(restarted_at(&identities, &id("n4", 7, 7001)), None);
         // The next name's identities are not this one's, though they follow it.
-        assert_eq!(restarted_at(&states, &id("n3", 9, 7000)), None);
+        assert_eq!(restarted_at(&identities, &id("n3", 9, 7000)), None);
     }
 
     #[test]
