@@ -377,23 +377,37 @@ fn sixteen_sessions_at_most_and_an_abandoned_one_is_killed_after_its_idle_timeou
     assert!(out.status.success(), "apply: {}", stderr(&out));
     let a = &c.agents[0];
     let args: Vec<&str> = marker.split(' ').collect();
+    let spawn = || {
+        shoal_command(None)
+            .args(["exec", "held/0", "--"])
+            .args(&args)
+            .env("SHOAL_AGENT", a.api.to_string())
+            .env("SHOAL_PKI", &c.pki)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
     let mut clients: Vec<std::process::Child> = (0..shoal::node::exec::SESSIONS_MAX)
-        .map(|_| {
-            shoal_command(None)
-                .args(["exec", "held/0", "--"])
-                .args(&args)
-                .env("SHOAL_AGENT", a.api.to_string())
-                .env("SHOAL_PKI", &c.pki)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap()
-        })
+        .map(|_| spawn())
         .collect();
+    // On two loaded cores a client can give up before its session opens (its connection or
+    // handshake timed out: 15 of 16 once in CI); one that exited is started again, a bounded
+    // number of times, so that the bound below is tested with all sixteen open.
+    let mut respawned = 0;
     assert!(
-        wait_until(Duration::from_secs(20), || count(&marker)
-            == shoal::node::exec::SESSIONS_MAX),
-        "{} sessions did not all start: {} running",
+        wait_until(Duration::from_secs(30), || {
+            for client in &mut clients {
+                if respawned < shoal::node::exec::SESSIONS_MAX
+                    && matches!(client.try_wait(), Ok(Some(_)))
+                {
+                    respawned += 1;
+                    *client = spawn();
+                }
+            }
+            count(&marker) == shoal::node::exec::SESSIONS_MAX
+        }),
+        "{} sessions did not all start: {} running ({respawned} clients started again)",
         shoal::node::exec::SESSIONS_MAX,
         count(&marker)
     );
