@@ -150,12 +150,26 @@ impl Checker {
                 .filter(|&&(x, _)| x != o.index && !live.iter().any(|&(y, _)| y == x))
                 .copied()
                 .collect();
+            let clock = tokio::time::Instant::now();
             for (x, gen_x) in gone {
                 self.member_deaths_seen += 1;
                 let alive = current.get(x as usize).copied().flatten() == Some(gen_x);
-                let reached = instants
-                    .iter()
-                    .any(|&t| self.reach.reachable_within(o.index, x, t));
+                // A death the probes declared is judged at the instant they declared it: the
+                // reach that came after (a cut healed since) could not inform it. Others (the
+                // heartbeat detector's, or one no longer kept) at the instants above.
+                let declared = hosts
+                    .get(x as usize)
+                    .and_then(|h| node.death_declared_at(h.name, gen_x))
+                    .map(|at| {
+                        now.saturating_sub(clock.saturating_duration_since(at).as_millis() as u64)
+                    })
+                    .filter(|&at| read_before.is_some_and(|since| at > since) && at <= now);
+                let reached = match declared {
+                    Some(at) => self.reach.reachable_within(o.index, x, at),
+                    None => instants
+                        .iter()
+                        .any(|&t| self.reach.reachable_within(o.index, x, t)),
+                };
                 if alive && reached {
                     self.false_member_deaths += 1;
                     let subject = format!("n{}", x + 1);

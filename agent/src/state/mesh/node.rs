@@ -97,10 +97,16 @@ pub struct ProbeRecord {
     pub frames_rejected: u64,
     /// Verdict changes not yet taken (bounded: the oldest go first).
     pub events: std::collections::VecDeque<shoal_core::verdict::VerdictEvent>,
+    /// The latest deaths the probes declared, by name and generation, with the instant each was
+    /// declared (bounded: the oldest go first). What the simulator's false-verdict checker
+    /// judges a death at, rather than at the sample that first showed it.
+    pub deaths: std::collections::VecDeque<(String, u64, tokio::time::Instant)>,
 }
 
 /// Verdict changes kept for the host loop at most.
 const PROBE_EVENTS_MAX: usize = 256;
+/// Declared deaths kept with their instants at most.
+const PROBE_DEATHS_MAX: usize = 64;
 
 impl MeshNode {
     /// A node over an open store, a running chitchat and an RPC client.
@@ -162,12 +168,28 @@ impl MeshNode {
         let mut record = self.probes.lock().expect("probes lock");
         record.counters = counters;
         record.health = health;
+        let now = tokio::time::Instant::now();
         for e in events {
             if record.events.len() >= PROBE_EVENTS_MAX {
                 record.events.pop_front();
             }
             record.events.push_back(e.clone());
+            if e.kind == shoal_core::verdict::VerdictKind::Dead {
+                if record.deaths.len() >= PROBE_DEATHS_MAX {
+                    record.deaths.pop_front();
+                }
+                record.deaths.push_back((e.name.clone(), e.generation, now));
+            }
         }
+    }
+
+    /// When the probes last declared `name` of `generation` dead, if among the latest deaths
+    /// kept.
+    pub fn death_declared_at(&self, name: &str, generation: u64) -> Option<tokio::time::Instant> {
+        let record = self.probes.lock().expect("probes lock");
+        (record.deaths.iter().rev())
+            .find(|(n, g, _)| n == name && *g == generation)
+            .map(|(_, _, at)| *at)
     }
 
     /// Counts a probe frame that could not be read or written.
