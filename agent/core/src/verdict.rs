@@ -114,15 +114,19 @@ impl Probe {
     }
 
     /// The last look before a death: a suspicion ends in one only once a ping sent between
-    /// `window` and `wait` ago went unanswered, so that the member had a ping it could answer
-    /// since the last moments the verdict rests on. Without it a suspicion formed while a
-    /// partition (or a long blackout) cut the member off runs out just after the heal, before the
-    /// next scheduled ping could be answered: dead, while it answers again.
-    fn last_look(&self, now: u64, wait: u64, window: u64) -> Look {
+    /// `window` and `wait` ago, and not before `after`, went unanswered, so that the member had
+    /// a ping it could answer since the last moments the verdict rests on. Without it a
+    /// suspicion formed while a partition (or a long blackout) cut the member off runs out just
+    /// after the heal, before the next scheduled ping could be answered: dead, while it answers
+    /// again. `after` is when local health last fell: the answers of a heal lower it, every
+    /// suspicion that it had stretched runs out at once, and the pings sent before (into the
+    /// cut) are no evidence of now.
+    fn last_look(&self, now: u64, wait: u64, window: u64, after: u64) -> Look {
         let age = |t: &u64| now.saturating_sub(*t);
-        if self.sent.iter().any(|t| (wait..=window).contains(&age(t))) {
+        let sent = || self.sent.iter().filter(|t| **t >= after);
+        if sent().any(|t| (wait..=window).contains(&age(t))) {
             Look::Declare
-        } else if self.sent.iter().any(|t| age(t) < wait) {
+        } else if sent().any(|t| age(t) < wait) {
             Look::Wait
         } else {
             Look::Ping
@@ -212,6 +216,9 @@ pub struct Prober {
     events: Vec<VerdictEvent>,
     /// When any member was last heard from (a message or a heartbeat that advanced).
     heard_at: u64,
+    /// When local health last fell (the multiplier of every timeout with it): pings sent before
+    /// are no last look ([`Probe::last_look`]).
+    health_fell_at: u64,
     /// The previous tick's time.
     ticked_at: u64,
     /// How much of the current deaf stretch was excused so far.
@@ -278,6 +285,7 @@ impl Prober {
             counters: ProbeCounters::default(),
             events: Vec::new(),
             heard_at: 0,
+            health_fell_at: 0,
             ticked_at: 0,
             deaf_excused: 0,
             watching: false,
@@ -458,6 +466,7 @@ impl Prober {
         {
             self.stall_health -= 1;
             self.health_moved_at = now_ms;
+            self.health_fell_at = now_ms;
         }
         // The part failed probes raised falls as probes are answered; in a calm mesh nothing is
         // probed, so it also falls once nothing raised it for FAILURE_CALM_MS (Lifeguard probes
@@ -471,6 +480,7 @@ impl Prober {
         {
             self.health -= 1;
             self.health_down_at = now_ms;
+            self.health_fell_at = now_ms;
         }
         if let Some(members) = members {
             self.observe(now_ms, members);
@@ -807,8 +817,10 @@ impl Prober {
                     let nacked = p.indirect.map_or(0, |(_, _, answered)| answered);
                     let confirmations = self.tracks[&key].confirmations(nacked);
                     let lasts = c.suspicion_in_mode_ms(confirmations, self.watching) * m;
-                    let look = (now.saturating_sub(since) >= lasts)
-                        .then(|| p.last_look(now, c.last_look_wait_ms, c.last_look_window_ms));
+                    let look = (now.saturating_sub(since) >= lasts).then(|| {
+                        let after = self.health_fell_at;
+                        p.last_look(now, c.last_look_wait_ms, c.last_look_window_ms, after)
+                    });
                     if look == Some(Look::Ping) {
                         p.pinged(now);
                         self.counters.last_looks += 1;
@@ -1193,6 +1205,7 @@ impl Prober {
         if self.health > 0 && now.saturating_sub(self.health_down_at) >= HEALTH_DECAY_MS {
             self.health -= 1;
             self.health_down_at = now;
+            self.health_fell_at = now;
         }
     }
 }
