@@ -522,7 +522,13 @@ impl Gen {
 
     fn clock(&mut self, t: u64) {
         let target = *self.pick(&["one", "2", "all"]);
-        let target = if target == "2" && self.nodes < 2 {
+        // Two wrong clocks in a mesh of fewer than five are half the peers of every host or
+        // more: each then finds a strict majority of its samples beyond the bound and refuses
+        // writes (`shoal_core::store::skew`: nobody can tell which clocks are wrong), a replica
+        // that needs its data holder record written cannot start, and only an operator fixing
+        // the clocks ends it. The liveness phase asks for convergence, so the swarm keeps a
+        // strict majority of right clocks (seed 780 drew two of four, 42 s ahead).
+        let target = if target == "2" && self.nodes < 5 {
             "one"
         } else {
             target
