@@ -66,15 +66,35 @@ enum State {
 
 #[derive(Clone, Debug)]
 struct Probe {
+    /// The probe's nonce: its low [`NONCE_TAG_BITS`] bits are zero, and each ping carries the
+    /// ping's number in them ([`Probe::pinged`]), so that an answer tells which ping it answers
+    /// (its round trip, [`Track::rtt`]); an indirect request carries [`INDIRECT_TAG`].
     nonce: u64,
     since: u64,
     /// When the last few pings went out, newest first (`sent[0]`: the last one, which paces
     /// the repeats; the rest for the last look, [`Probe::last_look`]).
     sent: [u64; PINGS_KEPT],
+    /// How many pings went out (wrapping): the number of the next one.
+    pings: u8,
+    /// The last look is on: `look` is the ping it waits on ([`Probe::last_look`]).
+    looking: bool,
+    look: u64,
     /// When the indirect requests went out, how many, and how many answered.
     indirect: Option<(u64, u32, u32)>,
     /// Started on another member's suspicion notice (not on this agent's own watch).
     on_notice: bool,
+}
+
+/// The low bits of a nonce that name the ping within its probe (see [`Probe::nonce`]).
+const NONCE_TAG_BITS: u32 = 4;
+/// A ping's number modulo this is carried in its nonce.
+const PING_TAGS: u8 = 8;
+/// The tag of an indirect request's nonce (its relayed answer's round trip is not the member's).
+const INDIRECT_TAG: u64 = 8;
+
+/// The base nonce of a tagged one.
+fn untagged(nonce: u64) -> u64 {
+    nonce & !((1 << NONCE_TAG_BITS) - 1)
 }
 
 /// Ping send times a probe keeps: enough to cover [`ProbeConfig::last_look_window_ms`] at the
@@ -84,9 +104,9 @@ const PINGS_KEPT: usize = 4;
 /// What a suspicion that ran out does ([`Probe::last_look`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Look {
-    /// A recent ping went unanswered long enough: dead.
+    /// The ping the last look waits on went unanswered long enough: dead.
     Declare,
-    /// A ping too recent to judge is out: wait for it.
+    /// The ping the last look waits on is too recent to judge: wait for it.
     Wait,
     /// No recent ping: send one and wait for it.
     Ping,
@@ -98,6 +118,9 @@ impl Probe {
             nonce,
             since: now,
             sent: [now; PINGS_KEPT],
+            pings: 1,
+            looking: false,
+            look: 0,
             indirect: None,
             on_notice,
         }
@@ -108,28 +131,57 @@ impl Probe {
         self.sent[0]
     }
 
-    fn pinged(&mut self, now: u64) {
+    /// A ping goes out at `now`: returns its nonce (the probe's, tagged with its number).
+    fn pinged(&mut self, now: u64) -> u64 {
         self.sent.rotate_right(1);
         self.sent[0] = now;
+        let tag = self.pings % PING_TAGS;
+        self.pings = self.pings.wrapping_add(1);
+        self.nonce | u64::from(tag)
     }
 
-    /// The last look before a death: a suspicion ends in one only once a ping sent between
-    /// `window` and `wait` ago, and not before `after`, went unanswered, so that the member had
-    /// a ping it could answer since the last moments the verdict rests on. Without it a
-    /// suspicion formed while a partition (or a long blackout) cut the member off runs out just
-    /// after the heal, before the next scheduled ping could be answered: dead, while it answers
+    /// When the ping an answer tagged `tag` answers went out, if it is one of the kept ones.
+    fn sent_at(&self, tag: u64) -> Option<u64> {
+        let newest = self.pings.wrapping_sub(1);
+        (0..PINGS_KEPT).find_map(|k| {
+            let number = newest.wrapping_sub(k as u8);
+            (u64::from(number % PING_TAGS) == tag).then_some(self.sent[k])
+        })
+    }
+
+    /// The last look before a death: a suspicion ends in one only once a ping sent at most
+    /// `window` before the suspicion ran out, and not before `after`, went unanswered for
+    /// `wait` (the member's round trip, [`Track::look_wait`]), so that the member had a ping
+    /// it could answer since the last moments the verdict rests on. Without it a suspicion
+    /// formed while a partition (or a long blackout) cut the member off runs out just after
+    /// the heal, before the next scheduled ping could be answered: dead, while it answers
     /// again. `after` is when local health last fell: the answers of a heal lower it, every
     /// suspicion that it had stretched runs out at once, and the pings sent before (into the
     /// cut) are no evidence of now.
-    fn last_look(&self, now: u64, wait: u64, window: u64, after: u64) -> Look {
-        let age = |t: &u64| now.saturating_sub(*t);
-        let sent = || self.sent.iter().filter(|t| **t >= after);
-        if sent().any(|t| (wait..=window).contains(&age(t))) {
+    ///
+    /// The ping waited on is kept in `look` (the ring of sent times may hold none old enough
+    /// when the round trip is long); it is picked again when health falls after it.
+    fn last_look(&mut self, now: u64, wait: u64, window: u64, after: u64) -> Look {
+        if !self.looking || self.look < after {
+            let age = |t: u64| now.saturating_sub(t);
+            let oldest = self
+                .sent
+                .iter()
+                .copied()
+                .filter(|t| *t >= after && age(*t) <= window)
+                .min();
+            match oldest {
+                Some(t) => {
+                    self.looking = true;
+                    self.look = t;
+                }
+                None => return Look::Ping,
+            }
+        }
+        if now.saturating_sub(self.look) >= wait {
             Look::Declare
-        } else if sent().any(|t| age(t) < wait) {
-            Look::Wait
         } else {
-            Look::Ping
+            Look::Wait
         }
     }
 }
@@ -158,9 +210,37 @@ struct Track {
     /// carries the states of the dead as well as the living and nobody tells a newcomer
     /// which is which (its watchers declared the dead before it came).
     verified: bool,
+    /// Its round trip in ms as this agent's pings measured it (0: not yet): the largest answer's
+    /// time, falling by an eighth of the gap per smaller one, so that it follows a link's slow
+    /// answers rather than its average ([`Track::look_wait`]).
+    rtt: u16,
 }
 
+/// The longest a last look waits on its ping, however slow the member's answers were.
+pub const LAST_LOOK_MAX_MS: u64 = 400;
+
 impl Track {
+    /// How long the last look waits on a ping to this member, and how old that ping may be
+    /// when the suspicion runs out: [`ProbeConfig::last_look_wait_ms`] (and its window), or
+    /// one and a half of its measured round trip when that is longer (a slow link: a ping
+    /// sent 50 ms before is still on its way), at most [`LAST_LOOK_MAX_MS`].
+    fn look_wait(&self, c: &ProbeConfig) -> (u64, u64) {
+        let measured = u64::from(self.rtt) * 3 / 2;
+        let wait = c.last_look_wait_ms.max(measured.min(LAST_LOOK_MAX_MS));
+        let slack = c.last_look_window_ms.saturating_sub(c.last_look_wait_ms);
+        (wait, wait + slack)
+    }
+
+    /// One answer's round trip.
+    fn measured(&mut self, rtt_ms: u64) {
+        let sample = rtt_ms.min(u64::from(u16::MAX)) as u16;
+        self.rtt = if sample >= self.rtt {
+            sample
+        } else {
+            self.rtt - (self.rtt - sample) / 8
+        };
+    }
+
     /// Independent evidence that it is gone: members gossiping or telling that they suspect it,
     /// or members asked to probe it that could not reach it either (their nacks).
     fn confirmations(&self, nacked: u32) -> u32 {
@@ -271,7 +351,7 @@ impl Prober {
             by_addr: BTreeMap::new(),
             pending: BTreeMap::new(),
             relays: BTreeMap::new(),
-            next_nonce: splitmix(seed) | 1,
+            next_nonce: untagged(splitmix(seed)),
             rng: seed,
             health: 0,
             stall_health: 0,
@@ -391,7 +471,7 @@ impl Prober {
     }
 
     fn nonce(&mut self) -> u64 {
-        self.next_nonce = self.next_nonce.wrapping_add(2);
+        self.next_nonce = self.next_nonce.wrapping_add(1 << NONCE_TAG_BITS);
         self.next_nonce
     }
 
@@ -523,10 +603,15 @@ impl Prober {
                         since + c.suspicion_in_mode_ms(t.confirmations(nacked), self.watching) * m;
                     at(ends);
                     // The last look: a ping that may decide once the suspicion ran out.
-                    for sent in p.sent {
-                        let decides = sent + c.last_look_wait_ms;
-                        if decides >= ends {
-                            at(decides);
+                    let (wait, _) = t.look_wait(c);
+                    if p.looking {
+                        at(p.look + wait);
+                    } else {
+                        for sent in p.sent {
+                            let decides = sent + wait;
+                            if decides >= ends {
+                                at(decides);
+                            }
                         }
                     }
                 }
@@ -589,6 +674,7 @@ impl Prober {
                     for t in &mut p.sent {
                         *t = t.saturating_add(stall).min(now);
                     }
+                    p.look = p.look.saturating_add(stall).min(now);
                 }
                 if let Some((sent, _, _)) = &mut p.indirect {
                     *sent = sent.saturating_add(stall).min(now);
@@ -643,6 +729,7 @@ impl Prober {
                         ring,
                         dead_nonce: None,
                         verified: false,
+                        rtt: 0,
                     },
                 );
                 continue;
@@ -773,7 +860,7 @@ impl Prober {
                         && p.indirect.is_none()
                         && now.saturating_sub(p.since) >= c.ping_timeout_ms * m
                     {
-                        let asked = self.ask_others(&key, addr, p.nonce, out);
+                        let asked = self.ask_others(&key, addr, p.nonce | INDIRECT_TAG, out);
                         self.counters.indirect += 1;
                         p.indirect = Some((now, asked, 0));
                     }
@@ -817,14 +904,18 @@ impl Prober {
                     let nacked = p.indirect.map_or(0, |(_, _, answered)| answered);
                     let confirmations = self.tracks[&key].confirmations(nacked);
                     let lasts = c.suspicion_in_mode_ms(confirmations, self.watching) * m;
-                    let look = (now.saturating_sub(since) >= lasts).then(|| {
-                        let after = self.health_fell_at;
-                        p.last_look(now, c.last_look_wait_ms, c.last_look_window_ms, after)
-                    });
+                    let (wait, window) = self.tracks[&key].look_wait(&c);
+                    let look = if now.saturating_sub(since) >= lasts {
+                        Some(p.last_look(now, wait, window, self.health_fell_at))
+                    } else {
+                        // Not (or no longer) run out: a later look picks its ping afresh.
+                        p.looking = false;
+                        None
+                    };
                     if look == Some(Look::Ping) {
-                        p.pinged(now);
+                        let nonce = p.pinged(now);
                         self.counters.last_looks += 1;
-                        out.push((addr, ping(p.nonce, &key)));
+                        out.push((addr, ping(nonce, &key)));
                     }
                     if look == Some(Look::Declare) {
                         self.pending.remove(&p.nonce);
@@ -868,6 +959,7 @@ impl Prober {
         t.probed_at = now;
         let addr = t.addr;
         self.pending.insert(nonce, key.clone());
+        // The first ping is number 0: its nonce is the probe's.
         out.push((addr, ping(nonce, key)));
         self.set(key, State::Probing(Probe::new(nonce, now, on_notice)));
     }
@@ -888,8 +980,8 @@ impl Prober {
         out: &mut Vec<Outgoing>,
     ) {
         if now.saturating_sub(p.last_ping()) >= self.config.ping_every_ms * self.multiplier() {
-            p.pinged(now);
-            out.push((addr, ping(p.nonce, key)));
+            let nonce = p.pinged(now);
+            out.push((addr, ping(nonce, key)));
         }
     }
 
@@ -1027,10 +1119,11 @@ impl Prober {
                 name,
                 generation,
             } => {
-                if let Some(key) = self.pending.get(&nonce).cloned() {
+                if let Some(key) = self.pending.get(&untagged(nonce)).cloned() {
                     if (name, generation) != key {
                         self.counters.stale += 1;
                     } else {
+                        self.round_trip(&key, nonce, now_ms);
                         self.answered(&key, now_ms);
                     }
                 } else if let Some(relay) = self.relays.remove(&nonce) {
@@ -1107,7 +1200,7 @@ impl Prober {
                 }
             }
             ProbeMsg::Nack { nonce } => {
-                let key = self.pending.get(&nonce).cloned();
+                let key = self.pending.get(&untagged(nonce)).cloned();
                 let counted = key.and_then(|k| self.tracks.get_mut(&k)).is_some_and(|t| {
                     if let State::Probing(p) | State::Suspect(p, _) = &mut t.state {
                         if let Some((_, _, answered)) = &mut p.indirect {
@@ -1177,6 +1270,24 @@ impl Prober {
     }
 
     /// An `Ack` for the probe of `key` arrived: alive.
+    /// Measures `key`'s round trip from an answer to one of its direct pings (`nonce` tagged
+    /// with the ping's number; a relayed answer or one to a ping no longer kept says nothing).
+    fn round_trip(&mut self, key: &Key, nonce: u64, now: u64) {
+        let tag = nonce - untagged(nonce);
+        let Some(track) = self.tracks.get_mut(key) else {
+            return;
+        };
+        let sent = match &track.state {
+            State::Probing(p) | State::Suspect(p, _) if tag < u64::from(PING_TAGS) => {
+                p.sent_at(tag)
+            }
+            _ => None,
+        };
+        if let Some(sent) = sent {
+            track.measured(now.saturating_sub(sent));
+        }
+    }
+
     fn answered(&mut self, key: &Key, now: u64) {
         let Some(track) = self.tracks.get_mut(key) else {
             return;

@@ -1218,3 +1218,85 @@ fn a_suspicion_that_runs_out_just_after_a_heal_looks_once_more_before_a_death() 
     };
     assert!(!late(&without).is_empty(), "the test cannot see");
 }
+
+/// Prober `n0` with members n1..n4. n1's heartbeat is quiet from 1 s (n0 probes it each quiet
+/// period) and its answers take `rtt_ms` (the others answer at once); it is killed at
+/// `kill_ms`. Ticks as the shell does (every 50 ms, or when a timer falls due) and whenever an
+/// answer arrives. Returns when n0 declared n1 dead, after the kill.
+fn death_of_a_slow_member(rtt_ms: u64, kill_ms: u64) -> u64 {
+    let mut p = Prober::new(ProbeConfig::default(), "n0", 1, 5);
+    let mut members: Vec<Observed> = (1..5).map(|i| member(i, 1)).collect();
+    // n1's answers on their way: (arrives at, answer).
+    let mut flight: Vec<(u64, ProbeMsg)> = Vec::new();
+    let mut t = 0;
+    loop {
+        let arrival = flight.iter().map(|(at, _)| *at).min().unwrap_or(u64::MAX);
+        let due = p.next_due().map_or(u64::MAX, |d| d.max(t + 1));
+        t = (t - t % 50 + 50).min(due).min(arrival.max(t + 1));
+        assert!(t < kill_ms + 10_000, "n1 never declared dead");
+        let (now, later): (Vec<_>, Vec<_>) = flight.into_iter().partition(|(at, _)| *at <= t);
+        flight = later;
+        for (_, ack) in now {
+            p.receive(t, addr(1), Some("n1"), ack);
+        }
+        for m in &mut members {
+            if m.name != "n1" || t < 1_000 {
+                m.heartbeat = t / 250 + 1;
+            }
+        }
+        let out = p.tick(t, 0, 0, &members);
+        if p.drain_events()
+            .iter()
+            .any(|e| e.name == "n1" && e.kind == VerdictKind::Dead)
+        {
+            assert!(
+                t >= kill_ms,
+                "n1 declared dead at {t} ms, alive until {kill_ms} ms"
+            );
+            return t;
+        }
+        let (to_n1, rest): (Vec<_>, Vec<_>) = out.into_iter().partition(|(a, _)| index(*a) == 1);
+        for (_, msg) in to_n1 {
+            if let ProbeMsg::Ping {
+                nonce,
+                target,
+                target_gen,
+            } = msg
+            {
+                if t < kill_ms {
+                    let ack = ProbeMsg::Ack {
+                        nonce,
+                        name: target,
+                        generation: target_gen,
+                    };
+                    flight.push((t + rtt_ms, ack));
+                }
+            }
+        }
+        answer(&mut p, t, rest, &[2, 3, 4]);
+    }
+}
+
+#[test]
+fn the_last_look_waits_for_a_slow_members_round_trip() {
+    // Swarm: a ping 50-75 ms old decided deaths of members whose answers took longer (slow
+    // links, 36-49 % loss with 40 ms each way). The last look now waits 1.5 times the round
+    // trip the member's answers showed: a member whose answers took 90 ms has 135 ms to answer
+    // the last look's ping rather than 50. Kills spread over more than a probe period (its
+    // phase averages out), each counted from the last answer's arrival (an answer to a ping
+    // sent before the kill still refutes): the slow member's deaths come on average about
+    // 85 ms later than a fast one's.
+    let kills = (0..45).map(|k| 3_000 + k * 10);
+    let mean = |rtt: u64| -> f64 {
+        let after: Vec<u64> = kills
+            .clone()
+            .map(|k| death_of_a_slow_member(rtt, k) - k - rtt)
+            .collect();
+        after.iter().sum::<u64>() as f64 / after.len() as f64
+    };
+    let (fast, slow) = (mean(2), mean(90));
+    assert!(
+        slow >= fast + 60.0 && slow <= fast + 110.0,
+        "after the last answer: {fast:.0} ms on average with 2 ms answers, {slow:.0} ms with 90 ms"
+    );
+}
