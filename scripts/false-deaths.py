@@ -7,7 +7,7 @@ the last fault's end it came: the method behind docs/measurements.md's false-dea
 
 Each seed is run again with `--out DIR` (a seed replays exactly); its trace's `FALSE VERDICT`
 lines are matched with the last line before each that ended a fault (`end of ...`, `heal`, or
-`... resumed`) and with the faults the seed's header scheduled. Prints one line per false
+`... resumed`, `resume node=`) and with the faults the seed's header scheduled. Prints one line per false
 verdict: seed, time, the verdict, the gap since the last fault ended, and that fault.
 """
 
@@ -19,7 +19,7 @@ import re
 import subprocess
 
 LINE = re.compile(r"^\s*(\d+\.\d+)s (.*)$")
-ENDS = ("end of ", "heal:", " resumed")
+ENDS = ("end of ", "heal:", " resumed", "resume node=")
 
 
 def rerun(binary, seed, out):

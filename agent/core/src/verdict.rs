@@ -216,6 +216,17 @@ struct Track {
     rtt: u16,
 }
 
+/// A round trip estimate after one more sample: the sample when larger, else an eighth of the
+/// way down to it (it follows a link's slow answers rather than its average).
+fn slow_follow(estimate: u16, sample_ms: u64) -> u16 {
+    let sample = sample_ms.min(u64::from(u16::MAX)) as u16;
+    if sample >= estimate {
+        sample
+    } else {
+        estimate - (estimate - sample) / 8
+    }
+}
+
 /// The longest a last look waits on its ping, however slow the member's answers were.
 pub const LAST_LOOK_MAX_MS: u64 = 400;
 
@@ -223,9 +234,12 @@ impl Track {
     /// How long the last look waits on a ping to this member, and how old that ping may be
     /// when the suspicion runs out: [`ProbeConfig::last_look_wait_ms`] (and its window), or
     /// one and a half of its measured round trip when that is longer (a slow link: a ping
-    /// sent 50 ms before is still on its way), at most [`LAST_LOOK_MAX_MS`].
-    fn look_wait(&self, c: &ProbeConfig) -> (u64, u64) {
-        let measured = u64::from(self.rtt) * 3 / 2;
+    /// sent 50 ms before is still on its way), at most [`LAST_LOOK_MAX_MS`]. A member never
+    /// measured (this agent does not watch it) is taken to be as slow as the slowest member
+    /// this agent measured (`slowest`): a slow network is slow on most of its links.
+    fn look_wait(&self, c: &ProbeConfig, slowest: u16) -> (u64, u64) {
+        let rtt = if self.rtt == 0 { slowest } else { self.rtt };
+        let measured = u64::from(rtt) * 3 / 2;
         let wait = c.last_look_wait_ms.max(measured.min(LAST_LOOK_MAX_MS));
         let slack = c.last_look_window_ms.saturating_sub(c.last_look_wait_ms);
         (wait, wait + slack)
@@ -233,12 +247,7 @@ impl Track {
 
     /// One answer's round trip.
     fn measured(&mut self, rtt_ms: u64) {
-        let sample = rtt_ms.min(u64::from(u16::MAX)) as u16;
-        self.rtt = if sample >= self.rtt {
-            sample
-        } else {
-            self.rtt - (self.rtt - sample) / 8
-        };
+        self.rtt = slow_follow(self.rtt, rtt_ms);
     }
 
     /// Independent evidence that it is gone: members gossiping or telling that they suspect it,
@@ -301,6 +310,9 @@ pub struct Prober {
     health_fell_at: u64,
     /// The previous tick's time.
     ticked_at: u64,
+    /// The round trip of the slowest members' answers, as [`Track::rtt`] follows one member's:
+    /// the last look's wait on a member never measured ([`Track::look_wait`]).
+    slowest: u16,
     /// How much of the current deaf stretch was excused so far.
     deaf_excused: u64,
     /// Watching (compact gossip): probe only the members that follow this agent on the ring.
@@ -367,6 +379,7 @@ impl Prober {
             heard_at: 0,
             health_fell_at: 0,
             ticked_at: 0,
+            slowest: 0,
             deaf_excused: 0,
             watching: false,
             watched: std::collections::BTreeSet::new(),
@@ -603,7 +616,7 @@ impl Prober {
                         since + c.suspicion_in_mode_ms(t.confirmations(nacked), self.watching) * m;
                     at(ends);
                     // The last look: a ping that may decide once the suspicion ran out.
-                    let (wait, _) = t.look_wait(c);
+                    let (wait, _) = t.look_wait(c, self.slowest);
                     if p.looking {
                         at(p.look + wait);
                     } else {
@@ -904,7 +917,7 @@ impl Prober {
                     let nacked = p.indirect.map_or(0, |(_, _, answered)| answered);
                     let confirmations = self.tracks[&key].confirmations(nacked);
                     let lasts = c.suspicion_in_mode_ms(confirmations, self.watching) * m;
-                    let (wait, window) = self.tracks[&key].look_wait(&c);
+                    let (wait, window) = self.tracks[&key].look_wait(&c, self.slowest);
                     let look = if now.saturating_sub(since) >= lasts {
                         Some(p.last_look(now, wait, window, self.health_fell_at))
                     } else {
@@ -1284,7 +1297,9 @@ impl Prober {
             _ => None,
         };
         if let Some(sent) = sent {
-            track.measured(now.saturating_sub(sent));
+            let rtt = now.saturating_sub(sent);
+            track.measured(rtt);
+            self.slowest = slow_follow(self.slowest, rtt);
         }
     }
 
