@@ -6,6 +6,10 @@
 //! way. A link fault that loses every message (loss 1) counts as a cut; lower loss, delay and
 //! jitter do not make a link unreachable (a message can still get through).
 //!
+//! Reach counts only up to one round trip before the verdict: the links' fixed delays both
+//! ways (at least 1 ms), as the driver last set them. A cut that healed later than that could
+//! not have carried a ping and its answer before the verdict, whatever the detector did.
+//!
 //! Only spans that ended within the window are kept: the history is bounded by how often the
 //! driver can pause a host (its fastest duty cycle) over one window.
 
@@ -34,6 +38,9 @@ type CutSpan = (Span, Arc<BTreeSet<(u32, u32)>>);
 pub struct Reach {
     paused: BTreeMap<u32, Vec<Span>>,
     cuts: Vec<CutSpan>,
+    /// The fixed one-way delay of every link (ms), and of the links a fault names apart.
+    delay_ms: u64,
+    link_delay_ms: BTreeMap<(u32, u32), u64>,
 }
 
 impl Reach {
@@ -70,6 +77,20 @@ impl Reach {
         }
     }
 
+    /// The links' fixed one-way delays from now: `default_ms` on every link but those in
+    /// `links`.
+    pub fn set_delays(&mut self, default_ms: u64, links: BTreeMap<(u32, u32), u64>) {
+        self.delay_ms = default_ms;
+        self.link_delay_ms = links;
+    }
+
+    /// The shortest round trip between `a` and `b`: a message each way, without jitter, at
+    /// least 1 ms.
+    pub fn round_trip_ms(&self, a: u32, b: u32) -> u64 {
+        let one_way = |l: (u32, u32)| *self.link_delay_ms.get(&l).unwrap_or(&self.delay_ms);
+        (one_way((a, b)) + one_way((b, a))).max(1)
+    }
+
     /// The instants host `h` stopped running (froze) after `since` and up to `now`: the last
     /// instants it ran before each freeze, where a verdict it holds now may have been formed.
     pub fn froze_between(&self, h: u32, since: u64, now: u64) -> Vec<u64> {
@@ -93,10 +114,12 @@ impl Reach {
         self.cuts.retain(|c| live(&c.0));
     }
 
-    /// Whether `a` and `b` had an instant within the last [`REACHABLE_WITHIN_MS`] before `now`
-    /// when neither was frozen and neither `a -> b` nor `b -> a` was blocked.
+    /// Whether `a` and `b` had an instant within the last [`REACHABLE_WITHIN_MS`] before `now`,
+    /// and at least their shortest round trip before it ([`Self::round_trip_ms`]), when neither
+    /// was frozen and neither `a -> b` nor `b -> a` was blocked.
     pub fn reachable_within(&self, a: u32, b: u32, now: u64) -> bool {
         let from = now.saturating_sub(REACHABLE_WITHIN_MS);
+        let now = now.saturating_sub(self.round_trip_ms(a, b)).max(from);
         let mut unreachable: Vec<(u64, u64)> = Vec::new();
         let clip = |s: &Span| (s.0, s.1.unwrap_or(u64::MAX));
         for h in [a, b] {
@@ -181,6 +204,27 @@ mod tests {
         r.prune(2_900);
         assert!(r.reachable_within(2, 4, 3_000));
         assert!(!r.reachable_within(2, 4, 9_000), "frozen the whole window");
+    }
+
+    #[test]
+    fn reach_later_than_a_round_trip_before_the_verdict_does_not_count() {
+        let mut r = Reach::default();
+        let links: BTreeSet<(u32, u32)> = [(1, 2), (2, 1)].into_iter().collect();
+        r.set_blocked(&links, 5_000);
+        r.set_blocked(&BTreeSet::new(), 8_000);
+        // 1 ms each way by default: healed 1 ms before is no round trip, 2 ms is.
+        r.set_delays(1, BTreeMap::new());
+        assert!(!r.reachable_within(1, 2, 8_001));
+        assert!(r.reachable_within(1, 2, 8_003));
+        // 33 ms from 2 to 1 and 1 ms back: a round trip takes 34 ms.
+        r.set_delays(1, [((2, 1), 33)].into_iter().collect());
+        assert_eq!(r.round_trip_ms(1, 2), 34);
+        assert!(!r.reachable_within(2, 1, 8_034));
+        assert!(r.reachable_within(2, 1, 8_035));
+        // No delay at all: still 1 ms (a verdict in the heal's own ms heard nothing).
+        r.set_delays(0, BTreeMap::new());
+        assert!(!r.reachable_within(1, 2, 8_001));
+        assert!(r.reachable_within(1, 2, 8_002));
     }
 
     #[test]

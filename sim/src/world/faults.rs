@@ -213,6 +213,12 @@ impl World {
                 .map(|(l, _)| *l)
                 .collect()
         };
+        let delays = (per_link.iter())
+            .map(|(l, f)| (*l, f.delay.as_millis() as u64))
+            .collect();
+        self.checker
+            .reach
+            .set_delays(default.delay.as_millis() as u64, delays);
         self.faults.applied = per_link.into_keys().collect();
         self.record_reach();
     }

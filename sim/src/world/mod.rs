@@ -145,7 +145,9 @@ impl World {
             revisions: BTreeMap::new(),
         };
         let (api_tx, api_rx) = mpsc::unbounded_channel();
-        let checker = Checker::new(&scenario);
+        let mut checker = Checker::new(&scenario);
+        let delay = scenario.network.delay.as_millis() as u64;
+        checker.reach.set_delays(delay, Default::default());
         let mut world = World {
             t0,
             net,
