@@ -232,15 +232,21 @@ pub const LAST_LOOK_MAX_MS: u64 = 400;
 
 impl Track {
     /// How long the last look waits on a ping to this member, and how old that ping may be
-    /// when the suspicion runs out: [`ProbeConfig::last_look_wait_ms`] (and its window), or
-    /// one and a half of its measured round trip when that is longer (a slow link: a ping
-    /// sent 50 ms before is still on its way), at most [`LAST_LOOK_MAX_MS`]. A member never
-    /// measured (this agent does not watch it) is taken to be as slow as the slowest member
-    /// this agent measured (`slowest`): a slow network is slow on most of its links.
-    fn look_wait(&self, c: &ProbeConfig, slowest: u16) -> (u64, u64) {
+    /// when the suspicion runs out. The wait is the round trip's part,
+    /// [`ProbeConfig::last_look_wait_ms`], or one and a half of the member's measured round
+    /// trip when that is longer (a slow link: a ping sent 50 ms before is still on its way), at
+    /// most [`LAST_LOOK_MAX_MS`]; then one ping `pace` more, so that the ping after the one
+    /// waited on went unanswered as long (two pings, not one, decide: a ping lost at 4 % loss
+    /// each way decided a death in the swarm). A member never measured (this agent does not
+    /// watch it) is taken to be as slow as the slowest member this agent measured (`slowest`):
+    /// a slow network is slow on most of its links. The window is the wait and the config's
+    /// slack ([`ProbeConfig::last_look_window_ms`] less the wait); at the fastest pace the ring
+    /// of sent times then holds a ping old enough when the suspicion runs out, and a real death
+    /// is not delayed.
+    fn look_wait(&self, c: &ProbeConfig, slowest: u16, pace: u64) -> (u64, u64) {
         let rtt = if self.rtt == 0 { slowest } else { self.rtt };
         let measured = u64::from(rtt) * 3 / 2;
-        let wait = c.last_look_wait_ms.max(measured.min(LAST_LOOK_MAX_MS));
+        let wait = c.last_look_wait_ms.max(measured.min(LAST_LOOK_MAX_MS)) + pace;
         let slack = c.last_look_window_ms.saturating_sub(c.last_look_wait_ms);
         (wait, wait + slack)
     }
@@ -616,7 +622,7 @@ impl Prober {
                         since + c.suspicion_in_mode_ms(t.confirmations(nacked), self.watching) * m;
                     at(ends);
                     // The last look: a ping that may decide once the suspicion ran out.
-                    let (wait, _) = t.look_wait(c, self.slowest);
+                    let (wait, _) = t.look_wait(c, self.slowest, c.ping_every_ms * m);
                     if p.looking {
                         at(p.look + wait);
                     } else {
@@ -917,7 +923,8 @@ impl Prober {
                     let nacked = p.indirect.map_or(0, |(_, _, answered)| answered);
                     let confirmations = self.tracks[&key].confirmations(nacked);
                     let lasts = c.suspicion_in_mode_ms(confirmations, self.watching) * m;
-                    let (wait, window) = self.tracks[&key].look_wait(&c, self.slowest);
+                    let pace = c.ping_every_ms * m;
+                    let (wait, window) = self.tracks[&key].look_wait(&c, self.slowest, pace);
                     let look = if now.saturating_sub(since) >= lasts {
                         Some(p.last_look(now, wait, window, self.health_fell_at))
                     } else {

@@ -1126,7 +1126,8 @@ fn death_of_n1_cut_until(config: &ProbeConfig, heal_ms: u64) -> Option<u64> {
 /// 1.13 s and are cut off until the heal, then answer every ping. The first answer after the
 /// heal lowers n0's health, and with it the time every suspicion lasts: the others' may then
 /// run out at once. Returns the first death of n1, n2 or n3 declared at or after the heal.
-fn death_after_a_heal_that_lowers_health(heal_ms: u64) -> Option<(u64, String)> {
+/// With `lose_first`, the first ping to n1 after the heal is lost.
+fn death_after_a_heal_that_lowers_health(heal_ms: u64, lose_first: bool) -> Option<(u64, String)> {
     let config = ProbeConfig::default();
     let mut p = Prober::new(config.clone(), "n0", 1, 9);
     let mut members: Vec<Observed> = (1..7).map(|i| member(i, 1)).collect();
@@ -1136,6 +1137,9 @@ fn death_after_a_heal_that_lowers_health(heal_ms: u64) -> Option<(u64, String)> 
         target_gen: 1,
     };
     let mut t = 0;
+    // Whether n{i}'s first ping after the heal was lost (n1's only).
+    let mut lost = [true; 7];
+    lost[1] = !lose_first;
     while t < heal_ms + 3_000 {
         let next = (t - t % 50 + 50).min(p.next_due().map_or(u64::MAX, |d| d.max(t + 1)));
         t = next;
@@ -1162,6 +1166,15 @@ fn death_after_a_heal_that_lowers_health(heal_ms: u64) -> Option<(u64, String)> 
         } else {
             &[4, 5, 6]
         };
+        let out = out
+            .into_iter()
+            .filter(|(to, msg)| {
+                let i = index(*to);
+                let first = t >= heal_ms && matches!(msg, ProbeMsg::Ping { .. }) && !lost[i];
+                lost[i] |= first;
+                !first
+            })
+            .collect();
         answer(&mut p, t, out, up);
     }
     None
@@ -1178,7 +1191,7 @@ fn a_heal_that_lowers_local_health_is_no_death_on_pings_sent_before_it() {
     let found: Vec<String> = (5_700..8_200)
         .step_by(5)
         .filter_map(|heal| {
-            let (dead, name) = death_after_a_heal_that_lowers_health(heal)?;
+            let (dead, name) = death_after_a_heal_that_lowers_health(heal, false)?;
             Some(format!("healed at {heal} ms, {name} dead at {dead} ms"))
         })
         .collect();
@@ -1315,4 +1328,26 @@ fn the_last_look_waits_for_a_slow_members_round_trip() {
              {slow:.0} ms with 90 ms"
         );
     }
+}
+
+#[test]
+fn one_ping_lost_after_a_heal_is_no_death() {
+    // The heal of the test above, where the first ping to n1 after the heal is lost (swarm: a
+    // ping lost at 4 % loss each way decided a death just after a heal). n2's and n3's answers
+    // lower local health, so n1's pings into the cut are no evidence, and the lost one is the
+    // last look's. The last look waits for the ping after it too: no death after the heal.
+    // (With one ping deciding, 14 of these heals end in a death.)
+    let found: Vec<String> = (5_700..8_200)
+        .step_by(5)
+        .filter_map(|heal| {
+            let (dead, name) = death_after_a_heal_that_lowers_health(heal, true)?;
+            Some(format!("healed at {heal} ms, {name} dead at {dead} ms"))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "{} deaths: {:#?}",
+        found.len(),
+        &found[..found.len().min(10)]
+    );
 }

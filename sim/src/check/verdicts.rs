@@ -163,7 +163,7 @@ impl Checker {
                     .map(|at| {
                         now.saturating_sub(clock.saturating_duration_since(at).as_millis() as u64)
                     })
-                    .filter(|&at| read_before.is_some_and(|since| at > since) && at <= now);
+                    .filter(|&at| read_before.is_some_and(|since| at >= since) && at <= now);
                 let reached = match declared {
                     Some(at) => self.reach.reachable_within(o.index, x, at),
                     None => instants
