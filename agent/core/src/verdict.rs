@@ -78,12 +78,19 @@ struct Probe {
     pings: u8,
     /// The last look is on: `look` is the ping it waits on ([`Probe::last_look`]).
     looking: bool,
+    /// How many times the last look picked its ping again (at most [`LOOK_REPICKS_MAX`]).
+    repicks: u8,
     look: u64,
     /// When the indirect requests went out, how many, and how many answered.
     indirect: Option<(u64, u32, u32)>,
     /// Started on another member's suspicion notice (not on this agent's own watch).
     on_notice: bool,
 }
+
+/// A last look picks its ping again at most this many times as health falls or news of a heal
+/// comes ([`Probe::last_look`]): a mesh where such news never stops does not hold a death off
+/// for good.
+const LOOK_REPICKS_MAX: u8 = 3;
 
 /// The low bits of a nonce that name the ping within its probe (see [`Probe::nonce`]).
 const NONCE_TAG_BITS: u32 = 4;
@@ -120,6 +127,7 @@ impl Probe {
             sent: [now; PINGS_KEPT],
             pings: 1,
             looking: false,
+            repicks: 0,
             look: 0,
             indirect: None,
             on_notice,
@@ -162,7 +170,11 @@ impl Probe {
     /// The ping waited on is kept in `look` (the ring of sent times may hold none old enough
     /// when the round trip is long); it is picked again when health falls after it.
     fn last_look(&mut self, now: u64, wait: u64, window: u64, after: u64) -> Look {
-        if !self.looking || self.look < after {
+        let again = self.looking && self.look < after && self.repicks < LOOK_REPICKS_MAX;
+        if again {
+            self.repicks += 1;
+        }
+        if !self.looking || again {
             let age = |t: u64| now.saturating_sub(t);
             let oldest = self
                 .sent
@@ -314,6 +326,10 @@ pub struct Prober {
     /// When local health last fell (the multiplier of every timeout with it): pings sent before
     /// are no last look ([`Probe::last_look`]).
     health_fell_at: u64,
+    /// When a member held suspect or dead was last heard from again (refuted or revived): a
+    /// partition may have healed, and pings sent before are no last look for the others either
+    /// ([`Probe::last_look`]).
+    news_at: u64,
     /// The previous tick's time.
     ticked_at: u64,
     /// The round trip of the slowest members' answers, as [`Track::rtt`] follows one member's:
@@ -385,6 +401,7 @@ impl Prober {
             heard_at: 0,
             health_fell_at: 0,
             ticked_at: 0,
+            news_at: 0,
             slowest: 0,
             deaf_excused: 0,
             watching: false,
@@ -505,6 +522,9 @@ impl Prober {
     }
 
     fn event(&mut self, key: &Key, kind: VerdictKind, at_ms: u64) {
+        if matches!(kind, VerdictKind::Refuted | VerdictKind::Revived) {
+            self.news_at = at_ms;
+        }
         if self.events.len() < EVENTS_MAX {
             self.events.push(VerdictEvent {
                 name: key.0.clone(),
@@ -926,7 +946,8 @@ impl Prober {
                     let pace = c.ping_every_ms * m;
                     let (wait, window) = self.tracks[&key].look_wait(&c, self.slowest, pace);
                     let look = if now.saturating_sub(since) >= lasts {
-                        Some(p.last_look(now, wait, window, self.health_fell_at))
+                        let after = self.health_fell_at.max(self.news_at);
+                        Some(p.last_look(now, wait, window, after))
                     } else {
                         // Not (or no longer) run out: a later look picks its ping afresh.
                         p.looking = false;

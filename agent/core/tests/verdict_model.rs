@@ -1351,3 +1351,77 @@ fn one_ping_lost_after_a_heal_is_no_death() {
         &found[..found.len().min(10)]
     );
 }
+
+/// Prober `n0` with members n1..n4 and no trouble of its own (local health 0). n1 and n2 go
+/// quiet at 1 s and 1.1 s and are cut off until `heal_ms`; at the heal n2's ping reaches n0
+/// (refuting its suspicion, still running) and n1 answers every ping from then on. Returns the first death of n1
+/// declared at or after the heal.
+fn death_of_n1_after_news_of_a_heal(heal_ms: u64) -> Option<u64> {
+    // No indirect probes: a relay cut off too would raise n0's local health, and the
+    // refutation's answer would lower it (a fall of health already makes the last look pick
+    // again); here the news alone must.
+    let config = ProbeConfig {
+        indirect_k: 0,
+        ..ProbeConfig::default()
+    };
+    let mut p = Prober::new(config, "n0", 1, 11);
+    let mut members: Vec<Observed> = (1..5).map(|i| member(i, 1)).collect();
+    let mut t = 0;
+    let mut told = false;
+    while t < heal_ms + 2_000 {
+        let next = (t - t % 50 + 50).min(p.next_due().map_or(u64::MAX, |d| d.max(t + 1)));
+        t = next;
+        if t >= heal_ms && !told {
+            told = true;
+            let ping = ProbeMsg::Ping {
+                nonce: 7,
+                target: "n0".into(),
+                target_gen: 1,
+            };
+            p.receive(t, addr(2), Some("n2"), ping);
+        }
+        for m in &mut members {
+            let quiet_from = match m.name.as_str() {
+                "n1" => 1_000,
+                "n2" => 1_100,
+                _ => u64::MAX,
+            };
+            if t < quiet_from {
+                m.heartbeat = t / 250 + 1;
+            }
+        }
+        let out = p.tick(t, 0, 0, &members);
+        assert_ne!(
+            p.verdict("n2", 1),
+            Some(Verdict::Dead),
+            "n2 died before the heal"
+        );
+        let dead = p
+            .drain_events()
+            .into_iter()
+            .any(|e| e.name == "n1" && e.kind == VerdictKind::Dead && t >= heal_ms);
+        if dead {
+            return Some(t);
+        }
+        let up: &[usize] = if t >= heal_ms { &[1, 2, 3, 4] } else { &[3, 4] };
+        answer(&mut p, t, out, up);
+    }
+    None
+}
+
+#[test]
+fn news_of_a_heal_is_a_last_look_again() {
+    // Swarm: a partition heals as n0's suspicion of a member on the other side runs out, and
+    // two pings sent into the cut decide its death 25-100 ms after the heal. A member of the
+    // other side heard from again (its suspicion refuted) is news that the cut may be gone:
+    // the last look then waits on pings sent since. Unhealed, n0 suspects n1 from 1.3 s, n2
+    // from 1.55 s, and declares n1 dead at 1.9 s. A heal at every ms from 1.8 s on: no death
+    // of n1 after the heal (25 without the news).
+    let found: Vec<String> = (1_800..1_901)
+        .filter_map(|heal| {
+            let dead = death_of_n1_after_news_of_a_heal(heal)?;
+            Some(format!("healed at {heal} ms, dead at {dead} ms"))
+        })
+        .collect();
+    assert!(found.is_empty(), "{} deaths: {found:#?}", found.len());
+}
