@@ -168,7 +168,8 @@ impl Probe {
     /// cut) are no evidence of now.
     ///
     /// The ping waited on is kept in `look` (the ring of sent times may hold none old enough
-    /// when the round trip is long); it is picked again when health falls after it.
+    /// when the round trip is long); it is picked again, at most [`LOOK_REPICKS_MAX`] times,
+    /// when `after` passes it (health fell, or news of a heal came).
     fn last_look(&mut self, now: u64, wait: u64, window: u64, after: u64) -> Look {
         let again = self.looking && self.look < after && self.repicks < LOOK_REPICKS_MAX;
         if again {
@@ -261,11 +262,6 @@ impl Track {
         let wait = c.last_look_wait_ms.max(measured.min(LAST_LOOK_MAX_MS)) + pace;
         let slack = c.last_look_window_ms.saturating_sub(c.last_look_wait_ms);
         (wait, wait + slack)
-    }
-
-    /// One answer's round trip.
-    fn measured(&mut self, rtt_ms: u64) {
-        self.rtt = slow_follow(self.rtt, rtt_ms);
     }
 
     /// Independent evidence that it is gone: members gossiping or telling that they suspect it,
@@ -1310,7 +1306,6 @@ impl Prober {
         }
     }
 
-    /// An `Ack` for the probe of `key` arrived: alive.
     /// Measures `key`'s round trip from an answer to one of its direct pings (`nonce` tagged
     /// with the ping's number; a relayed answer or one to a ping no longer kept says nothing).
     fn round_trip(&mut self, key: &Key, nonce: u64, now: u64) {
@@ -1326,11 +1321,12 @@ impl Prober {
         };
         if let Some(sent) = sent {
             let rtt = now.saturating_sub(sent);
-            track.measured(rtt);
+            track.rtt = slow_follow(track.rtt, rtt);
             self.slowest = slow_follow(self.slowest, rtt);
         }
     }
 
+    /// An `Ack` for the probe of `key` arrived: alive.
     fn answered(&mut self, key: &Key, now: u64) {
         let Some(track) = self.tracks.get_mut(key) else {
             return;
