@@ -16,14 +16,16 @@ use std::time::{Duration, Instant};
 use common::netns::{self, Hosts};
 use common::*;
 
-/// Waits until agent `i` reports mesh version 11 (the probes judge from then on).
+/// Waits until agent `i` reports this build's mesh version (`WIRE_CUR`): probes judge from 11,
+/// and gossip is compact from 15, so the tests stress what a mesh of this build runs.
 fn wait_mesh_version(c: &Cluster, i: usize) {
+    let want = u64::from(shoal_core::version::WIRE_CUR);
     let mut last = serde_json::Value::Null;
-    let ok = wait_until(Duration::from_secs(40), || {
+    let ok = wait_until(Duration::from_secs(60), || {
         last = c.cli_json(i, &["upgrade", "status", "-o", "json"]);
-        last["mesh_version"].as_u64() >= Some(11)
+        last["mesh_version"].as_u64() >= Some(want)
     });
-    assert!(ok, "the mesh version never reached 11: {last}");
+    assert!(ok, "the mesh version never reached {want}: {last}");
 }
 
 /// Every agent's events of `kind`, as `node: reason`.
@@ -157,12 +159,25 @@ fn events_at(c: &Cluster, kind: &str) -> Vec<(u64, String)> {
     out
 }
 
+/// A number from the environment, for the long runs outside CI; `default` when unset.
+fn env_number(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number")),
+        Err(_) => default,
+    }
+}
+
+/// 4 agents for 20 s in CI. The issue's ten-minute run at 20 agents is the same test with
+/// `SHOAL_LOSS_AGENTS=20 SHOAL_LOSS_SECS=600` (docs/measurements.md).
 #[test]
 fn an_agent_losing_a_tenth_of_its_packets_is_not_declared_dead() {
     if !netns::require() {
         return;
     }
-    let n = 4;
+    let n = env_number("SHOAL_LOSS_AGENTS", 4) as usize;
+    let secs = env_number("SHOAL_LOSS_SECS", 20);
     let hosts = Hosts::new("loss", n, 61);
     let mut c = Cluster::new();
     for i in 0..n {
@@ -174,7 +189,7 @@ fn an_agent_losing_a_tenth_of_its_packets_is_not_declared_dead() {
             Some(hosts.names[i].clone()),
         );
     }
-    c.wait_members(n, Duration::from_secs(30));
+    c.wait_members(n, Duration::from_secs(30 + n as u64 * 3));
     wait_mesh_version(&c, 0);
     // 10 % of n2's packets dropped, each way.
     let lossy = &hosts.names[1];
@@ -201,7 +216,8 @@ fn an_agent_losing_a_tenth_of_its_packets_is_not_declared_dead() {
         );
     }
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(20) {
+    let mut samples = 0u64;
+    while start.elapsed() < Duration::from_secs(secs) {
         std::thread::sleep(Duration::from_secs(1));
         for i in 0..n {
             if let Some(alive) = c.alive_nodes(i) {
@@ -212,11 +228,19 @@ fn an_agent_losing_a_tenth_of_its_packets_is_not_declared_dead() {
                     i + 1,
                     c.logs()
                 );
+                samples += 1;
             }
         }
     }
     let dead = events_of(&c, "member-dead");
     assert!(dead.is_empty(), "false deaths: {dead:?}");
+    let suspect = events_of(&c, "member-suspect");
+    // Seen by the long runs: how often the loss raised a suspicion that a refutation answered.
+    eprintln!(
+        "{n} agents, {secs} s of 10 % loss on n2: {samples} live views all full, 0 member-dead, \
+         {} member-suspect",
+        suspect.len()
+    );
     drop(c);
     drop(hosts);
 }
