@@ -199,7 +199,7 @@ fn main() {
     let moved_cell = cell_level
         .assigned
         .iter()
-        .filter(|(r, c)| after_death.assigned.get(*r) != Some(*c))
+        .filter(|(r, c)| after_death.assigned.get(r) != Some(*c))
         .count();
     let back = place_cells(&cells, &workloads) == cell_level;
 
@@ -211,7 +211,7 @@ fn main() {
     let moved_scale: Vec<String> = cell_level
         .assigned
         .iter()
-        .filter(|(r, c)| after_scale.assigned.get(*r) != Some(*c))
+        .filter(|(r, c)| after_scale.assigned.get(r) != Some(*c))
         .map(|(r, _)| r.to_string())
         .collect();
     let moved_scale_own = moved_scale

@@ -172,7 +172,7 @@ fn outcome(text: &str) -> String {
     );
     let mut out = String::new();
     for (r, c) in &p.assigned {
-        let unsure = if p.unsure.contains(r) { " unsure" } else { "" };
+        let unsure = if p.unsure.contains(&r) { " unsure" } else { "" };
         writeln!(out, "{r} {c}{unsure}").unwrap();
     }
     for (r, why) in &p.unschedulable {

@@ -317,7 +317,7 @@ proptest! {
         let p = place_cells(&cells, &workloads);
         let by_name: BTreeMap<&str, &Cell> = cells.iter().map(|c| (c.summary.cell.as_str(), c)).collect();
         for (r, c) in &p.assigned {
-            if p.unsure.contains(r) {
+            if p.unsure.contains(&r) {
                 continue;
             }
             let w = workloads.iter().find(|w| w.id == r.workload).expect("placed workload");
@@ -370,7 +370,7 @@ proptest! {
         let name = &cells[victim].summary.cell;
         for (r, c) in &before.assigned {
             if c != name {
-                prop_assert_eq!(after.assigned.get(r), Some(c), "{} left {}", r, c);
+                prop_assert_eq!(after.assigned.get(&r), Some(c), "{} left {}", r, c);
             }
         }
         prop_assert_eq!(place_cells(&cells, &workloads), before);

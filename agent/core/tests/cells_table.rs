@@ -351,14 +351,23 @@ fn a_summary_of_the_own_cell_claiming_more_than_its_members_records_is_refused_a
     assert_eq!(a.summary("c2").map(|s| s.members), Some(50));
 }
 
+/// The key (a hash, for the simulator's checker) and the stamp (exact, for the host round) move
+/// exactly when the placement cells do.
 #[test]
-fn the_placement_key_moves_exactly_when_the_placement_cells_do() {
+fn the_placement_key_and_stamp_move_exactly_when_the_placement_cells_do() {
     let mut a = CellTable::new("c1");
     a.publish(summary("c1", 3), WALL, 0);
+    let alone = a.placement_stamp(0);
     let mut b = CellTable::new("c2");
     b.publish(summary("c2", 3), WALL, 0);
     pull(&mut a, &b, 0);
-    let (cells, key) = (a.placement_cells(0), a.placement_key(0));
+    let (cells, key, stamp) = (
+        a.placement_cells(0),
+        a.placement_key(0),
+        a.placement_stamp(0),
+    );
+    // A second cell held: the stamp moved (and now places in two levels).
+    assert_ne!(stamp, alone);
     // A later stamp, or a summary differing only in what placement never reads: same key.
     let mut same = summary("c2", 3);
     same.contacts = vec!["elsewhere".to_string()];
@@ -367,14 +376,26 @@ fn the_placement_key_moves_exactly_when_the_placement_cells_do() {
     pull(&mut a, &b, 1000);
     assert_eq!(a.placement_cells(1000), cells);
     assert_eq!(a.placement_key(1000), key);
-    // New ranked figures: both move.
+    assert_eq!(a.placement_stamp(1000), stamp);
+    // New ranked figures: all move.
     b.publish(summary("c2", 7), WALL + 2000, 2000);
     pull(&mut a, &b, 2000);
     assert_ne!(a.placement_cells(2000), cells);
     assert_ne!(a.placement_key(2000), key);
-    // A cell going down: both move.
-    let (cells, key) = (a.placement_cells(2000), a.placement_key(2000));
+    assert_ne!(a.placement_stamp(2000), stamp);
+    // A cell going down: all move.
+    let (cells, key, stamp) = (
+        a.placement_cells(2000),
+        a.placement_key(2000),
+        a.placement_stamp(2000),
+    );
     let later = 2000 + CELL_DOWN_MS + 1;
     assert_ne!(a.placement_cells(later), cells);
     assert_ne!(a.placement_key(later), key);
+    assert_ne!(a.placement_stamp(later), stamp);
+    // A cell forgotten: the stamp moves.
+    let stamp = a.placement_stamp(later);
+    let forgotten = later + shoal_core::cells::CELL_FORGET_MS + 1;
+    assert_eq!(a.forget_old(forgotten), vec!["c2".to_string()]);
+    assert_ne!(a.placement_stamp(forgotten), stamp);
 }

@@ -243,7 +243,7 @@ pub fn workloads(
 /// The sum of the requests each holder (node or cell) gets from `assigned` (replica -> holder).
 pub fn used_by<'a>(
     workloads: &'a [Workload],
-    assigned: &'a BTreeMap<ReplicaId, String>,
+    assigned: impl IntoIterator<Item = (impl std::borrow::Borrow<ReplicaId>, &'a String)>,
 ) -> BTreeMap<&'a str, Resources> {
     let requests: BTreeMap<&str, Resources> = workloads
         .iter()
@@ -252,7 +252,7 @@ pub fn used_by<'a>(
     let mut used: BTreeMap<&str, Resources> = BTreeMap::new();
     for (r, holder) in assigned {
         let u = used.entry(holder.as_str()).or_default();
-        *u = u.saturating_add(&requests[r.workload.as_str()]);
+        *u = u.saturating_add(&requests[r.borrow().workload.as_str()]);
     }
     used
 }

@@ -45,11 +45,9 @@ pub(crate) struct Truth {
     known: BTreeSet<u32>,
     key: u64,
     pub placement: Placement,
-    /// A mesh of cells: each cell's view of the cells, and what is wrong with the target the
+    /// A mesh of cells: each up agent's view of the cells, and what is wrong with the target the
     /// views give (`cells.rs`).
     views: super::cells::Views,
-    /// A hash of `views` ([`super::cells::views_key`]), to skip building them when nothing moved.
-    views_key: u64,
     pub(super) cell_gaps: Vec<String>,
 }
 
@@ -161,14 +159,9 @@ impl Checker {
         }
         let key = xxhash_rust::xxh3::xxh3_64(key_text.as_bytes());
         // Building every agent's view of the cells costs hosts x cells summaries per sample:
-        // their hashes first, the views only when one moved.
-        let views_key = super::cells::views_key(hosts);
-        if key == self.truth.key && views_key == self.truth.views_key {
-            return;
-        }
-        let views = super::cells::views(hosts);
-        if key == self.truth.key && views == self.truth.views {
-            self.truth.views_key = views_key;
+        // only the views whose hashes moved are read again.
+        let views_moved = super::cells::refresh_views(hosts, &mut self.truth.views);
+        if key == self.truth.key && !views_moved {
             return;
         }
         let nodes: Vec<_> = hosts
@@ -197,7 +190,8 @@ impl Checker {
         let (placement, cell_gaps) = match hosts.iter().any(|h| h.cell.is_some()) {
             false => (place_stacked(&nodes, &workloads), Vec::new()),
             true => {
-                let t = super::cells::target(hosts, &known, &up, &workloads, &views, algorithm);
+                let views = &self.truth.views;
+                let t = super::cells::target(hosts, &known, &up, &workloads, views, algorithm);
                 (t.placement, t.gaps)
             }
         };
@@ -232,8 +226,7 @@ impl Checker {
             known,
             key,
             placement,
-            views,
-            views_key,
+            views: std::mem::take(&mut self.truth.views),
             cell_gaps,
         };
     }

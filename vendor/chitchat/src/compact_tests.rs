@@ -259,8 +259,12 @@ async fn test_external_liveness() {
     a.update_nodes_liveness();
     assert!(!a.live_nodes().any(|id| *id == b_id));
     assert!(a.live_nodes().any(|id| *id == c_id));
+    // Shoal patch: nobody watched the states, so they were not copied until asked for; the
+    // ids watcher has the same set, sorted.
     let watched = a.live_nodes_watcher().borrow().clone();
     assert!(!watched.contains_key(&b_id) && watched.contains_key(&c_id));
+    let ids = a.live_node_ids_watcher().borrow().clone();
+    assert_eq!(ids, watched.keys().cloned().collect::<Vec<_>>());
 
     a.report_liveness(&b_id, true);
     assert!(a.live_nodes().any(|id| *id == b_id));

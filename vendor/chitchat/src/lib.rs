@@ -83,6 +83,12 @@ pub struct Chitchat {
     previous_live_nodes: fxhash::FxHashMap<ChitchatId, Version>,
     live_nodes_watcher_tx: watch::Sender<BTreeMap<ChitchatId, NodeState>>,
     live_nodes_watcher_rx: watch::Receiver<BTreeMap<ChitchatId, NodeState>>,
+    /// Shoal patch: the live set's ids alone, sorted. The map above clones every live node's
+    /// state at each change (a second copy of the cluster state per agent while it is held):
+    /// it is built only while someone besides this struct watches it, and marked stale
+    /// (`live_states_stale`) otherwise, to be built when a watcher is asked for.
+    live_ids_tx: watch::Sender<Vec<ChitchatId>>,
+    live_states_stale: std::sync::atomic::AtomicBool,
     /// Shoal patch: compact gossip (`compact`): Syns carry bucket hashes.
     compact: bool,
 }
@@ -103,6 +109,8 @@ impl Chitchat {
             previous_live_nodes,
             live_nodes_watcher_tx,
             live_nodes_watcher_rx,
+            live_ids_tx: watch::channel(Vec::new()).0,
+            live_states_stale: std::sync::atomic::AtomicBool::new(false),
             compact: false,
         };
 
@@ -375,25 +383,22 @@ impl Chitchat {
                 .collect::<fxhash::FxHashMap<_, _>>();
 
             if self.previous_live_nodes != current_live_nodes {
-                let live_nodes = current_live_nodes
-                    .keys()
-                    .cloned()
-                    .flat_map(|chitchat_id| {
-                        let node_state = self.node_state(&chitchat_id)?;
-                        if let Some(liveness_extra_predicate) =
-                            &self.config.extra_liveness_predicate
-                        {
-                            if !liveness_extra_predicate(node_state) {
-                                return None;
-                            }
-                        }
-                        Some((chitchat_id, node_state.clone()))
-                    })
-                    .collect::<BTreeMap<_, _>>();
                 self.previous_live_nodes = current_live_nodes;
-
-                if self.live_nodes_watcher_tx.send(live_nodes).is_err() {
-                    error!(current_node = ?self.self_chitchat_id(), "error while reporting membership change event.")
+                let mut ids: Vec<ChitchatId> =
+                    self.live_passing().map(|(id, _)| id.clone()).collect();
+                ids.sort_unstable();
+                self.live_ids_tx.send_if_modified(|held| {
+                    let moved = *held != ids;
+                    if moved {
+                        *held = ids;
+                    }
+                    moved
+                });
+                if self.live_nodes_watcher_tx.receiver_count() > 1 {
+                    self.send_live_states();
+                } else {
+                    self.live_states_stale
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
                 }
             }
         }
@@ -499,11 +504,50 @@ impl Chitchat {
     ///
     /// Heartbeats are not notified.
     pub fn live_nodes_watch_stream(&self) -> WatchStream<BTreeMap<ChitchatId, NodeState>> {
-        WatchStream::new(self.live_nodes_watcher_rx.clone())
+        WatchStream::new(self.live_nodes_watcher())
     }
 
     pub fn live_nodes_watcher(&self) -> watch::Receiver<BTreeMap<ChitchatId, NodeState>> {
+        if self
+            .live_states_stale
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            self.send_live_states();
+        }
         self.live_nodes_watcher_rx.clone()
+    }
+
+    /// Shoal patch: the ids of the live nodes (as [`Chitchat::live_nodes_watcher`] has them,
+    /// sorted), without their states; sent when the set changes.
+    pub fn live_node_ids_watcher(&self) -> watch::Receiver<Vec<ChitchatId>> {
+        self.live_ids_tx.subscribe()
+    }
+
+    /// Shoal patch: the live nodes that pass the extra liveness predicate, with their states,
+    /// as the states watcher carries them.
+    fn live_states(&self) -> BTreeMap<ChitchatId, NodeState> {
+        self.live_passing()
+            .map(|(id, state)| (id.clone(), state.clone()))
+            .collect()
+    }
+
+    /// Shoal patch: the live nodes that pass the extra liveness predicate, unordered.
+    fn live_passing(&self) -> impl Iterator<Item = (&ChitchatId, &NodeState)> {
+        self.previous_live_nodes.keys().filter_map(|chitchat_id| {
+            let node_state = self.node_state(chitchat_id)?;
+            if let Some(liveness_extra_predicate) = &self.config.extra_liveness_predicate {
+                if !liveness_extra_predicate(node_state) {
+                    return None;
+                }
+            }
+            Some((chitchat_id, node_state))
+        })
+    }
+
+    fn send_live_states(&self) {
+        if self.live_nodes_watcher_tx.send(self.live_states()).is_err() {
+            error!(current_node = ?self.self_chitchat_id(), "error while reporting membership change event.")
+        }
     }
 
     /// Returns the set of nodes considered dead by the failure detector.

@@ -545,7 +545,10 @@ impl Default for ClusterState {
             node_states: Default::default(),
             seed_addrs: seed_addrs_rx,
             listeners: Default::default(),
-            garbage_collected_nodes: LruCache::new(GARBAGE_COLLECTED_NODE_HISTORY_SIZE),
+            // Shoal patch: `LruCache::new` reserves room for all 5,000 at once (140 KB per
+            // agent, most of a simulated agent's chitchat state); this one grows as nodes are
+            // collected, and `remove_node` evicts past the bound.
+            garbage_collected_nodes: LruCache::unbounded(),
         }
     }
 }
@@ -556,7 +559,10 @@ impl ClusterState {
             seed_addrs,
             node_states: BTreeMap::new(),
             listeners: Default::default(),
-            garbage_collected_nodes: LruCache::new(GARBAGE_COLLECTED_NODE_HISTORY_SIZE),
+            // Shoal patch: `LruCache::new` reserves room for all 5,000 at once (140 KB per
+            // agent, most of a simulated agent's chitchat state); this one grows as nodes are
+            // collected, and `remove_node` evicts past the bound.
+            garbage_collected_nodes: LruCache::unbounded(),
         }
     }
 
@@ -642,6 +648,9 @@ impl ClusterState {
         if let Some(node_state) = node_state {
             self.garbage_collected_nodes
                 .push(chitchat_id.clone(), node_state.heartbeat);
+            if self.garbage_collected_nodes.len() > GARBAGE_COLLECTED_NODE_HISTORY_SIZE.get() {
+                self.garbage_collected_nodes.pop_lru();
+            }
         }
     }
 

@@ -36,7 +36,10 @@ mod table;
 pub use assign::{cell_hash, place_cells, CELL_FILL_PERMILLE, CELL_SEED};
 pub use capability::{LACKS_KEYS_MAX, LACKS_KEY_PREFIX, LACKS_VALUE};
 pub use local::{place_mesh, CellPlacer, MeshPlacement};
-pub use model::{cell_changes, Cell, CellChange, CellInputError, CellPlacement, CellUnschedulable};
+pub use model::{
+    cell_changes, Cell, CellAssignments, CellChange, CellInputError, CellPlacement,
+    CellUnschedulable,
+};
 pub use publish::{summarize, RANKED_DRIFT_DIVISOR};
 pub use quorum::CellQuorum;
 pub use summary::{
@@ -46,8 +49,8 @@ pub use summary::{
 };
 pub use table::{
     content_version, CellEntry, CellHealth, CellRule, CellTable, EntryRefusal, Known, MergeOutcome,
-    OwnBound, CELLS_MAX, CELL_DEGRADED_MS, CELL_DOWN_MS, CELL_DOWN_OBSERVERS, CELL_FORGET_MS,
-    CELL_PROBED_MIN, CELL_REPROBE_MS, CELL_STALE_MS, STAMP_AHEAD_MAX_MS,
+    OwnBound, PlacementStamp, CELLS_MAX, CELL_DEGRADED_MS, CELL_DOWN_MS, CELL_DOWN_OBSERVERS,
+    CELL_FORGET_MS, CELL_PROBED_MIN, CELL_REPROBE_MS, CELL_STALE_MS, STAMP_AHEAD_MAX_MS,
 };
 
 /// The mesh version from which cells are judged on evidence ([`CellRule::Evidence`]).

@@ -220,6 +220,19 @@ pub struct CellTable {
     own_bound: Option<OwnBound>,
     /// Which rule says a cell is down.
     rule: CellRule,
+    /// Grows whenever [`CellTable::placement_cells`] may return other summaries: a cell held
+    /// or forgotten, or a summary whose placed figures ([`for_placement`]) changed. Compared
+    /// exactly, unlike the `ranked` hashes.
+    placed_generation: u64,
+}
+
+/// What [`CellTable::placement_cells`] depends on at one instant: equal stamps, equal cells
+/// (exactly). A caller that keeps the last one rebuilds the cells only when it moved.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlacementStamp {
+    generation: u64,
+    places: bool,
+    down: Vec<bool>,
 }
 
 /// What a cell's members' records add up to, as one member sees them: their count, their
@@ -418,6 +431,9 @@ impl CellTable {
                 let (summary, ranked) = match entry.summary {
                     Some(s) if entry.version == held.version => (s, held.ranked),
                     Some(s) => {
+                        if for_placement(&s) != for_placement(&held.summary) {
+                            self.placed_generation += 1;
+                        }
                         let ranked = placement_hash(&s);
                         (s, ranked)
                     }
@@ -442,6 +458,7 @@ impl CellTable {
                 if self.cells.len() >= CELLS_MAX {
                     return Err(EntryRefusal::TableFull);
                 }
+                self.placed_generation += 1;
                 self.cells.insert(
                     entry.cell,
                     Held {
@@ -729,6 +746,20 @@ impl CellTable {
             .collect()
     }
 
+    /// What [`CellTable::placement_cells`] and [`CellTable::places_cells`] depend on at
+    /// `now_mono`, without a summary copied.
+    pub fn placement_stamp(&self, now_mono: u64) -> PlacementStamp {
+        PlacementStamp {
+            generation: self.placed_generation,
+            places: self.places_cells(),
+            down: self
+                .cells
+                .keys()
+                .map(|cell| self.is_down(cell, now_mono))
+                .collect(),
+        }
+    }
+
     /// A hash of what [`CellTable::placement_cells`] returns at `now_mono`, without building it:
     /// equal keys, equal cells (up to hash collisions). For a caller that only needs to know
     /// whether the cells moved.
@@ -827,6 +858,7 @@ impl CellTable {
             .collect();
         for cell in &old {
             self.cells.remove(cell);
+            self.placed_generation += 1;
         }
         old
     }

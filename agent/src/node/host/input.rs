@@ -1,6 +1,6 @@
 //! Builds the reconciler's input from the store, the gossip view and the runtime.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use chitchat::{Chitchat, ChitchatId};
@@ -27,9 +27,9 @@ pub const INSTANCES_BYTES_MAX: usize = 512 * 1024;
 pub struct ShellState {
     /// The membership, re-read where chitchat's versions moved.
     members: MemberCache,
-    /// Peers' observed state, by chitchat id, with the chitchat version it was decoded at.
-    statuses: HashMap<ChitchatId, (u64, Vec<InstanceStatus>)>,
-    /// Which identity and version each entry of `input.peers` was taken from.
+    /// Which identity and version each entry of `input.peers` was decoded from (a version that
+    /// failed to decode counts as taken: it is counted once, and the entry keeps what the same
+    /// identity published before).
     peers_from: BTreeMap<String, (ChitchatId, u64)>,
     /// The store digest the specs were decoded at.
     specs_digest: Option<u64>,
@@ -47,8 +47,11 @@ pub struct ShellState {
     placer: StackedPlacer,
     /// The same in a mesh of several cells: the cell level, then this cell's node level.
     cell_placer: CellPlacer,
-    /// The cells placed over last (`None`: one cell, single-level placement).
-    cells: Option<Vec<Cell>>,
+    /// The cells placed over last (`None`: one cell, single-level placement), shared with
+    /// `cell_placer`.
+    cells: Option<Arc<Vec<Cell>>>,
+    /// What `cells` was read at: read again only when it moved.
+    cells_stamp: shoal_core::cells::PlacementStamp,
     /// Every cell's standing at the last round (what the cell events compare).
     cell_healths: Vec<(String, shoal_core::cells::CellHealth)>,
     /// Peers' observed state that failed to decode, counted.
@@ -227,15 +230,17 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         shell.input.specs = shell.specs.clone();
     }
     // The placement is a function of the members, the specs and the cells only.
-    let cells = node.cells.placement_cells();
-    let cells_moved = cells != shell.cells;
+    let cells = node.cells.placement_cells_since(&mut shell.cells_stamp);
+    let cells_moved = cells
+        .as_ref()
+        .is_some_and(|c| c.as_ref() != shell.cells.as_deref());
     let healths = node.cells.healths();
     if healths != shell.cell_healths {
         record_cell_changes(host, &shell.cell_healths, &healths);
         shell.cell_healths = healths;
     }
-    if cells_moved {
-        shell.cells = cells;
+    if let Some(cells) = cells.filter(|_| cells_moved) {
+        shell.cells = cells.map(Arc::new);
         shell.placement_key = None;
     }
     if members_moved || specs_moved || cells_moved {
@@ -672,38 +677,31 @@ fn refresh_peers(chitchat: &Chitchat, shell: &mut ShellState, members_moved: boo
             continue;
         };
         let from = (id.clone(), value.version);
-        if shell.peers_from.get(&member.name) == Some(&from) {
+        let before = shell.peers_from.get(&member.name);
+        if before == Some(&from) {
             continue;
         }
-        let cached = shell
-            .statuses
-            .entry(id.clone())
-            .or_insert((u64::MAX, Vec::new()));
-        if cached.0 != value.version {
-            let decoded = (value.value.len() <= INSTANCES_BYTES_MAX)
-                .then(|| serde_json::from_str::<Vec<InstanceStatus>>(&value.value).ok())
-                .flatten();
-            match decoded {
-                Some(list) => *cached = (value.version, list),
-                None => {
-                    shell.statuses_rejected += 1;
-                    cached.0 = value.version;
+        let same_identity = before.is_some_and(|(was, _)| was == id);
+        let decoded = (value.value.len() <= INSTANCES_BYTES_MAX)
+            .then(|| serde_json::from_str::<Vec<InstanceStatus>>(&value.value).ok())
+            .flatten();
+        match decoded {
+            Some(list) => {
+                shell.input.peers.insert(member.name.clone(), list);
+            }
+            None => {
+                shell.statuses_rejected += 1;
+                if !same_identity {
+                    shell.input.peers.insert(member.name.clone(), Vec::new());
                 }
             }
         }
-        shell
-            .input
-            .peers
-            .insert(member.name.clone(), cached.1.clone());
         shell.peers_from.insert(member.name.clone(), from);
     }
     if members_moved {
         let named = |name: &String| members.binary_search_by(|m| m.name.cmp(name)).is_ok();
         shell.input.peers.retain(|name, _| named(name));
         shell.peers_from.retain(|name, _| named(name));
-        shell
-            .statuses
-            .retain(|id, _| chitchat.node_state(id).is_some());
     }
 }
 
@@ -843,7 +841,7 @@ fn refresh_placement(host: &Host, shell: &mut ShellState, members: &[Member]) {
             Arc::new(
                 shell
                     .cell_placer
-                    .update(own, cells, &nodes, &workloads)
+                    .update_shared(own, cells, &nodes, &workloads)
                     .local
                     .clone(),
             )

@@ -575,7 +575,7 @@ impl HostLoop {
             .chitchat()
             .lock()
             .await
-            .live_nodes_watcher();
+            .live_node_ids_watcher();
         let (node, wake) = (self.host.node.clone(), self.host.wake.clone());
         let verdicts = self.host.node.spawn(async move {
             loop {
@@ -589,11 +589,11 @@ impl HostLoop {
             while live.changed().await.is_ok() {
                 let left = {
                     let now = live.borrow_and_update();
-                    if now.len() == last.len() && now.keys().zip(&last).all(|(a, b)| a == b) {
+                    if *now == last {
                         false
                     } else {
-                        let left = last.iter().any(|id| !now.contains_key(id));
-                        last = now.keys().cloned().collect();
+                        let left = last.iter().any(|id| now.binary_search(id).is_err());
+                        last = now.clone();
                         left
                     }
                 };

@@ -282,6 +282,24 @@ impl CellState {
         table.places_cells().then(|| table.placement_cells(now))
     }
 
+    /// [`CellState::placement_cells`] when it may differ from what it was at `stamp`, which is
+    /// brought to now; `None` when it cannot have moved (no summary copied: the host round asks
+    /// every round).
+    pub fn placement_cells_since(
+        &self,
+        stamp: &mut shoal_core::cells::PlacementStamp,
+    ) -> Option<Option<Vec<Cell>>> {
+        let now = self.mono_ms();
+        let mut table = self.table.lock().expect("cells lock");
+        table.latch(now);
+        let current = table.placement_stamp(now);
+        if current == *stamp {
+            return None;
+        }
+        *stamp = current;
+        Some(table.places_cells().then(|| table.placement_cells(now)))
+    }
+
     /// Whether this agent is in a mesh of cells for the exclusive rules: it knows another cell,
     /// or its cell knew others before (a saved count above one), or it was given cell seeds.
     pub fn is_mesh_of_cells(&self) -> bool {

@@ -17,10 +17,10 @@ pub struct MemDisk {
 struct Disk {
     /// What reads see: every write so far.
     live: Vec<u8>,
-    /// What survives a crash: the contents at the last sync.
-    synced: Vec<u8>,
-    /// Writes since the last sync, replayed onto `synced` by the next sync.
-    unsynced: Vec<Op>,
+    /// How to take `live` back to its contents at the last sync, newest last: what survives a
+    /// crash. (A second copy of the disk cost as much as the disk, about 140 KB per simulated
+    /// agent; the bytes a write replaced since the last sync are all a crash needs.)
+    undo: Vec<Op>,
     /// Largest size the disk can grow to, if limited.
     capacity_bytes: Option<u64>,
     /// When set, every write, resize and sync fails.
@@ -58,8 +58,10 @@ impl MemDisk {
     /// crashed process holds nothing), then reopen.
     pub fn crash(&self) {
         let mut disk = self.lock();
-        disk.live = disk.synced.clone();
-        disk.unsynced.clear();
+        let Disk { live, undo, .. } = &mut *disk;
+        while let Some(op) = undo.pop() {
+            apply(live, &op);
+        }
     }
 
     /// A redb backend over this disk.
@@ -76,6 +78,34 @@ impl MemDisk {
 }
 
 impl Disk {
+    /// Applies `op` to `live`, first recording in `undo` what takes it back.
+    fn apply_undoably(&mut self, op: &Op) {
+        let was = self.live.len();
+        match *op {
+            Op::Write { offset, ref data } => {
+                let end = offset + data.len();
+                if end > was {
+                    self.undo.push(Op::SetLen(was));
+                }
+                if offset < was {
+                    let old = self.live[offset..end.min(was)].to_vec();
+                    self.undo.push(Op::Write { offset, data: old });
+                }
+            }
+            Op::SetLen(len) if len < was => {
+                let tail = self.live[len..].to_vec();
+                self.undo.push(Op::Write {
+                    offset: len,
+                    data: tail,
+                });
+                self.undo.push(Op::SetLen(was));
+            }
+            Op::SetLen(len) if len > was => self.undo.push(Op::SetLen(was)),
+            Op::SetLen(_) => {}
+        }
+        apply(&mut self.live, op);
+    }
+
     fn check_writable(&self, grows_to: usize) -> std::io::Result<()> {
         if self.failing {
             return Err(std::io::Error::other("simulated I/O error"));
@@ -130,21 +160,14 @@ impl StorageBackend for MemBackend {
         let mut disk = self.0.lock();
         let len = to_usize(len)?;
         disk.check_writable(len)?;
-        let op = Op::SetLen(len);
-        apply(&mut disk.live, &op);
-        disk.unsynced.push(op);
+        disk.apply_undoably(&Op::SetLen(len));
         Ok(())
     }
 
     fn sync_data(&self) -> std::io::Result<()> {
         let mut disk = self.0.lock();
         disk.check_writable(0)?;
-        let Disk {
-            synced, unsynced, ..
-        } = &mut *disk;
-        for op in unsynced.drain(..) {
-            apply(synced, &op);
-        }
+        disk.undo.clear();
         Ok(())
     }
 
@@ -152,12 +175,57 @@ impl StorageBackend for MemBackend {
         let mut disk = self.0.lock();
         let offset = to_usize(offset)?;
         disk.check_writable(offset + data.len())?;
-        let op = Op::Write {
+        disk.apply_undoably(&Op::Write {
             offset,
             data: data.to_vec(),
-        };
-        apply(&mut disk.live, &op);
-        disk.unsynced.push(op);
+        });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The undo log against the obvious model (a synced copy replayed at each sync): any mix
+    /// of writes that overlap, extend and stay inside, truncations, growths, syncs and crashes
+    /// reads the same.
+    #[test]
+    fn a_crash_takes_the_disk_back_to_its_last_sync() {
+        let disk = MemDisk::new();
+        let backend = disk.backend();
+        let (mut model_live, mut model_synced) = (Vec::<u8>::new(), Vec::<u8>::new());
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for step in 0..5_000 {
+            match next(10) {
+                0..=4 => {
+                    let offset = next(300) as usize;
+                    let data: Vec<u8> = (0..next(64)).map(|_| next(255) as u8 + 1).collect();
+                    backend.write(offset as u64, &data).unwrap();
+                    let op = Op::Write { offset, data };
+                    apply(&mut model_live, &op);
+                }
+                5 | 6 => {
+                    let len = next(400) as usize;
+                    backend.set_len(len as u64).unwrap();
+                    apply(&mut model_live, &Op::SetLen(len));
+                }
+                7 | 8 => {
+                    backend.sync_data().unwrap();
+                    model_synced = model_live.clone();
+                }
+                _ => {
+                    disk.crash();
+                    model_live = model_synced.clone();
+                }
+            }
+            assert_eq!(disk.lock().live, model_live, "after step {step}");
+        }
     }
 }
