@@ -344,10 +344,14 @@ impl SamplingWindow {
 }
 
 /// An array that retains a fixed number of streaming values.
+/// Shoal patch: the array grows to its capacity as values come (it was allocated whole, 100
+/// samples for every node known, while a compact mesh reports few heartbeats); the values and
+/// their order are the same.
 #[derive(Debug)]
 struct BoundedArrayStats {
-    /// The values.
-    values: Box<[f64]>,
+    /// The values (up to `capacity`).
+    values: Vec<f64>,
+    capacity: usize,
     /// Is the values array filled?
     is_filled: bool,
     /// Position of the next value to be written in the values array.
@@ -359,7 +363,8 @@ struct BoundedArrayStats {
 impl BoundedArrayStats {
     pub fn with_capacity(capacity: usize) -> Self {
         Self {
-            values: vec![0.0; capacity].into_boxed_slice(),
+            values: Vec::new(),
+            capacity,
             is_filled: false,
             index: 0,
             sum: 0.0,
@@ -376,9 +381,19 @@ impl BoundedArrayStats {
         if self.is_filled {
             self.sum -= self.values[self.index];
         }
-        self.values[self.index] = interval;
+        match self.values.get_mut(self.index) {
+            Some(value) => *value = interval,
+            None => {
+                // Doubling, but never past the capacity (a full window holds no spare room).
+                if self.values.len() == self.values.capacity() {
+                    let want = (self.values.len() * 2).clamp(4, self.capacity);
+                    self.values.reserve_exact(want - self.values.len());
+                }
+                self.values.push(interval)
+            }
+        }
         self.sum += interval;
-        if self.index == self.values.len() - 1 {
+        if self.index == self.capacity - 1 {
             self.is_filled = true;
             self.index = 0;
         } else {
@@ -394,7 +409,7 @@ impl BoundedArrayStats {
 
     fn len(&self) -> usize {
         if self.is_filled {
-            return self.values.len();
+            return self.capacity;
         }
         self.index
     }
