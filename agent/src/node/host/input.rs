@@ -25,8 +25,14 @@ pub const INSTANCES_BYTES_MAX: usize = 512 * 1024;
 /// a walk over chitchat's node states, not a decode and a copy of everything.
 #[derive(Default)]
 pub struct ShellState {
-    /// The membership, re-read where chitchat's versions moved.
-    members: MemberCache,
+    /// The membership, re-read where chitchat's versions moved: the node's cache
+    /// (`MeshNode::member_cache`), shared with its other readers ([`ShellState::new`]).
+    members: Arc<std::sync::Mutex<MemberCache>>,
+    /// What this shell saw of `members` at its last refresh.
+    members_seen: view::CacheSeen,
+    /// The members as the last [`build`] read them (shared with the cache until it rebuilds
+    /// them).
+    members_now: Arc<[Member]>,
     /// Which identity and version each entry of `input.peers` was decoded from (a version that
     /// failed to decode counts as taken: it is counted once, and the entry keeps what the same
     /// identity published before).
@@ -129,6 +135,14 @@ async fn probe_fixed_ports(host: &Host, shell: &ShellState) {
 }
 
 impl ShellState {
+    /// A shell reading the membership through `members`, the node's cache.
+    pub fn new(members: Arc<std::sync::Mutex<MemberCache>>) -> ShellState {
+        ShellState {
+            members,
+            ..ShellState::default()
+        }
+    }
+
     /// The store digest the specs were last decoded at.
     pub fn specs_digest(&self) -> Option<u64> {
         self.specs_digest
@@ -147,7 +161,7 @@ impl ShellState {
 
     /// The members as the last [`build`] read them.
     pub fn members(&self) -> &Arc<[Member]> {
-        self.members.members()
+        &self.members_now
     }
 
     /// The reconciler's input as the last [`build`] left it.
@@ -176,14 +190,19 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
     let members_moved = {
         let chitchat = node.gossip().chitchat();
         let guard = chitchat.lock().await;
-        let moved = shell.members.refresh(&guard, &node.verdicts());
+        let cache = shell.members.clone();
+        // Held to the end of this block (no await in it), after chitchat's, as every reader
+        // takes them.
+        let cache = &mut *cache.lock().expect("members lock");
+        let moved = cache.refresh_for(&guard, &node.verdicts(), &mut shell.members_seen);
+        shell.members_now = cache.members().clone();
         if moved.keys || moved.members {
             shell.generation += 1;
         }
         let compact = crate::transport::gossip::probe::compact_at(
             node.wire.load(std::sync::atomic::Ordering::Relaxed),
         );
-        let sightings = sightings(&guard, &shell.members, compact.then_some(now));
+        let sightings = sightings(&guard, cache, compact.then_some(now));
         shell.claims.handle_view_of(now, &sightings);
         // A lease advance moves its node state's versions: read again only then (and at once
         // when exclusive workloads appear), not every round over every member.
@@ -192,7 +211,7 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
             read_leases(&guard, &mut shell.leases, now);
         }
         shell.leases_read = exclusive;
-        let successors = successors(&guard, shell, now);
+        let successors = successors(&guard, shell, cache, now);
         if moved.keys || successors != shell.successors {
             shell.successors = successors;
             refresh_peers(&guard, shell, moved.members);
@@ -202,20 +221,19 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         // counted from the end of the grace.
         let (wall, hold) = ((host.clock)(), node.restart_hold());
         let held_up: BTreeSet<String> = shell
-            .members
-            .members()
+            .members_now
             .iter()
             .filter(|m| m.held_up(wall, hold))
             .map(|m| m.name.clone())
             .collect();
         let held_moved = held_up != shell.held_up;
         shell.held_up = held_up;
-        let dead = dead_names(guard.dead_nodes(), shell.members.members(), &shell.held_up);
+        let dead = dead_names(guard.dead_nodes(), &shell.members_now, &shell.held_up);
         let me = view::claim_identity(guard.self_chitchat_id());
         shell.input.name_hold = shell.claims.self_hold(&me, now);
         shell.disputes = shell.claims.disputes(now);
         if moved.members || held_moved || dead != shell.input.membership.dead {
-            shell.input.membership = membership(shell.members.members(), dead);
+            shell.input.membership = membership(&shell.members_now, dead);
         }
         moved.members || held_moved
     };
@@ -245,9 +263,8 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
     }
     if members_moved || specs_moved || cells_moved {
         let before = shell.placement.clone();
-        let members = std::mem::take(&mut shell.members);
-        refresh_placement(host, shell, members.members());
-        shell.members = members;
+        let members = shell.members_now.clone();
+        refresh_placement(host, shell, &members);
         if !Arc::ptr_eq(&before, &shell.placement) {
             shell.input.owners = shell.placement.assigned.clone();
         }
@@ -613,14 +630,19 @@ fn membership(members: &[Member], dead: BTreeSet<String>) -> Membership {
 ///   find otherwise, and the oldest live identity speaks for a name in the membership);
 /// - else `NameClaims::successor`: a newer identity elsewhere that heartbeats while the member's
 ///   does not (an earlier identity held live by relayed heartbeats, with its last instance list).
-fn successors(chitchat: &Chitchat, shell: &ShellState, now: u64) -> BTreeMap<String, ChitchatId> {
+fn successors(
+    chitchat: &Chitchat,
+    shell: &ShellState,
+    members: &MemberCache,
+    now: u64,
+) -> BTreeMap<String, ChitchatId> {
     let mut out = BTreeMap::new();
     if !shell.claims.names_shared() {
         return out;
     }
     let identities: Vec<(&ChitchatId, bool)> =
-        shell.members.judged().map(|j| (j.id, j.alive)).collect();
-    for member in shell.members.members().iter().filter(|m| m.alive) {
+        members.judged().map(|j| (j.id, j.alive)).collect();
+    for member in members.members().iter().filter(|m| m.alive) {
         if let Some(id) = restarted_at(&identities, &member.id) {
             out.insert(member.name.clone(), id.clone());
             continue;
@@ -665,7 +687,7 @@ fn restarted_at<'a>(
 /// moved, also drops the entries of names no longer members and the decoded values of
 /// identities chitchat forgot.
 fn refresh_peers(chitchat: &Chitchat, shell: &mut ShellState, members_moved: bool) {
-    let members = shell.members.members();
+    let members = shell.members_now.clone();
     for member in members.iter() {
         let id = shell.successors.get(&member.name).unwrap_or(&member.id);
         let value = chitchat

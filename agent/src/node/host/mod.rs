@@ -277,6 +277,7 @@ impl Host {
         let (feedback_tx, feedback_rx) = mpsc::channel(FEEDBACK_QUEUE_LEN);
         let (commands_tx, commands_rx) = mpsc::channel(COMMANDS_QUEUE_LEN);
         let reconciler = Reconciler::new(&node.name, config.reconcile.clone());
+        let node_for_shell = node.member_cache();
         let started_mono_ms = mono();
         let probe_slots = Arc::new(tokio::sync::Semaphore::new(config.probes_concurrent_max));
         let port_book = ports::book(config.port_range);
@@ -303,7 +304,7 @@ impl Host {
         let host_loop = HostLoop {
             host: host.clone(),
             reconciler,
-            shell: input::ShellState::default(),
+            shell: input::ShellState::new(node_for_shell),
             feedback_rx,
             commands_rx,
             probes_due: HashMap::new(),

@@ -66,8 +66,10 @@ pub struct MeshNode {
     pub cells: crate::state::cells::CellState,
     /// Keys, trust and revocations: signs this node's writes, checks its peers'.
     pub authority: Arc<crate::identity::authority::Authority>,
-    /// The membership as last read: re-read per node only when its chitchat keys moved.
-    members: Mutex<view::MemberCache>,
+    /// The membership as last read: re-read per node only when its chitchat keys moved. Shared
+    /// with the host loop (`member_cache`): one cache per agent, not one per reader (each holds
+    /// every member's facts twice, about 110 KB at 100 members).
+    members: Arc<Mutex<view::MemberCache>>,
     /// Where an operator's drain is kept across restarts (`DATA_DIR/draining`), when on disk.
     drain_marker: std::sync::OnceLock<std::path::PathBuf>,
     /// The wire version this agent sends in (the mesh version), shared with its gossip transport
@@ -131,7 +133,7 @@ impl MeshNode {
             synced_once: AtomicBool::new(false),
             record: Mutex::new(None),
             capabilities: Mutex::new(None),
-            members: Mutex::new(view::MemberCache::default()),
+            members: Arc::default(),
             drain_marker: std::sync::OnceLock::new(),
             wire: super::upgrade::wire_cell(),
             mesh_version_seen: std::sync::atomic::AtomicU16::new(shoal_core::version::WIRE_MIN),
@@ -347,6 +349,11 @@ impl MeshNode {
         tokio::task::spawn_blocking(move || f(&mut store.lock().expect("store lock")))
             .await
             .expect("store task panicked")
+    }
+
+    /// The membership cache [`MeshNode::members`] refreshes, for the host loop to share.
+    pub(crate) fn member_cache(&self) -> Arc<Mutex<view::MemberCache>> {
+        self.members.clone()
     }
 
     /// The current membership (as [`view::members`] reads it, from a cache that re-reads a node

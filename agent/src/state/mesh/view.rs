@@ -207,6 +207,10 @@ pub fn judged_as(
 /// entry goes when chitchat forgets its node.
 #[derive(Default)]
 pub struct MemberCache {
+    /// Grow with every refresh in which keys, or members, moved: a reader that shares the cache
+    /// with others (whose refreshes it does not see) compares them with its [`CacheSeen`].
+    keys_gen: u64,
+    members_gen: u64,
     /// One entry per node state, in chitchat's order (by id).
     nodes: Vec<CachedNode>,
     /// What [`members`] would return for the last refresh, shared with every reader until the
@@ -214,6 +218,15 @@ pub struct MemberCache {
     members: Arc<[Member]>,
     /// The stamp of the verdicts every node's `verdict` was looked up in.
     verdicts_stamp: Option<u64>,
+}
+
+/// What one reader of a shared [`MemberCache`] saw at its last refresh.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CacheSeen {
+    keys_gen: u64,
+    members_gen: u64,
+    /// It refreshed at all (before, everything moved).
+    read: bool,
 }
 
 /// Whether `ids` are exactly chitchat's identities `states`, in order: whether a cache of one
@@ -332,6 +345,8 @@ impl MemberCache {
             node.alive = alive;
             node.suspect = suspect;
         }
+        self.keys_gen += u64::from(moved.keys);
+        self.members_gen += u64::from(moved.members);
         if moved.members {
             let mut members = Vec::with_capacity(self.nodes.len());
             for node in &self.nodes {
@@ -341,6 +356,28 @@ impl MemberCache {
             }
             self.members = members.into();
         }
+        moved
+    }
+
+    /// [`MemberCache::refresh`] for one of several readers: what moved since this reader's
+    /// last refresh (`seen`), whoever refreshed in between.
+    pub fn refresh_for(
+        &mut self,
+        chitchat: &Chitchat,
+        verdicts: &Verdicts,
+        seen: &mut CacheSeen,
+    ) -> Moved {
+        self.refresh(chitchat, verdicts);
+        let now = CacheSeen {
+            keys_gen: self.keys_gen,
+            members_gen: self.members_gen,
+            read: true,
+        };
+        let moved = Moved {
+            keys: !seen.read || seen.keys_gen != now.keys_gen,
+            members: !seen.read || seen.members_gen != now.members_gen,
+        };
+        *seen = now;
         moved
     }
 
