@@ -368,10 +368,12 @@ fn the_placement_key_and_stamp_move_exactly_when_the_placement_cells_do() {
     );
     // A second cell held: the stamp moved (and now places in two levels).
     assert_ne!(stamp, alone);
-    // A later stamp, or a summary differing only in what placement never reads: same key.
+    // A later stamp, or a summary differing only in what placement never reads (how many
+    // members, beyond having one, included): same key.
     let mut same = summary("c2", 3);
     same.contacts = vec!["elsewhere".to_string()];
     same.sees = vec!["c1".to_string()];
+    same.members = 9;
     b.publish(same, WALL + 1000, 1000);
     pull(&mut a, &b, 1000);
     assert_eq!(a.placement_cells(1000), cells);

@@ -185,10 +185,14 @@ struct Held {
 
 /// What of a summary the cell level reads: its ranked figures (`version`, `free`, `contacts`
 /// and `sees` cleared: placement never reads them, and clearing them keeps the cell level from
-/// being redone when only they change).
+/// being redone when only they change). Of `members` it reads only whether there is one
+/// (`Cell::usable`): kept as 0 or 1, so that a member joining or leaving a cell, which the
+/// ranked figures' hysteresis absorbs, does not make every agent of the mesh place every
+/// replica again (at 5,000 agents in 50 cells, a third of the simulator's time went there).
 fn for_placement(summary: &CellSummary) -> CellSummary {
     let mut s = summary.clone();
     s.version = 0;
+    s.members = s.members.min(1);
     s.free = Default::default();
     s.contacts.clear();
     s.sees.clear();

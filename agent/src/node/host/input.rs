@@ -640,8 +640,7 @@ fn successors(
     if !shell.claims.names_shared() {
         return out;
     }
-    let identities: Vec<(&ChitchatId, bool)> =
-        members.judged().map(|j| (j.id, j.alive)).collect();
+    let identities: Vec<(&ChitchatId, bool)> = members.judged().map(|j| (j.id, j.alive)).collect();
     for member in members.members().iter().filter(|m| m.alive) {
         if let Some(id) = restarted_at(&identities, &member.id) {
             out.insert(member.name.clone(), id.clone());
