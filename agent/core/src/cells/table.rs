@@ -615,11 +615,13 @@ impl CellTable {
         if self.rule != CellRule::Evidence {
             return;
         }
+        // A latched cell stays latched: judging it again (a walk over every cell for a stale
+        // one) would change nothing.
         let down: Vec<String> = self
             .cells
-            .keys()
-            .filter(|c| self.judged(c, now_mono) == CellHealth::Down)
-            .cloned()
+            .iter()
+            .filter(|(c, h)| !h.latched && self.judged(c, now_mono) == CellHealth::Down)
+            .map(|(c, _)| c.clone())
             .collect();
         for cell in down {
             if let Some(h) = self.cells.get_mut(&cell) {
