@@ -277,7 +277,7 @@ impl Host {
         let (feedback_tx, feedback_rx) = mpsc::channel(FEEDBACK_QUEUE_LEN);
         let (commands_tx, commands_rx) = mpsc::channel(COMMANDS_QUEUE_LEN);
         let reconciler = Reconciler::new(&node.name, config.reconcile.clone());
-        let node_for_shell = node.member_cache();
+        let member_cache = node.member_cache();
         let started_mono_ms = mono();
         let probe_slots = Arc::new(tokio::sync::Semaphore::new(config.probes_concurrent_max));
         let port_book = ports::book(config.port_range);
@@ -304,7 +304,7 @@ impl Host {
         let host_loop = HostLoop {
             host: host.clone(),
             reconciler,
-            shell: input::ShellState::new(node_for_shell),
+            shell: input::ShellState::new(member_cache),
             feedback_rx,
             commands_rx,
             probes_due: HashMap::new(),
@@ -588,15 +588,12 @@ impl HostLoop {
         let membership = self.host.node.spawn(async move {
             let mut last: Vec<chitchat::ChitchatId> = Vec::new();
             while live.changed().await.is_ok() {
+                // The watcher sends only when the sorted set of ids changed.
                 let left = {
                     let now = live.borrow_and_update();
-                    if *now == last {
-                        false
-                    } else {
-                        let left = last.iter().any(|id| now.binary_search(id).is_err());
-                        last = now.clone();
-                        left
-                    }
+                    let left = last.iter().any(|id| now.binary_search(id).is_err());
+                    last = now.clone();
+                    left
                 };
                 if left {
                     wake.notify_one();
