@@ -15,6 +15,7 @@ pub mod claims;
 pub mod constraint;
 pub mod hlc;
 pub mod instance;
+pub mod memo;
 pub mod placement;
 pub mod ports;
 pub mod reconcile;

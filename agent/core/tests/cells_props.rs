@@ -5,6 +5,7 @@
 //! constraints no cell offers and zone homes missing from a cell all happen often.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use proptest::prelude::*;
 use shoal_core::cells::{
@@ -12,6 +13,7 @@ use shoal_core::cells::{
     CELL_FILL_PERMILLE,
 };
 use shoal_core::constraint::Constraint;
+use shoal_core::memo::PlacementMemo;
 use shoal_core::placement::hash::RequestScale;
 use shoal_core::placement::hash::{
     key, pair_hash, replica_offset, replica_pair, unit, workload_hash,
@@ -444,6 +446,72 @@ proptest! {
             let nodes = &mesh.members[0].1;
             let full = place_mesh(&own, &cells, nodes, &workloads);
             prop_assert_eq!(placer.update(&own, &cells, nodes, &workloads), &full, "after {:?}", op);
+        }
+    }
+
+    /// Agents sharing a memo (the simulator's) place as the full computation does: one agent
+    /// updating at every change, a second only at some (its engine catching up from older
+    /// inputs after the memo served it), a third of another cell; every result equals
+    /// `place_mesh`, and the memo serves the inputs met before.
+    #[test]
+    fn placers_sharing_a_memo_equal_full(
+        mesh in arb_mesh(2..5),
+        workloads in arb_workloads(1),
+        ops in prop::collection::vec((arb_op(), any::<bool>()), 1..15),
+    ) {
+        let (mut mesh, mut workloads) = (mesh, workloads);
+        let memo = Arc::new(PlacementMemo::new());
+        let mut placers: Vec<CellPlacer> = (0..3).map(|_| CellPlacer::new()).collect();
+        for p in &mut placers {
+            p.set_memo(Some(memo.clone()));
+        }
+        let mut calls = 0u64;
+        for (op, second_too) in &ops {
+            match *op {
+                Op::Flags(i, draining, down) if !mesh.members[0].1.is_empty() => {
+                    let nodes = &mut mesh.members[0].1;
+                    let len = nodes.len();
+                    (nodes[i % len].draining, nodes[i % len].down) = (draining, down);
+                }
+                Op::Forget(i) if !mesh.members[0].1.is_empty() => {
+                    let len = mesh.members[0].1.len();
+                    mesh.members[0].1.remove(i % len);
+                }
+                Op::CellDown(c, down) => {
+                    let len = mesh.down.len();
+                    mesh.down[c % len] = down;
+                }
+                Op::Scale(w, r) if !workloads.is_empty() => {
+                    let len = workloads.len();
+                    workloads[w % len].replicas = r;
+                }
+                Op::Remove(w) if !workloads.is_empty() => {
+                    let len = workloads.len();
+                    workloads.remove(w % len);
+                }
+                _ => {}
+            }
+            let cells = mesh.cells();
+            for (i, p) in placers.iter_mut().enumerate() {
+                if i == 1 && !second_too {
+                    continue;
+                }
+                let (own, nodes) = match i {
+                    2 => (&mesh.members[1].0, &mesh.members[1].1),
+                    _ => (&mesh.members[0].0, &mesh.members[0].1),
+                };
+                let full = place_mesh(own, &cells, nodes, &workloads);
+                prop_assert_eq!(p.update(own, &cells, nodes, &workloads), &full, "placer {} after {:?}", i, op);
+                calls += 1;
+            }
+        }
+        let stats = memo.stats();
+        // Each call that redid the cell level asked the memo once; the second placer's calls
+        // at the first's inputs were served.
+        prop_assert!(stats.cell_hits + stats.cell_misses <= calls);
+        prop_assert!(stats.node_hits + stats.node_misses == calls);
+        if ops.iter().any(|(_, second)| *second) {
+            prop_assert!(stats.node_hits > 0, "{:?}", stats);
         }
     }
 }

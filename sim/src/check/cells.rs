@@ -11,10 +11,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use shoal_core::cells::{place_cells, Cell, CellPlacement};
+use shoal_core::cells::{Cell, CellPlacement};
 use shoal_core::instance::ReplicaId;
+use shoal_core::memo::PlacementMemo;
 use shoal_core::placement::model::{Node, Placement, Workload};
-use shoal_core::stacking::{place_stacked, place_stacked_shares};
 
 use super::HostView;
 use crate::host::HostState;
@@ -99,6 +99,7 @@ pub fn target(
     workloads: &[Workload],
     views: &Views,
     algorithm: u32,
+    memo: &PlacementMemo,
 ) -> CellTarget {
     let mut members: BTreeMap<String, Vec<Node>> = BTreeMap::new();
     for h in hosts.iter().filter(|h| known.contains(&h.index)) {
@@ -112,12 +113,12 @@ pub fn target(
             Some(Agent {
                 name: h.name,
                 cell: h.cell?,
-                view: views.get(&h.index)?.cells.as_deref(),
+                view: views.get(&h.index)?.cells.as_ref(),
                 key: views.get(&h.index)?.key.unwrap_or(0),
             })
         })
         .collect();
-    merge(&members, workloads, &agents)
+    merge(&members, workloads, &agents, memo)
 }
 
 /// One up agent: its host's name, its cell and its view of the cells.
@@ -127,26 +128,29 @@ pub struct Agent<'a> {
     /// Its cell.
     pub cell: &'a str,
     /// Its view of the cells (`None`: it knows no other cell and places in one level).
-    pub view: Option<&'a Vec<Cell>>,
+    pub view: Option<&'a Arc<Vec<Cell>>>,
     /// A hash of `view` ([`View::key`]; any value will do, equal ones only cost a search).
     pub key: u64,
 }
 
 /// A cell and one view of the cells: agents sharing both place alike.
-type ViewKey<'a> = (&'a str, Option<&'a Vec<Cell>>);
+type ViewKey<'a> = (&'a str, Option<&'a Arc<Vec<Cell>>>);
 
 /// Places as every agent does (pure; see the module doc) and merges what each places on itself.
+/// Each distinct input is placed through `memo`, which the agents share: an input one of them
+/// placed already, or an earlier sample did, is not placed again (the result is the same).
 pub fn merge(
     members: &BTreeMap<String, Vec<Node>>,
     workloads: &[Workload],
     agents: &[Agent<'_>],
+    memo: &PlacementMemo,
 ) -> CellTarget {
     // Agents of a cell usually hold the same view: each distinct (cell, view) is placed once,
     // and each distinct view's cell level once. Found by their keys first (comparing 5,000
     // views with each other was a tenth of a large run), then by the views themselves.
-    let mut cell_levels: Vec<(&Vec<Cell>, CellPlacement)> = Vec::new();
+    let mut cell_levels: Vec<(&Arc<Vec<Cell>>, Arc<CellPlacement>)> = Vec::new();
     let mut level_at: BTreeMap<u64, usize> = BTreeMap::new();
-    let mut placed: Vec<(ViewKey<'_>, Placement)> = Vec::new();
+    let mut placed: Vec<(ViewKey<'_>, Arc<Placement>)> = Vec::new();
     let mut placed_at: BTreeMap<(&str, Option<u64>), usize> = BTreeMap::new();
     let mut unschedulable: BTreeSet<ReplicaId> = BTreeSet::new();
     let mut target = CellTarget::default();
@@ -163,7 +167,7 @@ pub fn merge(
             None => {
                 let nodes = members.get(a.cell).map_or(&[][..], |n| n.as_slice());
                 let local = match a.view {
-                    None => place_stacked(nodes, workloads),
+                    None => memo.place_stacked(nodes, workloads),
                     Some(cells) => {
                         let found = level_at
                             .get(&a.key)
@@ -173,14 +177,14 @@ pub fn merge(
                         let at = match found {
                             Some(at) => at,
                             None => {
-                                cell_levels.push((cells, place_cells(cells, workloads)));
+                                cell_levels.push((cells, memo.place_cells(cells, workloads)));
                                 cell_levels.len() - 1
                             }
                         };
                         level_at.insert(a.key, at);
                         let level = &cell_levels[at].1;
                         unschedulable.extend(level.unschedulable.keys().cloned());
-                        place_stacked_shares(nodes, &level.shares(a.cell, workloads))
+                        memo.place_stacked_shares(nodes, &level.shares(a.cell, workloads))
                     }
                 };
                 unschedulable.extend(local.unschedulable.keys().cloned());
@@ -262,7 +266,10 @@ mod tests {
     }
 
     /// The agents n1, n3 (c1, viewing `c1`) and n2, n4 (c2, viewing `c2`).
-    fn agents<'a>(c1: Option<&'a Vec<Cell>>, c2: Option<&'a Vec<Cell>>) -> Vec<Agent<'a>> {
+    fn agents<'a>(
+        c1: Option<&'a Arc<Vec<Cell>>>,
+        c2: Option<&'a Arc<Vec<Cell>>>,
+    ) -> Vec<Agent<'a>> {
         [
             ("n1", "c1", c1),
             ("n3", "c1", c1),
@@ -283,8 +290,13 @@ mod tests {
     fn agreeing_cells_place_every_replica_once() {
         let m = members();
         let w = vec![placement_workload(&spec())];
-        let view = cells(&m);
-        let t = merge(&m, &w, &agents(Some(&view), Some(&view)));
+        let view = Arc::new(cells(&m));
+        let t = merge(
+            &m,
+            &w,
+            &agents(Some(&view), Some(&view)),
+            &PlacementMemo::new(),
+        );
         assert_eq!(t.gaps, Vec::<String>::new());
         assert_eq!(t.placement.assigned.len(), 4);
     }
@@ -293,9 +305,9 @@ mod tests {
     fn a_cell_placing_alone_or_a_cell_without_agents_is_a_gap() {
         let m = members();
         let w = vec![placement_workload(&spec())];
-        let view = cells(&m);
+        let view = Arc::new(cells(&m));
         // c1 knows no other cell: it places all four replicas itself, c2 places its share.
-        let t = merge(&m, &w, &agents(None, Some(&view)));
+        let t = merge(&m, &w, &agents(None, Some(&view)), &PlacementMemo::new());
         assert!(
             t.gaps.iter().any(|g| g.contains("placed on two hosts")),
             "{:?}",
@@ -303,7 +315,7 @@ mod tests {
         );
         // No agent of c1 is up and c2 has not seen c1 down: c1's share is placed nowhere.
         let only_c2: Vec<Agent<'_>> = agents(None, Some(&view)).into_iter().skip(2).collect();
-        let t = merge(&m, &w, &only_c2);
+        let t = merge(&m, &w, &only_c2, &PlacementMemo::new());
         assert!(
             t.gaps.iter().any(|g| g.contains("placed on no host")),
             "{:?}",
@@ -318,8 +330,13 @@ mod tests {
         let m = members();
         let spec = spec();
         let w = vec![placement_workload(&spec)];
-        let view = cells(&m);
-        let t = merge(&m, &w, &agents(Some(&view), Some(&view)));
+        let view = Arc::new(cells(&m));
+        let t = merge(
+            &m,
+            &w,
+            &agents(Some(&view), Some(&view)),
+            &PlacementMemo::new(),
+        );
         let mut checker = Checker::default();
         checker
             .latest

@@ -190,8 +190,9 @@ impl Checker {
         let (placement, cell_gaps) = match hosts.iter().any(|h| h.cell.is_some()) {
             false => (place_stacked(&nodes, &workloads), Vec::new()),
             true => {
-                let views = &self.truth.views;
-                let t = super::cells::target(hosts, &known, &up, &workloads, views, algorithm);
+                let (views, memo) = (&self.truth.views, &self.memo);
+                let t =
+                    super::cells::target(hosts, &known, &up, &workloads, views, algorithm, memo);
                 (t.placement, t.gaps)
             }
         };

@@ -122,6 +122,8 @@ pub struct AgentParts {
     pub guard: Option<MemGuard>,
     /// `--volume-root` directories (`[[hosts]]`; none by default, as `shoal agent`).
     pub volume_roots: Vec<String>,
+    /// Placements shared by input with the run's other agents (`HostConfig::placement_memo`).
+    pub memo: Arc<shoal_core::memo::PlacementMemo>,
 }
 
 /// Assembles and starts the agent: the same [`Agent`] as `shoal agent`, with its guard (returned
@@ -136,6 +138,7 @@ pub fn start_agent(parts: AgentParts) -> (Agent, MemGuard) {
         tick: Duration::from_millis(parts.config.reconcile_interval_ms),
         reconcile: reconcile_config(&parts.config),
         volume_roots: parts.volume_roots,
+        placement_memo: Some(parts.memo),
         ..LoopConfig::default()
     };
     let t0 = parts.t0;

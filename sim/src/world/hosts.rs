@@ -299,6 +299,7 @@ impl World {
                             .as_ref()
                             .map(|c| c.volume_roots.clone())
                             .unwrap_or_default(),
+                        memo: self.checker.memo.clone(),
                     });
                     let api = host_addr(host.index, API_PORT);
                     let handler = gated(agent.handler(), host.freeze.clone());

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::assign::place_cells;
 use super::model::{Cell, CellPlacement};
+use crate::memo::PlacementMemo;
 use crate::placement::model::{Node, Placement, Share, Spread, Workload};
 use crate::stacking::{place_stacked_shares, StackedPlacer};
 
@@ -91,12 +92,21 @@ pub struct CellPlacer {
     placer: StackedPlacer,
     result: MeshPlacement,
     fresh: bool,
+    /// Results shared with the other agents of the process ([`CellPlacer::set_memo`]).
+    memo: Option<Arc<PlacementMemo>>,
 }
 
 impl CellPlacer {
     /// A placer with no inputs yet.
     pub fn new() -> CellPlacer {
         CellPlacer::default()
+    }
+
+    /// Takes both levels' results from `memo`, and leaves there those it computes (the
+    /// simulator's agents share one; [`crate::memo`]).
+    pub fn set_memo(&mut self, memo: Option<Arc<PlacementMemo>>) {
+        self.placer.set_memo(memo.clone());
+        self.memo = memo;
     }
 
     /// The placement of these inputs: what [`place_mesh`] returns. The cell level is redone only
@@ -128,7 +138,10 @@ impl CellPlacer {
         let same_cells = Arc::ptr_eq(&self.cells, cells) || self.cells == *cells;
         let cells_moved = !self.fresh || !same_cells || self.workloads != workloads;
         if cells_moved {
-            self.result.cells = place_cells(cells, workloads);
+            self.result.cells = match &self.memo {
+                Some(memo) => (*memo.place_cells(cells, workloads)).clone(),
+                None => place_cells(cells, workloads),
+            };
             self.cells = cells.clone();
             self.workloads = workloads.to_vec();
         }

@@ -9,7 +9,9 @@
 //! `place_stacked`'s on the same inputs, bit for bit (a property test checks it).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use crate::memo::PlacementMemo;
 use crate::placement::model::{Node, Share, Workload};
 use crate::placement::{Placement, PlacementEngine};
 
@@ -26,6 +28,9 @@ pub struct StackedPlacer {
     nodes: BTreeMap<String, Node>,
     /// The layered shares the engine holds, by workload id.
     layered: BTreeMap<String, Share>,
+    /// Results shared with the other agents of the process, by input (the simulator's; a real
+    /// agent has none).
+    memo: Option<Arc<PlacementMemo>>,
 }
 
 impl StackedPlacer {
@@ -41,9 +46,31 @@ impl StackedPlacer {
         self.update_shares(nodes, &shares)
     }
 
+    /// Takes results from `memo`, and leaves there those it computes: an input another agent
+    /// of the process placed already is not placed again (the engine then catches up at the
+    /// next input the memo lacks, from the last one it saw).
+    pub fn set_memo(&mut self, memo: Option<Arc<PlacementMemo>>) {
+        self.memo = memo;
+    }
+
     /// The stacked placement of these shares: what
     /// [`place_stacked_shares(nodes, shares)`](super::place_stacked_shares) returns.
     pub fn update_shares(&mut self, nodes: &[Node], shares: &[Share]) -> Placement {
+        let Some(memo) = self.memo.clone() else {
+            return self.compute(nodes, shares);
+        };
+        match memo.find_shares(nodes, shares) {
+            Ok(out) => (*out).clone(),
+            Err(key) => {
+                let out = self.compute(nodes, shares);
+                memo.keep_shares(key, nodes, shares, Arc::new(out.clone()));
+                out
+            }
+        }
+    }
+
+    /// [`StackedPlacer::update_shares`] through the engine.
+    fn compute(&mut self, nodes: &[Node], shares: &[Share]) -> Placement {
         let (layered, origin) = layers(nodes, shares);
         let placed = match self.apply(nodes, &layered) {
             Some(placed) => placed,

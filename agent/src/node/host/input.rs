@@ -135,12 +135,19 @@ async fn probe_fixed_ports(host: &Host, shell: &ShellState) {
 }
 
 impl ShellState {
-    /// A shell reading the membership through `members`, the node's cache.
-    pub fn new(members: Arc<std::sync::Mutex<MemberCache>>) -> ShellState {
-        ShellState {
+    /// A shell reading the membership through `members`, the node's cache, and sharing
+    /// placements through `memo` (`HostConfig::placement_memo`).
+    pub fn new(
+        members: Arc<std::sync::Mutex<MemberCache>>,
+        memo: Option<Arc<shoal_core::memo::PlacementMemo>>,
+    ) -> ShellState {
+        let mut shell = ShellState {
             members,
             ..ShellState::default()
-        }
+        };
+        shell.placer.set_memo(memo.clone());
+        shell.cell_placer.set_memo(memo);
+        shell
     }
 
     /// The store digest the specs were last decoded at.

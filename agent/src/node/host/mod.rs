@@ -80,6 +80,10 @@ pub struct HostConfig {
     /// `--restart-grace`: a SIGTERM is a planned restart that keeps exclusive instances running
     /// under the guard's lease for this long (at most the lease); 0: they are fenced on stop.
     pub restart_grace_ms: u64,
+    /// Placements shared by input with the other agents of this process: the simulator's, which
+    /// runs thousands of agents that mostly hold the same inputs (`shoal_core::memo`). `None`
+    /// for a real agent, which computes its own.
+    pub placement_memo: Option<Arc<shoal_core::memo::PlacementMemo>>,
 }
 
 impl Default for HostConfig {
@@ -92,6 +96,7 @@ impl Default for HostConfig {
             port_range: shoal_core::ports::PORT_RANGE_DEFAULT,
             volume_roots: Vec::new(),
             restart_grace_ms: RESTART_GRACE_MS_DEFAULT,
+            placement_memo: None,
         }
     }
 }
@@ -304,7 +309,7 @@ impl Host {
         let host_loop = HostLoop {
             host: host.clone(),
             reconciler,
-            shell: input::ShellState::new(member_cache),
+            shell: input::ShellState::new(member_cache, host.config.placement_memo.clone()),
             feedback_rx,
             commands_rx,
             probes_due: HashMap::new(),
