@@ -27,7 +27,7 @@ pub const CELL_ENTRIES: usize = 32;
 pub const NODE_ENTRIES: usize = 256;
 
 /// How the memo served its callers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MemoStats {
     /// Cell-level results served from the memo.
     pub cell_hits: u64,
@@ -113,13 +113,23 @@ impl Default for PlacementMemo {
     }
 }
 
-/// A hash of two values' serialized forms (equal values, equal hashes).
+/// A hash of the inputs' serialized forms (equal inputs, equal hashes).
 fn hash_of<A: serde::Serialize + ?Sized, B: serde::Serialize + ?Sized>(a: &A, b: &B) -> u64 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     let a = serde_json::to_vec(a).expect("placement inputs always serialize");
     h.write_u64(a.len() as u64);
     h.write(&a);
     h.write(&serde_json::to_vec(b).expect("placement inputs always serialize"));
+    h.finish()
+}
+
+/// A hash of the cell level's inputs: the cells by `Hash` (serializing 50 summaries each time
+/// cost more than the lookup saved), the few workloads serialized.
+fn cells_hash(cells: &[Cell], workloads: &[Workload]) -> u64 {
+    use std::hash::Hash;
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    cells.hash(&mut h);
+    h.write(&serde_json::to_vec(workloads).expect("placement inputs always serialize"));
     h.finish()
 }
 
@@ -152,7 +162,7 @@ impl PlacementMemo {
         cells: &Arc<Vec<Cell>>,
         workloads: &[Workload],
     ) -> Arc<CellPlacement> {
-        let hash = hash_of(cells.as_slice(), workloads);
+        let hash = cells_hash(cells, workloads);
         let same = |(c, w): &CellInputs| {
             (Arc::ptr_eq(c, cells) || c.as_slice() == cells.as_slice()) && w.as_slice() == workloads
         };

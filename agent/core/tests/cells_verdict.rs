@@ -398,3 +398,35 @@ fn a_cell_latched_down_stays_down_until_its_stamp_grows() {
     m.round(t + 20);
     assert_eq!(m.health(2, 3, t + 20), CellHealth::Up);
 }
+
+/// `latch_downs` (each cell judged once) says what a latch and then `is_down` of each cell say,
+/// and latches the same cells: on every table of a mesh losing a cell, as it is lost, held
+/// down, and back.
+#[test]
+fn latch_downs_equals_a_latch_then_each_cells_down_flag() {
+    let (mut m, t) = lost_c4();
+    let check = |m: &Mesh, now: u64| {
+        for table in &m.tables {
+            let (mut one, mut two) = (table.clone(), table.clone());
+            let downs = one.latch_downs(now);
+            two.latch(now);
+            let names: Vec<String> = two.healths(now).into_iter().map(|(c, _)| c).collect();
+            let expected: Vec<bool> = names.iter().map(|c| two.is_down(c, now)).collect();
+            assert_eq!(downs, expected, "at {now}");
+            assert_eq!(
+                one.healths(now + 1),
+                two.healths(now + 1),
+                "latched alike at {now}"
+            );
+        }
+    };
+    for dt in [0, 10, 2_600, 6_100, 8_100] {
+        check(&m, t + dt);
+    }
+    m.tables[2].latch(t);
+    m.silent[3] = false;
+    m.round(t + 20);
+    for dt in [20, 30, 9_000] {
+        check(&m, t + dt);
+    }
+}

@@ -97,6 +97,11 @@ pub struct Report {
     /// Latest any agent up at the end served a reconciler timer after its deadline, ms of
     /// simulated time (the host loop wakes at `Reconciler::poll_timeout`).
     pub timer_late_max_ms: u64,
+    /// Host loop rounds the agents up at the end ran, per agent per simulated s.
+    pub host_rounds_per_agent_s: f64,
+    /// How the placement memo the agents and the checker share served them
+    /// (`shoal_core::memo`): what the run cost, not what it decided.
+    pub placement_memo: shoal_core::memo::MemoStats,
     /// Ack to every live agent.
     pub spec_propagation: Dist,
     /// Automatic rollbacks seen: the mesh wrote an earlier revision's spec again.
@@ -264,6 +269,18 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
             .map(|a| a.host().stats().timer_late_max_ms)
             .max()
             .unwrap_or(0),
+        host_rounds_per_agent_s: {
+            let up = world.hosts.iter().filter_map(|h| h.running.as_ref());
+            let (agents, rounds) = up.fold((0u64, 0u64), |(n, r), a| {
+                (n + 1, r + a.host().stats().rounds)
+            });
+            let secs = world.now_ms() as f64 / 1000.0;
+            match agents > 0 && secs > 0.0 {
+                true => round3(rounds as f64 / agents as f64 / secs),
+                false => 0.0,
+            }
+        },
+        placement_memo: c.memo.stats(),
         spec_propagation: Dist::of(&c.propagation_ms),
         rollbacks: c.rollbacks.len(),
         rollback_writes: c.rollbacks.clone(),
@@ -432,6 +449,16 @@ impl Report {
         s += &format!(
             "  reconciler timers served at most {} ms late\n",
             self.timer_late_max_ms
+        );
+        let m = &self.placement_memo;
+        s += &format!(
+            "  work: {:.1} host rounds per agent per simulated s; placement memo: cell level {} \
+             computed of {} asked, node level {} of {}\n",
+            self.host_rounds_per_agent_s,
+            m.cell_misses,
+            m.cell_hits + m.cell_misses,
+            m.node_misses,
+            m.node_hits + m.node_misses
         );
         s += &format!("  false dead verdicts: {}; gossip {:.1} msg/s, {:.0} B/s per host; rpc {:.0} B/s per host\n", self.false_dead, self.gossip_messages_per_node_per_s, self.gossip_bytes_per_node_per_s, self.rpc_bytes_per_node_per_s);
         s += &format!(

@@ -11,7 +11,7 @@ use super::table::CellHealth;
 use crate::placement::model::{InputError, ReplicaId, Unmet};
 
 /// A cell as placement sees it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Cell {
     /// Its latest summary.
     pub summary: CellSummary,

@@ -55,7 +55,7 @@ pub struct LabelOffer {
 }
 
 /// What a cell publishes about itself for the rest of the mesh.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CellSummary {
     /// The cell's name, unique in the mesh (a DNS label).
     pub cell: String,

@@ -278,8 +278,10 @@ impl CellState {
     pub fn placement_cells(&self) -> Option<Vec<Cell>> {
         let now = self.mono_ms();
         let mut table = self.table.lock().expect("cells lock");
-        table.latch(now);
-        table.places_cells().then(|| table.placement_cells(now))
+        let downs = table.latch_downs(now);
+        table
+            .places_cells()
+            .then(|| table.placement_cells_from(&downs))
     }
 
     /// [`CellState::placement_cells`] when it may differ from what it was at `stamp`, which is
@@ -291,13 +293,17 @@ impl CellState {
     ) -> Option<Option<Vec<Cell>>> {
         let now = self.mono_ms();
         let mut table = self.table.lock().expect("cells lock");
-        table.latch(now);
-        let current = table.placement_stamp(now);
+        let downs = table.latch_downs(now);
+        let current = table.placement_stamp_from(downs.clone());
         if current == *stamp {
             return None;
         }
         *stamp = current;
-        Some(table.places_cells().then(|| table.placement_cells(now)))
+        Some(
+            table
+                .places_cells()
+                .then(|| table.placement_cells_from(&downs)),
+        )
     }
 
     /// Whether this agent is in a mesh of cells for the exclusive rules: it knows another cell,
@@ -422,8 +428,10 @@ impl CellState {
     pub fn placement_key(&self) -> Option<u64> {
         let now = self.mono_ms();
         let mut table = self.table.lock().expect("cells lock");
-        table.latch(now);
-        table.places_cells().then(|| table.placement_key(now))
+        let downs = table.latch_downs(now);
+        table
+            .places_cells()
+            .then(|| table.placement_key_from(&downs))
     }
 
     /// Every cell held, by name.
