@@ -158,7 +158,8 @@ fn run_one(
     entropy::check().map_err(|e| anyhow::anyhow!("the entropy override is not in effect: {e}"))?;
     let progress_ms = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
-    let bar = spawn_progress(&sc, progress_ms.clone(), done.clone());
+    let memo = Arc::new(shoal_core::memo::PlacementMemo::new());
+    let bar = spawn_progress(&sc, progress_ms.clone(), done.clone(), memo.clone());
     let wall = std::time::Instant::now();
     let p = progress_ms.clone();
     let sim = std::thread::Builder::new()
@@ -171,6 +172,7 @@ fn run_one(
                 .build()?;
             rt.block_on(async move {
                 let mut world = World::new(sc, seed);
+                world.share_placement_memo(memo);
                 world.run(&|ms| p.store(ms, Ordering::Relaxed)).await;
                 Ok(report::build(&world, 0.0, replay))
             })
@@ -228,6 +230,7 @@ fn spawn_progress(
     sc: &Scenario,
     ms: Arc<AtomicU64>,
     done: Arc<AtomicBool>,
+    memo: Arc<shoal_core::memo::PlacementMemo>,
 ) -> Option<std::thread::JoinHandle<()>> {
     if !std::io::stderr().is_terminal() {
         return None;
@@ -244,9 +247,21 @@ fn spawn_progress(
                 )
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
-            bar.set_message(name);
+            bar.set_message(name.clone());
             while !done.load(Ordering::Relaxed) {
                 bar.set_position(ms.load(Ordering::Relaxed) / 1000);
+                // What the agents' placements cost so far: the cell level and the node level
+                // computed, of what was asked (`shoal_core::memo`).
+                let m = memo.stats();
+                if m.cell_hits + m.cell_misses + m.node_hits + m.node_misses > 0 {
+                    bar.set_message(format!(
+                        "{name} (placed: cell level {}/{}, node level {}/{})",
+                        m.cell_misses,
+                        m.cell_hits + m.cell_misses,
+                        m.node_misses,
+                        m.node_hits + m.node_misses
+                    ));
+                }
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
             bar.finish_and_clear();

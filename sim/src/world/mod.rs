@@ -190,6 +190,13 @@ impl World {
         world
     }
 
+    /// Shares `memo` with the run's agents and checker instead of the checker's own (the caller
+    /// reads its counts while the run goes on). Before [`World::run`]: an agent started already
+    /// keeps the memo it was given.
+    pub fn share_placement_memo(&mut self, memo: Arc<shoal_core::memo::PlacementMemo>) {
+        self.checker.memo = memo;
+    }
+
     /// Simulated ms since the start.
     pub fn now_ms(&self) -> u64 {
         self.t0.elapsed().as_millis() as u64
