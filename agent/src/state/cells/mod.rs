@@ -434,6 +434,12 @@ impl CellState {
             .then(|| table.placement_key_from(&downs))
     }
 
+    /// The names of the cells held, in order (no summary copied, no cell judged).
+    pub fn names(&self) -> Vec<String> {
+        let table = self.table.lock().expect("cells lock");
+        table.names().cloned().collect()
+    }
+
     /// Every cell held, by name.
     pub fn list(&self) -> Vec<CellView> {
         let now = self.mono_ms();

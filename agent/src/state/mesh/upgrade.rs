@@ -246,9 +246,8 @@ impl MeshNode {
         let others: Vec<(String, Option<CellWireRecord>)> = {
             let store = self.store.lock().expect("store lock");
             self.cells
-                .list()
+                .names()
                 .into_iter()
-                .map(|c| c.summary.cell)
                 .filter(|c| *c != own)
                 .map(|cell| {
                     let report = cell_report(&store, &cell);
@@ -332,7 +331,7 @@ fn cell_report(store: &DesiredStore, cell: &str) -> Option<CellWireRecord> {
 /// other cells are known, and the stored report differs.
 async fn report_cell(node: &Arc<MeshNode>, members: &[Member]) {
     let own = node.cells.own().to_string();
-    if node.cells.list().iter().all(|c| c.summary.cell == own) {
+    if node.cells.names().iter().all(|c| *c == own) {
         return;
     }
     let writer = members
