@@ -430,3 +430,43 @@ fn latch_downs_equals_a_latch_then_each_cells_down_flag() {
         check(&m, t + dt);
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+    /// Every cell's standing read at once (`healths`, `latch_downs`: each observer's `sees`
+    /// read once) says what judging each cell alone says, whatever cells went silent, came
+    /// back, or failed or answered probes, and at whatever age.
+    #[test]
+    fn standings_read_at_once_equal_each_cell_judged_alone(
+        ops in proptest::collection::vec((0usize..6, 0u64..4_000, proptest::bool::ANY), 1..25),
+    ) {
+        let mut m = Mesh::new(6);
+        let mut now = 1;
+        for (cell, dt, flag) in ops {
+            now += dt;
+            match dt % 3 {
+                0 => m.silent[cell] = flag,
+                1 => {
+                    m.probe(cell, now, &|c| flag && c.len() % 2 == 0);
+                }
+                _ => {}
+            }
+            m.round(now);
+            for t in &m.tables {
+                let names: Vec<String> = t.names().cloned().collect();
+                let alone: Vec<CellHealth> = names.iter().map(|c| t.health(c, now)).collect();
+                let at_once: Vec<CellHealth> = t.healths(now).into_iter().map(|(_, h)| h).collect();
+                proptest::prop_assert_eq!(&at_once, &alone);
+                let (mut one, mut two) = (t.clone(), t.clone());
+                let downs = one.latch_downs(now);
+                two.latch(now);
+                let expected: Vec<bool> = names.iter().map(|c| two.is_down(c, now)).collect();
+                proptest::prop_assert_eq!(downs, expected);
+            }
+            if let Some(t) = m.tables.iter_mut().find(|_| flag) {
+                t.latch(now);
+            }
+        }
+    }
+}
