@@ -158,7 +158,7 @@ fn run_one(
     entropy::check().map_err(|e| anyhow::anyhow!("the entropy override is not in effect: {e}"))?;
     let progress_ms = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
-    let memo = Arc::new(shoal_core::memo::PlacementMemo::new());
+    let memo = Arc::new(shoal_core::cells::PlacementMemo::new());
     let bar = spawn_progress(&sc, progress_ms.clone(), done.clone(), memo.clone());
     let wall = std::time::Instant::now();
     let p = progress_ms.clone();
@@ -230,7 +230,7 @@ fn spawn_progress(
     sc: &Scenario,
     ms: Arc<AtomicU64>,
     done: Arc<AtomicBool>,
-    memo: Arc<shoal_core::memo::PlacementMemo>,
+    memo: Arc<shoal_core::cells::PlacementMemo>,
 ) -> Option<std::thread::JoinHandle<()>> {
     if !std::io::stderr().is_terminal() {
         return None;
@@ -251,7 +251,7 @@ fn spawn_progress(
             while !done.load(Ordering::Relaxed) {
                 bar.set_position(ms.load(Ordering::Relaxed) / 1000);
                 // What the agents' placements cost so far: the cell level and the node level
-                // computed, of what was asked (`shoal_core::memo`).
+                // computed, of what was asked (`shoal_core::cells::PlacementMemo`).
                 let m = memo.stats();
                 if m.cell_hits + m.cell_misses + m.node_hits + m.node_misses > 0 {
                     bar.set_message(format!(

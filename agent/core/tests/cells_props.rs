@@ -8,12 +8,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use proptest::prelude::*;
+use shoal_core::cells::PlacementMemo;
 use shoal_core::cells::{
     cell_hash, place_cells, place_mesh, summarize, Cell, CellPlacement, CellPlacer,
     CELL_FILL_PERMILLE,
 };
 use shoal_core::constraint::Constraint;
-use shoal_core::memo::PlacementMemo;
 use shoal_core::placement::hash::RequestScale;
 use shoal_core::placement::hash::{
     key, pair_hash, replica_offset, replica_pair, unit, workload_hash,

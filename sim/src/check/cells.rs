@@ -11,9 +11,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use shoal_core::cells::PlacementMemo;
 use shoal_core::cells::{Cell, CellPlacement};
 use shoal_core::instance::ReplicaId;
-use shoal_core::memo::PlacementMemo;
 use shoal_core::placement::model::{Node, Placement, Workload};
 
 use super::HostView;

@@ -267,9 +267,9 @@ pub struct Checker {
     over_capacity: BTreeSet<u32>,
     last_sample_ms: u64,
     last_copies: BTreeSet<(ReplicaId, u32, String)>,
-    /// Placements by input, shared with every agent of the run (`shoal_core::memo`): the
+    /// Placements by input, shared with every agent of the run (`shoal_core::cells::PlacementMemo`): the
     /// target is the agents' own function of their views, each distinct input computed once.
-    pub(crate) memo: std::sync::Arc<shoal_core::memo::PlacementMemo>,
+    pub(crate) memo: std::sync::Arc<shoal_core::cells::PlacementMemo>,
 }
 
 impl Checker {

@@ -123,7 +123,7 @@ pub struct AgentParts {
     /// `--volume-root` directories (`[[hosts]]`; none by default, as `shoal agent`).
     pub volume_roots: Vec<String>,
     /// Placements shared by input with the run's other agents (`HostConfig::placement_memo`).
-    pub memo: Arc<shoal_core::memo::PlacementMemo>,
+    pub memo: Arc<shoal_core::cells::PlacementMemo>,
 }
 
 /// Assembles and starts the agent: the same [`Agent`] as `shoal agent`, with its guard (returned

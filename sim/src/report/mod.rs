@@ -100,8 +100,8 @@ pub struct Report {
     /// Host loop rounds the agents up at the end ran, per agent per simulated s.
     pub host_rounds_per_agent_s: f64,
     /// How the placement memo the agents and the checker share served them
-    /// (`shoal_core::memo`): what the run cost, not what it decided.
-    pub placement_memo: shoal_core::memo::MemoStats,
+    /// (`shoal_core::cells::PlacementMemo`): what the run cost, not what it decided.
+    pub placement_memo: shoal_core::cells::MemoStats,
     /// Ack to every live agent.
     pub spec_propagation: Dist,
     /// Automatic rollbacks seen: the mesh wrote an earlier revision's spec again.

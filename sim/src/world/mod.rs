@@ -193,7 +193,7 @@ impl World {
     /// Shares `memo` with the run's agents and checker instead of the checker's own (the caller
     /// reads its counts while the run goes on). Before [`World::run`]: an agent started already
     /// keeps the memo it was given.
-    pub fn share_placement_memo(&mut self, memo: Arc<shoal_core::memo::PlacementMemo>) {
+    pub fn share_placement_memo(&mut self, memo: Arc<shoal_core::cells::PlacementMemo>) {
         self.checker.memo = memo;
     }
 

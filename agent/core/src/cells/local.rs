@@ -10,8 +10,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::assign::place_cells;
+use super::memo::PlacementMemo;
 use super::model::{Cell, CellPlacement};
-use crate::memo::PlacementMemo;
 use crate::placement::model::{Node, Placement, Share, Spread, Workload};
 use crate::stacking::{place_stacked_shares, StackedPlacer};
 
@@ -105,7 +105,7 @@ impl CellPlacer {
     /// Takes both levels' results from `memo`, and leaves there those it computes (the
     /// simulator's agents share one; [`crate::memo`]).
     pub fn set_memo(&mut self, memo: Option<Arc<PlacementMemo>>) {
-        self.placer.set_memo(memo.clone());
+        self.placer.set_memo(memo.as_ref().map(|m| m.nodes()));
         self.memo = memo;
     }
 

@@ -26,6 +26,7 @@
 mod assign;
 mod capability;
 mod local;
+mod memo;
 mod model;
 mod offer;
 mod publish;
@@ -36,6 +37,7 @@ mod table;
 pub use assign::{cell_hash, place_cells, CELL_FILL_PERMILLE, CELL_SEED};
 pub use capability::{LACKS_KEYS_MAX, LACKS_KEY_PREFIX, LACKS_VALUE};
 pub use local::{place_mesh, CellPlacer, MeshPlacement};
+pub use memo::{MemoStats, PlacementMemo};
 pub use model::{
     cell_changes, Cell, CellAssignments, CellChange, CellInputError, CellPlacement,
     CellUnschedulable,

@@ -41,7 +41,7 @@ use crate::Resources;
 
 mod placer;
 
-pub use placer::StackedPlacer;
+pub use placer::{NodeMemo, StackedPlacer};
 
 /// Separates a workload name from its layer number.
 const LAYER_SEP: char = '~';

@@ -11,11 +11,15 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::memo::PlacementMemo;
+use crate::memo::{hash_serialized, Memo};
 use crate::placement::model::{Node, Share, Workload};
 use crate::placement::{Placement, PlacementEngine};
 
 use super::{finish, layers};
+
+/// Node-level results by input (nodes, shares), shared by the agents of a process
+/// ([`crate::cells::PlacementMemo`] holds one).
+pub type NodeMemo = Memo<(Vec<Node>, Vec<Share>), Placement>;
 
 /// The stacked placement of the last inputs, updated incrementally.
 #[derive(Clone, Default)]
@@ -30,7 +34,7 @@ pub struct StackedPlacer {
     layered: BTreeMap<String, Share>,
     /// Results shared with the other agents of the process, by input (the simulator's; a real
     /// agent has none).
-    memo: Option<Arc<PlacementMemo>>,
+    memo: Option<Arc<NodeMemo>>,
 }
 
 impl StackedPlacer {
@@ -49,7 +53,7 @@ impl StackedPlacer {
     /// Takes results from `memo`, and leaves there those it computes: an input another agent
     /// of the process placed already is not placed again (the engine then catches up at the
     /// next input the memo lacks, from the last one it saw).
-    pub fn set_memo(&mut self, memo: Option<Arc<PlacementMemo>>) {
+    pub fn set_memo(&mut self, memo: Option<Arc<NodeMemo>>) {
         self.memo = memo;
     }
 
@@ -59,14 +63,16 @@ impl StackedPlacer {
         let Some(memo) = self.memo.clone() else {
             return self.compute(nodes, shares);
         };
-        match memo.find_shares(nodes, shares) {
-            Ok(out) => (*out).clone(),
-            Err(key) => {
-                let out = self.compute(nodes, shares);
-                memo.keep_shares(key, nodes, shares, Arc::new(out.clone()));
-                out
-            }
+        let hash = hash_serialized(nodes, shares);
+        let same =
+            |(n, s): &(Vec<Node>, Vec<Share>)| n.as_slice() == nodes && s.as_slice() == shares;
+        if let Some(out) = memo.find(hash, same) {
+            return (*out).clone();
         }
+        let out = self.compute(nodes, shares);
+        let inputs = (nodes.to_vec(), shares.to_vec());
+        memo.keep(hash, inputs, Arc::new(out.clone()));
+        out
     }
 
     /// [`StackedPlacer::update_shares`] through the engine.

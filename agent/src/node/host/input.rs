@@ -139,13 +139,13 @@ impl ShellState {
     /// placements through `memo` (`HostConfig::placement_memo`).
     pub fn new(
         members: Arc<std::sync::Mutex<MemberCache>>,
-        memo: Option<Arc<shoal_core::memo::PlacementMemo>>,
+        memo: Option<Arc<shoal_core::cells::PlacementMemo>>,
     ) -> ShellState {
         let mut shell = ShellState {
             members,
             ..ShellState::default()
         };
-        shell.placer.set_memo(memo.clone());
+        shell.placer.set_memo(memo.as_ref().map(|m| m.nodes()));
         shell.cell_placer.set_memo(memo);
         shell
     }

@@ -81,9 +81,9 @@ pub struct HostConfig {
     /// under the guard's lease for this long (at most the lease); 0: they are fenced on stop.
     pub restart_grace_ms: u64,
     /// Placements shared by input with the other agents of this process: the simulator's, which
-    /// runs thousands of agents that mostly hold the same inputs (`shoal_core::memo`). `None`
+    /// runs thousands of agents that mostly hold the same inputs (`shoal_core::cells::PlacementMemo`). `None`
     /// for a real agent, which computes its own.
-    pub placement_memo: Option<Arc<shoal_core::memo::PlacementMemo>>,
+    pub placement_memo: Option<Arc<shoal_core::cells::PlacementMemo>>,
 }
 
 impl Default for HostConfig {
