@@ -105,6 +105,24 @@ impl<I, O> Memo<I, O> {
         inner.table.insert(hash, inputs, out, tick);
     }
 
+    /// The result kept for inputs of this `hash` that are `same` as the caller's, else
+    /// `compute`'s, kept with `inputs()` (computed without the lock: another thread may compute
+    /// the same meanwhile, and then both entries are equal).
+    pub fn get_or(
+        &self,
+        hash: u64,
+        same: impl Fn(&I) -> bool,
+        inputs: impl FnOnce() -> I,
+        compute: impl FnOnce() -> O,
+    ) -> Arc<O> {
+        if let Some(out) = self.find(hash, same) {
+            return out;
+        }
+        let out = Arc::new(compute());
+        self.keep(hash, inputs(), out.clone());
+        out
+    }
+
     /// Hits and misses so far.
     pub fn counts(&self) -> (u64, u64) {
         let inner = self.lock();

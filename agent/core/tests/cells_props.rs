@@ -404,6 +404,34 @@ fn arb_op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Applies `op` to the mesh (its first cell's nodes, the cells' down flags) or the workloads.
+fn apply(op: &Op, mesh: &mut Mesh, workloads: &mut Vec<Workload>) {
+    match *op {
+        Op::Flags(i, draining, down) if !mesh.members[0].1.is_empty() => {
+            let nodes = &mut mesh.members[0].1;
+            let len = nodes.len();
+            (nodes[i % len].draining, nodes[i % len].down) = (draining, down);
+        }
+        Op::Forget(i) if !mesh.members[0].1.is_empty() => {
+            let len = mesh.members[0].1.len();
+            mesh.members[0].1.remove(i % len);
+        }
+        Op::CellDown(c, down) => {
+            let len = mesh.down.len();
+            mesh.down[c % len] = down;
+        }
+        Op::Scale(w, r) if !workloads.is_empty() => {
+            let len = workloads.len();
+            workloads[w % len].replicas = r;
+        }
+        Op::Remove(w) if !workloads.is_empty() => {
+            let len = workloads.len();
+            workloads.remove(w % len);
+        }
+        _ => {}
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
@@ -418,30 +446,7 @@ proptest! {
         let own = mesh.members[0].0.clone();
         let mut placer = CellPlacer::new();
         for op in &ops {
-            match *op {
-                Op::Flags(i, draining, down) if !mesh.members[0].1.is_empty() => {
-                    let nodes = &mut mesh.members[0].1;
-                    let len = nodes.len();
-                    (nodes[i % len].draining, nodes[i % len].down) = (draining, down);
-                }
-                Op::Forget(i) if !mesh.members[0].1.is_empty() => {
-                    let len = mesh.members[0].1.len();
-                    mesh.members[0].1.remove(i % len);
-                }
-                Op::CellDown(c, down) => {
-                    let len = mesh.down.len();
-                    mesh.down[c % len] = down;
-                }
-                Op::Scale(w, r) if !workloads.is_empty() => {
-                    let len = workloads.len();
-                    workloads[w % len].replicas = r;
-                }
-                Op::Remove(w) if !workloads.is_empty() => {
-                    let len = workloads.len();
-                    workloads.remove(w % len);
-                }
-                _ => {}
-            }
+            apply(op, &mut mesh, &mut workloads);
             let cells = mesh.cells();
             let nodes = &mesh.members[0].1;
             let full = place_mesh(&own, &cells, nodes, &workloads);
@@ -467,30 +472,7 @@ proptest! {
         }
         let mut calls = 0u64;
         for (op, second_too) in &ops {
-            match *op {
-                Op::Flags(i, draining, down) if !mesh.members[0].1.is_empty() => {
-                    let nodes = &mut mesh.members[0].1;
-                    let len = nodes.len();
-                    (nodes[i % len].draining, nodes[i % len].down) = (draining, down);
-                }
-                Op::Forget(i) if !mesh.members[0].1.is_empty() => {
-                    let len = mesh.members[0].1.len();
-                    mesh.members[0].1.remove(i % len);
-                }
-                Op::CellDown(c, down) => {
-                    let len = mesh.down.len();
-                    mesh.down[c % len] = down;
-                }
-                Op::Scale(w, r) if !workloads.is_empty() => {
-                    let len = workloads.len();
-                    workloads[w % len].replicas = r;
-                }
-                Op::Remove(w) if !workloads.is_empty() => {
-                    let len = workloads.len();
-                    workloads.remove(w % len);
-                }
-                _ => {}
-            }
+            apply(op, &mut mesh, &mut workloads);
             let cells = mesh.cells();
             for (i, p) in placers.iter_mut().enumerate() {
                 if i == 1 && !second_too {

@@ -17,7 +17,7 @@ use super::assign::place_cells;
 use super::model::{Cell, CellPlacement};
 use crate::memo::{hash_serialized, Memo};
 use crate::placement::model::{Node, Placement, Share, Workload};
-use crate::stacking::{place_stacked_shares, NodeMemo};
+use crate::stacking::{node_level, place_stacked_shares, NodeMemo};
 
 /// Cell-level results kept at most.
 pub const CELL_ENTRIES: usize = 32;
@@ -105,29 +105,15 @@ impl PlacementMemo {
         let same = |(c, w): &CellInputs| {
             (Arc::ptr_eq(c, cells) || c.as_slice() == cells.as_slice()) && w.as_slice() == workloads
         };
-        if let Some(out) = self.cells.find(hash, same) {
-            return out;
-        }
-        // Computed without the lock: another thread may compute the same meanwhile, and then
-        // both entries are equal.
-        let out = Arc::new(place_cells(cells, workloads));
-        self.cells
-            .keep(hash, (cells.clone(), workloads.to_vec()), out.clone());
-        out
+        let inputs = || (cells.clone(), workloads.to_vec());
+        (self.cells).get_or(hash, same, inputs, || place_cells(cells, workloads))
     }
 
     /// [`place_stacked_shares`]`(nodes, shares)`, computed once per distinct input.
     pub fn place_stacked_shares(&self, nodes: &[Node], shares: &[Share]) -> Arc<Placement> {
-        let hash = hash_serialized(nodes, shares);
-        let same =
-            |(n, s): &(Vec<Node>, Vec<Share>)| n.as_slice() == nodes && s.as_slice() == shares;
-        if let Some(out) = self.nodes.find(hash, same) {
-            return out;
-        }
-        let out = Arc::new(place_stacked_shares(nodes, shares));
-        self.nodes
-            .keep(hash, (nodes.to_vec(), shares.to_vec()), out.clone());
-        out
+        node_level(&self.nodes, nodes, shares, || {
+            place_stacked_shares(nodes, shares)
+        })
     }
 
     /// [`place_stacked`](crate::stacking::place_stacked)`(nodes, workloads)`, computed once per

@@ -41,7 +41,7 @@ use crate::Resources;
 
 mod placer;
 
-pub use placer::{NodeMemo, StackedPlacer};
+pub use placer::{node_level, NodeMemo, StackedPlacer};
 
 /// Separates a workload name from its layer number.
 const LAYER_SEP: char = '~';

@@ -21,6 +21,18 @@ use super::{finish, layers};
 /// ([`crate::cells::PlacementMemo`] holds one).
 pub type NodeMemo = Memo<(Vec<Node>, Vec<Share>), Placement>;
 
+/// The node level's result for these inputs from `memo`, else `compute`'s, kept there.
+pub fn node_level(
+    memo: &NodeMemo,
+    nodes: &[Node],
+    shares: &[Share],
+    compute: impl FnOnce() -> Placement,
+) -> Arc<Placement> {
+    let same = |(n, s): &(Vec<Node>, Vec<Share>)| n.as_slice() == nodes && s.as_slice() == shares;
+    let inputs = || (nodes.to_vec(), shares.to_vec());
+    memo.get_or(hash_serialized(nodes, shares), same, inputs, compute)
+}
+
 /// The stacked placement of the last inputs, updated incrementally.
 #[derive(Clone, Default)]
 pub struct StackedPlacer {
@@ -63,16 +75,7 @@ impl StackedPlacer {
         let Some(memo) = self.memo.clone() else {
             return self.compute(nodes, shares);
         };
-        let hash = hash_serialized(nodes, shares);
-        let same =
-            |(n, s): &(Vec<Node>, Vec<Share>)| n.as_slice() == nodes && s.as_slice() == shares;
-        if let Some(out) = memo.find(hash, same) {
-            return (*out).clone();
-        }
-        let out = self.compute(nodes, shares);
-        let inputs = (nodes.to_vec(), shares.to_vec());
-        memo.keep(hash, inputs, Arc::new(out.clone()));
-        out
+        (*node_level(&memo, nodes, shares, || self.compute(nodes, shares))).clone()
     }
 
     /// [`StackedPlacer::update_shares`] through the engine.
