@@ -107,6 +107,7 @@ const FAMILIES: &[&str] = &[
     "shoal_feedback_dropped",
     "shoal_frames_rejected",
     "shoal_gossip_bytes",
+    "shoal_gossip_connections_stalled",
     "shoal_gossip_messages",
     "shoal_gossip_sent_bytes_by_part",
     "shoal_handshakes_refused",

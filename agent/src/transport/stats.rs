@@ -38,6 +38,9 @@ pub struct TransportStats {
     pub connections_refused_per_peer: AtomicU64,
     /// Connections closed to make room for a newer one of the same certificate (at its cap).
     pub connections_superseded: AtomicU64,
+    /// Gossip connections closed because what they sent went unanswered for a while, to be
+    /// dialed afresh (`quic::Answers`).
+    pub connections_stalled: AtomicU64,
     /// Datagrams dropped before quinn: long headers of a QUIC version this endpoint does not
     /// speak (see [`crate::transport::admission::filter`]).
     pub datagrams_dropped_unknown_version: AtomicU64,
@@ -85,6 +88,7 @@ pub struct TransportStatsSnapshot {
     pub connections_refused_per_ip: u64,
     pub connections_refused_per_peer: u64,
     pub connections_superseded: u64,
+    pub connections_stalled: u64,
     pub datagrams_dropped_unknown_version: u64,
     pub datagrams_dropped_initial_budget: u64,
     pub frames_rejected: u64,
@@ -116,6 +120,7 @@ impl TransportStats {
             connections_refused_per_ip: get(&self.connections_refused_per_ip),
             connections_refused_per_peer: get(&self.connections_refused_per_peer),
             connections_superseded: get(&self.connections_superseded),
+            connections_stalled: get(&self.connections_stalled),
             datagrams_dropped_unknown_version: get(&self.datagrams_dropped_unknown_version),
             datagrams_dropped_initial_budget: get(&self.datagrams_dropped_initial_budget),
             frames_rejected: get(&self.frames_rejected),

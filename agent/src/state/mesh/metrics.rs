@@ -120,6 +120,14 @@ pub async fn mesh_families(
             ]),
         },
         Family {
+            name: "shoal_gossip_connections_stalled",
+            help: "Gossip connections closed and dialed afresh because what they sent went \
+                   unanswered for 2 s (a peer back from a one-way cut is heard again at once, \
+                   not when QUIC's backed-off probe timer fires).",
+            kind: Kind::Counter,
+            samples: vec![(Vec::new(), g.connections_stalled as f64)],
+        },
+        Family {
             name: "shoal_handshakes_refused",
             help: "TLS handshakes refused (no or foreign certificate).",
             kind: Kind::Counter,

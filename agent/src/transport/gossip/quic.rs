@@ -7,6 +7,10 @@
 //! - the writer task reuses the cached connection to its peer (dialed or accepted) or dials one
 //!   (with a timeout and exponential backoff), writes each message on a unidirectional stream and
 //!   finishes it; it exits after a quiet spell, so peers contacted once do not keep a task;
+//! - a cached connection that sent and heard nothing back for
+//!   [`QuicGossipConfig::stall_after`] is closed and dialed afresh ([`Answers`]): after a one-way
+//!   partition heals, QUIC's loss recovery on the old one waits out a probe timeout that doubled
+//!   through every second of the cut (up to tens of seconds), a new handshake one round trip;
 //! - a reader task per connection reads each stream with a size bound and a timeout, and feeds
 //!   `recv()` through a bounded channel (chitchat cancels `recv()` on every tick, so it must only
 //!   ever wait on a channel).
@@ -61,6 +65,11 @@ pub struct QuicGossipConfig {
     pub writer_idle_exit: Duration,
     /// Longest time to write, or to read, one message stream.
     pub stream_timeout: Duration,
+    /// A cached connection that has sent and received nothing back for this long is stalled:
+    /// closed, counted, and dialed afresh by the next message ([`Answers`]). Far above a round
+    /// trip and an ack delay (a live peer acknowledges every packet that asks for it), and
+    /// above the longest freeze tolerated (0.9 s), under the dial timeout's pace.
+    pub stall_after: Duration,
     /// Frames at least this large are zstd-compressed (`None`: never).
     pub compress_min_bytes: Option<usize>,
     /// QUIC limits and timers.
@@ -83,6 +92,7 @@ impl Default for QuicGossipConfig {
             backoff_max: Duration::from_secs(5),
             writer_idle_exit: Duration::from_secs(30),
             stream_timeout: Duration::from_secs(5),
+            stall_after: Duration::from_secs(2),
             compress_min_bytes: Some(256),
             quic: QuicOptions::gossip(),
             wire: Arc::new(std::sync::atomic::AtomicU16::new(wire::WIRE_CUR)),
@@ -234,6 +244,7 @@ impl Transport for QuicTransport {
             config: self.config.clone(),
             stats: self.stats.clone(),
             connections: Mutex::default(),
+            answers: Mutex::default(),
             peer_names: self.peer_names.clone(),
             admission: Admission::new("gossip", self.config.admission.clone(), self.stats.clone()),
             inbound_tx,
@@ -260,6 +271,8 @@ struct Shared {
     stats: Arc<TransportStats>,
     /// The connection writers use per peer gossip address: the latest established either way.
     connections: Mutex<HashMap<SocketAddr, quinn::Connection>>,
+    /// What each cached connection last heard ([`Answers`]); an entry goes with its connection.
+    answers: Mutex<HashMap<SocketAddr, Answers>>,
     peer_names: Arc<Mutex<HashMap<SocketAddr, PeerName>>>,
     admission: Arc<Admission>,
     inbound_tx: mpsc::Sender<(SocketAddr, ChitchatMessage)>,
@@ -455,8 +468,74 @@ fn forget_connection(shared: &Shared, peer: SocketAddr, conn: &quinn::Connection
     if connections.get(&peer).map(|c| c.stable_id()) == Some(conn.stable_id()) {
         connections.remove(&peer);
         shared.peer_names.lock().expect("lock").remove(&peer);
+        shared.answers.lock().expect("lock").remove(&peer);
     }
 }
+
+/// What a cached connection last heard, to tell one that stalled: it sent (data, or a
+/// keep-alive) and received nothing back, not even an acknowledgement, for
+/// [`QuicGossipConfig::stall_after`]. Looked at before each message goes out on it.
+///
+/// Why: a peer cut off one way for a while (its packets lost, say) leaves the connection open
+/// on both sides, QUIC's probe timeout doubling on every unanswered probe (quinn: up to 2^16
+/// times). When the cut heals, the side that went unanswered sends again only when its next
+/// probe is due, up to as long again as the cut lasted: a 20 s cut kept a healed member dead to
+/// its peers for up to 15 s more (`netns_exclusive`). A fresh connection needs one round trip.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answers {
+    /// The connection's [`quinn::Connection::stable_id`]: a new connection starts afresh.
+    id: usize,
+    /// Datagrams received and sent when a datagram was last seen received.
+    rx: u64,
+    tx: u64,
+    /// When a datagram sent after the last one received was first seen, if any.
+    waiting_since: Option<Instant>,
+}
+
+impl Answers {
+    /// A connection first looked at now, with these datagram counts.
+    pub fn new(id: usize, rx: u64, tx: u64) -> Self {
+        Answers {
+            id,
+            rx,
+            tx,
+            waiting_since: None,
+        }
+    }
+
+    /// Updates with connection `id`'s datagram counts read `now`: whether it has stalled.
+    /// Pure; the counts only grow on one connection.
+    pub fn stalled(&mut self, id: usize, rx: u64, tx: u64, now: Instant, after: Duration) -> bool {
+        if id != self.id || rx != self.rx {
+            *self = Answers::new(id, rx, tx);
+            return false;
+        }
+        if tx == self.tx {
+            return false;
+        }
+        let since = *self.waiting_since.get_or_insert(now);
+        now.saturating_duration_since(since) >= after
+    }
+}
+
+/// Whether the cached `conn` to `peer` has stalled ([`Answers`]).
+fn stalled(shared: &Shared, peer: SocketAddr, conn: &quinn::Connection) -> bool {
+    let stats = conn.stats();
+    let (id, rx, tx) = (
+        conn.stable_id(),
+        stats.udp_rx.datagrams,
+        stats.udp_tx.datagrams,
+    );
+    let mut answers = shared.answers.lock().expect("lock");
+    let entry = answers
+        .entry(peer)
+        .or_insert_with(|| Answers::new(id, rx, tx));
+    entry.stalled(id, rx, tx, Instant::now(), shared.config.stall_after)
+}
+
+/// The application close code of a connection closed as stalled ([`Answers`]): the peer, if it
+/// hears it, dials afresh too (it is not a refusal).
+const STALLED: u32 = 2;
 
 /// Sends queued messages to `peer` until the queue closes or stays empty for a while.
 async fn run_writer(
@@ -518,7 +597,13 @@ fn refused_us(conn: &quinn::Connection) -> bool {
 async fn connection_to(shared: &Arc<Shared>, peer: SocketAddr) -> Option<quinn::Connection> {
     let cached = shared.connections.lock().expect("lock").get(&peer).cloned();
     if let Some(conn) = cached.filter(|c| c.close_reason().is_none()) {
-        return Some(conn);
+        if !stalled(shared, peer, &conn) {
+            return Some(conn);
+        }
+        TransportStats::bump(&shared.stats.connections_stalled);
+        tracing::debug!(%peer, "gossip connection stalled: dialing afresh");
+        conn.close(STALLED.into(), b"stalled: nothing heard back");
+        forget_connection(shared, peer, &conn);
     }
     let slot = shared.admission.dial_slot()?;
     let dial = async { shared.endpoint.connect(peer, ANY_MEMBER).ok()?.await.ok() };
@@ -696,6 +781,30 @@ mod tests {
         }
         let packed = encode_gossip(&syn(&"x".repeat(5000)), Some(16)).unwrap();
         assert!(packed.len() < 200, "{}", packed.len());
+    }
+
+    #[test]
+    fn a_connection_stalls_only_when_what_it_sent_goes_unanswered() {
+        let after = Duration::from_secs(2);
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let mut a = Answers::new(1, 10, 10);
+        // Idle: nothing sent since the last answer, however long.
+        assert!(!a.stalled(1, 10, 10, at(60_000), after));
+        // Sent, unanswered: the wait counts from when the send was first seen.
+        assert!(!a.stalled(1, 10, 12, at(61_000), after));
+        assert!(!a.stalled(1, 10, 14, at(62_900), after));
+        assert!(a.stalled(1, 10, 14, at(63_000), after));
+        // An answer ends the wait.
+        assert!(!a.stalled(1, 11, 14, at(64_000), after));
+        assert!(!a.stalled(1, 11, 15, at(64_100), after));
+        assert!(!a.stalled(1, 12, 15, at(67_000), after));
+        // A new connection starts afresh, whatever the old one waited.
+        let mut b = Answers::new(1, 10, 10);
+        assert!(!b.stalled(1, 10, 11, at(0), after));
+        assert!(!b.stalled(2, 0, 1, at(5_000), after));
+        assert!(!b.stalled(2, 0, 3, at(6_000), after));
+        assert!(b.stalled(2, 0, 3, at(8_000), after));
     }
 
     proptest! {
