@@ -470,3 +470,36 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_cell_is_in_question_from_stale_until_held_down_or_silent() {
+    let mut m = Mesh::new(4);
+    m.silent[3] = true;
+    assert!(
+        !m.tables[0].in_question(1 + CELL_STALE_MS),
+        "fresh: nothing in question"
+    );
+    let stale = 1 + CELL_STALE_MS + 1;
+    assert!(m.tables[0].in_question(stale), "c4 stale, not down");
+    // Held down on two observers' evidence: settled, no longer in question.
+    let (lost, now) = lost_c4();
+    assert_eq!(lost.health(2, 3, now), CellHealth::Down);
+    assert!(!lost.tables[2].in_question(now));
+    // Never held down (its members answer) but silent past the down bound: not in question.
+    assert!(!m.tables[0].in_question(1 + CELL_DOWN_MS + 1));
+    // Under the stamp rule nothing is ever in question.
+    m.tables[0].set_rule(CellRule::Stamp);
+    assert!(!m.tables[0].in_question(stale));
+}
+
+#[test]
+fn an_entry_carries_the_summary_held() {
+    let m = Mesh::new(3);
+    let e = m.tables[0].entry("c2", 1).expect("c2 is held");
+    assert_eq!(e.cell, "c2");
+    assert_eq!(e.summary.as_ref().map(|s| s.cell.as_str()), Some("c2"));
+    let known = m.tables[0].known();
+    let held = known.iter().find(|k| k.cell == "c2").unwrap();
+    assert_eq!((e.version, e.stamp), (held.version, held.stamp));
+    assert!(m.tables[0].entry("c9", 1).is_none());
+}

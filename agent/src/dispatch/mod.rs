@@ -234,7 +234,7 @@ impl Api {
                 if entries.len() > shoal_core::cells::CELLS_MAX {
                     Err(too_many("CellsPush entries"))
                 } else {
-                    let outcome = node.cells.merge(entries, (node.clock)(), &peer_name.0);
+                    let outcome = node.merge_cells(entries, &peer_name.0);
                     Ok(Response::CellsPushed {
                         refused: outcome.refused.len() as u32,
                     })

@@ -556,6 +556,36 @@ impl CellTable {
         h.probes.failed.len() >= CELL_PROBED_MIN.min(listed).max(1)
     }
 
+    /// Whether a cell is in question at `now_mono` (evidence rule): another cell stale and not
+    /// yet silent for [`CELL_DOWN_MS`] that this agent does not hold down. While one is, an
+    /// envoy probes between its rounds (`CELLS_QUICK_INTERVAL` in the shell), so that its
+    /// evidence does not wait for a whole round; a cell held down, or long silent, asks nothing
+    /// more of it.
+    pub fn in_question(&self, now_mono: u64) -> bool {
+        self.rule == CellRule::Evidence
+            && self.cells.iter().any(|(cell, h)| {
+                let age = self.age(h, now_mono);
+                *cell != self.own
+                    && age > CELL_STALE_MS
+                    && age <= CELL_DOWN_MS
+                    && !h.latched
+                    && !self.is_down(cell, now_mono)
+            })
+    }
+
+    /// `cell`'s entry as held, summary included (what an envoy pushes when its news cannot
+    /// wait for the next exchange).
+    pub fn entry(&self, cell: &str, now_mono: u64) -> Option<CellEntry> {
+        let h = self.cells.get(cell)?;
+        Some(CellEntry {
+            cell: cell.to_string(),
+            version: h.version,
+            stamp: h.stamp,
+            age_ms: now_mono.saturating_sub(h.heard_mono),
+            summary: Some(h.summary.clone()),
+        })
+    }
+
     /// The stale cells this agent (an envoy) should probe now, each with the contacts to probe:
     /// those not failed yet, at most `per_cell`. A cell already unreached is probed again every
     /// [`CELL_REPROBE_MS`] (one of its contacts in turn: do its members answer again?); one whose

@@ -50,6 +50,14 @@ pub const CELL_PEERS_PER_ROUND: usize = 2;
 pub const CELL_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Most probes of stale cells' members an envoy sends in one round.
 pub const CELL_PROBES_PER_ROUND_MAX: usize = 48;
+/// While another cell is in question (stale, not yet held down), an envoy looks this often
+/// between its rounds: it probes the cell at once instead of at its next round.
+pub const CELLS_QUICK_INTERVAL: Duration = Duration::from_millis(250);
+/// Most other cells an envoy pushes its summary to when its probes change what it holds up
+/// (one contact each, the cells taken from a place of its own); the rest hear it by exchange.
+pub const NEWS_CELLS_MAX: usize = 16;
+/// Most members of its own cell an envoy pushes such news to.
+pub const NEWS_MEMBERS_MAX: usize = 64;
 
 /// Checks that `name` can name a cell: a DNS label (1 to 63 of `a-z`, `0-9` and `-`, neither
 /// first nor last a `-`).
@@ -394,6 +402,19 @@ impl CellState {
             .lock()
             .expect("cells lock")
             .to_probe(now, per_cell)
+    }
+
+    /// Whether another cell is in question (stale, not yet held down): the exchange then
+    /// probes and pulls between rounds (`CellTable::in_question`).
+    pub fn in_question(&self) -> bool {
+        let now = self.mono_ms();
+        self.table.lock().expect("cells lock").in_question(now)
+    }
+
+    /// `cell`'s entry as held, summary included.
+    pub fn entry(&self, cell: &str) -> Option<shoal_core::cells::CellEntry> {
+        let now = self.mono_ms();
+        self.table.lock().expect("cells lock").entry(cell, now)
     }
 
     /// Whether this agent's own probes call `cell` unreached.

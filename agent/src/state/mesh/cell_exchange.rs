@@ -9,8 +9,8 @@ use shoal_core::cells::{summarize, CellRule, CellSummary, CELL_CONTACTS_MAX, CEL
 use crate::identity::tls::ANY_MEMBER;
 use crate::state::cells::{
     contact_text, member_contact_text, parse_contact, CELLS_CALL_TIMEOUT, CELLS_EXCHANGE_TIMEOUT,
-    CELLS_INTERVAL, CELL_PEERS_PER_ROUND, CELL_PROBES_PER_ROUND_MAX, CELL_PROBE_TIMEOUT,
-    ENVOYS_PER_CELL,
+    CELLS_INTERVAL, CELLS_QUICK_INTERVAL, CELL_PEERS_PER_ROUND, CELL_PROBES_PER_ROUND_MAX,
+    CELL_PROBE_TIMEOUT, ENVOYS_PER_CELL, NEWS_CELLS_MAX, NEWS_MEMBERS_MAX,
 };
 use crate::state::mesh::node::MeshNode;
 use crate::state::mesh::sync::{pull_from, to_hex};
@@ -82,8 +82,9 @@ const SEEDS_EVERY_ROUNDS: u64 = 10;
 pub struct CellExchange {
     node: Arc<MeshNode>,
     round: u64,
-    /// The summary this agent published last (hysteresis of the ranked figures).
-    published: Option<CellSummary>,
+    /// The summary this agent published last (hysteresis of the ranked figures), shared with
+    /// the quick looks between rounds.
+    published: Arc<std::sync::Mutex<Option<CellSummary>>>,
     /// The cell each seed said it is in (at most the seeds' bound, 16).
     seed_cells: std::collections::BTreeMap<SocketAddr, String>,
 }
@@ -94,22 +95,29 @@ impl CellExchange {
         CellExchange {
             node,
             round: 0,
-            published: None,
+            published: Arc::default(),
             seed_cells: Default::default(),
         }
     }
 
-    /// Runs forever (cancel the task to stop it).
+    /// Runs forever (cancel the task to stop it): the rounds, and beside them the quick looks
+    /// while a cell is in question ([`quick`]), in the same task.
     pub async fn run(mut self) {
-        // A round every CELLS_INTERVAL, or as soon as the last one ended when it took longer
-        // (its calls' timeouts): a cell's stamps must keep growing at the interval.
-        let mut every =
-            tokio::time::interval_at(tokio::time::Instant::now() + CELLS_INTERVAL, CELLS_INTERVAL);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            every.tick().await;
-            self.round().await;
-        }
+        let quick = quick(self.node.clone(), self.published.clone());
+        let rounds = async move {
+            // A round every CELLS_INTERVAL, or as soon as the last one ended when it took
+            // longer (its calls' timeouts): a cell's stamps must keep growing at the interval.
+            let mut every = tokio::time::interval_at(
+                tokio::time::Instant::now() + CELLS_INTERVAL,
+                CELLS_INTERVAL,
+            );
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                self.round().await;
+            }
+        };
+        futures_util::future::join(rounds, quick).await;
     }
 
     /// One round: an envoy publishes and exchanges, a member pulls from an envoy.
@@ -124,21 +132,8 @@ impl CellExchange {
         let envoys = envoys(cells.own(), &members);
         let me = envoys.iter().any(|(name, _, _)| *name == node.name);
         if me {
-            let mut contacts: Vec<String> = envoys
-                .iter()
-                .map(|(name, api, gossip)| contact_text(name, *api, *gossip))
-                .collect();
-            if rule == CellRule::Evidence {
-                // Members past the envoys, for other cells' envoys to probe: a cell is held
-                // down only when several of its members fail to answer, not only its envoys.
-                let more = ranked(cells.own(), &members, CELL_CONTACTS_MAX);
-                contacts.extend(
-                    more.iter()
-                        .skip(envoys.len())
-                        .map(|(name, api, gossip)| member_contact_text(name, *api, *gossip)),
-                );
-            }
-            self.publish(&members, &contacts);
+            let contacts = contacts(cells.own(), &members, &envoys, rule);
+            publish(&node, &self.published, &members, &contacts);
             let peers = self.envoy_peers(&envoys);
             let n = peers.len();
             // Every envoy walks the same sorted list, each from its own place (a hash of its
@@ -175,14 +170,14 @@ impl CellExchange {
             // well within CELL_STALE_MS).
             let sees = cells.sees();
             let (answers, ()) = futures_util::future::join(
-                futures_util::future::join_all(calls.iter().map(|p| self.exchange(p, true))),
+                futures_util::future::join_all(calls.iter().map(|p| exchange(&node, p, true))),
                 probe_stale_cells(&node, rule),
             )
             .await;
             if cells.sees() != sees {
-                // What the probes found goes out now, not a round later: the members pulling
-                // from this envoy and the next exchanges carry it.
-                self.publish(&members, &contacts);
+                // What the probes found goes out now, not a round later.
+                publish(&node, &self.published, &members, &contacts);
+                push_news(&node, &members, &envoys).await;
             }
             let from_seeds = answers.into_iter().skip(calls.len() - seeds_asked.len());
             for (addr, cell) in seeds_asked.into_iter().zip(from_seeds) {
@@ -196,7 +191,7 @@ impl CellExchange {
                 name: name.clone(),
                 addr: *addr,
             };
-            self.exchange(&peer, false).await;
+            exchange(&node, &peer, false).await;
         } else {
             // No envoy known yet (the cell is forming): ask the seeds.
             for addr in cells.seeds() {
@@ -204,40 +199,179 @@ impl CellExchange {
                     name: ANY_MEMBER.to_string(),
                     addr,
                 };
-                self.exchange(&peer, false).await;
+                exchange(&node, &peer, false).await;
             }
         }
         ask_copies(&node, self.round).await;
     }
+}
 
-    /// Publishes this cell's summary from the membership and the host loop's last placement.
-    /// What the members can run goes out only under placement algorithm 9 and later, the first
-    /// whose cell level reads it: below, the summary is what builds before published.
-    fn publish(&mut self, members: &[Member], contacts: &[String]) {
-        let node = &self.node;
-        let terms = node.placement_terms();
-        let mut nodes = view::placement_nodes(members, &node.caps(), (node.clock)(), terms);
-        if terms.1 < 9 {
-            for n in &mut nodes {
-                n.caps = None;
+/// The contacts an envoy publishes: its cell's envoys, then (evidence rule) members past them
+/// for other cells' envoys to probe: a cell is held down only when several of its members fail
+/// to answer, not only its envoys.
+fn contacts(
+    own: &str,
+    members: &[Member],
+    envoys: &[(String, SocketAddr, SocketAddr)],
+    rule: CellRule,
+) -> Vec<String> {
+    let mut contacts: Vec<String> = envoys
+        .iter()
+        .map(|(name, api, gossip)| contact_text(name, *api, *gossip))
+        .collect();
+    if rule == CellRule::Evidence {
+        let more = ranked(own, members, CELL_CONTACTS_MAX);
+        contacts.extend(
+            more.iter()
+                .skip(envoys.len())
+                .map(|(name, api, gossip)| member_contact_text(name, *api, *gossip)),
+        );
+    }
+    contacts
+}
+
+/// Between rounds, while another cell is in question (`CellState::in_question`: stale, not yet
+/// held down), every [`CELLS_QUICK_INTERVAL`], an envoy probes the stale cells its table says to
+/// probe now (the round would wait up to a whole interval), and when that changes what it holds
+/// up, publishes and pushes the news ([`push_news`]). Nothing while no cell is in question, and
+/// nothing on a member: members pulling between rounds too made a cell cut off for 5 s churn
+/// its healthy replicas after the heal (`sim/tests/cells.rs`, `a_cell_cut_off_briefly_...`:
+/// two of another cell's own copies stopped and started again), where the pushes alone do not.
+async fn quick(node: Arc<MeshNode>, published: Arc<std::sync::Mutex<Option<CellSummary>>>) {
+    let mut every = tokio::time::interval(CELLS_QUICK_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        if !node.cells.in_question() {
+            continue;
+        }
+        let members = node.members().await;
+        let own = node.cells.own().to_string();
+        let envoys = envoys(&own, &members);
+        if !envoys.iter().any(|(name, _, _)| *name == node.name) {
+            continue;
+        }
+        let rule = node.cells.rule();
+        let sees = node.cells.sees();
+        probe_stale_cells(&node, rule).await;
+        if node.cells.sees() != sees {
+            let contacts = contacts(&own, &members, &envoys, rule);
+            publish(&node, &published, &members, &contacts);
+            push_news(&node, &members, &envoys).await;
+        }
+    }
+}
+
+/// An envoy whose probes just changed what its cell holds up pushes its new summary at once,
+/// all at once with the exchange timeout: to one envoy of each of up to [`NEWS_CELLS_MAX`]
+/// other cells it holds up (from a place of its own in the sorted list, so that a cell's envoys
+/// reach different cells) and to up to [`NEWS_MEMBERS_MAX`] members of its own cell. A cell is
+/// held down on the evidence of two observer cells, and each hop of that evidence (a probe, the
+/// other cells' envoys, their members) would otherwise wait for a round. Failures are only
+/// logged: the rounds carry the same summary.
+async fn push_news(
+    node: &MeshNode,
+    members: &[Member],
+    envoys: &[(String, SocketAddr, SocketAddr)],
+) {
+    let cells = &node.cells;
+    let Some(entry) = cells.entry(cells.own()) else {
+        return;
+    };
+    let mut others: Vec<Peer> = cells
+        .list()
+        .into_iter()
+        .filter(|c| !c.own && !cells.unreached(&c.summary.cell))
+        .filter_map(|c| {
+            let contact = c
+                .summary
+                .contacts
+                .iter()
+                .filter_map(|t| parse_contact(t))
+                .find(|t| t.envoy)?;
+            Some(Peer {
+                name: contact.name,
+                addr: contact.api,
+            })
+        })
+        .collect();
+    let from = xxhash_rust::xxh3::xxh3_64(node.name.as_bytes()) as usize;
+    if !others.is_empty() {
+        let at = from % others.len();
+        others.rotate_left(at);
+    }
+    others.truncate(NEWS_CELLS_MAX);
+    let mut own: Vec<Peer> = members
+        .iter()
+        .filter(|m| m.alive && m.name != node.name && !envoys.iter().any(|e| e.0 == m.name))
+        .filter_map(|m| {
+            Some(Peer {
+                name: m.name.clone(),
+                addr: m.record.as_ref()?.api_addr,
+            })
+        })
+        .collect();
+    if !own.is_empty() {
+        let at = from % own.len();
+        own.rotate_left(at);
+    }
+    own.truncate(NEWS_MEMBERS_MAX);
+    let push = Request::CellsPush {
+        entries: vec![entry],
+    };
+    let calls = others.iter().chain(own.iter()).map(|peer| {
+        let push = &push;
+        async move {
+            let answer: Result<Response, _> = rpc::call_with(
+                node.rpc.as_ref(),
+                peer.addr,
+                &peer.name,
+                push,
+                CELLS_EXCHANGE_TIMEOUT,
+            )
+            .await;
+            if let Err(e) = answer {
+                tracing::debug!(peer = %peer.name, error = %e, "cell news push failed");
             }
         }
-        let local = node.cells.local();
-        let summary = summarize(
-            node.cells.own(),
-            0,
-            contacts,
-            &nodes,
-            &local.placement,
-            &local.workloads,
-            self.published.as_ref(),
-        );
-        let mut summary = summary;
-        summary.sees = node.cells.sees();
-        self.published = Some(summary.clone());
-        node.cells.publish(summary, (node.clock)());
-    }
+    });
+    futures_util::future::join_all(calls).await;
+}
 
+/// Publishes this cell's summary from the membership and the host loop's last placement.
+/// What the members can run goes out only under placement algorithm 9 and later, the first
+/// whose cell level reads it: below, the summary is what builds before published.
+fn publish(
+    node: &MeshNode,
+    published: &std::sync::Mutex<Option<CellSummary>>,
+    members: &[Member],
+    contacts: &[String],
+) {
+    let mut published = published.lock().expect("published lock");
+    let terms = node.placement_terms();
+    let mut nodes = view::placement_nodes(members, &node.caps(), (node.clock)(), terms);
+    if terms.1 < 9 {
+        for n in &mut nodes {
+            n.caps = None;
+        }
+    }
+    let local = node.cells.local();
+    let summary = summarize(
+        node.cells.own(),
+        0,
+        contacts,
+        &nodes,
+        &local.placement,
+        &local.workloads,
+        published.as_ref(),
+    );
+    let mut summary = summary;
+    summary.sees = node.cells.sees();
+    *published = Some(summary.clone());
+    node.cells.publish(summary, (node.clock)());
+}
+
+impl CellExchange {
     /// Whom an envoy exchanges with: the other envoys of its cell, the contacts of every other
     /// cell it knows, and the seeds while it knows no other cell; sorted, without itself.
     fn envoy_peers(&self, envoys: &[(String, SocketAddr, SocketAddr)]) -> Vec<Peer> {
@@ -275,66 +409,65 @@ impl CellExchange {
         peers.dedup();
         peers
     }
+}
 
-    /// Pulls what `peer` holds that is newer; an envoy pushes back what the peer lacks and,
-    /// when the peer is of another cell and its store differs, pulls the differing entries.
-    /// Returns the peer's cell when it answered.
-    async fn exchange(&self, peer: &Peer, envoy: bool) -> Option<String> {
-        let node = &self.node;
-        let req = Request::Cells {
-            cell: node.cells.own().to_string(),
-            known: node.cells.known(),
-        };
+/// Pulls what `peer` holds that is newer; an envoy pushes back what the peer lacks and, when
+/// the peer is of another cell and its store differs, pulls the differing entries. Returns the
+/// peer's cell when it answered.
+async fn exchange(node: &MeshNode, peer: &Peer, envoy: bool) -> Option<String> {
+    let req = Request::Cells {
+        cell: node.cells.own().to_string(),
+        known: node.cells.known(),
+    };
+    let answer: Result<Response, _> = rpc::call_with(
+        node.rpc.as_ref(),
+        peer.addr,
+        &peer.name,
+        &req,
+        CELLS_EXCHANGE_TIMEOUT,
+    )
+    .await;
+    let (cell, entries, known, store) = match answer {
+        Ok(Response::Cells {
+            cell,
+            entries,
+            known,
+            store,
+        }) => (cell, entries, known, store),
+        other => {
+            tracing::debug!(peer = %peer.name, addr = %peer.addr, answer = ?other, "cell exchange failed");
+            return None;
+        }
+    };
+    node.merge_cells(entries, &peer.name);
+    node.cells.table_pulled();
+    if !envoy {
+        return Some(cell);
+    }
+    let lacking = node.cells.newer_than(&known);
+    if !lacking.is_empty() {
+        let push = Request::CellsPush { entries: lacking };
         let answer: Result<Response, _> = rpc::call_with(
             node.rpc.as_ref(),
             peer.addr,
             &peer.name,
-            &req,
-            CELLS_EXCHANGE_TIMEOUT,
+            &push,
+            CELLS_CALL_TIMEOUT,
         )
         .await;
-        let (cell, entries, known, store) = match answer {
-            Ok(Response::Cells {
-                cell,
-                entries,
-                known,
-                store,
-            }) => (cell, entries, known, store),
-            other => {
-                tracing::debug!(peer = %peer.name, addr = %peer.addr, answer = ?other, "cell exchange failed");
-                return None;
-            }
-        };
-        node.cells.merge(entries, (node.clock)(), &peer.name);
-        node.cells.table_pulled();
-        if !envoy {
-            return Some(cell);
+        if let Err(e) = answer {
+            tracing::debug!(peer = %peer.name, error = %e, "cell push failed");
         }
-        let lacking = node.cells.newer_than(&known);
-        if !lacking.is_empty() {
-            let push = Request::CellsPush { entries: lacking };
-            let answer: Result<Response, _> = rpc::call_with(
-                node.rpc.as_ref(),
-                peer.addr,
-                &peer.name,
-                &push,
-                CELLS_CALL_TIMEOUT,
-            )
-            .await;
-            if let Err(e) = answer {
-                tracing::debug!(peer = %peer.name, error = %e, "cell push failed");
-            }
-        }
-        if cell != node.cells.own() {
-            let mine = node.with_store(|s| s.digest()).await;
-            if to_hex(&mine.summary().encode()) != store {
-                if let Err(e) = pull_from(node, &peer.name, peer.addr, &mine).await {
-                    tracing::debug!(peer = %peer.name, error = %e, "cross-cell pull failed");
-                }
-            }
-        }
-        Some(cell)
     }
+    if cell != node.cells.own() {
+        let mine = node.with_store(|s| s.digest()).await;
+        if to_hex(&mine.summary().encode()) != store {
+            if let Err(e) = pull_from(node, &peer.name, peer.addr, &mine).await {
+                tracing::debug!(peer = %peer.name, error = %e, "cross-cell pull failed");
+            }
+        }
+    }
+    Some(cell)
 }
 
 /// An envoy's probes of the stale cells' members (mesh version 14): a cell exchange call to
@@ -385,12 +518,17 @@ async fn probe_stale_cells(node: &MeshNode, rule: CellRule) {
         }
     });
     let answers = futures_util::future::join_all(probes).await;
+    let up = cells.up_cells();
     for ((cell, contact), answer) in calls.iter().zip(answers) {
         let answered = answer.is_some();
         if let Some(entries) = answer {
-            cells.merge(entries, (node.clock)(), contact);
+            node.merge_cells(entries, contact);
         }
         cells.probed(cell, contact, answered);
+    }
+    if cells.up_cells() != up {
+        // This agent's own evidence completed a verdict: its host loop acts on it now.
+        node.membership_moved.notify_one();
     }
 }
 

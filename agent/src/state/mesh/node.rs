@@ -79,7 +79,8 @@ pub struct MeshNode {
     pub(crate) mesh_version_seen: std::sync::atomic::AtomicU16,
     /// The member probes' verdicts (`verdicts.rs`), read by the membership.
     verdicts: Mutex<Arc<view::Verdicts>>,
-    /// Notified when the probes declare a member dead or alive again: wakes the host loop.
+    /// Notified when the probes declare a member dead or alive again, or when news from
+    /// another cell moves a cell down or up ([`MeshNode::merge_cells`]): wakes the host loop.
     pub membership_moved: tokio::sync::Notify,
     /// What the probes counted and the verdict changes not yet taken as events.
     probes: Mutex<ProbeRecord>,
@@ -147,6 +148,22 @@ impl MeshNode {
     /// The member probes' verdicts in force.
     pub fn verdicts(&self) -> Arc<view::Verdicts> {
         self.verdicts.lock().expect("verdicts lock").clone()
+    }
+
+    /// Takes cell entries from `from` (an exchange, a probe's answer, a push). While a cell is
+    /// in question (stale, not yet held down), the news may move it down or up: the host loop
+    /// is woken then, so that a lost cell's replicas start without waiting for its tick.
+    pub fn merge_cells(
+        &self,
+        entries: Vec<shoal_core::cells::CellEntry>,
+        from: &str,
+    ) -> shoal_core::cells::MergeOutcome {
+        let before = self.cells.in_question().then(|| self.cells.up_cells());
+        let outcome = self.cells.merge(entries, (self.clock)(), from);
+        if before.is_some_and(|up| up != self.cells.up_cells()) {
+            self.membership_moved.notify_one();
+        }
+        outcome
     }
 
     /// Replaces the probes' verdicts; true when a member's aliveness changed with them.

@@ -78,10 +78,12 @@ impl RpcClient for MemRpcClient {
         let to = canonical(addr);
         let server = self.net.state().rpc_servers.get(&to).cloned();
         let Some((name, handler)) = server else {
-            return Err(RpcError::Connect {
-                addr,
-                reason: "nobody serves RPC at this address".into(),
-            });
+            // Nobody serves here (the host crashed or left): over QUIC the handshake goes
+            // unanswered (quinn ignores ICMP), so the caller learns it only at its timeout.
+            // Failing at once made the simulator judge a dead cell up to a probe timeout
+            // sooner than real agents can.
+            tokio::time::sleep(timeout).await;
+            return Err(RpcError::Timeout(timeout));
         };
         if server_name != ANY_MEMBER && server_name != name.as_str() {
             let reason = format!("certificate is for {name}, not {server_name}");
