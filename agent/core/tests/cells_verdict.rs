@@ -479,12 +479,15 @@ fn a_cell_is_in_question_from_stale_until_held_down_or_silent() {
         !m.tables[0].in_question(1 + CELL_STALE_MS),
         "fresh: nothing in question"
     );
+    assert!(!m.tables[0].any_stale(1 + CELL_STALE_MS));
     let stale = 1 + CELL_STALE_MS + 1;
     assert!(m.tables[0].in_question(stale), "c4 stale, not down");
-    // Held down on two observers' evidence: settled, no longer in question.
+    // Held down on two observers' evidence: settled, no longer in question, still stale (news
+    // may bring it back up).
     let (lost, now) = lost_c4();
     assert_eq!(lost.health(2, 3, now), CellHealth::Down);
     assert!(!lost.tables[2].in_question(now));
+    assert!(lost.tables[2].any_stale(now));
     // Never held down (its members answer) but silent past the down bound: not in question.
     assert!(!m.tables[0].in_question(1 + CELL_DOWN_MS + 1));
     // Under the stamp rule nothing is ever in question.

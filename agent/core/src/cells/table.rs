@@ -573,6 +573,14 @@ impl CellTable {
             })
     }
 
+    /// Whether another cell is stale at `now_mono` (in question, degraded or down): only then
+    /// can news move a cell down or up (a fresh cell is up, and news only refreshes it).
+    pub fn any_stale(&self, now_mono: u64) -> bool {
+        self.cells
+            .iter()
+            .any(|(cell, h)| *cell != self.own && self.age(h, now_mono) > CELL_STALE_MS)
+    }
+
     /// `cell`'s entry as held, summary included (what an envoy pushes when its news cannot
     /// wait for the next exchange).
     pub fn entry(&self, cell: &str, now_mono: u64) -> Option<CellEntry> {

@@ -411,6 +411,12 @@ impl CellState {
         self.table.lock().expect("cells lock").in_question(now)
     }
 
+    /// Whether another cell is stale (`CellTable::any_stale`).
+    pub fn any_stale(&self) -> bool {
+        let now = self.mono_ms();
+        self.table.lock().expect("cells lock").any_stale(now)
+    }
+
     /// `cell`'s entry as held, summary included.
     pub fn entry(&self, cell: &str) -> Option<shoal_core::cells::CellEntry> {
         let now = self.mono_ms();

@@ -169,15 +169,15 @@ impl CellExchange {
             // the round its timeout once, not once per peer (stamps must keep crossing the mesh
             // well within CELL_STALE_MS).
             let sees = cells.sees();
-            let (answers, ()) = futures_util::future::join(
+            let (answers, moved) = futures_util::future::join(
                 futures_util::future::join_all(calls.iter().map(|p| exchange(&node, p, true))),
                 probe_stale_cells(&node, rule),
             )
             .await;
-            if cells.sees() != sees {
+            if cells.sees() != sees || !moved.is_empty() {
                 // What the probes found goes out now, not a round later.
                 publish(&node, &self.published, &members, &contacts);
-                push_news(&node, &members, &envoys).await;
+                push_news(&node, &members, &envoys, &moved).await;
             }
             let from_seeds = answers.into_iter().skip(calls.len() - seeds_asked.len());
             for (addr, cell) in seeds_asked.into_iter().zip(from_seeds) {
@@ -233,15 +233,25 @@ fn contacts(
 /// Between rounds, while another cell is in question (`CellState::in_question`: stale, not yet
 /// held down), every [`CELLS_QUICK_INTERVAL`], an envoy probes the stale cells its table says to
 /// probe now (the round would wait up to a whole interval), and when that changes what it holds
-/// up, publishes and pushes the news ([`push_news`]). Nothing while no cell is in question, and
-/// nothing on a member: members pulling between rounds too made a cell cut off for 5 s churn
-/// its healthy replicas after the heal (`sim/tests/cells.rs`, `a_cell_cut_off_briefly_...`:
-/// two of another cell's own copies stopped and started again), where the pushes alone do not.
+/// up, publishes and pushes the news ([`push_news`]). Nothing while no cell is in question.
+/// Members do not pull between rounds: their envoys tell them what moved ([`tell_members`],
+/// woken by [`MeshNode::merge_cells`]), downs and returns alike (members that learned downs
+/// sooner than returns finished moves a return undid: `sim/tests/cells.rs`,
+/// `a_cell_cut_off_briefly_...`, saw healthy copies stopped and started again).
 async fn quick(node: Arc<MeshNode>, published: Arc<std::sync::Mutex<Option<CellSummary>>>) {
     let mut every = tokio::time::interval(CELLS_QUICK_INTERVAL);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        every.tick().await;
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = node.cell_news.notified() => {
+                let moved = node.take_cells_moved();
+                if !moved.is_empty() {
+                    tell_members(&node, &moved).await;
+                }
+                continue;
+            }
+        }
         if !node.cells.in_question() {
             continue;
         }
@@ -253,11 +263,11 @@ async fn quick(node: Arc<MeshNode>, published: Arc<std::sync::Mutex<Option<CellS
         }
         let rule = node.cells.rule();
         let sees = node.cells.sees();
-        probe_stale_cells(&node, rule).await;
-        if node.cells.sees() != sees {
+        let moved = probe_stale_cells(&node, rule).await;
+        if node.cells.sees() != sees || !moved.is_empty() {
             let contacts = contacts(&own, &members, &envoys, rule);
             publish(&node, &published, &members, &contacts);
-            push_news(&node, &members, &envoys).await;
+            push_news(&node, &members, &envoys, &moved).await;
         }
     }
 }
@@ -265,19 +275,86 @@ async fn quick(node: Arc<MeshNode>, published: Arc<std::sync::Mutex<Option<CellS
 /// An envoy whose probes just changed what its cell holds up pushes its new summary at once,
 /// all at once with the exchange timeout: to one envoy of each of up to [`NEWS_CELLS_MAX`]
 /// other cells it holds up (from a place of its own in the sorted list, so that a cell's envoys
-/// reach different cells) and to up to [`NEWS_MEMBERS_MAX`] members of its own cell. A cell is
-/// held down on the evidence of two observer cells, and each hop of that evidence (a probe, the
-/// other cells' envoys, their members) would otherwise wait for a round. Failures are only
-/// logged: the rounds carry the same summary.
+/// reach different cells) and to up to [`NEWS_MEMBERS_MAX`] members of its own cell, these with
+/// the evidence of the cells it now holds down ([`evidence`]). A cell is held down on the
+/// evidence of two observer cells, and each hop of that evidence (a probe, the other cells'
+/// envoys, their members) would otherwise wait for a round. Failures are only logged: the
+/// rounds carry the same summaries.
 async fn push_news(
     node: &MeshNode,
     members: &[Member],
     envoys: &[(String, SocketAddr, SocketAddr)],
+    went_down: &[String],
 ) {
     let cells = &node.cells;
     let Some(entry) = cells.entry(cells.own()) else {
         return;
     };
+    futures_util::future::join(
+        push_to(node, &other_cells(node), vec![entry]),
+        push_to(
+            node,
+            &own_members(node, members, envoys),
+            evidence(node, went_down),
+        ),
+    )
+    .await;
+}
+
+/// An envoy tells the members of its cell about cells its table just moved down or up on news
+/// from other cells ([`MeshNode::merge_cells`]), with the evidence ([`evidence`]): they would
+/// otherwise learn it at their next pull, up to a round later. Up matters as much as down: a
+/// member that holds a returned cell down a round longer finishes a move the return undoes
+/// (the handoff stops a healthy copy, then starts it again).
+async fn tell_members(node: &MeshNode, moved: &[String]) {
+    let members = node.members().await;
+    let envoys = envoys(node.cells.own(), &members);
+    if !envoys.iter().any(|(name, _, _)| *name == node.name) {
+        return;
+    }
+    let entries = evidence(node, moved);
+    push_to(node, &own_members(node, &members, &envoys), entries).await;
+}
+
+/// Most other cells' summaries sent as the evidence of a cell held down ([`evidence`]).
+const EVIDENCE_CELLS_MAX: usize = 8;
+
+/// This agent's cell's entry, each cell of `moved` held up here (its own summary, with the
+/// stamp that brought it back), and for those held down the entries of up to
+/// [`EVIDENCE_CELLS_MAX`] other cells whose summaries leave one of them out of what they hold
+/// up: what a member needs to judge those cells as this agent does (its table judges them
+/// itself).
+fn evidence(node: &MeshNode, moved: &[String]) -> Vec<shoal_core::cells::CellEntry> {
+    let cells = &node.cells;
+    let own = cells.own();
+    let up = cells.up_cells();
+    let (back, down): (Vec<&String>, Vec<&String>) = moved.iter().partition(|c| up.contains(c));
+    let mut names: Vec<String> = std::iter::once(own.to_string())
+        .chain(back.into_iter().cloned())
+        .collect();
+    if !down.is_empty() {
+        let mut observers = 0;
+        for view in cells.list() {
+            let c = &view.summary;
+            if observers >= EVIDENCE_CELLS_MAX {
+                break;
+            }
+            let against = down
+                .iter()
+                .any(|d| **d != c.cell && !c.sees.iter().any(|s| s == *d));
+            if !view.own && against && !names.contains(&c.cell) {
+                names.push(c.cell.clone());
+                observers += 1;
+            }
+        }
+    }
+    names.iter().filter_map(|n| cells.entry(n)).collect()
+}
+
+/// One envoy contact of each of up to [`NEWS_CELLS_MAX`] other cells held and not unreached
+/// here, from a place of this agent's own in the sorted list.
+fn other_cells(node: &MeshNode) -> Vec<Peer> {
+    let cells = &node.cells;
     let mut others: Vec<Peer> = cells
         .list()
         .into_iter()
@@ -295,12 +372,18 @@ async fn push_news(
             })
         })
         .collect();
-    let from = xxhash_rust::xxh3::xxh3_64(node.name.as_bytes()) as usize;
-    if !others.is_empty() {
-        let at = from % others.len();
-        others.rotate_left(at);
-    }
+    rotate_own(node, &mut others);
     others.truncate(NEWS_CELLS_MAX);
+    others
+}
+
+/// Up to [`NEWS_MEMBERS_MAX`] live members of this agent's cell other than its envoys, from a
+/// place of this agent's own.
+fn own_members(
+    node: &MeshNode,
+    members: &[Member],
+    envoys: &[(String, SocketAddr, SocketAddr)],
+) -> Vec<Peer> {
     let mut own: Vec<Peer> = members
         .iter()
         .filter(|m| m.alive && m.name != node.name && !envoys.iter().any(|e| e.0 == m.name))
@@ -311,15 +394,26 @@ async fn push_news(
             })
         })
         .collect();
-    if !own.is_empty() {
-        let at = from % own.len();
-        own.rotate_left(at);
-    }
+    rotate_own(node, &mut own);
     own.truncate(NEWS_MEMBERS_MAX);
-    let push = Request::CellsPush {
-        entries: vec![entry],
-    };
-    let calls = others.iter().chain(own.iter()).map(|peer| {
+    own
+}
+
+/// Rotates `peers` to start at a place of this agent's own (a hash of its name).
+fn rotate_own(node: &MeshNode, peers: &mut [Peer]) {
+    if !peers.is_empty() {
+        let at = xxhash_rust::xxh3::xxh3_64(node.name.as_bytes()) as usize % peers.len();
+        peers.rotate_left(at);
+    }
+}
+
+/// Pushes `entries` to every one of `peers`, all at once, each given the exchange timeout.
+async fn push_to(node: &MeshNode, peers: &[Peer], entries: Vec<shoal_core::cells::CellEntry>) {
+    if entries.is_empty() {
+        return;
+    }
+    let push = Request::CellsPush { entries };
+    let calls = peers.iter().map(|peer| {
         let push = &push;
         async move {
             let answer: Result<Response, _> = rpc::call_with(
@@ -477,9 +571,9 @@ async fn exchange(node: &MeshNode, peer: &Peer, envoy: bool) -> Option<String> {
 /// answered by an agent of another cell counts against it. What the probes found decides
 /// whether this envoy's next summary lists the cell among those it holds up
 /// (`CellTable::sees`).
-async fn probe_stale_cells(node: &MeshNode, rule: CellRule) {
+async fn probe_stale_cells(node: &MeshNode, rule: CellRule) -> Vec<String> {
     if rule != CellRule::Evidence {
-        return;
+        return Vec::new();
     }
     let cells = &node.cells;
     let mut calls = Vec::new();
@@ -492,7 +586,7 @@ async fn probe_stale_cells(node: &MeshNode, rule: CellRule) {
         }
     }
     if calls.is_empty() {
-        return;
+        return Vec::new();
     }
     let req = Request::Cells {
         cell: cells.own().to_string(),
@@ -526,10 +620,14 @@ async fn probe_stale_cells(node: &MeshNode, rule: CellRule) {
         }
         cells.probed(cell, contact, answered);
     }
-    if cells.up_cells() != up {
+    let now_up = cells.up_cells();
+    if now_up != up {
         // This agent's own evidence completed a verdict: its host loop acts on it now.
         node.membership_moved.notify_one();
     }
+    let went_down = up.iter().filter(|c| !now_up.contains(c));
+    let came_back = now_up.iter().filter(|c| !up.contains(c));
+    went_down.chain(came_back).cloned().collect()
 }
 
 /// One round of questions to other cells about the replicas this agent runs or owns

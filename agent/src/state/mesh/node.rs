@@ -82,6 +82,12 @@ pub struct MeshNode {
     /// Notified when the probes declare a member dead or alive again, or when news from
     /// another cell moves a cell down or up ([`MeshNode::merge_cells`]): wakes the host loop.
     pub membership_moved: tokio::sync::Notify,
+    /// Notified when news from another cell moved a cell down or up here
+    /// ([`MeshNode::take_cells_down`]): an envoy tells its members.
+    pub cell_news: tokio::sync::Notify,
+    /// The cells news moved down or up since the exchange last took them (at most
+    /// `CELLS_MAX`).
+    cells_down: Mutex<Vec<String>>,
     /// What the probes counted and the verdict changes not yet taken as events.
     probes: Mutex<ProbeRecord>,
     /// The gate every task of this agent passes ([`MeshNode::spawn`]): closed only by the
@@ -140,6 +146,8 @@ impl MeshNode {
             mesh_version_seen: std::sync::atomic::AtomicU16::new(shoal_core::version::WIRE_MIN),
             verdicts: Mutex::new(Arc::default()),
             membership_moved: tokio::sync::Notify::new(),
+            cell_news: tokio::sync::Notify::new(),
+            cells_down: Mutex::default(),
             probes: Mutex::default(),
             freeze: crate::transport::freeze::Freeze::none(),
         }
@@ -151,19 +159,40 @@ impl MeshNode {
     }
 
     /// Takes cell entries from `from` (an exchange, a probe's answer, a push). While a cell is
-    /// in question (stale, not yet held down), the news may move it down or up: the host loop
-    /// is woken then, so that a lost cell's replicas start without waiting for its tick.
+    /// stale, the news may move it down or up: the host loop is woken then, so that a lost
+    /// cell's replicas start without waiting for its tick, and an envoy tells its members
+    /// ([`MeshNode::take_cells_moved`]).
     pub fn merge_cells(
         &self,
         entries: Vec<shoal_core::cells::CellEntry>,
         from: &str,
     ) -> shoal_core::cells::MergeOutcome {
-        let before = self.cells.in_question().then(|| self.cells.up_cells());
+        let before = self.cells.any_stale().then(|| self.cells.up_cells());
         let outcome = self.cells.merge(entries, (self.clock)(), from);
-        if before.is_some_and(|up| up != self.cells.up_cells()) {
+        let Some(before) = before else {
+            return outcome;
+        };
+        let after = self.cells.up_cells();
+        if before != after {
             self.membership_moved.notify_one();
+            let mut down = self.cells_down.lock().expect("cells down lock");
+            let moved_down = before.iter().filter(|c| !after.contains(c));
+            let moved_up = after.iter().filter(|c| !before.contains(c));
+            for cell in moved_down.chain(moved_up).cloned() {
+                if !down.contains(&cell) && down.len() < shoal_core::cells::CELLS_MAX {
+                    down.push(cell);
+                }
+            }
+            if !down.is_empty() {
+                self.cell_news.notify_one();
+            }
         }
         outcome
+    }
+
+    /// The cells news moved down or up since the last call ([`MeshNode::merge_cells`]).
+    pub fn take_cells_moved(&self) -> Vec<String> {
+        std::mem::take(&mut *self.cells_down.lock().expect("cells down lock"))
     }
 
     /// Replaces the probes' verdicts; true when a member's aliveness changed with them.
