@@ -276,7 +276,7 @@ async fn quick(node: Arc<MeshNode>, published: Arc<std::sync::Mutex<Option<CellS
 /// all at once with the exchange timeout: to one envoy of each of up to [`NEWS_CELLS_MAX`]
 /// other cells it holds up (from a place of its own in the sorted list, so that a cell's envoys
 /// reach different cells) and to up to [`NEWS_MEMBERS_MAX`] members of its own cell, these with
-/// the evidence of the cells it now holds down ([`evidence`]). A cell is held down on the
+/// the evidence of the cells `moved` down or up ([`evidence`]). A cell is held down on the
 /// evidence of two observer cells, and each hop of that evidence (a probe, the other cells'
 /// envoys, their members) would otherwise wait for a round. Failures are only logged: the
 /// rounds carry the same summaries.
@@ -284,7 +284,7 @@ async fn push_news(
     node: &MeshNode,
     members: &[Member],
     envoys: &[(String, SocketAddr, SocketAddr)],
-    went_down: &[String],
+    moved: &[String],
 ) {
     let cells = &node.cells;
     let Some(entry) = cells.entry(cells.own()) else {
@@ -295,7 +295,7 @@ async fn push_news(
         push_to(
             node,
             &own_members(node, members, envoys),
-            evidence(node, went_down),
+            evidence(node, moved),
         ),
     )
     .await;
