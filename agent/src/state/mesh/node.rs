@@ -83,11 +83,11 @@ pub struct MeshNode {
     /// another cell moves a cell down or up ([`MeshNode::merge_cells`]): wakes the host loop.
     pub membership_moved: tokio::sync::Notify,
     /// Notified when news from another cell moved a cell down or up here
-    /// ([`MeshNode::take_cells_down`]): an envoy tells its members.
+    /// ([`MeshNode::take_cells_moved`]): an envoy tells its members.
     pub cell_news: tokio::sync::Notify,
     /// The cells news moved down or up since the exchange last took them (at most
     /// `CELLS_MAX`).
-    cells_down: Mutex<Vec<String>>,
+    cells_moved: Mutex<Vec<String>>,
     /// What the probes counted and the verdict changes not yet taken as events.
     probes: Mutex<ProbeRecord>,
     /// The gate every task of this agent passes ([`MeshNode::spawn`]): closed only by the
@@ -147,7 +147,7 @@ impl MeshNode {
             verdicts: Mutex::new(Arc::default()),
             membership_moved: tokio::sync::Notify::new(),
             cell_news: tokio::sync::Notify::new(),
-            cells_down: Mutex::default(),
+            cells_moved: Mutex::default(),
             probes: Mutex::default(),
             freeze: crate::transport::freeze::Freeze::none(),
         }
@@ -175,24 +175,22 @@ impl MeshNode {
         let after = self.cells.up_cells();
         if before != after {
             self.membership_moved.notify_one();
-            let mut down = self.cells_down.lock().expect("cells down lock");
-            let moved_down = before.iter().filter(|c| !after.contains(c));
-            let moved_up = after.iter().filter(|c| !before.contains(c));
-            for cell in moved_down.chain(moved_up).cloned() {
-                if !down.contains(&cell) && down.len() < shoal_core::cells::CELLS_MAX {
-                    down.push(cell);
+            let mut moved = self.cells_moved.lock().expect("cells moved lock");
+            let went_down = before.iter().filter(|c| !after.contains(c));
+            let came_up = after.iter().filter(|c| !before.contains(c));
+            for cell in went_down.chain(came_up).cloned() {
+                if !moved.contains(&cell) && moved.len() < shoal_core::cells::CELLS_MAX {
+                    moved.push(cell);
                 }
             }
-            if !down.is_empty() {
-                self.cell_news.notify_one();
-            }
+            self.cell_news.notify_one();
         }
         outcome
     }
 
     /// The cells news moved down or up since the last call ([`MeshNode::merge_cells`]).
     pub fn take_cells_moved(&self) -> Vec<String> {
-        std::mem::take(&mut *self.cells_down.lock().expect("cells down lock"))
+        std::mem::take(&mut *self.cells_moved.lock().expect("cells moved lock"))
     }
 
     /// Replaces the probes' verdicts; true when a member's aliveness changed with them.
