@@ -179,6 +179,51 @@ async fn a_dead_older_member_holds_the_version_until_it_is_back_on_the_new_build
     );
 }
 
+/// Probes need no mesh version: while an older member holds the mesh at 7, the members whose build
+/// speaks probes judge each other by them from their start (a fresh mesh is not left to the
+/// heartbeat detector's few samples), the older member is left to the heartbeat detector, and a
+/// killed member is declared dead by the survivors' probes.
+#[tokio::test(start_paused = true)]
+async fn members_that_speak_probes_judge_each_other_by_them_while_an_older_member_holds_the_version(
+) {
+    let net = MemNetwork::new(28);
+    let mut nodes = cluster(&net, 4).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    for node in &nodes {
+        assert_eq!(node.node.mesh_version(), WIRE_MIN, "{}", node.node.name);
+    }
+    // n2..n4 each judge the two others that speak probes, not n1 (its build facts say wire 7).
+    for node in &nodes[1..] {
+        assert_eq!(node.node.verdicts().len(), 2, "{}", node.node.name);
+    }
+    nodes.remove(2).crash();
+    let survivors = [&nodes[1], &nodes[2]];
+    let mut dead_after = None;
+    for tenth in 0..100u64 {
+        let mut all = true;
+        for s in survivors {
+            let members = s.node.members().await;
+            all &= members.iter().any(|m| m.name == "n3" && !m.alive);
+        }
+        if all {
+            dead_after = Some(tenth);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(dead_after.is_some(), "n3 was not held dead within 10 s");
+    for s in survivors {
+        let events = s.node.take_probe_events();
+        assert!(
+            events
+                .iter()
+                .any(|e| e.name == "n3" && e.kind == shoal_core::verdict::VerdictKind::Dead),
+            "{}'s probes did not declare n3 dead: {events:?}",
+            s.node.name
+        );
+    }
+}
+
 /// A node joins through n1 with an empty store (a replaced host). Its store has not synced when
 /// `start_mem_node` returns (anti-entropy starts after the name check), so what it runs then came
 /// from the peers' gossip (`MESH_KEY`).

@@ -27,7 +27,7 @@
 //! A member whose build does not speak probes keeps the heartbeat detector's verdict (the shell
 //! reads chitchat's), so a mesh of mixed builds never mistakes silence for death.
 //!
-//! **Watching** ([`Prober::set_watching`], with compact gossip from mesh version 13): heartbeats
+//! **Watching** ([`Prober::set_watching`], with compact gossip from mesh version 15): heartbeats
 //! no longer reach every member every round, so a quiet heartbeat means nothing. Each agent then
 //! places itself and every member it judges alive on a ring (a hash of name and generation, the
 //! same on every agent) and watches the [`ProbeConfig::watchers`] members that follow it: it
@@ -605,13 +605,6 @@ impl Prober {
         self.drive(now_ms, &mut out);
         self.expire_relays(now_ms, &mut out);
         out
-    }
-
-    /// Takes the view of the members without running any timer: while another detector
-    /// judges (a mesh version below probes), the prober still knows who may ping it, and
-    /// answers them.
-    pub fn observe_only(&mut self, now_ms: u64, members: &[Observed]) {
-        self.observe(now_ms, members);
     }
 
     /// The earliest time a timer of a running probe or relay falls due (`None` when none runs):

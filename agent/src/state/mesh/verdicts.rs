@@ -9,8 +9,12 @@
 //! ([`MeshNode::verdicts`]), and the verdict changes as events; a member declared dead or revived
 //! wakes the host loop.
 //!
-//! It judges only while the mesh version is at least [`PROBE_WIRE`] (every member speaks probes)
-//! and only members whose build speaks them; the others keep the heartbeat detector's verdict.
+//! It judges from the agent's start, whatever the mesh version, the members whose build speaks
+//! probes ([`PROBE_WIRE`](crate::transport::gossip::probe::PROBE_WIRE) and later, as their gossiped build facts say); the others keep the
+//! heartbeat detector's verdict. Probes need no agreement: a probe goes only to a member that
+//! answers them, and indirect probes only through such members (`Prober::pick_others`), so a
+//! fresh mesh, or a fresh agent whose store has not yet given it the mesh version, is judged on
+//! direct evidence from its first seconds, not on heartbeat gaps with few samples.
 //!
 //! Stalls: the task measures how late each tick comes (a starved or frozen agent wakes late) and
 //! tells the prober, which does not count that time as anyone's silence.
@@ -32,7 +36,7 @@ use tokio::time::Instant;
 use super::node::MeshNode;
 use super::view::Verdicts;
 use crate::transport::gossip::probe::{
-    compact_at, decode_probe, encode_probe, ProbeChannel, ProbeIn, PROBE_WIRE,
+    compact_at, decode_probe, encode_probe, ProbeChannel, ProbeIn,
 };
 
 /// Chitchat key: the members this agent suspects (or declared dead lately), `name/generation`
@@ -90,17 +94,6 @@ pub async fn run(node: Arc<MeshNode>, mut channel: ProbeChannel, config: ProbeCo
             next_tick = woke + TICK;
         }
         let now_ms = start.elapsed().as_millis() as u64;
-        if node.wire.load(std::sync::atomic::Ordering::Relaxed) < PROBE_WIRE {
-            // The heartbeat detector judges; the prober only keeps its view of the members, to
-            // know who pings it and answer.
-            if read(&node, &mut observer, false).await {
-                prober.observe_only(now_ms, observer.members());
-            }
-            node.set_verdicts(Verdicts::default());
-            shown = false;
-            planned = next_tick;
-            continue;
-        }
         let wants_compact = compact_at(node.wire.load(std::sync::atomic::Ordering::Relaxed));
         if wants_compact != compact {
             compact = wants_compact;

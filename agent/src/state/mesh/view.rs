@@ -48,8 +48,8 @@ pub struct Member {
     pub name: String,
     /// Chitchat identity (node id, generation, gossip address).
     pub id: ChitchatId,
-    /// Live and not leaving: by the member probes' verdict where they judge it (mesh version 11
-    /// and later, both builds speaking probes), else by the heartbeat detector.
+    /// Live and not leaving: by the member probes' verdict where they judge it (its build speaks
+    /// probes, whatever the mesh version), else by the heartbeat detector.
     pub alive: bool,
     /// Suspected by this agent's probes: silent and unanswering, not yet declared dead.
     pub suspect: bool,
