@@ -4,27 +4,11 @@
 # sent per agent per second in all and by part (`shoal_gossip_sent_bytes_by_part`: chitchat
 # digests, deltas, member probes; the rest is framing), over WINDOW_S after SETTLE_S.
 # Usage: scripts/gossip-split.sh SHOAL_BIN N [SETTLE_S] [WINDOW_S]
-# Env: SEEDS=K: agent i > K joins through agent (i-1)%K+1 (default 1: every agent through agent
-# 1; at 200 agents on 2 cores one seed cannot finish the handshakes of all, and the last ones
-# never join).
+# Env: SEEDS=K, as scripts/loopback-agents.sh says.
 set -u
 SHOAL=$1; N=$2; SETTLE=${3:-15}; WINDOW=${4:-20}
-T=$(mktemp -d); PIDS=()
-cleanup() { for p in "${PIDS[@]:-}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$T"; }
-trap cleanup EXIT
-export SHOAL_SELF_ISSUE=true
-"$SHOAL" pki init --dir "$T/pki" >/dev/null 2>&1 || { echo "pki init failed" >&2; exit 1; }
-for i in $(seq 1 "$N"); do
-  K=${SEEDS:-1}; seed=()
-  if [ "$i" -gt "$K" ]; then seed=(--seed "127.0.0.1:$((46000 + (i - 1) % K + 1))")
-  elif [ "$i" != 1 ]; then seed=(--seed 127.0.0.1:46001); fi
-  mkdir -p "$T/d$i"
-  "$SHOAL" agent --name "g$i" --gossip "127.0.0.1:$((46000+i))" --api "127.0.0.1:$((45000+i))" \
-    --metrics "127.0.0.1:$((44000+i))" --data-dir "$T/d$i" --pki "$T/pki" --cpu 4 --memory 8Gi \
-    "${seed[@]}" >"$T/a$i.log" 2>&1 &
-  PIDS+=($!)
-  sleep 0.05
-done
+. "$(dirname "$0")/loopback-agents.sh"
+start_agents "$SHOAL" "$N"
 sleep "$SETTLE"
 sample() {
   for i in $(seq 1 "$N"); do curl -s "http://127.0.0.1:$((44000+i))/metrics"; done | awk '

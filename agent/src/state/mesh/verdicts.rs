@@ -10,8 +10,8 @@
 //! wakes the host loop.
 //!
 //! It judges from the agent's start, whatever the mesh version, the members whose build speaks
-//! probes ([`PROBE_WIRE`](crate::transport::gossip::probe::PROBE_WIRE) and later, as their gossiped build facts say); the others keep the
-//! heartbeat detector's verdict. Probes need no agreement: a probe goes only to a member that
+//! probes ([`PROBE_WIRE`](crate::transport::gossip::probe::PROBE_WIRE) and later, as their
+//! gossiped build facts say); the others keep the heartbeat detector's verdict. Probes need no agreement: a probe goes only to a member that
 //! answers them, and indirect probes only through such members (`Prober::pick_others`), so a
 //! fresh mesh, or a fresh agent whose store has not yet given it the mesh version, is judged on
 //! direct evidence from its first seconds, not on heartbeat gaps with few samples.
@@ -79,9 +79,7 @@ pub async fn run(node: Arc<MeshNode>, mut channel: ProbeChannel, config: ProbeCo
                     }
                 }
                 // Answered whatever the mesh version: a probe that arrives came from a member
-                // that speaks them, and its watchers may have moved to a mesh version where only
-                // probes tell the living from the dead before this agent read it (up to a check
-                // interval later: `upgrade::run`).
+                // that speaks them.
                 for m in batch {
                     receive(&node, &mut prober, &channel, now_ms, m);
                 }
