@@ -62,6 +62,50 @@ fn update_replaces_one_at_a_time_within_max_unavailable() {
     assert!(c.agents.keys().all(|n| c.agent(n).rec.issues().is_empty()));
 }
 
+/// A new version whose copies run for a moment and exit (no health check: a running copy is
+/// healthy at once). Every agent reads a copy serving in the round it runs; if the rollout
+/// counted it as updated then, a second replica would go down before the first one's exit was
+/// seen (CI stop 50, `rollout_auto`). A copy counts only once it has served for
+/// `update_settle_ms`, so the rollout stalls at one replica down.
+#[test]
+fn a_copy_that_serves_for_a_moment_does_not_let_the_update_take_a_second_replica_down() {
+    let mut c = four_nodes("");
+    c.put(spec("web", 4, "[process.env]\nV = \"2\"\n"), "v2");
+    let mut min_serving = 4;
+    let mut crashed = 0;
+    let end = c.now + 30_000;
+    while c.now < end {
+        c.step();
+        min_serving = min_serving.min(c.serving("web"));
+        let now = c.now;
+        for node in NODES {
+            let rt = &mut c.agent_mut(node).rt;
+            let running: Vec<String> = rt
+                .instances
+                .values()
+                .filter(|i| i.spec_version == "v2" && i.phase == Phase::Running)
+                .map(|i| i.handle.clone())
+                .collect();
+            for handle in running {
+                rt.crash(&handle, 3, now);
+                crashed += 1;
+            }
+        }
+    }
+    assert!(
+        crashed >= 2,
+        "the new version ran and exited {crashed} times"
+    );
+    assert_eq!(min_serving, 3, "never more than max_unavailable = 1 down");
+    let v1 = versions(&c).iter().filter(|v| *v == "v1").count();
+    assert_eq!(
+        v1,
+        3,
+        "three replicas keep the old version: {:?}",
+        versions(&c)
+    );
+}
+
 #[test]
 fn update_with_surge_never_loses_a_replica() {
     let extra = "[update]\nmax_unavailable = 0\nmax_surge = 1\n";

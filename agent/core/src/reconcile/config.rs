@@ -77,6 +77,13 @@ pub struct ReconcileConfig {
     /// Failed reloads of one instance after which the change is rolled out by replacement
     /// instead (default 3).
     pub reload_attempts_max: u32,
+    /// How long a copy at a rollout's new version must have served, as this agent saw it,
+    /// before the rollout counts its replica as updated and takes the next one down (default
+    /// 1 s; Nomad's `min_healthy_time`, Kubernetes' `minReadySeconds`). Until then the replica
+    /// counts as unavailable. Without it, a copy of a version that exits at once is `running`
+    /// and, without a health check, healthy for the instant before its exit is seen; an agent
+    /// that read it then took a second replica down (`rollout_auto`, CI stop 50).
+    pub update_settle_ms: u64,
 }
 
 impl Default for ReconcileConfig {
@@ -101,6 +108,7 @@ impl Default for ReconcileConfig {
             reload_timeout_ms: 30_000,
             reload_retry_ms: 10_000,
             reload_attempts_max: 3,
+            update_settle_ms: 1_000,
         }
     }
 }

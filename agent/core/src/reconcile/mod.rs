@@ -93,6 +93,8 @@ pub struct Reconciler {
     restarts: BTreeSet<String>,
     /// Replicas placed here at the last tick, with the desired version.
     placed: BTreeMap<ReplicaId, String>,
+    /// When this agent first read each peer's copy serving, for the rollouts' settle time.
+    serving_seen: view::ServingSeen,
     wake_at_ms: Option<u64>,
     now_ms: u64,
     ticked: bool,
@@ -115,6 +117,7 @@ impl Reconciler {
             approvals: BTreeSet::new(),
             restarts: BTreeSet::new(),
             placed: BTreeMap::new(),
+            serving_seen: view::ServingSeen::default(),
             wake_at_ms: None,
             now_ms: 0,
             ticked: false,
@@ -230,6 +233,7 @@ impl Reconciler {
     }
 
     fn plan(&mut self, input: &ReconcileInput, workloads: &BTreeSet<String>, now: u64) -> Plan {
+        let serving_seen = std::cell::RefCell::new(std::mem::take(&mut self.serving_seen));
         let ctx = Ctx {
             node: &self.node,
             config: &self.config,
@@ -237,6 +241,7 @@ impl Reconciler {
             peers: PeerIndex::build(&self.node, input, workloads),
             cache: &self.cache,
             timers: &self.timers,
+            serving_seen: &serving_seen,
             approvals: &self.approvals,
             restarts: &self.restarts,
             now_ms: now,
@@ -270,6 +275,9 @@ impl Reconciler {
                 plan.wake_at(minority.saturating_add(self.config.self_fence_ms));
             }
         }
+        drop(ctx);
+        self.serving_seen = serving_seen.into_inner();
+        self.serving_seen.end_round();
         plan
     }
 

@@ -17,7 +17,7 @@ use crate::reconcile::issue::{issue_id, IssueKind};
 use crate::reconcile::start::plan_start;
 use crate::reconcile::track::{Local, Tracked};
 use crate::reconcile::update::{change, plan_outdated, Change};
-use crate::reconcile::view::{MeshTimers, PeerIndex};
+use crate::reconcile::view::{MeshTimers, PeerIndex, ServingSeen};
 use crate::resources::Resources;
 
 /// How urgent a candidate action is; lower goes first when the round is full.
@@ -97,6 +97,8 @@ pub(crate) struct Ctx<'a> {
     pub peers: PeerIndex<'a>,
     pub cache: &'a SpecCache,
     pub timers: &'a MeshTimers,
+    /// When this agent first read each peer's copy serving (the rollout's settle time).
+    pub serving_seen: &'a std::cell::RefCell<ServingSeen>,
     pub approvals: &'a BTreeSet<String>,
     /// Instances an operator asked to restart (by handle).
     pub restarts: &'a BTreeSet<String>,

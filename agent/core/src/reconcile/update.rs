@@ -53,14 +53,10 @@ pub(crate) fn plan_outdated(
         return;
     }
     let spec = &entry.spec;
-    let avail = Availability::of(
-        &replica.workload,
-        spec.replicas,
-        &entry.version,
-        local,
-        &ctx.peers,
-        ctx.input,
-    );
+    let avail = Availability::of(&replica.workload, spec.replicas, &entry.version, local, ctx);
+    if let Some(at) = avail.settles_at {
+        plan.wake_at(at);
+    }
     let surge_budget = match spec.placement.exclusive {
         true => 0,
         false => spec.update.max_surge.saturating_sub(avail.surging) as usize,

@@ -9,6 +9,7 @@ use crate::instance::ReplicaId;
 
 use super::config::ReconcileConfig;
 use super::input::ReconcileInput;
+use super::plan::Ctx;
 use super::status::InstanceStatus;
 use super::track::Local;
 
@@ -211,56 +212,131 @@ impl<'a> PeerIndex<'a> {
     }
 }
 
+/// When this agent first saw each peer's copy serving, by node and handle, for the copies a
+/// rollout's budget read in the last round. A rollout counts a copy at the new version only once
+/// it has served for `update_settle_ms`; a peer's own clock is not comparable with this one, so
+/// for a peer's copy the time counts from when this agent first read it serving. A copy not read
+/// in a round (no longer serving, or no rollout here asks) is forgotten, so its time starts over.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ServingSeen {
+    first: BTreeMap<(String, String), u64>,
+    read: BTreeSet<(String, String)>,
+}
+
+impl ServingSeen {
+    /// When this agent first saw `handle` on `node` serving (now, the first time it is asked).
+    pub fn since(&mut self, node: &str, handle: &str, now_ms: u64) -> u64 {
+        let key = (node.to_string(), handle.to_string());
+        let since = *self.first.entry(key.clone()).or_insert(now_ms);
+        self.read.insert(key);
+        since
+    }
+
+    /// Ends a round: forgets the copies not read in it.
+    pub fn end_round(&mut self) {
+        let read = std::mem::take(&mut self.read);
+        self.first.retain(|k, _| read.contains(k));
+    }
+
+    /// How many copies are remembered (bounded by the copies one round reads).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.first.len()
+    }
+}
+
 /// A workload's availability across the mesh, as this node sees it: the input to the rolling
 /// update's budget. Every agent computes it from (nearly) the same gossip, so every agent picks
 /// the same replicas to update next.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Availability {
-    /// Replicas with no serving copy at all.
+    /// Replicas with no serving copy at all, or whose only serving copies are at the desired
+    /// version and have not yet served for the settle time.
     pub down: u32,
     /// Replicas with a serving old copy and an unready desired copy (a surge in progress).
     pub surging: u32,
     /// Replicas with a serving copy, none at the desired version, and no surge: the queue of the
     /// update, by index.
     pub queue: Vec<u32>,
-    /// Replicas with a serving copy at the desired version.
+    /// Replicas with a copy at the desired version that has served for the settle time.
     pub current: Vec<u32>,
+    /// When the earliest copy at the desired version that serves but has not settled will have
+    /// (the round to wake for).
+    pub settles_at: Option<u64>,
+}
+
+/// One copy of a replica as the update budget reads it.
+#[derive(Clone, Copy)]
+struct ReadCopy {
+    current: bool,
+    serves: bool,
+    alive: bool,
+    /// Serving since (this agent's clock), when it serves.
+    since: u64,
 }
 
 impl Availability {
-    /// Computes the availability of `workload` (replicas `0..replicas`) at `desired` version.
+    /// Computes the availability of `workload` (replicas `0..replicas`) at `desired` version. A
+    /// copy at `desired` counts as serving it once it has served for `update_settle_ms`: a local
+    /// copy from its own healthy-since, a peer's from when this agent first read it serving.
     pub fn of(
         workload: &str,
         replicas: u32,
         desired: &str,
         local: &Local,
-        peers: &PeerIndex<'_>,
-        input: &ReconcileInput,
+        ctx: &Ctx<'_>,
     ) -> Availability {
+        let (now, settle) = (ctx.now_ms, ctx.config.update_settle_ms);
+        let mut seen = ctx.serving_seen.borrow_mut();
         let mut out = Availability::default();
         for index in 0..replicas {
             let replica = ReplicaId::new(workload, index);
-            let mut copies: Vec<(bool, bool, bool)> = Vec::new(); // (current, serves, alive)
+            let mut copies: Vec<ReadCopy> = Vec::new();
             for (_, t) in local.alive_of(&replica) {
-                copies.push((t.version == desired, t.serves(), t.stop.is_none()));
+                let serves = t.serves();
+                copies.push(ReadCopy {
+                    current: t.version == desired,
+                    serves,
+                    alive: t.stop.is_none(),
+                    since: t.health.healthy_since().unwrap_or(now).min(now),
+                });
             }
-            for c in peers.of(&replica) {
-                if input.membership.live.contains(c.node) && c.status.may_be_alive() {
-                    copies.push((c.status.spec_version == desired, c.status.serves(), true));
+            for c in ctx.peers.of(&replica) {
+                if ctx.input.membership.live.contains(c.node) && c.status.may_be_alive() {
+                    let current = c.status.spec_version == desired;
+                    let serves = c.status.serves();
+                    let since = match (current && serves, c.status.handle.as_deref()) {
+                        (true, Some(handle)) => seen.since(c.node, handle, now),
+                        _ => now,
+                    };
+                    copies.push(ReadCopy {
+                        current,
+                        serves,
+                        alive: true,
+                        since,
+                    });
                 }
             }
-            let healthy_current = copies.iter().any(|&(cur, serves, _)| cur && serves);
-            let healthy_old = copies.iter().any(|&(cur, serves, _)| !cur && serves);
+            let settled = |c: &ReadCopy| now >= c.since.saturating_add(settle);
+            let healthy_current = copies.iter().any(|c| c.current && c.serves && settled(c));
+            let healthy_old = copies.iter().any(|c| !c.current && c.serves);
             let unready_current = copies
                 .iter()
-                .any(|&(cur, serves, alive)| cur && !serves && alive);
+                .any(|c| c.current && c.alive && !(c.serves && settled(c)));
+            for c in copies
+                .iter()
+                .filter(|c| c.current && c.serves && !settled(c))
+            {
+                let at = c.since.saturating_add(settle);
+                out.settles_at = Some(out.settles_at.map_or(at, |w: u64| w.min(at)));
+            }
             if healthy_current {
                 out.current.push(index);
             } else if !healthy_old {
                 out.down += 1;
-            } else if !healthy_current && unready_current {
+            } else if unready_current {
                 out.surging += 1;
-            } else if !healthy_current {
+            } else {
                 out.queue.push(index);
             }
         }
@@ -348,4 +424,35 @@ fn unexplained_move(
             .get(owner)
             .is_some_and(|list| list.iter().any(|s| &s.replica == r));
     !handback
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServingSeen;
+
+    #[test]
+    fn a_copy_read_every_round_keeps_its_first_time_and_one_missed_round_starts_it_over() {
+        let mut seen = ServingSeen::default();
+        assert_eq!(seen.since("n2", "h1", 1_000), 1_000);
+        seen.end_round();
+        assert_eq!(
+            seen.since("n2", "h1", 1_500),
+            1_000,
+            "still serving: its first time"
+        );
+        assert_eq!(
+            seen.since("n3", "h1", 1_500),
+            1_500,
+            "keyed by node and handle"
+        );
+        seen.end_round();
+        assert_eq!(seen.since("n3", "h1", 2_000), 1_500);
+        seen.end_round(); // n2/h1 was not read: it stopped serving, or nothing asks
+        assert_eq!(seen.len(), 1);
+        assert_eq!(
+            seen.since("n2", "h1", 2_500),
+            2_500,
+            "read again: its time starts over"
+        );
+    }
 }
