@@ -24,6 +24,14 @@ pub type WallClock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// Anti-entropy rounds between two clock samples (one peer each, in turn).
 pub const CLOCK_PROBE_EVERY_ROUNDS: u64 = 3;
+/// Most peers whose clocks an agent samples, in turn: its own choice of them, by a hash of its
+/// name and theirs ([`clock_peers`]). 16 turns of 0.9 s come back to a peer within 15 s, inside
+/// the API connection's 30 s idle timeout, so every sample rides an open connection; in turn over
+/// every member, a mesh of more than about 34 paid a QUIC handshake (two certificates, about 6 KB
+/// on the wire in all) for every sample, taken and given: 13.8 KB/s per agent at 50
+/// (docs/measurements.md, "What goes on the wire"). 16 fresh samples are plenty for a median
+/// ([`SkewConfig::samples_min`] is 3).
+pub const CLOCK_PEERS_MAX: usize = 16;
 /// Longest wait for a peer's clock; a slower answer would say little anyway.
 pub const CLOCK_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// Chitchat key holding this node's clock-skew issue (a JSON array of at most one `Issue`).
@@ -142,17 +150,18 @@ impl ClockSkew {
         )
     }
 
-    /// One clock round, from the anti-entropy loop: sample one live peer in turn every
-    /// [`CLOCK_PROBE_EVERY_ROUNDS`] rounds.
+    /// One clock round, from the anti-entropy loop: sample one live peer of [`clock_peers`] in
+    /// turn every [`CLOCK_PROBE_EVERY_ROUNDS`] rounds.
     pub(crate) async fn sample_round(&self, round: u64, members: &[Member]) {
         if !round.is_multiple_of(CLOCK_PROBE_EVERY_ROUNDS) {
             return;
         }
-        let peers: Vec<_> = members
+        let live: Vec<_> = members
             .iter()
             .filter(|m| m.alive && m.name != self.name)
             .filter_map(|m| m.record.as_ref().map(|r| (m.name.clone(), r.api_addr)))
             .collect();
+        let peers = clock_peers(&self.name, live);
         if !peers.is_empty() {
             let (peer, addr) = &peers[(round / CLOCK_PROBE_EVERY_ROUNDS) as usize % peers.len()];
             self.sample_clock(peer, *addr).await;
@@ -235,6 +244,64 @@ impl ClockSkew {
     }
 }
 
+/// The peers whose clocks `me` samples: all of `live` up to [`CLOCK_PEERS_MAX`], else the
+/// [`CLOCK_PEERS_MAX`] ranked first by a hash of `me` and the peer's name (each agent its own
+/// choice, unchanged while they stay live: a member joining or leaving moves at most one), in
+/// the order given.
+fn clock_peers<A>(me: &str, mut live: Vec<(String, A)>) -> Vec<(String, A)> {
+    if live.len() <= CLOCK_PEERS_MAX {
+        return live;
+    }
+    let rank = |peer: &str| {
+        let key = format!("{me}\0{peer}");
+        (xxhash_rust::xxh3::xxh3_64(key.as_bytes()), peer.to_string())
+    };
+    let mut ranked: Vec<_> = live.iter().map(|(name, _)| rank(name)).collect();
+    ranked.sort();
+    let chosen: std::collections::BTreeSet<String> = ranked
+        .into_iter()
+        .take(CLOCK_PEERS_MAX)
+        .map(|(_, name)| name)
+        .collect();
+    live.retain(|(name, _)| chosen.contains(name));
+    live
+}
+
 fn live_peers(members: &[Member], me: &str) -> usize {
     members.iter().filter(|m| m.alive && m.name != me).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{clock_peers, CLOCK_PEERS_MAX};
+
+    fn names(n: usize) -> Vec<(String, ())> {
+        (0..n).map(|i| (format!("n{i}"), ())).collect()
+    }
+
+    #[test]
+    fn an_agent_samples_every_peer_of_a_small_mesh_and_a_stable_few_of_a_large_one() {
+        assert_eq!(clock_peers("n0", names(CLOCK_PEERS_MAX)).len(), CLOCK_PEERS_MAX);
+        let chosen = clock_peers("n0", names(200));
+        assert_eq!(chosen.len(), CLOCK_PEERS_MAX);
+        let at = |name: &str| name[1..].parse::<usize>().unwrap();
+        assert!(
+            chosen.windows(2).all(|w| at(&w[0].0) < at(&w[1].0)),
+            "in the order given"
+        );
+        // Another agent chooses otherwise; a member joining moves at most one of the choice.
+        assert_ne!(chosen, clock_peers("n1", names(200)));
+        let grown = clock_peers("n0", names(201));
+        let kept = grown.iter().filter(|p| chosen.contains(p)).count();
+        assert!(kept >= CLOCK_PEERS_MAX - 1, "{kept} kept");
+        // A chosen member leaving is replaced; the others stay.
+        let mut fewer = names(200);
+        fewer.retain(|p| p.0 != chosen[0].0);
+        let after = clock_peers("n0", fewer);
+        assert_eq!(after.len(), CLOCK_PEERS_MAX);
+        assert_eq!(
+            after.iter().filter(|p| chosen.contains(p)).count(),
+            CLOCK_PEERS_MAX - 1
+        );
+    }
 }
