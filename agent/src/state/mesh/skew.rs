@@ -281,7 +281,10 @@ mod tests {
 
     #[test]
     fn an_agent_samples_every_peer_of_a_small_mesh_and_a_stable_few_of_a_large_one() {
-        assert_eq!(clock_peers("n0", names(CLOCK_PEERS_MAX)).len(), CLOCK_PEERS_MAX);
+        assert_eq!(
+            clock_peers("n0", names(CLOCK_PEERS_MAX)).len(),
+            CLOCK_PEERS_MAX
+        );
         let chosen = clock_peers("n0", names(200));
         assert_eq!(chosen.len(), CLOCK_PEERS_MAX);
         let at = |name: &str| name[1..].parse::<usize>().unwrap();
