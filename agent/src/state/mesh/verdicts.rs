@@ -11,10 +11,11 @@
 //!
 //! It judges from the agent's start, whatever the mesh version, the members whose build speaks
 //! probes ([`PROBE_WIRE`](crate::transport::gossip::probe::PROBE_WIRE) and later, as their
-//! gossiped build facts say); the others keep the heartbeat detector's verdict. Probes need no agreement: a probe goes only to a member that
-//! answers them, and indirect probes only through such members (`Prober::pick_others`), so a
-//! fresh mesh, or a fresh agent whose store has not yet given it the mesh version, is judged on
-//! direct evidence from its first seconds, not on heartbeat gaps with few samples.
+//! gossiped build facts say); the others keep the heartbeat detector's verdict. Probes need no
+//! agreement: a probe goes only to a member that answers them, and indirect probes only through
+//! such members (`Prober::pick_others`), so a fresh mesh, or a fresh agent whose store has not
+//! yet given it the mesh version, is judged on direct evidence from its first seconds, not on
+//! heartbeat gaps with few samples.
 //!
 //! Stalls: the task measures how late each tick comes (a starved or frozen agent wakes late) and
 //! tells the prober, which does not count that time as anyone's silence.
