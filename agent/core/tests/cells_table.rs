@@ -5,8 +5,8 @@
 
 use proptest::prelude::*;
 use shoal_core::cells::{
-    content_version, summarize, CellEntry, CellSummary, CellTable, EntryRefusal, CELLS_MAX,
-    CELL_DOWN_MS, STAMP_AHEAD_MAX_MS,
+    content_version, summarize, CellEntry, CellRule, CellSummary, CellTable, EntryRefusal,
+    CELLS_MAX, CELL_DOWN_MS, CELL_STALE_MS, STAMP_AHEAD_MAX_MS,
 };
 use shoal_core::placement::{Node, Placement};
 use shoal_core::resources::Resources;
@@ -133,6 +133,29 @@ fn a_relayed_entry_is_as_old_as_its_relay_says() {
     pull(&mut a, &relay, 6000);
     assert!(!a.is_down("c3", 6000 + CELL_DOWN_MS - 6000));
     assert!(a.is_down("c3", 6000 + CELL_DOWN_MS - 6000 + 1));
+}
+
+#[test]
+fn one_stamp_heard_along_two_paths_is_dated_by_the_earliest_under_the_evidence_rule() {
+    let mut c = CellTable::new("c3");
+    c.publish(summary("c3", 3), WALL, 0);
+    let mut slow = CellTable::new("c2");
+    // A path that took a second: the entry sent at 0 (age 0) arrives at 1 s.
+    let sent = c.entry("c3", 0).expect("held");
+    assert!(slow.merge(vec![sent], 1_000, WALL).refused.is_empty());
+    for (rule, stale_from) in [(CellRule::Evidence, 0), (CellRule::Stamp, 1_000)] {
+        let mut a = CellTable::new("c1");
+        a.set_rule(rule);
+        pull(&mut a, &c, 0);
+        // The same publication again, through the slow path: 500 ms old at the relay.
+        let relayed = slow.entry("c3", 1_500).expect("held");
+        assert_eq!(relayed.age_ms, 500);
+        let outcome = a.merge(vec![relayed], 1_500, WALL);
+        assert!(outcome.refused.is_empty() && outcome.updated.is_empty());
+        let stale_at = stale_from + CELL_STALE_MS + 1;
+        assert!(!a.any_stale(stale_at - 1), "{rule:?}");
+        assert!(a.any_stale(stale_at), "{rule:?}: stale from {stale_at}");
+    }
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 use shoal_core::cells::{
     cell_changes, summarize, CellChange, CellHealth, CellRule, CellSummary, CellTable,
-    CELL_DEGRADED_MS, CELL_DOWN_MS, CELL_PROBED_MIN, CELL_REPROBE_MS, CELL_STALE_MS,
+    CELL_DEGRADED_MS, CELL_DOWN_MS, CELL_PROBED_MIN, CELL_PROBE_MS, CELL_REPROBE_MS, CELL_STALE_MS,
 };
 use shoal_core::placement::{Node, Placement};
 use shoal_core::resources::Resources;
@@ -472,12 +472,16 @@ proptest::proptest! {
 }
 
 #[test]
-fn a_cell_is_in_question_from_stale_until_held_down_or_silent() {
+fn a_cell_is_in_question_from_late_until_held_down_or_silent() {
     let mut m = Mesh::new(4);
     m.silent[3] = true;
     assert!(
-        !m.tables[0].in_question(1 + CELL_STALE_MS),
+        !m.tables[0].in_question(1 + CELL_PROBE_MS),
         "fresh: nothing in question"
+    );
+    assert!(
+        m.tables[0].in_question(1 + CELL_PROBE_MS + 1),
+        "c4 late: probed before it is stale"
     );
     assert!(!m.tables[0].any_stale(1 + CELL_STALE_MS));
     let stale = 1 + CELL_STALE_MS + 1;
@@ -505,4 +509,67 @@ fn an_entry_carries_the_summary_held() {
     let held = known.iter().find(|k| k.cell == "c2").unwrap();
     assert_eq!((e.version, e.stamp), (held.version, held.stamp));
     assert!(m.tables[0].entry("c9", 1).is_none());
+}
+
+#[test]
+fn a_late_cell_is_probed_before_it_is_stale_and_its_failures_count_once_it_is() {
+    let mut m = Mesh::new(4);
+    m.silent[3] = true; // c4 lost just after its last stamp
+    let late = 1 + CELL_PROBE_MS + 1;
+    m.round(1 + CELL_PROBE_MS);
+    assert!(m.tables[0]
+        .to_probe(1 + CELL_PROBE_MS, CELL_PROBED_MIN)
+        .is_empty());
+    m.round(late); // the other cells fresh
+    let n = m.probe(0, late, &|_| false);
+    assert_eq!(n, CELL_PROBED_MIN, "late: its contacts probed");
+    assert!(
+        !m.tables[0].unreached("c4", late + 500),
+        "not stale yet: not unreached"
+    );
+    // Enough failures in: nothing more to probe until it is stale.
+    m.round(late + 500);
+    assert!(m.tables[0].to_probe(late + 500, CELL_PROBED_MIN).is_empty());
+    let stale = 1 + CELL_STALE_MS + 1;
+    m.round(stale);
+    assert!(
+        m.tables[0].unreached("c4", stale),
+        "stale: the failures from before count, no new probe needed"
+    );
+    assert!(!m.tables[0].sees(stale).contains(&"c4".to_string()));
+}
+
+#[test]
+fn a_late_cell_that_answered_is_probed_again_a_reprobe_interval_later() {
+    let mut m = Mesh::new(4);
+    m.silent[3] = true;
+    let late = 1 + CELL_PROBE_MS + 1;
+    m.round(late); // the other cells fresh
+    assert_eq!(m.probe(0, late, &|_| true), CELL_PROBED_MIN);
+    m.round(late + CELL_REPROBE_MS - 1);
+    assert!(m.tables[0]
+        .to_probe(late + CELL_REPROBE_MS - 1, CELL_PROBED_MIN)
+        .is_empty());
+    m.round(late + CELL_REPROBE_MS);
+    let again = m.tables[0].to_probe(late + CELL_REPROBE_MS, CELL_PROBED_MIN);
+    assert_eq!(
+        again.len(),
+        1,
+        "answered while late: asked again after {CELL_REPROBE_MS} ms"
+    );
+    // Answered while stale: the longer quiet.
+    let stale = 1 + CELL_STALE_MS + 1;
+    m.round(stale);
+    assert_eq!(m.probe(0, stale, &|_| true), CELL_PROBED_MIN);
+    m.round(stale + CELL_REPROBE_MS);
+    assert!(m.tables[0]
+        .to_probe(stale + CELL_REPROBE_MS, CELL_PROBED_MIN)
+        .is_empty());
+    m.round(stale + CELL_STALE_MS);
+    assert_eq!(
+        m.tables[0]
+            .to_probe(stale + CELL_STALE_MS, CELL_PROBED_MIN)
+            .len(),
+        1
+    );
 }

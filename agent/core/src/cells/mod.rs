@@ -52,7 +52,8 @@ pub use summary::{
 pub use table::{
     content_version, CellEntry, CellHealth, CellRule, CellTable, EntryRefusal, Known, MergeOutcome,
     OwnBound, PlacementStamp, CELLS_MAX, CELL_DEGRADED_MS, CELL_DOWN_MS, CELL_DOWN_OBSERVERS,
-    CELL_FORGET_MS, CELL_PROBED_MIN, CELL_REPROBE_MS, CELL_STALE_MS, STAMP_AHEAD_MAX_MS,
+    CELL_FORGET_MS, CELL_PROBED_MIN, CELL_PROBE_MS, CELL_REPROBE_MS, CELL_STALE_MS,
+    STAMP_AHEAD_MAX_MS,
 };
 
 /// The mesh version from which cells are judged on evidence ([`CellRule::Evidence`]).

@@ -36,6 +36,14 @@ pub const CELL_DOWN_MS: u64 = 8_000;
 /// down on their evidence. A healthy cell's stamp reaches an envoy in a round or two and a probe
 /// refreshes it, so this bounds how stale a healthy cell gets at an envoy.
 pub const CELL_STALE_MS: u64 = 2_500;
+/// Under the evidence rule, a cell whose stamp has not grown for this long is already probed
+/// by the envoys of other cells, before it is stale: a failed probe counts toward
+/// [`CellTable::unreached`] only once the cell is stale, so the evidence is in when it becomes
+/// stale instead of a quick look and a probe timeout (1.25 s) later; an answer brings the
+/// cell's newest stamp its member holds, so a healthy cell whose stamps are only slow is
+/// refreshed by it. Below the stale bound by a quick look (250 ms) and a probe timeout (1 s),
+/// less a quarter second: probes of late but healthy cells are the cost.
+pub const CELL_PROBE_MS: u64 = 1_500;
 /// Under the evidence rule, a cell stale this long and not down is **degraded**: its members
 /// answer probes (or too few observers say they do not), but even their answers bring no fresh
 /// stamp: its envoys are starved or cut off. Past the stale bound plus a probe and two rounds,
@@ -450,8 +458,16 @@ impl CellTable {
         match self.cells.get_mut(&entry.cell) {
             Some(held) if entry.stamp < held.stamp => Ok(false),
             Some(held) if entry.stamp == held.stamp => {
-                // The same publication relayed along a fresher path.
-                held.heard_mono = held.heard_mono.max(heard);
+                // The same publication relayed along another path. Under the stamp rule, age
+                // alone takes a cell down: the latest hearing is kept (the generous reading).
+                // Under the evidence rule age only starts probes, and a verdict waits for their
+                // failures: the earliest hearing is kept, the nearest to when it was published
+                // (every path adds its own delay; the latest would let a member that pulled it
+                // late push a lost cell's staleness back, up to a round).
+                held.heard_mono = match self.rule {
+                    CellRule::Stamp => held.heard_mono.max(heard),
+                    CellRule::Evidence => held.heard_mono.min(heard),
+                };
                 Ok(false)
             }
             Some(held) => {
@@ -556,8 +572,9 @@ impl CellTable {
         h.probes.failed.len() >= CELL_PROBED_MIN.min(listed).max(1)
     }
 
-    /// Whether a cell is in question at `now_mono` (evidence rule): another cell stale and not
-    /// yet silent for [`CELL_DOWN_MS`] that this agent does not hold down. While one is, an
+    /// Whether a cell is in question at `now_mono` (evidence rule): another cell late (past
+    /// [`CELL_PROBE_MS`]) and not yet silent for [`CELL_DOWN_MS`] that this agent does not hold
+    /// down. While one is, an
     /// envoy probes between its rounds (`CELLS_QUICK_INTERVAL` in the shell), so that its
     /// evidence does not wait for a whole round; a cell held down, or long silent, asks nothing
     /// more of it.
@@ -566,7 +583,7 @@ impl CellTable {
             && self.cells.iter().any(|(cell, h)| {
                 let age = self.age(h, now_mono);
                 *cell != self.own
-                    && age > CELL_STALE_MS
+                    && age > CELL_PROBE_MS
                     && age <= CELL_DOWN_MS
                     && !h.latched
                     && !self.is_down(cell, now_mono)
@@ -594,23 +611,34 @@ impl CellTable {
         })
     }
 
-    /// The stale cells this agent (an envoy) should probe now, each with the contacts to probe:
-    /// those not failed yet, at most `per_cell`. A cell already unreached is probed again every
-    /// [`CELL_REPROBE_MS`] (one of its contacts in turn: do its members answer again?); one whose
-    /// member answered within [`CELL_STALE_MS`] is not probed. Only under the evidence rule.
+    /// The late cells (past [`CELL_PROBE_MS`]) this agent (an envoy) should probe now, each
+    /// with the contacts to probe: those not failed yet, at most `per_cell`. A cell already
+    /// unreached is probed again every [`CELL_REPROBE_MS`] (one of its contacts in turn: do its
+    /// members answer again?); one whose member answered within [`CELL_STALE_MS`] (within
+    /// [`CELL_REPROBE_MS`] when it answered before the cell was stale) is not probed. Only under
+    /// the evidence rule.
     pub fn to_probe(&self, now_mono: u64, per_cell: usize) -> Vec<(String, Vec<String>)> {
         if self.rule != CellRule::Evidence {
             return Vec::new();
         }
         let mut out = Vec::new();
         for (cell, h) in &self.cells {
-            if *cell == self.own || self.age(h, now_mono) <= CELL_STALE_MS {
+            if *cell == self.own || self.age(h, now_mono) <= CELL_PROBE_MS {
                 continue;
             }
-            let fresh_answer = h
-                .probes
-                .answered_mono
-                .is_some_and(|a| now_mono.saturating_sub(a) <= CELL_STALE_MS);
+            // Not again soon after an answer: within the stale bound of one given while the
+            // cell was stale (a degraded cell's members are not asked every round), within a
+            // reprobe interval of one given while it was only late (it may have been lost just
+            // after, and its loss must not wait out the longer quiet).
+            let fresh_answer = h.probes.answered_mono.is_some_and(|a| {
+                let late_only = a <= h.heard_mono.saturating_add(CELL_STALE_MS);
+                let quiet = if late_only {
+                    CELL_REPROBE_MS
+                } else {
+                    CELL_STALE_MS
+                };
+                now_mono.saturating_sub(a) < quiet
+            });
             if fresh_answer {
                 continue;
             }
@@ -624,6 +652,10 @@ impl CellTable {
                 }
                 let turn = (now_mono / CELL_REPROBE_MS) as usize % h.summary.contacts.len();
                 vec![h.summary.contacts[turn].clone()]
+            } else if h.probes.failed.len() >= CELL_PROBED_MIN.min(h.summary.contacts.len()) {
+                // Late, not stale yet, and its failures already enough: they count once it is
+                // stale, and probing more of its members until then adds nothing.
+                continue;
             } else {
                 h.summary
                     .contacts

@@ -230,10 +230,12 @@ fn contacts(
     contacts
 }
 
-/// Between rounds, while another cell is in question (`CellState::in_question`: stale, not yet
-/// held down), every [`CELLS_QUICK_INTERVAL`], an envoy probes the stale cells its table says to
-/// probe now (the round would wait up to a whole interval), and when that changes what it holds
-/// up, publishes and pushes the news ([`push_news`]). Nothing while no cell is in question.
+/// Between rounds, while another cell is in question (`CellState::in_question`: late past
+/// `CELL_PROBE_MS`, not yet held down), every [`CELLS_QUICK_INTERVAL`], an envoy probes the late
+/// cells its table says to probe now (the round would wait up to a whole interval), and when
+/// that, or time, changes what it holds up (probes that failed while a cell was late count once
+/// it is stale) or what its table holds down, publishes and pushes the news ([`push_news`]).
+/// Nothing while no cell is in question.
 /// Members do not pull between rounds: their envoys tell them what moved ([`tell_members`],
 /// woken by [`MeshNode::merge_cells`]), downs and returns alike (members that learned downs
 /// sooner than returns finished moves a return undid: `sim/tests/cells.rs`,
@@ -241,6 +243,8 @@ fn contacts(
 async fn quick(node: Arc<MeshNode>, published: Arc<std::sync::Mutex<Option<CellSummary>>>) {
     let mut every = tokio::time::interval(CELLS_QUICK_INTERVAL);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The cells held up at the last quick look while one was in question.
+    let mut last_up: Option<Vec<String>> = None;
     loop {
         tokio::select! {
             _ = every.tick() => {}
@@ -253,6 +257,7 @@ async fn quick(node: Arc<MeshNode>, published: Arc<std::sync::Mutex<Option<CellS
             }
         }
         if !node.cells.in_question() {
+            last_up = None;
             continue;
         }
         let members = node.members().await;
@@ -262,9 +267,25 @@ async fn quick(node: Arc<MeshNode>, published: Arc<std::sync::Mutex<Option<CellS
             continue;
         }
         let rule = node.cells.rule();
-        let sees = node.cells.sees();
-        let moved = probe_stale_cells(&node, rule).await;
-        if node.cells.sees() != sees || !moved.is_empty() {
+        let mut moved = probe_stale_cells(&node, rule).await;
+        // Time alone moves what this envoy holds up too: failures of probes sent while a cell
+        // was only late count once it is stale (`CELL_PROBE_MS`), so it leaves `sees` with no
+        // probe at that moment; and what its table holds down can follow.
+        let up = node.cells.up_cells();
+        if let Some(before) = &last_up {
+            for cell in before.iter().chain(&up) {
+                if before.contains(cell) != up.contains(cell) && !moved.contains(cell) {
+                    moved.push(cell.clone());
+                }
+            }
+        }
+        last_up = Some(up);
+        let sees_published = published
+            .lock()
+            .expect("published lock")
+            .as_ref()
+            .map(|s| s.sees.clone());
+        if sees_published.is_some_and(|p| p != node.cells.sees()) || !moved.is_empty() {
             let contacts = contacts(&own, &members, &envoys, rule);
             publish(&node, &published, &members, &contacts);
             push_news(&node, &members, &envoys, &moved).await;
