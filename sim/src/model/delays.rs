@@ -25,11 +25,12 @@ pub struct Delays {
     pub spec_cells_spread_ms: f64,
     /// Time after a cell's last host died before an agent of another cell holds it down, plus a
     /// spread up to `cell_spread_ms`. From mesh version 14 (the evidence rule): the other cells'
-    /// envoys find it stale `CELL_STALE_MS` after the last fresh entry they heard (0.3 to 1.3 s
-    /// old at the death), probe its members at their next round (up to 1 s later) and wait out
-    /// the 1 s probe timeout; their next summaries then reach the agents within an exchange
-    /// round or two (the spread). Fitted to the real tier's `cells-small` (30 hosts, 3 cells:
-    /// replacements p99 4.2-5.2 s over seeds 1-4, docs/measurements.md).
+    /// envoys probe its members from `CELL_PROBE_MS` after the last fresh entry they heard (0.3
+    /// to 1.3 s old at the death), so the failures are in when it turns stale `CELL_STALE_MS`
+    /// after that entry; it leaves their `sees` at their next quick look (up to 250 ms), and
+    /// their summaries reach the agents within an exchange round or two (the spread). Fitted to
+    /// the real tier's `cells-small` (30 hosts, 3 cells: agents hold the lost cell down 1.75 to
+    /// 3.0 s after the loss, replacements p99 3-4 s over seeds 1-10, docs/measurements.md).
     pub cell_down_ms: f64,
     /// Spread of cell news across the agents of the other cells (envoy exchanges).
     pub cell_spread_ms: f64,
@@ -48,7 +49,7 @@ impl Default for Delays {
             spec_spread_ms: 700.0,
             report_ms: 500,
             spec_cells_spread_ms: 3_000.0,
-            cell_down_ms: (shoal_core::cells::CELL_STALE_MS + 1_000 + 500 - 1_300) as f64,
+            cell_down_ms: (shoal_core::cells::CELL_STALE_MS + 250 - 1_300) as f64,
             cell_spread_ms: 1_500.0,
             cell_ask_ms: 1_500,
         }
