@@ -195,6 +195,16 @@ struct Held {
     heard_mono: u64,
 }
 
+impl Held {
+    /// Whether this agent's probes of at least [`CELL_PROBED_MIN`] of the cell's contacts (all
+    /// of them when it lists fewer) failed. An answer clears the failures, so those held all
+    /// came after the last answer.
+    fn failed_enough(&self) -> bool {
+        let listed = self.summary.contacts.len();
+        self.probes.failed.len() >= CELL_PROBED_MIN.min(listed).max(1)
+    }
+}
+
 /// What of a summary the cell level reads: its ranked figures (`version`, `free`, `contacts`
 /// and `sees` cleared: placement never reads them, and clearing them keeps the cell level from
 /// being redone when only they change). Of `members` it reads only whether there is one
@@ -567,9 +577,7 @@ impl CellTable {
         if cell == self.own || self.age(h, now_mono) <= CELL_STALE_MS {
             return false;
         }
-        // An answer clears the failures, so those held all came after the last answer.
-        let listed = h.summary.contacts.len();
-        h.probes.failed.len() >= CELL_PROBED_MIN.min(listed).max(1)
+        h.failed_enough()
     }
 
     /// Whether a cell is in question at `now_mono` (evidence rule): another cell late (past
@@ -652,7 +660,7 @@ impl CellTable {
                 }
                 let turn = (now_mono / CELL_REPROBE_MS) as usize % h.summary.contacts.len();
                 vec![h.summary.contacts[turn].clone()]
-            } else if h.probes.failed.len() >= CELL_PROBED_MIN.min(h.summary.contacts.len()) {
+            } else if h.failed_enough() {
                 // Late, not stale yet, and its failures already enough: they count once it is
                 // stale, and probing more of its members until then adds nothing.
                 continue;

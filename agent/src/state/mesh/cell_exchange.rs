@@ -273,9 +273,9 @@ async fn quick(node: Arc<MeshNode>, published: Arc<std::sync::Mutex<Option<CellS
         // probe at that moment; and what its table holds down can follow.
         let up = node.cells.up_cells();
         if let Some(before) = &last_up {
-            for cell in before.iter().chain(&up) {
-                if before.contains(cell) != up.contains(cell) && !moved.contains(cell) {
-                    moved.push(cell.clone());
+            for cell in moved_between(before, &up) {
+                if !moved.contains(&cell) {
+                    moved.push(cell);
                 }
             }
         }
@@ -646,8 +646,14 @@ async fn probe_stale_cells(node: &MeshNode, rule: CellRule) -> Vec<String> {
         // This agent's own evidence completed a verdict: its host loop acts on it now.
         node.membership_moved.notify_one();
     }
-    let went_down = up.iter().filter(|c| !now_up.contains(c));
-    let came_back = now_up.iter().filter(|c| !up.contains(c));
+    moved_between(&up, &now_up)
+}
+
+/// The cells held up in one of `before` and `after` and not in the other: those that went
+/// down, then those that came back.
+fn moved_between(before: &[String], after: &[String]) -> Vec<String> {
+    let went_down = before.iter().filter(|c| !after.contains(c));
+    let came_back = after.iter().filter(|c| !before.contains(c));
     went_down.chain(came_back).cloned().collect()
 }
 
