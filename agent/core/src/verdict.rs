@@ -770,6 +770,18 @@ impl Prober {
             track.leaving = m.leaving;
             track.live = m.live;
             track.suspected_by = m.suspected_by;
+            // Watching, a member first seen not live (named by a digest before its state came,
+            // or seen while heartbeats judged) that chitchat now holds live is a member like
+            // any other: alive until its watchers' probes say otherwise. Never declared, it was
+            // never handed to chitchat as dead ([`Prober::held_dead`]), so chitchat's liveness
+            // is its state's arrival, not this agent's own judgement fed back.
+            if self.watching && m.live && matches!(track.state, State::Dead(_, false)) {
+                track.state = State::Alive;
+                track.advanced_at = now;
+                track.verified = false;
+                self.heard_at = now;
+                self.verdicts_dirty = true;
+            }
             // Watching, a heartbeat arrives only with a bucket that differed, relayed from
             // whoever held it, however old: no evidence of now.
             if self.watching {

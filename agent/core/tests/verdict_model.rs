@@ -849,6 +849,34 @@ fn a_newcomer_holds_dead_the_members_declared_dead_before_it_came() {
 }
 
 #[test]
+fn a_member_first_seen_before_its_state_is_alive_once_the_state_comes_not_held_dead() {
+    // Watching (compact gossip), n0 learns n2's identity from a digest before its state (the
+    // delta that carries it was cut at a datagram's size): chitchat holds it not live, so the
+    // prober's first sight is a dead member, never declared. It must not hand that to chitchat
+    // as a verdict (chitchat would keep it not live after its state came, and the prober would
+    // wait for an answer to a ping at the dead members' pace: a joining agent of a loaded mesh
+    // of 100 held tens of members dead for minutes that way).
+    let mut p = Prober::new(ProbeConfig::default(), "n0", 1, 3);
+    p.set_watching(true);
+    let mut members: Vec<Observed> = (1..=4).map(|i| member(i, 1)).collect();
+    members[1].live = false;
+    let out = p.tick(50, 0, 0, &members);
+    answer(&mut p, 50, out, &[1, 3, 4]);
+    assert_eq!(p.verdict("n2", 1), Some(Verdict::Dead));
+    assert!(p.held_dead().is_empty(), "a first sight is no verdict: {:?}", p.held_dead());
+    // Its state comes: alive, with no answer of its own.
+    members[1].live = true;
+    let _ = p.tick(100, 0, 0, &members);
+    assert_eq!(p.verdict("n2", 1), Some(Verdict::Alive));
+    let events = p.drain_events();
+    assert!(events.is_empty(), "nothing was declared: {events:?}");
+    // And judged as any member from then on: silent, it is declared dead, and that is handed
+    // to chitchat.
+    tick_until_dead(&mut p, &members, &[1, 3, 4], "n2", 100, 5_000);
+    assert_eq!(p.held_dead(), vec![("n2".to_string(), 1)]);
+}
+
+#[test]
 fn a_ping_from_a_dead_members_address_does_not_revive_it_an_answer_does() {
     // n1 (generation 1) is declared dead; it restarts as generation 2 at the same address, and
     // its pings reach n0 before gossip carries generation 2. They say nothing of generation 1.

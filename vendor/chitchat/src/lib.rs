@@ -70,6 +70,16 @@ pub(crate) const MAX_UDP_DATAGRAM_PAYLOAD_SIZE: usize = 65_507;
 /// Shoal patch: the smallest delta budget (`DeltaSerializer::with_mtu` asserts at least 100).
 const MIN_DELTA_MTU: usize = 100;
 
+/// Live peers a gossip round sends Syns to (upstream's `GOSSIP_COUNT`, moved here by the quiet
+/// fanout patch).
+pub const GOSSIP_COUNT: usize = 3;
+/// Shoal patch: quiet fanout. Live peers a compact node at rest sends Syns to
+/// ([`Chitchat::gossip_fanout`]).
+pub const QUIET_GOSSIP_COUNT: usize = 1;
+/// Shoal patch: quiet fanout. Rounds in a row with unchanged bucket hashes after which a compact
+/// node is at rest (a second at Shoal's 250 ms rounds).
+pub const QUIET_ROUNDS: u32 = 4;
+
 /// To prevent dead nodes from being recorded again after deletion,
 /// we keep a local memory of the last nodes that were garbage collected.
 pub(crate) const GARBAGE_COLLECTED_NODE_HISTORY_SIZE: NonZeroUsize =
@@ -91,6 +101,10 @@ pub struct Chitchat {
     live_states_stale: std::sync::atomic::AtomicBool,
     /// Shoal patch: compact gossip (`compact`): Syns carry bucket hashes.
     compact: bool,
+    /// Shoal patch: quiet fanout ([`Chitchat::gossip_fanout`]): the bucket hashes at the last
+    /// round, and how many rounds in a row found them unchanged.
+    round_hashes: Option<compact::BucketHashes>,
+    rounds_unchanged: u32,
 }
 
 impl Chitchat {
@@ -112,6 +126,8 @@ impl Chitchat {
             live_ids_tx: watch::channel(Vec::new()).0,
             live_states_stale: std::sync::atomic::AtomicBool::new(false),
             compact: false,
+            round_hashes: None,
+            rounds_unchanged: 0,
         };
 
         let self_node_state = chitchat.self_node_state();
@@ -423,6 +439,36 @@ impl Chitchat {
     /// [`Self::set_external_liveness`]. Either mode answers both kinds of Syn.
     pub fn set_compact(&mut self, on: bool) {
         self.compact = on;
+    }
+
+    /// Shoal patch: quiet fanout. How many live peers this round's Syns go to, called once per
+    /// round. Not compact, [`GOSSIP_COUNT`] as published. Compact, [`GOSSIP_COUNT`] while this
+    /// node's bucket hashes moved within the last [`QUIET_ROUNDS`] rounds (it wrote, or learned,
+    /// something: it pushes it to as many peers as before), [`QUIET_GOSSIP_COUNT`] once they
+    /// have not: at rest a Syn whose hashes match is answered by nothing, so the extra peers cost
+    /// a message and an acknowledgement each and tell nothing, while the one peer still asked
+    /// each round pulls what a busy peer has.
+    pub fn gossip_fanout(&mut self) -> usize {
+        if !self.compact {
+            self.round_hashes = None;
+            self.rounds_unchanged = 0;
+            return GOSSIP_COUNT;
+        }
+        let scheduled_for_deletion: HashSet<_> = self.scheduled_for_deletion_nodes().collect();
+        let hashes = self
+            .cluster_state
+            .compute_bucket_hashes(&scheduled_for_deletion);
+        if self.round_hashes == Some(hashes) {
+            self.rounds_unchanged = self.rounds_unchanged.saturating_add(1);
+        } else {
+            self.round_hashes = Some(hashes);
+            self.rounds_unchanged = 0;
+        }
+        if self.rounds_unchanged >= QUIET_ROUNDS {
+            QUIET_GOSSIP_COUNT
+        } else {
+            GOSSIP_COUNT
+        }
     }
 
     /// Shoal patch: whether this node's Syns are compact.

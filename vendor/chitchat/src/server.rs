@@ -18,7 +18,6 @@ use crate::transport::{Socket, Transport};
 use crate::{Chitchat, ChitchatConfig, ChitchatId};
 
 /// Number of nodes picked for random gossip.
-const GOSSIP_COUNT: usize = 3;
 
 /// UDP Chitchat server handler.
 ///
@@ -323,8 +322,11 @@ impl Server {
             .into_iter()
             .filter(|addr| *addr != chitchat_guard.self_chitchat_id().gossip_advertise_addr)
             .collect();
+        // Shoal patch: quiet fanout.
+        let fanout = chitchat_guard.gossip_fanout();
         let (selected_nodes, random_dead_node_opt, random_seed_node_opt) = select_nodes_for_gossip(
             &mut self.rng,
+            fanout,
             peer_nodes,
             live_nodes,
             dead_nodes,
@@ -373,6 +375,7 @@ enum Command {
 
 fn select_nodes_for_gossip<R>(
     rng: &mut R,
+    fanout: usize,
     peer_nodes: HashSet<SocketAddr>,
     live_nodes: HashSet<SocketAddr>,
     dead_nodes: HashSet<SocketAddr>,
@@ -384,7 +387,7 @@ where
     let live_nodes_count = live_nodes.len();
     let dead_nodes_count = dead_nodes.len();
 
-    // Select `GOSSIP_COUNT` number of live nodes.
+    // Select `fanout` live nodes (Shoal patch: quiet fanout; upstream's `GOSSIP_COUNT`).
     // On startup, select from cluster nodes since we don't know any live node yet.
     let nodes = if live_nodes_count == 0 {
         peer_nodes
@@ -393,7 +396,7 @@ where
     }
     .iter()
     .cloned()
-    .sample(rng, GOSSIP_COUNT);
+    .sample(rng, fanout);
 
     let mut has_gossiped_with_a_seed_node = false;
     for chitchat_id in &nodes {
@@ -725,6 +728,7 @@ mod tests {
         let mut rng = RngForTest::default();
         let (nodes, dead_node, seed_node) = select_nodes_for_gossip(
             &mut rng,
+            crate::GOSSIP_COUNT,
             to_hash_set(vec![
                 node1.gossip_advertise_addr,
                 node2.gossip_advertise_addr,
@@ -754,6 +758,7 @@ mod tests {
         let mut rng = RngForTest::default();
         let (nodes, dead_node, seed_node) = select_nodes_for_gossip(
             &mut rng,
+            crate::GOSSIP_COUNT,
             nodes.clone(),
             nodes,
             to_hash_set(Vec::new()),
@@ -762,6 +767,27 @@ mod tests {
         assert_eq!(nodes.len(), 3);
         assert_eq!(dead_node, None);
         assert_eq!(seed_node, None);
+    }
+
+    // Shoal patch: quiet fanout.
+    #[test]
+    fn test_gossip_fanout_bounds_the_live_peers_selected() {
+        let nodes: HashSet<SocketAddr> = (10_001..=10_005)
+            .map(ChitchatId::for_local_test)
+            .map(|chitchat_id| chitchat_id.gossip_advertise_addr)
+            .collect();
+        let mut rng = RngForTest::default();
+        let (selected, dead_node, seed_node) = select_nodes_for_gossip(
+            &mut rng,
+            crate::QUIET_GOSSIP_COUNT,
+            nodes.clone(),
+            nodes.clone(),
+            to_hash_set(Vec::new()),
+            to_hash_set(Vec::new()),
+        );
+        assert_eq!(selected.len(), crate::QUIET_GOSSIP_COUNT);
+        assert!(nodes.contains(&selected[0]));
+        assert_eq!((dead_node, seed_node), (None, None));
     }
 
     #[test]
@@ -774,6 +800,7 @@ mod tests {
         let mut rng = RngForTest::default();
         let (gossip_nodes, gossip_dead_node, gossip_seed_node) = select_nodes_for_gossip(
             &mut rng,
+            crate::GOSSIP_COUNT,
             to_hash_set(nodes.clone()),
             to_hash_set(vec![nodes[0]]),
             nodes[1..].iter().cloned().collect(),

@@ -31,7 +31,8 @@ pub mod quic;
 /// 10 minutes, no live node is declared dead at 20 or 50 nodes (phi 6 gave 5 such verdicts at 50).
 #[derive(Debug, Clone)]
 pub struct GossipTuning {
-    /// Time between two gossip rounds (each round contacts up to 3 live peers).
+    /// Time between two gossip rounds (each round contacts up to 3 live peers; in compact gossip
+    /// one, once this node's bucket hashes have not moved for 4 rounds: chitchat's quiet fanout).
     pub gossip_interval: Duration,
     /// Phi above which a peer is declared dead (lower: faster, more false positives; 3 was too low).
     pub phi_threshold: f64,
