@@ -863,7 +863,11 @@ fn a_member_first_seen_before_its_state_is_alive_once_the_state_comes_not_held_d
     let out = p.tick(50, 0, 0, &members);
     answer(&mut p, 50, out, &[1, 3, 4]);
     assert_eq!(p.verdict("n2", 1), Some(Verdict::Dead));
-    assert!(p.held_dead().is_empty(), "a first sight is no verdict: {:?}", p.held_dead());
+    assert!(
+        p.held_dead().is_empty(),
+        "a first sight is no verdict: {:?}",
+        p.held_dead()
+    );
     // Its state comes: alive, with no answer of its own.
     members[1].live = true;
     let _ = p.tick(100, 0, 0, &members);
