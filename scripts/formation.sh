@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# How long a mesh takes to form (issue 28): N real agents on loopback, all joined through agent 1
+# (ports as scripts/rest-cost.sh, from BASE), then `shoal nodes` asked of the last one every half
+# second until it holds N members alive. Prints the seconds and each answer as time:alive/listed
+# (under load an answer can take 20 s, which bounds the resolution). KEEP=1 leaves the agents
+# running (prints their directory) for a look.
+# Usage: scripts/formation.sh SHOAL_BIN N BASE
+set -u
+BIN=$1; N=$2; BASE=$3
+T=$(mktemp -d); PIDS=()
+cleanup() { for p in "${PIDS[@]:-}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
+trap cleanup EXIT
+export SHOAL_SELF_ISSUE=true
+"$BIN" pki init --dir "$T/pki" >/dev/null 2>&1 || { echo "pki init failed" >&2; exit 1; }
+for i in $(seq 1 "$N"); do
+  seed=(); [ "$i" != 1 ] && seed=(--seed "127.0.0.1:$((BASE+1))")
+  mkdir -p "$T/d$i"
+  "$BIN" agent --name "g$i" --gossip "127.0.0.1:$((BASE+i))" --api "127.0.0.1:$((BASE+1000+i))" \
+    --metrics "127.0.0.1:$((BASE+2000+i))" --data-dir "$T/d$i" --pki "$T/pki" --cpu 4 --memory 8Gi \
+    "${seed[@]}" >"$T/a$i.log" 2>&1 &
+  PIDS+=($!); disown; sleep 0.05
+done
+start=$(date +%s.%N); trace=""; t=0
+for _ in $(seq 1 400); do
+  c=$(SHOAL_PKI=$T/pki "$BIN" nodes --agent "127.0.0.1:$((BASE+1000+N))" -o json 2>/dev/null |
+    python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(1 for n in d if n["alive"]), len(d))' 2>/dev/null)
+  t=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")
+  trace="$trace $t:${c// /\/}"
+  [ "${c%% *}" -ge "$N" ] 2>/dev/null && break
+  sleep 0.5
+done
+echo "$BIN: $N agents formed after $t s; alive/listed at the last agent:$trace"
+if [ "${KEEP:-0}" = 1 ]; then echo "agents left running in $T"; sleep infinity; fi
