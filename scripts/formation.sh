@@ -7,19 +7,8 @@
 # Usage: scripts/formation.sh SHOAL_BIN N BASE
 set -u
 BIN=$1; N=$2; BASE=$3
-T=$(mktemp -d); PIDS=()
-cleanup() { for p in "${PIDS[@]:-}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
-trap cleanup EXIT
-export SHOAL_SELF_ISSUE=true
-"$BIN" pki init --dir "$T/pki" >/dev/null 2>&1 || { echo "pki init failed" >&2; exit 1; }
-for i in $(seq 1 "$N"); do
-  seed=(); [ "$i" != 1 ] && seed=(--seed "127.0.0.1:$((BASE+1))")
-  mkdir -p "$T/d$i"
-  "$BIN" agent --name "g$i" --gossip "127.0.0.1:$((BASE+i))" --api "127.0.0.1:$((BASE+1000+i))" \
-    --metrics "127.0.0.1:$((BASE+2000+i))" --data-dir "$T/d$i" --pki "$T/pki" --cpu 4 --memory 8Gi \
-    "${seed[@]}" >"$T/a$i.log" 2>&1 &
-  PIDS+=($!); disown; sleep 0.05
-done
+. "$(dirname "$0")/loopback-agents.sh"
+start_agents "$BIN" "$N" "$BASE" "$((BASE + 1000))" "$((BASE + 2000))"
 start=$(date +%s.%N); trace=""; t=0
 for _ in $(seq 1 400); do
   c=$(SHOAL_PKI=$T/pki "$BIN" nodes --agent "127.0.0.1:$((BASE+1000+N))" -o json 2>/dev/null |

@@ -9,19 +9,8 @@
 #   scripts/rest-cost.sh OLD 30 50000 60 60 & scripts/rest-cost.sh NEW 30 53000 60 60; wait
 set -u
 BIN=$1; N=$2; BASE=$3; SETTLE=$4; WINDOW=$5
-T=$(mktemp -d); PIDS=()
-cleanup() { for p in "${PIDS[@]:-}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
-trap cleanup EXIT
-export SHOAL_SELF_ISSUE=true
-"$BIN" pki init --dir "$T/pki" >/dev/null 2>&1 || { echo "pki init failed" >&2; exit 1; }
-for i in $(seq 1 "$N"); do
-  seed=(); [ "$i" != 1 ] && seed=(--seed "127.0.0.1:$((BASE+1))")
-  mkdir -p "$T/d$i"
-  "$BIN" agent --name "g$i" --gossip "127.0.0.1:$((BASE+i))" --api "127.0.0.1:$((BASE+1000+i))" \
-    --metrics "127.0.0.1:$((BASE+2000+i))" --data-dir "$T/d$i" --pki "$T/pki" --cpu 4 --memory 8Gi \
-    "${seed[@]}" >"$T/a$i.log" 2>&1 &
-  PIDS+=($!); disown; sleep 0.05
-done
+. "$(dirname "$0")/loopback-agents.sh"
+start_agents "$BIN" "$N" "$BASE" "$((BASE + 1000))" "$((BASE + 2000))"
 sleep "$SETTLE"
 snap() {
   local c=0 s=0 b=0 m=0 p v t u st

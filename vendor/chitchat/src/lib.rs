@@ -70,8 +70,8 @@ pub(crate) const MAX_UDP_DATAGRAM_PAYLOAD_SIZE: usize = 65_507;
 /// Shoal patch: the smallest delta budget (`DeltaSerializer::with_mtu` asserts at least 100).
 const MIN_DELTA_MTU: usize = 100;
 
-/// Live peers a gossip round sends Syns to (upstream's `GOSSIP_COUNT`, moved here by the quiet
-/// fanout patch).
+/// Live peers a gossip round sends Syns to (upstream's `GOSSIP_COUNT` in `server.rs`; Shoal patch:
+/// moved here for quiet fanout).
 pub const GOSSIP_COUNT: usize = 3;
 /// Shoal patch: quiet fanout. Live peers a compact node at rest sends Syns to
 /// ([`Chitchat::gossip_fanout`]).

@@ -17,8 +17,6 @@ use crate::message::ChitchatMessage;
 use crate::transport::{Socket, Transport};
 use crate::{Chitchat, ChitchatConfig, ChitchatId};
 
-/// Number of nodes picked for random gossip.
-
 /// UDP Chitchat server handler.
 ///
 /// It is necessary to hold (and not drop) the handler
