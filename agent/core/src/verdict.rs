@@ -339,6 +339,16 @@ pub struct Prober {
     watched: std::collections::BTreeSet<Key>,
     /// How many members the ring held, and the xor of their places, when `watched` was computed.
     ring_print: (usize, u64),
+    /// Watching: the ring's members may have changed since `ring_print` was taken (a member came,
+    /// went, or moved into or out of dead): only then is the ring walked again.
+    ring_dirty: bool,
+    /// Watching: every member that may be anything but at rest ([`Prober::at_rest`]), and maybe
+    /// some that are: the walks of a tick ([`Prober::drive`], [`Prober::next_due`], the dead
+    /// pings, the suspects and the dead handed to the shell) go over these instead of every
+    /// member, so that a tick of a mesh at rest costs the same at 30 members as at 3,000. Every
+    /// change that can take a member out of rest adds it; [`Prober::drive`] drops those back at
+    /// rest. Debug builds check it each tick against a walk over every member.
+    active: std::collections::BTreeSet<Key>,
     /// Some member's verdict may have moved since [`Prober::verdicts_moved`] last answered.
     verdicts_dirty: bool,
     /// What [`Prober::verdicts_moved`] last returned (debug builds: checks that no change went
@@ -403,6 +413,8 @@ impl Prober {
             watching: false,
             watched: std::collections::BTreeSet::new(),
             ring_print: (usize::MAX, 0),
+            ring_dirty: true,
+            active: std::collections::BTreeSet::new(),
             verdicts_dirty: true,
             #[cfg(debug_assertions)]
             verdicts_last: Vec::new(),
@@ -481,8 +493,7 @@ impl Prober {
     /// [`CONFIRMS_FOR_MS`], by name and generation: what it gossips, each a confirmation for
     /// the others' suspicions.
     pub fn suspects(&self, now_ms: u64) -> Vec<(String, u64)> {
-        self.tracks
-            .iter()
+        self.candidates()
             .filter(|(_, t)| t.probes && !t.leaving)
             .filter(|(_, t)| match t.state {
                 State::Suspect(..) => true,
@@ -614,7 +625,7 @@ impl Prober {
         let c = &self.config;
         let mut due: Option<u64> = None;
         let mut at = |t: u64| due = Some(due.map_or(t, |d| d.min(t)));
-        for t in self.tracks.values() {
+        for (_, t) in self.candidates() {
             if !self.judges(t) {
                 continue;
             }
@@ -837,6 +848,55 @@ impl Prober {
             // Where two identities share an address, the newer generation answers there.
             self.by_addr.insert(track.addr, key.clone());
         }
+        self.ring_dirty = true;
+        if self.watching {
+            self.rebuild_active();
+        }
+    }
+
+    /// Whether `t` is at rest: nothing [`Self::drive`] would do to it, now or later, without
+    /// some change first (alive, heard from, nobody's suspect, and not watched; or not judged).
+    fn at_rest(&self, key: &Key, t: &Track) -> bool {
+        !self.judges(t)
+            || (matches!(t.state, State::Alive)
+                && t.verified
+                && t.confirmations(0) == 0
+                && !self.watched.contains(key))
+    }
+
+    /// How many members a tick walks: watching, those not at rest (and some that came to rest
+    /// this tick); otherwise every member.
+    pub fn walked(&self) -> usize {
+        if self.watching {
+            self.active.len()
+        } else {
+            self.tracks.len()
+        }
+    }
+
+    /// Every member not at rest, from a walk over all of them.
+    fn rebuild_active(&mut self) {
+        self.active = self
+            .tracks
+            .iter()
+            .filter(|(key, t)| !self.at_rest(key, t))
+            .map(|(key, _)| key.clone())
+            .collect();
+    }
+
+    /// The members a tick must look at: watching, the active ones (a superset of those not at
+    /// rest, in the same order as every member); otherwise every member.
+    fn candidates(&self) -> impl Iterator<Item = (&Key, &Track)> + '_ {
+        let active = self.watching.then(|| {
+            self.active
+                .iter()
+                .filter_map(|k| self.tracks.get_key_value(k))
+        });
+        let all = (!self.watching).then(|| self.tracks.iter());
+        active
+            .into_iter()
+            .flatten()
+            .chain(all.into_iter().flatten())
     }
 
     /// Runs every member's timers.
@@ -849,9 +909,17 @@ impl Prober {
         // Only members whose timers run or that may be looked at now: the loop below decides
         // each again, and what it does to one member changes none of the others' conditions
         // here, so the filter passes every member the loop would act on.
+        #[cfg(debug_assertions)]
+        if self.watching {
+            for (key, t) in &self.tracks {
+                assert!(
+                    self.at_rest(key, t) || self.active.contains(key),
+                    "{key:?} is not at rest but not active: {t:?}"
+                );
+            }
+        }
         let keys: Vec<Key> = self
-            .tracks
-            .iter()
+            .candidates()
             .filter(|(key, t)| self.judges(t) && self.may_act(key, t, now, m))
             .map(|(key, _)| key.clone())
             .collect();
@@ -972,6 +1040,15 @@ impl Prober {
         }
         if self.watching {
             self.ping_dead(now, out);
+            let rested: Vec<Key> = self
+                .active
+                .iter()
+                .filter(|key| self.tracks.get(*key).is_none_or(|t| self.at_rest(key, t)))
+                .cloned()
+                .collect();
+            for key in rested {
+                self.active.remove(&key);
+            }
         }
     }
 
@@ -1009,6 +1086,11 @@ impl Prober {
     fn set(&mut self, key: &Key, state: State) {
         if let Some(t) = self.tracks.get_mut(key) {
             self.verdicts_dirty |= shown(&t.state) != shown(&state);
+            self.ring_dirty |=
+                matches!(t.state, State::Dead(..)) != matches!(state, State::Dead(..));
+            if !matches!(state, State::Alive) && !self.active.contains(key) {
+                self.active.insert(key.clone());
+            }
             t.state = state;
         }
     }
@@ -1230,6 +1312,7 @@ impl Prober {
                     let k = self.config.confirmations_k as usize;
                     if !track.told_by.contains(&from) && track.told_by.len() < k {
                         track.told_by.push(from);
+                        self.active.insert(key.clone());
                     }
                     let idle = matches!(track.state, State::Alive)
                         && judged
@@ -1298,6 +1381,7 @@ impl Prober {
             State::Dead(_, declared) if declared || watching => {
                 track.state = State::Alive;
                 self.verdicts_dirty = true;
+                self.ring_dirty = true;
                 track.advanced_at = now;
                 track.told_by.clear();
                 if let Some(n) = track.dead_nonce.take() {
@@ -1338,6 +1422,7 @@ impl Prober {
         };
         let was = std::mem::replace(&mut track.state, State::Alive);
         self.verdicts_dirty |= shown(&was) != Verdict::Alive;
+        self.ring_dirty |= matches!(was, State::Dead(..));
         track.advanced_at = now;
         track.verified = true;
         track.told_by.clear();

@@ -1451,3 +1451,39 @@ fn news_of_a_heal_is_a_last_look_again() {
         .collect();
     assert!(found.is_empty(), "{} deaths: {found:#?}", found.len());
 }
+
+#[test]
+fn a_tick_of_a_mesh_at_rest_walks_only_the_watched_members() {
+    // Watching, 200 members that all answer: once every member was heard from, a tick walks
+    // the two it watches, not 200. A notice that another member suspects one brings that one
+    // into the walk until its probe is answered.
+    let mut p = Prober::new(ProbeConfig::default(), "n0", 1, 5);
+    p.set_watching(true);
+    let members: Vec<Observed> = (1..=200).map(|i| member(i, 1)).collect();
+    let up: Vec<usize> = (1..=200).collect();
+    let mut t = 0;
+    let walk = |p: &mut Prober, t: &mut u64, until: u64| {
+        while *t < until {
+            *t += 50;
+            let out = p.tick(*t, 0, 0, &members);
+            answer(p, *t, out, &up);
+        }
+    };
+    assert_eq!(p.walked(), 0);
+    walk(&mut p, &mut t, 50);
+    assert!(p.walked() > 100, "never heard from: {}", p.walked());
+    walk(&mut p, &mut t, 3_000);
+    assert_eq!(p.walked(), 2, "at rest");
+    assert!(p.verdicts().iter().all(|(_, _, v)| *v == Verdict::Alive));
+    let notice = ProbeMsg::Suspect {
+        target: "n77".into(),
+        target_gen: 1,
+    };
+    let out = p.receive(t, addr(5), Some("n5"), notice);
+    assert_eq!(p.walked(), 3, "told of n77");
+    answer(&mut p, t, out, &up);
+    let until = t + 500;
+    walk(&mut p, &mut t, until);
+    assert_eq!(p.walked(), 2, "n77 answered");
+    assert_eq!(p.verdict("n77", 1), Some(Verdict::Alive));
+}

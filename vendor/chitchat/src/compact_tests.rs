@@ -484,3 +484,53 @@ fn test_quiet_fanout_sends_a_third_at_rest_and_spreads_news_about_as_fast() {
         "{quiet_total} rounds against {always_total}"
     );
 }
+
+/// Shoal patch: the state stamp moves with every change a reader of other nodes' states could
+/// see (their key-values, heartbeats, liveness, a node forgotten), and not with this node's own
+/// writes or a round that changed nothing.
+#[tokio::test(start_paused = true)]
+async fn test_state_stamp_moves_with_other_nodes_changes_only() {
+    let mut a = node(10_001, &[]);
+    let mut b = node(10_002, &[("b", "1")]);
+    a.set_external_liveness(true);
+    let before = a.state_stamp();
+    exchange(&mut b, &mut a);
+    let b_id = b.self_chitchat_id().clone();
+    assert!(a.node_state(&b_id).is_some());
+    let learned = a.state_stamp();
+    assert_ne!(learned, before, "a new node's state came");
+
+    // This node's own writes, its own Syns and a liveness round that changes nothing: the
+    // stamp stays.
+    a.self_node_state().set("mine", "1");
+    let _ = a.create_syn_message();
+    a.update_nodes_liveness();
+    assert_eq!(a.state_stamp(), learned, "own writes and a round of nothing new");
+
+    // Another node's write, learned: it moves.
+    b.self_node_state().set("b", "2");
+    exchange(&mut b, &mut a);
+    assert_eq!(a.node_state(&b_id).unwrap().get("b"), Some("2"));
+    let written = a.state_stamp();
+    assert_ne!(written, learned, "another node's write");
+
+    // Liveness, told from outside: it moves each way, and not for a report that changes nothing.
+    a.report_liveness(&b_id, false);
+    let dead = a.state_stamp();
+    assert_ne!(dead, written, "held dead");
+    a.report_liveness(&b_id, false);
+    assert_eq!(a.state_stamp(), dead, "told again");
+    a.report_liveness(&b_id, true);
+    assert_ne!(a.state_stamp(), dead, "live again");
+
+    // Forgotten after the grace period: it moves.
+    a.report_liveness(&b_id, false);
+    let grace = ChitchatConfig::for_test(1)
+        .failure_detector_config
+        .dead_node_grace_period;
+    tokio::time::advance(grace + Duration::from_secs(1)).await;
+    let held = a.state_stamp();
+    a.update_nodes_liveness();
+    assert!(a.node_state(&b_id).is_none());
+    assert_ne!(a.state_stamp(), held, "a node forgotten");
+}

@@ -21,6 +21,8 @@ pub struct FailureDetector {
     /// Shoal patch: with external liveness, the nodes reported dead from outside (`None`: the
     /// phi accrual detector decides).
     external: Option<HashSet<ChitchatId>>,
+    /// Shoal patch: moves whenever a node enters or leaves the live set.
+    moves: u64,
 }
 
 impl FailureDetector {
@@ -31,7 +33,13 @@ impl FailureDetector {
             live_nodes: HashSet::new(),
             dead_nodes: HashMap::new(),
             external: None,
+            moves: 0,
         }
+    }
+
+    /// Shoal patch: a number that moves whenever a node enters or leaves the live set.
+    pub fn moves(&self) -> u64 {
+        self.moves
     }
 
     /// Shoal patch: whether liveness is told from outside ([`Self::report_liveness`]) instead
@@ -126,12 +134,15 @@ impl FailureDetector {
         if is_alive {
             if !self.live_nodes.contains(chitchat_id) {
                 self.live_nodes.insert(chitchat_id.clone());
+                self.moves = self.moves.wrapping_add(1);
             }
             if !self.dead_nodes.is_empty() {
                 self.dead_nodes.remove(chitchat_id);
             }
         } else {
-            self.live_nodes.remove(chitchat_id);
+            if self.live_nodes.remove(chitchat_id) {
+                self.moves = self.moves.wrapping_add(1);
+            }
             if !self.dead_nodes.contains_key(chitchat_id) {
                 self.dead_nodes.insert(chitchat_id.clone(), Instant::now());
             }

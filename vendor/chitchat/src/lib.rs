@@ -527,13 +527,23 @@ impl Chitchat {
 
     pub fn self_node_state(&mut self) -> &mut NodeState {
         self.cluster_state
-            .node_state_mut_or_init(&self.config.chitchat_id)
+            .self_state_mut(&self.config.chitchat_id)
     }
 
     /// Returns the set of nodes considered alive by the failure detector. It includes the
     /// current node (also called "self node"), which is always considered alive.
     pub fn live_nodes(&self) -> impl Iterator<Item = &ChitchatId> {
         once(self.self_chitchat_id()).chain(self.failure_detector.live_nodes())
+    }
+
+    /// Shoal patch: a number that moves whenever another node's state (its key-values, versions
+    /// or heartbeat) or its liveness may have changed, or a node state came or went; this
+    /// node's own writes do not move it. A reader that saw the same stamp may skip reading
+    /// [`Self::node_states`] and [`Self::is_live`] again.
+    pub fn state_stamp(&self) -> u64 {
+        self.cluster_state
+            .stamp()
+            .wrapping_add(self.failure_detector.moves())
     }
 
     /// Shoal patch: whether `chitchat_id` is among [`Self::live_nodes`], without walking them.

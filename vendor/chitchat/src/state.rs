@@ -393,7 +393,8 @@ impl NodeState {
     }
 
     /// Removes the keys marked for deletion such that `tombstone + grace_period > heartbeat`.
-    fn gc_keys_marked_for_deletion(&mut self, grace_period: Duration) {
+    /// Whether it collected anything (Shoal patch).
+    fn gc_keys_marked_for_deletion(&mut self, grace_period: Duration) -> bool {
         let now = Instant::now();
         // Shoal patch: look before `retain`, which takes every entry out and back in; most rounds
         // have nothing to collect.
@@ -404,7 +405,7 @@ impl NodeState {
                 .is_some_and(|deleted_start_instant| now >= deleted_start_instant + grace_period)
         };
         if !self.key_values.values().any(expired) {
-            return;
+            return false;
         }
         let mut max_deleted_version = self.last_gc_version;
         self.key_values
@@ -418,6 +419,7 @@ impl NodeState {
                 false
             });
         self.last_gc_version = max_deleted_version;
+        true
     }
 
     /// Removes a key-value pair without marking it for deletion.
@@ -526,6 +528,9 @@ pub(crate) struct ClusterState {
     // Memory of the recently garbage collected nodes to avoid recreating them
     // if some other node is still sharing them.
     garbage_collected_nodes: LruCache<ChitchatId, Heartbeat>,
+    /// Shoal patch: moves whenever another node's state may have changed (see
+    /// [`ClusterState::stamp`]).
+    stamp: u64,
 }
 
 impl Debug for ClusterState {
@@ -549,6 +554,7 @@ impl Default for ClusterState {
             // agent, most of a simulated agent's chitchat state); this one grows as nodes are
             // collected, and `remove_node` evicts past the bound.
             garbage_collected_nodes: LruCache::unbounded(),
+            stamp: 0,
         }
     }
 }
@@ -563,6 +569,7 @@ impl ClusterState {
             // agent, most of a simulated agent's chitchat state); this one grows as nodes are
             // collected, and `remove_node` evicts past the bound.
             garbage_collected_nodes: LruCache::unbounded(),
+            stamp: 0,
         }
     }
 
@@ -582,6 +589,7 @@ impl ClusterState {
         skip: &ChitchatId,
     ) -> Vec<(&'a ChitchatId, KnownHeartbeat)> {
         let mut outcomes = Vec::with_capacity(digest.node_digests.len());
+        let mut updated = false;
         let mut states = self.node_states.iter_mut().peekable();
         for (chitchat_id, node_digest) in &digest.node_digests {
             if chitchat_id == skip {
@@ -591,6 +599,7 @@ impl ClusterState {
             let outcome = match states.next_if(|(id, _)| *id == chitchat_id) {
                 Some((_, node_state)) => {
                     if node_state.try_set_heartbeat(node_digest.heartbeat) {
+                        updated = true;
                         KnownHeartbeat::Updated
                     } else {
                         KnownHeartbeat::Unchanged
@@ -600,10 +609,40 @@ impl ClusterState {
             };
             outcomes.push((chitchat_id, outcome));
         }
+        drop(states);
+        if updated {
+            self.touch();
+        }
         outcomes
     }
 
+    /// Shoal patch: a number that moves whenever a node state other than this node's own may
+    /// have changed (its key-values, versions or heartbeat), or a node state came or went: a
+    /// reader that saw the same stamp before may skip reading the states again. Changes through
+    /// [`Self::self_state_mut`] do not move it.
+    pub(crate) fn stamp(&self) -> u64 {
+        self.stamp
+    }
+
+    fn touch(&mut self) {
+        self.stamp = self.stamp.wrapping_add(1);
+    }
+
+    /// Shoal patch: this node's own state (created if absent, which moves the stamp): its own
+    /// changes do not move [`Self::stamp`].
+    pub(crate) fn self_state_mut(&mut self, self_id: &ChitchatId) -> &mut NodeState {
+        if !self.node_states.contains_key(self_id) {
+            self.touch();
+        }
+        self.state_mut_or_init(self_id)
+    }
+
     pub(crate) fn node_state_mut_or_init(&mut self, chitchat_id: &ChitchatId) -> &mut NodeState {
+        self.touch();
+        self.state_mut_or_init(chitchat_id)
+    }
+
+    fn state_mut_or_init(&mut self, chitchat_id: &ChitchatId) -> &mut NodeState {
         // Shoal patch: no clone of the id (an atomic increment and decrement) when it is there,
         // which is every call but the first.
         if self.node_states.contains_key(chitchat_id) {
@@ -632,6 +671,7 @@ impl ClusterState {
 
     /// Get a mutable node state if it exists.
     pub(crate) fn node_state_mut(&mut self, chitchat_id: &ChitchatId) -> Option<&mut NodeState> {
+        self.touch();
         self.node_states.get_mut(chitchat_id)
     }
 
@@ -644,6 +684,7 @@ impl ClusterState {
     }
 
     pub(crate) fn remove_node(&mut self, chitchat_id: &ChitchatId) {
+        self.touch();
         let node_state = self.node_states.remove(chitchat_id);
         if let Some(node_state) = node_state {
             self.garbage_collected_nodes
@@ -716,8 +757,12 @@ impl ClusterState {
     }
 
     pub fn gc_keys_marked_for_deletion(&mut self, marked_for_deletion_grace_period: Duration) {
+        let mut collected = false;
         for node_state in self.node_states.values_mut() {
-            node_state.gc_keys_marked_for_deletion(marked_for_deletion_grace_period);
+            collected |= node_state.gc_keys_marked_for_deletion(marked_for_deletion_grace_period);
+        }
+        if collected {
+            self.touch();
         }
     }
 

@@ -14,12 +14,14 @@ impl Prober {
         if self.watching != on {
             self.watching = on;
             self.ring_print = (usize::MAX, 0);
+            self.ring_dirty = true;
             self.watched.clear();
             if on {
                 for t in self.tracks.values_mut() {
                     t.verified = false;
                 }
             }
+            self.rebuild_active();
         }
     }
 
@@ -40,8 +42,7 @@ impl Prober {
     /// members' pace was answered (at a joining agent of a loaded mesh of 100, tens of members
     /// for minutes).
     pub fn held_dead(&self) -> Vec<(String, u64)> {
-        self.tracks
-            .iter()
+        self.candidates()
             .filter(|(_, t)| t.probes && matches!(t.state, State::Dead(_, true)))
             .map(|(k, _)| k.clone())
             .collect()
@@ -51,13 +52,16 @@ impl Prober {
     /// and not held dead (ordered by a hash of name and generation), [`ProbeConfig::watchers`](super::ProbeConfig::watchers)
     /// of them. Recomputed only when that set changed.
     pub(super) fn update_ring(&mut self) {
-        let mut print = (1usize, ring_place(&self.me));
-        for t in self.tracks.values() {
-            if self.judges(t) && !matches!(t.state, State::Dead(..)) {
-                print.0 += 1;
-                print.1 ^= t.ring;
-            }
+        if !std::mem::take(&mut self.ring_dirty) {
+            #[cfg(debug_assertions)]
+            assert_eq!(
+                self.ring_now(),
+                self.ring_print,
+                "the ring moved without being flagged"
+            );
+            return;
         }
+        let print = self.ring_now();
         if print == self.ring_print {
             return;
         }
@@ -76,6 +80,20 @@ impl Prober {
         self.watched = (1..=n)
             .map(|i| ring[(at + i) % ring.len()].1.clone())
             .collect();
+        // A member newly watched is out of rest.
+        self.active.extend(self.watched.iter().cloned());
+    }
+
+    /// How many members the ring holds, and the xor of their places.
+    fn ring_now(&self) -> (usize, u64) {
+        let mut print = (1usize, ring_place(&self.me));
+        for t in self.tracks.values() {
+            if self.judges(t) && !matches!(t.state, State::Dead(..)) {
+                print.0 += 1;
+                print.1 ^= t.ring;
+            }
+        }
+        print
     }
 
     /// Watching: pings up to [`ProbeConfig::dead_pings_per_tick`] members held dead, those pinged
@@ -84,8 +102,7 @@ impl Prober {
     pub(super) fn ping_dead(&mut self, now: u64, out: &mut Vec<Outgoing>) {
         let every = self.config.dead_ping_ms;
         let mut due: Vec<(u64, Key)> = self
-            .tracks
-            .iter()
+            .candidates()
             .filter(|(_, t)| {
                 self.judges(t)
                     && matches!(t.state, State::Dead(..))

@@ -5,8 +5,11 @@
 //! suspects) are read and decoded again only when the state's versions moved (every set or
 //! delete of a key raises its `max_version`; heartbeats do not). A tick where nothing moved
 //! costs a walk over integers and one liveness lookup per member, and tells the prober so
-//! ([`Observer::read`] returns `false`), which then skips its own walk. Debug builds check
-//! every read against a from-scratch one.
+//! ([`Observer::read`] returns `false`), which then skips its own walk. A tick where chitchat's
+//! [`Chitchat::state_stamp`] has not moved since the last read (no other node's state,
+//! heartbeat or liveness changed: most ticks of a mesh at rest) costs nothing at all: the
+//! verdict task ticks every 50 ms, and a walk per tick was most of its cost at rest, growing
+//! with the mesh. Debug builds check every read, skipped or not, against a from-scratch one.
 
 use std::collections::BTreeMap;
 
@@ -30,6 +33,8 @@ pub(super) struct Observer {
     suspected: BTreeMap<String, BTreeMap<u64, u32>>,
     /// How many live members suspect this agent.
     mine: u32,
+    /// Chitchat's state stamp at the last read (`None`: never read).
+    stamp: Option<u64>,
     /// Debug builds: what the last read returned.
     #[cfg(debug_assertions)]
     last: Vec<Observed>,
@@ -66,6 +71,20 @@ impl Observer {
     /// any member's observation or the count of this agent's suspecters moved since the last
     /// read.
     pub(super) fn read(&mut self, chitchat: &Chitchat, compact: bool) -> bool {
+        let stamp = chitchat.state_stamp();
+        if self.stamp == Some(stamp) && self.compact == compact {
+            #[cfg(debug_assertions)]
+            {
+                let (fresh, mine) = read_fresh(chitchat, compact);
+                assert_eq!(
+                    (&self.members, self.mine),
+                    (&fresh, mine),
+                    "chitchat's state stamp did not move, but what it holds did"
+                );
+            }
+            return false;
+        }
+        self.stamp = Some(stamp);
         let me = chitchat.self_chitchat_id();
         let states = chitchat.node_states();
         let mut moved = std::mem::replace(&mut self.compact, compact) != compact;
