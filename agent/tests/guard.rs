@@ -372,3 +372,49 @@ async fn a_removed_data_directory_ends_the_guard() {
     }
     assert!(!alive(pid), "the guard of a removed directory exits");
 }
+
+/// The inode of the lease file now (each write is a create and a rename: a new inode).
+fn lease_inode(data_dir: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(data_dir.join("guard/lease.json"))
+        .ok()
+        .map(|m| m.ino())
+}
+
+/// Renews a 10 s lease every 100 ms for 4 s guarding `exclusive`; returns how many times the
+/// lease was written (changes of the file's inode between samples).
+async fn lease_writes(link: &mut GuardLink, data_dir: &Path, exclusive: BTreeSet<String>) -> usize {
+    let mut last = lease_inode(data_dir);
+    let mut changes = 0;
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        link.renew(&exclusive, BTreeSet::new(), 10_000);
+        let now = lease_inode(data_dir);
+        changes += usize::from(now != last);
+        last = now;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    changes
+}
+
+#[tokio::test]
+async fn an_idle_agent_writes_its_lease_every_few_seconds_and_a_guarded_one_every_second() {
+    // A 10 s lease renewed every 100 ms for 4 s: with nothing guarded it is written at most
+    // when it starts and then only after half of it passed (not within 4 s); guarding workload
+    // `db`, it is written at once and then every second.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path(), GuardRuntime::Process);
+    config.lease_ms = 10_000;
+    let mut link = GuardLink::start(config);
+    link.wait_ready(Duration::from_secs(5)).await;
+    assert_eq!(link.unavailable(), None, "{}", guard_log(dir.path()));
+    let idle = lease_writes(&mut link, dir.path(), BTreeSet::new()).await;
+    assert!(idle <= 1, "idle: {idle} writes in 4 s (at most the first)");
+    let guarded = lease_writes(&mut link, dir.path(), BTreeSet::from(["db".to_string()])).await;
+    assert!(
+        (4..=6).contains(&guarded),
+        "guarded: {guarded} writes in 4 s"
+    );
+    assert_eq!(link.unavailable(), None, "{}", guard_log(dir.path()));
+    release(link, dir.path()).await;
+}

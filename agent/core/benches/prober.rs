@@ -11,10 +11,18 @@ use std::hint::black_box;
 use std::net::SocketAddr;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use shoal_core::verdict::{Observed, Prober, ProbeConfig, ProbeMsg};
+use shoal_core::verdict::{Observed, ProbeConfig, ProbeMsg, Prober};
 
 fn addr(i: usize) -> SocketAddr {
-    SocketAddr::from(([10, (i / 62_500) as u8, (i / 250 % 250) as u8, (i % 250) as u8 + 1], 7000))
+    SocketAddr::from((
+        [
+            10,
+            (i / 62_500) as u8,
+            (i / 250 % 250) as u8,
+            (i % 250) as u8 + 1,
+        ],
+        7000,
+    ))
 }
 
 fn member(i: usize) -> Observed {

@@ -19,6 +19,11 @@ use supervise::State;
 /// A lease that moved forward less than this is not written again (rounds come every few
 /// hundred milliseconds; the lease lasts seconds).
 const RENEW_STEP_MS: u64 = 1_000;
+/// With nothing guarded (no exclusive workload, no instance), a lease is written again only once
+/// this share of it has passed: it still never ends while the agent runs, and an idle agent
+/// writes its lease file every few seconds instead of every second (the write, a create and a
+/// rename, was 2.6 % of an idle agent's CPU). A change of what is guarded is written at once.
+const IDLE_RENEW_SHARE: u64 = 2;
 /// `fired.jsonl` is looked for at most this often.
 const FIRED_EVERY_MS: u64 = 1_000;
 
@@ -200,12 +205,17 @@ impl GuardLink {
         );
         lease.exclusive = exclusive.clone();
         lease.handles = handles;
+        let step = if lease.exclusive.is_empty() && lease.handles.is_empty() {
+            (self.lease_ms / IDLE_RENEW_SHARE).max(RENEW_STEP_MS)
+        } else {
+            RENEW_STEP_MS
+        };
         let due = match &self.written {
             None => true,
             Some(w) => {
                 w.exclusive != lease.exclusive
                     || w.handles != lease.handles
-                    || lease.expires_boot_ms >= w.expires_boot_ms + RENEW_STEP_MS
+                    || lease.expires_boot_ms >= w.expires_boot_ms + step
                     || lease.expires_boot_ms + super::POLL_MS < w.expires_boot_ms
             }
         };
