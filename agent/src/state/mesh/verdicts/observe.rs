@@ -74,14 +74,11 @@ impl Observer {
         let stamp = chitchat.state_stamp();
         if self.stamp == Some(stamp) && self.compact == compact {
             #[cfg(debug_assertions)]
-            {
-                let (fresh, mine) = read_fresh(chitchat, compact);
-                assert_eq!(
-                    (&self.members, self.mine),
-                    (&fresh, mine),
-                    "chitchat's state stamp did not move, but what it holds did"
-                );
-            }
+            self.check_fresh(
+                chitchat,
+                compact,
+                "chitchat's state stamp did not move, but what it holds did",
+            );
             return false;
         }
         self.stamp = Some(stamp);
@@ -132,11 +129,10 @@ impl Observer {
         }
         #[cfg(debug_assertions)]
         {
-            let (fresh, mine) = read_fresh(chitchat, compact);
-            assert_eq!(
-                (&self.members, self.mine),
-                (&fresh, mine),
-                "an incremental read differs from a fresh one"
+            self.check_fresh(
+                chitchat,
+                compact,
+                "an incremental read differs from a fresh one",
             );
             if !moved {
                 assert_eq!(self.members, self.last, "a read moved without saying so");
@@ -144,6 +140,14 @@ impl Observer {
             self.last = self.members.clone();
         }
         moved
+    }
+
+    /// Debug builds: what this observer holds is what a read from scratch finds (`why` says
+    /// which shortcut failed otherwise).
+    #[cfg(debug_assertions)]
+    fn check_fresh(&self, chitchat: &Chitchat, compact: bool, why: &str) {
+        let (fresh, mine) = read_fresh(chitchat, compact);
+        assert_eq!((&self.members, self.mine), (&fresh, mine), "{why}");
     }
 
     /// Whether the rows hold exactly chitchat's identities, in order.
