@@ -55,6 +55,10 @@ pub(crate) struct Verdicts {
     declared: BTreeMap<u32, (u64, u64)>,
     /// Per observer: when its member verdicts were last read (it was running then).
     read_at: BTreeMap<u32, u64>,
+    /// Per observer: what its live set in `live` was read from (its chitchat's state stamp and
+    /// its probes' verdicts' stamp): while both stand, the set cannot have moved and is not
+    /// read again.
+    read_from: BTreeMap<u32, (u64, u64)>,
 }
 
 /// How far back the reach history is kept for an observer frozen since its last reading: a
@@ -107,6 +111,7 @@ impl Checker {
                 self.verdicts.live.remove(&o.index);
                 self.verdicts.declared.remove(&o.index);
                 self.verdicts.read_at.remove(&o.index);
+                self.verdicts.read_from.remove(&o.index);
                 continue;
             };
             // A frozen agent acts on nothing: what it holds is read when it thaws.
@@ -123,13 +128,30 @@ impl Checker {
             // The membership's verdict: the member probes' where they judge an identity, the
             // heartbeat detector's elsewhere (`view::Verdicts::judge`).
             let verdicts = node.verdicts();
-            let live: BTreeSet<(u32, u64)> = guard
-                .node_states()
-                .keys()
-                .filter(|id| verdicts.judge(id, guard.is_live(id)).0)
-                .filter_map(|id| Some((super::agents::host_index(&id.node_id)?, id.generation_id)))
-                .collect();
+            let read_live = || -> BTreeSet<(u32, u64)> {
+                guard
+                    .node_states()
+                    .keys()
+                    .filter(|id| verdicts.judge(id, guard.is_live(id)).0)
+                    .filter_map(|id| {
+                        Some((super::agents::host_index(&id.node_id)?, id.generation_id))
+                    })
+                    .collect()
+            };
+            // Neither chitchat's states nor liveness nor the probes' verdicts moved since the
+            // last reading of this incarnation: its live set is the one held, nothing went.
+            let from = (guard.state_stamp(), verdicts.stamp());
+            let held = self.verdicts.live.get(&o.index).filter(|h| h.0 == gen_o);
+            if let Some(held) = held.filter(|_| self.verdicts.read_from.get(&o.index) == Some(&from))
+            {
+                debug_assert_eq!(held.1, read_live(), "a live set moved under equal stamps");
+                drop(guard);
+                self.verdicts.read_at.insert(o.index, now);
+                continue;
+            }
+            let live = read_live();
             drop(guard);
+            self.verdicts.read_from.insert(o.index, from);
             // A verdict read now was formed since the last reading: while the observer ran
             // now, or just before it froze in between (its last running instant then).
             let read_before = self.verdicts.read_at.insert(o.index, now);

@@ -193,6 +193,11 @@ struct Held {
     stamp: u64,
     /// When this agent first held `stamp` (or heard of it, back-dated by the relayed age).
     heard_mono: u64,
+    /// The first cell `summary.sees` holds up that this table does not know (`first_unknown`),
+    /// once asked: [`CellTable::quorum`] reads it every host round, and working it out is a walk
+    /// of two lists of every cell. Empty again whenever the summary, or the set of cells held,
+    /// changes.
+    unknown: std::sync::OnceLock<Option<String>>,
 }
 
 impl Held {
@@ -507,6 +512,7 @@ impl CellTable {
                     version: entry.version,
                     stamp: entry.stamp,
                     heard_mono: heard.max(held.heard_mono),
+                    unknown: Default::default(),
                 };
                 Ok(true)
             }
@@ -518,6 +524,7 @@ impl CellTable {
                     return Err(EntryRefusal::TableFull);
                 }
                 self.placed_generation += 1;
+                self.names_moved();
                 let placed = for_placement(&summary);
                 self.cells.insert(
                     entry.cell,
@@ -530,6 +537,7 @@ impl CellTable {
                         version: entry.version,
                         stamp: entry.stamp,
                         heard_mono: heard,
+                        unknown: Default::default(),
                     },
                 );
                 Ok(true)
@@ -1023,7 +1031,15 @@ impl CellTable {
                 with_us += 1;
             }
             if incomplete.is_none() {
-                if let Some(other) = first_unknown(&h.summary.sees, self.cells.keys(), &self.own) {
+                let unknown = h.unknown.get_or_init(|| {
+                    first_unknown(&h.summary.sees, self.cells.keys(), &self.own).cloned()
+                });
+                debug_assert_eq!(
+                    unknown.as_ref(),
+                    first_unknown(&h.summary.sees, self.cells.keys(), &self.own),
+                    "a remembered unknown cell of {cell}'s summary is stale"
+                );
+                if let Some(other) = unknown {
                     incomplete = Some(format!(
                         "cell {cell} holds cell {other} up, which this agent does not know yet"
                     ));
@@ -1052,7 +1068,18 @@ impl CellTable {
             self.cells.remove(cell);
             self.placed_generation += 1;
         }
+        if !old.is_empty() {
+            self.names_moved();
+        }
         old
+    }
+
+    /// A cell came or went: which names each summary holds up that this table does not know
+    /// is worked out again when next asked.
+    fn names_moved(&mut self) {
+        for h in self.cells.values_mut() {
+            h.unknown = Default::default();
+        }
     }
 }
 

@@ -355,8 +355,9 @@ async fn data_missing(host: &Host, input: &ReconcileInput) -> BTreeMap<ReplicaId
 fn refresh_handoffs(host: &Host, shell: &mut ShellState) {
     let cells = &host.node.cells;
     shell.input.membership.cells = cells.quorum();
+    let any_exclusive = (shell.specs.values()).any(|e| e.spec.placement.exclusive);
     let exclusive: BTreeSet<_> = match shell.input.membership.cells {
-        Some(_) => shell
+        Some(_) if any_exclusive => shell
             .input
             .owners
             .iter()
@@ -374,7 +375,7 @@ fn refresh_handoffs(host: &Host, shell: &mut ShellState) {
             })
             .map(|(r, _)| r.clone())
             .collect(),
-        None => BTreeSet::new(),
+        _ => BTreeSet::new(),
     };
     if exclusive.is_empty() {
         if !shell.input.cell_copies.is_empty() {

@@ -143,6 +143,12 @@ impl Verdicts {
         }
     }
 
+    /// Which view this is: equal stamps, the same verdicts (0 for the empty default; every
+    /// [`Verdicts::new`] takes a stamp of its own).
+    pub fn stamp(&self) -> u64 {
+        self.stamp
+    }
+
     /// Whether `id` is alive and whether it is suspected, given the heartbeat detector's
     /// `heartbeat_live` for identities the probes do not judge.
     pub fn judge(&self, id: &ChitchatId, heartbeat_live: bool) -> (bool, bool) {
@@ -218,6 +224,10 @@ pub struct MemberCache {
     members: Arc<[Member]>,
     /// The stamp of the verdicts every node's `verdict` was looked up in.
     verdicts_stamp: Option<u64>,
+    /// What the last refresh read: chitchat's state stamp (it moves with every other node's
+    /// state and liveness) and this node's own versions (its own writes do not move the stamp).
+    /// While both stand, and the verdicts' stamp, a refresh finds nothing moved without a walk.
+    read_at: Option<(u64, (u64, u64))>,
 }
 
 /// What one reader of a shared [`MemberCache`] saw at its last refresh.
@@ -309,6 +319,18 @@ impl MemberCache {
     /// Reads chitchat's view, with the probes' `verdicts`, and says what moved since the last
     /// refresh.
     pub fn refresh(&mut self, chitchat: &Chitchat, verdicts: &Verdicts) -> Moved {
+        let own = chitchat
+            .node_state(chitchat.self_chitchat_id())
+            .map_or((0, 0), |s| (s.max_version(), s.last_gc_version()));
+        let read_at = (chitchat.state_stamp(), own);
+        if self.read_at == Some(read_at) && self.verdicts_stamp == Some(verdicts.stamp) {
+            debug_assert!(
+                self.unmoved(chitchat, verdicts),
+                "a member moved under an unmoved state stamp"
+            );
+            return Moved::default();
+        }
+        self.read_at = Some(read_at);
         let states = chitchat.node_states();
         let mut moved = Moved::default();
         if !self.same_ids(states) {
@@ -357,6 +379,21 @@ impl MemberCache {
             self.members = members.into();
         }
         moved
+    }
+
+    /// Whether a full refresh would find nothing moved (debug builds check the stamps' shortcut
+    /// with it).
+    fn unmoved(&self, chitchat: &Chitchat, verdicts: &Verdicts) -> bool {
+        let states = chitchat.node_states();
+        self.same_ids(states)
+            && self.nodes.iter().zip(states).all(|(node, (id, state))| {
+                let judged = judged_as(verdicts.verdict(id), chitchat.is_live(id));
+                node.versions == (state.max_version(), state.last_gc_version())
+                    && node.verdict == verdicts.verdict(id)
+                    && node.judged == judged
+                    && node.alive == (!node.facts.leaving && judged.0)
+                    && node.suspect == (judged.1 && !node.facts.leaving)
+            })
     }
 
     /// [`MemberCache::refresh`] for one of several readers: what moved since this reader's
