@@ -142,7 +142,8 @@ impl Checker {
             // last reading of this incarnation: its live set is the one held, nothing went.
             let from = (guard.state_stamp(), verdicts.stamp());
             let held = self.verdicts.live.get(&o.index).filter(|h| h.0 == gen_o);
-            if let Some(held) = held.filter(|_| self.verdicts.read_from.get(&o.index) == Some(&from))
+            if let Some(held) =
+                held.filter(|_| self.verdicts.read_from.get(&o.index) == Some(&from))
             {
                 debug_assert_eq!(held.1, read_live(), "a live set moved under equal stamps");
                 drop(guard);

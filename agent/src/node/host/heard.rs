@@ -4,11 +4,12 @@
 //! node receives everyone's gossip while its own is lost and the others declare it dead. The
 //! reconciler reads the confirmations (`Membership::heard_at`) and fences on their absence.
 //!
-//! Asked only while this node owns or runs an exclusive replica: every live peer once per
-//! [`ASK_INTERVAL`], [`ASKS_AT_ONCE_MAX`] at a time, each bounded by [`ASK_TIMEOUT`]. A
+//! Asked only while this node owns or runs an exclusive replica (every live peer) or hands a
+//! replica off (only the new owners: the reconciler's handoff confirmation reads theirs alone),
+//! once per [`ASK_INTERVAL`], [`ASKS_AT_ONCE_MAX`] at a time, each bounded by [`ASK_TIMEOUT`]. A
 //! confirmation is dated when its request was sent, so it never looks fresher than it is.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,6 +36,9 @@ pub struct Heard {
     active: AtomicBool,
     /// A copy of an exclusive replica may be alive here: the lease advances.
     leasing: AtomicBool,
+    /// Whom to ask: every live peer (`None`), or only these live peers (the new owners of the
+    /// replicas handing off to them: a handoff waits for its new owner's answer alone).
+    only: Mutex<Option<BTreeSet<String>>>,
     wake: Notify,
 }
 
@@ -51,6 +55,12 @@ impl Heard {
         } else if !active {
             self.active.store(false, Ordering::Relaxed);
         }
+    }
+
+    /// Asks every live peer (`None`: the majority rule of an exclusive replica counts them
+    /// all), or only these.
+    pub fn set_asked(&self, only: Option<BTreeSet<String>>) {
+        *self.only.lock().expect("heard lock") = only;
     }
 
     /// Whether a copy of an exclusive replica may be alive here (starting, running, stopping):
@@ -93,7 +103,10 @@ pub async fn run(node: Arc<MeshNode>, heard: Arc<Heard>, mono: MonoClock) {
                 .set(view::LEASE_KEY, lease.to_string());
         }
         let members = node.members().await;
-        let peers = view::live_peer_apis(&members, &node.name);
+        let mut peers = view::live_peer_apis(&members, &node.name);
+        if let Some(only) = heard.only.lock().expect("heard lock").as_ref() {
+            peers.retain(|(peer, _)| only.contains(peer));
+        }
         // Forget peers that left the membership: the map stays bounded by it.
         heard
             .at

@@ -58,6 +58,9 @@ pub struct ShellState {
     cells: Option<Arc<Vec<Cell>>>,
     /// What `cells` was read at: read again only when it moved.
     cells_stamp: shoal_core::cells::PlacementStamp,
+    /// Why the last round held the placement (`CellState::holds_placement`), if it did: the
+    /// first round after places whatever moved meanwhile.
+    placement_held: Option<String>,
     /// Every cell's standing at the last round (what the cell events compare).
     cell_healths: Vec<(String, shoal_core::cells::CellHealth)>,
     /// Peers' observed state that failed to decode, counted.
@@ -268,7 +271,16 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         shell.cells = cells.map(Arc::new);
         shell.placement_key = None;
     }
-    if members_moved || specs_moved || cells_moved {
+    let hold = node.cells.holds_placement();
+    if hold != shell.placement_held {
+        match &hold {
+            Some(why) => tracing::info!("placement held: {why}"),
+            None => tracing::info!("placement no longer held"),
+        }
+    }
+    let was_held = std::mem::replace(&mut shell.placement_held, hold);
+    let place = members_moved || specs_moved || cells_moved || was_held.is_some();
+    if place && shell.placement_held.is_none() {
         let before = shell.placement.clone();
         let members = shell.members_now.clone();
         refresh_placement(host, shell, &members);

@@ -763,6 +763,19 @@ impl HostLoop {
         // (the reconciler's handoff confirmation): ask while one waits.
         let handing_off =
             (issues.iter()).any(|i| i.kind == shoal_core::reconcile::IssueKind::Orphan);
+        // Only the new owners' answers confirm a handoff: asking every peer of the cell each
+        // second for each agent handing off was most of the RPC while a mesh of cells formed.
+        let asked = match owns_exclusive {
+            true => None,
+            false => Some(
+                (issues.iter())
+                    .filter(|i| i.kind == shoal_core::reconcile::IssueKind::Orphan)
+                    .filter_map(|i| self.shell.input().owners.get(i.replica.as_ref()?))
+                    .cloned()
+                    .collect(),
+            ),
+        };
+        self.host.heard.set_asked(asked);
         self.host.heard.set_active(owns_exclusive || handing_off);
         // A copy that may be alive keeps the exclusive lease advancing: peers that cannot reach
         // this node wait for it (rule 5 of the exclusive start rule). A claim alone does not.

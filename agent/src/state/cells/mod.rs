@@ -59,6 +59,11 @@ pub const NEWS_CELLS_MAX: usize = 16;
 /// Most members of its own cell an envoy pushes such news to.
 pub const NEWS_MEMBERS_MAX: usize = 64;
 
+/// How long from its start an agent of a mesh of cells holds its placement while its view of
+/// the cells is incomplete ([`CellState::holds_placement`]), ms: a few exchange rounds. Past
+/// it, it places over what it knows (its own cell alone, if no other answered).
+pub const PLACEMENT_HOLD_MAX_MS: u64 = 5_000;
+
 /// Checks that `name` can name a cell: a DNS label (1 to 63 of `a-z`, `0-9` and `-`, neither
 /// first nor last a `-`).
 pub fn check_cell_name(name: &str) -> Result<(), String> {
@@ -198,6 +203,37 @@ impl CellState {
         let named = self.own != DEFAULT_CELL;
         self.awaiting_table
             .store(named, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Why this agent does not place yet, if it does not: in its first
+    /// [`PLACEMENT_HOLD_MAX_MS`], while it knows it is in a mesh of cells (it was given cell
+    /// seeds, or knows another cell) but cannot place over them: it has not pulled the cells'
+    /// table, or its own cell or every other is missing from it. Placing then would put every
+    /// replica of the mesh on its own cell's members, and start copies of replicas that run in
+    /// other cells, only to hand them back a round later.
+    pub fn holds_placement(&self) -> Option<String> {
+        if self.mono_ms() >= PLACEMENT_HOLD_MAX_MS {
+            return None;
+        }
+        if self
+            .awaiting_table
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Some(format!(
+                "this agent of cell {} has not pulled the cells' table yet",
+                self.own
+            ));
+        }
+        let seeded = !self.seeds.lock().expect("cells lock").is_empty();
+        let table = self.table.lock().expect("cells lock");
+        let mesh_of_cells = seeded || table.len() > 1 || self.known_floor() > 1;
+        (mesh_of_cells && !table.places_cells()).then(|| {
+            format!(
+                "this agent of cell {} is in a mesh of cells whose table lacks its own cell or \
+                 every other yet",
+                self.own
+            )
+        })
     }
 
     /// A cell exchange was answered: this agent holds the cells' table as another agent does.
@@ -566,6 +602,37 @@ mod tests {
         cells.table_pulled();
         // Its exchange answered with no other cell: a mesh of one (named) cell, as before.
         assert_eq!(cells.quorum(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_agent_of_a_mesh_of_cells_holds_its_placement_until_it_can_place_over_them() {
+        // The first agent of a mesh, with no cell seeds: nothing to wait for.
+        let first = CellState::new("c1");
+        assert_eq!(first.holds_placement(), None);
+        // An agent of a named cell that joined through seeds: until its exchange is answered.
+        let cells = CellState::new("c2");
+        cells.joins_through_seeds();
+        let why = cells
+            .holds_placement()
+            .expect("held before the table is pulled");
+        assert!(why.contains("has not pulled the cells' table"), "{why}");
+        cells.table_pulled();
+        assert_eq!(cells.holds_placement(), None, "a mesh of one named cell");
+        // Given cell seeds, it knows it is in a mesh of cells: held while no other cell is
+        // known, then placed over its own cell once the bound has passed.
+        cells.set_seeds(vec!["10.0.0.1:7001".parse().unwrap()]);
+        let why = cells
+            .holds_placement()
+            .expect("held while no other cell is known");
+        assert!(why.contains("in a mesh of cells"), "{why}");
+        tokio::time::advance(std::time::Duration::from_millis(PLACEMENT_HOLD_MAX_MS - 1)).await;
+        assert!(cells.holds_placement().is_some(), "still within the bound");
+        tokio::time::advance(std::time::Duration::from_millis(1)).await;
+        assert_eq!(
+            cells.holds_placement(),
+            None,
+            "held no longer than the bound"
+        );
     }
 
     #[test]
