@@ -1,8 +1,9 @@
 //! The target placement of a mesh of cells, computed as its agents compute it. Each agent
-//! places in two levels from its own table of the cells (`MeshNode::cells.placement_cells()`):
-//! the cell level over its view, then the node level of its own cell's share on its cell's
-//! members; while it knows no other cell, single-level placement of every workload on its
-//! cell's members (what its host loop then does). An agent runs what its own placement gives
+//! places in two levels over the view of the cells its host loop adopted
+//! (`MeshNode::cells.adopted()`): the cell level over that view, then the node level of its own
+//! cell's share on its cell's members; while it knows no other cell, single-level placement of
+//! every workload on its cell's members (what its host loop then does); while it holds its
+//! placement, nothing. An agent runs what its own placement gives
 //! its host, so the target is, for each host that is up, the replicas its agent's view places
 //! on it. The target itself is judged: a replica two agents' views place on themselves, or one
 //! no view places on an up host and none declares unschedulable, is a gap, so a disagreement
@@ -19,63 +20,53 @@ use shoal_core::placement::model::{Node, Placement, Workload};
 use super::HostView;
 use crate::host::HostState;
 
-/// One up agent's view of the mesh's cells (`None` inside: it places in one level), with its
-/// `MeshNode::cells.placement_key()`: equal keys, equal views, up to hash collisions, so the key
-/// only says where to look and which views to read again; equality is decided on the views.
+/// One up agent's adopted view of the mesh's cells (`None` inside: it places in one level), with
+/// its key: equal keys, equal views, up to hash collisions, so the key only says where to look;
+/// equality is decided on the views.
 #[derive(Clone, Debug, PartialEq)]
 pub struct View {
     /// The view's hash (`None` with `cells`).
     pub key: Option<u64>,
-    /// The cells it places over, shared by the agents whose views are equal.
+    /// The cells it places over (the host loop's own copy, shared).
     pub cells: Option<Arc<Vec<Cell>>>,
+    /// It holds its placement: it places nothing.
+    pub held: bool,
 }
 
 /// Each up agent's view of the mesh's cells, by host index.
 pub type Views = BTreeMap<u32, View>;
 
-/// Brings `views` to the up agents of `hosts` (none when the scenario has no cells), reading
-/// again only the views whose keys moved: building every view costs hosts x cells summaries,
-/// which at 5,000 agents in 50 cells was a quarter of the run. Whether a view moved.
+/// Brings `views` to the up agents of `hosts` (none when the scenario has no cells): each
+/// agent's adopted view, shared with its host loop (no copy). Whether a view moved.
 pub fn refresh_views(hosts: &[HostView<'_>], views: &mut Views) -> bool {
     let mut moved = false;
     let mut up = BTreeSet::new();
-    // The views held, by key, to share one copy among the agents that hold the same (most
-    // agents of a cell do: 5,000 copies of 50 summaries were a gigabyte at 5,000 agents).
-    let mut shared: Option<BTreeMap<u64, Vec<Arc<Vec<Cell>>>>> = None;
     for h in hosts
         .iter()
         .filter(|h| h.state == HostState::Up && h.cell.is_some())
     {
         let Some(node) = h.node else { continue };
         up.insert(h.index);
-        let key = node.cells.placement_key();
-        if views.get(&h.index).is_some_and(|v| v.key == key) {
+        let adopted = node.cells.adopted();
+        let view = View {
+            key: adopted.key,
+            cells: adopted.cells,
+            held: adopted.held,
+        };
+        let same = views.get(&h.index).is_some_and(|v| {
+            v.key == view.key
+                && v.held == view.held
+                && match (&v.cells, &view.cells) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+                    (None, None) => true,
+                    _ => false,
+                }
+        });
+        if same {
             continue;
         }
-        let cells = node.cells.placement_cells().map(|fresh| {
-            let pool = shared.get_or_insert_with(|| {
-                let mut pool: BTreeMap<u64, Vec<Arc<Vec<Cell>>>> = BTreeMap::new();
-                for v in views.values() {
-                    if let (Some(k), Some(c)) = (v.key, &v.cells) {
-                        let held = pool.entry(k).or_default();
-                        if !held.iter().any(|h| Arc::ptr_eq(h, c)) {
-                            held.push(c.clone());
-                        }
-                    }
-                }
-                pool
-            });
-            let same = key.and_then(|k| pool.get(&k)?.iter().find(|c| ***c == fresh).cloned());
-            same.unwrap_or_else(|| {
-                let fresh = Arc::new(fresh);
-                if let Some(k) = key {
-                    pool.entry(k).or_default().push(fresh.clone());
-                }
-                fresh
-            })
-        });
-        let before = views.insert(h.index, View { key, cells });
-        moved |= before.is_none_or(|b| b.cells != views[&h.index].cells);
+        views.insert(h.index, view);
+        moved = true;
     }
     let len = views.len();
     views.retain(|index, _| up.contains(index));
@@ -109,6 +100,7 @@ pub fn target(
     }
     let agents: Vec<Agent<'_>> = hosts
         .iter()
+        .filter(|h| views.get(&h.index).is_none_or(|v| !v.held))
         .filter_map(|h| {
             Some(Agent {
                 name: h.name,

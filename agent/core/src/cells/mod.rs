@@ -31,6 +31,7 @@ mod model;
 mod offer;
 mod publish;
 mod quorum;
+mod settle;
 mod summary;
 mod table;
 
@@ -44,6 +45,7 @@ pub use model::{
 };
 pub use publish::{summarize, RANKED_DRIFT_DIVISOR};
 pub use quorum::CellQuorum;
+pub use settle::{CellsSettle, CELLS_SETTLE_MAX_MS, CELLS_SETTLE_MS};
 pub use summary::{
     CellSummary, LabelOffer, SummaryError, ZoneOffer, CELL_CONTACTS_MAX, CELL_CONTACT_LEN_MAX,
     CELL_LABELS_MAX, CELL_MEMBERS_MAX, CELL_NAME_LEN_MAX, CELL_SUMMARY_BYTES_MAX,

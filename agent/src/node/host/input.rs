@@ -58,6 +58,8 @@ pub struct ShellState {
     cells: Option<Arc<Vec<Cell>>>,
     /// What `cells` was read at: read again only when it moved.
     cells_stamp: shoal_core::cells::PlacementStamp,
+    /// The view of the cells read but not adopted yet.
+    cells_settle: shoal_core::cells::CellsSettle,
     /// Why the last round held the placement (`CellState::holds_placement`), if it did: the
     /// first round after places whatever moved meanwhile.
     placement_held: Option<String>,
@@ -258,7 +260,11 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
         shell.input.specs = shell.specs.clone();
     }
     // The placement is a function of the members, the specs and the cells only.
-    let cells = node.cells.placement_cells_since(&mut shell.cells_stamp);
+    // A new view of the cells is adopted once it stands (`CellsSettle`): while a mesh of cells
+    // forms, views change round after round, and each would move replicas the next moves again.
+    let read = node.cells.placement_cells_since(&mut shell.cells_stamp);
+    let adopted = shell.cells.as_deref().map(Vec::as_slice);
+    let cells = shell.cells_settle.offer(now, read, adopted);
     let cells_moved = cells
         .as_ref()
         .is_some_and(|c| c.as_ref() != shell.cells.as_deref());
@@ -277,6 +283,12 @@ pub async fn build(host: &Host, shell: &mut ShellState, now: u64) {
             Some(why) => tracing::info!("placement held: {why}"),
             None => tracing::info!("placement no longer held"),
         }
+    }
+    if cells_moved || hold.is_some() != shell.placement_held.is_some() {
+        node.cells.set_adopted(crate::state::cells::Adopted::new(
+            shell.cells.clone(),
+            hold.is_some(),
+        ));
     }
     let was_held = std::mem::replace(&mut shell.placement_held, hold);
     let place = members_moved || specs_moved || cells_moved || was_held.is_some();

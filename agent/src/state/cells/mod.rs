@@ -147,6 +147,32 @@ const ASKER_CELLS_MAX: usize = 64;
 /// How long an asker is remembered, ms.
 const ASKER_KEPT_MS: u64 = 10 * 60 * 1000;
 
+/// What the host loop places over: the view of the cells it adopted (`None`: one level), a hash
+/// of it, and whether it holds its placement ([`CellState::holds_placement`]). The simulator's
+/// checker judges each agent by it.
+#[derive(Clone, Debug, Default)]
+pub struct Adopted {
+    /// The view adopted (`None`: one level, no other cell).
+    pub cells: Option<Arc<Vec<Cell>>>,
+    /// A hash of `cells` (`None` with it): equal views, equal keys.
+    pub key: Option<u64>,
+    /// It places nothing now.
+    pub held: bool,
+}
+
+impl Adopted {
+    /// `cells` adopted, held or not.
+    pub fn new(cells: Option<Arc<Vec<Cell>>>, held: bool) -> Adopted {
+        use std::hash::{Hash, Hasher};
+        let key = cells.as_ref().map(|c| {
+            let mut h = xxhash_rust::xxh3::Xxh3::new();
+            c.hash(&mut h);
+            h.finish()
+        });
+        Adopted { cells, key, held }
+    }
+}
+
 /// What the host loop placed last, for the summary's `free`.
 #[derive(Clone, Default)]
 pub struct LocalPlacement {
@@ -164,6 +190,8 @@ pub struct CellState {
     table: Mutex<CellTable>,
     mono_start: tokio::time::Instant,
     local: Mutex<LocalPlacement>,
+    /// What the host loop places over now.
+    adopted: Mutex<Adopted>,
     /// API addresses given with `--cell-seed` (or learned from a seed's directory), asked
     /// until another cell is known.
     seeds: Mutex<Vec<SocketAddr>>,
@@ -189,6 +217,7 @@ impl CellState {
             table: Mutex::new(CellTable::new(cell)),
             mono_start: tokio::time::Instant::now(),
             local: Mutex::new(LocalPlacement::default()),
+            adopted: Mutex::default(),
             seeds: Mutex::new(Vec::new()),
             handoffs: handoff::Handoffs::default(),
             known_floor: std::sync::atomic::AtomicUsize::new(0),
@@ -530,6 +559,16 @@ impl CellState {
     /// Entries refused since start.
     pub fn refused_total(&self) -> u64 {
         self.table.lock().expect("cells lock").refused_total()
+    }
+
+    /// What the host loop places over now.
+    pub fn set_adopted(&self, adopted: Adopted) {
+        *self.adopted.lock().expect("cells lock") = adopted;
+    }
+
+    /// What the host loop places over now (one level, not held, before its first round).
+    pub fn adopted(&self) -> Adopted {
+        self.adopted.lock().expect("cells lock").clone()
     }
 
     /// The host loop's last placement of this cell.
