@@ -53,16 +53,8 @@ pub fn refresh_views(hosts: &[HostView<'_>], views: &mut Views) -> bool {
             cells: adopted.cells,
             held: adopted.held,
         };
-        let same = views.get(&h.index).is_some_and(|v| {
-            v.key == view.key
-                && v.held == view.held
-                && match (&v.cells, &view.cells) {
-                    (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
-                    (None, None) => true,
-                    _ => false,
-                }
-        });
-        if same {
+        // Equal keys first; an `Arc` of equal views compares its pointers before its cells.
+        if views.get(&h.index) == Some(&view) {
             continue;
         }
         views.insert(h.index, view);

@@ -515,17 +515,6 @@ impl CellState {
             .store(cells, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// A hash of what [`CellState::placement_cells`] returns now, without building it (`None`
-    /// when it returns `None`).
-    pub fn placement_key(&self) -> Option<u64> {
-        let now = self.mono_ms();
-        let mut table = self.table.lock().expect("cells lock");
-        let downs = table.latch_downs(now);
-        table
-            .places_cells()
-            .then(|| table.placement_key_from(&downs))
-    }
-
     /// The names of the cells held, in order (no summary copied, no cell judged).
     pub fn names(&self) -> Vec<String> {
         let table = self.table.lock().expect("cells lock");
