@@ -240,6 +240,46 @@ fn what_a_peer_may_not_send_is_refused_and_counted() {
         .all(|(_, w)| *w == EntryRefusal::TableFull));
 }
 
+/// A body the table would not read is not checked: an older or equal stamp is ignored, and a
+/// newer stamp of the version held only restamps the content held (whatever came with it). A
+/// new version is checked as ever.
+#[test]
+fn a_body_the_table_holds_already_is_neither_checked_nor_kept() {
+    let mut t = CellTable::new("c1");
+    let good = summary("c2", 3);
+    assert!(t
+        .merge(vec![entry(good.clone(), WALL)], 0, WALL)
+        .refused
+        .is_empty());
+    let mut garbled = good.clone();
+    garbled.cell = "Not A Label".into();
+    let garbled_at = |stamp| CellEntry {
+        summary: Some(garbled.clone()),
+        ..entry(good.clone(), stamp)
+    };
+    let older = t.merge(vec![garbled_at(WALL - 1), garbled_at(WALL)], 0, WALL);
+    assert!(
+        older.refused.is_empty() && older.updated.is_empty(),
+        "{older:?}"
+    );
+    let restamped = t.merge(vec![garbled_at(WALL + 1)], 0, WALL);
+    assert!(restamped.refused.is_empty(), "{restamped:?}");
+    assert_eq!(restamped.updated, vec!["c2".to_string()]);
+    assert_eq!(t.summary("c2").map(|s| s.cell.as_str()), Some("c2"));
+    assert_eq!(t.known()[0].stamp, WALL + 1);
+    assert_eq!(t.refused_total(), 0);
+    // A new version with a body that does not match it is refused, the content held stands.
+    let mut bigger = entry(summary("c2", 5), WALL + 2);
+    bigger.version ^= 1;
+    let refused = t.merge(vec![bigger], 0, WALL);
+    assert!(matches!(
+        refused.refused[0].1,
+        EntryRefusal::VersionMismatch
+    ));
+    assert_eq!(t.summary("c2").map(|s| s.members), Some(3));
+    assert_eq!(t.refused_total(), 1);
+}
+
 proptest! {
     /// Arbitrary entries (names, versions, stamps, ages, bodies or none) never panic the table
     /// and never take it past its bound; every entry is taken, ignored as older, or refused.

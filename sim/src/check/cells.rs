@@ -74,22 +74,30 @@ pub struct CellTarget {
     pub gaps: Vec<String>,
 }
 
-/// The target for the known hosts of a mesh of cells (`up`: those up now).
-pub fn target(
+/// Each cell's known hosts (`up`: those up now) as its agents' node level sees them.
+pub fn members(
     hosts: &[HostView<'_>],
     known: &BTreeSet<u32>,
     up: &BTreeSet<u32>,
-    workloads: &[Workload],
-    views: &Views,
     algorithm: u32,
-    memo: &PlacementMemo,
-) -> CellTarget {
+) -> BTreeMap<String, Vec<Node>> {
     let mut members: BTreeMap<String, Vec<Node>> = BTreeMap::new();
     for h in hosts.iter().filter(|h| known.contains(&h.index)) {
         let Some(cell) = h.cell else { continue };
         let node = super::truth::placement_node(h, up.contains(&h.index), algorithm);
         members.entry(cell.to_string()).or_default().push(node);
     }
+    members
+}
+
+/// The target for a mesh of cells whose cells hold `members` ([`members`]).
+pub fn target(
+    hosts: &[HostView<'_>],
+    members: &BTreeMap<String, Vec<Node>>,
+    workloads: &[Workload],
+    views: &Views,
+    memo: &PlacementMemo,
+) -> CellTarget {
     let agents: Vec<Agent<'_>> = hosts
         .iter()
         .filter(|h| views.get(&h.index).is_none_or(|v| !v.held))
@@ -102,7 +110,7 @@ pub fn target(
             })
         })
         .collect();
-    merge(&members, workloads, &agents, memo)
+    merge(members, workloads, &agents, memo)
 }
 
 /// One up agent: its host's name, its cell and its view of the cells.
@@ -138,6 +146,7 @@ pub fn merge(
     let mut placed_at: BTreeMap<(&str, Option<u64>), usize> = BTreeMap::new();
     let mut unschedulable: BTreeSet<ReplicaId> = BTreeSet::new();
     let mut target = CellTarget::default();
+    let mut agent_at: Vec<usize> = Vec::with_capacity(agents.len());
     for a in agents {
         let key = (a.cell, a.view);
         let hint = (a.cell, a.view.map(|_| a.key));
@@ -177,16 +186,53 @@ pub fn merge(
             }
         };
         placed_at.insert(hint, at);
-        for (r, node) in &placed[at].1.assigned {
-            if node != a.name {
-                continue;
-            }
+        agent_at.push(at);
+    }
+    // A placement several agents share is indexed by host, walked once (not once per agent of
+    // it: 5,000 agents each walking their cell's whole placement); one only one agent reads is
+    // walked by that agent.
+    let mut uses = vec![0usize; placed.len()];
+    for &at in &agent_at {
+        uses[at] += 1;
+    }
+    let by_node: Vec<Option<BTreeMap<&str, Vec<&ReplicaId>>>> = placed
+        .iter()
+        .zip(&uses)
+        .map(|((_, p), &uses)| {
+            (uses > 1).then(|| {
+                let mut index: BTreeMap<&str, Vec<&ReplicaId>> = BTreeMap::new();
+                for (r, node) in &p.assigned {
+                    index.entry(node.as_str()).or_default().push(r);
+                }
+                index
+            })
+        })
+        .collect();
+    let mut own: Vec<&ReplicaId> = Vec::new();
+    for (a, &at) in agents.iter().zip(&agent_at) {
+        own.clear();
+        match &by_node[at] {
+            Some(index) => own.extend(index.get(a.name).into_iter().flatten().copied()),
+            None => own.extend(
+                placed[at]
+                    .1
+                    .assigned
+                    .iter()
+                    .filter(|(_, node)| *node == a.name)
+                    .map(|(r, _)| r),
+            ),
+        }
+        for &r in &own {
             match target.placement.assigned.get(r) {
                 Some(first) => target.gaps.push(format!(
-                    "{r} is placed on two hosts: {first} and {node} each place it on themselves"
+                    "{r} is placed on two hosts: {first} and {} each place it on themselves",
+                    a.name
                 )),
                 None => {
-                    target.placement.assigned.insert(r.clone(), node.clone());
+                    target
+                        .placement
+                        .assigned
+                        .insert(r.clone(), a.name.to_string());
                 }
             }
         }

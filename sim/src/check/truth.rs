@@ -48,6 +48,9 @@ pub(crate) struct Truth {
     /// A mesh of cells: each up agent's view of the cells, and what is wrong with the target the
     /// views give (`cells.rs`).
     views: super::cells::Views,
+    /// A mesh of cells: each cell's hosts as placement sees them, for `key` (kept while only
+    /// views move, as they do through a forming mesh).
+    cell_members: Option<(u64, BTreeMap<String, Vec<Node>>)>,
     pub(super) cell_gaps: Vec<String>,
 }
 
@@ -146,29 +149,30 @@ impl Checker {
         let mut known = self.truth.known.clone();
         known.extend(up.iter().copied());
         let algorithm = placement_algorithm(hosts);
-        let mut key_text = format!("algorithm {algorithm};");
+        // A hash of the inputs, written straight into the hasher (a line of text per host
+        // per sample was a share of a 5,000-host run).
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        hasher.update(&algorithm.to_le_bytes());
         for h in hosts.iter().filter(|h| known.contains(&h.index)) {
             let up = up.contains(&h.index);
-            key_text.push_str(&format!("{}:{}:{up};", h.index, h.record.draining));
+            hasher.update(&h.index.to_le_bytes());
+            hasher.update(&[u8::from(h.record.draining), u8::from(up)]);
         }
+        let mut key_text = String::new();
         for (w, (v, _)) in &self.latest {
             key_text.push_str(&format!("{w}@{v:?};"));
         }
         for (r, h) in &self.data.holder {
             key_text.push_str(&format!("{r}={h};"));
         }
-        let key = xxhash_rust::xxh3::xxh3_64(key_text.as_bytes());
+        hasher.update(key_text.as_bytes());
+        let key = hasher.digest();
         // Building every agent's view of the cells costs hosts x cells summaries per sample:
         // only the views whose hashes moved are read again.
         let views_moved = super::cells::refresh_views(hosts, &mut self.truth.views);
         if key == self.truth.key && !views_moved {
             return;
         }
-        let nodes: Vec<_> = hosts
-            .iter()
-            .filter(|h| known.contains(&h.index))
-            .map(|h| placement_node(h, up.contains(&h.index), algorithm))
-            .collect();
         // As the agents' store records do, the holders of the replicas' data (`data.rs`).
         let holders: BTreeMap<ReplicaId, String> = self
             .data
@@ -188,11 +192,22 @@ impl Checker {
         // As the agents place: more replicas than eligible hosts stack (docs/placement.md); in
         // a mesh of cells, each cell's node level from its own view of the cells.
         let (placement, cell_gaps) = match hosts.iter().any(|h| h.cell.is_some()) {
-            false => (place_stacked(&nodes, &workloads), Vec::new()),
+            false => {
+                let nodes: Vec<_> = hosts
+                    .iter()
+                    .filter(|h| known.contains(&h.index))
+                    .map(|h| placement_node(h, up.contains(&h.index), algorithm))
+                    .collect();
+                (place_stacked(&nodes, &workloads), Vec::new())
+            }
             true => {
+                let members = match self.truth.cell_members.take() {
+                    Some((at, members)) if at == key => members,
+                    _ => super::cells::members(hosts, &known, &up, algorithm),
+                };
                 let (views, memo) = (&self.truth.views, &self.memo);
-                let t =
-                    super::cells::target(hosts, &known, &up, &workloads, views, algorithm, memo);
+                let t = super::cells::target(hosts, &members, &workloads, views, memo);
+                self.truth.cell_members = Some((key, members));
                 (t.placement, t.gaps)
             }
         };
@@ -228,6 +243,7 @@ impl Checker {
             key,
             placement,
             views: std::mem::take(&mut self.truth.views),
+            cell_members: self.truth.cell_members.take(),
             cell_gaps,
         };
     }

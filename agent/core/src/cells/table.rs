@@ -195,8 +195,8 @@ struct Held {
     heard_mono: u64,
     /// The first cell `summary.sees` holds up that this table does not know (`first_unknown`),
     /// once asked: [`CellTable::quorum`] reads it every host round, and working it out is a walk
-    /// of two lists of every cell. Empty again whenever the summary, or the set of cells held,
-    /// changes.
+    /// of two lists of every cell. Empty again whenever the summary's `sees`, or the set of cells
+    /// held, changes.
     unknown: std::sync::OnceLock<Option<String>>,
 }
 
@@ -252,9 +252,16 @@ fn placement_hash(placed: &CellSummary) -> u64 {
 
 /// The version of a summary: a hash of its content with `version` set to 0.
 pub fn content_version(summary: &CellSummary) -> u64 {
-    let mut s = summary.clone();
-    s.version = 0;
-    let bytes = serde_json::to_vec(&s).expect("a summary always serializes");
+    content_version_of(&mut summary.clone())
+}
+
+/// [`content_version`] of a summary this caller owns, without copying it: its `version` is
+/// cleared for the hash and put back (a merge checks every summary it receives: copying each
+/// was most of what merging cost the simulator at 5,000 agents).
+fn content_version_of(summary: &mut CellSummary) -> u64 {
+    let claimed = std::mem::take(&mut summary.version);
+    let bytes = serde_json::to_vec(&*summary).expect("a summary always serializes");
+    summary.version = claimed;
     xxhash_rust::xxh3::xxh3_64(&bytes)
 }
 
@@ -371,8 +378,7 @@ impl CellTable {
     pub fn publish(&mut self, mut summary: CellSummary, now_wall: u64, now_mono: u64) -> u64 {
         let held = self.cells.get(&summary.cell).map_or(0, |h| h.stamp);
         let stamp = now_wall.max(held.saturating_add(1));
-        summary.version = 0;
-        summary.version = content_version(&summary);
+        summary.version = content_version_of(&mut summary);
         let entry = CellEntry {
             cell: summary.cell.clone(),
             version: summary.version,
@@ -452,56 +458,67 @@ impl CellTable {
         }
         // Never more recent than now, never older than the down bound allows to matter.
         let heard = now_mono.saturating_sub(entry.age_ms.min(CELL_FORGET_MS));
-        if let Some(summary) = &entry.summary {
-            summary
-                .validate()
-                .map_err(|e| EntryRefusal::Invalid(e.to_string()))?;
-            if summary.cell != entry.cell {
-                return Err(EntryRefusal::WrongCell);
+        // What this table holds already decides first: a body it would not read (an older or
+        // equal stamp, or the content it holds newly stamped) is neither checked nor kept.
+        if let Some(held) = self.cells.get_mut(&entry.cell) {
+            if entry.stamp < held.stamp {
+                return Ok(false);
             }
-            if content_version(summary) != entry.version {
-                return Err(EntryRefusal::VersionMismatch);
-            }
-            let over = self
-                .own_bound
-                .filter(|_| summary.cell == self.own)
-                .and_then(|bound| bound.exceeded_by(summary));
-            if let Some(why) = over {
-                return Err(EntryRefusal::OwnCellOverclaimed(why));
-            }
-        }
-        match self.cells.get_mut(&entry.cell) {
-            Some(held) if entry.stamp < held.stamp => Ok(false),
-            Some(held) if entry.stamp == held.stamp => {
+            if entry.stamp == held.stamp {
                 // The same publication relayed along another path. Under the stamp rule, age
                 // alone takes a cell down: the latest hearing is kept (the generous reading).
-                // Under the evidence rule age only starts probes, and a verdict waits for their
-                // failures: the earliest hearing is kept, the nearest to when it was published
-                // (every path adds its own delay; the latest would let a member that pulled it
-                // late push a lost cell's staleness back, up to a round).
+                // Under the evidence rule age only starts probes, and a verdict waits for
+                // their failures: the earliest hearing is kept, the nearest to when it was
+                // published (every path adds its own delay; the latest would let a member
+                // that pulled it late push a lost cell's staleness back, up to a round).
                 held.heard_mono = match self.rule {
                     CellRule::Stamp => held.heard_mono.max(heard),
                     CellRule::Evidence => held.heard_mono.min(heard),
                 };
-                Ok(false)
+                return Ok(false);
             }
+            if entry.version == held.version {
+                // The content held, newly stamped (the summary, placed figures and remembered
+                // unknown cell stand).
+                held.probes = Probes::default();
+                held.latched = false;
+                held.stamp = entry.stamp;
+                held.heard_mono = heard.max(held.heard_mono);
+                return Ok(true);
+            }
+        }
+        let Some(mut summary) = entry.summary else {
+            return Err(EntryRefusal::MissingBody);
+        };
+        summary
+            .validate()
+            .map_err(|e| EntryRefusal::Invalid(e.to_string()))?;
+        if summary.cell != entry.cell {
+            return Err(EntryRefusal::WrongCell);
+        }
+        if content_version_of(&mut summary) != entry.version {
+            return Err(EntryRefusal::VersionMismatch);
+        }
+        let over = self
+            .own_bound
+            .filter(|_| summary.cell == self.own)
+            .and_then(|bound| bound.exceeded_by(&summary));
+        if let Some(why) = over {
+            return Err(EntryRefusal::OwnCellOverclaimed(why));
+        }
+        let placed = for_placement(&summary);
+        let ranked = placement_hash(&placed);
+        match self.cells.get_mut(&entry.cell) {
             Some(held) => {
-                let (summary, placed, ranked) = match entry.summary {
-                    Some(s) if entry.version == held.version => {
-                        (s, held.placed.clone(), held.ranked)
-                    }
-                    Some(s) => {
-                        let placed = for_placement(&s);
-                        if placed != held.placed {
-                            self.placed_generation += 1;
-                        }
-                        let ranked = placement_hash(&placed);
-                        (s, placed, ranked)
-                    }
-                    None if entry.version == held.version => {
-                        (held.summary.clone(), held.placed.clone(), held.ranked)
-                    }
-                    None => return Err(EntryRefusal::MissingBody),
+                if placed != held.placed {
+                    self.placed_generation += 1;
+                }
+                // The remembered unknown cell stands while the summary names the same cells:
+                // forgetting it at each new version made the quorum walk every cell's `sees`
+                // again each round.
+                let unknown = match summary.sees == held.summary.sees {
+                    true => std::mem::take(&mut held.unknown),
+                    false => Default::default(),
                 };
                 *held = Held {
                     probes: Probes::default(),
@@ -512,26 +529,22 @@ impl CellTable {
                     version: entry.version,
                     stamp: entry.stamp,
                     heard_mono: heard.max(held.heard_mono),
-                    unknown: Default::default(),
+                    unknown,
                 };
                 Ok(true)
             }
             None => {
-                let Some(summary) = entry.summary else {
-                    return Err(EntryRefusal::MissingBody);
-                };
                 if self.cells.len() >= CELLS_MAX {
                     return Err(EntryRefusal::TableFull);
                 }
                 self.placed_generation += 1;
                 self.names_moved();
-                let placed = for_placement(&summary);
                 self.cells.insert(
                     entry.cell,
                     Held {
                         probes: Probes::default(),
                         latched: false,
-                        ranked: placement_hash(&placed),
+                        ranked,
                         placed,
                         summary,
                         version: entry.version,

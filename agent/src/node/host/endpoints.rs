@@ -20,18 +20,20 @@ impl Host {
 }
 
 impl HostLoop {
-    /// Builds and publishes the endpoint table when the members, gossip, specs or this node's
-    /// instances moved since it was last built.
+    /// Builds and publishes the endpoint table when the members, the peers' instances, the
+    /// specs or this node's instances moved since it was last built.
     pub(super) fn refresh_endpoints(&mut self, observed: &[InstanceStatus]) {
-        let generation = self.shell.generation();
-        if let Some((at, own)) = &self.endpoints_at {
-            if *at == generation && own.as_slice() == observed {
+        let generation = self.shell.endpoints_generation();
+        let members = self.shell.members();
+        if let Some(at) = &self.endpoints_at {
+            if at.generation == generation
+                && at.own.as_slice() == observed
+                && same_hosts(&at.members, members)
+            {
                 return;
             }
         }
-        let hosts: BTreeMap<String, HostInfo> = self
-            .shell
-            .members()
+        let hosts: BTreeMap<String, HostInfo> = members
             .iter()
             .map(|m| (m.name.clone(), host_info(m)))
             .collect();
@@ -44,8 +46,32 @@ impl HostLoop {
             peers: &input.peers,
         });
         *self.host.endpoints.lock().expect("endpoints lock") = Arc::new(table);
-        self.endpoints_at = Some((generation, observed.to_vec()));
+        self.endpoints_at = Some(EndpointsAt {
+            generation,
+            own: observed.to_vec(),
+            members: members.clone(),
+        });
     }
+}
+
+/// What the endpoint table was last built from.
+pub(super) struct EndpointsAt {
+    /// [`ShellState::endpoints_generation`](super::input::ShellState::endpoints_generation).
+    generation: u64,
+    /// This node's own instances.
+    own: Vec<InstanceStatus>,
+    /// The members (only their names, addresses and liveness are read).
+    members: Arc<[Member]>,
+}
+
+/// Whether two lists of members give the same hosts: names, addresses and liveness (a record's
+/// other fields, such as its free resources, move often and the table does not read them).
+fn same_hosts(a: &Arc<[Member]>, b: &Arc<[Member]>) -> bool {
+    Arc::ptr_eq(a, b)
+        || (a.len() == b.len()
+            && a.iter()
+                .zip(b.iter())
+                .all(|(x, y)| x.name == y.name && host_info(x) == host_info(y)))
 }
 
 /// A member's address: the IP of its API address, or of its gossip address when the API is

@@ -257,8 +257,8 @@ pub struct HostLoop {
     cells_saved: Option<usize>,
     /// Rollout assessments, writes in flight and the issues about them.
     rollouts: rollout::Rollouts,
-    /// What the endpoint table was last built from (the shell's generation, own instances).
-    endpoints_at: Option<(u64, Vec<InstanceStatus>)>,
+    /// What the endpoint table was last built from.
+    endpoints_at: Option<endpoints::EndpointsAt>,
     /// Whether this node saw a majority of the mesh at the last round (None before the first).
     had_majority: Option<bool>,
     /// `delete --purge-data` on this node (`purge.rs`).
