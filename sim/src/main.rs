@@ -158,7 +158,14 @@ fn run_one(
     entropy::check().map_err(|e| anyhow::anyhow!("the entropy override is not in effect: {e}"))?;
     let progress_ms = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
-    let memo = Arc::new(shoal_core::cells::PlacementMemo::new());
+    // A result per 20 agents at the cell level and per 2 at the node level (the defaults up to
+    // 640 and 512 hosts): while 5,000 agents form a mesh of cells, hundreds of their views stand
+    // at once (docs/measurements.md, the fourth pass at 5,000 agents).
+    let hosts = sc.mesh.nodes as usize;
+    let memo = Arc::new(shoal_core::cells::PlacementMemo::with_capacity(
+        hosts / 20,
+        hosts / 2,
+    ));
     let bar = spawn_progress(&sc, progress_ms.clone(), done.clone(), memo.clone());
     let wall = std::time::Instant::now();
     let p = progress_ms.clone();

@@ -90,13 +90,16 @@ pub fn members(
     members
 }
 
-/// The target for a mesh of cells whose cells hold `members` ([`members`]).
+/// The target for a mesh of cells whose cells hold `members` ([`members`]), under the truth's
+/// `key` (see [`merge`]).
 pub fn target(
     hosts: &[HostView<'_>],
     members: &BTreeMap<String, Vec<Node>>,
     workloads: &[Workload],
     views: &Views,
     memo: &PlacementMemo,
+    cache: &mut Placed,
+    key: u64,
 ) -> CellTarget {
     let agents: Vec<Agent<'_>> = hosts
         .iter()
@@ -110,7 +113,7 @@ pub fn target(
             })
         })
         .collect();
-    merge(members, workloads, &agents, memo)
+    merge(members, workloads, &agents, memo, cache, key)
 }
 
 /// One up agent: its host's name, its cell and its view of the cells.
@@ -128,59 +131,123 @@ pub struct Agent<'a> {
 /// A cell and one view of the cells: agents sharing both place alike.
 type ViewKey<'a> = (&'a str, Option<&'a Arc<Vec<Cell>>>);
 
+/// What [`merge`] placed at the last sample, by cell and view: kept while the members of the
+/// cells and the workloads stand (the truth's key), so that a view that stands from one sample
+/// to the next is not placed again (while a mesh of 5,000 forms, hundreds of distinct views
+/// stand at once, more than the shared memo keeps: the checker placed most of them again at
+/// every sample, and pushed the agents' own results out of the memo).
+#[derive(Default)]
+pub struct Placed {
+    /// The truth key the entries were placed under.
+    key: u64,
+    /// By cell, then by view key.
+    entries: BTreeMap<String, BTreeMap<Option<u64>, Vec<PlacedView>>>,
+}
+
+/// One (cell, view)'s placement of its cell's replicas.
+struct PlacedView {
+    view: Option<Arc<Vec<Cell>>>,
+    local: Arc<Placement>,
+    /// The replicas either level declared unschedulable.
+    unschedulable: Vec<ReplicaId>,
+}
+
+impl Placed {
+    /// An earlier sample's placement of `cell` under `view` (key `hint`), if it kept one.
+    fn get(
+        &self,
+        cell: &str,
+        hint: Option<u64>,
+        view: Option<&Arc<Vec<Cell>>>,
+    ) -> Option<&PlacedView> {
+        let list = self.entries.get(cell)?.get(&hint)?;
+        list.iter().find(|p| p.view.as_ref() == view)
+    }
+}
+
 /// Places as every agent does (pure; see the module doc) and merges what each places on itself.
 /// Each distinct input is placed through `memo`, which the agents share: an input one of them
-/// placed already, or an earlier sample did, is not placed again (the result is the same).
+/// placed already, or an earlier sample did, is not placed again (the result is the same). A
+/// (cell, view) the last sample placed under the same `key` (the members and workloads) is
+/// taken from `cache`.
 pub fn merge(
     members: &BTreeMap<String, Vec<Node>>,
     workloads: &[Workload],
     agents: &[Agent<'_>],
     memo: &PlacementMemo,
+    cache: &mut Placed,
+    key: u64,
 ) -> CellTarget {
+    if cache.key != key {
+        *cache = Placed {
+            key,
+            entries: BTreeMap::new(),
+        };
+    }
     // Agents of a cell usually hold the same view: each distinct (cell, view) is placed once,
-    // and each distinct view's cell level once. Found by their keys first (comparing 5,000
-    // views with each other was a tenth of a large run), then by the views themselves.
+    // and each distinct view's cell level once. Found by their keys (equal views have equal
+    // keys; the views are compared too, for the keys' collisions).
     let mut cell_levels: Vec<(&Arc<Vec<Cell>>, Arc<CellPlacement>)> = Vec::new();
     let mut level_at: BTreeMap<u64, usize> = BTreeMap::new();
     let mut placed: Vec<(ViewKey<'_>, Arc<Placement>)> = Vec::new();
     let mut placed_at: BTreeMap<(&str, Option<u64>), usize> = BTreeMap::new();
     let mut unschedulable: BTreeSet<ReplicaId> = BTreeSet::new();
+    let mut kept: BTreeMap<String, BTreeMap<Option<u64>, Vec<PlacedView>>> = BTreeMap::new();
     let mut target = CellTarget::default();
     let mut agent_at: Vec<usize> = Vec::with_capacity(agents.len());
     for a in agents {
         let key = (a.cell, a.view);
         let hint = (a.cell, a.view.map(|_| a.key));
-        let found = placed_at
-            .get(&hint)
-            .copied()
-            .filter(|&at| placed[at].0 == key)
-            .or_else(|| placed.iter().position(|(k, _)| *k == key));
+        let found = match placed_at.get(&hint) {
+            Some(&at) if placed[at].0 == key => Some(at),
+            // Two views with one key: looked for among all.
+            Some(_) => placed.iter().position(|(k, _)| *k == key),
+            None => None,
+        };
         let at = match found {
             Some(at) => at,
             None => {
-                let nodes = members.get(a.cell).map_or(&[][..], |n| n.as_slice());
-                let local = match a.view {
-                    None => memo.place_stacked(nodes, workloads),
-                    Some(cells) => {
-                        let found = level_at
-                            .get(&a.key)
-                            .copied()
-                            .filter(|&at| cell_levels[at].0 == cells)
-                            .or_else(|| cell_levels.iter().position(|(v, _)| *v == cells));
-                        let at = match found {
-                            Some(at) => at,
-                            None => {
-                                cell_levels.push((cells, memo.place_cells(cells, workloads)));
-                                cell_levels.len() - 1
+                let (local, dropped) = match cache.get(a.cell, hint.1, a.view) {
+                    Some(p) => (p.local.clone(), p.unschedulable.clone()),
+                    None => {
+                        let nodes = members.get(a.cell).map_or(&[][..], |n| n.as_slice());
+                        let mut dropped: Vec<ReplicaId> = Vec::new();
+                        let local = match a.view {
+                            None => memo.place_stacked(nodes, workloads),
+                            Some(cells) => {
+                                let found = match level_at.get(&a.key) {
+                                    Some(&at) if cell_levels[at].0 == cells => Some(at),
+                                    Some(_) => cell_levels.iter().position(|(v, _)| *v == cells),
+                                    None => None,
+                                };
+                                let at = match found {
+                                    Some(at) => at,
+                                    None => {
+                                        let level = memo.place_cells(cells, workloads);
+                                        cell_levels.push((cells, level));
+                                        cell_levels.len() - 1
+                                    }
+                                };
+                                level_at.insert(a.key, at);
+                                let level = &cell_levels[at].1;
+                                dropped.extend(level.unschedulable.keys().cloned());
+                                memo.place_stacked_shares(nodes, &level.shares(a.cell, workloads))
                             }
                         };
-                        level_at.insert(a.key, at);
-                        let level = &cell_levels[at].1;
-                        unschedulable.extend(level.unschedulable.keys().cloned());
-                        memo.place_stacked_shares(nodes, &level.shares(a.cell, workloads))
+                        dropped.extend(local.unschedulable.keys().cloned());
+                        (local, dropped)
                     }
                 };
-                unschedulable.extend(local.unschedulable.keys().cloned());
+                unschedulable.extend(dropped.iter().cloned());
+                kept.entry(a.cell.to_string())
+                    .or_default()
+                    .entry(hint.1)
+                    .or_default()
+                    .push(PlacedView {
+                        view: a.view.cloned(),
+                        local: local.clone(),
+                        unschedulable: dropped,
+                    });
                 placed.push((key, local));
                 placed.len() - 1
             }
@@ -188,6 +255,9 @@ pub fn merge(
         placed_at.insert(hint, at);
         agent_at.push(at);
     }
+    // What this sample placed is what the next one may take (a view no agent holds now is
+    // dropped: the cache holds at most one entry per distinct (cell, view) of one sample).
+    cache.entries = kept;
     // A placement several agents share is indexed by host, walked once (not once per agent of
     // it: 5,000 agents each walking their cell's whole placement); one only one agent reads is
     // walked by that agent.
@@ -326,9 +396,41 @@ mod tests {
             &w,
             &agents(Some(&view), Some(&view)),
             &PlacementMemo::new(),
+            &mut Placed::default(),
+            0,
         );
         assert_eq!(t.gaps, Vec::<String>::new());
         assert_eq!(t.placement.assigned.len(), 4);
+    }
+
+    #[test]
+    fn a_view_that_stands_is_placed_once_across_samples_while_the_key_stands() {
+        let m = members();
+        let w = vec![placement_workload(&spec())];
+        let view = Arc::new(cells(&m));
+        let memo = PlacementMemo::new();
+        let mut cache = Placed::default();
+        let agents = agents(Some(&view), Some(&view));
+        let first = merge(&m, &w, &agents, &memo, &mut cache, 7);
+        let asked = memo.stats();
+        let again = merge(&m, &w, &agents, &memo, &mut cache, 7);
+        assert_eq!(
+            memo.stats(),
+            asked,
+            "the second sample asked the memo again"
+        );
+        assert_eq!(
+            (&again.placement, &again.gaps),
+            (&first.placement, &first.gaps)
+        );
+        // Another key (the members or workloads moved): placed again, through the memo.
+        let moved = merge(&m, &w, &agents, &memo, &mut cache, 8);
+        assert!(
+            memo.stats().cell_hits > asked.cell_hits,
+            "{:?}",
+            memo.stats()
+        );
+        assert_eq!(moved.placement, first.placement);
     }
 
     #[test]
@@ -337,7 +439,14 @@ mod tests {
         let w = vec![placement_workload(&spec())];
         let view = Arc::new(cells(&m));
         // c1 knows no other cell: it places all four replicas itself, c2 places its share.
-        let t = merge(&m, &w, &agents(None, Some(&view)), &PlacementMemo::new());
+        let t = merge(
+            &m,
+            &w,
+            &agents(None, Some(&view)),
+            &PlacementMemo::new(),
+            &mut Placed::default(),
+            0,
+        );
         assert!(
             t.gaps.iter().any(|g| g.contains("placed on two hosts")),
             "{:?}",
@@ -345,7 +454,14 @@ mod tests {
         );
         // No agent of c1 is up and c2 has not seen c1 down: c1's share is placed nowhere.
         let only_c2: Vec<Agent<'_>> = agents(None, Some(&view)).into_iter().skip(2).collect();
-        let t = merge(&m, &w, &only_c2, &PlacementMemo::new());
+        let t = merge(
+            &m,
+            &w,
+            &only_c2,
+            &PlacementMemo::new(),
+            &mut Placed::default(),
+            0,
+        );
         assert!(
             t.gaps.iter().any(|g| g.contains("placed on no host")),
             "{:?}",
@@ -366,6 +482,8 @@ mod tests {
             &w,
             &agents(Some(&view), Some(&view)),
             &PlacementMemo::new(),
+            &mut Placed::default(),
+            0,
         );
         let mut checker = Checker::default();
         checker

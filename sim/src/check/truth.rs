@@ -51,6 +51,8 @@ pub(crate) struct Truth {
     /// A mesh of cells: each cell's hosts as placement sees them, for `key` (kept while only
     /// views move, as they do through a forming mesh).
     cell_members: Option<(u64, BTreeMap<String, Vec<Node>>)>,
+    /// A mesh of cells: what the last sample placed, by cell and view (`cells::Placed`).
+    placed: super::cells::Placed,
     pub(super) cell_gaps: Vec<String>,
 }
 
@@ -206,7 +208,8 @@ impl Checker {
                     _ => super::cells::members(hosts, &known, &up, algorithm),
                 };
                 let (views, memo) = (&self.truth.views, &self.memo);
-                let t = super::cells::target(hosts, &members, &workloads, views, memo);
+                let cache = &mut self.truth.placed;
+                let t = super::cells::target(hosts, &members, &workloads, views, memo, cache, key);
                 self.truth.cell_members = Some((key, members));
                 (t.placement, t.gaps)
             }
@@ -244,6 +247,7 @@ impl Checker {
             placement,
             views: std::mem::take(&mut self.truth.views),
             cell_members: self.truth.cell_members.take(),
+            placed: std::mem::take(&mut self.truth.placed),
             cell_gaps,
         };
     }

@@ -9,7 +9,8 @@
 //! of one process (and by the simulator's checker) computes each distinct input once
 //! ([`crate::memo::Memo`]: taken only on equal inputs, so results are unchanged; a property test
 //! checks it against fresh calls). A real agent has none. Bounded: at most [`CELL_ENTRIES`]
-//! cell-level and [`NODE_ENTRIES`] node-level results.
+//! cell-level and [`NODE_ENTRIES`] node-level results, or what
+//! [`PlacementMemo::with_capacity`] was given.
 
 use std::sync::Arc;
 
@@ -70,11 +71,19 @@ fn cells_hash(cells: &[Cell], workloads: &[Workload]) -> u64 {
 }
 
 impl PlacementMemo {
-    /// An empty memo.
+    /// An empty memo of [`CELL_ENTRIES`] and [`NODE_ENTRIES`].
     pub fn new() -> PlacementMemo {
+        PlacementMemo::with_capacity(CELL_ENTRIES, NODE_ENTRIES)
+    }
+
+    /// An empty memo of at most `cell_entries` cell-level and `node_entries` node-level
+    /// results (at least the defaults): a process of many agents while a large mesh forms
+    /// holds more distinct views at once than the defaults keep, and each result pushed out
+    /// is computed again by the next agent that asks.
+    pub fn with_capacity(cell_entries: usize, node_entries: usize) -> PlacementMemo {
         PlacementMemo {
-            cells: Memo::new(CELL_ENTRIES),
-            nodes: Arc::new(Memo::new(NODE_ENTRIES)),
+            cells: Memo::new(cell_entries.max(CELL_ENTRIES)),
+            nodes: Arc::new(Memo::new(node_entries.max(NODE_ENTRIES))),
         }
     }
 

@@ -25,10 +25,11 @@ impl HostLoop {
     pub(super) fn refresh_endpoints(&mut self, observed: &[InstanceStatus]) {
         let generation = self.shell.endpoints_generation();
         let members = self.shell.members();
+        let hosts_hash = hosts_hash(members);
         if let Some(at) = &self.endpoints_at {
             if at.generation == generation
                 && at.own.as_slice() == observed
-                && same_hosts(&at.members, members)
+                && at.hosts_hash == hosts_hash
             {
                 return;
             }
@@ -49,7 +50,7 @@ impl HostLoop {
         self.endpoints_at = Some(EndpointsAt {
             generation,
             own: observed.to_vec(),
-            members: members.clone(),
+            hosts_hash,
         });
     }
 }
@@ -60,18 +61,25 @@ pub(super) struct EndpointsAt {
     generation: u64,
     /// This node's own instances.
     own: Vec<InstanceStatus>,
-    /// The members (only their names, addresses and liveness are read).
-    members: Arc<[Member]>,
+    /// [`hosts_hash`] of the members.
+    hosts_hash: u64,
 }
 
-/// Whether two lists of members give the same hosts: names, addresses and liveness (a record's
-/// other fields, such as its free resources, move often and the table does not read them).
-fn same_hosts(a: &Arc<[Member]>, b: &Arc<[Member]>) -> bool {
-    Arc::ptr_eq(a, b)
-        || (a.len() == b.len()
-            && a.iter()
-                .zip(b.iter())
-                .all(|(x, y)| x.name == y.name && host_info(x) == host_info(y)))
+/// A hash of what the table reads of the members: each one's name, address and liveness (a
+/// record's other fields, such as its free resources, move often and the table does not read
+/// them). A hash, not a copy: holding each agent's previous list of members kept a second copy
+/// of every member alive per agent. Two lists that differ in those and hash alike (odds of
+/// 2^-64) would leave the table as it was until the next change.
+fn hosts_hash(members: &[Member]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for m in members {
+        m.name.hash(&mut h);
+        let info = host_info(m);
+        info.addr.hash(&mut h);
+        info.live.hash(&mut h);
+    }
+    h.finish()
 }
 
 /// A member's address: the IP of its API address, or of its gossip address when the API is
