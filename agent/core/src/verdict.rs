@@ -227,6 +227,9 @@ struct Track {
     /// time, falling by an eighth of the gap per smaller one, so that it follows a link's slow
     /// answers rather than its average ([`Track::look_wait`]).
     rtt: u16,
+    /// The [`Prober::observe`] call that last listed it (those an observation did not list are
+    /// gone).
+    listed: u64,
 }
 
 /// A round trip estimate after one more sample: the sample when larger, else an eighth of the
@@ -295,6 +298,8 @@ pub struct Prober {
     addr: Option<SocketAddr>,
     tracks: BTreeMap<Key, Track>,
     by_addr: BTreeMap<SocketAddr, Key>,
+    /// How many times [`Prober::observe`] ran (`Track::listed`).
+    observations: u64,
     pending: BTreeMap<u64, Key>,
     relays: BTreeMap<u64, Relay>,
     next_nonce: u64,
@@ -389,6 +394,7 @@ impl Prober {
             addr: None,
             tracks: BTreeMap::new(),
             by_addr: BTreeMap::new(),
+            observations: 0,
             pending: BTreeMap::new(),
             relays: BTreeMap::new(),
             next_nonce: untagged(splitmix(seed)),
@@ -428,6 +434,7 @@ impl Prober {
     /// earlier one.
     pub fn set_addr(&mut self, addr: SocketAddr) {
         self.addr = Some(addr);
+        self.index_addrs();
     }
 
     /// Whether this detector runs `t`'s probes: a member whose build speaks them, and not one
@@ -730,13 +737,17 @@ impl Prober {
 
     /// Takes this tick's view: new identities, heartbeats that advanced, identities gone.
     fn observe(&mut self, now: u64, members: &[Observed]) {
-        let mut seen: BTreeMap<Key, ()> = BTreeMap::new();
+        // Every track this observation lists is marked with it; the unmarked are gone. The
+        // addresses are indexed again only when a track came, went or moved (each was a copy of
+        // every member's name per call, and the verdict task calls this every tick in which
+        // chitchat's states moved: every tick while a mesh forms).
+        self.observations += 1;
+        let mut addrs_moved = false;
         for m in members {
             let key = (m.name.clone(), m.generation);
             if key == self.me {
                 continue;
             }
-            seen.insert(key.clone(), ());
             let Some(track) = self.tracks.get_mut(&key) else {
                 if self.tracks.len() >= self.config.members_max {
                     self.counters.untracked += 1;
@@ -752,6 +763,7 @@ impl Prober {
                 };
                 let ring = watch::ring_place(&key);
                 self.verdicts_dirty = true;
+                addrs_moved = true;
                 self.tracks.insert(
                     key,
                     Track {
@@ -769,10 +781,13 @@ impl Prober {
                         dead_nonce: None,
                         verified: false,
                         rtt: 0,
+                        listed: self.observations,
                     },
                 );
                 continue;
             };
+            track.listed = self.observations;
+            addrs_moved |= track.addr != m.addr;
             track.addr = m.addr;
             if (track.probes, track.leaving) != (m.probes, m.leaving) {
                 self.verdicts_dirty = true;
@@ -821,12 +836,13 @@ impl Prober {
         }
         let gone: Vec<Key> = self
             .tracks
-            .keys()
-            .filter(|k| !seen.contains_key(*k))
-            .cloned()
+            .iter()
+            .filter(|(_, t)| t.listed != self.observations)
+            .map(|(k, _)| k.clone())
             .collect();
         for key in gone {
             self.verdicts_dirty = true;
+            addrs_moved = true;
             if let Some(Track {
                 state: State::Probing(p) | State::Suspect(p, _),
                 ..
@@ -835,6 +851,26 @@ impl Prober {
                 self.pending.remove(&p.nonce);
             }
         }
+        if addrs_moved {
+            self.index_addrs();
+        }
+        #[cfg(debug_assertions)]
+        {
+            let indexed = std::mem::take(&mut self.by_addr);
+            self.index_addrs();
+            assert_eq!(
+                indexed, self.by_addr,
+                "the addresses moved without being indexed"
+            );
+        }
+        self.ring_dirty = true;
+        if self.watching {
+            self.rebuild_active();
+        }
+    }
+
+    /// Indexes the tracks by address.
+    fn index_addrs(&mut self) {
         self.by_addr.clear();
         for (key, track) in &self.tracks {
             // Another incarnation of this agent's own name at this agent's address speaks for
@@ -847,10 +883,6 @@ impl Prober {
             }
             // Where two identities share an address, the newer generation answers there.
             self.by_addr.insert(track.addr, key.clone());
-        }
-        self.ring_dirty = true;
-        if self.watching {
-            self.rebuild_active();
         }
     }
 

@@ -578,16 +578,6 @@ impl CellTable {
         now_mono.saturating_sub(h.heard_mono)
     }
 
-    /// Whether `cell`'s stamp has not grown for [`CELL_DOWN_MS`] (the stamp rule's down; under
-    /// either rule, the bound past which it counts toward no quorum of cells).
-    fn silent(&self, cell: &str, now_mono: u64) -> bool {
-        cell != self.own
-            && self
-                .cells
-                .get(cell)
-                .is_some_and(|h| self.age(h, now_mono) > CELL_DOWN_MS)
-    }
-
     /// Whether this agent's own probes call `cell` unreached: stale, every probe of at least
     /// [`CELL_PROBED_MIN`] of its contacts (all of them when it lists fewer) failed, and none
     /// answered since it went stale.
@@ -1022,20 +1012,28 @@ impl CellTable {
         let mut with_us = 1;
         let mut incomplete = None;
         let mut newest_down_ms: Option<u64> = None;
-        for (cell, h) in &self.cells {
+        // Every cell judged in one walk (judging each stale cell alone walks every cell's
+        // `sees`: while a large mesh forms, many are stale at once, each round).
+        let healths = self.healths_now(now_mono);
+        for ((cell, h), health) in self.cells.iter().zip(healths) {
             if *cell == self.own {
                 continue;
             }
+            debug_assert_eq!(
+                health,
+                self.health(cell, now_mono),
+                "one walk judged {cell} otherwise"
+            );
             // Silent, not down: under the evidence rule a cell may be held down sooner, but
             // only silence (a bound the held cell can see from its side too, and fence by)
             // takes it out of this cell's quorum and starts the claim clock of its exclusive
             // replicas (docs/reconcile.md, "Exclusive replicas across cells").
-            if self.silent(cell, now_mono) {
+            if self.age(h, now_mono) > CELL_DOWN_MS {
                 let down = now_mono.saturating_sub(h.heard_mono.saturating_add(CELL_DOWN_MS));
                 newest_down_ms = Some(newest_down_ms.map_or(down, |d| d.min(down)));
                 continue;
             }
-            if self.is_down(cell, now_mono) {
+            if health == CellHealth::Down {
                 // Down on evidence, not silent yet: its replicas may move here, but the claim
                 // clock starts only once it is silent.
                 newest_down_ms = Some(0);

@@ -20,17 +20,21 @@ impl Host {
 }
 
 impl HostLoop {
-    /// Builds and publishes the endpoint table when the members, the peers' instances, the
-    /// specs or this node's instances moved since it was last built.
-    pub(super) fn refresh_endpoints(&mut self, observed: &[InstanceStatus]) {
+    /// Builds and publishes the endpoint table at `now` (monotonic ms) when the members, the
+    /// peers' instances, the specs or this node's instances moved since it was last built, at
+    /// most once per [`ENDPOINTS_REBUILD_MIN_MS`]: a change that comes sooner waits for the
+    /// first round past it (a round comes at least every tick), so a lone change (a host's
+    /// death, a failing probe) shows at once and a stream of them (a cell of hundreds starting
+    /// its replicas) costs one build a second, not one a round.
+    pub(super) fn refresh_endpoints(&mut self, observed: &[InstanceStatus], now: u64) {
         let generation = self.shell.endpoints_generation();
         let members = self.shell.members();
         let hosts_hash = hosts_hash(members);
         if let Some(at) = &self.endpoints_at {
-            if at.generation == generation
+            let same = at.generation == generation
                 && at.own.as_slice() == observed
-                && at.hosts_hash == hosts_hash
-            {
+                && at.hosts_hash == hosts_hash;
+            if same || now < at.built_ms.saturating_add(ENDPOINTS_REBUILD_MIN_MS) {
                 return;
             }
         }
@@ -51,6 +55,7 @@ impl HostLoop {
             generation,
             own: observed.to_vec(),
             hosts_hash,
+            built_ms: now,
         });
     }
 }
@@ -63,7 +68,13 @@ pub(super) struct EndpointsAt {
     own: Vec<InstanceStatus>,
     /// [`hosts_hash`] of the members.
     hosts_hash: u64,
+    /// When it was built (monotonic ms).
+    built_ms: u64,
 }
+
+/// The least time between two builds of the endpoint table, ms (see
+/// [`HostLoop::refresh_endpoints`]).
+pub const ENDPOINTS_REBUILD_MIN_MS: u64 = 1_000;
 
 /// A hash of what the table reads of the members: each one's name, address and liveness (a
 /// record's other fields, such as its free resources, move often and the table does not read

@@ -643,7 +643,7 @@ impl HostLoop {
         self.save_majority_time(last_majority);
         self.save_members_known().await;
         self.save_cells_known().await;
-        self.refresh_endpoints(&observed);
+        self.refresh_endpoints(&observed, now);
         self.publish(observed, issues).await;
         self.tend_claims().await;
         self.record_verdicts();
