@@ -834,7 +834,7 @@ impl CellTable {
                 (i, *c == self.own, o.heard_mono, listed)
             })
             .collect();
-        (self.cells.iter().enumerate())
+        let healths: Vec<CellHealth> = (self.cells.iter().enumerate())
             .map(|(i, (cell, h))| {
                 if h.latched {
                     return CellHealth::Down;
@@ -855,7 +855,16 @@ impl CellTable {
                 }
                 decide(self.age(h, now_mono), count, against)
             })
-            .collect()
+            .collect();
+        #[cfg(debug_assertions)]
+        for (cell, health) in self.cells.keys().zip(&healths) {
+            assert_eq!(
+                *health,
+                self.health(cell, now_mono),
+                "one walk judged {cell} otherwise"
+            );
+        }
+        healths
     }
 
     /// Every cell held with its standing at `now_mono`, by name (what [`cell_changes`](super::cell_changes)
@@ -994,10 +1003,13 @@ impl CellTable {
     /// The other cells held up at `now_mono`, by name: what this agent publishes as its cell's
     /// `sees` when it is an envoy.
     pub fn up_cells(&self, now_mono: u64) -> Vec<String> {
+        // Every cell judged in one walk (see `quorum`).
+        let healths = self.healths_now(now_mono);
         self.cells
             .keys()
-            .filter(|c| **c != self.own && !self.is_down(c, now_mono))
-            .cloned()
+            .zip(healths)
+            .filter(|(c, health)| **c != self.own && *health != CellHealth::Down)
+            .map(|(c, _)| c.clone())
             .collect()
     }
 
@@ -1019,11 +1031,6 @@ impl CellTable {
             if *cell == self.own {
                 continue;
             }
-            debug_assert_eq!(
-                health,
-                self.health(cell, now_mono),
-                "one walk judged {cell} otherwise"
-            );
             // Silent, not down: under the evidence rule a cell may be held down sooner, but
             // only silence (a bound the held cell can see from its side too, and fence by)
             // takes it out of this cell's quorum and starts the claim clock of its exclusive
