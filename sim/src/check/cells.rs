@@ -141,8 +141,11 @@ pub struct Placed {
     /// The truth key the entries were placed under.
     key: u64,
     /// By cell, then by view key.
-    entries: BTreeMap<String, BTreeMap<Option<u64>, Vec<PlacedView>>>,
+    entries: PlacedViews,
 }
+
+/// Placements by cell, then by view key ([`Placed`]).
+type PlacedViews = BTreeMap<String, BTreeMap<Option<u64>, Vec<PlacedView>>>;
 
 /// One (cell, view)'s placement of its cell's replicas.
 struct PlacedView {
@@ -163,6 +166,69 @@ impl Placed {
         let list = self.entries.get(cell)?.get(&hint)?;
         list.iter().find(|p| p.view.as_ref() == view)
     }
+}
+
+/// Where `list` holds `key`, found through `at` (what its hash points at): that entry when it
+/// is `key`, any entry that is when two keys hash alike, none when the hash points nowhere
+/// (equal keys hash alike).
+fn find<K: PartialEq, V>(list: &[(K, V)], at: Option<usize>, key: &K) -> Option<usize> {
+    match at {
+        Some(at) if list[at].0 == *key => Some(at),
+        Some(_) => list.iter().position(|(k, _)| k == key),
+        None => None,
+    }
+}
+
+/// Each distinct view's cell level in one sample, placed once, found by the view's key.
+#[derive(Default)]
+struct Levels<'a> {
+    list: Vec<(&'a Arc<Vec<Cell>>, Arc<CellPlacement>)>,
+    at: BTreeMap<u64, usize>,
+}
+
+impl<'a> Levels<'a> {
+    /// The cell level of `cells` (key `key`), placed through `memo` on its first asking.
+    fn get(
+        &mut self,
+        cells: &'a Arc<Vec<Cell>>,
+        key: u64,
+        workloads: &[Workload],
+        memo: &PlacementMemo,
+    ) -> &CellPlacement {
+        let at = match find(&self.list, self.at.get(&key).copied(), &cells) {
+            Some(at) => at,
+            None => {
+                self.list.push((cells, memo.place_cells(cells, workloads)));
+                self.list.len() - 1
+            }
+        };
+        self.at.insert(key, at);
+        &self.list[at].1
+    }
+}
+
+/// Places agent `a`'s cell as its view does: its cell's share of the cell level (`levels`),
+/// then the node level on the cell's `members`; or, with no view, every workload on them.
+/// With the replicas either level declared unschedulable.
+fn place<'a>(
+    a: &Agent<'a>,
+    members: &BTreeMap<String, Vec<Node>>,
+    workloads: &[Workload],
+    levels: &mut Levels<'a>,
+    memo: &PlacementMemo,
+) -> (Arc<Placement>, Vec<ReplicaId>) {
+    let nodes = members.get(a.cell).map_or(&[][..], |n| n.as_slice());
+    let mut dropped: Vec<ReplicaId> = Vec::new();
+    let local = match a.view {
+        None => memo.place_stacked(nodes, workloads),
+        Some(cells) => {
+            let level = levels.get(cells, a.key, workloads, memo);
+            dropped.extend(level.unschedulable.keys().cloned());
+            memo.place_stacked_shares(nodes, &level.shares(a.cell, workloads))
+        }
+    };
+    dropped.extend(local.unschedulable.keys().cloned());
+    (local, dropped)
 }
 
 /// Places as every agent does (pure; see the module doc) and merges what each places on itself.
@@ -187,56 +253,22 @@ pub fn merge(
     // Agents of a cell usually hold the same view: each distinct (cell, view) is placed once,
     // and each distinct view's cell level once. Found by their keys (equal views have equal
     // keys; the views are compared too, for the keys' collisions).
-    let mut cell_levels: Vec<(&Arc<Vec<Cell>>, Arc<CellPlacement>)> = Vec::new();
-    let mut level_at: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut levels = Levels::default();
     let mut placed: Vec<(ViewKey<'_>, Arc<Placement>)> = Vec::new();
     let mut placed_at: BTreeMap<(&str, Option<u64>), usize> = BTreeMap::new();
     let mut unschedulable: BTreeSet<ReplicaId> = BTreeSet::new();
-    let mut kept: BTreeMap<String, BTreeMap<Option<u64>, Vec<PlacedView>>> = BTreeMap::new();
+    let mut kept = PlacedViews::new();
     let mut target = CellTarget::default();
     let mut agent_at: Vec<usize> = Vec::with_capacity(agents.len());
     for a in agents {
         let key = (a.cell, a.view);
         let hint = (a.cell, a.view.map(|_| a.key));
-        let found = match placed_at.get(&hint) {
-            Some(&at) if placed[at].0 == key => Some(at),
-            // Two views with one key: looked for among all.
-            Some(_) => placed.iter().position(|(k, _)| *k == key),
-            None => None,
-        };
-        let at = match found {
+        let at = match find(&placed, placed_at.get(&hint).copied(), &key) {
             Some(at) => at,
             None => {
                 let (local, dropped) = match cache.get(a.cell, hint.1, a.view) {
                     Some(p) => (p.local.clone(), p.unschedulable.clone()),
-                    None => {
-                        let nodes = members.get(a.cell).map_or(&[][..], |n| n.as_slice());
-                        let mut dropped: Vec<ReplicaId> = Vec::new();
-                        let local = match a.view {
-                            None => memo.place_stacked(nodes, workloads),
-                            Some(cells) => {
-                                let found = match level_at.get(&a.key) {
-                                    Some(&at) if cell_levels[at].0 == cells => Some(at),
-                                    Some(_) => cell_levels.iter().position(|(v, _)| *v == cells),
-                                    None => None,
-                                };
-                                let at = match found {
-                                    Some(at) => at,
-                                    None => {
-                                        let level = memo.place_cells(cells, workloads);
-                                        cell_levels.push((cells, level));
-                                        cell_levels.len() - 1
-                                    }
-                                };
-                                level_at.insert(a.key, at);
-                                let level = &cell_levels[at].1;
-                                dropped.extend(level.unschedulable.keys().cloned());
-                                memo.place_stacked_shares(nodes, &level.shares(a.cell, workloads))
-                            }
-                        };
-                        dropped.extend(local.unschedulable.keys().cloned());
-                        (local, dropped)
-                    }
+                    None => place(a, members, workloads, &mut levels, memo),
                 };
                 unschedulable.extend(dropped.iter().cloned());
                 kept.entry(a.cell.to_string())
