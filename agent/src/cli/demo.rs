@@ -64,11 +64,43 @@ impl Drop for Demo {
     }
 }
 
-/// Two distinct free UDP ports on loopback (both held while the second is chosen, then released).
-fn free_udp_pair() -> anyhow::Result<(SocketAddr, SocketAddr)> {
-    let a = std::net::UdpSocket::bind("127.0.0.1:0")?;
-    let b = std::net::UdpSocket::bind("127.0.0.1:0")?;
-    Ok((a.local_addr()?, b.local_addr()?))
+/// `n` distinct free UDP ports on loopback for the agents' gossip and API, every one held until
+/// all are chosen, then released. They come from below the kernel's ephemeral range: a port bound
+/// at 0 and released comes from that range, where the agents' own outgoing QUIC endpoints take
+/// theirs too, so it could be taken again before the agent given it binds it (one CI run saw n3's
+/// gossip port handed to n5's API). The replicas' ranges (`avoid`) are skipped; the search starts
+/// at an offset taken from the pid so that two demos rarely probe the same ports.
+fn free_udp_ports(n: usize, avoid: std::ops::Range<u32>) -> anyhow::Result<Vec<SocketAddr>> {
+    const LOW: u32 = 20_000;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let span = ephemeral.saturating_sub(LOW);
+    let mut held = Vec::with_capacity(n);
+    if span > 0 {
+        let offset = std::process::id().wrapping_mul(2_654_435_761) % span;
+        for k in 0..span {
+            let port = LOW + (offset + k) % span;
+            if avoid.contains(&port) {
+                continue;
+            }
+            if let Ok(socket) = std::net::UdpSocket::bind(("127.0.0.1", port as u16)) {
+                held.push(socket);
+                if held.len() == n {
+                    break;
+                }
+            }
+        }
+    }
+    // A kernel whose ephemeral range starts low leaves no room below it: take the rest from it.
+    while held.len() < n {
+        held.push(std::net::UdpSocket::bind("127.0.0.1:0")?);
+    }
+    Ok(held
+        .iter()
+        .map(|s| s.local_addr())
+        .collect::<std::io::Result<_>>()?)
 }
 
 fn step(text: &str) {
@@ -125,6 +157,8 @@ async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
         demo.dir.display()
     ));
     let exe = std::env::current_exe().context("finding the shoal binary")?;
+    let replicas = u32::from(args.port)..u32::from(args.port) + PORTS_PER_AGENT * AGENTS as u32;
+    let ports = free_udp_ports(2 * AGENTS, replicas)?;
     for i in 0..AGENTS {
         let name = format!("n{}", i + 1);
         let low = u32::from(args.port) + PORTS_PER_AGENT * i as u32;
@@ -135,7 +169,7 @@ async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
                 args.port
             );
         }
-        let (gossip, api) = free_udp_pair()?;
+        let (gossip, api) = (ports[2 * i], ports[2 * i + 1]);
         let mut cmd = Command::new(&exe);
         cmd.args([
             "agent",
@@ -187,7 +221,8 @@ async fn run_demo(demo: &mut Demo, args: &Args) -> anyhow::Result<ExitCode> {
             all
         },
     )
-    .await?;
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; {}", exited_agents(demo)))?;
     println!("   mesh formed in {:.1} s", started.elapsed().as_secs_f64());
 
     step(&format!("applying `web`: {REPLICAS} replicas of python3 -m http.server, each on the port its agent allocated ($SHOAL_PORT_HTTP), with a health check over HTTP on that port"));
@@ -297,6 +332,25 @@ where
     }
     let within = format_duration_ms(within.as_millis() as u64);
     bail!("gave up after {within} waiting for {what}; the agents' logs are in the demo directory")
+}
+
+/// Which agents have exited and the last line of each one's log, for an error that says why the
+/// mesh did not form (an agent that could not bind its port exits at once).
+fn exited_agents(demo: &mut Demo) -> String {
+    let mut exited = Vec::new();
+    for (name, _, _, child) in &mut demo.agents {
+        if let Some(Ok(Some(status))) = child.as_mut().map(|c| c.try_wait()) {
+            let log =
+                std::fs::read_to_string(demo.dir.join(format!("{name}.log"))).unwrap_or_default();
+            let last = log.lines().last().unwrap_or("(empty log)").to_string();
+            exited.push(format!("{name} exited ({status}): {last}"));
+        }
+    }
+    if exited.is_empty() {
+        "every agent is still running".into()
+    } else {
+        exited.join("; ")
+    }
 }
 
 /// The members, in one page: the demo's five fit.
