@@ -7,13 +7,17 @@
 
 use xxhash_rust::xxh3::Xxh3;
 
-/// Most trace lines kept for the report (the hash covers all of them).
+/// Most trace lines kept for the report (the hash covers all of them): the first half of them
+/// and the last half, so that the end of a long run (where a failure shows) is kept too.
 pub const TRACE_LINES_MAX: usize = 5_000;
 
 /// A run's trace.
 pub struct Trace {
     hasher: Xxh3,
-    lines: Vec<String>,
+    /// The first `TRACE_LINES_MAX / 2` lines.
+    head: Vec<String>,
+    /// The last lines after them, at most `TRACE_LINES_MAX / 2`.
+    tail: std::collections::VecDeque<String>,
     dropped: u64,
 }
 
@@ -21,23 +25,29 @@ impl Default for Trace {
     fn default() -> Self {
         Trace {
             hasher: Xxh3::new(),
-            lines: Vec::new(),
+            head: Vec::new(),
+            tail: std::collections::VecDeque::new(),
             dropped: 0,
         }
     }
 }
 
 impl Trace {
-    /// Records a line at `t_ms` (hashed, and kept for the report while there is room).
+    /// Records a line at `t_ms` (hashed, and kept for the report while there is room: the first
+    /// lines, and the last ones, the middle dropped and counted).
     pub fn line(&mut self, t_ms: u64, text: impl AsRef<str>) {
         let line = format!("{:>9.3}s {}", t_ms as f64 / 1000.0, text.as_ref());
         self.hasher.update(line.as_bytes());
         self.hasher.update(b"\n");
-        if self.lines.len() < TRACE_LINES_MAX {
-            self.lines.push(line);
-        } else {
+        if self.head.len() < TRACE_LINES_MAX / 2 {
+            self.head.push(line);
+            return;
+        }
+        if self.tail.len() == TRACE_LINES_MAX / 2 {
+            self.tail.pop_front();
             self.dropped += 1;
         }
+        self.tail.push_back(line);
     }
 
     /// Hashes values without keeping a line.
@@ -52,13 +62,56 @@ impl Trace {
         format!("{:016x}", self.hasher.digest())
     }
 
-    /// The kept lines.
-    pub fn lines(&self) -> &[String] {
-        &self.lines
+    /// The kept lines: the first ones, a line saying how many were dropped if some were, and the
+    /// last ones.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines = self.head.clone();
+        if self.dropped > 0 {
+            lines.push(format!(
+                "... {} lines dropped (the trace keeps its first and last {}) ...",
+                self.dropped,
+                TRACE_LINES_MAX / 2
+            ));
+        }
+        lines.extend(self.tail.iter().cloned());
+        lines
     }
 
     /// Lines hashed but not kept.
     pub fn dropped(&self) -> u64 {
         self.dropped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A long trace keeps its first and last lines, says how many it dropped between them, and
+    /// hashes every line: the same lines give the same hash whatever was kept.
+    #[test]
+    fn a_long_trace_keeps_its_head_and_its_tail() {
+        let mut t = Trace::default();
+        let n = TRACE_LINES_MAX + 10;
+        for i in 0..n {
+            t.line(i as u64, format!("line {i}"));
+        }
+        let lines = t.lines();
+        assert_eq!(t.dropped(), 10);
+        assert_eq!(lines.len(), TRACE_LINES_MAX + 1);
+        assert!(lines[0].ends_with("line 0"));
+        assert!(lines[TRACE_LINES_MAX / 2].contains("10 lines dropped"));
+        assert!(
+            lines[TRACE_LINES_MAX / 2 + 1].ends_with(&format!("line {}", n - TRACE_LINES_MAX / 2))
+        );
+        assert!(lines.last().unwrap().ends_with(&format!("line {}", n - 1)));
+        let mut again = Trace::default();
+        for i in 0..n {
+            again.line(i as u64, format!("line {i}"));
+        }
+        assert_eq!(t.hash_hex(), again.hash_hex());
+        let mut short = Trace::default();
+        short.line(0, "only");
+        assert_eq!(short.lines().len(), 1);
     }
 }

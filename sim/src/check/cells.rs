@@ -113,7 +113,90 @@ pub fn target(
             })
         })
         .collect();
-    merge(members, workloads, &agents, memo, cache, key)
+    let mut target = merge(members, workloads, &agents, memo, cache, key);
+    // Agents that hold their placement place nothing: name them beside a replica no one places.
+    if target.gaps.iter().any(|g| g.contains("placed on no host")) {
+        let mut held: BTreeMap<&str, usize> = BTreeMap::new();
+        for h in hosts {
+            if views.get(&h.index).is_some_and(|v| v.held) {
+                *held.entry(h.cell.unwrap_or("-")).or_default() += 1;
+            }
+        }
+        if !held.is_empty() {
+            target.gaps.push(format!(
+                "agents holding their placement: {}",
+                counted(held.iter().map(|(c, n)| (c.to_string(), *n)))
+            ));
+        }
+    }
+    target
+}
+
+/// Most gap replicas explained ([`explain`]) in one sample.
+const GAPS_EXPLAINED_MAX: usize = 3;
+/// Most cells named in one part of an explanation.
+const CELLS_NAMED_MAX: usize = 6;
+
+/// `cell (count), ...` for up to [`CELLS_NAMED_MAX`] of `counts`, then how many more.
+fn counted(counts: impl Iterator<Item = (String, usize)>) -> String {
+    let all: Vec<(String, usize)> = counts.collect();
+    let mut text: Vec<String> = all
+        .iter()
+        .take(CELLS_NAMED_MAX)
+        .map(|(c, n)| format!("{c} ({n})"))
+        .collect();
+    if all.len() > CELLS_NAMED_MAX {
+        text.push(format!("{} more", all.len() - CELLS_NAMED_MAX));
+    }
+    text.join(", ")
+}
+
+/// Where the agents' views put `r`, which none of them places on itself: by the cell each
+/// view's cell level gives it (or the host its own cell's node level gives it), the agents
+/// holding such a view, by their cell. A disagreement between the views of two cells shows as
+/// two answers.
+fn explain<'a>(
+    r: &ReplicaId,
+    placed: &[(ViewKey<'a>, Arc<Placement>)],
+    hashes: &[u64],
+    agents_of: &[BTreeMap<&str, usize>],
+    workloads: &[Workload],
+    levels: &mut Levels<'a>,
+    memo: &PlacementMemo,
+) -> String {
+    let mut answers: BTreeMap<String, BTreeMap<&str, usize>> = BTreeMap::new();
+    for (at, ((cell, view), local)) in placed.iter().enumerate() {
+        let answer = match local.assigned.get(r) {
+            Some(node) => format!("on {node} of {cell}"),
+            None => match view {
+                None => format!("not in {cell} (one level)"),
+                Some(cells) => match levels
+                    .get(cells, hashes[at], workloads, memo)
+                    .assigned
+                    .get(r)
+                {
+                    Some(c) if c == cell => format!("in {c}, on no host of it"),
+                    Some(c) => format!("in {c}"),
+                    None => "nowhere (unsure or unschedulable)".to_string(),
+                },
+            },
+        };
+        let by = answers.entry(answer).or_default();
+        for (c, n) in &agents_of[at] {
+            *by.entry(c).or_default() += n;
+        }
+    }
+    let parts: Vec<String> = answers
+        .iter()
+        .map(|(answer, by)| {
+            let agents: usize = by.values().sum();
+            format!(
+                "{answer} by {agents} agents of {}",
+                counted(by.iter().map(|(c, n)| (c.to_string(), *n)))
+            )
+        })
+        .collect();
+    format!("{r}: the views place it {}", parts.join("; "))
 }
 
 /// One up agent: its host's name, its cell and its view of the cells.
@@ -297,6 +380,10 @@ pub fn merge(
     for &at in &agent_at {
         uses[at] += 1;
     }
+    let mut hashes = vec![0u64; placed.len()];
+    for (a, &at) in agents.iter().zip(&agent_at) {
+        hashes[at] = a.key;
+    }
     let by_node: Vec<Option<BTreeMap<&str, Vec<&ReplicaId>>>> = placed
         .iter()
         .zip(&uses)
@@ -339,6 +426,7 @@ pub fn merge(
             }
         }
     }
+    let mut nowhere: Vec<ReplicaId> = Vec::new();
     for w in workloads {
         for i in 0..w.replicas {
             let r = ReplicaId::new(&w.id, i);
@@ -346,10 +434,29 @@ pub fn merge(
                 target.gaps.push(format!(
                     "{r} is placed on no host (no up agent's view places it on itself)"
                 ));
+                nowhere.push(r);
             }
         }
     }
     target.gaps.sort();
+    if !nowhere.is_empty() {
+        let mut agents_of: Vec<BTreeMap<&str, usize>> = vec![BTreeMap::new(); placed.len()];
+        for (a, &at) in agents.iter().zip(&agent_at) {
+            *agents_of[at].entry(a.cell).or_default() += 1;
+        }
+        for r in nowhere.iter().take(GAPS_EXPLAINED_MAX) {
+            let why = explain(
+                r,
+                &placed,
+                &hashes,
+                &agents_of,
+                workloads,
+                &mut levels,
+                memo,
+            );
+            target.gaps.push(why);
+        }
+    }
     target
 }
 
@@ -496,6 +603,14 @@ mod tests {
         );
         assert!(
             t.gaps.iter().any(|g| g.contains("placed on no host")),
+            "{:?}",
+            t.gaps
+        );
+        // And it says where the views put it: in c1, by the two agents of c2.
+        assert!(
+            t.gaps
+                .iter()
+                .any(|g| g.contains("the views place it in c1 by 2 agents of c2 (2)")),
             "{:?}",
             t.gaps
         );

@@ -308,7 +308,7 @@ pub fn build(world: &World, wall_seconds: f64, replay: String) -> Report {
         traffic_series: c.traffic_series.clone(),
         replacement_samples_ms: c.replacement_ms.clone(),
         replacement_exclusive_samples_ms: c.replacement_exclusive_ms.clone(),
-        trace: world.trace.lines().to_vec(),
+        trace: world.trace.lines(),
     }
 }
 
