@@ -243,6 +243,12 @@ impl Api {
             }
         }
         let mut notes = Vec::new();
+        if let Some(why) = self.node.cells.holds_placement() {
+            notes.push(format!(
+                "this agent holds its placement ({why}): it starts and stops nothing, and shows \
+                 where its view of the cells would place the replicas"
+            ));
+        }
         for member in members.iter() {
             let here = instances
                 .iter()
@@ -309,7 +315,7 @@ impl Api {
         spec: &WorkloadSpec,
         holders: &BTreeMap<ReplicaId, String>,
     ) -> Option<Arc<Placement>> {
-        if self.host.is_none() || self.node.cells.placement_cells().is_some() {
+        if self.host.is_none() || self.node.cells.adopted().cells.is_some() {
             return None;
         }
         let local = self.node.cells.local();
@@ -338,7 +344,14 @@ impl Api {
             .map(|s| view::placement_workload_held(s, holders, algorithm))
             .collect();
         let own_cell = self.node.cells.own().to_string();
-        match self.node.cells.placement_cells() {
+        // An agent places over the view of the cells its host loop adopted (it waits for a new
+        // view to stand, up to 3 s: `CellsSettle`), so that is what its status shows; without a
+        // host loop, over its cells' table as it is.
+        let cells = match self.host {
+            Some(_) => self.node.cells.adopted().cells.map(|c| c.as_ref().clone()),
+            None => self.node.cells.placement_cells(),
+        };
+        match cells {
             Some(cells) => {
                 let mesh = shoal_core::cells::place_mesh(&own_cell, &cells, &nodes, &workloads);
                 (mesh.local, Some(mesh.cells))
