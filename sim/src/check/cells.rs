@@ -114,7 +114,8 @@ pub fn target(
         })
         .collect();
     let mut target = merge(members, workloads, &agents, memo, cache, key);
-    // Agents that hold their placement place nothing: name them beside a replica no one places.
+    // Agents that hold their placement place nothing: name them in the first gap of a replica no
+    // one places (the one a failed convergence shows).
     if target.gaps.iter().any(|g| g.contains("placed on no host")) {
         let mut held: BTreeMap<&str, usize> = BTreeMap::new();
         for h in hosts {
@@ -123,10 +124,14 @@ pub fn target(
             }
         }
         if !held.is_empty() {
-            target.gaps.push(format!(
-                "agents holding their placement: {}",
-                counted(held.iter().map(|(c, n)| (c.to_string(), *n)))
-            ));
+            let held = counted(held.iter().map(|(c, n)| (c.to_string(), *n)));
+            if let Some(gap) = target
+                .gaps
+                .iter_mut()
+                .find(|g| g.contains("placed on no host"))
+            {
+                gap.push_str(&format!("; agents holding their placement: {held}"));
+            }
         }
     }
     target
@@ -196,7 +201,7 @@ fn explain<'a>(
             )
         })
         .collect();
-    format!("{r}: the views place it {}", parts.join("; "))
+    format!("the views place it {}", parts.join("; "))
 }
 
 /// One up agent: its host's name, its cell and its view of the cells.
@@ -426,37 +431,42 @@ pub fn merge(
             }
         }
     }
+    // A replica no view places is a gap; the first few say where the views put it instead.
     let mut nowhere: Vec<ReplicaId> = Vec::new();
     for w in workloads {
         for i in 0..w.replicas {
             let r = ReplicaId::new(&w.id, i);
             if !target.placement.assigned.contains_key(&r) && !unschedulable.contains(&r) {
-                target.gaps.push(format!(
-                    "{r} is placed on no host (no up agent's view places it on itself)"
-                ));
                 nowhere.push(r);
             }
         }
     }
-    target.gaps.sort();
+    let mut agents_of: Vec<BTreeMap<&str, usize>> = Vec::new();
     if !nowhere.is_empty() {
-        let mut agents_of: Vec<BTreeMap<&str, usize>> = vec![BTreeMap::new(); placed.len()];
+        agents_of = vec![BTreeMap::new(); placed.len()];
         for (a, &at) in agents.iter().zip(&agent_at) {
             *agents_of[at].entry(a.cell).or_default() += 1;
         }
-        for r in nowhere.iter().take(GAPS_EXPLAINED_MAX) {
-            let why = explain(
-                r,
-                &placed,
-                &hashes,
-                &agents_of,
-                workloads,
-                &mut levels,
-                memo,
-            );
-            target.gaps.push(why);
-        }
     }
+    for (i, r) in nowhere.iter().enumerate() {
+        let gap = format!("{r} is placed on no host (no up agent's view places it on itself)");
+        target.gaps.push(match i < GAPS_EXPLAINED_MAX {
+            true => {
+                let why = explain(
+                    r,
+                    &placed,
+                    &hashes,
+                    &agents_of,
+                    workloads,
+                    &mut levels,
+                    memo,
+                );
+                format!("{gap}: {why}")
+            }
+            false => gap,
+        });
+    }
+    target.gaps.sort();
     target
 }
 
@@ -606,11 +616,11 @@ mod tests {
             "{:?}",
             t.gaps
         );
-        // And it says where the views put it: in c1, by the two agents of c2.
+        // And the gap itself (what a failed convergence shows) says where the views put it: in
+        // c1, by the two agents of c2.
         assert!(
-            t.gaps
-                .iter()
-                .any(|g| g.contains("the views place it in c1 by 2 agents of c2 (2)")),
+            t.gaps.iter().any(|g| g.contains("placed on no host")
+                && g.contains("the views place it in c1 by 2 agents of c2 (2)")),
             "{:?}",
             t.gaps
         );
