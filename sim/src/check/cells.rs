@@ -170,6 +170,8 @@ fn explain<'a>(
     memo: &PlacementMemo,
 ) -> String {
     let mut answers: BTreeMap<String, BTreeMap<&str, usize>> = BTreeMap::new();
+    // The first view behind each answer, to say how the views behind two answers differ.
+    let mut views: BTreeMap<String, &Arc<Vec<Cell>>> = BTreeMap::new();
     for (at, ((cell, view), local)) in placed.iter().enumerate() {
         let answer = match local.assigned.get(r) {
             Some(node) => format!("on {node} of {cell}"),
@@ -186,6 +188,9 @@ fn explain<'a>(
                 },
             },
         };
+        if let Some(v) = view {
+            views.entry(answer.clone()).or_insert(v);
+        }
         let by = answers.entry(answer).or_default();
         for (c, n) in &agents_of[at] {
             *by.entry(c).or_default() += n;
@@ -201,7 +206,75 @@ fn explain<'a>(
             )
         })
         .collect();
-    format!("the views place it {}", parts.join("; "))
+    let mut text = format!("the views place it {}", parts.join("; "));
+    let behind: Vec<(&String, &&Arc<Vec<Cell>>)> = views.iter().collect();
+    if let [(a, first), rest @ ..] = behind.as_slice() {
+        for (b, other) in rest {
+            let diff = view_diff(first, other);
+            if !diff.is_empty() {
+                text.push_str(&format!(
+                    "; the view placing it {a} and the one placing it {b} differ in {}",
+                    diff.join(", ")
+                ));
+            }
+        }
+    }
+    text
+}
+
+/// The cells in which two views differ, and how (up to [`CELLS_NAMED_MAX`], then how many
+/// more): a cell only one of them holds, or the fields of its summary or its down flag that
+/// differ, as the first view has them / as the second has them.
+fn view_diff(a: &[Cell], b: &[Cell]) -> Vec<String> {
+    let by_name = |cells: &[Cell]| -> BTreeMap<String, Cell> {
+        cells
+            .iter()
+            .map(|c| (c.summary.cell.clone(), c.clone()))
+            .collect()
+    };
+    let (a, b) = (by_name(a), by_name(b));
+    let names: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    let mut out = Vec::new();
+    for name in names {
+        let what = match (a.get(name), b.get(name)) {
+            (Some(_), None) => "held by the first only".to_string(),
+            (None, Some(_)) => "held by the second only".to_string(),
+            (Some(x), Some(y)) if x != y => {
+                let (s, t) = (&x.summary, &y.summary);
+                let mut fields = Vec::new();
+                if x.down != y.down {
+                    fields.push(format!("down {} / {}", x.down, y.down));
+                }
+                if s.members != t.members {
+                    fields.push(format!("members {} / {}", s.members, t.members));
+                }
+                if s.capacity != t.capacity {
+                    fields.push(format!("capacity {:?} / {:?}", s.capacity, t.capacity));
+                }
+                if s.largest != t.largest {
+                    fields.push(format!("largest {:?} / {:?}", s.largest, t.largest));
+                }
+                if s.zones != t.zones {
+                    fields.push(format!("zones {:?} / {:?}", s.zones, t.zones));
+                }
+                if s.labels != t.labels {
+                    fields.push("labels".to_string());
+                }
+                if fields.is_empty() {
+                    fields.push("another field".to_string());
+                }
+                fields.join(" ")
+            }
+            _ => continue,
+        };
+        out.push(format!("{name} ({what})"));
+    }
+    if out.len() > CELLS_NAMED_MAX {
+        let more = out.len() - CELLS_NAMED_MAX;
+        out.truncate(CELLS_NAMED_MAX);
+        out.push(format!("{more} more"));
+    }
+    out
 }
 
 /// One up agent: its host's name, its cell and its view of the cells.
@@ -623,6 +696,41 @@ mod tests {
                 && g.contains("the views place it in c1 by 2 agents of c2 (2)")),
             "{:?}",
             t.gaps
+        );
+    }
+
+    /// Two cells each holding itself down and the other up place their replicas in each other:
+    /// no one places them, and the gap says where each view puts one and how the views differ.
+    #[test]
+    fn a_gap_between_two_views_says_where_each_puts_it_and_how_they_differ() {
+        let m = members();
+        let w = vec![placement_workload(&spec())];
+        let down = |cell: &str| {
+            let mut view = cells(&m);
+            for c in &mut view {
+                c.down = c.summary.cell == cell;
+            }
+            Arc::new(view)
+        };
+        let (c1_down, c2_down) = (down("c1"), down("c2"));
+        let t = merge(
+            &m,
+            &w,
+            &agents(Some(&c1_down), Some(&c2_down)),
+            &PlacementMemo::new(),
+            &mut Placed::default(),
+            0,
+        );
+        let gap = t
+            .gaps
+            .iter()
+            .find(|g| g.contains("placed on no host"))
+            .unwrap_or_else(|| panic!("{:?}", t.gaps));
+        assert!(gap.contains("in c1 by 2 agents of c2 (2)"), "{gap}");
+        assert!(gap.contains("in c2 by 2 agents of c1 (2)"), "{gap}");
+        assert!(
+            gap.contains("differ in c1 (down false / true), c2 (down true / false)"),
+            "{gap}"
         );
     }
 
