@@ -415,7 +415,7 @@ fn quic_server_config_with(
 ) -> Result<quinn::ServerConfig, TlsError> {
     let crypto = QuicServerConfig::try_from(server_config_with(identity, alpn, crls)?)
         .map_err(|e| TlsError::Quic(e.to_string()))?;
-    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut config = quinn::ServerConfig::new(Arc::new(crypto), retry_token_key());
     config.transport_config(options.transport_config()?);
     // An attempt waits in quinn's queue only until the accept loop decides on it, at once
     // (crate::transport::admission): a few datagrams each. quinn's defaults (65,536 attempts, 10 MiB each,
@@ -425,6 +425,27 @@ fn quic_server_config_with(
         .incoming_buffer_size(INCOMING_BUFFER_BYTES)
         .incoming_buffer_size_total(INCOMING_BUFFER_TOTAL_BYTES);
     Ok(config)
+}
+
+/// The key that seals and opens this process's QUIC Retry tokens: one for the life of the
+/// process, whatever server configuration an endpoint is given.
+///
+/// quinn's `ServerConfig::with_crypto` draws a new key per configuration. An endpoint that
+/// validates addresses ([`crate::transport::admission`]) and is given a new configuration (a
+/// renewed certificate, a new revocation list: [`LiveEndpoint::refresh`]) between the Retry it
+/// sent and the client's answer would then not open the token: it sees an unvalidated attempt and
+/// sends a second Retry, which a client must ignore (RFC 9000 17.2.5.2), so the client waits out
+/// its whole idle timeout (30 s on the API) and fails. A token binds the client's address and
+/// lives 15 s, so sharing the key between a process's endpoints opens nothing new.
+fn retry_token_key() -> Arc<dyn quinn::crypto::HandshakeTokenKey> {
+    static KEY: std::sync::OnceLock<Arc<ring::hkdf::Prk>> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        let mut master = [0u8; 64];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut master)
+            .expect("the system's random source");
+        Arc::new(ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, &[]).extract(&master))
+    })
+    .clone()
 }
 
 /// Most connection attempts waiting for the accept loop; further ones are refused by quinn.
@@ -695,5 +716,77 @@ mod verifier_tests {
             rustls::AlertDescription::from(why),
             rustls::AlertDescription::CertificateExpired
         );
+    }
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use std::time::Duration;
+
+    use super::{bind_endpoint, client_endpoint, LiveEndpoint, QuicOptions, ALPN_API, ANY_MEMBER};
+    use crate::identity::pki::{self, IssueOptions, Role, SelfIssue};
+
+    /// A client that got a Retry before its server was given a new configuration (a renewed
+    /// certificate, a new revocation list) answers with a token the server still opens: its
+    /// attempt is validated and the handshake completes. (With a key per configuration the server
+    /// saw an unvalidated attempt, sent a second Retry the client must ignore, and the client
+    /// waited out its idle timeout: CI's `authority_agents` failure.)
+    #[tokio::test]
+    async fn a_retry_token_sent_before_a_refresh_is_opened_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        pki::init(dir.path()).unwrap();
+        pki::issue(dir.path(), "n1", &IssueOptions::new(Role::Node)).unwrap();
+        pki::issue(dir.path(), "alice", &IssueOptions::new(Role::Client)).unwrap();
+        let server_id = pki::load_identity(dir.path(), "n1", SelfIssue::No).unwrap();
+        let client_id = pki::load_identity(dir.path(), "alice", SelfIssue::No).unwrap();
+        let options = QuicOptions::api();
+        let server = bind_endpoint(
+            "127.0.0.1:0".parse().unwrap(),
+            &server_id,
+            ALPN_API,
+            &options,
+        )
+        .unwrap();
+        let addr = server.local_addr().unwrap();
+        let mut live = LiveEndpoint::new(server.clone(), &server_id, ALPN_API, &options, true);
+        let client = client_endpoint(addr, &client_id, ALPN_API, &options).unwrap();
+        let dialing = tokio::spawn(async move {
+            let connecting = client.connect(addr, ANY_MEMBER).unwrap();
+            tokio::time::timeout(Duration::from_secs(20), connecting).await
+        });
+        let wait = Duration::from_secs(10);
+        let first = tokio::time::timeout(wait, server.accept())
+            .await
+            .expect("a first attempt")
+            .unwrap();
+        assert!(!first.remote_address_validated());
+        let renewed = pki::renew(dir.path(), "n1", None).unwrap();
+        assert!(renewed.cert.exists());
+        let server_id = pki::load_identity(dir.path(), "n1", SelfIssue::No).unwrap();
+        live.refresh(Some(&server_id), &[]).unwrap();
+        first.retry().unwrap();
+        let second = tokio::time::timeout(wait, server.accept())
+            .await
+            .expect("the client's answer to the Retry")
+            .unwrap();
+        assert!(
+            second.remote_address_validated(),
+            "the Retry token sealed before the refresh does not open after it"
+        );
+        let accepted = tokio::time::timeout(wait, second.accept().unwrap())
+            .await
+            .expect("the server's side of the handshake")
+            .unwrap();
+        let dialed = dialing
+            .await
+            .unwrap()
+            .expect("the client's handshake in time")
+            .unwrap();
+        assert_eq!(
+            super::peer_cert(&dialed).unwrap().to_vec(),
+            server_id.cert_chain[0].to_vec(),
+            "the client sees the renewed certificate"
+        );
+        accepted.close(0u32.into(), b"done");
     }
 }
