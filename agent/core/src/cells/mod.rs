@@ -25,6 +25,7 @@
 
 mod assign;
 mod capability;
+mod intern;
 mod local;
 mod memo;
 mod model;
