@@ -82,7 +82,7 @@ const SEEDS_EVERY_ROUNDS: u64 = 10;
 pub struct CellExchange {
     node: Arc<MeshNode>,
     round: u64,
-    /// The summary this agent published last (hysteresis of the ranked figures), shared with
+    /// The summary this agent published last (whether its `sees` is out of date), shared with
     /// the quick looks between rounds.
     published: Arc<std::sync::Mutex<Option<CellSummary>>>,
     /// The cell each seed said it is in (at most the seeds' bound, 16).
@@ -471,6 +471,13 @@ fn publish(
         }
     }
     let local = node.cells.local();
+    // Hysteresis against the cell's summary as the mesh holds it (the latest any of its envoys
+    // published), not this envoy's own last: with each envoy keeping its own, two envoys that
+    // first published at different member counts (99 and 100 hosts) each stayed within 1/16 of
+    // the truth forever and published two ranked capacities in turn, and every agent's cell level
+    // flipped between them with each publication (a 5,000-host simulation never converged).
+    // Taking the held one, the envoys' figures meet at the latest stamp's and stay there.
+    let held = node.cells.summary(node.cells.own());
     let summary = summarize(
         node.cells.own(),
         0,
@@ -478,7 +485,7 @@ fn publish(
         &nodes,
         &local.placement,
         &local.workloads,
-        published.as_ref(),
+        held.as_ref().or(published.as_ref()),
     );
     let mut summary = summary;
     summary.sees = node.cells.sees();
