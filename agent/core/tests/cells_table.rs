@@ -464,3 +464,83 @@ fn the_placement_key_and_stamp_move_exactly_when_the_placement_cells_do() {
     assert_eq!(a.forget_old(forgotten), vec!["c2".to_string()]);
     assert_ne!(a.placement_stamp(forgotten), stamp);
 }
+
+/// Two envoys of one cell that first published at different member counts (one saw 99 hosts,
+/// the other 100) publish the same ranked figures once they hold each other's summary, and the
+/// cell's summary then stands: with each envoy's hysteresis against its own last publication,
+/// they published 792 and 800 CPUs in turn forever and every agent's cell level flipped with
+/// them (a 5,000-host simulation never converged).
+#[test]
+fn two_envoys_that_first_saw_different_member_counts_publish_one_summary_that_stands() {
+    let hosts = |n: usize| -> Vec<Node> {
+        (0..n)
+            .map(|i| Node {
+                id: format!("c1-n{i}"),
+                capacity: Resources::new(8000, 16 * GIB),
+                labels: Default::default(),
+                zone: "a".into(),
+                draining: false,
+                down: false,
+                caps: None,
+            })
+            .collect()
+    };
+    let contacts = ["10.0.0.1:7001".to_string()];
+    let placement = Placement::default();
+    let mut a = CellTable::new("c1");
+    let mut b = CellTable::new("c1");
+    // a first saw 99 members, b 100; neither holds the other's summary yet.
+    let s = a.summarize_own(&contacts, &hosts(99), (&placement, &[]), None, 0);
+    a.publish(s.clone(), WALL, 0);
+    let mut a_last = Some(s);
+    let s = b.summarize_own(&contacts, &hosts(100), (&placement, &[]), None, 0);
+    b.publish(s.clone(), WALL + 1, 0);
+    let mut b_last = Some(s);
+    assert_ne!(
+        a.summary("c1").map(|s| s.capacity),
+        b.summary("c1").map(|s| s.capacity),
+        "the two first publications differ"
+    );
+    // From now on both see 100 members; they publish in turn and pull each other's news.
+    let mut held = Vec::new();
+    for round in 1..=20u64 {
+        let t = round * 1000;
+        pull(&mut a, &b, t);
+        let s = a.summarize_own(
+            &contacts,
+            &hosts(100),
+            (&placement, &[]),
+            a_last.as_ref(),
+            t,
+        );
+        a.publish(s.clone(), WALL + t, t);
+        a_last = Some(s);
+        pull(&mut b, &a, t + 500);
+        let s = b.summarize_own(
+            &contacts,
+            &hosts(100),
+            (&placement, &[]),
+            b_last.as_ref(),
+            t,
+        );
+        b.publish(s.clone(), WALL + t + 500, t + 500);
+        b_last = Some(s);
+        pull(&mut a, &b, t + 500);
+        let (sa, sb) = (a.summary("c1").unwrap(), b.summary("c1").unwrap());
+        assert_eq!(
+            sa.version, sb.version,
+            "round {round}: both hold one summary"
+        );
+        held.push(sa.clone());
+    }
+    assert_eq!(
+        a_last.as_ref().map(|s| s.capacity),
+        b_last.as_ref().map(|s| s.capacity),
+        "both envoys publish the same ranked capacity"
+    );
+    assert!(
+        held.windows(2).all(|w| w[0] == w[1]),
+        "the cell's summary stands once the envoys agree: {:?}",
+        held.iter().map(|s| s.capacity).collect::<Vec<_>>()
+    );
+}

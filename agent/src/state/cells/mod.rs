@@ -569,6 +569,26 @@ impl CellState {
         self.local.lock().expect("cells lock").clone()
     }
 
+    /// What this agent, as an envoy, publishes now (`CellTable::summarize_own`: hysteresis
+    /// against the cell's summary as held, `own_last` only before one is held), from its cell's
+    /// members (`nodes`), its `contacts` and the host loop's last placement.
+    pub(crate) fn summarize_own(
+        &self,
+        contacts: &[String],
+        nodes: &[shoal_core::placement::Node],
+        own_last: Option<&CellSummary>,
+    ) -> CellSummary {
+        let local = self.local();
+        let now = self.mono_ms();
+        self.table.lock().expect("cells lock").summarize_own(
+            contacts,
+            nodes,
+            (&local.placement, &local.workloads),
+            own_last,
+            now,
+        )
+    }
+
     pub(crate) fn publish(&self, summary: CellSummary, now_wall: u64) {
         let now = self.mono_ms();
         let mut table = self.table.lock().expect("cells lock");

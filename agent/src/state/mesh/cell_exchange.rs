@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use shoal_core::cells::{summarize, CellRule, CellSummary, CELL_CONTACTS_MAX, CELL_PROBED_MIN};
+use shoal_core::cells::{CellRule, CellSummary, CELL_CONTACTS_MAX, CELL_PROBED_MIN};
 
 use crate::identity::tls::ANY_MEMBER;
 use crate::state::cells::{
@@ -470,25 +470,9 @@ fn publish(
             n.caps = None;
         }
     }
-    let local = node.cells.local();
-    // Hysteresis against the cell's summary as the mesh holds it (the latest any of its envoys
-    // published), not this envoy's own last: with each envoy keeping its own, two envoys that
-    // first published at different member counts (99 and 100 hosts) each stayed within 1/16 of
-    // the truth forever and published two ranked capacities in turn, and every agent's cell level
-    // flipped between them with each publication (a 5,000-host simulation never converged).
-    // Taking the held one, the envoys' figures meet at the latest stamp's and stay there.
-    let held = node.cells.summary(node.cells.own());
-    let summary = summarize(
-        node.cells.own(),
-        0,
-        contacts,
-        &nodes,
-        &local.placement,
-        &local.workloads,
-        held.as_ref().or(published.as_ref()),
-    );
-    let mut summary = summary;
-    summary.sees = node.cells.sees();
+    let summary = node
+        .cells
+        .summarize_own(contacts, &nodes, published.as_ref());
     *published = Some(summary.clone());
     node.cells.publish(summary, (node.clock)());
 }
