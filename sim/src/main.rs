@@ -158,12 +158,14 @@ fn run_one(
     entropy::check().map_err(|e| anyhow::anyhow!("the entropy override is not in effect: {e}"))?;
     let progress_ms = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
-    // A result per 20 agents at the cell level and per 2 at the node level (the defaults up to
-    // 640 and 512 hosts): while 5,000 agents form a mesh of cells, hundreds of their views stand
-    // at once (docs/measurements.md, the fourth pass at 5,000 agents).
+    // A result per 4 agents at the cell level and per 2 at the node level (the defaults up to
+    // 128 and 512 hosts): while 5,000 agents form a mesh of cells, hundreds of their views stand
+    // at once (docs/measurements.md, the fourth pass at 5,000 agents); at 10,000 in 100 cells,
+    // one per 20 let the checker's sample, 100 ms after an agent placed its new view, find it
+    // evicted by the views placed since (the seventh pass).
     let hosts = sc.mesh.nodes as usize;
     let memo = Arc::new(shoal_core::cells::PlacementMemo::with_capacity(
-        hosts / 20,
+        hosts / 4,
         hosts / 2,
     ));
     let bar = spawn_progress(&sc, progress_ms.clone(), done.clone(), memo.clone());
