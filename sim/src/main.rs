@@ -162,7 +162,7 @@ fn run_one(
     // 128 and 512 hosts): while 5,000 agents form a mesh of cells, hundreds of their views stand
     // at once (docs/measurements.md, the fourth pass at 5,000 agents); at 10,000 in 100 cells,
     // one per 20 let the checker's sample, 100 ms after an agent placed its new view, find it
-    // evicted by the views placed since (the seventh pass).
+    // evicted by the views placed since ("The real tier at 10,000 agents, a first look").
     let hosts = sc.mesh.nodes as usize;
     let memo = Arc::new(shoal_core::cells::PlacementMemo::with_capacity(
         hosts / 4,

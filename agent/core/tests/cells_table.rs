@@ -14,23 +14,27 @@ use shoal_core::resources::Resources;
 const GIB: u64 = 1 << 30;
 const WALL: u64 = 1_800_000_000_000;
 
-fn summary(cell: &str, members: usize) -> CellSummary {
-    let nodes: Vec<Node> = (0..members)
+/// `n` members of `cell`, each of `cores` CPUs and 2 GiB per CPU, in zone "a".
+fn hosts(cell: &str, n: usize, cores: u64) -> Vec<Node> {
+    (0..n)
         .map(|i| Node {
             id: format!("{cell}-n{i}"),
-            capacity: Resources::new(4000, 8 * GIB),
+            capacity: Resources::new(cores * 1000, cores * 2 * GIB),
             labels: Default::default(),
             zone: "a".into(),
             draining: false,
             down: false,
             caps: None,
         })
-        .collect();
+        .collect()
+}
+
+fn summary(cell: &str, members: usize) -> CellSummary {
     summarize(
         cell,
         0,
         &[format!("10.0.0.{members}:7001")],
-        &nodes,
+        &hosts(cell, members, 4),
         &Placement::default(),
         &[],
         None,
@@ -472,30 +476,25 @@ fn the_placement_key_and_stamp_move_exactly_when_the_placement_cells_do() {
 /// them (a 5,000-host simulation never converged).
 #[test]
 fn two_envoys_that_first_saw_different_member_counts_publish_one_summary_that_stands() {
-    let hosts = |n: usize| -> Vec<Node> {
-        (0..n)
-            .map(|i| Node {
-                id: format!("c1-n{i}"),
-                capacity: Resources::new(8000, 16 * GIB),
-                labels: Default::default(),
-                zone: "a".into(),
-                draining: false,
-                down: false,
-                caps: None,
-            })
-            .collect()
-    };
     let contacts = ["10.0.0.1:7001".to_string()];
     let placement = Placement::default();
-    let mut a = CellTable::new("c1");
-    let mut b = CellTable::new("c1");
+    // One envoy's publication at `t` seeing `n` members: the summary it built, kept as its last.
+    let republish = |table: &mut CellTable, last: &mut Option<CellSummary>, n: usize, t: u64| {
+        let s = table.summarize_own(
+            &contacts,
+            &hosts("c1", n, 8),
+            (&placement, &[]),
+            last.as_ref(),
+            t,
+        );
+        table.publish(s.clone(), WALL + t, t);
+        *last = Some(s);
+    };
+    let (mut a, mut b) = (CellTable::new("c1"), CellTable::new("c1"));
+    let (mut a_last, mut b_last) = (None, None);
     // a first saw 99 members, b 100; neither holds the other's summary yet.
-    let s = a.summarize_own(&contacts, &hosts(99), (&placement, &[]), None, 0);
-    a.publish(s.clone(), WALL, 0);
-    let mut a_last = Some(s);
-    let s = b.summarize_own(&contacts, &hosts(100), (&placement, &[]), None, 0);
-    b.publish(s.clone(), WALL + 1, 0);
-    let mut b_last = Some(s);
+    republish(&mut a, &mut a_last, 99, 0);
+    republish(&mut b, &mut b_last, 100, 1);
     assert_ne!(
         a.summary("c1").map(|s| s.capacity),
         b.summary("c1").map(|s| s.capacity),
@@ -506,25 +505,9 @@ fn two_envoys_that_first_saw_different_member_counts_publish_one_summary_that_st
     for round in 1..=20u64 {
         let t = round * 1000;
         pull(&mut a, &b, t);
-        let s = a.summarize_own(
-            &contacts,
-            &hosts(100),
-            (&placement, &[]),
-            a_last.as_ref(),
-            t,
-        );
-        a.publish(s.clone(), WALL + t, t);
-        a_last = Some(s);
+        republish(&mut a, &mut a_last, 100, t);
         pull(&mut b, &a, t + 500);
-        let s = b.summarize_own(
-            &contacts,
-            &hosts(100),
-            (&placement, &[]),
-            b_last.as_ref(),
-            t,
-        );
-        b.publish(s.clone(), WALL + t + 500, t + 500);
-        b_last = Some(s);
+        republish(&mut b, &mut b_last, 100, t + 500);
         pull(&mut a, &b, t + 500);
         let (sa, sb) = (a.summary("c1").unwrap(), b.summary("c1").unwrap());
         assert_eq!(
